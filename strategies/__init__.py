@@ -1,0 +1,61 @@
+"""tf.distribute strategies built from a typed config, and TF_CONFIG parsing.
+
+Importing this package selects the Keras flavour the toolkit runs on (tf-keras, see
+ARCHITECTURE.md) when TensorFlow is not imported yet. Nothing here imports TensorFlow at import
+time, so the CLI can validate input before paying for it.
+"""
+
+import os
+import sys
+
+if "tensorflow" not in sys.modules:
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+# pylint: disable=wrong-import-position
+from strategies.cluster import ClusterConfig
+from strategies.cluster import ClusterConfigError
+from strategies.cluster import Task
+from strategies.cluster import TaskType
+from strategies.cluster import from_environment
+from strategies.cluster import make_cluster
+from strategies.cluster import parse_tf_config
+from strategies.config import AllReduce
+from strategies.config import Collective
+from strategies.config import StrategyConfig
+from strategies.config import StrategyConfigError
+from strategies.config import StrategyKind
+from strategies.config import VariablePartition
+from strategies.selection import resolve_kind
+
+
+def build(config: StrategyConfig, cluster: ClusterConfig | None = None):
+    """Returns the `tf.distribute.Strategy` that `config` describes (never None).
+
+    Args:
+        config: which strategy and its options.
+        cluster: this job's cluster (from `from_environment()` or `make_cluster`), or None for a
+            single-process job.
+
+    Raises:
+        StrategyConfigError: the config does not fit the cluster or the machine.
+    """
+    from strategies import factory  # pylint: disable=import-outside-toplevel
+    return factory.build(config, cluster)
+
+
+def configure_local_devices(config: StrategyConfig) -> None:
+    """Splits the host CPU into `config.num_cpu_devices` logical devices; before any op runs."""
+    from strategies import devices  # pylint: disable=import-outside-toplevel
+    devices.configure(config)
+
+
+def kind_of(strategy) -> StrategyKind:
+    """Returns which `StrategyKind` a built strategy is (e.g. what `auto` resolved to)."""
+    from strategies import factory  # pylint: disable=import-outside-toplevel
+    return factory.kind_of(strategy)
+
+
+def num_replica_devices(config: StrategyConfig) -> int:
+    """Returns how many replicas this process can hold under `config`: GPUs, else logical CPUs."""
+    from strategies import devices  # pylint: disable=import-outside-toplevel
+    return devices.num_replica_devices(config)

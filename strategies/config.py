@@ -1,0 +1,155 @@
+"""`StrategyConfig`: which tf.distribute strategy to build, and its options. Pure Python."""
+
+import dataclasses
+import enum
+from typing import TypeVar
+
+
+class StrategyConfigError(ValueError):
+    """A strategy option is invalid; the message is one line: field, value, fix."""
+
+
+class StrategyKind(str, enum.Enum):
+    AUTO = "auto"
+    ONE_DEVICE = "one_device"
+    MIRRORED = "mirrored"
+    MULTI_WORKER_MIRRORED = "multi_worker_mirrored"
+    PARAMETER_SERVER = "parameter_server"
+
+
+class AllReduce(str, enum.Enum):
+    """Cross-device reduction of MirroredStrategy (one worker, several devices)."""
+    AUTO = "auto"
+    NCCL = "nccl"
+    HIERARCHICAL_COPY = "hierarchical_copy"
+    REDUCTION_TO_ONE_DEVICE = "reduction_to_one_device"
+
+
+class Collective(str, enum.Enum):
+    """Collective implementation of MultiWorkerMirroredStrategy."""
+    AUTO = "auto"
+    RING = "ring"
+    NCCL = "nccl"
+
+
+_Enum = TypeVar("_Enum", bound=enum.Enum)
+
+
+def coerce_enum(field: str, value: "str | _Enum", enum_type: type[_Enum],
+                error: type[ValueError] = StrategyConfigError) -> _Enum:
+    """Returns `value` as a member of `enum_type`, or raises `error` with one line naming `field`."""
+    try:
+        return enum_type(value)
+    except ValueError:
+        choices = "|".join(member.value for member in enum_type)
+        raise error(
+            f"{field}={value!r} is not a known value; use one of {choices}.") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class VariablePartition:
+    """How ParameterServerStrategy splits large variables across ps tasks.
+
+    Written as `none`, `min_size:<bytes>` (shards of at least that many bytes, at most one per ps
+    task) or `max_shards:<n>` (at most n shards of at least 256 KiB each).
+    """
+    kind: str = "none"
+    value: int = 0
+
+    @classmethod
+    def parse(cls, text: str) -> "VariablePartition":
+        """Parses the flag form; raises StrategyConfigError naming `variable_partition`."""
+        if text == "none":
+            return cls()
+        kind, _, number = text.partition(":")
+        if kind in ("min_size", "max_shards") and number.isdigit() and int(number) > 0:
+            return cls(kind, int(number))
+        raise StrategyConfigError(
+            f"variable_partition={text!r} is not understood; use none, min_size:<bytes> "
+            "(e.g. min_size:262144) or max_shards:<n> (e.g. max_shards:4) with a positive number.")
+
+    def __str__(self) -> str:
+        return self.kind if self.kind == "none" else f"{self.kind}:{self.value}"
+
+
+_MULTI_DEVICE_KINDS = (StrategyKind.AUTO, StrategyKind.MIRRORED)
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyConfig:
+    """Options for `strategies.build`. Field names match the `tfdist train` flags.
+
+    Attributes:
+      strategy: which strategy; `auto` picks one from the cluster and the local devices.
+      num_gpus: GPUs each worker uses; None uses every visible GPU.
+      num_cpu_devices: logical devices the host CPU is split into, so that N replicas run on a
+        CPU-only machine (mirrored only).
+      all_reduce: MirroredStrategy's cross-device reduction.
+      num_packs: gradient packs for `nccl`/`hierarchical_copy` all-reduce.
+      collective: MultiWorkerMirroredStrategy's collective implementation.
+      collective_timeout_s: bound on each collective, so a lost peer fails instead of hanging.
+      variable_partition: ParameterServerStrategy's variable sharding.
+    """
+    strategy: StrategyKind = StrategyKind.AUTO
+    num_gpus: int | None = None
+    num_cpu_devices: int = 1
+    all_reduce: AllReduce = AllReduce.AUTO
+    num_packs: int = 1
+    collective: Collective = Collective.AUTO
+    collective_timeout_s: float | None = None
+    variable_partition: VariablePartition = VariablePartition()
+
+    def __post_init__(self):
+        object.__setattr__(self, "strategy", coerce_enum("strategy", self.strategy, StrategyKind))
+        object.__setattr__(self, "all_reduce", coerce_enum("all_reduce", self.all_reduce, AllReduce))
+        object.__setattr__(self, "collective", coerce_enum("collective", self.collective, Collective))
+        if isinstance(self.variable_partition, str):
+            object.__setattr__(self, "variable_partition",
+                               VariablePartition.parse(self.variable_partition))
+        self._check_counts()
+        self._check_options_fit_strategy()
+
+    def _check_counts(self) -> None:
+        if self.num_gpus is not None and self.num_gpus < 0:
+            raise StrategyConfigError(
+                f"num_gpus={self.num_gpus} is negative; pass 0 for CPU only, or leave it unset "
+                "to use every visible GPU.")
+        if self.num_cpu_devices < 1:
+            raise StrategyConfigError(
+                f"num_cpu_devices={self.num_cpu_devices} must be at least 1.")
+        if self.num_packs < 1:
+            raise StrategyConfigError(f"num_packs={self.num_packs} must be at least 1.")
+        if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
+            raise StrategyConfigError(
+                f"collective_timeout_s={self.collective_timeout_s} must be positive; leave it "
+                "unset for no timeout.")
+        if self.num_cpu_devices > 1 and self.num_gpus:
+            raise StrategyConfigError(
+                f"num_cpu_devices={self.num_cpu_devices} with num_gpus={self.num_gpus}: replicas "
+                "run on GPUs or on split CPUs, not both; set one of them.")
+
+    def _check_options_fit_strategy(self) -> None:
+        kind = self.strategy
+        if self.all_reduce is not AllReduce.AUTO and kind not in _MULTI_DEVICE_KINDS:
+            raise StrategyConfigError(
+                f"all_reduce={self.all_reduce.value} applies to strategy=mirrored, not "
+                f"{kind.value}; for multi-worker jobs set collective instead.")
+        if self.num_packs != 1 and self.all_reduce not in (AllReduce.NCCL,
+                                                           AllReduce.HIERARCHICAL_COPY):
+            raise StrategyConfigError(
+                f"num_packs={self.num_packs} applies to all_reduce=nccl or hierarchical_copy, "
+                f"not {self.all_reduce.value}; set all_reduce or drop num_packs.")
+        if self.collective is not Collective.AUTO and kind not in (
+                StrategyKind.AUTO, StrategyKind.MULTI_WORKER_MIRRORED):
+            raise StrategyConfigError(
+                f"collective={self.collective.value} applies to strategy=multi_worker_mirrored, "
+                f"not {kind.value}.")
+        if self.variable_partition.kind != "none" and kind not in (
+                StrategyKind.AUTO, StrategyKind.PARAMETER_SERVER):
+            raise StrategyConfigError(
+                f"variable_partition={self.variable_partition} applies to "
+                f"strategy=parameter_server, not {kind.value}.")
+        if self.num_cpu_devices > 1 and kind not in _MULTI_DEVICE_KINDS:
+            raise StrategyConfigError(
+                f"num_cpu_devices={self.num_cpu_devices} applies to strategy=mirrored, not "
+                f"{kind.value}, which runs one CPU replica per worker.")

@@ -1,0 +1,29 @@
+"""MirroredStrategy: one worker, one replica per local device, synchronous all-reduce."""
+
+import tensorflow as tf
+
+from strategies.config import AllReduce
+from strategies.config import StrategyConfig
+from strategies.config import StrategyConfigError
+
+
+def _cross_device_ops(config: StrategyConfig,
+                      devices: list[str]) -> tf.distribute.CrossDeviceOps | None:
+    """Returns the all-reduce `config` asks for; None lets TensorFlow choose."""
+    if config.all_reduce is AllReduce.AUTO:
+        return None
+    if config.all_reduce is AllReduce.REDUCTION_TO_ONE_DEVICE:
+        return tf.distribute.ReductionToOneDevice()
+    if not all("GPU" in device for device in devices):
+        raise StrategyConfigError(
+            f"all_reduce={config.all_reduce.value} needs GPUs, but the replicas are on "
+            f"{', '.join(devices)}; use all_reduce=auto or reduction_to_one_device.")
+    if config.all_reduce is AllReduce.NCCL:
+        return tf.distribute.NcclAllReduce(num_packs=config.num_packs)
+    return tf.distribute.HierarchicalCopyAllReduce(num_packs=config.num_packs)
+
+
+def build(config: StrategyConfig, devices: list[str]) -> tf.distribute.MirroredStrategy:
+    """Returns a MirroredStrategy over `devices` with the configured all-reduce."""
+    return tf.distribute.MirroredStrategy(
+        devices=devices, cross_device_ops=_cross_device_ops(config, devices))

@@ -1,0 +1,31 @@
+"""MultiWorkerMirroredStrategy: synchronous training across workers with collective ops."""
+
+import tensorflow as tf
+
+from strategies.cluster import ClusterConfig
+from strategies.config import Collective
+from strategies.config import StrategyConfig
+from strategies.config import StrategyConfigError
+from strategies.resolver import cluster_resolver
+
+_IMPLEMENTATIONS = {
+    Collective.AUTO: tf.distribute.experimental.CommunicationImplementation.AUTO,
+    Collective.RING: tf.distribute.experimental.CommunicationImplementation.RING,
+    Collective.NCCL: tf.distribute.experimental.CommunicationImplementation.NCCL,
+}
+
+
+def build(config: StrategyConfig, cluster: ClusterConfig | None, *,
+          num_gpus: int) -> tf.distribute.MultiWorkerMirroredStrategy:
+    """Returns a MultiWorkerMirroredStrategy for this task of `cluster` (None: one worker).
+
+    `collective_timeout_s` bounds every collective, so a lost peer raises instead of hanging.
+    """
+    if config.collective is Collective.NCCL and not num_gpus:
+        raise StrategyConfigError(
+            "collective=nccl needs GPUs, but this worker has none; use collective=auto or ring.")
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=_IMPLEMENTATIONS[config.collective],
+        timeout_seconds=config.collective_timeout_s)
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=cluster_resolver(cluster), communication_options=options)

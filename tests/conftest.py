@@ -1,0 +1,25 @@
+"""Test-session setup: tf-keras, and the host CPU split into 2 logical devices before any op.
+
+In-process tests that need 2 replicas use "/cpu:0" and "/cpu:1"; tests that change process-wide
+TensorFlow state (collectives, remote clusters) run in subprocesses instead.
+"""
+
+import pytest
+
+import tfdist  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+import strategies
+
+NUM_TEST_CPU_DEVICES = 2
+
+
+def pytest_sessionstart(session):  # pylint: disable=unused-argument
+    from tfdist.process import import_tensorflow  # pylint: disable=import-outside-toplevel
+    import_tensorflow(show_logs=False)
+    strategies.configure_local_devices(
+        strategies.StrategyConfig(num_cpu_devices=NUM_TEST_CPU_DEVICES))
+
+
+@pytest.fixture(scope="session")
+def shapes_data_dir(tmp_path_factory):
+    """A data dir holding the built-in dataset, generated once per test session."""
+    return str(tmp_path_factory.mktemp("tensorflow_datasets"))

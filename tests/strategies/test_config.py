@@ -1,0 +1,94 @@
+"""StrategyConfig and strategy selection: every rejected value, and what auto picks."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from strategies import StrategyConfig
+from strategies import StrategyConfigError
+from strategies import StrategyKind
+from strategies import VariablePartition
+from strategies import make_cluster
+from strategies import resolve_kind
+
+_PS_CLUSTER = make_cluster(num_workers=1, num_ps=1, chief=True, ports=[2001, 2002, 2003])
+_TWO_WORKERS = make_cluster(num_workers=2, ports=[2001, 2002])
+
+
+class StrategyConfigTest(parameterized.TestCase):
+
+    def test_defaults_are_auto(self):
+        config = StrategyConfig()
+        self.assertIs(config.strategy, StrategyKind.AUTO)
+        self.assertEqual(str(config.variable_partition), "none")
+
+    def test_strings_become_enums(self):
+        config = StrategyConfig(strategy="mirrored", all_reduce="hierarchical_copy", num_packs=2)
+        self.assertIs(config.strategy, StrategyKind.MIRRORED)
+        self.assertEqual(config.all_reduce.value, "hierarchical_copy")
+
+    @parameterized.named_parameters(
+        ("unknown_strategy", dict(strategy="mirroed"), r"strategy='mirroed'.*one_device\|mirrored"),
+        ("unknown_all_reduce", dict(all_reduce="ring"), r"all_reduce='ring'.*nccl"),
+        ("unknown_collective", dict(collective="gloo"), r"collective='gloo'.*ring"),
+        ("negative_gpus", dict(num_gpus=-1), r"num_gpus=-1.*pass 0"),
+        ("zero_cpu_devices", dict(num_cpu_devices=0), r"num_cpu_devices=0.*at least 1"),
+        ("zero_packs", dict(num_packs=0), r"num_packs=0.*at least 1"),
+        ("zero_timeout", dict(collective_timeout_s=0.0), r"collective_timeout_s=0.0.*positive"),
+        ("gpus_and_cpus", dict(num_gpus=1, num_cpu_devices=2), r"num_cpu_devices=2.*num_gpus=1"),
+        ("all_reduce_on_mwms", dict(strategy="multi_worker_mirrored", all_reduce="nccl"),
+         r"all_reduce=nccl applies to strategy=mirrored.*collective"),
+        ("packs_without_nccl", dict(num_packs=2), r"num_packs=2.*nccl or hierarchical_copy"),
+        ("collective_on_mirrored", dict(strategy="mirrored", collective="ring"),
+         r"collective=ring applies to strategy=multi_worker_mirrored"),
+        ("partition_on_mirrored", dict(strategy="mirrored", variable_partition="max_shards:2"),
+         r"variable_partition=max_shards:2 applies to strategy=parameter_server"),
+        ("cpus_on_mwms", dict(strategy="multi_worker_mirrored", num_cpu_devices=2),
+         r"num_cpu_devices=2 applies to strategy=mirrored"),
+        ("bad_partition", dict(variable_partition="max_shards"), r"variable_partition='max_shards'"),
+        ("zero_partition", dict(variable_partition="min_size:0"), r"variable_partition='min_size:0'"),
+        ("unknown_partition", dict(variable_partition="fixed:2"), r"variable_partition='fixed:2'"),
+    )
+    def test_rejects(self, kwargs, message):
+        with self.assertRaisesRegex(StrategyConfigError, message) as raised:
+            StrategyConfig(**kwargs)
+        self.assertNotIn("\n", str(raised.exception))
+
+    @parameterized.parameters(("none", "none", 0), ("min_size:1024", "min_size", 1024),
+                              ("max_shards:4", "max_shards", 4))
+    def test_variable_partition_forms(self, text, kind, value):
+        partition = VariablePartition.parse(text)
+        self.assertEqual((partition.kind, partition.value), (kind, value))
+        self.assertEqual(str(partition), text)
+
+
+class ResolveKindTest(parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("single_device", None, 1, StrategyKind.ONE_DEVICE),
+        ("several_devices", None, 2, StrategyKind.MIRRORED),
+        ("several_workers", _TWO_WORKERS, 1, StrategyKind.MULTI_WORKER_MIRRORED),
+        ("ps_tasks", _PS_CLUSTER, 1, StrategyKind.PARAMETER_SERVER),
+    )
+    def test_auto_picks(self, cluster, num_devices, expected):
+        self.assertIs(resolve_kind(StrategyKind.AUTO, cluster, num_devices), expected)
+
+    @parameterized.named_parameters(
+        ("ps_without_ps", StrategyKind.PARAMETER_SERVER, None, r"parameter_server needs ps tasks"),
+        ("ps_on_workers", StrategyKind.PARAMETER_SERVER, _TWO_WORKERS, r"has none"),
+        ("mwms_with_ps", StrategyKind.MULTI_WORKER_MIRRORED, _PS_CLUSTER,
+         r"multi_worker_mirrored cannot use the cluster's 1 ps"),
+        ("mirrored_on_cluster", StrategyKind.MIRRORED, _TWO_WORKERS,
+         r"mirrored trains in one process.*2 worker"),
+        ("one_device_on_ps", StrategyKind.ONE_DEVICE, _PS_CLUSTER, r"one_device trains in one"),
+    )
+    def test_rejects(self, kind, cluster, message):
+        with self.assertRaisesRegex(StrategyConfigError, message):
+            resolve_kind(kind, cluster, 1)
+
+    def test_explicit_choice_that_fits_is_kept(self):
+        self.assertIs(resolve_kind(StrategyKind.MULTI_WORKER_MIRRORED, None, 1),
+                      StrategyKind.MULTI_WORKER_MIRRORED)
+
+
+if __name__ == "__main__":
+    absltest.main()

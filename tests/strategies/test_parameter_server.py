@@ -1,0 +1,67 @@
+"""ParameterServerStrategy built by strategies.build over an in-process cluster: 1 worker + 1 ps.
+
+Connecting to a cluster changes the process's TensorFlow context for good, so the cluster lives
+in a child process (this file run as a script) and the test reads its report.
+"""
+
+import json
+import subprocess
+import sys
+import unittest
+
+import pytest
+
+_TIMEOUT_S = 180
+
+
+def _child() -> None:
+    import portpicker  # pylint: disable=import-outside-toplevel
+    import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    import strategies  # pylint: disable=import-outside-toplevel
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    ports = [portpicker.pick_unused_port() for _ in range(3)]
+    cluster = strategies.make_cluster(num_workers=1, num_ps=1, chief=True, ports=ports)
+    # Worker servers need inter-op threads >= num_workers + 1, or they hang on 2 cores.
+    server_config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2)
+    spec = tf.train.ClusterSpec({job: list(addresses) for job, addresses in cluster.jobs.items()})
+    servers = [tf.distribute.Server(spec, job_name=job, task_index=0, protocol="grpc",
+                                    config=server_config, start=True) for job in ("worker", "ps")]
+    config = strategies.StrategyConfig(strategy="parameter_server",
+                                       variable_partition="max_shards:2")
+    strategy = strategies.build(config, cluster)
+    with strategy.scope():
+        big = tf.Variable(tf.ones([2 * 256 * 1024 // 4 * 2]))  # 2 MiB: split into 2 shards
+        total = tf.Variable(0.0)
+    coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
+
+    @tf.function
+    def step():
+        total.assign_add(1.0)
+        return total.read_value()
+
+    for _ in range(3):
+        coordinator.schedule(step)
+    coordinator.join()
+    print(json.dumps({
+        "kind": strategies.kind_of(strategy).value,
+        "num_shards": len(getattr(big, "variables", [big])),
+        "total": float(total.numpy()),
+        "servers": len(servers),
+    }))
+
+
+@pytest.mark.multiprocess
+class ParameterServerBuildTest(unittest.TestCase):
+
+    def test_coordinator_trains_on_in_process_cluster(self):
+        result = subprocess.run([sys.executable, __file__], capture_output=True, text=True,
+                                timeout=_TIMEOUT_S, check=False)
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        self.assertEqual(report, {"kind": "parameter_server", "num_shards": 2, "total": 3.0,
+                                  "servers": 2})
+
+
+if __name__ == "__main__":
+    _child()

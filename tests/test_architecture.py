@@ -1,0 +1,78 @@
+"""Enforces the dependency rule of ARCHITECTURE.md by parsing every module's imports."""
+
+import ast
+import pathlib
+import subprocess
+import sys
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("strategies", "input_pipelines", "tfdist")
+# Which of our packages each package may import (besides itself).
+ALLOWED = {
+    "strategies": set(),
+    "input_pipelines": set(),
+    "tfdist": {"strategies", "input_pipelines"},
+}
+FLAG_MODULES = {"tfdist/flags.py", "tfdist/cli.py"}
+ENVIRON_MODULES = {"strategies/cluster.py", "strategies/__init__.py", "input_pipelines/__init__.py",
+                   "tfdist/__init__.py", "tfdist/process.py"}
+
+
+def _modules():
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            yield package, path.relative_to(ROOT).as_posix(), ast.parse(path.read_text())
+
+
+def _imported_names(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            yield node.module
+
+
+class DependencyRuleTest(unittest.TestCase):
+
+    def test_packages_import_only_what_the_rule_allows(self):
+        for package, path, tree in _modules():
+            for name in _imported_names(tree):
+                top = name.split(".")[0]
+                if top in PACKAGES and top != package:
+                    self.assertIn(top, ALLOWED[package], f"{path} imports {name}")
+
+    def test_no_bare_keras(self):
+        for _, path, tree in _modules():
+            for name in _imported_names(tree):
+                self.assertNotEqual(name.split(".")[0], "keras", f"{path} imports Keras 3")
+
+    def test_only_the_cli_touches_absl_flags(self):
+        for _, path, tree in _modules():
+            if path in FLAG_MODULES:
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == "absl":
+                    names = {alias.name for alias in node.names}
+                    self.assertNotIn("flags", names, f"{path} imports absl.flags")
+                if isinstance(node, ast.Name):
+                    self.assertNotEqual(node.id, "FLAGS", f"{path} reads FLAGS")
+
+    def test_environment_is_read_only_where_documented(self):
+        for _, path, tree in _modules():
+            if path in ENVIRON_MODULES:
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
+                    self.fail(f"{path} reads os.{node.attr}")
+
+    def test_cli_starts_without_tensorflow(self):
+        code = ("import sys, tfdist.cli, tfdist.flags, strategies, input_pipelines; "
+                "print('tensorflow' in sys.modules)")
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                check=True, cwd=ROOT, timeout=60)
+        self.assertEqual(result.stdout.strip(), "False")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,161 @@
+"""The CLI's contract: fast help, and every bad input as one stderr line with exit status 2."""
+
+import json
+import os
+import tempfile
+import time
+import unittest
+
+from absl.testing import parameterized
+
+from tests.tfdist.cli_runner import run_tfdist
+
+_PS_CLUSTER = json.dumps({"cluster": {"chief": ["127.0.0.1:2001"], "worker": ["127.0.0.1:2002"],
+                                      "ps": ["127.0.0.1:2003"]},
+                          "task": {"type": "chief", "index": 0}})
+
+
+class HelpTest(unittest.TestCase):
+
+    def test_help_is_fast_and_lists_commands(self):
+        start = time.perf_counter()
+        result = run_tfdist("--help")
+        self.assertLess(time.perf_counter() - start, 1.0)
+        self.assertEqual(result.returncode, 0)
+        self.assertIn("train", result.stdout)
+        self.assertIn("doctor", result.stdout)
+
+    def test_train_help_lists_every_train_flag(self):
+        result = run_tfdist("train", "--help")
+        self.assertEqual(result.returncode, 0)
+        for name in ("strategy", "num_gpus", "num_cpu_devices", "all_reduce", "num_packs",
+                     "collective", "collective_timeout_s", "variable_partition",
+                     "mixed_precision", "dataset", "data_dir", "model", "global_batch_size",
+                     "epochs", "steps_per_epoch", "validation_steps", "steps_per_execution",
+                     "optimizer", "learning_rate", "model_dir", "metrics_json", "seed"):
+            self.assertIn(f"--{name}:", result.stdout)
+
+    def test_helpfull_lists_absl_flags_too(self):
+        result = run_tfdist("train", "--helpfull")
+        self.assertEqual(result.returncode, 0)
+        self.assertIn("--flagfile", result.stdout)
+
+    def test_no_command_prints_usage_and_fails(self):
+        result = run_tfdist()
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("usage: tfdist <command>", result.stderr)
+
+
+class BadInputTest(parameterized.TestCase):
+    """Each case: one line on stderr naming the flag or field and the value; exit 2."""
+
+    def assert_usage_error(self, result, *expected):
+        self.assertEqual(result.returncode, 2, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        self.assertLen(lines, 1, result.stderr)
+        for text in expected:
+            self.assertIn(text, lines[0])
+        self.assertNotIn("Traceback", result.stderr)
+
+    @parameterized.named_parameters(
+        ("unknown_command", ["trian"], "'trian'"),
+        ("unknown_strategy", ["train", "--strategy=mirroed"], "--strategy=mirroed"),
+        ("unknown_all_reduce", ["train", "--all_reduce=ring"], "--all_reduce=ring"),
+        ("unknown_collective", ["train", "--collective=gloo"], "--collective=gloo"),
+        ("unknown_precision", ["train", "--mixed_precision=fp8"], "--mixed_precision=fp8"),
+        ("unknown_optimizer", ["train", "--optimizer=lamb"], "--optimizer=lamb"),
+        ("unknown_model", ["train", "--model=vgg"], "--model=vgg"),
+        ("unknown_dataset", ["train", "--dataset=mnist"], "--dataset=mnist"),
+        ("zero_epochs", ["train", "--epochs=0"], "--epochs=0"),
+        ("text_epochs", ["train", "--epochs=many"], "--epochs=many"),
+        ("zero_batch", ["train", "--global_batch_size=0"], "--global_batch_size=0"),
+        ("zero_cpus", ["train", "--num_cpu_devices=0"], "--num_cpu_devices=0"),
+        ("zero_packs", ["train", "--num_packs=0"], "--num_packs=0"),
+        ("negative_gpus", ["train", "--num_gpus=-1"], "--num_gpus=-1"),
+        ("zero_steps", ["train", "--steps_per_epoch=0"], "--steps_per_epoch=0"),
+        ("zero_validation_steps", ["train", "--validation_steps=0"], "--validation_steps=0"),
+        ("zero_execution_steps", ["train", "--steps_per_execution=0"], "--steps_per_execution=0"),
+        ("zero_learning_rate", ["train", "--learning_rate=0"], "learning_rate=0.0"),
+        ("zero_timeout", ["train", "--collective_timeout_s=0"], "collective_timeout_s=0.0"),
+        ("bad_partition", ["train", "--variable_partition=max_shards"],
+         "variable_partition='max_shards'"),
+        ("packs_without_nccl", ["train", "--num_packs=4"], "num_packs=4"),
+        ("options_of_other_strategy", ["train", "--strategy=mirrored", "--collective=ring"],
+         "collective=ring"),
+        ("unknown_flag", ["train", "--epoch=3"], "'epoch'"),
+        ("stray_argument", ["train", "mirrored"], "'mirrored'"),
+        ("flag_of_other_command", ["train", "--tf_config={}"], "--tf_config"),
+    )
+    def test_rejected_before_tensorflow_starts(self, args, expected):
+        start = time.perf_counter()
+        result = run_tfdist(*args)
+        self.assertLess(time.perf_counter() - start, 2.0)
+        self.assert_usage_error(result, expected)
+
+    def test_malformed_tf_config(self):
+        result = run_tfdist("train", tf_config='{"cluster": {"worker": ["localhost"]}}')
+        self.assert_usage_error(result, "TF_CONFIG cluster.worker[0]", '"localhost"')
+
+    def test_flagfile_is_read(self):
+        path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "bad.flags")
+        with open(path, "w", encoding="utf-8") as flagfile:
+            flagfile.write("--epochs=0\n")
+        self.assert_usage_error(run_tfdist("train", f"--flagfile={path}"), "--epochs=0")
+
+    @parameterized.named_parameters(
+        ("batch_not_divisible", ["--num_cpu_devices=2", "--global_batch_size=3"], None,
+         "global_batch_size=3 does not split evenly over 2 replicas"),
+        ("parameter_server_without_ps", ["--strategy=parameter_server"], None,
+         "strategy=parameter_server needs ps tasks"),
+        ("multi_worker_with_ps", ["--strategy=multi_worker_mirrored"], _PS_CLUSTER,
+         "strategy=multi_worker_mirrored cannot use the cluster's 1 ps"),
+    )
+    def test_rejected_after_tensorflow_starts(self, args, tf_config, expected):
+        metrics = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "metrics.json")
+        result = run_tfdist("train", *args, f"--metrics_json={metrics}", tf_config=tf_config)
+        self.assert_usage_error(result, expected)
+        self.assertFalse(os.path.exists(metrics), "nothing may be half-written")
+
+
+class DoctorTest(parameterized.TestCase):
+
+    def test_sound_cluster(self):
+        result = run_tfdist("doctor", f"--tf_config={_PS_CLUSTER}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("this task: chief:0 at 127.0.0.1:2001", result.stdout)
+        self.assertIn("auto picks parameter_server", result.stdout)
+        self.assertIn("local devices:", result.stdout)
+
+    def test_reads_environment(self):
+        tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:2001", "[::1]:2002"]},
+                                "task": {"type": "worker", "index": 1}, "environment": "cloud"})
+        result = run_tfdist("doctor", tf_config=tf_config)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("this task: worker:1 at [::1]:2002", result.stdout)
+        self.assertIn("auto picks multi_worker_mirrored", result.stdout)
+
+    def test_no_tf_config_is_a_single_process_job(self):
+        result = run_tfdist("doctor", "--num_cpu_devices=2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("auto picks mirrored", result.stdout)
+
+    @parameterized.named_parameters(
+        ("not_json", "{worker", "TF_CONFIG"),
+        ("duplicate_address", json.dumps({"cluster": {"worker": ["a:1", "a:1"]},
+                                          "task": {"type": "worker", "index": 0}}), '"a:1"'),
+    )
+    def test_unsound_cluster(self, tf_config, expected):
+        result = run_tfdist("doctor", f"--tf_config={tf_config}")
+        self.assertEqual(result.returncode, 2)
+        self.assertLen(result.stderr.strip().splitlines(), 1, result.stderr)
+        self.assertIn(expected, result.stderr)
+
+    def test_strategy_the_cluster_cannot_run(self):
+        result = run_tfdist("doctor", "--strategy=multi_worker_mirrored",
+                            f"--tf_config={_PS_CLUSTER}")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("cannot use the cluster's 1 ps", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

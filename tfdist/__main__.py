@@ -1,0 +1,6 @@
+"""`python -m tfdist` runs the `tfdist` command."""
+
+from tfdist.cli import run
+
+if __name__ == "__main__":
+    run()

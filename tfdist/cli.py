@@ -1,0 +1,97 @@
+"""`tfdist <command> [--flag=value ...]`: the command-line entry point.
+
+Flags are parsed before TensorFlow is imported, so help and flag errors answer at once. Every
+user error ends as one line on stderr and exit status 2, without a traceback.
+"""
+
+import sys
+
+from absl import flags
+
+from input_pipelines import InputConfigError
+from strategies import ClusterConfigError
+from strategies import StrategyConfigError
+from tfdist import flags as tfdist_flags
+from tfdist.config import ConfigError
+
+USAGE = """usage: tfdist <command> [--flag=value ...] [--flagfile=FILE]
+
+commands:
+  train    train a model under a tf.distribute strategy; with no flags, a small CNN on the
+           built-in shapes dataset (generated locally on first use)
+  doctor   check TF_CONFIG and this machine before a cluster job starts: role, devices, and
+           the strategy `auto` would pick
+
+`tfdist <command> --help` lists a command's flags; --helpfull lists every flag."""
+
+EXIT_USAGE = 2
+USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError)
+
+
+def _fail(command: str, message: object) -> int:
+    print(f"tfdist {command}: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _train() -> int:
+    # pylint: disable=import-outside-toplevel
+    import strategies
+    from tfdist.process import import_tensorflow
+    config = tfdist_flags.run_config(strategies.from_environment())
+    import_tensorflow(config.show_tf_logs)
+    from tfdist import run, summary
+    print(summary.format_line(run.train(config)))
+    return 0
+
+
+def _doctor() -> int:
+    # pylint: disable=import-outside-toplevel
+    from tfdist import doctor
+    return doctor.main(tfdist_flags.tf_config(), tfdist_flags.strategy_config(),
+                       show_tf_logs=tfdist_flags.show_tf_logs())
+
+
+COMMANDS = {"train": _train, "doctor": _doctor}
+
+
+def _help(command: str, args: list[str]) -> bool:
+    """Prints help when `args` ask for it; returns whether they did."""
+    if "--helpfull" in args:
+        print(tfdist_flags.FLAGS.get_help())
+        return True
+    if not {"-h", "--help", "--helpshort", "-?"} & set(args):
+        return False
+    print(f"usage: tfdist {command} [--flag=value ...]\n\nflags:\n{tfdist_flags.help_text(command)}")
+    return True
+
+
+def main(argv: list[str]) -> int:
+    """Runs `tfdist` with `argv` (program name first); returns the exit status."""
+    args = argv[1:]
+    if not args:
+        print(USAGE, file=sys.stderr)
+        return EXIT_USAGE
+    if args[0] in ("-h", "--help", "--helpfull", "help"):
+        print(USAGE)
+        return 0
+    command = args[0]
+    if command not in COMMANDS:
+        return _fail(command, f"unknown command {command!r}; use one of "
+                              f"{', '.join(COMMANDS)} (see `tfdist --help`).")
+    if _help(command, args[1:]):
+        return 0
+    try:
+        tfdist_flags.parse(command, [argv[0]] + args[1:])
+    except flags.Error as error:
+        return _fail(command, f"{error}; see `tfdist {command} --help`.")
+    except tfdist_flags.UsageError as error:
+        return _fail(command, error)
+    try:
+        return COMMANDS[command]()
+    except USER_ERRORS as error:
+        return _fail(command, error)
+
+
+def run() -> None:
+    """Console-script entry point."""
+    sys.exit(main(sys.argv))

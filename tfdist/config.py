@@ -1,0 +1,85 @@
+"""`RunConfig`: everything one `tfdist train` run needs, validated, immutable. Pure Python."""
+
+import dataclasses
+import enum
+
+from input_pipelines import InputConfig
+from strategies import ClusterConfig
+from strategies import StrategyConfig
+from strategies.config import coerce_enum
+
+
+class ConfigError(ValueError):
+    """A training option is invalid; the message is one line: field, value, fix."""
+
+
+class KerasFlavourError(ConfigError):
+    """tf.keras is Keras 3, or a model was built with Keras 3; one line says what to do."""
+
+
+class Precision(str, enum.Enum):
+    FLOAT32 = "float32"
+    MIXED_FLOAT16 = "mixed_float16"
+    MIXED_BFLOAT16 = "mixed_bfloat16"
+
+
+class OptimizerName(str, enum.Enum):
+    SGD = "sgd"
+    MOMENTUM = "momentum"
+    ADAM = "adam"
+    RMSPROP = "rmsprop"
+
+
+class ModelName(str, enum.Enum):
+    SMALL_CNN = "small_cnn"
+
+
+def _as_enum(field: str, value, enum_type: type[enum.Enum]):
+    return coerce_enum(field, value, enum_type, error=ConfigError)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """How to train: model, schedule, optimizer, precision and where results go.
+
+    `steps_per_epoch=None` covers the training split once per epoch; `validation_steps=None`
+    reads the whole validation split.
+    """
+    model: ModelName = ModelName.SMALL_CNN
+    epochs: int = 3
+    steps_per_epoch: int | None = None
+    validation_steps: int | None = None
+    steps_per_execution: int = 1
+    optimizer: OptimizerName = OptimizerName.ADAM
+    learning_rate: float = 1e-3
+    mixed_precision: Precision = Precision.FLOAT32
+    model_dir: str | None = None
+    metrics_json: str | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "model", _as_enum("model", self.model, ModelName))
+        object.__setattr__(self, "optimizer", _as_enum("optimizer", self.optimizer, OptimizerName))
+        object.__setattr__(self, "mixed_precision",
+                           _as_enum("mixed_precision", self.mixed_precision, Precision))
+        for field in ("epochs", "steps_per_epoch", "validation_steps", "steps_per_execution"):
+            value = getattr(self, field)
+            if value is not None and value < 1:
+                raise ConfigError(f"{field}={value} must be a positive integer.")
+        if not self.learning_rate > 0:
+            raise ConfigError(f"learning_rate={self.learning_rate} must be positive, e.g. 0.001.")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One run: the strategy, the input, the training, and the cluster this process belongs to.
+
+    Attributes:
+      cluster: the validated TF_CONFIG, or None for a single-process job.
+      show_tf_logs: keep TensorFlow's start-up and C++ logs (hidden by default).
+    """
+    strategy: StrategyConfig = StrategyConfig()
+    input: InputConfig = InputConfig()
+    train: TrainConfig = TrainConfig()
+    cluster: ClusterConfig | None = None
+    show_tf_logs: bool = False

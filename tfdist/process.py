@@ -1,0 +1,41 @@
+"""Process-wide setup, done once, early in `main`, in this order:
+
+1. Keras flavour: `TF_USE_LEGACY_KERAS=1`, set when tfdist is imported (before TensorFlow).
+2. `import_tensorflow`: TensorFlow imported after flags are parsed, its start-up logs hidden
+   unless asked for.
+3. `tfdist.run.setup`: logical CPU devices (before any op runs), the mixed-precision policy (before
+   any model is built), the strategy (which sets up collectives before other ops), then seeds.
+"""
+
+import contextlib
+import os
+import sys
+
+
+@contextlib.contextmanager
+def _stderr_silenced():
+    """Sends file descriptor 2 to /dev/null: TF's C++ start-up lines bypass Python logging."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w", encoding="utf-8") as devnull:
+        os.dup2(devnull.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def import_tensorflow(show_logs: bool) -> None:
+    """Imports TensorFlow once, quietly unless `show_logs`.
+
+    Quiet hides TF's C++ logs, errors included (failures still surface as Python exceptions),
+    and its Python logger below ERROR.
+    """
+    if show_logs or "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with _stderr_silenced():
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    tf.get_logger().setLevel("ERROR")
+

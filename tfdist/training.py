@@ -1,0 +1,115 @@
+"""One `fit` for every strategy: the right input path per strategy, Keras `model.fit` on top."""
+
+import dataclasses
+import math
+import os
+
+import tensorflow as tf
+import tf_keras
+
+import input_pipelines
+from input_pipelines.datasets import DatasetInfo
+from tfdist import models
+from tfdist import optim
+from tfdist import precision
+from tfdist.callbacks import ThroughputTimer
+from tfdist.config import ConfigError
+from tfdist.config import RunConfig
+
+_PS_STRATEGY = tf.distribute.experimental.ParameterServerStrategy
+
+
+@dataclasses.dataclass(frozen=True)
+class FitResult:
+    """What a fit did: final metrics of the last epoch, steps run, and training throughput."""
+    final: dict[str, float]
+    steps_per_epoch: int
+    steps: int
+    examples_per_sec: float
+
+
+def check_global_batch_size(global_batch_size: int, num_replicas: int) -> None:
+    """Raises ConfigError unless every replica gets the same whole number of examples."""
+    if global_batch_size % num_replicas:
+        suggestion = max(1, round(global_batch_size / num_replicas)) * num_replicas
+        raise ConfigError(
+            f"global_batch_size={global_batch_size} does not split evenly over {num_replicas} "
+            f"replicas; use a multiple of {num_replicas}, e.g. --global_batch_size={suggestion}.")
+
+
+def steps_per_epoch(config: RunConfig, info: DatasetInfo) -> int:
+    """`--steps_per_epoch`, or one pass over the training split in whole global batches."""
+    if config.train.steps_per_epoch:
+        return config.train.steps_per_epoch
+    num_train = info.num_examples["train"]
+    steps = num_train // config.input.global_batch_size
+    if steps == 0:
+        raise ConfigError(
+            f"global_batch_size={config.input.global_batch_size} is larger than the {num_train} "
+            "training examples; lower it or set --steps_per_epoch.")
+    return steps
+
+
+def _distribute(strategy: tf.distribute.Strategy, dataset_fn):
+    """Per-worker datasets: Keras' coordinator path under PS, else the strategy's own."""
+    if isinstance(strategy, _PS_STRATEGY):
+        return tf_keras.utils.experimental.DatasetCreator(dataset_fn)
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def validation_steps(config: RunConfig, info: DatasetInfo) -> int:
+    """`--validation_steps`, or one pass over the validation split, its last partial batch too."""
+    if config.train.validation_steps:
+        return config.train.validation_steps
+    return math.ceil(info.num_examples["validation"] / config.input.global_batch_size)
+
+
+def _build_model(config: RunConfig, info: DatasetInfo) -> tf_keras.Model:
+    """Builds and compiles the model; call inside `strategy.scope()`."""
+    train = config.train
+    model = models.build(train.model, info.image_shape, info.num_classes)
+    optimizer = precision.wrap_optimizer(optim.build(train.optimizer, train.learning_rate),
+                                         train.mixed_precision)
+    model.compile(optimizer=optimizer,
+                  loss=tf_keras.losses.SparseCategoricalCrossentropy(),
+                  metrics=["accuracy"],
+                  steps_per_execution=train.steps_per_execution)
+    return model
+
+
+def _output_callbacks(model_dir: str | None) -> list[tf_keras.callbacks.Callback]:
+    """Per-epoch checkpoints and TensorBoard logs; tf-keras keeps non-chief copies temporary."""
+    if not model_dir:
+        return []
+    return [
+        tf_keras.callbacks.ModelCheckpoint(
+            os.path.join(model_dir, "checkpoints", "epoch-{epoch:03d}"), save_weights_only=True),
+        tf_keras.callbacks.TensorBoard(os.path.join(model_dir, "logs")),
+    ]
+
+
+def fit(config: RunConfig, strategy: tf.distribute.Strategy) -> FitResult:
+    """Trains `config.train.model` on `config.input` under `strategy` and validates each epoch.
+
+    Runs in cross-replica context on every worker (mirrored strategies) or on the coordinator
+    (parameter server). Prepares the dataset first (generating the built-in one once).
+    """
+    check_global_batch_size(config.input.global_batch_size, strategy.num_replicas_in_sync)
+    info = input_pipelines.prepare(config.input)
+    steps = steps_per_epoch(config, info)
+    with strategy.scope():
+        model = _build_model(config, info)
+    timer = ThroughputTimer(global_batch_size=config.input.global_batch_size,
+                            steps_per_epoch=steps)
+    history = model.fit(
+        _distribute(strategy, input_pipelines.dataset_fn(config.input, "train", training=True)),
+        validation_data=_distribute(
+            strategy, input_pipelines.dataset_fn(config.input, "validation", training=False)),
+        validation_steps=validation_steps(config, info),
+        epochs=config.train.epochs,
+        steps_per_epoch=steps,
+        callbacks=[timer] + _output_callbacks(config.train.model_dir),
+        verbose=2)
+    final = {name: float(values[-1]) for name, values in history.history.items()}
+    return FitResult(final=final, steps_per_epoch=steps, steps=steps * config.train.epochs,
+                     examples_per_sec=timer.examples_per_sec())
