@@ -1,0 +1,76 @@
+"""Mixed precision and the Keras flavour: policy, loss scaling, float32 outputs, clear errors."""
+
+import subprocess
+import sys
+
+import tensorflow as tf
+import tf_keras
+from absl.testing import parameterized
+
+from tfdist import models
+from tfdist import precision
+from tfdist.config import ConfigError
+from tfdist.config import KerasFlavourError
+from tfdist.config import ModelName
+from tfdist.config import Precision
+from tfdist.keras_flavour import require_tf_keras_model
+
+
+class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
+
+    def tearDown(self):
+        tf_keras.mixed_precision.set_global_policy("float32")
+        super().tearDown()
+
+    @parameterized.parameters(
+        (Precision.FLOAT32, "float32"),
+        (Precision.MIXED_FLOAT16, "float16"),
+        (Precision.MIXED_BFLOAT16, "bfloat16"))
+    def test_model_computes_in_policy_dtype_and_outputs_float32(self, policy, compute_dtype):
+        precision.apply_policy(policy)
+        model = models.build(ModelName.SMALL_CNN, (32, 32, 3), 10)
+        conv = next(layer for layer in model.layers if isinstance(layer, tf_keras.layers.Conv2D))
+        self.assertEqual(conv.compute_dtype, compute_dtype)
+        self.assertEqual(conv.variable_dtype, "float32")
+        self.assertEqual(model.output.dtype, tf.float32)
+
+    def test_float16_gets_dynamic_loss_scaling(self):
+        optimizer = precision.wrap_optimizer(tf_keras.optimizers.SGD(0.1), Precision.MIXED_FLOAT16)
+        self.assertIsInstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
+        self.assertTrue(optimizer.dynamic)
+        plain = precision.wrap_optimizer(tf_keras.optimizers.SGD(0.1), Precision.MIXED_BFLOAT16)
+        self.assertNotIsInstance(plain, tf_keras.mixed_precision.LossScaleOptimizer)
+
+    def test_float16_without_a_fast_gpu_warns_once_in_one_line(self):
+        with self.assertLogs("absl", level="WARNING") as logs:
+            precision.apply_policy(Precision.MIXED_FLOAT16)
+        self.assertLen(logs.output, 1)
+        self.assertIn("compute capability 7.0", logs.output[0])
+        self.assertNotIn("\n", logs.output[0])
+
+    def test_float16_output_is_rejected(self):
+        precision.apply_policy(Precision.MIXED_FLOAT16)
+        model = tf_keras.Sequential([tf_keras.layers.Input((4,)), tf_keras.layers.Dense(2)])
+        with self.assertRaisesRegex(ConfigError, r"is float16.*dtype=\"float32\""):
+            precision.check_output_dtype(model)
+
+
+class KerasFlavourTest(tf.test.TestCase):
+
+    def test_non_tf_keras_model_is_rejected(self):
+        with self.assertRaisesRegex(KerasFlavourError, r"not a tf-keras model.*bare `import keras`"):
+            require_tf_keras_model(tf.Module())
+
+    def test_keras_3_tf_keras_is_rejected_with_one_line(self):
+        code = ("import os; os.environ.pop('TF_USE_LEGACY_KERAS', None); import tensorflow; "
+                "from tfdist.keras_flavour import require_tf_keras; require_tf_keras()")
+        env = {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                env=env, timeout=120, check=False)
+        last_line = result.stderr.strip().splitlines()[-1]
+        self.assertIn("KerasFlavourError: tf.keras is Keras 3", last_line)
+        self.assertIn("set TF_USE_LEGACY_KERAS=1", last_line)
+
+
+if __name__ == "__main__":
+    tf.test.main()
