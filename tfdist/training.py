@@ -31,10 +31,11 @@ class FitResult:
 def check_global_batch_size(global_batch_size: int, num_replicas: int) -> None:
     """Raises ConfigError unless every replica gets the same whole number of examples."""
     if global_batch_size % num_replicas:
-        suggestion = max(1, round(global_batch_size / num_replicas)) * num_replicas
+        lower = global_batch_size // num_replicas * num_replicas
+        choices = " or ".join(str(size) for size in (lower, lower + num_replicas) if size)
         raise ConfigError(
             f"global_batch_size={global_batch_size} does not split evenly over {num_replicas} "
-            f"replicas; use a multiple of {num_replicas}, e.g. --global_batch_size={suggestion}.")
+            f"replicas; use a multiple of {num_replicas}, e.g. --global_batch_size={choices}.")
 
 
 def steps_per_epoch(config: RunConfig, info: DatasetInfo) -> int:
@@ -51,10 +52,16 @@ def steps_per_epoch(config: RunConfig, info: DatasetInfo) -> int:
 
 
 def _distribute(strategy: tf.distribute.Strategy, dataset_fn):
-    """Per-worker datasets: Keras' coordinator path under PS, else the strategy's own."""
+    """Per-worker datasets: Keras' coordinator path under PS, else the strategy's own.
+
+    Batches are prefetched to GPU replicas; CPU replicas read them where they are, since a
+    prefetch-to-device iterator there only adds a thread that stalls the iterator's teardown.
+    """
     if isinstance(strategy, _PS_STRATEGY):
         return tf_keras.utils.experimental.DatasetCreator(dataset_fn)
-    return strategy.distribute_datasets_from_function(dataset_fn)
+    on_gpus = any("GPU" in device for device in strategy.extended.worker_devices)
+    return strategy.distribute_datasets_from_function(
+        dataset_fn, options=tf.distribute.InputOptions(experimental_fetch_to_device=on_gpus))
 
 
 def validation_steps(config: RunConfig, info: DatasetInfo) -> int:
