@@ -51,7 +51,7 @@ class TrainConfig:
     validation_steps: int | None = None
     steps_per_execution: int = 1
     optimizer: OptimizerName = OptimizerName.ADAM
-    learning_rate: float = 1e-3
+    learning_rate: float = 3e-3
     mixed_precision: Precision = Precision.FLOAT32
     model_dir: str | None = None
     metrics_json: str | None = None

@@ -72,7 +72,7 @@ flags.DEFINE_integer("steps_per_execution", 1,
                      "Steps run per tf.function call; more cuts Python overhead per step.",
                      lower_bound=1)
 flags.DEFINE_enum("optimizer", "adam", _values(OptimizerName), "Optimizer.")
-flags.DEFINE_float("learning_rate", 1e-3, "Learning rate.")
+flags.DEFINE_float("learning_rate", 3e-3, "Learning rate.")
 flags.DEFINE_enum("mixed_precision", "float32", _values(Precision),
                   "Dtype policy; mixed_float16 adds dynamic loss scaling.")
 flags.DEFINE_string("model_dir", None,

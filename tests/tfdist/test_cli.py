@@ -104,7 +104,7 @@ class BadInputTest(parameterized.TestCase):
 
     @parameterized.named_parameters(
         ("batch_not_divisible", ["--num_cpu_devices=2", "--global_batch_size=3"], None,
-         "global_batch_size=3 does not split evenly over 2 replicas"),
+         "global_batch_size=3 does not split evenly over 2 replicas; use a multiple of 2, e.g. --global_batch_size=2 or 4"),
         ("parameter_server_without_ps", ["--strategy=parameter_server"], None,
          "strategy=parameter_server needs ps tasks"),
         ("multi_worker_with_ps", ["--strategy=multi_worker_mirrored"], _PS_CLUSTER,

@@ -1,0 +1,46 @@
+"""`tfdist train` end to end, as a user runs it: 2 replicas over 2 logical CPUs, metrics JSON."""
+
+import json
+import os
+import unittest
+
+import pytest
+
+from tests.tfdist.cli_runner import run_tfdist
+
+_MIN_VAL_ACCURACY = 0.8
+_EXPECTED_KEYS = {"strategy", "num_replicas", "num_workers", "global_batch_size",
+                  "per_replica_batch_size", "mixed_precision", "epochs", "steps", "final",
+                  "examples_per_sec", "wall_s"}
+
+
+@pytest.mark.multiprocess
+class TrainEndToEndTest(unittest.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _dirs(self, shapes_data_dir, tmp_path):
+        self.data_dir = shapes_data_dir
+        self.metrics = str(tmp_path / "out" / "metrics.json")
+
+    def test_default_job_on_two_replicas_learns_and_reports(self):
+        result = run_tfdist("train", "--strategy=mirrored", "--num_cpu_devices=2",
+                            f"--data_dir={self.data_dir}", f"--metrics_json={self.metrics}")
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        with open(self.metrics, encoding="utf-8") as metrics_file:
+            metrics = json.load(metrics_file)
+        self.assertLessEqual(_EXPECTED_KEYS, set(metrics))
+        self.assertEqual(metrics["strategy"], "mirrored")
+        self.assertEqual(metrics["num_replicas"], 2)
+        self.assertEqual(metrics["num_workers"], 1)
+        self.assertEqual(metrics["per_replica_batch_size"] * 2, metrics["global_batch_size"])
+        self.assertEqual(metrics["steps"], metrics["epochs"] * metrics["steps_per_epoch"])
+        self.assertGreaterEqual(metrics["final"]["val_accuracy"], _MIN_VAL_ACCURACY)
+        self.assertGreater(metrics["examples_per_sec"], 0)
+        summary = result.stdout.strip().splitlines()[-1]
+        self.assertIn("mirrored on 2 replica(s)", summary)
+        self.assertIn("val_accuracy=", summary)
+        self.assertEqual(os.listdir(os.path.dirname(self.metrics)), ["metrics.json"])
+
+
+if __name__ == "__main__":
+    unittest.main()
