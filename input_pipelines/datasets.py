@@ -1,6 +1,7 @@
 """Reading a prepared dataset as per-replica batches, sharded by `tf.distribute.InputContext`."""
 
 import dataclasses
+import functools
 from typing import Callable
 
 import tensorflow as tf
@@ -21,8 +22,14 @@ class DatasetInfo:
     num_examples: dict[str, int]
 
 
+@functools.lru_cache(maxsize=None)
+def _prepared_builder(data_dir: str) -> tfds.core.DatasetBuilder:
+    return shapes.prepare(data_dir)
+
+
 def _builder(config: InputConfig) -> tfds.core.DatasetBuilder:
-    return shapes.prepare(config.data_dir or tfds.core.constants.DATA_DIR)
+    """The prepared builder of `config.dataset`, prepared once per process and data dir."""
+    return _prepared_builder(config.data_dir or tfds.core.constants.DATA_DIR)
 
 
 def prepare(config: InputConfig) -> DatasetInfo:

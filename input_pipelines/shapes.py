@@ -9,11 +9,14 @@ directory; later calls only load it.
 
 import contextlib
 import fcntl
+import io
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+from absl import logging
 import tensorflow_datasets as tfds
 
 NAME = "tfdist_shapes"
@@ -252,6 +255,19 @@ def _exclusive_lock(path: str) -> Iterator[None]:
             fcntl.flock(lock_file, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def _tfds_chatter_hidden() -> Iterator[None]:
+    """Hides TFDS's stdout lines ("Downloading and preparing ...") and its absl logs about the
+    version folder it is about to write."""
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(logging.ERROR)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        logging.set_verbosity(verbosity)
+
+
 def prepare(data_dir: str) -> tfds.core.DatasetBuilder:
     """Returns the `tfdist_shapes` builder, generating and writing the data on first use.
 
@@ -267,8 +283,12 @@ def prepare(data_dir: str) -> tfds.core.DatasetBuilder:
     """
     os.makedirs(data_dir, exist_ok=True)
     tfds.disable_progress_bar()
-    with _exclusive_lock(os.path.join(data_dir, _LOCK_FILE_NAME)):
+    with _exclusive_lock(os.path.join(data_dir, _LOCK_FILE_NAME)), _tfds_chatter_hidden():
         builder = TfdistShapes(data_dir=data_dir)
-        builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-            try_download_gcs=False, num_shards=builder.NUM_SHARDS))
+        if not builder.is_prepared():
+            print(f"tfdist: generating the built-in dataset {NAME} in {builder.data_dir} "
+                  "(first use only)", file=sys.stderr, flush=True)
+            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
+                try_download_gcs=False, num_shards=builder.NUM_SHARDS))
     return builder
+

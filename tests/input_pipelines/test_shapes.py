@@ -31,7 +31,7 @@ _PREPARE_SCRIPT = textwrap.dedent(f"""
     from input_pipelines import shapes
 
     def draw_slowly(num_examples, seed, draw=shapes.draw_examples):
-        print("drew", flush=True)
+        print("drew", file=sys.__stdout__, flush=True)
         time.sleep(2)
         return draw(num_examples, seed)
 
