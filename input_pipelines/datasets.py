@@ -46,10 +46,11 @@ def _distribute_options() -> tf.data.Options:
     """Options for a pipeline that a tf.distribute strategy iterates.
 
     Auto-sharding is off: TFDS already read only this pipeline's files. Autotuning is off too:
-    with TF 2.21, deleting an autotuned iterator under a strategy waits for the autotuner's next
-    wake-up, which grows to a minute in long runs (measured: a 3-epoch default job spent 31-38 s
-    in teardown after its last epoch; 0.03 s with autotuning off, same throughput).
-    AUTOTUNE parallelism then means one thread per core.
+    with TF 2.21, deleting an autotuned iterator under a strategy can wait out the autotuner's
+    sleep, which grows to a minute in long runs. Measured on the default job over 2 CPU replicas:
+    `fit` returned 8.6 s (up to 90 s with the strategy's prefetch buffers) after its last epoch
+    with autotuning, 0.05 s without, at the same examples/s. AUTOTUNE parallelism then means one
+    thread per core.
     """
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
