@@ -1,4 +1,4 @@
-"""ParameterServerStrategy built by strategies.build over an in-process cluster: 1 worker + 1 ps.
+"""ParameterServerStrategy over an in-process cluster of 1 worker + 1 ps: build, schedule, fit.
 
 Connecting to a cluster changes the process's TensorFlow context for good, so the cluster lives
 in a child process (this file run as a script) and the test reads its report.
@@ -48,19 +48,38 @@ def _child() -> None:
         "num_shards": len(getattr(big, "variables", [big])),
         "total": float(total.numpy()),
         "servers": len(servers),
+        "fit": _fit(strategy, data_dir=sys.argv[1]),
     }))
+
+
+def _fit(strategy, data_dir: str) -> dict:
+    """tfdist's fit on the coordinator: DatasetCreator input, a few steps, validation."""
+    # pylint: disable=import-outside-toplevel
+    from input_pipelines import InputConfig
+    from tfdist import training
+    from tfdist.config import RunConfig
+    from tfdist.config import TrainConfig
+    config = RunConfig(input=InputConfig(data_dir=data_dir, global_batch_size=16),
+                       train=TrainConfig(epochs=1, steps_per_epoch=4, validation_steps=2))
+    result = training.fit(config, strategy)
+    return {"steps": result.steps, "metrics": sorted(result.final)}
 
 
 @pytest.mark.multiprocess
 class ParameterServerBuildTest(unittest.TestCase):
 
+    @pytest.fixture(autouse=True)
+    def _data_dir(self, shapes_data_dir):
+        self.data_dir = shapes_data_dir
+
     def test_coordinator_trains_on_in_process_cluster(self):
-        result = subprocess.run([sys.executable, __file__], capture_output=True, text=True,
-                                timeout=_TIMEOUT_S, check=False)
+        result = subprocess.run([sys.executable, __file__, self.data_dir], capture_output=True,
+                                text=True, timeout=_TIMEOUT_S, check=False)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         report = json.loads(result.stdout.strip().splitlines()[-1])
-        self.assertEqual(report, {"kind": "parameter_server", "num_shards": 2, "total": 3.0,
-                                  "servers": 2})
+        self.assertEqual(report, {
+            "kind": "parameter_server", "num_shards": 2, "total": 3.0, "servers": 2,
+            "fit": {"steps": 4, "metrics": ["accuracy", "loss", "val_accuracy", "val_loss"]}})
 
 
 if __name__ == "__main__":
