@@ -48,9 +48,8 @@ def _distribute_options() -> tf.data.Options:
     Auto-sharding is off: TFDS already read only this pipeline's files. Autotuning is off too:
     with TF 2.21, deleting an autotuned iterator under a strategy can wait out the autotuner's
     sleep, which grows to a minute in long runs. Measured on the default job over 2 CPU replicas:
-    `fit` returned 8.6 s (up to 90 s with the strategy's prefetch buffers) after its last epoch
-    with autotuning, 0.05 s without, at the same examples/s. AUTOTUNE parallelism then means one
-    thread per core.
+    `fit` returned 8.6 s after its last epoch with autotuning, 0.05 s without, at the same
+    examples/s. AUTOTUNE parallelism then means one thread per core.
     """
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

@@ -55,11 +55,12 @@ def _input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptio
     """How the strategy hands batches to its replicas.
 
     GPUs: the default, batches prefetched onto each device. CPU replicas take batches from the
-    host pipeline as they are, without the strategy's multi-device iterator, whose per-device
-    prefetch copies nothing there and, with TF 2.21, stalls the end of `fit` (measured on the
-    default job: 21-38 s after the last epoch, 0.05 s without). Mirrored CPU replicas each read
-    their own pipeline (PER_REPLICA; measured 2x the examples/s of one shared pipeline on 2 CPU
-    replicas); the others drop the per-device buffer.
+    host pipeline as they are. Mirrored CPU replicas each read their own pipeline (PER_REPLICA):
+    measured on the default job over 2 CPU replicas, 2x the examples/s of the strategy's shared
+    multi-device iterator, and `fit` returns 0.05 s after its last epoch instead of 21-90 s (with
+    TF 2.21 that iterator's teardown waits out a tf.data autotuner's sleep). Other strategies
+    skip the per-device prefetch buffer, which copies nothing on a CPU; one_device still shows
+    a ~20 s wait after the last epoch (docs/PERFORMANCE.md).
     """
     if any("GPU" in device for device in strategy.extended.worker_devices):
         return tf.distribute.InputOptions()
