@@ -37,8 +37,8 @@ def _strategy_line(config: StrategyConfig, cluster: ClusterConfig | None) -> str
     replicas = strategies.num_replica_devices(config)
     kind = strategies.resolve_kind(config.strategy, cluster, replicas)
     workers = cluster.num_workers if cluster else 1
-    chosen = "auto picks" if config.strategy is StrategyKind.AUTO else "runs"
-    return (f"strategy: {config.strategy.value} {chosen} {kind.value} "
+    chosen = "auto picks " if config.strategy is StrategyKind.AUTO else ""
+    return (f"strategy: {chosen}{kind.value} "
             f"({workers} worker(s), {replicas} local replica device(s))")
 
 

@@ -7,10 +7,11 @@ import sys
 DEFAULT_TIMEOUT_S = 300
 
 
-def run_tfdist(*args: str, tf_config: str | None = None,
+def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, str] | None = None,
                timeout_s: float = DEFAULT_TIMEOUT_S) -> subprocess.CompletedProcess:
     """Runs `python -m tfdist ARGS...`; TF_CONFIG is exactly `tf_config` (unset when None)."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
+    env.update(extra_env or {})
     if tf_config is not None:
         env["TF_CONFIG"] = tf_config
     return subprocess.run([sys.executable, "-m", "tfdist", *args], capture_output=True, text=True,

@@ -96,6 +96,10 @@ class BadInputTest(parameterized.TestCase):
         result = run_tfdist("train", tf_config='{"cluster": {"worker": ["localhost"]}}')
         self.assert_usage_error(result, "TF_CONFIG cluster.worker[0]", '"localhost"')
 
+    def test_keras_3_is_refused(self):
+        result = run_tfdist("train", extra_env={"TF_USE_LEGACY_KERAS": "0"})
+        self.assert_usage_error(result, "tf.keras is Keras 3", "set TF_USE_LEGACY_KERAS=1")
+
     def test_flagfile_is_read(self):
         path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "bad.flags")
         with open(path, "w", encoding="utf-8") as flagfile:
