@@ -8,11 +8,13 @@ import sys
 
 from absl import flags
 
+import strategies
 from input_pipelines import InputConfigError
 from strategies import ClusterConfigError
 from strategies import StrategyConfigError
 from tfdist import flags as tfdist_flags
 from tfdist.config import ConfigError
+from tfdist.process import import_tensorflow
 
 USAGE = """usage: tfdist <command> [--flag=value ...] [--flagfile=FILE]
 
@@ -34,12 +36,9 @@ def _fail(command: str, message: object) -> int:
 
 
 def _train() -> int:
-    # pylint: disable=import-outside-toplevel
-    import strategies
-    from tfdist.process import import_tensorflow
     config = tfdist_flags.run_config(strategies.from_environment())
     import_tensorflow(config.show_tf_logs)
-    from tfdist import run, summary
+    from tfdist import run, summary  # pylint: disable=import-outside-toplevel
     print(summary.format_line(run.train(config)))
     return 0
 

@@ -3,8 +3,9 @@
 1. Keras flavour: `TF_USE_LEGACY_KERAS=1`, set when tfdist is imported (before TensorFlow).
 2. `import_tensorflow`: TensorFlow imported after flags are parsed, its start-up logs hidden
    unless asked for.
-3. `tfdist.run.setup`: logical CPU devices (before any op runs), the mixed-precision policy (before
-   any model is built), the strategy (which sets up collectives before other ops), then seeds.
+3. `tfdist.run.setup`: the mixed-precision policy (before any model is built), then the strategy,
+   which first splits the CPU into logical devices and sets up collectives, both before any other
+   op runs; seeds last.
 """
 
 import contextlib

@@ -17,9 +17,8 @@ from tfdist.keras_flavour import require_tf_keras
 def setup(config: RunConfig) -> tf.distribute.Strategy:
     """Process-wide state in the order `tfdist.process` documents; returns the strategy."""
     require_tf_keras()
-    strategies.configure_local_devices(config.strategy)
     precision.apply_policy(config.train.mixed_precision)
-    strategy = strategies.build(config.strategy, config.cluster)
+    strategy = strategies.build(config.strategy, config.cluster)  # Splits the CPU first.
     tf_keras.utils.set_random_seed(config.train.seed)
     return strategy
 
