@@ -1,12 +1,114 @@
-"""`InputConfig`: which data to read and how to batch it. Pure Python."""
+"""`InputConfig`: which data to read, how to shard, batch and preprocess it. Pure Python."""
 
 import dataclasses
+import enum
+import re
 
-DATASETS = ("shapes",)
+BUILTIN_DATASET = "shapes"
+SYNTHETIC_DATASET = "synthetic"
+TFRECORD_PREFIX = "tfrecord:"
+SPLIT_PLACEHOLDER = "{split}"
+DATASET_FORMS = (f"{BUILTIN_DATASET}|{SYNTHETIC_DATASET}|{TFRECORD_PREFIX}<glob>|"
+                 "<tfds name>[:<version>]")
+SERVICE_PROTOCOL = "grpc"
+HOST_PATTERN = r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]"
+_ADDRESS = re.compile(
+    rf"(?P<protocol>[a-z]+)://(?P<host>{HOST_PATTERN}):(?P<port>[0-9]+)")
+_ADDRESS_FIX = "write grpc://host:port, e.g. grpc://127.0.0.1:5050"
+_TFDS_NAME = re.compile(r"^[a-z][a-z0-9_]*(/[a-zA-Z0-9_.-]+)?(:[0-9.*]+)?$")
 
 
 class InputConfigError(ValueError):
     """An input option is invalid; the message is one line: field, value, fix."""
+
+
+class AutoShard(str, enum.Enum):
+    """How input pipelines (one per worker, or per replica) divide the data.
+
+    `file`: whole files per pipeline. `data`: every pipeline reads every file and keeps every
+    N-th example. `off`: every pipeline reads everything. `auto`: `file` when there are at least
+    as many files as pipelines, else `data`.
+    """
+    AUTO = "auto"
+    FILE = "file"
+    DATA = "data"
+    OFF = "off"
+
+
+class PreprocessOn(str, enum.Enum):
+    """Where augmentation, normalisation and the cast to the compute dtype run."""
+    AUTO = "auto"
+    HOST = "host"
+    DEVICE = "device"
+
+
+class ServiceMode(str, enum.Enum):
+    """tf.data service processing mode.
+
+    `distributed_epoch`: the service workers split one epoch between them, each example once.
+    `parallel_epochs`: every service worker produces the whole epoch.
+    """
+    DISTRIBUTED_EPOCH = "distributed_epoch"
+    PARALLEL_EPOCHS = "parallel_epochs"
+
+
+class SourceKind(str, enum.Enum):
+    BUILTIN = "builtin"
+    SYNTHETIC = "synthetic"
+    TFRECORD = "tfrecord"
+    TFDS = "tfds"
+
+
+def source_kind(dataset: str) -> SourceKind:
+    """What kind of source `--dataset` names; raises InputConfigError for malformed values."""
+    if dataset == BUILTIN_DATASET:
+        return SourceKind.BUILTIN
+    if dataset == SYNTHETIC_DATASET:
+        return SourceKind.SYNTHETIC
+    if dataset.startswith(TFRECORD_PREFIX):
+        if not dataset[len(TFRECORD_PREFIX):]:
+            raise InputConfigError(f"dataset={dataset!r} has no file pattern; write "
+                                   f"{TFRECORD_PREFIX}/data/train-*.tfrecord.")
+        return SourceKind.TFRECORD
+    if _TFDS_NAME.match(dataset):
+        return SourceKind.TFDS
+    raise InputConfigError(f"dataset={dataset!r} is not a dataset name; use {DATASET_FORMS}.")
+
+
+def parse_service_address(address: str) -> tuple[str, str]:
+    """Splits a dispatcher address `grpc://host:port` into `("grpc", "host:port")`."""
+    match = _ADDRESS.fullmatch(address) if isinstance(address, str) else None
+    if (match is None or match["protocol"] != SERVICE_PROTOCOL
+            or not 1 <= int(match["port"]) <= 65535):
+        raise InputConfigError(f"tf_data_service={address!r}: not a dispatcher address; "
+                               f"{_ADDRESS_FIX}.")
+    return SERVICE_PROTOCOL, f"{match['host']}:{match['port']}"
+
+
+def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
+    """`global_batch_size / num_replicas`; raises InputConfigError unless that is a whole,
+    positive number."""
+    if global_batch_size < num_replicas:
+        raise InputConfigError(
+            f"global_batch_size={global_batch_size} is smaller than the {num_replicas} replicas; "
+            f"every replica needs at least one example: use --global_batch_size={num_replicas} "
+            "or more.")
+    if global_batch_size % num_replicas:
+        lower = global_batch_size // num_replicas * num_replicas
+        raise InputConfigError(
+            f"global_batch_size={global_batch_size} does not split evenly over {num_replicas} "
+            f"replicas; use a multiple of {num_replicas}, e.g. --global_batch_size={lower} or "
+            f"{lower + num_replicas}.")
+    return global_batch_size // num_replicas
+
+
+def _as_enum(field: str, value, enum_type: type[enum.Enum]):
+    try:
+        return enum_type(value)
+    except ValueError:
+        choices = "|".join(member.value for member in enum_type)
+        raise InputConfigError(f"{field}={value!r} is not a known value; use one of {choices}.") \
+            from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -14,26 +116,68 @@ class InputConfig:
     """Options for `input_pipelines.dataset_fn`.
 
     Attributes:
-      dataset: `shapes`, the built-in 10-class image dataset generated locally.
-      data_dir: where prepared datasets live; None means TFDS's default (~/tensorflow_datasets,
-        or $TFDS_DATA_DIR).
+      dataset: `shapes` (the built-in 10-class image dataset, generated locally), `synthetic`
+        (one random batch repeated: compute throughput without input cost),
+        `tfrecord:<glob>` (files with `image/encoded` and `image/class/label`; a `{split}` in the
+        glob is replaced by the split name), or a prepared TFDS dataset by name.
+      data_dir: where prepared TFDS datasets live; None means TFDS's default
+        (~/tensorflow_datasets, or $TFDS_DATA_DIR).
+      download: let TFDS download and prepare a dataset that is not prepared yet.
+      num_classes: classes of a `tfrecord:` dataset (labels in [0, num_classes)); also the class
+        count of `synthetic`.
+      image_size: side of the square images a `tfrecord:` or `synthetic` dataset is resized to
+        (decoded images of other sizes are resized); None keeps 32 for synthetic and 224 for
+        tfrecord.
       global_batch_size: examples per step across all replicas; each replica gets an equal share.
       shuffle_buffer_size: examples held by the training shuffle buffer.
-      seed: seeds file and example shuffling.
+      seed: seeds file and example shuffling and host augmentation.
+      autoshard: how input pipelines divide the data (see `AutoShard`).
+      cache: keep the decoded examples in memory after the first epoch.
+      deterministic: produce elements in a fixed order (slower with parallel reads); None keeps
+        tf.data's default (deterministic).
+      datasets_num_private_threads: give each pipeline its own thread pool of this size.
+      preprocess_on: where augmentation, normalisation and the cast run (see `PreprocessOn`).
+      tf_data_service: `grpc://host:port` of a tf.data service dispatcher to run the pipeline on.
+      tf_data_service_mode: how the service workers divide an epoch (see `ServiceMode`).
+      skip_corrupt_records: skip unreadable records (logging and counting them) instead of
+        failing.
     """
-    dataset: str = "shapes"
+    dataset: str = BUILTIN_DATASET
     data_dir: str | None = None
+    download: bool = False
+    num_classes: int | None = None
+    image_size: int | None = None
     global_batch_size: int = 128
     shuffle_buffer_size: int = 10_000
     seed: int = 0
+    autoshard: AutoShard = AutoShard.AUTO
+    cache: bool = False
+    deterministic: bool | None = None
+    datasets_num_private_threads: int | None = None
+    preprocess_on: PreprocessOn = PreprocessOn.AUTO
+    tf_data_service: str | None = None
+    tf_data_service_mode: ServiceMode = ServiceMode.DISTRIBUTED_EPOCH
+    skip_corrupt_records: bool = False
 
     def __post_init__(self):
-        if self.dataset not in DATASETS:
-            raise InputConfigError(
-                f"dataset={self.dataset!r} is not known; use one of {'|'.join(DATASETS)}.")
-        if self.global_batch_size < 1:
-            raise InputConfigError(
-                f"global_batch_size={self.global_batch_size} must be a positive integer.")
-        if self.shuffle_buffer_size < 1:
-            raise InputConfigError(
-                f"shuffle_buffer_size={self.shuffle_buffer_size} must be a positive integer.")
+        kind = source_kind(self.dataset)
+        object.__setattr__(self, "autoshard", _as_enum("autoshard", self.autoshard, AutoShard))
+        object.__setattr__(self, "preprocess_on",
+                           _as_enum("preprocess_on", self.preprocess_on, PreprocessOn))
+        object.__setattr__(self, "tf_data_service_mode",
+                           _as_enum("tf_data_service_mode", self.tf_data_service_mode,
+                                    ServiceMode))
+        for field in ("global_batch_size", "shuffle_buffer_size", "num_classes", "image_size",
+                      "datasets_num_private_threads"):
+            value = getattr(self, field)
+            if value is not None and value < 1:
+                raise InputConfigError(f"{field}={value} must be a positive integer.")
+        if self.tf_data_service is not None:
+            parse_service_address(self.tf_data_service)
+        if kind is SourceKind.TFRECORD and self.num_classes is None:
+            raise InputConfigError(f"dataset={self.dataset!r} needs --num_classes, the number "
+                                   "of classes its labels index.")
+
+    @property
+    def source_kind(self) -> SourceKind:
+        return source_kind(self.dataset)

@@ -256,7 +256,7 @@ def _exclusive_lock(path: str) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _tfds_chatter_hidden() -> Iterator[None]:
+def tfds_chatter_hidden() -> Iterator[None]:
     """Hides TFDS's stdout lines ("Downloading and preparing ...") and its absl logs about the
     version folder it is about to write."""
     verbosity = logging.get_verbosity()
@@ -283,7 +283,7 @@ def prepare(data_dir: str) -> tfds.core.DatasetBuilder:
     """
     os.makedirs(data_dir, exist_ok=True)
     tfds.disable_progress_bar()
-    with _exclusive_lock(os.path.join(data_dir, _LOCK_FILE_NAME)), _tfds_chatter_hidden():
+    with _exclusive_lock(os.path.join(data_dir, _LOCK_FILE_NAME)), tfds_chatter_hidden():
         builder = TfdistShapes(data_dir=data_dir)
         if not builder.is_prepared():
             print(f"tfdist: generating the built-in dataset {NAME} in {builder.data_dir} "

@@ -1,0 +1,227 @@
+"""The tf.data pipeline of one input pipeline: shard, read, shuffle, batch, decode, preprocess.
+
+Order of operations, and why:
+  files (this pipeline's share, shuffled per epoch when training)
+  -> parallel interleave of TFRecord readers (records tagged with file and position only when
+     an example id is wanted and the dataset stores none)
+  -> every N-th record when sharding by data (reading is deterministic before this point)
+  -> cache (records, optional) -> shuffle + repeat (training)
+  -> batch per replica -> one parallel map per batch: parse the whole batch at once, decode its
+     images, and preprocess them when placed on the host
+  -> tf.data service (optional, training) -> prefetch.
+Batching before parsing and mapping keeps tf.data's fixed per-element cost off every example."""
+
+import sys
+
+import tensorflow as tf
+
+from input_pipelines import preprocessing
+from input_pipelines import records
+from input_pipelines import service
+from input_pipelines import sharding
+from input_pipelines import sources
+from input_pipelines.config import AutoShard
+from input_pipelines.config import InputConfig
+from input_pipelines.config import ServiceMode
+from input_pipelines.config import per_replica_batch_size
+from input_pipelines.preprocessing import Placement
+from input_pipelines.sources import Source
+
+IMAGE = "image"
+LABEL = "label"
+ID = "id"
+_POSITION_BITS = 32  # An example without a stored id is identified as file << 32 | position.
+_MAX_READERS = 8
+_DECODE_PARALLELISM = 32  # Images decoded concurrently within a batch: 1.35x the default 10.
+
+
+def log(line: str) -> None:
+    """Input-pipeline notices for the person running the job, one line each on stderr."""
+    print(f"tfdist input: {line}", file=sys.stderr, flush=True)
+
+
+def options(config: InputConfig) -> tf.data.Options:
+    """Options every tfdist pipeline carries.
+
+    tf.data's own auto-sharding is off: the sharding plan already chose this pipeline's share,
+    and TF must not shard a second time (or warn that it falls back to DATA). Autotuning is off
+    too: with TF 2.21, deleting an autotuned iterator under a strategy can wait out the
+    autotuner's sleep, which grows to a minute in long runs (docs/PERFORMANCE.md); AUTOTUNE
+    parallelism then means one thread per core.
+    """
+    opts = tf.data.Options()
+    opts.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    opts.autotune.enabled = False
+    if config.deterministic is not None:
+        opts.deterministic = config.deterministic
+    if config.datasets_num_private_threads:
+        opts.threading.private_threadpool_size = config.datasets_num_private_threads
+    return opts
+
+
+def _uses_service(config: InputConfig, training: bool) -> bool:
+    """Training data goes through the tf.data service when one is set; validation, re-read
+    every epoch, is always read locally."""
+    return bool(config.tf_data_service) and training
+
+
+def shard_plan(config: InputConfig, source: Source, split: str,
+               context: tf.distribute.InputContext, *, training: bool) -> sharding.ShardPlan:
+    """This pipeline's plan. Through the tf.data service the pipeline is one whole job (OFF)
+    that the service splits between its workers."""
+    if _uses_service(config, training):
+        return sharding.plan(AutoShard.OFF, num_files=len(source.files[split]), num_pipelines=1,
+                             pipeline_id=0)
+    return sharding.plan(config.autoshard, num_files=len(source.files[split]),
+                         num_pipelines=context.num_input_pipelines,
+                         pipeline_id=context.input_pipeline_id)
+
+
+def _read_file(file_index: tf.Tensor, path: tf.Tensor, *, skip_corrupt: bool,
+               tag_positions: bool) -> tf.data.Dataset:
+    """The serialized records of one file; with `tag_positions`, (record, position id) pairs,
+    the id being `file_index << 32 | position` (this costs a map per record)."""
+    file_records = tf.data.TFRecordDataset(path)
+    if skip_corrupt:
+        file_records = file_records.ignore_errors()
+    if not tag_positions:
+        return file_records
+    first_id = tf.bitwise.left_shift(file_index, _POSITION_BITS)
+    return file_records.enumerate().map(lambda position, record: (record, first_id + position))
+
+
+def read_records(config: InputConfig, source: Source, split: str, plan: sharding.ShardPlan, *,
+                 training: bool, tag_positions: bool = False) -> tf.data.Dataset:
+    """Serialized records of this pipeline's share of `split`, one epoch (see `_read_file`)."""
+    files = source.files[split]
+    indices = list(plan.file_indices)
+    dataset = tf.data.Dataset.from_tensor_slices(
+        (tf.constant(indices, tf.int64), tf.constant([files[index] for index in indices])))
+    if training and not config.tf_data_service:
+        # The same seed on every pipeline: with DATA sharding they see the same file order.
+        # (tf.data service hands out files itself; a file shuffle would make the pipeline
+        # unsplittable.)
+        dataset = dataset.shuffle(len(indices), seed=config.seed, reshuffle_each_iteration=True)
+    deterministic = True if plan.keeps_every_nth else config.deterministic
+    dataset = dataset.interleave(
+        lambda index, path: _read_file(index, path, skip_corrupt=config.skip_corrupt_records,
+                                       tag_positions=tag_positions),
+        cycle_length=min(len(indices), _MAX_READERS), block_length=1,
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+    if plan.keeps_every_nth:
+        dataset = dataset.shard(plan.num_pipelines, plan.pipeline_id)
+    return dataset
+
+
+def _log_damaged_files(files: list[str]) -> None:
+    """Logs and counts the damaged files among `files`, whose rest the pipeline skips."""
+    damaged = records.damaged_files(files)
+    for path, (readable, reason) in damaged.items():
+        log(f"skipping the rest of {path} after {readable} record(s): {reason}")
+    if damaged:
+        log(f"{len(damaged)} of {len(files)} file(s) damaged; their records after the damage "
+            "are skipped (--skip_corrupt_records)")
+
+
+def _decode_images(encoded: tf.Tensor, source: Source) -> tf.Tensor:
+    """Decodes a batch of encoded images to uint8 `[B, H, W, C]`, resized if the source says so."""
+    height, width, channels = source.info.image_shape
+
+    def decode(image: tf.Tensor) -> tf.Tensor:
+        image = tf.io.decode_image(image, channels=channels, expand_animations=False)
+        if source.resize:
+            image = tf.cast(tf.image.resize(image, [height, width]), tf.uint8)
+        return tf.ensure_shape(image, source.info.image_shape)
+
+    return tf.map_fn(decode, encoded, parallel_iterations=_DECODE_PARALLELISM,
+                     fn_output_signature=tf.TensorSpec(source.info.image_shape, tf.uint8))
+
+
+def _parse_batch(source: Source, serialized: tf.Tensor,
+                 position_ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+    """Parses and decodes one batch of records into {image uint8, label[, id]}; the id is the
+    stored one, else `position_ids` when given."""
+    features = tf.io.parse_example(serialized, source.features)
+    batch = {IMAGE: _decode_images(features[source.image_key], source),
+             LABEL: features[source.label_key]}
+    if source.id_key or position_ids is not None:
+        batch[ID] = features[source.id_key] if source.id_key else position_ids
+    return batch
+
+
+def _describe(config: InputConfig, plan: sharding.ShardPlan, training: bool) -> str:
+    if not _uses_service(config, training):
+        return plan.describe()
+    each = ("the service workers split each epoch, each example once across all training "
+            "workers" if config.tf_data_service_mode is ServiceMode.DISTRIBUTED_EPOCH else
+            "every service worker produces every example once per epoch")
+    return (f"runs on the tf.data service at {config.tf_data_service} "
+            f"({config.tf_data_service_mode.value}): {each}")
+
+
+def _host_work(source: Source, placement: Placement, records: tuple[tf.Tensor, ...], *,
+               training: bool) -> dict[str, tf.Tensor]:
+    """Everything the host does to one batch, in one map: parse, decode and, when placed on the
+    host, preprocess."""
+    batch = _parse_batch(source, *records)
+    if not placement.on_device:
+        batch[IMAGE] = preprocessing.preprocess(batch[IMAGE], training=training,
+                                                compute_dtype=placement.compute_dtype)
+    return batch
+
+
+def examples(config: InputConfig, split: str, context: tf.distribute.InputContext, *,
+             training: bool, placement: Placement, repeat: bool = True,
+             announce: bool = True, with_ids: bool = False) -> tf.data.Dataset:
+    """Batched examples as dicts {image, label[, id]} of this pipeline's share of `split`.
+
+    Images are uint8 when `placement` is on the device, else preprocessed on the host. Training
+    data is shuffled and, if `repeat`, repeated; the last partial batch is dropped only when
+    training data repeats (so nothing is lost); evaluation data keeps its tail. `announce` logs
+    the sharding plan and the preprocessing placement. `with_ids` makes sure every example
+    carries an `id` (its stored one, else its file and position).
+    """
+    source = sources.source(config)
+    plan = shard_plan(config, source, split, context, training=training)
+    if announce:
+        for line in (plan.notice, f"{split}: {_describe(config, plan, training)}",
+                     training and placement.describe(source.info.image_shape)):
+            if line:
+                log(line)
+    if config.skip_corrupt_records:
+        _log_damaged_files([source.files[split][index] for index in plan.file_indices])
+    batch_size = per_replica_batch_size(config.global_batch_size, context.num_replicas_in_sync)
+    dataset = read_records(config, source, split, plan, training=training,
+                           tag_positions=with_ids and not source.id_key)
+    if config.cache:
+        dataset = dataset.cache()
+    if training:
+        dataset = dataset.shuffle(config.shuffle_buffer_size, seed=config.seed)
+        if repeat:
+            dataset = dataset.repeat()
+    dataset = dataset.batch(batch_size, drop_remainder=training and repeat)
+    dataset = dataset.map(
+        lambda *records: _host_work(source, placement, records, training=training),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
+    if _uses_service(config, training):
+        dataset = service.distribute(dataset, config.tf_data_service,
+                                     config.tf_data_service_mode,
+                                     job_name=f"tfdist-{source.info.name}-{split}")
+    return dataset.with_options(options(config))
+
+
+def synthetic(config: InputConfig, context: tf.distribute.InputContext, *,
+              placement: Placement) -> tf.data.Dataset:
+    """One random batch, made once in the model's input format and repeated: no reading,
+    decoding or host preprocessing per step."""
+    info = sources.synthetic_info(config)
+    batch_size = per_replica_batch_size(config.global_batch_size, context.num_replicas_in_sync)
+    images = tf.random.uniform((batch_size, *info.image_shape), 0, 256, tf.int32,
+                               seed=config.seed)
+    images = tf.cast(images, tf.uint8)
+    if not placement.on_device:
+        images = preprocessing.normalise(images, placement.compute_dtype)
+    labels = tf.random.uniform((batch_size,), 0, info.num_classes, tf.int64, seed=config.seed)
+    return tf.data.Dataset.from_tensors({IMAGE: images, LABEL: labels}).repeat().with_options(
+        options(config))
+

@@ -1,0 +1,105 @@
+"""Image preprocessing on whole batches, usable on the host (in tf.data) or on the device (in the
+model).
+
+Both placements run the same functions, so they produce the same distribution of inputs:
+augmentation (random crop from a reflect-padded image, horizontal flip, brightness), then
+normalisation to [-1, 1] and the cast to the compute dtype. Every op works on a batch at once:
+per-example ops cost tf.data a fixed overhead per element that dominates small images.
+Measured on 2 cores, 128 images of 32x32x3: `tf.pad(mode="REFLECT")` alone took 4.7 ms and a
+`tf.where` flip of reversed uint8 images 5.9 ms, so crop and flip are index arithmetic and two
+gathers instead.
+"""
+
+import dataclasses
+
+import tensorflow as tf
+import tf_keras
+
+from input_pipelines.config import PreprocessOn
+
+CROP_PADDING = 4
+MAX_BRIGHTNESS_DELTA = 0.125  # Of the full 0-255 range.
+LABEL_BYTES = 8  # int64
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where preprocessing runs (HOST or DEVICE, never AUTO) and the dtype the model computes in."""
+    preprocess_on: PreprocessOn
+    compute_dtype: str = "float32"
+
+    @property
+    def on_device(self) -> bool:
+        return self.preprocess_on is PreprocessOn.DEVICE
+
+    def bytes_per_example(self, image_shape: tuple[int, int, int]) -> int:
+        """Bytes of one example crossing host to device: uint8 images on DEVICE, else images in
+        the compute dtype; plus the label."""
+        height, width, channels = image_shape
+        image_bytes = 1 if self.on_device else tf.dtypes.as_dtype(self.compute_dtype).size
+        return height * width * channels * image_bytes + LABEL_BYTES
+
+    def describe(self, image_shape: tuple[int, int, int]) -> str:
+        images = ("uint8 images; augmentation, normalisation and cast run on each replica's "
+                  "device" if self.on_device else
+                  f"{self.compute_dtype} images; augmentation, normalisation and cast run on the "
+                  "host")
+        return (f"preprocessing on {self.preprocess_on.value}: "
+                f"{self.bytes_per_example(image_shape):,} bytes/example host->device ({images})")
+
+
+def resolve_placement(preprocess_on: PreprocessOn, *, num_gpus: int,
+                      compute_dtype: str = "float32") -> Placement:
+    """`auto` is DEVICE when the replicas are GPUs, else HOST."""
+    if preprocess_on is PreprocessOn.AUTO:
+        preprocess_on = PreprocessOn.DEVICE if num_gpus else PreprocessOn.HOST
+    return Placement(preprocess_on, compute_dtype)
+
+
+def _reflect(index: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
+    """Maps indices in [-size + 1, 2 * size - 2] into [0, size) by mirroring at the edges."""
+    return (size - 1) - tf.abs((size - 1) - tf.abs(index))
+
+
+def augment(images: tf.Tensor, seed: int | None = None) -> tf.Tensor:
+    """Random crop, flip and brightness of a uint8 batch `[B, H, W, C]`; returns float32 in
+    [0, 255].
+
+    The crop takes each image at its own offset of up to `CROP_PADDING` pixels from a
+    reflect-padded copy, and the flip mirrors a random half of the images; both are one gather
+    of rows and one of columns, with no padded copy made.
+    """
+    batch_size, height, width = tf.shape(images)[0], tf.shape(images)[1], tf.shape(images)[2]
+    seeds = [None] * 3 if seed is None else [seed, seed + 1, seed + 2]
+    offsets = tf.random.uniform([2, batch_size], -CROP_PADDING, CROP_PADDING + 1, tf.int32,
+                                seed=seeds[0])
+    rows = _reflect(offsets[0][:, None] + tf.range(height)[None], height)
+    cols = _reflect(offsets[1][:, None] + tf.range(width)[None], width)
+    flip = tf.random.uniform([batch_size, 1], seed=seeds[1]) < 0.5
+    cols = tf.where(flip, tf.reverse(cols, axis=[1]), cols)
+    images = tf.gather(tf.gather(images, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
+    delta = tf.random.uniform([batch_size, 1, 1, 1], -255.0 * MAX_BRIGHTNESS_DELTA,
+                              255.0 * MAX_BRIGHTNESS_DELTA, seed=seeds[2])
+    return tf.clip_by_value(tf.cast(images, tf.float32) + delta, 0.0, 255.0)
+
+
+def normalise(images: tf.Tensor, compute_dtype: str) -> tf.Tensor:
+    """Maps pixel values in [0, 255] to [-1, 1] in `compute_dtype`."""
+    return tf.cast(tf.cast(images, tf.float32) / 127.5 - 1.0, compute_dtype)
+
+
+def preprocess(images: tf.Tensor, *, training: bool, compute_dtype: str,
+               seed: int | None = None) -> tf.Tensor:
+    """What every batch goes through before the model: augmentation when training, then
+    normalisation and the cast."""
+    if training:
+        images = augment(images, seed)
+    return normalise(images, compute_dtype)
+
+
+class DevicePreprocessing(tf_keras.layers.Layer):
+    """`preprocess` as the model's first layer, so it runs in each replica's step on that
+    replica's device. Augments only when Keras calls it with `training=True` (in `fit`)."""
+
+    def call(self, images, training=None):  # pylint: disable=arguments-differ
+        return preprocess(images, training=bool(training), compute_dtype=self.compute_dtype)

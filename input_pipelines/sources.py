@@ -1,0 +1,200 @@
+"""Where examples come from: the files of each split and how to parse and decode one record.
+
+Every file-backed source (the built-in dataset, a prepared TFDS dataset, TFRecord files by glob)
+is reduced to the same `Source`: sorted TFRecord files per split, the feature keys of the image,
+the label and (if stored) a unique example id, and the image shape the decoder produces. The
+pipeline (`pipeline.py`) then shards, reads and decodes all of them the same way. `synthetic` has
+no files.
+"""
+
+import dataclasses
+import functools
+import glob
+import os
+import sys
+
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from input_pipelines import records
+from input_pipelines import shapes
+from input_pipelines.config import SPLIT_PLACEHOLDER
+from input_pipelines.config import TFRECORD_PREFIX
+from input_pipelines.config import InputConfig
+from input_pipelines.config import InputConfigError
+from input_pipelines.config import SourceKind
+
+TRAIN = "train"
+VALIDATION = "validation"
+TFRECORD_DEFAULT_IMAGE_SIZE = 224
+SYNTHETIC_DEFAULT_IMAGE_SIZE = 32
+SYNTHETIC_DEFAULT_NUM_CLASSES = 10
+SYNTHETIC_EXAMPLES_PER_EPOCH = 12_800
+TFRECORD_IMAGE_KEY = "image/encoded"
+TFRECORD_LABEL_KEY = "image/class/label"
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    """What a model and a training schedule need to know about a dataset.
+
+    `num_examples` has an entry per split the dataset has; no `validation` entry means the
+    dataset has no validation split.
+    """
+    name: str
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    num_examples: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A dataset as TFRecord files plus how to turn one serialized record into an example.
+
+    Attributes:
+      info: sizes and shapes.
+      files: sorted TFRecord paths per split.
+      image_key, label_key: feature keys of the encoded image and the int64 class label.
+      id_key: feature key of a unique int64 example id, or None (the pipeline then identifies
+        an example by its file and position).
+      resize: resize decoded images to `info.image_shape` (sources whose images vary in size).
+    """
+    info: DatasetInfo
+    files: dict[str, tuple[str, ...]]
+    image_key: str
+    label_key: str
+    id_key: str | None
+    resize: bool
+
+    @property
+    def features(self) -> dict[str, tf.io.FixedLenFeature]:
+        """The `tf.io.parse_example` spec of the keys the pipeline reads."""
+        spec = {self.image_key: tf.io.FixedLenFeature([], tf.string),
+                self.label_key: tf.io.FixedLenFeature([], tf.int64)}
+        if self.id_key:
+            spec[self.id_key] = tf.io.FixedLenFeature([], tf.int64)
+        return spec
+
+
+def _split_files(builder: tfds.core.DatasetBuilder, split: str) -> tuple[str, ...]:
+    return tuple(sorted(os.path.join(builder.data_dir, name)
+                        for name in builder.info.splits[split].filenames))
+
+
+def _from_tfds_builder(name: str, builder: tfds.core.DatasetBuilder,
+                       image_size: int | None) -> Source:
+    """A `Source` over a prepared TFDS image-classification dataset."""
+    features = dict(builder.info.features.items())
+    image_key, label_key = builder.info.supervised_keys or ("image", "label")
+    image, label = features.get(image_key), features.get(label_key)
+    if not (isinstance(image, tfds.features.Image) and
+            isinstance(label, tfds.features.ClassLabel)):
+        raise InputConfigError(
+            f"dataset={name!r} has no image and class-label features; tfdist reads image "
+            "classification datasets (e.g. mnist, cifar10, imagenet2012).")
+    height, width, channels = image.shape
+    if image_size is None and None in (height, width):
+        raise InputConfigError(f"dataset={name!r} has images of varying size; set --image_size "
+                               "to resize them, e.g. --image_size=224.")
+    if image_size is not None:
+        height = width = image_size
+    splits = [split for split in (TRAIN, VALIDATION, "test") if split in builder.info.splits]
+    if TRAIN not in splits:
+        raise InputConfigError(f"dataset={name!r} has no train split; its splits are "
+                               f"{', '.join(builder.info.splits)}.")
+    validation = VALIDATION if VALIDATION in splits else ("test" if "test" in splits else None)
+    split_names = {TRAIN: TRAIN, **({VALIDATION: validation} if validation else {})}
+    return Source(
+        info=DatasetInfo(name=name, num_classes=label.num_classes,
+                         image_shape=(height, width, channels or 3),
+                         num_examples={ours: builder.info.splits[theirs].num_examples
+                                       for ours, theirs in split_names.items()}),
+        files={ours: _split_files(builder, theirs) for ours, theirs in split_names.items()},
+        image_key=image_key, label_key=label_key,
+        id_key="id" if isinstance(features.get("id"), tfds.features.Scalar) else None,
+        resize=image_size is not None)
+
+
+def _tfds_builder(config: InputConfig) -> tfds.core.DatasetBuilder:
+    """The builder of a TFDS dataset by name, prepared (downloading only when allowed)."""
+    data_dir = config.data_dir or tfds.core.constants.DATA_DIR
+    try:
+        with shapes.tfds_chatter_hidden():
+            builder = tfds.builder(config.dataset, data_dir=data_dir)
+            prepared = builder.is_prepared()
+    except tfds.core.registered.DatasetNotFoundError:
+        raise InputConfigError(f"dataset={config.dataset!r} is not a TFDS dataset; see "
+                               "https://www.tensorflow.org/datasets/catalog for names, or use "
+                               "shapes, synthetic or tfrecord:<glob>.") from None
+    if prepared:
+        return builder
+    if not config.download:
+        raise InputConfigError(
+            f"dataset={config.dataset!r} is not prepared in data_dir={data_dir}; prepare it once "
+            f"with `tfds build {config.dataset} --data_dir={data_dir}` or add --download "
+            "(needs network), or point --data_dir at where it is prepared.")
+    print(f"tfdist: downloading and preparing {config.dataset} into {builder.data_dir}",
+          file=sys.stderr, flush=True)
+    builder.download_and_prepare()
+    return builder
+
+
+def _tfrecord_files(pattern: str, split: str) -> tuple[str, ...]:
+    return tuple(sorted(glob.glob(pattern.replace(SPLIT_PLACEHOLDER, split))))
+
+
+def _from_tfrecord_glob(config: InputConfig) -> Source:
+    """A `Source` over TFRecord files in the common image layout, counted once."""
+    pattern = config.dataset[len(TFRECORD_PREFIX):]
+    splits = (TRAIN, VALIDATION) if SPLIT_PLACEHOLDER in pattern else (TRAIN,)
+    files = {split: _tfrecord_files(pattern, split) for split in splits}
+    for split, split_files in files.items():
+        if not split_files:
+            where = pattern.replace(SPLIT_PLACEHOLDER, split)
+            raise InputConfigError(
+                f"dataset={config.dataset!r}: the pattern {where} matches no files; check the "
+                f"path ({SPLIT_PLACEHOLDER} in it stands for train and validation).")
+    size = config.image_size or TFRECORD_DEFAULT_IMAGE_SIZE
+    return Source(
+        info=DatasetInfo(name=config.dataset, num_classes=config.num_classes,
+                         image_shape=(size, size, 3),
+                         num_examples={
+                             split: records.count(split_files, config.skip_corrupt_records)
+                             for split, split_files in files.items()}),
+        files=files, image_key=TFRECORD_IMAGE_KEY, label_key=TFRECORD_LABEL_KEY, id_key=None,
+        resize=True)
+
+
+def synthetic_info(config: InputConfig) -> DatasetInfo:
+    """`synthetic`: square RGB images, training only, a fixed number of examples per epoch."""
+    size = config.image_size or SYNTHETIC_DEFAULT_IMAGE_SIZE
+    return DatasetInfo(name=config.dataset,
+                       num_classes=config.num_classes or SYNTHETIC_DEFAULT_NUM_CLASSES,
+                       image_shape=(size, size, 3),
+                       num_examples={TRAIN: SYNTHETIC_EXAMPLES_PER_EPOCH})
+
+
+@functools.lru_cache(maxsize=None)
+def source(config: InputConfig) -> Source:
+    """The `Source` of a file-backed `config.dataset`, prepared once per process and config.
+
+    Raises:
+      InputConfigError: the dataset is not prepared, unknown, not image classification, or the
+        glob matches nothing.
+    """
+    kind = config.source_kind
+    if kind is SourceKind.BUILTIN:
+        builder = shapes.prepare(config.data_dir or tfds.core.constants.DATA_DIR)
+        return _from_tfds_builder(config.dataset, builder, config.image_size)
+    if kind is SourceKind.TFDS:
+        return _from_tfds_builder(config.dataset, _tfds_builder(config), config.image_size)
+    if kind is SourceKind.TFRECORD:
+        return _from_tfrecord_glob(config)
+    raise ValueError(f"dataset={config.dataset!r} has no files.")
+
+
+def info(config: InputConfig) -> DatasetInfo:
+    """Describes `config.dataset`, preparing it first if it is file-backed."""
+    if config.source_kind is SourceKind.SYNTHETIC:
+        return synthetic_info(config)
+    return source(config).info
