@@ -23,3 +23,20 @@ def pytest_sessionstart(session):  # pylint: disable=unused-argument
 def shapes_data_dir(tmp_path_factory):
     """A data dir holding the built-in dataset, generated once per test session."""
     return str(tmp_path_factory.mktemp("tensorflow_datasets"))
+
+
+SMALL_TRAIN_SIZE = 640
+SMALL_VALIDATION_SIZE = 160
+
+
+@pytest.fixture(scope="session")
+def small_shapes_data_dir(tmp_path_factory):
+    """A data dir holding the built-in dataset shrunk to 640 train and 160 validation examples
+    (8 files per split, as the full one), prepared once per test session."""
+    from unittest import mock  # pylint: disable=import-outside-toplevel
+    from input_pipelines import shapes  # pylint: disable=import-outside-toplevel
+    data_dir = str(tmp_path_factory.mktemp("small_shapes"))
+    with mock.patch.multiple(shapes.TfdistShapes, TRAIN_SIZE=SMALL_TRAIN_SIZE,
+                             VALIDATION_SIZE=SMALL_VALIDATION_SIZE):
+        shapes.prepare(data_dir)
+    return data_dir

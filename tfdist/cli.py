@@ -23,6 +23,11 @@ commands:
            built-in shapes dataset (generated locally on first use)
   doctor   check TF_CONFIG and this machine before a cluster job starts: role, devices, and
            the strategy `auto` would pick
+  data check
+           read one epoch as N simulated workers would and report the sharding plan, examples
+           per worker, duplicates and missing examples (exit 1 unless each is read once)
+  data serve
+           run a tf.data service dispatcher and workers for --tf_data_service
 
 `tfdist <command> --help` lists a command's flags; --helpfull lists every flag."""
 
@@ -50,7 +55,29 @@ def _doctor() -> int:
                        show_tf_logs=tfdist_flags.show_tf_logs())
 
 
-COMMANDS = {"train": _train, "doctor": _doctor}
+def _data_check() -> int:
+    config = tfdist_flags.input_config("data check")
+    import_tensorflow(tfdist_flags.show_tf_logs())
+    from tfdist import data_check  # pylint: disable=import-outside-toplevel
+    return data_check.main(config, *tfdist_flags.data_check_options())
+
+
+def _data_serve() -> int:
+    import_tensorflow(tfdist_flags.show_tf_logs())
+    from tfdist import data_serve  # pylint: disable=import-outside-toplevel
+    return data_serve.main(*tfdist_flags.data_serve_options())
+
+
+COMMANDS = {"train": _train, "doctor": _doctor, "data check": _data_check,
+            "data serve": _data_serve}
+GROUPS = {"data": ("check", "serve")}
+
+
+def _command_and_args(args: list[str]) -> tuple[str, list[str]]:
+    """Splits `args` into the command (one word, or a group and its sub-command) and its flags."""
+    if args[0] in GROUPS and len(args) > 1 and not args[1].startswith("-"):
+        return f"{args[0]} {args[1]}", args[2:]
+    return args[0], args[1:]
 
 
 def _help(command: str, args: list[str]) -> bool:
@@ -73,14 +100,14 @@ def main(argv: list[str]) -> int:
     if args[0] in ("-h", "--help", "--helpfull", "help"):
         print(USAGE)
         return 0
-    command = args[0]
+    command, flag_args = _command_and_args(args)
     if command not in COMMANDS:
         return _fail(command, f"unknown command {command!r}; use one of "
                               f"{', '.join(COMMANDS)} (see `tfdist --help`).")
-    if _help(command, args[1:]):
+    if _help(command, flag_args):
         return 0
     try:
-        tfdist_flags.parse(command, [argv[0]] + args[1:])
+        tfdist_flags.parse(command, [argv[0]] + flag_args)
     except flags.Error as error:
         return _fail(command, f"{error}; see `tfdist {command} --help`.")
     except tfdist_flags.UsageError as error:

@@ -6,8 +6,11 @@ immutable configs to the rest of the code. Pure Python: TensorFlow is imported a
 
 from absl import flags
 
-from input_pipelines import DATASETS
+from input_pipelines import DATASET_FORMS
+from input_pipelines import AutoShard
 from input_pipelines import InputConfig
+from input_pipelines import PreprocessOn
+from input_pipelines import ServiceMode
 from strategies import AllReduce
 from strategies import ClusterConfig
 from strategies import Collective
@@ -51,15 +54,50 @@ flags.DEFINE_float("collective_timeout_s", None,
 flags.DEFINE_string("variable_partition", "none",
                     "Parameter-server variable sharding: none, min_size:<bytes> or max_shards:<n>.")
 # Input.
-flags.DEFINE_enum("dataset", "shapes", list(DATASETS),
-                  "Training data; shapes is the built-in 10-class image dataset, generated "
-                  "locally on first use.")
+flags.DEFINE_string("dataset", "shapes",
+                    f"Training data, one of {DATASET_FORMS}: shapes is the built-in 10-class "
+                    "image dataset, generated locally on first use; synthetic is one random batch "
+                    "repeated (compute throughput only); tfrecord:<glob> reads image/encoded and "
+                    "image/class/label ({split} in the glob becomes train and validation); "
+                    "anything else is a prepared TFDS dataset.")
 flags.DEFINE_string("data_dir", None,
                     "Where prepared datasets live; unset uses $TFDS_DATA_DIR or "
                     "~/tensorflow_datasets.")
+flags.DEFINE_bool("download", False,
+                  "Let TFDS download and prepare a dataset that is not prepared (needs network).")
+flags.DEFINE_integer("num_classes", None, "Classes of a tfrecord: or synthetic dataset.",
+                     lower_bound=1)
+flags.DEFINE_integer("image_size", None,
+                     "Resize images to this square size; unset keeps a TFDS dataset's size, 224 "
+                     "for tfrecord:, 32 for synthetic.", lower_bound=1)
 flags.DEFINE_integer("global_batch_size", 128,
                      "Examples per step over all replicas; must divide by the replica count.",
                      lower_bound=1)
+flags.DEFINE_integer("shuffle_buffer_size", 10_000, "Examples in the training shuffle buffer.",
+                     lower_bound=1)
+flags.DEFINE_enum("autoshard", "auto", _values(AutoShard),
+                  "How input pipelines divide the data: file (whole files each), data (every "
+                  "N-th example), off (all read everything), auto (file when there are enough "
+                  "files, else data).")
+flags.DEFINE_bool("cache", False, "Keep the records in memory after the first epoch.")
+flags.DEFINE_bool("deterministic", None,
+                  "Produce input in a fixed order (--nodeterministic trades order for speed); "
+                  "unset keeps tf.data's default.")
+flags.DEFINE_integer("datasets_num_private_threads", None,
+                     "Give each input pipeline a private thread pool of this size.", lower_bound=1)
+flags.DEFINE_enum("preprocess_on", "auto", _values(PreprocessOn),
+                  "Where augmentation, normalisation and the cast run: host (tf.data), device "
+                  "(inside each replica's step; the host only decodes and batches uint8), auto "
+                  "(device when there are GPUs).")
+flags.DEFINE_string("tf_data_service", None,
+                    "grpc://host:port of a tf.data service dispatcher (see `tfdist data serve`) "
+                    "to run the input pipeline on.")
+flags.DEFINE_enum("tf_data_service_mode", "distributed_epoch", _values(ServiceMode),
+                  "distributed_epoch: service workers split each epoch, every example once; "
+                  "parallel_epochs: every service worker produces the whole epoch.")
+flags.DEFINE_bool("skip_corrupt_records", False,
+                  "Skip the rest of a damaged TFRecord file (logged and counted) instead of "
+                  "failing.")
 # Training.
 flags.DEFINE_enum("model", "small_cnn", _values(ModelName), "Model to train.")
 flags.DEFINE_integer("epochs", 3, "Training epochs.", lower_bound=1)
@@ -80,19 +118,34 @@ flags.DEFINE_string("model_dir", None,
 flags.DEFINE_string("metrics_json", None, "Write the run summary as JSON to this path.")
 flags.DEFINE_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.")
 flags.DEFINE_bool("tf_logs", False, "Show TensorFlow's start-up and C++ logs (hidden by default).")
+# Data check and serve.
+flags.DEFINE_integer("num_workers", 2,
+                     "data check: workers to simulate; data serve: tf.data service workers to "
+                     "start.", lower_bound=1)
+flags.DEFINE_integer("replicas_per_worker", 1, "data check: replicas on each simulated worker.",
+                     lower_bound=1)
+flags.DEFINE_string("json", None, "data check: also write the report as JSON to this path.")
+flags.DEFINE_integer("port", 5050, "data serve: port of the tf.data service dispatcher.",
+                     lower_bound=1, upper_bound=65535)
 # Doctor.
 flags.DEFINE_string("tf_config", None,
                     "TF_CONFIG JSON to check instead of the TF_CONFIG environment variable.")
 
 _STRATEGY_FLAGS = ("strategy", "num_gpus", "num_cpu_devices", "all_reduce", "num_packs",
                    "collective", "collective_timeout_s", "variable_partition")
-_INPUT_FLAGS = ("dataset", "data_dir", "global_batch_size")
+_SOURCE_FLAGS = ("dataset", "data_dir", "download", "num_classes", "image_size",
+                 "global_batch_size", "shuffle_buffer_size", "autoshard", "cache",
+                 "deterministic", "datasets_num_private_threads", "skip_corrupt_records")
+_INPUT_FLAGS = _SOURCE_FLAGS + ("preprocess_on", "tf_data_service", "tf_data_service_mode")
 _TRAIN_FLAGS = ("model", "epochs", "steps_per_epoch", "validation_steps", "steps_per_execution",
                 "optimizer", "learning_rate", "mixed_precision", "model_dir", "metrics_json",
                 "seed")
 COMMAND_FLAGS = {
     "train": _STRATEGY_FLAGS + _INPUT_FLAGS + _TRAIN_FLAGS + ("tf_logs",),
     "doctor": _STRATEGY_FLAGS + ("tf_config", "tf_logs"),
+    "data check": _SOURCE_FLAGS + ("seed", "num_workers", "replicas_per_worker", "json",
+                                   "tf_logs"),
+    "data serve": ("port", "num_workers", "tf_logs"),
 }
 
 
@@ -108,7 +161,7 @@ def parse(command: str, argv: list[str]) -> None:
     if len(remaining) > 1:
         raise UsageError(f"unexpected argument {remaining[1]!r}; flags are written --name=value.")
     own = set(COMMAND_FLAGS[command])
-    for name in COMMAND_FLAGS["train"] + COMMAND_FLAGS["doctor"]:
+    for name in {name for names in COMMAND_FLAGS.values() for name in names}:
         if FLAGS[name].present and name not in own:
             raise UsageError(f"--{name} is not a flag of `tfdist {command}`; see "
                              f"`tfdist {command} --help`.")
@@ -123,11 +176,26 @@ def run_config(cluster: ClusterConfig | None) -> RunConfig:
     """The parsed `tfdist train` flags as one immutable `RunConfig`."""
     return RunConfig(
         strategy=strategy_config(),
-        input=InputConfig(dataset=FLAGS.dataset, data_dir=FLAGS.data_dir,
-                          global_batch_size=FLAGS.global_batch_size, seed=FLAGS.seed),
+        input=input_config("train"),
         train=TrainConfig(**{name: FLAGS[name].value for name in _TRAIN_FLAGS}),
         cluster=cluster,
         show_tf_logs=FLAGS.tf_logs)
+
+
+def input_config(command: str) -> InputConfig:
+    """The parsed input flags of `command` as an `InputConfig`."""
+    return InputConfig(seed=FLAGS.seed, **{name: FLAGS[name].value for name in _INPUT_FLAGS
+                                            if name in COMMAND_FLAGS[command]})
+
+
+def data_check_options() -> tuple[int, int, str | None]:
+    """`tfdist data check`'s (num_workers, replicas_per_worker, json)."""
+    return FLAGS.num_workers, FLAGS.replicas_per_worker, FLAGS.json
+
+
+def data_serve_options() -> tuple[int, int]:
+    """`tfdist data serve`'s (port, num_workers)."""
+    return FLAGS.port, FLAGS.num_workers
 
 
 def tf_config() -> str | None:

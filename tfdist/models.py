@@ -12,11 +12,13 @@ ModelFn = Callable[[tuple[int, int, int], int], tf_keras.Model]
 
 
 def small_cnn(image_shape: tuple[int, int, int], num_classes: int) -> tf_keras.Model:
-    """Three conv blocks and a softmax head: learns the built-in dataset in a few epochs on CPU."""
+    """Three conv blocks and a softmax head: learns the built-in dataset in a few epochs on CPU.
+
+    Takes images normalised to [-1, 1] (`input_pipelines` preprocessing) in any float dtype.
+    """
     layers = tf_keras.layers
     return tf_keras.Sequential([
-        layers.Input(image_shape, dtype="uint8"),
-        layers.Rescaling(1 / 255),
+        layers.Input(image_shape, dtype=tf_keras.mixed_precision.global_policy().compute_dtype),
         layers.Conv2D(32, 3, padding="same", activation="relu"),
         layers.MaxPooling2D(),
         layers.Conv2D(64, 3, padding="same", activation="relu"),

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tf_keras
 
 import input_pipelines
-from input_pipelines.datasets import DatasetInfo
+from input_pipelines.sources import DatasetInfo
 from tfdist import models
 from tfdist import optim
 from tfdist import precision
@@ -26,16 +26,6 @@ class FitResult:
     steps_per_epoch: int
     steps: int
     examples_per_sec: float
-
-
-def check_global_batch_size(global_batch_size: int, num_replicas: int) -> None:
-    """Raises ConfigError unless every replica gets the same whole number of examples."""
-    if global_batch_size % num_replicas:
-        lower = global_batch_size // num_replicas * num_replicas
-        choices = " or ".join(str(size) for size in (lower, lower + num_replicas) if size)
-        raise ConfigError(
-            f"global_batch_size={global_batch_size} does not split evenly over {num_replicas} "
-            f"replicas; use a multiple of {num_replicas}, e.g. --global_batch_size={choices}.")
 
 
 def steps_per_epoch(config: RunConfig, info: DatasetInfo) -> int:
@@ -87,10 +77,28 @@ def validation_steps(config: RunConfig, info: DatasetInfo) -> int:
     return math.ceil(info.num_examples["validation"] / config.input.global_batch_size)
 
 
-def _build_model(config: RunConfig, info: DatasetInfo) -> tf_keras.Model:
+def _placement(config: RunConfig):
+    """Where preprocessing runs, given this process's GPUs and the model's compute dtype."""
+    return input_pipelines.resolve_placement(
+        config.input, num_gpus=len(tf.config.list_logical_devices("GPU")),
+        compute_dtype=tf_keras.mixed_precision.global_policy().compute_dtype)
+
+
+def _with_input(body: tf_keras.Model, info: DatasetInfo, placement) -> tf_keras.Model:
+    """`body` behind an input of the dtype the pipeline delivers: uint8 images go through the
+    device-preprocessing layer first (run in each replica's step, on its device)."""
+    if not placement.on_device:
+        return body
+    images = tf_keras.Input(info.image_shape, dtype="uint8", name="image")
+    return tf_keras.Model(images, body(input_pipelines.device_preprocessing()(images)),
+                          name=body.name)
+
+
+def _build_model(config: RunConfig, info: DatasetInfo, placement) -> tf_keras.Model:
     """Builds and compiles the model; call inside `strategy.scope()`."""
     train = config.train
-    model = models.build(train.model, info.image_shape, info.num_classes)
+    model = _with_input(models.build(train.model, info.image_shape, info.num_classes), info,
+                        placement)
     optimizer = precision.wrap_optimizer(optim.build(train.optimizer, train.learning_rate),
                                          train.mixed_precision)
     model.compile(optimizer=optimizer,
@@ -111,28 +119,50 @@ def _output_callbacks(model_dir: str | None) -> list[tf_keras.callbacks.Callback
     ]
 
 
+def _validation(config: RunConfig, info: DatasetInfo, strategy: tf.distribute.Strategy,
+                placement) -> dict:
+    """`fit`'s validation arguments: the whole validation split per epoch, or none when the
+    dataset has no validation split."""
+    if "validation" not in info.num_examples:
+        return {}
+    return {
+        "validation_data": _distribute(strategy, input_pipelines.dataset_fn(
+            config.input, "validation", training=False, placement=placement)),
+        "validation_steps": validation_steps(config, info),
+    }
+
+
 def fit(config: RunConfig, strategy: tf.distribute.Strategy) -> FitResult:
-    """Trains `config.train.model` on `config.input` under `strategy` and validates each epoch.
+    """Trains `config.train.model` on `config.input` under `strategy`, validating each epoch
+    when the dataset has a validation split.
 
     Runs in cross-replica context on every worker (mirrored strategies) or on the coordinator
     (parameter server). Prepares the dataset first (generating the built-in one once).
+
+    Raises:
+      InputConfigError: the batch does not split over the replicas, or a data file is damaged.
     """
-    check_global_batch_size(config.input.global_batch_size, strategy.num_replicas_in_sync)
+    input_pipelines.per_replica_batch_size(config.input.global_batch_size,
+                                           strategy.num_replicas_in_sync)
     info = input_pipelines.prepare(config.input)
+    placement = _placement(config)
     steps = steps_per_epoch(config, info)
     with strategy.scope():
-        model = _build_model(config, info)
+        model = _build_model(config, info, placement)
     timer = ThroughputTimer(global_batch_size=config.input.global_batch_size,
                             steps_per_epoch=steps)
-    history = model.fit(
-        _distribute(strategy, input_pipelines.dataset_fn(config.input, "train", training=True)),
-        validation_data=_distribute(
-            strategy, input_pipelines.dataset_fn(config.input, "validation", training=False)),
-        validation_steps=validation_steps(config, info),
-        epochs=config.train.epochs,
-        steps_per_epoch=steps,
-        callbacks=[timer] + _output_callbacks(config.train.model_dir),
-        verbose=2)
+    train_fn = input_pipelines.dataset_fn(config.input, "train", training=True,
+                                          placement=placement)
+    try:
+        history = model.fit(_distribute(strategy, train_fn),
+                            epochs=config.train.epochs,
+                            steps_per_epoch=steps,
+                            callbacks=[timer] + _output_callbacks(config.train.model_dir),
+                            verbose=2,
+                            **_validation(config, info, strategy, placement))
+    except tf.errors.DataLossError:
+        input_pipelines.explain_data_loss(config.input)
+        raise
     final = {name: float(values[-1]) for name, values in history.history.items()}
     return FitResult(final=final, steps_per_epoch=steps, steps=steps * config.train.epochs,
                      examples_per_sec=timer.examples_per_sec())

@@ -1,4 +1,5 @@
-"""Runs the `tfdist` CLI in a child process, as a user would, with a bounded wait."""
+"""Runs the `tfdist` CLI in a child process, as a user would, with a bounded wait; checks the
+one-line error contract."""
 
 import os
 import subprocess
@@ -16,3 +17,14 @@ def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, st
         env["TF_CONFIG"] = tf_config
     return subprocess.run([sys.executable, "-m", "tfdist", *args], capture_output=True, text=True,
                           env=env, timeout=timeout_s, check=False)
+
+
+def assert_one_line_error(test, result: subprocess.CompletedProcess, *expected: str) -> None:
+    """Asserts exit status 2 and exactly one stderr line, without a traceback, containing each
+    of `expected`."""
+    test.assertEqual(result.returncode, 2, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    test.assertEqual(len(lines), 1, result.stderr)
+    for text in expected:
+        test.assertIn(text, lines[0])
+    test.assertNotIn("Traceback", result.stderr)

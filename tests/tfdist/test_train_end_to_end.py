@@ -23,8 +23,17 @@ class TrainEndToEndTest(unittest.TestCase):
         self.metrics = str(tmp_path / "out" / "metrics.json")
 
     def test_default_job_on_two_replicas_learns_and_reports(self):
+        self._train_and_check()
+
+    def test_preprocessing_on_the_replica_devices_learns(self):
+        result = self._train_and_check("--preprocess_on=device")
+        self.assertIn("preprocessing on device: 3,080 bytes/example host->device",
+                      result.stderr)
+
+    def _train_and_check(self, *args: str):
         result = run_tfdist("train", "--strategy=mirrored", "--num_cpu_devices=2",
-                            f"--data_dir={self.data_dir}", f"--metrics_json={self.metrics}")
+                            f"--data_dir={self.data_dir}", f"--metrics_json={self.metrics}",
+                            *args)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         with open(self.metrics, encoding="utf-8") as metrics_file:
             metrics = json.load(metrics_file)
@@ -40,6 +49,7 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertIn("mirrored on 2 replica(s)", summary)
         self.assertIn("val_accuracy=", summary)
         self.assertEqual(os.listdir(os.path.dirname(self.metrics)), ["metrics.json"])
+        return result
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from absl.testing import parameterized
 
 import strategies
 from input_pipelines import InputConfig
+from input_pipelines import InputConfigError
 from tfdist import precision
 from tfdist import training
 from tfdist.config import ConfigError
@@ -27,9 +28,10 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
         tf_keras.mixed_precision.set_global_policy("float32")
         super().tearDown()
 
-    def _config(self, global_batch_size=16, **train) -> RunConfig:
+    def _config(self, global_batch_size=16, preprocess_on="auto", **train) -> RunConfig:
         return RunConfig(
-            input=InputConfig(data_dir=self.data_dir, global_batch_size=global_batch_size),
+            input=InputConfig(data_dir=self.data_dir, global_batch_size=global_batch_size,
+                              preprocess_on=preprocess_on),
             train=TrainConfig(**{"epochs": 1, "steps_per_epoch": 2, "validation_steps": 1,
                                  **train}))
 
@@ -45,10 +47,19 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
         self.assertTrue(math.isfinite(result.final["loss"]))
         self.assertGreater(result.examples_per_sec, 0)
 
+    @parameterized.parameters(Precision.FLOAT32, Precision.MIXED_BFLOAT16)
+    def test_device_preprocessing_under_mirrored(self, mixed_precision):
+        config = self._config(preprocess_on="device", mixed_precision=mixed_precision)
+        precision.apply_policy(mixed_precision)
+        strategy = strategies.build(strategies.StrategyConfig(strategy="mirrored",
+                                                              num_cpu_devices=2))
+        result = training.fit(config, strategy)
+        self.assertTrue(math.isfinite(result.final["val_loss"]))
+
     def test_batch_that_does_not_split_over_replicas(self):
         strategy = strategies.build(strategies.StrategyConfig(num_cpu_devices=2))
         with self.assertRaisesRegex(
-                ConfigError, r"global_batch_size=5 does not split evenly over 2 replicas.*"
+                InputConfigError, r"global_batch_size=5 does not split evenly over 2 replicas.*"
                              r"--global_batch_size=4 or 6"):
             training.fit(self._config(global_batch_size=5), strategy)
 

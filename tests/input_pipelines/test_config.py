@@ -1,0 +1,58 @@
+"""InputConfig validation and the batch split: every rejection is one line naming the field."""
+
+import unittest
+
+from absl.testing import parameterized
+
+from input_pipelines import InputConfig
+from input_pipelines import InputConfigError
+from input_pipelines import per_replica_batch_size
+from input_pipelines.config import SourceKind
+
+
+class InputConfigTest(parameterized.TestCase):
+
+    @parameterized.parameters(
+        ("shapes", SourceKind.BUILTIN), ("synthetic", SourceKind.SYNTHETIC),
+        ("mnist", SourceKind.TFDS), ("imagenet2012:5.1.0", SourceKind.TFDS),
+        ("tfrecord:/data/{split}-*", SourceKind.TFRECORD))
+    def test_dataset_forms(self, dataset, kind):
+        self.assertIs(InputConfig(dataset=dataset, num_classes=10).source_kind, kind)
+
+    @parameterized.parameters(
+        (dict(dataset="Not A Name"), r"^dataset='Not A Name' is not a dataset name; use "),
+        (dict(dataset="tfrecord:"), r"^dataset='tfrecord:' has no file pattern; "),
+        (dict(dataset="tfrecord:/x/*"), r"^dataset='tfrecord:/x/\*' needs --num_classes"),
+        (dict(autoshard="files"), r"^autoshard='files' is not a known value; use one of "
+                                  r"auto\|file\|data\|off\.$"),
+        (dict(preprocess_on="gpu"), r"^preprocess_on='gpu' is not a known value"),
+        (dict(tf_data_service_mode="x"), r"^tf_data_service_mode='x' is not a known value"),
+        (dict(global_batch_size=0), r"^global_batch_size=0 must be a positive integer\.$"),
+        (dict(datasets_num_private_threads=0), r"^datasets_num_private_threads=0 must be"),
+    )
+    def test_rejections_are_one_line(self, kwargs, pattern):
+        with self.assertRaisesRegex(InputConfigError, pattern) as caught:
+            InputConfig(**kwargs)
+        self.assertNotIn("\n", str(caught.exception))
+
+
+class PerReplicaBatchSizeTest(unittest.TestCase):
+
+    def test_splits_evenly(self):
+        self.assertEqual(per_replica_batch_size(128, 4), 32)
+
+    def test_smaller_than_replicas(self):
+        with self.assertRaisesRegex(InputConfigError,
+                                    r"^global_batch_size=2 is smaller than the 4 replicas; .*"
+                                    r"--global_batch_size=4 or more\.$"):
+            per_replica_batch_size(2, 4)
+
+    def test_uneven(self):
+        with self.assertRaisesRegex(InputConfigError,
+                                    r"^global_batch_size=130 does not split evenly over 4 "
+                                    r"replicas; .*--global_batch_size=128 or 132\.$"):
+            per_replica_batch_size(130, 4)
+
+
+if __name__ == "__main__":
+    unittest.main()

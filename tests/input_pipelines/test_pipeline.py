@@ -1,0 +1,254 @@
+"""Pipelines over real files: coverage per sharding policy, batching, sources and bad input.
+
+Uses the shrunk built-in dataset (640 train / 160 validation examples in 8 files per split) and
+TFRecord files written here in the ImageNet layout.
+"""
+
+import dataclasses
+import io
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+from PIL import Image
+
+import input_pipelines
+from input_pipelines import InputConfig
+from input_pipelines import InputConfigError
+from input_pipelines import PreprocessOn
+from input_pipelines import pipeline
+from input_pipelines.preprocessing import Placement
+from tests.conftest import SMALL_TRAIN_SIZE
+from tests.conftest import SMALL_VALIDATION_SIZE
+
+_HOST = Placement(PreprocessOn.HOST)
+_DEVICE = Placement(PreprocessOn.DEVICE)
+
+
+def _context(num_pipelines: int = 1, pipeline_id: int = 0,
+             num_replicas: int = 1) -> tf.distribute.InputContext:
+    return tf.distribute.InputContext(num_input_pipelines=num_pipelines,
+                                      input_pipeline_id=pipeline_id,
+                                      num_replicas_in_sync=num_replicas)
+
+
+def _jpeg(height: int, width: int, seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG")
+    return buffer.getvalue()
+
+
+def write_image_tfrecords(directory: str, split: str, num_files: int,
+                          examples_per_file: int) -> list[str]:
+    """Writes `{split}-0000i-of-n` files of JPEG images of varying size with ImageNet's keys."""
+    paths = []
+    for file_index in range(num_files):
+        path = os.path.join(directory, f"{split}-{file_index:05d}-of-{num_files:05d}")
+        with tf.io.TFRecordWriter(path) as writer:
+            for position in range(examples_per_file):
+                seed = file_index * 1000 + position
+                feature = {
+                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
+                        value=[_jpeg(20 + seed % 7, 24 + seed % 5, seed)])),
+                    "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(
+                        value=[seed % 3])),
+                }
+                writer.write(tf.train.Example(features=tf.train.Features(
+                    feature=feature)).SerializeToString())
+        paths.append(path)
+    return paths
+
+
+class _SmallShapes:
+
+    @pytest.fixture(autouse=True)
+    def _config(self, small_shapes_data_dir):
+        self.config = InputConfig(data_dir=small_shapes_data_dir, global_batch_size=32)
+
+
+class CoverageTest(_SmallShapes, parameterized.TestCase):
+
+    @parameterized.parameters(("auto", 2, 2), ("file", 2, 2), ("data", 2, 2), ("data", 3, 1),
+                              ("auto", 16, 1))
+    def test_every_example_read_exactly_once(self, autoshard, num_workers, replicas_per_worker):
+        config = dataclasses.replace(self.config, autoshard=autoshard, global_batch_size=48)
+        report = input_pipelines.check_coverage(config, num_workers=num_workers,
+                                                replicas_per_worker=replicas_per_worker)
+        self.assertTrue(report.exactly_once, report.lines())
+        self.assertEqual(report.num_examples, SMALL_TRAIN_SIZE)
+        self.assertEqual(sum(report.examples_per_worker), SMALL_TRAIN_SIZE)
+        self.assertLen(report.plans, num_workers)
+
+    def test_auto_with_too_few_files_says_why(self):
+        config = dataclasses.replace(self.config, global_batch_size=48)
+        report = input_pipelines.check_coverage(config, num_workers=16, replicas_per_worker=1)
+        self.assertLen(report.notices, 1)
+        self.assertIn("8 file(s) for 16 input pipelines", report.notices[0])
+
+    def test_off_reports_duplicates(self):
+        config = dataclasses.replace(self.config, autoshard="off")
+        report = input_pipelines.check_coverage(config, num_workers=2, replicas_per_worker=1)
+        self.assertFalse(report.exactly_once)
+        self.assertEqual(report.num_duplicated, SMALL_TRAIN_SIZE)
+        self.assertEqual(report.num_missing, 0)
+        self.assertIn("FAIL", report.lines()[-1])
+
+    def test_file_with_too_few_files_is_an_error(self):
+        config = dataclasses.replace(self.config, autoshard="file", global_batch_size=48)
+        with self.assertRaisesRegex(InputConfigError, r"^autoshard=file: 8 file\(s\) for 16 "):
+            input_pipelines.check_coverage(config, num_workers=16, replicas_per_worker=1)
+
+
+class BatchingTest(_SmallShapes, tf.test.TestCase):
+
+    def test_training_batches_per_replica_and_repeats(self):
+        dataset = pipeline.examples(self.config, "train", _context(2, 1, num_replicas=4),
+                                    training=True, placement=_HOST)
+        batches = list(dataset.take(30).as_numpy_iterator())  # 30 x 8 > the pipeline's 320.
+        self.assertTrue(all(batch["image"].shape == (8, 32, 32, 3) for batch in batches))
+        self.assertEqual(batches[0]["image"].dtype, np.float32)
+
+    def test_validation_keeps_its_tail(self):
+        config = dataclasses.replace(self.config, global_batch_size=48)
+        dataset = pipeline.examples(config, "validation", _context(), training=False,
+                                    placement=_DEVICE, with_ids=True)
+        sizes = [len(batch["id"]) for batch in dataset.as_numpy_iterator()]
+        self.assertEqual(sizes, [48, 48, 48, 16])
+        self.assertEqual(sum(sizes), SMALL_VALIDATION_SIZE)
+
+    def test_same_seed_same_order_other_seed_other_order(self):
+        def first_ids(seed: int) -> np.ndarray:
+            config = dataclasses.replace(self.config, seed=seed, deterministic=True)
+            dataset = pipeline.examples(config, "train", _context(), training=True,
+                                        placement=_DEVICE, with_ids=True)
+            return next(dataset.as_numpy_iterator())["id"]
+        self.assertAllEqual(first_ids(1), first_ids(1))
+        self.assertNotAllEqual(first_ids(1), first_ids(2))
+
+    def test_options_stop_tf_from_sharding_again(self):
+        dataset = pipeline.examples(self.config, "train", _context(), training=True,
+                                    placement=_DEVICE)
+        self.assertEqual(dataset.options().experimental_distribute.auto_shard_policy,
+                         tf.data.experimental.AutoShardPolicy.OFF)
+
+    def test_private_threads_cache_and_determinism_reach_the_options(self):
+        config = dataclasses.replace(self.config, datasets_num_private_threads=3,
+                                     deterministic=False, cache=True)
+        dataset = pipeline.examples(config, "train", _context(), training=True,
+                                    placement=_DEVICE)
+        self.assertEqual(dataset.options().threading.private_threadpool_size, 3)
+        self.assertFalse(dataset.options().deterministic)
+        self.assertEqual(next(iter(dataset))["image"].shape, (32, 32, 32, 3))
+
+    def test_dataset_fn_yields_supervised_pairs(self):
+        make = input_pipelines.dataset_fn(self.config, "train", training=True, placement=_DEVICE)
+        images, labels = next(iter(make(_context())))
+        self.assertEqual(images.dtype, tf.uint8)
+        self.assertEqual(labels.shape, (32,))
+
+
+class SyntheticTest(tf.test.TestCase):
+
+    def test_one_batch_in_the_models_input_format(self):
+        config = InputConfig(dataset="synthetic", global_batch_size=16, image_size=8)
+        for placement, dtype in ((_DEVICE, tf.uint8), (Placement(PreprocessOn.HOST, "bfloat16"),
+                                                       tf.bfloat16)):
+            make = input_pipelines.dataset_fn(config, "train", training=True,
+                                              placement=placement)
+            images, labels = next(iter(make(_context(num_replicas=2))))
+            self.assertEqual(images.shape, (8, 8, 8, 3))
+            self.assertEqual(images.dtype, dtype)
+            self.assertEqual(labels.shape, (8,))
+        self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 12_800})
+
+
+class TfrecordSourceTest(tf.test.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _files(self, tmp_path):
+        self.directory = str(tmp_path)
+        self.train_files = write_image_tfrecords(self.directory, "train", 3, 10)
+        write_image_tfrecords(self.directory, "validation", 1, 6)
+        self.config = InputConfig(dataset=f"tfrecord:{self.directory}/{{split}}-*",
+                                  num_classes=3, image_size=16, global_batch_size=4)
+
+    def test_counts_resizes_and_covers_by_position(self):
+        info = input_pipelines.prepare(self.config)
+        self.assertEqual(info.num_examples, {"train": 30, "validation": 6})
+        self.assertEqual(info.image_shape, (16, 16, 3))
+        report = input_pipelines.check_coverage(self.config, num_workers=2,
+                                                replicas_per_worker=2)
+        self.assertTrue(report.exactly_once, report.lines())
+        self.assertEqual(report.examples_per_worker, [20, 10])
+        batch = next(iter(pipeline.examples(self.config, "train", _context(), training=True,
+                                            placement=_DEVICE)))
+        self.assertEqual(batch["image"].shape, (4, 16, 16, 3))
+
+    def test_glob_without_split_is_training_only(self):
+        config = dataclasses.replace(self.config, dataset=f"tfrecord:{self.directory}/train-*")
+        self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 30})
+
+    def test_empty_glob_is_one_line_error(self):
+        config = dataclasses.replace(self.config, dataset=f"tfrecord:{self.directory}/nope-*")
+        with self.assertRaisesRegex(InputConfigError,
+                                    r"^dataset='tfrecord:.*/nope-\*': the pattern .* matches "
+                                    r"no files; check the path"):
+            input_pipelines.prepare(config)
+
+    def _damage(self, path: str) -> None:
+        data = bytearray(open(path, "rb").read())
+        data[len(data) // 2:len(data) // 2 + 8] = b"garbage!"
+        with open(path, "wb") as damaged:
+            damaged.write(data)
+
+    def test_damaged_file_is_named(self):
+        self._damage(self.train_files[1])
+        with self.assertRaisesRegex(InputConfigError,
+                                    rf"^file {self.train_files[1]} is damaged \(corrupted "
+                                    r"record at \d+; \d+ record\(s\) readable before it\); "
+                                    r".*--skip_corrupt_records"):
+            input_pipelines.prepare(self.config)
+
+    def test_skip_corrupt_records_counts_and_reads_the_rest(self):
+        self._damage(self.train_files[1])
+        config = dataclasses.replace(self.config, skip_corrupt_records=True)
+        readable = input_pipelines.prepare(config).num_examples["train"]
+        self.assertBetween(readable, 20, 29)
+        ids = [batch["id"] for batch in pipeline.examples(
+            config, "train", _context(), training=False, placement=_DEVICE, with_ids=True)]
+        self.assertLen(np.concatenate(ids), readable)
+
+
+class TfdsSourceTest(tf.test.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _data_dirs(self, tmp_path, small_shapes_data_dir):
+        self.data_dir = str(tmp_path)
+        self.small_shapes_data_dir = small_shapes_data_dir
+
+    def test_unprepared_dataset_says_how_to_prepare_it(self):
+        data_dir = self.data_dir
+        with self.assertRaisesRegex(
+                InputConfigError,
+                rf"^dataset='mnist' is not prepared in data_dir={data_dir}; prepare it once "
+                rf"with `tfds build mnist --data_dir={data_dir}` or add --download"):
+            input_pipelines.prepare(InputConfig(dataset="mnist", data_dir=data_dir))
+
+    def test_unknown_dataset(self):
+        with self.assertRaisesRegex(InputConfigError,
+                                    r"^dataset='no_such_dataset' is not a TFDS dataset; "):
+            input_pipelines.prepare(InputConfig(dataset="no_such_dataset"))
+
+    def test_prepared_dataset_by_name(self):
+        # The built-in dataset is also a registered TFDS dataset: read it by its TFDS name.
+        config = InputConfig(dataset="tfdist_shapes", data_dir=self.small_shapes_data_dir,
+                             global_batch_size=32)
+        info = input_pipelines.prepare(config)
+        self.assertEqual(info.num_examples, {"train": SMALL_TRAIN_SIZE,
+                                             "validation": SMALL_VALIDATION_SIZE})
+        self.assertEqual((info.num_classes, info.image_shape), (10, (32, 32, 3)))
+        report = input_pipelines.check_coverage(config, num_workers=2, replicas_per_worker=1)
+        self.assertTrue(report.exactly_once, report.lines())

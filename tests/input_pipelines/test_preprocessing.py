@@ -1,0 +1,111 @@
+"""Preprocessing placement: device ops land on each replica's device, and host and device give
+the same distribution of inputs."""
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+import input_pipelines
+from input_pipelines import InputConfig
+from input_pipelines import PreprocessOn
+from input_pipelines import preprocessing
+from input_pipelines.preprocessing import Placement
+
+_NUM_IMAGES = 4096
+
+
+def _images(num_images: int = _NUM_IMAGES) -> tf.Tensor:
+    """Half-dark, half-bright images with a vertical edge, so crops and flips change them."""
+    columns = tf.cast(tf.range(32) >= 12, tf.float32)[None, None, :, None]
+    noise = tf.random.stateless_uniform([num_images, 32, 32, 3], seed=[1, 2], maxval=40)
+    return tf.cast(40 + 160 * columns + noise, tf.uint8)
+
+
+def _histogram_distance(first: np.ndarray, second: np.ndarray) -> float:
+    def histogram(values):
+        return np.histogram(values, bins=20, range=(-1, 1))[0] / values.size
+    return float(np.abs(histogram(first) - histogram(second)).sum() / 2)
+
+
+class PlacementTest(tf.test.TestCase):
+
+    def test_auto_is_device_with_gpus_else_host(self):
+        config = InputConfig()
+        self.assertEqual(input_pipelines.resolve_placement(config, num_gpus=2).preprocess_on,
+                         PreprocessOn.DEVICE)
+        self.assertEqual(input_pipelines.resolve_placement(config, num_gpus=0).preprocess_on,
+                         PreprocessOn.HOST)
+
+    def test_bytes_per_example_per_mode(self):
+        shape = (32, 32, 3)
+        self.assertEqual(Placement(PreprocessOn.DEVICE).bytes_per_example(shape), 3072 + 8)
+        self.assertEqual(Placement(PreprocessOn.HOST).bytes_per_example(shape), 4 * 3072 + 8)
+        self.assertEqual(Placement(PreprocessOn.HOST, "bfloat16").bytes_per_example(shape),
+                         2 * 3072 + 8)
+        self.assertIn("3,080 bytes/example host->device",
+                      Placement(PreprocessOn.DEVICE).describe(shape))
+
+    def test_device_preprocessing_runs_on_each_replicas_device(self):
+        strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        with strategy.scope():
+            layer = input_pipelines.device_preprocessing()
+
+        @tf.function
+        def step(images):
+            return strategy.run(lambda batch: layer(batch, training=True), args=(images,))
+
+        graph = step.get_concrete_function(tf.TensorSpec([8, 32, 32, 3], tf.uint8)).graph
+        devices = {}
+        for op in graph.get_operations():
+            if "device_preprocessing" in op.name and op.type in ("GatherV2", "RandomUniform"):
+                devices.setdefault(op.device.split("device:")[-1], []).append(op.name)
+        self.assertCountEqual(devices, ["CPU:0", "CPU:1"])
+        replica_1_ops = " ".join(devices["CPU:1"])
+        self.assertIn("replica_1", replica_1_ops)
+
+    def test_host_and_device_give_the_same_distribution(self):
+        images = _images()
+        host = tf.data.Dataset.from_tensor_slices(images).batch(256).map(
+            lambda batch: preprocessing.preprocess(batch, training=True,
+                                                   compute_dtype="float32"))
+        host = np.concatenate(list(host.as_numpy_iterator()))
+        layer = input_pipelines.device_preprocessing()
+        device = np.concatenate([layer(batch, training=True).numpy()
+                                 for batch in tf.split(images, 16)])
+        for name, statistic in (("mean", np.mean), ("std", np.std)):
+            self.assertAllClose(statistic(host, axis=(0, 1)), statistic(device, axis=(0, 1)),
+                                atol=0.05, msg=name)
+        # Total variation distance of pixel histograms: small between the placements, large
+        # between either and the unaugmented images (so the check can tell them apart).
+        plain = preprocessing.normalise(images, "float32").numpy()
+        self.assertLess(_histogram_distance(host, device), 0.05)
+        self.assertGreater(_histogram_distance(host, plain), 0.2)
+
+    def test_without_training_both_only_normalise(self):
+        images = _images(64)
+        expected = tf.cast(images, tf.float32) / 127.5 - 1
+        self.assertAllClose(preprocessing.preprocess(images, training=False,
+                                                     compute_dtype="float32"), expected)
+        self.assertAllClose(input_pipelines.device_preprocessing()(images, training=False),
+                            expected)
+
+    def test_device_layer_casts_to_the_policy_dtype(self):
+        layer = preprocessing.DevicePreprocessing(dtype=tf_keras.mixed_precision.Policy(
+            "mixed_bfloat16"))
+        self.assertEqual(layer(_images(4), training=True).dtype, tf.bfloat16)
+
+    def test_augmented_images_are_crops_of_the_mirrored_original(self):
+        images = _images(256)
+        augmented = preprocessing.augment(images).numpy()
+        self.assertEqual(augmented.shape, (256, 32, 32, 3))
+        self.assertAllInRange(augmented, 0.0, 255.0)
+        # The bright region starts at column 12. Shifted by up to 4 columns it still starts
+        # within 8..16; flipped, it ends within 16..24 and the image starts bright.
+        bright = augmented.mean(axis=(1, 3)) > augmented.mean(axis=(1, 2, 3))[:, None]
+        flipped = bright[:, 0] & ~bright[:, -1]
+        self.assertTrue(np.all(flipped | (bright[:, -1] & ~bright[:, 0])))
+        self.assertBetween(flipped.mean(), 0.35, 0.65)
+        edges = np.where(flipped, 32 - bright[:, ::-1].argmax(axis=1), bright.argmax(axis=1))
+        self.assertAllInRange(np.where(flipped, edges, 0), 0, 24)
+        self.assertAllInRange(edges, 8, 24)
+        self.assertGreater(len(np.unique(edges)), 5)

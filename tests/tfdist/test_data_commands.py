@@ -1,0 +1,127 @@
+"""`tfdist data check` and `tfdist data serve` as a user runs them, and their one-line errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import portpicker
+import pytest
+from absl.testing import parameterized
+
+from tests.input_pipelines.test_pipeline import write_image_tfrecords
+from tests.tfdist.cli_runner import assert_one_line_error
+from tests.tfdist.cli_runner import run_tfdist
+
+
+class _SmallShapes:
+
+    @pytest.fixture(autouse=True)
+    def _data_dir(self, small_shapes_data_dir):
+        self.data_dir = f"--data_dir={small_shapes_data_dir}"
+
+
+class DataCheckTest(_SmallShapes, parameterized.TestCase):
+
+    @parameterized.parameters("auto", "file", "data")
+    def test_exactly_once_exits_0(self, autoshard):
+        json_path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "check.json")
+        result = run_tfdist("data", "check", self.data_dir, "--num_workers=2",
+                            "--replicas_per_worker=2", f"--autoshard={autoshard}",
+                            f"--json={json_path}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("ok: every example read exactly once", result.stdout)
+        with open(json_path, encoding="utf-8") as report_file:
+            report = json.load(report_file)
+        self.assertTrue(report["exactly_once"])
+        self.assertEqual(report["examples_per_worker"], [320, 320])
+
+    def test_duplicates_exit_1(self):
+        result = run_tfdist("data", "check", self.data_dir, "--autoshard=off")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("FAIL: 640 example(s) read more than once, 0 never read", result.stdout)
+
+
+class DataCheckErrorTest(_SmallShapes, parameterized.TestCase):
+
+    def assert_one_line_error(self, result, *expected):
+        assert_one_line_error(self, result, *expected)
+
+    def test_file_sharding_with_too_few_files(self):
+        result = run_tfdist("data", "check", self.data_dir, "--num_workers=16",
+                            "--autoshard=file")
+        self.assert_one_line_error(result, "autoshard=file: 8 file(s) for 16 input pipelines",
+                                   "--autoshard=data")
+
+    def test_global_batch_smaller_than_replicas(self):
+        result = run_tfdist("data", "check", self.data_dir, "--num_workers=2",
+                            "--replicas_per_worker=2", "--global_batch_size=2")
+        self.assert_one_line_error(result, "global_batch_size=2 is smaller than the 4 replicas")
+
+    def test_unprepared_tfds_dataset(self):
+        data_dir = self.enterContext(tempfile.TemporaryDirectory())
+        result = run_tfdist("data", "check", "--dataset=mnist", f"--data_dir={data_dir}")
+        self.assert_one_line_error(result, "dataset='mnist' is not prepared",
+                                   f"tfds build mnist --data_dir={data_dir}", "--download")
+
+    def test_empty_glob(self):
+        result = run_tfdist("data", "check", "--dataset=tfrecord:/nonexistent/*",
+                            "--num_classes=3")
+        self.assert_one_line_error(result, "the pattern /nonexistent/* matches no files")
+
+    def test_damaged_file_is_named_and_can_be_skipped(self):
+        directory = self.enterContext(tempfile.TemporaryDirectory())
+        files = write_image_tfrecords(directory, "train", 2, 8)
+        with open(files[0], "r+b") as damaged:
+            damaged.seek(200)
+            damaged.write(b"garbage!")
+        args = ("data", "check", f"--dataset=tfrecord:{directory}/train-*", "--num_classes=3",
+                "--global_batch_size=2")
+        self.assert_one_line_error(run_tfdist(*args), f"file {files[0]} is damaged",
+                                   "--skip_corrupt_records")
+        skipped = run_tfdist(*args, "--skip_corrupt_records")
+        self.assertEqual(skipped.returncode, 0, skipped.stderr)
+        self.assertIn(f"skipping the rest of {files[0]}", skipped.stderr)
+        self.assertIn("1 of 1 file(s) damaged", skipped.stderr)
+
+
+class DataServeTest(unittest.TestCase):
+
+    def test_serves_until_terminated(self):
+        port = portpicker.pick_unused_port()
+        server = subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-m", "tfdist", "data", "serve", f"--port={port}",
+             "--num_workers=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = server.stdout.readline()
+            self.assertIn(f"dispatcher at grpc://127.0.0.1:{port} with 2 worker(s)", line)
+            self.assertIn(f"--tf_data_service=grpc://127.0.0.1:{port}", line)
+            server.send_signal(signal.SIGTERM)
+            self.assertEqual(server.wait(timeout=60), 0, server.stderr.read())
+        finally:
+            server.kill()
+            server.wait(timeout=60)
+
+
+@pytest.mark.multiprocess
+class TrainThroughServiceTest(_SmallShapes, unittest.TestCase):
+
+    def test_train_reads_through_a_served_pipeline(self):
+        port = portpicker.pick_unused_port()
+        server = subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-m", "tfdist", "data", "serve", f"--port={port}",
+             "--num_workers=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            self.assertIn("dispatcher at", server.stdout.readline())
+            result = run_tfdist("train", self.data_dir,
+                                f"--tf_data_service=grpc://127.0.0.1:{port}", "--epochs=2", "--steps_per_epoch=5", "--validation_steps=2")
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            self.assertIn(f"train: runs on the tf.data service at grpc://127.0.0.1:{port} "
+                          "(distributed_epoch)", result.stderr)
+            self.assertIn("2 epoch(s) of 5 steps", result.stdout)
+        finally:
+            server.terminate()
+            server.wait(timeout=60)
