@@ -124,8 +124,16 @@ def _log_damaged_files(files: list[str]) -> None:
 
 
 def _decode_images(encoded: tf.Tensor, source: Source) -> tf.Tensor:
-    """Decodes a batch of encoded images to uint8 `[B, H, W, C]`, resized if the source says so."""
+    """Decodes a batch of encoded images to uint8 `[B, H, W, C]`, resized if the source says so.
+
+    Raw images decode as one op for the whole batch; JPEG/PNG need one decode per image.
+    """
     height, width, channels = source.info.image_shape
+    if source.raw_image_shape:
+        images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, *source.raw_image_shape])
+        if source.resize:
+            images = tf.cast(tf.image.resize(images, [height, width]), tf.uint8)
+        return images
 
     def decode(image: tf.Tensor) -> tf.Tensor:
         image = tf.io.decode_image(image, channels=channels, expand_animations=False)
@@ -165,8 +173,8 @@ def _host_work(source: Source, placement: Placement, records: tuple[tf.Tensor, .
     host, preprocess."""
     batch = _parse_batch(source, *records)
     if not placement.on_device:
-        batch[IMAGE] = preprocessing.preprocess(batch[IMAGE], training=training,
-                                                compute_dtype=placement.compute_dtype)
+        batch[IMAGE] = preprocessing.preprocess_on_host(batch[IMAGE], training=training,
+                                                        compute_dtype=placement.compute_dtype)
     return batch
 
 

@@ -193,15 +193,21 @@ def draw_examples(num_examples: int, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 
 class TfdistShapes(tfds.core.GeneratorBasedBuilder):
-    """TFDS builder of `tfdist_shapes`: PNG `image`, `label` and an `id` unique across splits.
+    """TFDS builder of `tfdist_shapes`: raw uint8 `image`, `label` and an `id` unique across
+    splits.
+
+    Images are stored as their raw 3,072 bytes, not PNG: the Gaussian noise leaves PNG only 17%
+    smaller, and decoding a 32x32 PNG cost ~55 us of CPU per image (7 ms per batch of 128, the
+    largest cost of the input pipeline), where raw bytes decode as one op per batch.
 
     Train ids are `0..TRAIN_SIZE-1`; validation ids follow them. Every split is written as
     `NUM_SHARDS` files, so that workers can each read a subset of the files. Split sizes and the
     shard count are class attributes so that tests can shrink them.
     """
 
-    VERSION = tfds.core.Version("1.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release."}
+    VERSION = tfds.core.Version("2.0.0")
+    RELEASE_NOTES = {"1.0.0": "Initial release.",
+                     "2.0.0": "Images stored as raw uint8 bytes instead of PNG."}
     TRAIN_SIZE = 10_000
     VALIDATION_SIZE = 2_000
     TRAIN_SEED = 0
@@ -213,7 +219,8 @@ class TfdistShapes(tfds.core.GeneratorBasedBuilder):
             builder=self,
             description=__doc__,
             features=tfds.features.FeaturesDict({
-                "image": tfds.features.Image(shape=IMAGE_SHAPE),
+                "image": tfds.features.Tensor(shape=IMAGE_SHAPE, dtype=np.uint8,
+                                              encoding=tfds.features.Encoding.BYTES),
                 "label": tfds.features.ClassLabel(names=CLASS_NAMES),
                 "id": tfds.features.Scalar(dtype=np.int64),
             }),

@@ -58,6 +58,7 @@ class Source:
       id_key: feature key of a unique int64 example id, or None (the pipeline then identifies
         an example by its file and position).
       resize: resize decoded images to `info.image_shape` (sources whose images vary in size).
+      raw_image_shape: the stored shape of images kept as raw uint8 bytes; None for JPEG/PNG.
     """
     info: DatasetInfo
     files: dict[str, tuple[str, ...]]
@@ -65,6 +66,7 @@ class Source:
     label_key: str
     id_key: str | None
     resize: bool
+    raw_image_shape: tuple[int, int, int] | None = None
 
     @property
     def features(self) -> dict[str, tf.io.FixedLenFeature]:
@@ -87,7 +89,8 @@ def _from_tfds_builder(name: str, builder: tfds.core.DatasetBuilder,
     features = dict(builder.info.features.items())
     image_key, label_key = builder.info.supervised_keys or ("image", "label")
     image, label = features.get(image_key), features.get(label_key)
-    if not (isinstance(image, tfds.features.Image) and
+    raw_images = _is_raw_image(image)
+    if not ((raw_images or isinstance(image, tfds.features.Image)) and
             isinstance(label, tfds.features.ClassLabel)):
         raise InputConfigError(
             f"dataset={name!r} has no image and class-label features; tfdist reads image "
@@ -112,7 +115,15 @@ def _from_tfds_builder(name: str, builder: tfds.core.DatasetBuilder,
         files={ours: _split_files(builder, theirs) for ours, theirs in split_names.items()},
         image_key=image_key, label_key=label_key,
         id_key="id" if isinstance(features.get("id"), tfds.features.Scalar) else None,
-        resize=image_size is not None)
+        resize=image_size is not None,
+        raw_image_shape=tuple(image.shape) if raw_images else None)
+
+
+def _is_raw_image(feature) -> bool:
+    """A uint8 [H, W, C] tensor feature stored as raw bytes (as the built-in dataset is)."""
+    return (isinstance(feature, tfds.features.Tensor) and len(feature.shape) == 3 and
+            None not in feature.shape and feature.dtype == tf.uint8 and
+            feature.get_serialized_info().tf_dtype == tf.string)
 
 
 def _tfds_builder(config: InputConfig) -> tfds.core.DatasetBuilder:

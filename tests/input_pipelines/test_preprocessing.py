@@ -66,8 +66,8 @@ class PlacementTest(tf.test.TestCase):
     def test_host_and_device_give_the_same_distribution(self):
         images = _images()
         host = tf.data.Dataset.from_tensor_slices(images).batch(256).map(
-            lambda batch: preprocessing.preprocess(batch, training=True,
-                                                   compute_dtype="float32"))
+            lambda batch: preprocessing.preprocess_on_host(batch, training=True,
+                                                           compute_dtype="float32"))
         host = np.concatenate(list(host.as_numpy_iterator()))
         layer = input_pipelines.device_preprocessing()
         device = np.concatenate([layer(batch, training=True).numpy()
@@ -109,3 +109,11 @@ class PlacementTest(tf.test.TestCase):
         self.assertAllInRange(np.where(flipped, edges, 0), 0, 24)
         self.assertAllInRange(edges, 8, 24)
         self.assertGreater(len(np.unique(edges)), 5)
+
+    def test_host_augmentation_draws_anew_for_every_batch(self):
+        images = _images(16)
+        batches = list(tf.data.Dataset.from_tensors(images).repeat(3).map(
+            lambda batch: preprocessing.preprocess_on_host(batch, training=True,
+                                                           compute_dtype="float32")))
+        self.assertNotAllClose(batches[0], batches[1])
+        self.assertNotAllClose(batches[1], batches[2])
