@@ -122,7 +122,7 @@ def _from_tfds_builder(name: str, builder: tfds.core.DatasetBuilder,
 def _is_raw_image(feature) -> bool:
     """A uint8 [H, W, C] tensor feature stored as raw bytes (as the built-in dataset is)."""
     return (isinstance(feature, tfds.features.Tensor) and len(feature.shape) == 3 and
-            None not in feature.shape and feature.dtype == tf.uint8 and
+            None not in feature.shape and feature.tf_dtype == tf.uint8 and
             feature.get_serialized_info().tf_dtype == tf.string)
 
 
