@@ -101,6 +101,10 @@ def main(argv: list[str]) -> int:
         print(USAGE)
         return 0
     command, flag_args = _command_and_args(args)
+    if command in GROUPS:
+        return _fail(command, f"needs a sub-command: "
+                              f"{' or '.join(f'{command} {sub}' for sub in GROUPS[command])} "
+                              "(see `tfdist --help`).")
     if command not in COMMANDS:
         return _fail(command, f"unknown command {command!r}; use one of "
                               f"{', '.join(COMMANDS)} (see `tfdist --help`).")

@@ -67,7 +67,7 @@ class BadInputTest(parameterized.TestCase):
         ("unknown_preprocess_on", ["train", "--preprocess_on=gpu"], "--preprocess_on=gpu"),
         ("bad_service_address", ["train", "--tf_data_service=localhost:5050"],
          "tf_data_service='localhost:5050'"),
-        ("data_without_subcommand", ["data"], "'data'"),
+        ("data_without_subcommand", ["data"], "needs a sub-command: data check or data serve"),
         ("unknown_data_subcommand", ["data", "chek"], "'data chek'"),
         ("train_flag_to_data_check", ["data", "check", "--epochs=2"], "--epochs"),
         ("zero_service_workers", ["data", "serve", "--num_workers=0"], "--num_workers=0"),
