@@ -42,12 +42,11 @@ def raise_if_damaged(files: list[str] | tuple[str, ...]) -> None:
 def count(files: list[str] | tuple[str, ...], skip_corrupt: bool) -> int:
     """Records in `files`; a damaged file counts up to its damage when `skip_corrupt`, else
     raises its `damage_error`."""
-    dataset = tf.data.TFRecordDataset(list(files))
     if skip_corrupt:
         return _count(tf.data.Dataset.from_tensor_slices(list(files)).interleave(
             lambda path: tf.data.TFRecordDataset(path).ignore_errors(), cycle_length=1))
     try:
-        return _count(dataset)
+        return _count(tf.data.TFRecordDataset(list(files)))
     except tf.errors.DataLossError:
         raise_if_damaged(files)
         raise

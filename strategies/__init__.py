@@ -49,6 +49,12 @@ def configure_local_devices(config: StrategyConfig) -> None:
     devices.configure(config)
 
 
+def start_server(cluster: ClusterConfig):
+    """Starts the `tf.distribute.Server` a parameter-server worker or ps task runs."""
+    from strategies import server  # pylint: disable=import-outside-toplevel
+    return server.start_server(cluster)
+
+
 def kind_of(strategy) -> StrategyKind:
     """Returns which `StrategyKind` a built strategy is (e.g. what `auto` resolved to)."""
     from strategies import factory  # pylint: disable=import-outside-toplevel

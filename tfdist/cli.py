@@ -28,6 +28,8 @@ commands:
            per worker, duplicates and missing examples (exit 1 unless each is read once)
   data serve
            run a tf.data service dispatcher and workers for --tf_data_service
+  launch   start a local cluster, one process per task with its own TF_CONFIG:
+           tfdist launch --num_workers=2 -- train --strategy=multi_worker_mirrored
 
 `tfdist <command> --help` lists a command's flags; --helpfull lists every flag."""
 
@@ -43,7 +45,9 @@ def _fail(command: str, message: object) -> int:
 def _train() -> int:
     config = tfdist_flags.run_config(strategies.from_environment())
     import_tensorflow(config.show_tf_logs)
-    from tfdist import run, summary  # pylint: disable=import-outside-toplevel
+    from tfdist import run, serve, summary  # pylint: disable=import-outside-toplevel
+    if run.serves(config):
+        return serve.serve(config.cluster)
     print(summary.format_line(run.train(config)))
     return 0
 
@@ -68,8 +72,14 @@ def _data_serve() -> int:
     return data_serve.main(*tfdist_flags.data_serve_options())
 
 
+def _launch(command: list[str]) -> int:
+    from tfdist import launch  # pylint: disable=import-outside-toplevel
+    return launch.main(tfdist_flags.launch_config(command))
+
+
 COMMANDS = {"train": _train, "doctor": _doctor, "data check": _data_check,
-            "data serve": _data_serve}
+            "data serve": _data_serve, "launch": _launch}
+_TAKES_A_COMMAND = ("launch",)
 GROUPS = {"data": ("check", "serve")}
 
 
@@ -108,6 +118,10 @@ def main(argv: list[str]) -> int:
     if command not in COMMANDS:
         return _fail(command, f"unknown command {command!r}; use one of "
                               f"{', '.join(COMMANDS)} (see `tfdist --help`).")
+    child_command = []
+    if command in _TAKES_A_COMMAND and "--" in flag_args:
+        split = flag_args.index("--")
+        flag_args, child_command = flag_args[:split], flag_args[split + 1:]
     if _help(command, flag_args):
         return 0
     try:
@@ -117,7 +131,8 @@ def main(argv: list[str]) -> int:
     except tfdist_flags.UsageError as error:
         return _fail(command, error)
     try:
-        return COMMANDS[command]()
+        return COMMANDS[command](child_command) if command in _TAKES_A_COMMAND \
+            else COMMANDS[command]()
     except USER_ERRORS as error:
         return _fail(command, error)
 

@@ -5,6 +5,7 @@ immutable configs to the rest of the code. Pure Python: TensorFlow is imported a
 """
 
 from absl import flags
+from absl import logging  # noqa: F401  (defines --log_dir, which launch uses)
 
 from input_pipelines import DATASET_FORMS
 from input_pipelines import AutoShard
@@ -21,6 +22,7 @@ from tfdist.config import OptimizerName
 from tfdist.config import Precision
 from tfdist.config import RunConfig
 from tfdist.config import TrainConfig
+from tfdist.launch import LaunchConfig
 
 FLAGS = flags.FLAGS
 
@@ -120,13 +122,24 @@ flags.DEFINE_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuff
 flags.DEFINE_bool("tf_logs", False, "Show TensorFlow's start-up and C++ logs (hidden by default).")
 # Data check and serve.
 flags.DEFINE_integer("num_workers", 2,
-                     "data check: workers to simulate; data serve: tf.data service workers to "
-                     "start.", lower_bound=1)
+                     "launch: worker tasks to start; data check: workers to simulate; data "
+                     "serve: tf.data service workers to start.", lower_bound=1)
 flags.DEFINE_integer("replicas_per_worker", 1, "data check: replicas on each simulated worker.",
                      lower_bound=1)
 flags.DEFINE_string("json", None, "data check: also write the report as JSON to this path.")
 flags.DEFINE_integer("port", 5050, "data serve: port of the tf.data service dispatcher.",
                      lower_bound=1, upper_bound=65535)
+# Launch.
+flags.DEFINE_integer("num_ps", 0, "launch: parameter-server (ps) tasks to start.", lower_bound=0)
+flags.DEFINE_bool("chief", False, "launch: start a chief task (the parameter-server coordinator).")
+flags.DEFINE_bool("evaluator", False, "launch: start an evaluator task.")
+# --log_dir is absl.logging's flag (imported above); launch writes DIR/<type>-<index>.log there.
+FLAGS["log_dir"].help = "launch: write each task's output to DIR/<type>-<index>.log."
+flags.DEFINE_integer("max_restarts", 0,
+                     "launch: restart a failed task (every task without ps) up to K times.",
+                     lower_bound=0)
+flags.DEFINE_float("timeout_s", None,
+                   "launch: stop every task and exit 124 after this many seconds; unset waits.")
 # Doctor.
 flags.DEFINE_string("tf_config", None,
                     "TF_CONFIG JSON to check instead of the TF_CONFIG environment variable.")
@@ -146,6 +159,8 @@ COMMAND_FLAGS = {
     "data check": _SOURCE_FLAGS + ("seed", "num_workers", "replicas_per_worker", "json",
                                    "tf_logs"),
     "data serve": ("port", "num_workers", "tf_logs"),
+    "launch": ("num_workers", "num_ps", "chief", "evaluator", "log_dir", "max_restarts",
+               "timeout_s"),
 }
 
 
@@ -196,6 +211,12 @@ def data_check_options() -> tuple[int, int, str | None]:
 def data_serve_options() -> tuple[int, int]:
     """`tfdist data serve`'s (port, num_workers)."""
     return FLAGS.port, FLAGS.num_workers
+
+
+def launch_config(command: list[str]) -> LaunchConfig:
+    """The parsed `tfdist launch` flags and the command after `--` as a `LaunchConfig`."""
+    return LaunchConfig(command=tuple(command), **{name: FLAGS[name].value
+                                                   for name in COMMAND_FLAGS["launch"]})
 
 
 def tf_config() -> str | None:

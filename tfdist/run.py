@@ -7,6 +7,7 @@ import tf_keras
 
 import strategies
 from strategies import StrategyKind
+from strategies import TaskType
 from tfdist import precision
 from tfdist import summary as run_summary
 from tfdist import training
@@ -21,6 +22,16 @@ def setup(config: RunConfig) -> tf.distribute.Strategy:
     strategy = strategies.build(config.strategy, config.cluster)  # Splits the CPU first.
     tf_keras.utils.set_random_seed(config.train.seed)
     return strategy
+
+
+def serves(config: RunConfig) -> bool:
+    """Whether this task is a parameter-server `worker` or `ps`: it runs a server, not `fit`."""
+    cluster = config.cluster
+    if cluster is None or cluster.task.type not in (TaskType.WORKER, TaskType.PS):
+        return False
+    kind = strategies.resolve_kind(config.strategy.strategy, cluster,
+                                   strategies.num_replica_devices(config.strategy))
+    return kind is StrategyKind.PARAMETER_SERVER
 
 
 def _num_workers(kind: StrategyKind, config: RunConfig) -> int:

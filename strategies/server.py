@@ -1,0 +1,19 @@
+"""The gRPC server that parameter-server `worker` and `ps` tasks run for the chief to use."""
+
+import tensorflow as tf
+
+from strategies.cluster import ClusterConfig
+from strategies.resolver import cluster_resolver
+
+
+def start_server(cluster: ClusterConfig) -> tf.distribute.Server:
+    """Starts this task's `tf.distribute.Server` and returns it (it serves until the process ends).
+
+    Worker servers get `inter_op_parallelism_threads >= num_workers + 1`: with fewer, the
+    closures the coordinator schedules can wait on each other and hang on small machines.
+    """
+    config = tf.compat.v1.ConfigProto(
+        inter_op_parallelism_threads=max(len(cluster.jobs.get("worker", ())) + 1, 2))
+    return tf.distribute.Server(cluster_resolver(cluster).cluster_spec(),
+                                job_name=cluster.task.type.value, task_index=cluster.task.index,
+                                protocol=cluster.rpc_layer or "grpc", config=config, start=True)

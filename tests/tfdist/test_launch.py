@@ -1,0 +1,151 @@
+"""`tfdist launch` with real processes on 127.0.0.1: output, logs, restarts, timeouts, errors.
+
+The supervision tests launch small Python programs (no TensorFlow), so they take seconds; the
+cluster tests run `tfdist train` under multi-worker mirrored and parameter server.
+"""
+
+import json
+import os
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+
+import pytest
+from absl.testing import parameterized
+
+from tests.tfdist.cli_runner import assert_one_line_error
+from tests.tfdist.cli_runner import run_tfdist
+
+# Prints its task from TF_CONFIG; fails on the first run of worker 1 (a marker file records it).
+_FLAKY_TASK = textwrap.dedent("""
+    import json, os, sys
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    print("task", task["type"], task["index"], "keras", os.environ.get("TF_USE_LEGACY_KERAS"))
+    marker = os.path.join(sys.argv[1], "failed-once")
+    if task["index"] == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        sys.exit(3)
+""")
+
+
+class _Scratch:
+
+    @pytest.fixture(autouse=True)
+    def _scratch(self, tmp_path):
+        self.dir = str(tmp_path)
+
+    def script(self, text: str) -> str:
+        path = os.path.join(self.dir, "task.py")
+        with open(path, "w", encoding="utf-8") as script_file:
+            script_file.write(text)
+        return path
+
+
+class SupervisionTest(_Scratch, unittest.TestCase):
+
+    def test_prefixes_output_writes_logs_and_sets_tf_config(self):
+        script = self.script(_FLAKY_TASK.replace('task["index"] == 1', "False"))
+        logs = os.path.join(self.dir, "logs")
+        result = run_tfdist("launch", "--num_workers=2", f"--log_dir={logs}", "--",
+                            sys.executable, script, self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout, r"tfdist launch: started worker:1 pid=\d+")
+        self.assertIn("[worker:0] task worker 0 keras 1", result.stdout)
+        self.assertIn("[worker:1] task worker 1 keras 1", result.stdout)
+        with open(os.path.join(logs, "worker-1.log"), encoding="utf-8") as log:
+            self.assertEqual(log.read(), "task worker 1 keras 1\n")
+
+    def test_failed_worker_restarts_the_group(self):
+        result = run_tfdist("launch", "--num_workers=2", "--max_restarts=1", "--",
+                            sys.executable, self.script(_FLAKY_TASK), self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("worker:1 exited with status 3; restarting every task (1/1)",
+                      result.stderr)
+        self.assertEqual(result.stdout.count("[worker:0] task worker 0"), 2)
+
+    def test_final_failure_stops_everything_with_the_tasks_status(self):
+        script = self.script(_FLAKY_TASK.replace("not os.path.exists(marker)", "True") +
+                             "import time\ntime.sleep(600)\n")
+        start = time.monotonic()
+        result = run_tfdist("launch", "--num_workers=2", "--", sys.executable, script, self.dir)
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("worker:1 exited with status 3 after 0 restart(s); stopped every task",
+                      result.stderr)
+        self.assertLess(time.monotonic() - start, 60)
+
+    def test_timeout_stops_everything(self):
+        script = self.script("import time\ntime.sleep(600)\n")
+        start = time.monotonic()
+        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=2", "--", sys.executable,
+                            script)
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertIn("timed out after 2 s; stopped every task", result.stderr)
+        self.assertLess(time.monotonic() - start, 60)
+
+
+class BadLaunchTest(_Scratch, parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("no_command", ["--num_workers=2"], "launch needs a command after `--`"),
+        ("empty_command", ["--num_workers=2", "--"], "launch needs a command after `--`"),
+        ("not_executable", ["--", "no-such-program-xyz"],
+         "command 'no-such-program-xyz' is not an executable file or on PATH"),
+        ("ps_without_chief", ["--num_ps=1", "--", "python"], "num_ps=1 needs a coordinator"),
+        ("negative_restarts", ["--max_restarts=-1", "--", "python"], "--max_restarts=-1"),
+    )
+    def test_one_line_error(self, args, expected):
+        assert_one_line_error(self, run_tfdist("launch", *args), expected)
+
+
+@pytest.mark.multiprocess
+class ClusterLaunchTest(_Scratch, unittest.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _data(self, small_shapes_data_dir):
+        self.data_dir = small_shapes_data_dir
+
+    def _launch_train(self, *launch_args: str, strategy: str) -> dict:
+        metrics = os.path.join(self.dir, "metrics.json")
+        result = run_tfdist("launch", *launch_args, "--timeout_s=400", "--", "train",
+                            f"--strategy={strategy}", f"--data_dir={self.data_dir}",
+                            "--epochs=2", "--steps_per_epoch=4", "--validation_steps=2",
+                            "--global_batch_size=32", f"--metrics_json={metrics}")
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        with open(metrics, encoding="utf-8") as metrics_file:
+            return json.load(metrics_file)
+
+    def test_multi_worker_mirrored(self):
+        metrics = self._launch_train("--num_workers=2", strategy="multi_worker_mirrored")
+        self.assertEqual((metrics["strategy"], metrics["num_workers"]),
+                         ("multi_worker_mirrored", 2))
+
+    def test_parameter_server(self):
+        metrics = self._launch_train("--num_workers=2", "--num_ps=1", "--chief",
+                                     strategy="parameter_server")
+        self.assertEqual((metrics["strategy"], metrics["num_workers"]), ("parameter_server", 2))
+
+
+    def test_unmodified_tf_keras_multi_worker_script(self):
+        script = self.script(textwrap.dedent("""
+            import numpy as np
+            import tensorflow as tf
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            with strategy.scope():
+                model = tf.keras.Sequential([tf.keras.layers.Input((4,)),
+                                             tf.keras.layers.Dense(1)])
+                model.compile("sgd", "mse")
+            x = np.ones((64, 4), "float32")
+            model.fit(x, x.sum(1), epochs=1, batch_size=16, verbose=0)
+            print("replicas", strategy.num_replicas_in_sync, "keras", tf.keras.__name__)
+        """))
+        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=300", "--", sys.executable,
+                            script)
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:])
+        for index in (0, 1):
+            self.assertIn(f"[worker:{index}] replicas 2 keras tf_keras", result.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,56 @@
+"""Parameter-server `worker` and `ps` tasks under `tfdist train`: serve until the chief is done.
+
+The chief (the coordinator) listens on its TF_CONFIG address while it trains. A server task
+probes that address every few seconds: once the chief has answered and then stops answering, the
+job is over and the task exits 0, instead of serving forever.
+"""
+
+import socket
+import time
+
+import strategies
+from strategies import ClusterConfig
+from tfdist.config import ConfigError
+
+PROBE_EVERY_S = 2.0
+GONE_AFTER_MISSES = 3
+FIRST_CONTACT_TIMEOUT_S = 600.0
+_CONNECT_TIMEOUT_S = 2.0
+
+
+def answers(address: str) -> bool:
+    """Whether something accepts TCP connections at `host:port` (IPv6 hosts in brackets)."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=_CONNECT_TIMEOUT_S):
+            return True
+    except OSError:
+        return False
+
+
+def serve(cluster: ClusterConfig) -> int:
+    """Runs this task's server until the chief has come and gone; returns 0.
+
+    Raises:
+      ConfigError: the chief never answered within `FIRST_CONTACT_TIMEOUT_S`.
+    """
+    server = strategies.start_server(cluster)
+    chief = cluster.jobs["chief"][0]
+    task = f"{cluster.task.type.value}:{cluster.task.index}"
+    print(f"tfdist: {task} serving at {cluster.task_address} until the chief at {chief} "
+          "finishes", flush=True)
+    started, seen, misses = time.monotonic(), False, 0
+    while True:
+        if answers(chief):
+            seen, misses = True, 0
+        elif seen:
+            misses += 1
+            if misses >= GONE_AFTER_MISSES:
+                print(f"tfdist: {task}: the chief at {chief} has finished; stopping", flush=True)
+                del server
+                return 0
+        elif time.monotonic() - started > FIRST_CONTACT_TIMEOUT_S:
+            raise ConfigError(f"chief at {chief} did not answer within "
+                              f"{FIRST_CONTACT_TIMEOUT_S:g} s; start the chief task (or check "
+                              "TF_CONFIG with `tfdist doctor`).")
+        time.sleep(PROBE_EVERY_S)
