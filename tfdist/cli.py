@@ -30,11 +30,14 @@ commands:
            run a tf.data service dispatcher and workers for --tf_data_service
   launch   start a local cluster, one process per task with its own TF_CONFIG:
            tfdist launch --num_workers=2 -- train --strategy=multi_worker_mirrored
+  manifest write a Kubeflow TFJob (--format=tfjob) or Slurm sbatch script (--format=slurm)
+           for a train command: tfdist manifest --image=IMG --num_workers=4 -- train ...
 
 `tfdist <command> --help` lists a command's flags; --helpfull lists every flag."""
 
 EXIT_USAGE = 2
-USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError)
+USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError,
+               tfdist_flags.UsageError)
 
 
 def _fail(command: str, message: object) -> int:
@@ -42,8 +45,18 @@ def _fail(command: str, message: object) -> int:
     return EXIT_USAGE
 
 
+def _cluster() -> strategies.ClusterConfig | None:
+    """The cluster from TF_CONFIG, or from the Slurm job step with --cluster_resolver=slurm."""
+    slurm = tfdist_flags.slurm_layout()
+    if slurm is None:
+        return strategies.from_environment()
+    import_tensorflow(tfdist_flags.show_tf_logs())  # The Slurm resolver is TensorFlow's.
+    from strategies import slurm as slurm_cluster  # pylint: disable=import-outside-toplevel
+    return slurm_cluster.cluster_from_slurm(**slurm)
+
+
 def _train() -> int:
-    config = tfdist_flags.run_config(strategies.from_environment())
+    config = tfdist_flags.run_config(_cluster())
     import_tensorflow(config.show_tf_logs)
     from tfdist import run, serve, summary  # pylint: disable=import-outside-toplevel
     if run.serves(config):
@@ -77,9 +90,15 @@ def _launch(command: list[str]) -> int:
     return launch.main(tfdist_flags.launch_config(command))
 
 
+def _manifest(command: list[str]) -> int:
+    from tfdist import manifest  # pylint: disable=import-outside-toplevel
+    print(manifest.from_options(command, **tfdist_flags.manifest_options()), end="")
+    return 0
+
+
 COMMANDS = {"train": _train, "doctor": _doctor, "data check": _data_check,
-            "data serve": _data_serve, "launch": _launch}
-_TAKES_A_COMMAND = ("launch",)
+            "data serve": _data_serve, "launch": _launch, "manifest": _manifest}
+_TAKES_A_COMMAND = ("launch", "manifest")
 GROUPS = {"data": ("check", "serve")}
 
 

@@ -140,10 +140,27 @@ flags.DEFINE_integer("max_restarts", 0,
                      lower_bound=0)
 flags.DEFINE_float("timeout_s", None,
                    "launch: stop every task and exit 124 after this many seconds; unset waits.")
+# Manifest and Slurm.
+flags.DEFINE_enum("format", "tfjob", ["tfjob", "slurm"],
+                  "manifest: a Kubeflow TFJob (YAML) or a Slurm sbatch script.")
+flags.DEFINE_string("name", "tfdist", "manifest: the TFJob name or Slurm job name.")
+flags.DEFINE_string("image", None, "manifest: container image of a TFJob (with tfdist in it).")
+flags.DEFINE_enum("restart_policy", "OnFailure", ["OnFailure", "Never", "Always", "ExitCode"],
+                  "manifest: TFJob replicas' restart policy.")
+flags.DEFINE_string("time_limit", "01:00:00", "manifest: Slurm --time of the job.")
+flags.DEFINE_integer("gpus_per_task", 0, "manifest: Slurm --gpus-per-task.", lower_bound=0)
+flags.DEFINE_enum("cluster_resolver", "tf_config", ["tf_config", "slurm"],
+                  "train: read the cluster from TF_CONFIG, or from the Slurm job step (each task "
+                  "started by srun; with --slurm_port_base, --num_ps and --chief as `tfdist "
+                  "manifest --format=slurm` writes them).")
+flags.DEFINE_integer("slurm_port_base", 8888,
+                     "train: port of the first task on each Slurm node; the n-th uses base + n.",
+                     lower_bound=1, upper_bound=65535)
 # Doctor.
 flags.DEFINE_string("tf_config", None,
                     "TF_CONFIG JSON to check instead of the TF_CONFIG environment variable.")
 
+_SLURM_FLAGS = ("cluster_resolver", "slurm_port_base", "num_ps", "chief")
 _STRATEGY_FLAGS = ("strategy", "num_gpus", "num_cpu_devices", "all_reduce", "num_packs",
                    "collective", "collective_timeout_s", "variable_partition")
 _SOURCE_FLAGS = ("dataset", "data_dir", "download", "num_classes", "image_size",
@@ -154,13 +171,15 @@ _TRAIN_FLAGS = ("model", "epochs", "steps_per_epoch", "validation_steps", "steps
                 "optimizer", "learning_rate", "mixed_precision", "model_dir", "metrics_json",
                 "seed")
 COMMAND_FLAGS = {
-    "train": _STRATEGY_FLAGS + _INPUT_FLAGS + _TRAIN_FLAGS + ("tf_logs",),
+    "train": _STRATEGY_FLAGS + _INPUT_FLAGS + _TRAIN_FLAGS + _SLURM_FLAGS + ("tf_logs",),
     "doctor": _STRATEGY_FLAGS + ("tf_config", "tf_logs"),
     "data check": _SOURCE_FLAGS + ("seed", "num_workers", "replicas_per_worker", "json",
                                    "tf_logs"),
     "data serve": ("port", "num_workers", "tf_logs"),
     "launch": ("num_workers", "num_ps", "chief", "evaluator", "log_dir", "max_restarts",
                "timeout_s"),
+    "manifest": ("format", "name", "image", "num_workers", "num_ps", "chief", "evaluator",
+                 "restart_policy", "time_limit", "gpus_per_task"),
 }
 
 
@@ -217,6 +236,27 @@ def launch_config(command: list[str]) -> LaunchConfig:
     """The parsed `tfdist launch` flags and the command after `--` as a `LaunchConfig`."""
     return LaunchConfig(command=tuple(command), **{name: FLAGS[name].value
                                                    for name in COMMAND_FLAGS["launch"]})
+
+
+def slurm_layout() -> dict | None:
+    """`cluster_from_slurm`'s arguments when `--cluster_resolver=slurm`, else None.
+
+    Raises:
+      UsageError: --num_ps, --chief or --slurm_port_base given without the Slurm resolver.
+    """
+    if FLAGS.cluster_resolver != "slurm":
+        for name in _SLURM_FLAGS[1:]:
+            if FLAGS[name].present:
+                raise UsageError(f"--{name} describes a Slurm cluster; add "
+                                 "--cluster_resolver=slurm, or drop it (TF_CONFIG describes "
+                                 "the cluster otherwise).")
+        return None
+    return {"port_base": FLAGS.slurm_port_base, "num_ps": FLAGS.num_ps, "chief": FLAGS.chief}
+
+
+def manifest_options() -> dict:
+    """`tfdist manifest`'s flags, by name."""
+    return {name: FLAGS[name].value for name in COMMAND_FLAGS["manifest"]}
 
 
 def tf_config() -> str | None:

@@ -287,3 +287,26 @@ def _yaml_char(char: str) -> str:
         return char
     code = ord(char)
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def from_options(command: Sequence[str], *, format: str, name: str, image: str | None,  # pylint: disable=redefined-builtin
+                 num_workers: int, num_ps: int, chief: bool, evaluator: bool,
+                 restart_policy: str, time_limit: str, gpus_per_task: int) -> str:
+    """The manifest `tfdist manifest` prints for `command` (`train ...`, or train flags alone).
+
+    Raises:
+      ManifestError: no command, a TFJob without --image, or an invalid layout.
+    """
+    train_args = list(command)[1:] if list(command)[:1] == ["train"] else list(command)
+    if not command:
+        raise ManifestError("manifest needs the train command after `--`, e.g. `tfdist manifest "
+                            "--image=IMAGE --num_workers=2 -- train --strategy=auto`.")
+    if format == "tfjob":
+        if not image:
+            raise ManifestError("image=None: a TFJob runs a container image; pass --image=IMAGE "
+                                "(an image with tfdist installed).")
+        return tfjob(name=name, image=image, train_args=train_args, num_workers=num_workers,
+                     num_ps=num_ps, chief=chief, evaluator=evaluator,
+                     restart_policy=restart_policy)
+    return slurm(job_name=name, train_args=train_args, num_workers=num_workers, num_ps=num_ps,
+                 chief=chief, time_limit=time_limit, gpus_per_task=gpus_per_task)
