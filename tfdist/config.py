@@ -43,7 +43,8 @@ class TrainConfig:
     """How to train: model, schedule, optimizer, precision and where results go.
 
     `steps_per_epoch=None` covers the training split once per epoch; `validation_steps=None`
-    reads the whole validation split.
+    reads the whole validation split. With `model_dir`, a backup is written every epoch or every
+    `backup_every` steps, and a restarted job resumes from it.
     """
     model: ModelName = ModelName.SMALL_CNN
     epochs: int = 3
@@ -54,6 +55,7 @@ class TrainConfig:
     learning_rate: float = 3e-3
     mixed_precision: Precision = Precision.FLOAT32
     model_dir: str | None = None
+    backup_every: str = "epoch"
     metrics_json: str | None = None
     seed: int = 0
 
@@ -66,6 +68,10 @@ class TrainConfig:
             value = getattr(self, field)
             if value is not None and value < 1:
                 raise ConfigError(f"{field}={value} must be a positive integer.")
+        if self.backup_every != "epoch" and not (self.backup_every.isdigit() and
+                                                 int(self.backup_every) > 0):
+            raise ConfigError(f"backup_every={self.backup_every!r} is neither 'epoch' nor a "
+                              "positive number of steps; use --backup_every=epoch or e.g. 100.")
         if not self.learning_rate > 0:
             raise ConfigError(f"learning_rate={self.learning_rate} must be positive, e.g. 0.001.")
 

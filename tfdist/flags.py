@@ -117,6 +117,9 @@ flags.DEFINE_enum("mixed_precision", "float32", _values(Precision),
                   "Dtype policy; mixed_float16 adds dynamic loss scaling.")
 flags.DEFINE_string("model_dir", None,
                     "Where checkpoints and TensorBoard logs go; unset keeps nothing.")
+flags.DEFINE_string("backup_every", "epoch",
+                    "With --model_dir: back up training state every epoch or every N steps, so "
+                    "a restarted job resumes where it stopped.")
 flags.DEFINE_string("metrics_json", None, "Write the run summary as JSON to this path.")
 flags.DEFINE_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.")
 flags.DEFINE_bool("tf_logs", False, "Show TensorFlow's start-up and C++ logs (hidden by default).")
@@ -168,7 +171,8 @@ _SOURCE_FLAGS = ("dataset", "data_dir", "download", "num_classes", "image_size",
                  "deterministic", "datasets_num_private_threads", "skip_corrupt_records")
 _INPUT_FLAGS = _SOURCE_FLAGS + ("preprocess_on", "tf_data_service", "tf_data_service_mode")
 _TRAIN_FLAGS = ("model", "epochs", "steps_per_epoch", "validation_steps", "steps_per_execution",
-                "optimizer", "learning_rate", "mixed_precision", "model_dir", "metrics_json",
+                "optimizer", "learning_rate", "mixed_precision", "model_dir", "backup_every",
+                "metrics_json",
                 "seed")
 COMMAND_FLAGS = {
     "train": _STRATEGY_FLAGS + _INPUT_FLAGS + _TRAIN_FLAGS + _SLURM_FLAGS + ("tf_logs",),

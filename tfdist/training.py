@@ -108,11 +108,16 @@ def _build_model(config: RunConfig, info: DatasetInfo, placement) -> tf_keras.Mo
     return model
 
 
-def _output_callbacks(model_dir: str | None) -> list[tf_keras.callbacks.Callback]:
-    """Per-epoch checkpoints and TensorBoard logs; tf-keras keeps non-chief copies temporary."""
+def _output_callbacks(model_dir: str | None,
+                      backup_every: str) -> list[tf_keras.callbacks.Callback]:
+    """Backup and restore, per-epoch checkpoints and TensorBoard logs; tf-keras keeps
+    non-chief copies temporary."""
     if not model_dir:
         return []
     return [
+        tf_keras.callbacks.BackupAndRestore(
+            os.path.join(model_dir, "backup"),
+            save_freq="epoch" if backup_every == "epoch" else int(backup_every)),
         tf_keras.callbacks.ModelCheckpoint(
             os.path.join(model_dir, "checkpoints", "epoch-{epoch:03d}"), save_weights_only=True),
         tf_keras.callbacks.TensorBoard(os.path.join(model_dir, "logs")),
@@ -157,7 +162,8 @@ def fit(config: RunConfig, strategy: tf.distribute.Strategy) -> FitResult:
         history = model.fit(_distribute(strategy, train_fn),
                             epochs=config.train.epochs,
                             steps_per_epoch=steps,
-                            callbacks=[timer] + _output_callbacks(config.train.model_dir),
+                            callbacks=[timer] + _output_callbacks(config.train.model_dir,
+                                                                 config.train.backup_every),
                             verbose=2,
                             **_validation(config, info, strategy, placement))
     except tf.errors.DataLossError:

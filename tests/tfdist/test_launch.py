@@ -147,5 +147,61 @@ class ClusterLaunchTest(_Scratch, unittest.TestCase):
             self.assertIn(f"[worker:{index}] replicas 2 keras tf_keras", result.stdout)
 
 
+# `tfdist train` with a callback that kills worker 1 at epoch 2, step 2 of its first attempt
+# (a marker file records it) and prints a checksum of the weights when training ends.
+_TRAIN_CRASHING_ONCE = textwrap.dedent("""
+    import json, os, sys
+    import tfdist
+    from tfdist import cli, training
+    import tensorflow as tf
+    import tf_keras
+
+    marker, args = sys.argv[1], sys.argv[2:]
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+
+    class CrashOnce(tf_keras.callbacks.Callback):
+        epoch = 0
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+        def on_train_batch_end(self, batch, logs=None):
+            if index == 1 and self.epoch == 1 and batch == 1 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(7)
+        def on_train_end(self, logs=None):
+            total = sum(float(tf.reduce_sum(weight)) for weight in self.model.weights)
+            print(f"weights {total:.6f}", flush=True)
+
+    callbacks = training._output_callbacks
+    training._output_callbacks = lambda *a: callbacks(*a) + [CrashOnce()]
+    sys.exit(cli.main(["tfdist", "train", *args]))
+""")
+
+
+@pytest.mark.multiprocess
+class FaultToleranceTest(_Scratch, unittest.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _data(self, small_shapes_data_dir):
+        self.data_dir = small_shapes_data_dir
+
+    def test_multi_worker_group_restarts_and_resumes_from_the_backup(self):
+        result = run_tfdist(
+            "launch", "--num_workers=2", "--max_restarts=1", "--timeout_s=500", "--",
+            sys.executable, self.script(_TRAIN_CRASHING_ONCE), os.path.join(self.dir, "crashed"),
+            "--strategy=multi_worker_mirrored", f"--data_dir={self.data_dir}", "--epochs=3",
+            "--steps_per_epoch=4", "--validation_steps=1", "--global_batch_size=32",
+            f"--model_dir={os.path.join(self.dir, 'model')}", "--collective_timeout_s=60")
+        self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-2000:])
+        self.assertIn("worker:1 exited with status 7; restarting every task (1/1)",
+                      result.stderr)
+        worker_0 = [line for line in result.stdout.splitlines()
+                    if line.startswith("[worker:0]")]
+        self.assertEqual(sum("Epoch 1/3" in line for line in worker_0), 1, "epoch 1 redone")
+        self.assertEqual(sum("Epoch 3/3" in line for line in worker_0), 1)
+        checksums = {line.split("weights ")[1] for line in result.stdout.splitlines()
+                     if "] weights " in line}
+        self.assertEqual(len(checksums), 1, result.stdout[-2000:])
+
+
 if __name__ == "__main__":
     unittest.main()
