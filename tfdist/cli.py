@@ -69,7 +69,8 @@ def _doctor() -> int:
     # pylint: disable=import-outside-toplevel
     from tfdist import doctor
     return doctor.main(tfdist_flags.tf_config(), tfdist_flags.strategy_config(),
-                       show_tf_logs=tfdist_flags.show_tf_logs())
+                       show_tf_logs=tfdist_flags.show_tf_logs(),
+                       probe_timeout_s=tfdist_flags.probe_timeout_s())
 
 
 def _data_check() -> int:

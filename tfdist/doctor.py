@@ -1,14 +1,18 @@
 """`tfdist doctor`: checks TF_CONFIG and this machine before a cluster job starts.
 
 Prints the cluster, this task's role, the local devices and the strategy `auto` would pick.
-Exits 0 when sound; a problem is raised as a one-line error (the CLI exits 2).
+Exits 0 when sound; a problem is raised as a one-line error (the CLI exits 2). `--probe` adds a
+bounded network check of every task (exit 1 when a peer cannot be resolved or reached).
 """
 
 import strategies
 from strategies import ClusterConfig
 from strategies import StrategyConfig
 from strategies import StrategyKind
+from tfdist import probe
 from tfdist.process import import_tensorflow
+
+EXIT_PROBE_PROBLEMS = 1
 
 
 def _cluster_lines(cluster: ClusterConfig | None, source: str) -> list[str]:
@@ -42,8 +46,22 @@ def _strategy_line(config: StrategyConfig, cluster: ClusterConfig | None) -> str
             f"({workers} worker(s), {replicas} local replica device(s))")
 
 
-def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool) -> int:
-    """Checks `tf_config` (else the TF_CONFIG environment variable) and prints the report.
+def _probe(cluster: ClusterConfig | None, config: StrategyConfig, timeout_s: float) -> bool:
+    """Prints the network probe of `cluster`; returns whether it found no problems."""
+    if cluster is None:
+        print("probe: nothing to probe in a single-process job")
+        return True
+    report = probe.probe(cluster, timeout_s=timeout_s,
+                         collective_timeout_s=config.collective_timeout_s)
+    print("\n".join(report.lines + [f"warning: {line}" for line in report.warnings] +
+                    [f"problem: {line}" for line in report.problems]), flush=True)
+    return not report.problems
+
+
+def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
+         probe_timeout_s: float | None = None) -> int:
+    """Checks `tf_config` (else the TF_CONFIG environment variable) and prints the report;
+    with `probe_timeout_s`, also probes the cluster's network (exit 1 on a problem found).
 
     Raises:
       ClusterConfigError, StrategyConfigError: the first problem found, in one line.
@@ -56,5 +74,8 @@ def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool) -
     import_tensorflow(show_tf_logs)
     print("\n".join(_device_lines(config)), flush=True)
     print(_strategy_line(config, cluster))
+    if probe_timeout_s is not None and not _probe(cluster, config, probe_timeout_s):
+        print("the probe found problems (above)")
+        return EXIT_PROBE_PROBLEMS
     print("ok: no problems found")
     return 0

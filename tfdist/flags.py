@@ -160,6 +160,10 @@ flags.DEFINE_integer("slurm_port_base", 8888,
                      "train: port of the first task on each Slurm node; the n-th uses base + n.",
                      lower_bound=1, upper_bound=65535)
 # Doctor.
+flags.DEFINE_bool("probe", False,
+                  "doctor: also resolve every task's host, check that peers' ports answer "
+                  "(bounded by --probe_timeout_s) and warn about loopback addresses.")
+flags.DEFINE_float("probe_timeout_s", 5.0, "doctor: how long --probe may take in all.")
 flags.DEFINE_string("tf_config", None,
                     "TF_CONFIG JSON to check instead of the TF_CONFIG environment variable.")
 
@@ -176,7 +180,7 @@ _TRAIN_FLAGS = ("model", "epochs", "steps_per_epoch", "validation_steps", "steps
                 "seed")
 COMMAND_FLAGS = {
     "train": _STRATEGY_FLAGS + _INPUT_FLAGS + _TRAIN_FLAGS + _SLURM_FLAGS + ("tf_logs",),
-    "doctor": _STRATEGY_FLAGS + ("tf_config", "tf_logs"),
+    "doctor": _STRATEGY_FLAGS + ("tf_config", "probe", "probe_timeout_s", "tf_logs"),
     "data check": _SOURCE_FLAGS + ("seed", "num_workers", "replicas_per_worker", "json",
                                    "tf_logs"),
     "data serve": ("port", "num_workers", "tf_logs"),
@@ -266,6 +270,11 @@ def manifest_options() -> dict:
 def tf_config() -> str | None:
     """`--tf_config`, the TF_CONFIG text `tfdist doctor` checks instead of the environment."""
     return FLAGS.tf_config
+
+
+def probe_timeout_s() -> float | None:
+    """`--probe_timeout_s` when `--probe` is given, else None (no probing)."""
+    return FLAGS.probe_timeout_s if FLAGS.probe else None
 
 
 def show_tf_logs() -> bool:

@@ -5,27 +5,16 @@ probes that address every few seconds: once the chief has answered and then stop
 job is over and the task exits 0, instead of serving forever.
 """
 
-import socket
 import time
 
 import strategies
 from strategies import ClusterConfig
 from tfdist.config import ConfigError
+from tfdist.probe import answers
 
 PROBE_EVERY_S = 2.0
 GONE_AFTER_MISSES = 3
 FIRST_CONTACT_TIMEOUT_S = 600.0
-_CONNECT_TIMEOUT_S = 2.0
-
-
-def answers(address: str) -> bool:
-    """Whether something accepts TCP connections at `host:port` (IPv6 hosts in brackets)."""
-    host, port = address.rsplit(":", 1)
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=_CONNECT_TIMEOUT_S):
-            return True
-    except OSError:
-        return False
 
 
 def serve(cluster: ClusterConfig) -> int:

@@ -159,6 +159,17 @@ class DoctorTest(parameterized.TestCase):
         self.assertLen(result.stderr.strip().splitlines(), 1, result.stderr)
         self.assertIn(expected, result.stderr)
 
+    def test_probe_finds_a_peer_that_does_not_answer(self):
+        tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:1"]},
+                                "task": {"type": "worker", "index": 0}})
+        start = time.perf_counter()
+        result = run_tfdist("doctor", "--probe", "--probe_timeout_s=3",
+                            f"--tf_config={tf_config}")
+        self.assertLess(time.perf_counter() - start, 60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("problem: worker:1 at 127.0.0.1:1 does not answer", result.stdout)
+        self.assertIn("hint: pass --collective_timeout_s=300", result.stdout)
+
     def test_strategy_the_cluster_cannot_run(self):
         result = run_tfdist("doctor", "--strategy=multi_worker_mirrored",
                             f"--tf_config={_PS_CLUSTER}")

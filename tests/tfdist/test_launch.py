@@ -6,6 +6,8 @@ cluster tests run `tfdist train` under multi-worker mirrored and parameter serve
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -201,6 +203,51 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
         checksums = {line.split("weights ")[1] for line in result.stdout.splitlines()
                      if "] weights " in line}
         self.assertEqual(len(checksums), 1, result.stdout[-2000:])
+
+
+    def test_parameter_server_job_survives_a_killed_worker(self):
+        command = [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--num_ps=1",
+                   "--chief", "--max_restarts=1", "--timeout_s=400", "--", "train",
+                   "--strategy=parameter_server", f"--data_dir={self.data_dir}", "--epochs=3",
+                   "--steps_per_epoch=20", "--validation_steps=1", "--global_batch_size=32"]
+        launcher = subprocess.Popen(  # pylint: disable=consider-using-with
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines, killed = [], False
+        try:
+            for line in launcher.stdout:
+                lines.append(line)
+                if not killed and line.startswith("[chief:0] Epoch 2/3"):
+                    pid = int(next(text for text in lines if "started worker:1" in text)
+                              .rsplit("pid=", 1)[1])
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+            self.assertEqual(launcher.wait(timeout=60), 0, "".join(lines[-50:]))
+        finally:
+            launcher.kill()
+            launcher.wait(timeout=60)
+        self.assertTrue(killed, "".join(lines[-50:]))
+        output = "".join(lines)
+        self.assertIn("[chief:0] tfdist: parameter_server", output)
+        self.assertIn("3 epoch(s) of 20 steps", output)
+
+
+    def test_worker_that_never_starts_ends_at_the_launch_timeout(self):
+        # TF 2.21's multi-worker set-up waits for every worker without a deadline
+        # (--collective_timeout_s does not reach it), so the launcher's timeout must end it.
+        script = self.script(textwrap.dedent("""
+            import json, os, sys, time
+            if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+                time.sleep(600)
+            from tfdist import cli
+            sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
+        """))
+        start = time.monotonic()
+        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=30", "--", sys.executable,
+                            script, "--strategy=multi_worker_mirrored",
+                            f"--data_dir={self.data_dir}", "--collective_timeout_s=10")
+        self.assertEqual(result.returncode, 124, result.stderr[-2000:])
+        self.assertIn("timed out after 30 s; stopped every task", result.stderr)
+        self.assertLess(time.monotonic() - start, 90)
 
 
 if __name__ == "__main__":
