@@ -88,13 +88,18 @@ class DataCheckErrorTest(_SmallShapes, parameterized.TestCase):
         self.assertIn("1 of 1 file(s) damaged", skipped.stderr)
 
 
+def _start_data_serve(port: int) -> subprocess.Popen:
+    """`tfdist data serve --port=PORT --num_workers=2` in a child process; stop it when done."""
+    return subprocess.Popen(  # pylint: disable=consider-using-with
+        [sys.executable, "-m", "tfdist", "data", "serve", f"--port={port}", "--num_workers=2"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 class DataServeTest(unittest.TestCase):
 
     def test_serves_until_terminated(self):
         port = portpicker.pick_unused_port()
-        server = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, "-m", "tfdist", "data", "serve", f"--port={port}",
-             "--num_workers=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        server = _start_data_serve(port)
         try:
             line = server.stdout.readline()
             self.assertIn(f"dispatcher at grpc://127.0.0.1:{port} with 2 worker(s)", line)
@@ -111,13 +116,12 @@ class TrainThroughServiceTest(_SmallShapes, unittest.TestCase):
 
     def test_train_reads_through_a_served_pipeline(self):
         port = portpicker.pick_unused_port()
-        server = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, "-m", "tfdist", "data", "serve", f"--port={port}",
-             "--num_workers=2"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        server = _start_data_serve(port)
         try:
             self.assertIn("dispatcher at", server.stdout.readline())
             result = run_tfdist("train", self.data_dir,
-                                f"--tf_data_service=grpc://127.0.0.1:{port}", "--epochs=2", "--steps_per_epoch=5", "--validation_steps=2")
+                                f"--tf_data_service=grpc://127.0.0.1:{port}", "--epochs=2",
+                                "--steps_per_epoch=5", "--validation_steps=2")
             self.assertEqual(result.returncode, 0, result.stderr[-3000:])
             self.assertIn(f"train: runs on the tf.data service at grpc://127.0.0.1:{port} "
                           "(distributed_epoch)", result.stderr)
