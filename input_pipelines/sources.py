@@ -185,14 +185,22 @@ def synthetic_info(config: InputConfig) -> DatasetInfo:
                        num_examples={TRAIN: SYNTHETIC_EXAMPLES_PER_EPOCH})
 
 
-@functools.lru_cache(maxsize=None)
 def source(config: InputConfig) -> Source:
-    """The `Source` of a file-backed `config.dataset`, prepared once per process and config.
+    """The `Source` of a file-backed `config.dataset`, prepared once per process and dataset
+    (batching, sharding and preprocessing options do not change it).
 
     Raises:
       InputConfigError: the dataset is not prepared, unknown, not image classification, or the
         glob matches nothing.
     """
+    return _prepared_source(InputConfig(
+        dataset=config.dataset, data_dir=config.data_dir, download=config.download,
+        num_classes=config.num_classes, image_size=config.image_size,
+        skip_corrupt_records=config.skip_corrupt_records))
+
+
+@functools.lru_cache(maxsize=None)
+def _prepared_source(config: InputConfig) -> Source:
     kind = config.source_kind
     if kind is SourceKind.BUILTIN:
         builder = shapes.prepare(config.data_dir or tfds.core.constants.DATA_DIR)
