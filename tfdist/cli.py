@@ -58,9 +58,12 @@ def _cluster() -> strategies.ClusterConfig | None:
 def _train() -> int:
     config = tfdist_flags.run_config(_cluster())
     import_tensorflow(config.show_tf_logs)
-    from tfdist import run, serve, summary  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from tfdist import evaluator, run, serve, summary
     if run.serves(config):
         return serve.serve(config.cluster)
+    if run.evaluates(config):
+        return evaluator.evaluate_checkpoints(config)
     print(summary.format_line(run.train(config)))
     return 0
 

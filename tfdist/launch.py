@@ -185,9 +185,10 @@ def _tasks(config: LaunchConfig, argv: list[str]) -> list[_Task]:
 
 
 def _is_primary(task: _Task, config: LaunchConfig) -> bool:
-    """Whether the job waits for this task: the chief under ps, else every chief and worker."""
+    """Whether the job waits for this task: the chief under ps, else every chief and worker;
+    the evaluator too, which stops after the last checkpoint or once the chief is gone."""
     job = task.name.split(":")[0]
-    return job == "chief" if config.num_ps else job in ("chief", "worker")
+    return job in ("chief", "evaluator") if config.num_ps else job != "ps"
 
 
 def _stop_all(tasks: list[_Task]) -> None:

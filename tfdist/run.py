@@ -1,5 +1,6 @@
 """`train`: one training run from a `RunConfig`, from process setup to summary."""
 
+import sys
 import time
 
 import tensorflow as tf
@@ -11,15 +12,44 @@ from strategies import TaskType
 from tfdist import precision
 from tfdist import summary as run_summary
 from tfdist import training
+from tfdist import watchdog
 from tfdist.config import RunConfig
 from tfdist.keras_flavour import require_tf_keras
+
+
+def _kind(config: RunConfig) -> StrategyKind:
+    """The strategy this task's `--strategy` resolves to in its cluster."""
+    return strategies.resolve_kind(config.strategy.strategy, config.cluster,
+                                   strategies.num_replica_devices(config.strategy))
+
+
+def _build_strategy(config: RunConfig) -> tf.distribute.Strategy:
+    """The strategy; a multi-worker task that joins peers waits at most
+    `--collective_timeout_s` for them (`tfdist.watchdog` says why it takes a process)."""
+    cluster = config.cluster
+    if cluster is None or cluster.num_workers < 2 or \
+            _kind(config) is not StrategyKind.MULTI_WORKER_MIRRORED:
+        return strategies.build(config.strategy, cluster)
+    task = f"{cluster.task.type.value}:{cluster.task.index}"
+    timeout_s = config.strategy.collective_timeout_s
+    if timeout_s is None:
+        print(f"tfdist: {task} waiting for all {cluster.num_workers} workers to join, without a "
+              "time limit (set --collective_timeout_s to bound it)", file=sys.stderr, flush=True)
+        return strategies.build(config.strategy, cluster)
+    peers = [address for job in ("chief", "worker") for address in cluster.jobs.get(job, ())
+             if address != cluster.task_address]
+    message = (f"tfdist train: error: {task} waited {timeout_s:g} s (--collective_timeout_s) "
+               f"for the other {cluster.num_workers - 1} worker(s) to join; start every task, "
+               "check them with `tfdist doctor --probe`, or raise --collective_timeout_s.")
+    with watchdog.deadline(timeout_s, message, peers):
+        return strategies.build(config.strategy, cluster)
 
 
 def setup(config: RunConfig) -> tf.distribute.Strategy:
     """Process-wide state in the order `tfdist.process` documents; returns the strategy."""
     require_tf_keras()
     precision.apply_policy(config.train.mixed_precision)
-    strategy = strategies.build(config.strategy, config.cluster)  # Splits the CPU first.
+    strategy = _build_strategy(config)  # Splits the CPU first.
     tf_keras.utils.set_random_seed(config.train.seed)
     return strategy
 
@@ -29,9 +59,12 @@ def serves(config: RunConfig) -> bool:
     cluster = config.cluster
     if cluster is None or cluster.task.type not in (TaskType.WORKER, TaskType.PS):
         return False
-    kind = strategies.resolve_kind(config.strategy.strategy, cluster,
-                                   strategies.num_replica_devices(config.strategy))
-    return kind is StrategyKind.PARAMETER_SERVER
+    return _kind(config) is StrategyKind.PARAMETER_SERVER
+
+
+def evaluates(config: RunConfig) -> bool:
+    """Whether this task is the cluster's `evaluator`: it evaluates checkpoints, not `fit`."""
+    return config.cluster is not None and config.cluster.task.type is TaskType.EVALUATOR
 
 
 def _num_workers(kind: StrategyKind, config: RunConfig) -> int:

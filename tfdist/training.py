@@ -17,6 +17,8 @@ from tfdist.config import ConfigError
 from tfdist.config import RunConfig
 
 _PS_STRATEGY = tf.distribute.experimental.ParameterServerStrategy
+CHECKPOINTS_DIR = "checkpoints"  # Under --model_dir: one weights checkpoint per epoch.
+CHECKPOINT_PREFIX = "epoch-"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,7 +79,7 @@ def validation_steps(config: RunConfig, info: DatasetInfo) -> int:
     return math.ceil(info.num_examples["validation"] / config.input.global_batch_size)
 
 
-def _placement(config: RunConfig):
+def placement_for(config: RunConfig):
     """Where preprocessing runs, given this process's GPUs and the model's compute dtype."""
     return input_pipelines.resolve_placement(
         config.input, num_gpus=len(tf.config.list_logical_devices("GPU")),
@@ -94,7 +96,7 @@ def _with_input(body: tf_keras.Model, info: DatasetInfo, placement) -> tf_keras.
                           name=body.name)
 
 
-def _build_model(config: RunConfig, info: DatasetInfo, placement) -> tf_keras.Model:
+def build_model(config: RunConfig, info: DatasetInfo, placement) -> tf_keras.Model:
     """Builds and compiles the model; call inside `strategy.scope()`."""
     train = config.train
     model = _with_input(models.build(train.model, info.image_shape, info.num_classes), info,
@@ -119,7 +121,8 @@ def _output_callbacks(model_dir: str | None,
             os.path.join(model_dir, "backup"),
             save_freq="epoch" if backup_every == "epoch" else int(backup_every)),
         tf_keras.callbacks.ModelCheckpoint(
-            os.path.join(model_dir, "checkpoints", "epoch-{epoch:03d}"), save_weights_only=True),
+            os.path.join(model_dir, CHECKPOINTS_DIR, CHECKPOINT_PREFIX + "{epoch:03d}"),
+            save_weights_only=True),
         tf_keras.callbacks.TensorBoard(os.path.join(model_dir, "logs")),
     ]
 
@@ -150,10 +153,10 @@ def fit(config: RunConfig, strategy: tf.distribute.Strategy) -> FitResult:
     input_pipelines.per_replica_batch_size(config.input.global_batch_size,
                                            strategy.num_replicas_in_sync)
     info = input_pipelines.prepare(config.input)
-    placement = _placement(config)
+    placement = placement_for(config)
     steps = steps_per_epoch(config, info)
     with strategy.scope():
-        model = _build_model(config, info, placement)
+        model = build_model(config, info, placement)
     timer = ThroughputTimer(global_batch_size=config.input.global_batch_size,
                             steps_per_epoch=steps)
     train_fn = input_pipelines.dataset_fn(config.input, "train", training=True,

@@ -4,6 +4,8 @@ The supervision tests launch small Python programs (no TensorFlow), so they take
 cluster tests run `tfdist train` under multi-worker mirrored and parameter server.
 """
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -13,12 +15,15 @@ import tempfile
 import textwrap
 import time
 import unittest
+from unittest import mock
 
+import portpicker
 import pytest
 from absl.testing import parameterized
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
+from tfdist import cli
 
 # Prints its task from TF_CONFIG; fails on the first run of worker 1 (a marker file records it).
 _FLAKY_TASK = textwrap.dedent("""
@@ -100,6 +105,23 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
     def test_one_line_error(self, args, expected):
         assert_one_line_error(self, run_tfdist("launch", *args), expected)
 
+    def test_too_many_tasks_for_the_free_ports(self):
+        stderr = io.StringIO()
+        with mock.patch("portpicker.pick_unused_port",
+                        side_effect=portpicker.NoFreePortFoundError), \
+                contextlib.redirect_stderr(stderr):
+            status = cli.main(["tfdist", "launch", "--num_workers=3", "--", "python"])
+        self.assertEqual(status, 2)
+        self.assertEqual(stderr.getvalue(),
+                         "tfdist launch: error: no free ports for 3 tasks on 127.0.0.1; launch "
+                         "fewer tasks or free some ports.\n")
+
+    def test_evaluator_without_a_model_dir(self):
+        tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
+                                "task": {"type": "evaluator", "index": 0}})
+        assert_one_line_error(self, run_tfdist("train", tf_config=tf_config),
+                              "the evaluator task needs --model_dir=DIR")
+
 
 @pytest.mark.multiprocess
 class ClusterLaunchTest(_Scratch, unittest.TestCase):
@@ -108,20 +130,33 @@ class ClusterLaunchTest(_Scratch, unittest.TestCase):
     def _data(self, small_shapes_data_dir):
         self.data_dir = small_shapes_data_dir
 
-    def _launch_train(self, *launch_args: str, strategy: str) -> dict:
+    def _launch_train(self, *launch_args: str, strategy: str,
+                      train_args: tuple[str, ...] = ("--validation_steps=2",)) -> dict:
         metrics = os.path.join(self.dir, "metrics.json")
         result = run_tfdist("launch", *launch_args, "--timeout_s=400", "--", "train",
                             f"--strategy={strategy}", f"--data_dir={self.data_dir}",
-                            "--epochs=2", "--steps_per_epoch=4", "--validation_steps=2",
-                            "--global_batch_size=32", f"--metrics_json={metrics}")
+                            "--epochs=2", "--steps_per_epoch=4", "--global_batch_size=32",
+                            f"--metrics_json={metrics}", *train_args)
         self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
         with open(metrics, encoding="utf-8") as metrics_file:
             return json.load(metrics_file)
 
-    def test_multi_worker_mirrored(self):
-        metrics = self._launch_train("--num_workers=2", strategy="multi_worker_mirrored")
+    def test_multi_worker_mirrored_with_an_evaluator(self):
+        model_dir = os.path.join(self.dir, "model")
+        metrics = self._launch_train("--num_workers=2", "--evaluator",
+                                     strategy="multi_worker_mirrored",
+                                     train_args=(f"--model_dir={model_dir}",))
         self.assertEqual((metrics["strategy"], metrics["num_workers"]),
                          ("multi_worker_mirrored", 2))
+        with open(os.path.join(model_dir, "evaluations.json"), encoding="utf-8") as file:
+            evaluations = json.load(file)
+        self.assertIn("epoch-002", evaluations)  # The evaluator saw the last checkpoint.
+        # It evaluates the whole validation split on one task; the workers validated it
+        # sharded, each example once: the same weights give the same accuracy.
+        self.assertAlmostEqual(evaluations["epoch-002"]["accuracy"],
+                               metrics["final"]["val_accuracy"], places=6)
+        self.assertAlmostEqual(evaluations["epoch-002"]["loss"],
+                               metrics["final"]["val_loss"], places=4)
 
     def test_parameter_server(self):
         metrics = self._launch_train("--num_workers=2", "--num_ps=1", "--chief",
@@ -231,9 +266,8 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
         self.assertIn("3 epoch(s) of 20 steps", output)
 
 
-    def test_worker_that_never_starts_ends_at_the_launch_timeout(self):
-        # TF 2.21's multi-worker set-up waits for every worker without a deadline
-        # (--collective_timeout_s does not reach it), so the launcher's timeout must end it.
+    def _launch_with_a_worker_that_never_starts(self, *train_flags: str,
+                                                timeout_s: int) -> subprocess.CompletedProcess:
         script = self.script(textwrap.dedent("""
             import json, os, sys, time
             if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
@@ -241,14 +275,29 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
             from tfdist import cli
             sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
         """))
+        return run_tfdist("launch", "--num_workers=2", f"--timeout_s={timeout_s}", "--",
+                          sys.executable, script, "--strategy=multi_worker_mirrored",
+                          f"--data_dir={self.data_dir}", *train_flags)
+
+    def test_worker_that_never_starts_fails_its_peer_at_the_collective_timeout(self):
         start = time.monotonic()
-        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=30", "--", sys.executable,
-                            script, "--strategy=multi_worker_mirrored",
-                            f"--data_dir={self.data_dir}", "--collective_timeout_s=10")
-        self.assertEqual(result.returncode, 124, result.stderr[-2000:])
-        self.assertIn("timed out after 30 s; stopped every task", result.stderr)
+        result = self._launch_with_a_worker_that_never_starts("--collective_timeout_s=10",
+                                                               timeout_s=300)
+        self.assertNotIn(result.returncode, (0, 124), result.stderr[-2000:])
+        self.assertRegex(result.stdout,
+                         r"\[worker:0\] tfdist train: error: worker:0 waited 10 s "
+                         r"\(--collective_timeout_s\) for the other 1 worker\(s\) to join; .* "
+                         r"Not answering: 127\.0\.0\.1:\d+\.")
         self.assertLess(time.monotonic() - start, 90)
 
+    def test_worker_that_never_starts_without_a_collective_timeout_ends_at_the_launch_timeout(
+            self):
+        start = time.monotonic()
+        result = self._launch_with_a_worker_that_never_starts(timeout_s=30)
+        self.assertEqual(result.returncode, 124, result.stderr[-2000:])
+        self.assertIn("waiting for all 2 workers to join, without a time limit", result.stdout)
+        self.assertIn("timed out after 30 s; stopped every task", result.stderr)
+        self.assertLess(time.monotonic() - start, 90)
 
 if __name__ == "__main__":
     unittest.main()
