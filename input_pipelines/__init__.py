@@ -42,12 +42,14 @@ def device_preprocessing():
     return preprocessing.DevicePreprocessing(name="device_preprocessing")
 
 
-def dataset_fn(config: InputConfig, split: str, *, training: bool, placement):
+def dataset_fn(config: InputConfig, split: str, *, training: bool, placement,
+               independent_order: bool = False):
     """Returns a `DatasetFn` (InputContext -> tf.data.Dataset of per-replica (image, label)
     batches) for `split`, for `distribute_datasets_from_function` or parameter-server
-    per-worker datasets."""
+    per-worker datasets (`independent_order=True`, see `datasets.dataset_fn`)."""
     from input_pipelines import datasets
-    return datasets.dataset_fn(config, split, training=training, placement=placement)
+    return datasets.dataset_fn(config, split, training=training, placement=placement,
+                               independent_order=independent_order)
 
 
 def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker: int):

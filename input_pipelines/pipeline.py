@@ -91,22 +91,27 @@ def _read_file(file_index: tf.Tensor, path: tf.Tensor, *, skip_corrupt: bool,
 
 
 def read_records(config: InputConfig, source: Source, split: str, plan: sharding.ShardPlan, *,
-                 training: bool, tag_positions: bool = False) -> tf.data.Dataset:
-    """Serialized records of this pipeline's share of `split`, one epoch (see `_read_file`)."""
+                 shuffle_seed: int | None, first_order_seed: tf.Tensor | None = None,
+                 tag_positions: bool = False) -> tf.data.Dataset:
+    """Serialized records of this pipeline's share of `split`, one epoch (see `_read_file`).
+
+    Its files come in a new order each epoch drawn with `shuffle_seed` (None: in order), from a
+    starting order drawn with `first_order_seed` (None: sorted).
+    """
     files = source.files[split]
-    indices = list(plan.file_indices)
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (tf.constant(indices, tf.int64), tf.constant([files[index] for index in indices])))
-    if training and not config.tf_data_service:
-        # The same seed on every pipeline: with DATA sharding they see the same file order.
-        # (tf.data service hands out files itself; a file shuffle would make the pipeline
-        # unsplittable.)
-        dataset = dataset.shuffle(len(indices), seed=config.seed, reshuffle_each_iteration=True)
+    indices = tf.constant(list(plan.file_indices), tf.int64)
+    if first_order_seed is not None:
+        indices = tf.gather(indices, tf.argsort(tf.random.stateless_uniform(
+            indices.shape, seed=tf.stack([first_order_seed, 0]))))
+    dataset = tf.data.Dataset.from_tensor_slices((indices, tf.gather(files, indices)))
+    if shuffle_seed is not None:
+        dataset = dataset.shuffle(len(plan.file_indices), seed=shuffle_seed,
+                                  reshuffle_each_iteration=True)
     deterministic = True if plan.keeps_every_nth else config.deterministic
     dataset = dataset.interleave(
         lambda index, path: _read_file(index, path, skip_corrupt=config.skip_corrupt_records,
                                        tag_positions=tag_positions),
-        cycle_length=min(len(indices), _MAX_READERS), block_length=1,
+        cycle_length=min(len(plan.file_indices), _MAX_READERS), block_length=1,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if plan.keeps_every_nth:
         dataset = dataset.shard(plan.num_pipelines, plan.pipeline_id)
@@ -157,7 +162,19 @@ def _parse_batch(source: Source, serialized: tf.Tensor,
     return batch
 
 
-def _describe(config: InputConfig, plan: sharding.ShardPlan, training: bool) -> str:
+def _clock_seed() -> tf.Tensor:
+    """A seed that differs between processes: the time, in microseconds, when the pipeline is
+    created (on the worker, when a parameter-server worker builds its dataset)."""
+    return tf.cast(tf.timestamp() * 1e6, tf.int64)
+
+
+def _describe(config: InputConfig, plan: sharding.ShardPlan, training: bool,
+              independent: bool) -> str:
+    if independent:
+        return (f"each worker reads all {plan.num_files} files, starting from its own random "
+                "file order (every worker gets the same input context, so nothing can be "
+                "sharded); spread over the workers, each epoch's steps see each example once on "
+                "average, not exactly once (--tf_data_service gives exactly once)")
     if not _uses_service(config, training):
         return plan.describe()
     each = ("the service workers split each epoch, each example once across all training "
@@ -180,7 +197,8 @@ def _host_work(source: Source, placement: Placement, records: tuple[tf.Tensor, .
 
 def examples(config: InputConfig, split: str, context: tf.distribute.InputContext, *,
              training: bool, placement: Placement, repeat: bool = True,
-             announce: bool = True, with_ids: bool = False) -> tf.data.Dataset:
+             announce: bool = True, with_ids: bool = False,
+             independent_order: bool = False) -> tf.data.Dataset:
     """Batched examples as dicts {image, label[, id]} of this pipeline's share of `split`.
 
     Images are uint8 when `placement` is on the device, else preprocessed on the host. Training
@@ -188,25 +206,41 @@ def examples(config: InputConfig, split: str, context: tf.distribute.InputContex
     training data repeats (so nothing is lost); evaluation data keeps its tail. `announce` logs
     the sharding plan and the preprocessing placement. `with_ids` makes sure every example
     carries an `id` (its stored one, else its file and position).
+
+    `independent_order` is for strategies that give every worker the same `InputContext`
+    (ParameterServerStrategy): such pipelines cannot be told apart, so each reads the whole
+    split, starting from a file order of its own drawn from the clock; the seeded shuffles
+    that follow then give each its own example order (evaluation data is shuffled too). Without
+    it they would all read the same examples in the same order; a split in one file still is.
+    The tf.data service, when used, splits the data instead.
     """
     source = sources.source(config)
+    independent = independent_order and not _uses_service(config, training)
     plan = shard_plan(config, source, split, context, training=training)
     if announce:
-        for line in (plan.notice, f"{split}: {_describe(config, plan, training)}",
+        for line in (plan.notice, f"{split}: {_describe(config, plan, training, independent)}",
                      training and placement.describe(source.info.image_shape)):
             if line:
                 log(line)
     if config.skip_corrupt_records:
         _log_damaged_files([source.files[split][index] for index in plan.file_indices])
     batch_size = per_replica_batch_size(config.global_batch_size, context.num_replicas_in_sync)
-    dataset = read_records(config, source, split, plan, training=training,
+    shuffled = independent or training
+    # The same seed on every pipeline: with DATA sharding they see the same file order. Under
+    # independent_order the files start from a different order on each worker, so the same
+    # shuffles give each worker its own order. (The tf.data service hands out files itself; a
+    # file shuffle would make the job unsplittable.)
+    dataset = read_records(config, source, split, plan,
+                           shuffle_seed=config.seed if shuffled and not config.tf_data_service
+                           else None,
+                           first_order_seed=_clock_seed() if independent else None,
                            tag_positions=with_ids and not source.id_key)
     if config.cache:
         dataset = dataset.cache()
-    if training:
+    if shuffled:
         dataset = dataset.shuffle(config.shuffle_buffer_size, seed=config.seed)
-        if repeat:
-            dataset = dataset.repeat()
+    if training and repeat:
+        dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=training and repeat)
     dataset = dataset.map(
         lambda *records: _host_work(source, placement, records, training=training),

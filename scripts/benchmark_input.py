@@ -68,7 +68,8 @@ def _parse_only(config: InputConfig, source: sources.Source) -> tf.data.Dataset:
     """tfdist's reading (parallel interleave, batched parse) without decode or augmentation."""
     plan = pipeline.shard_plan(config, source, sources.TRAIN, _SINGLE_PIPELINE,
                               training=True)
-    records = pipeline.read_records(config, source, sources.TRAIN, plan, training=True)
+    records = pipeline.read_records(config, source, sources.TRAIN, plan,
+                                    shuffle_seed=config.seed)
     return records.repeat().batch(_GLOBAL_BATCH_SIZE).map(
         lambda serialized: tf.io.parse_example(serialized, source.features),
         num_parallel_calls=tf.data.AUTOTUNE).with_options(pipeline.options(config)).prefetch(

@@ -64,9 +64,14 @@ def _input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptio
                                       experimental_per_replica_buffer_size=0)
 
 
+def _is_parameter_server(strategy: tf.distribute.Strategy) -> bool:
+    """Under parameter server every worker's input pipeline gets the same `InputContext`."""
+    return isinstance(strategy, _PS_STRATEGY)
+
+
 def _distribute(strategy: tf.distribute.Strategy, dataset_fn):
     """Per-worker datasets: Keras' coordinator path under PS, else the strategy's own."""
-    if isinstance(strategy, _PS_STRATEGY):
+    if _is_parameter_server(strategy):
         return tf_keras.utils.experimental.DatasetCreator(dataset_fn)
     return strategy.distribute_datasets_from_function(dataset_fn,
                                                       options=_input_options(strategy))
@@ -135,7 +140,8 @@ def _validation(config: RunConfig, info: DatasetInfo, strategy: tf.distribute.St
         return {}
     return {
         "validation_data": _distribute(strategy, input_pipelines.dataset_fn(
-            config.input, "validation", training=False, placement=placement)),
+            config.input, "validation", training=False, placement=placement,
+            independent_order=_is_parameter_server(strategy))),
         "validation_steps": validation_steps(config, info),
     }
 
@@ -160,7 +166,8 @@ def fit(config: RunConfig, strategy: tf.distribute.Strategy) -> FitResult:
     timer = ThroughputTimer(global_batch_size=config.input.global_batch_size,
                             steps_per_epoch=steps)
     train_fn = input_pipelines.dataset_fn(config.input, "train", training=True,
-                                          placement=placement)
+                                          placement=placement,
+                                          independent_order=_is_parameter_server(strategy))
     try:
         history = model.fit(_distribute(strategy, train_fn),
                             epochs=config.train.epochs,

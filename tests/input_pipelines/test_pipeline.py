@@ -128,6 +128,20 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         self.assertAllEqual(first_ids(1), first_ids(1))
         self.assertNotAllEqual(first_ids(1), first_ids(2))
 
+    def test_independent_order_reads_everything_in_an_order_of_its_own(self):
+        # Parameter-server workers all get this one context; without independent_order they
+        # would read the same examples in the same order (see test above).
+        def validation_ids() -> np.ndarray:
+            dataset = pipeline.examples(self.config, "validation", _context(), training=False,
+                                        placement=_DEVICE, with_ids=True,
+                                        independent_order=True)
+            return np.concatenate([batch["id"] for batch in dataset.as_numpy_iterator()])
+        first, second = validation_ids(), validation_ids()
+        self.assertCountEqual(first, range(SMALL_TRAIN_SIZE,
+                                           SMALL_TRAIN_SIZE + SMALL_VALIDATION_SIZE))
+        self.assertCountEqual(second, first)
+        self.assertNotAllEqual(first, second)
+
     def test_options_stop_tf_from_sharding_again(self):
         dataset = pipeline.examples(self.config, "train", _context(), training=True,
                                     placement=_DEVICE)
