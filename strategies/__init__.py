@@ -25,6 +25,7 @@ from strategies.config import StrategyConfig
 from strategies.config import StrategyConfigError
 from strategies.config import StrategyKind
 from strategies.config import VariablePartition
+from strategies.config import WireDtype
 from strategies.selection import resolve_kind
 
 

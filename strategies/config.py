@@ -32,6 +32,13 @@ class Collective(str, enum.Enum):
     NCCL = "nccl"
 
 
+class WireDtype(str, enum.Enum):
+    """The dtype gradients cross the wire in when replicas all-reduce them."""
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+
+
 _Enum = TypeVar("_Enum", bound=enum.Enum)
 
 
@@ -89,6 +96,10 @@ class StrategyConfig:
       collective: MultiWorkerMirroredStrategy's collective implementation.
       collective_timeout_s: bound on each collective, so a lost peer fails instead of hanging.
       variable_partition: ParameterServerStrategy's variable sharding.
+      allreduce_dtype: gradients are cast to this dtype for the all-reduce between replicas
+        and back after it (mirrored strategies); float32 leaves them as they are.
+      allreduce_pack_mib: MultiWorkerMirroredStrategy packs gradients into all-reduces of
+        this many MiB; 0 lets TensorFlow choose.
     """
     strategy: StrategyKind = StrategyKind.AUTO
     num_gpus: int | None = None
@@ -98,11 +109,15 @@ class StrategyConfig:
     collective: Collective = Collective.AUTO
     collective_timeout_s: float | None = None
     variable_partition: VariablePartition = VariablePartition()
+    allreduce_dtype: WireDtype = WireDtype.FLOAT32
+    allreduce_pack_mib: int = 0
 
     def __post_init__(self):
         object.__setattr__(self, "strategy", coerce_enum("strategy", self.strategy, StrategyKind))
         object.__setattr__(self, "all_reduce", coerce_enum("all_reduce", self.all_reduce, AllReduce))
         object.__setattr__(self, "collective", coerce_enum("collective", self.collective, Collective))
+        object.__setattr__(self, "allreduce_dtype",
+                           coerce_enum("allreduce_dtype", self.allreduce_dtype, WireDtype))
         if isinstance(self.variable_partition, str):
             object.__setattr__(self, "variable_partition",
                                VariablePartition.parse(self.variable_partition))
@@ -117,6 +132,10 @@ class StrategyConfig:
         if self.num_cpu_devices < 1:
             raise StrategyConfigError(
                 f"num_cpu_devices={self.num_cpu_devices} must be at least 1.")
+        if self.allreduce_pack_mib < 0:
+            raise StrategyConfigError(
+                f"allreduce_pack_mib={self.allreduce_pack_mib} is negative; pass a size in MiB, "
+                "or 0 to let TensorFlow choose.")
         if self.num_packs < 1:
             raise StrategyConfigError(f"num_packs={self.num_packs} must be at least 1.")
         if self.collective_timeout_s is not None and self.collective_timeout_s <= 0:
@@ -153,3 +172,13 @@ class StrategyConfig:
             raise StrategyConfigError(
                 f"num_cpu_devices={self.num_cpu_devices} applies to strategy=mirrored, not "
                 f"{kind.value}, which runs one CPU replica per worker.")
+        if self.allreduce_dtype is not WireDtype.FLOAT32 and kind in (
+                StrategyKind.ONE_DEVICE, StrategyKind.PARAMETER_SERVER):
+            raise StrategyConfigError(
+                f"allreduce_dtype={self.allreduce_dtype.value} compresses the gradient all-reduce "
+                f"between replicas, which strategy={kind.value} does not run; drop it.")
+        if self.allreduce_pack_mib and kind not in (StrategyKind.AUTO,
+                                                    StrategyKind.MULTI_WORKER_MIRRORED):
+            raise StrategyConfigError(
+                f"allreduce_pack_mib={self.allreduce_pack_mib} applies to "
+                f"strategy=multi_worker_mirrored, not {kind.value}.")

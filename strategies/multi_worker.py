@@ -19,13 +19,15 @@ def build(config: StrategyConfig, cluster: ClusterConfig | None, *,
           num_gpus: int) -> tf.distribute.MultiWorkerMirroredStrategy:
     """Returns a MultiWorkerMirroredStrategy for this task of `cluster` (None: one worker).
 
-    `collective_timeout_s` bounds every collective, so a lost peer raises instead of hanging.
+    `collective_timeout_s` bounds every collective, so a lost peer raises instead of hanging;
+    `allreduce_pack_mib` sizes the packs gradients are all-reduced in.
     """
     if config.collective is Collective.NCCL and not num_gpus:
         raise StrategyConfigError(
             "collective=nccl needs GPUs, but this worker has none; use collective=auto or ring.")
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=_IMPLEMENTATIONS[config.collective],
-        timeout_seconds=config.collective_timeout_s)
+        timeout_seconds=config.collective_timeout_s,
+        bytes_per_pack=config.allreduce_pack_mib * 1024 * 1024)
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=cluster_resolver(cluster), communication_options=options)

@@ -17,6 +17,7 @@ from strategies import ClusterConfig
 from strategies import Collective
 from strategies import StrategyConfig
 from strategies import StrategyKind
+from strategies import WireDtype
 from tfdist.config import ModelName
 from tfdist.config import OptimizerName
 from tfdist.config import Precision
@@ -53,6 +54,13 @@ flags.DEFINE_enum("collective", "auto", _values(Collective),
 flags.DEFINE_float("collective_timeout_s", None,
                    "Fail a multi-worker collective that takes longer than this, instead of "
                    "hanging on a lost peer; unset waits forever.")
+flags.DEFINE_enum("allreduce_dtype", "float32", _values(WireDtype),
+                  "Cast gradients to this dtype for the all-reduce between replicas and back "
+                  "after it (mirrored strategies): bfloat16 or float16 halve the bytes on the "
+                  "wire (docs/PERFORMANCE.md).")
+flags.DEFINE_integer("allreduce_pack_mib", 0,
+                     "Multi-worker: all-reduce gradients in packs of this many MiB; 0 lets "
+                     "TensorFlow choose.", lower_bound=0)
 flags.DEFINE_string("variable_partition", "none",
                     "Parameter-server variable sharding: none, min_size:<bytes> or max_shards:<n>.")
 # Input.
@@ -169,7 +177,8 @@ flags.DEFINE_string("tf_config", None,
 
 _SLURM_FLAGS = ("cluster_resolver", "slurm_port_base", "num_ps", "chief")
 _STRATEGY_FLAGS = ("strategy", "num_gpus", "num_cpu_devices", "all_reduce", "num_packs",
-                   "collective", "collective_timeout_s", "variable_partition")
+                   "collective", "collective_timeout_s", "variable_partition",
+                   "allreduce_dtype", "allreduce_pack_mib")
 _SOURCE_FLAGS = ("dataset", "data_dir", "download", "num_classes", "image_size",
                  "global_batch_size", "shuffle_buffer_size", "autoshard", "cache",
                  "deterministic", "datasets_num_private_threads", "skip_corrupt_records")

@@ -106,8 +106,10 @@ def build_model(config: RunConfig, info: DatasetInfo, placement) -> tf_keras.Mod
     train = config.train
     model = _with_input(models.build(train.model, info.image_shape, info.num_classes), info,
                         placement)
-    optimizer = precision.wrap_optimizer(optim.build(train.optimizer, train.learning_rate),
-                                         train.mixed_precision)
+    optimizer = precision.wrap_optimizer(
+        optim.build(train.optimizer, train.learning_rate,
+                    allreduce_dtype=config.strategy.allreduce_dtype),
+        train.mixed_precision)
     model.compile(optimizer=optimizer,
                   loss=tf_keras.losses.SparseCategoricalCrossentropy(),
                   metrics=["accuracy"],

@@ -47,6 +47,14 @@ class StrategyConfigTest(parameterized.TestCase):
         ("bad_partition", dict(variable_partition="max_shards"), r"variable_partition='max_shards'"),
         ("zero_partition", dict(variable_partition="min_size:0"), r"variable_partition='min_size:0'"),
         ("unknown_partition", dict(variable_partition="fixed:2"), r"variable_partition='fixed:2'"),
+        ("unknown_wire_dtype", dict(allreduce_dtype="int8"), r"allreduce_dtype='int8'.*bfloat16"),
+        ("wire_dtype_on_ps", dict(strategy="parameter_server", allreduce_dtype="bfloat16"),
+         r"allreduce_dtype=bfloat16 .* strategy=parameter_server does not run; drop it"),
+        ("wire_dtype_on_one_device", dict(strategy="one_device", allreduce_dtype="float16"),
+         r"allreduce_dtype=float16 .* strategy=one_device"),
+        ("negative_pack", dict(allreduce_pack_mib=-1), r"allreduce_pack_mib=-1 is negative"),
+        ("pack_on_mirrored", dict(strategy="mirrored", allreduce_pack_mib=16),
+         r"allreduce_pack_mib=16 applies to strategy=multi_worker_mirrored, not mirrored"),
     )
     def test_rejects(self, kwargs, message):
         with self.assertRaisesRegex(StrategyConfigError, message) as raised:
