@@ -13,10 +13,11 @@ if "tensorflow" not in sys.modules:
 # pylint: disable=wrong-import-position
 from tfdist.config import ConfigError
 from tfdist.config import ModelName
-from tfdist.config import OptimizerName
 from tfdist.config import Precision
 from tfdist.config import RunConfig
 from tfdist.config import TrainConfig
+from tfdist.optim_config import OptimizerConfig
+from tfdist.optim_config import OptimizerName
 
 __version__ = "0.1.0"
 

@@ -14,6 +14,7 @@ from strategies import ClusterConfigError
 from strategies import StrategyConfigError
 from tfdist import flags as tfdist_flags
 from tfdist.config import ConfigError
+from tfdist.optim_config import OptimizerConfigError
 from tfdist.process import import_tensorflow
 
 USAGE = """usage: tfdist <command> [--flag=value ...] [--flagfile=FILE]
@@ -37,7 +38,7 @@ commands:
 
 EXIT_USAGE = 2
 USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError,
-               tfdist_flags.UsageError)
+               OptimizerConfigError, tfdist_flags.UsageError)
 
 
 def _fail(command: str, message: object) -> int:

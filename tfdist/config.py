@@ -7,6 +7,7 @@ from input_pipelines import InputConfig
 from strategies import ClusterConfig
 from strategies import StrategyConfig
 from strategies.config import coerce_enum
+from tfdist.optim_config import OptimizerConfig
 
 
 class ConfigError(ValueError):
@@ -23,13 +24,6 @@ class Precision(str, enum.Enum):
     MIXED_BFLOAT16 = "mixed_bfloat16"
 
 
-class OptimizerName(str, enum.Enum):
-    SGD = "sgd"
-    MOMENTUM = "momentum"
-    ADAM = "adam"
-    RMSPROP = "rmsprop"
-
-
 class ModelName(str, enum.Enum):
     SMALL_CNN = "small_cnn"
 
@@ -40,7 +34,7 @@ def _as_enum(field: str, value, enum_type: type[enum.Enum]):
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """How to train: model, schedule, optimizer, precision and where results go.
+    """How to train: model, epochs, precision and where results go.
 
     `steps_per_epoch=None` covers the training split once per epoch; `validation_steps=None`
     reads the whole validation split. With `model_dir`, a backup is written every epoch or every
@@ -51,8 +45,6 @@ class TrainConfig:
     steps_per_epoch: int | None = None
     validation_steps: int | None = None
     steps_per_execution: int = 1
-    optimizer: OptimizerName = OptimizerName.ADAM
-    learning_rate: float = 3e-3
     mixed_precision: Precision = Precision.FLOAT32
     model_dir: str | None = None
     backup_every: str = "epoch"
@@ -61,7 +53,6 @@ class TrainConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "model", _as_enum("model", self.model, ModelName))
-        object.__setattr__(self, "optimizer", _as_enum("optimizer", self.optimizer, OptimizerName))
         object.__setattr__(self, "mixed_precision",
                            _as_enum("mixed_precision", self.mixed_precision, Precision))
         for field in ("epochs", "steps_per_epoch", "validation_steps", "steps_per_execution"):
@@ -72,8 +63,6 @@ class TrainConfig:
                                                  int(self.backup_every) > 0):
             raise ConfigError(f"backup_every={self.backup_every!r} is neither 'epoch' nor a "
                               "positive number of steps; use --backup_every=epoch or e.g. 100.")
-        if not self.learning_rate > 0:
-            raise ConfigError(f"learning_rate={self.learning_rate} must be positive, e.g. 0.001.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,11 +70,24 @@ class RunConfig:
     """One run: the strategy, the input, the training, and the cluster this process belongs to.
 
     Attributes:
+      optimizer: the optimizer and its schedule; its `epochs` is set to `train.epochs`.
       cluster: the validated TF_CONFIG, or None for a single-process job.
       show_tf_logs: keep TensorFlow's start-up and C++ logs (hidden by default).
     """
     strategy: StrategyConfig = StrategyConfig()
     input: InputConfig = InputConfig()
     train: TrainConfig = TrainConfig()
+    optimizer: OptimizerConfig = OptimizerConfig()
     cluster: ClusterConfig | None = None
     show_tf_logs: bool = False
+
+    def __post_init__(self):
+        # The schedule spans the training: train.epochs rules (and warmup is checked against it).
+        object.__setattr__(self, "optimizer",
+                           dataclasses.replace(self.optimizer, epochs=self.train.epochs))
+        if (self.optimizer.grad_accum_steps > 1 and
+                self.train.mixed_precision is Precision.MIXED_FLOAT16):
+            raise ConfigError(
+                f"grad_accum_steps={self.optimizer.grad_accum_steps} with "
+                "mixed_precision=mixed_float16: a skipped loss-scale step would upset the "
+                "accumulation; use mixed_bfloat16 or float32.")

@@ -75,7 +75,7 @@ def evaluate_checkpoints(config: RunConfig) -> int:
         raise ConfigError(f"dataset={config.input.dataset} has no validation split for the "
                           "evaluator task to evaluate on; launch without --evaluator.")
     placement = training.placement_for(config)
-    model = training.build_model(config, info, placement)
+    model = training.build_model(config, info, placement, training.steps_per_epoch(config, info))
     data = input_pipelines.dataset_fn(config.input, "validation", training=False,
                                       placement=placement)(tf.distribute.InputContext())
     checkpoint_dir = os.path.join(model_dir, training.CHECKPOINTS_DIR)

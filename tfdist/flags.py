@@ -4,6 +4,8 @@ The only module that defines or reads absl flags. `main` parses once, then hands
 immutable configs to the rest of the code. Pure Python: TensorFlow is imported after parsing.
 """
 
+import dataclasses
+
 from absl import flags
 from absl import logging  # noqa: F401  (defines --log_dir, which launch uses)
 
@@ -19,7 +21,12 @@ from strategies import StrategyConfig
 from strategies import StrategyKind
 from strategies import WireDtype
 from tfdist.config import ModelName
-from tfdist.config import OptimizerName
+from tfdist.optim_config import DEFAULT_LARS_EXCLUDE
+from tfdist.optim_config import LarsMode
+from tfdist.optim_config import LrScaling
+from tfdist.optim_config import LrSchedule
+from tfdist.optim_config import OptimizerConfig
+from tfdist.optim_config import OptimizerName
 from tfdist.config import Precision
 from tfdist.config import RunConfig
 from tfdist.config import TrainConfig
@@ -119,8 +126,41 @@ flags.DEFINE_integer("validation_steps", None,
 flags.DEFINE_integer("steps_per_execution", 1,
                      "Steps run per tf.function call; more cuts Python overhead per step.",
                      lower_bound=1)
+# Optimizer and the large-batch recipe (OptimizerConfig; README "Large-batch training").
 flags.DEFINE_enum("optimizer", "adam", _values(OptimizerName), "Optimizer.")
-flags.DEFINE_float("learning_rate", 3e-3, "Learning rate.")
+flags.DEFINE_float("learning_rate", 3e-3,
+                   "Base learning rate: the rate at --base_batch_size, where warmup starts.")
+flags.DEFINE_float("momentum", 0.9, "Momentum of momentum, nesterov and lars.")
+flags.DEFINE_float("weight_decay", 0.0,
+                   "Weight decay: decoupled for sgd/momentum/nesterov/adam/adamw/rmsprop, in the "
+                   "update for lars.")
+flags.DEFINE_enum("lr_scaling", "none", _values(LrScaling),
+                  "Scale the peak rate with global batch / --base_batch_size: linear, or its "
+                  "square root.")
+flags.DEFINE_integer("base_batch_size", 256, "The global batch --learning_rate is meant for.")
+flags.DEFINE_float("warmup_epochs", 0.0,
+                   "Rise linearly from --learning_rate to the scaled peak over these epochs.")
+flags.DEFINE_enum("lr_schedule", "constant", _values(LrSchedule),
+                  "Decay after warmup: constant, cosine to 0 at the end, or step.")
+flags.DEFINE_list("lr_step_boundaries", [],
+                  "lr_schedule=step: epochs (from the start) at which the rate is multiplied by "
+                  "--lr_step_factor, e.g. 30,60,80.")
+flags.DEFINE_float("lr_step_factor", 0.1, "lr_schedule=step: factor at each boundary.")
+flags.DEFINE_float("clip_norm", None,
+                   "Clip the all-reduced gradients to this global norm; unset does not clip.")
+flags.DEFINE_integer("grad_accum_steps", 1,
+                     "Apply one update per N micro-batches, with their mean gradient (an "
+                     "effective global batch N times larger).")
+flags.DEFINE_float("gradient_noise_eta", 0.0,
+                   "Add Gaussian noise of variance eta / (1 + t)^gamma to the all-reduced "
+                   "gradients (t = updates so far); 0 adds none.")
+flags.DEFINE_float("gradient_noise_gamma", 0.55, "Annealing exponent of --gradient_noise_eta.")
+flags.DEFINE_float("lars_eeta", 0.001, "lars: trust coefficient.")
+flags.DEFINE_enum("lars_mode", "scale", _values(LarsMode),
+                  "lars: scale the rate by the trust ratio, or clip the ratio at 1 (LARC).")
+flags.DEFINE_list("lars_exclude", list(DEFAULT_LARS_EXCLUDE),
+                  "lars: variables whose name matches one of these regular expressions get "
+                  "trust 1 and no weight decay.")
 flags.DEFINE_enum("mixed_precision", "float32", _values(Precision),
                   "Dtype policy; mixed_float16 adds dynamic loss scaling.")
 flags.DEFINE_string("model_dir", None,
@@ -184,11 +224,12 @@ _SOURCE_FLAGS = ("dataset", "data_dir", "download", "num_classes", "image_size",
                  "deterministic", "datasets_num_private_threads", "skip_corrupt_records")
 _INPUT_FLAGS = _SOURCE_FLAGS + ("preprocess_on", "tf_data_service", "tf_data_service_mode")
 _TRAIN_FLAGS = ("model", "epochs", "steps_per_epoch", "validation_steps", "steps_per_execution",
-                "optimizer", "learning_rate", "mixed_precision", "model_dir", "backup_every",
-                "metrics_json",
-                "seed")
+                "mixed_precision", "model_dir", "backup_every", "metrics_json", "seed")
+_OPTIMIZER_FLAGS = tuple(field.name for field in dataclasses.fields(OptimizerConfig))
 COMMAND_FLAGS = {
-    "train": _STRATEGY_FLAGS + _INPUT_FLAGS + _TRAIN_FLAGS + _SLURM_FLAGS + ("tf_logs",),
+    "train": (_STRATEGY_FLAGS + _INPUT_FLAGS + _TRAIN_FLAGS
+              + tuple(name for name in _OPTIMIZER_FLAGS if name not in _TRAIN_FLAGS)
+              + _SLURM_FLAGS + ("tf_logs",)),
     "doctor": _STRATEGY_FLAGS + ("tf_config", "probe", "probe_timeout_s", "tf_logs"),
     "data check": _SOURCE_FLAGS + ("seed", "num_workers", "replicas_per_worker", "json",
                                    "tf_logs"),
@@ -229,8 +270,22 @@ def run_config(cluster: ClusterConfig | None) -> RunConfig:
         strategy=strategy_config(),
         input=input_config("train"),
         train=TrainConfig(**{name: FLAGS[name].value for name in _TRAIN_FLAGS}),
+        optimizer=optimizer_config(),
         cluster=cluster,
         show_tf_logs=FLAGS.tf_logs)
+
+
+def optimizer_config() -> OptimizerConfig:
+    """The parsed optimizer flags as an `OptimizerConfig`."""
+    values = {name: FLAGS[name].value for name in _OPTIMIZER_FLAGS}
+    try:
+        values["lr_step_boundaries"] = tuple(float(epoch)
+                                             for epoch in values["lr_step_boundaries"])
+    except ValueError:
+        raise UsageError(f"lr_step_boundaries={','.join(values['lr_step_boundaries'])!r} is not "
+                         "a list of epochs; write e.g. --lr_step_boundaries=30,60.") from None
+    values["lars_exclude"] = tuple(values["lars_exclude"])
+    return OptimizerConfig(**values)
 
 
 def input_config(command: str) -> InputConfig:

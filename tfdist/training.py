@@ -101,14 +101,16 @@ def _with_input(body: tf_keras.Model, info: DatasetInfo, placement) -> tf_keras.
                           name=body.name)
 
 
-def build_model(config: RunConfig, info: DatasetInfo, placement) -> tf_keras.Model:
+def build_model(config: RunConfig, info: DatasetInfo, placement,
+                steps_per_epoch: int) -> tf_keras.Model:
     """Builds and compiles the model; call inside `strategy.scope()`."""
     train = config.train
     model = _with_input(models.build(train.model, info.image_shape, info.num_classes), info,
                         placement)
     optimizer = precision.wrap_optimizer(
-        optim.build(train.optimizer, train.learning_rate,
-                    allreduce_dtype=config.strategy.allreduce_dtype),
+        optim.build_optimizer(config.optimizer, config.input.global_batch_size, steps_per_epoch,
+                              allreduce_dtype=config.strategy.allreduce_dtype,
+                              seed=train.seed),
         train.mixed_precision)
     model.compile(optimizer=optimizer,
                   loss=tf_keras.losses.SparseCategoricalCrossentropy(),
@@ -164,7 +166,7 @@ def fit(config: RunConfig, strategy: tf.distribute.Strategy) -> FitResult:
     placement = placement_for(config)
     steps = steps_per_epoch(config, info)
     with strategy.scope():
-        model = build_model(config, info, placement)
+        model = build_model(config, info, placement, steps)
     timer = ThroughputTimer(global_batch_size=config.input.global_batch_size,
                             steps_per_epoch=steps)
     train_fn = input_pipelines.dataset_fn(config.input, "train", training=True,

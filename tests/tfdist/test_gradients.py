@@ -1,0 +1,143 @@
+"""Gradient transforms after the all-reduce: wire dtype, clipping, noise, accumulation."""
+
+import functools
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+from absl.testing import parameterized
+
+from strategies import WireDtype
+from tfdist import precision
+from tfdist.config import Precision
+from tfdist.gradients import GradientTransforms
+from tfdist.gradients import with_transforms
+
+_ONE_PLUS = 1.0 + 2.0**-10  # bfloat16 keeps 8 bits of mantissa: it rounds this to 1.0.
+
+
+def _sgd(transforms: GradientTransforms, **options) -> tf_keras.optimizers.Optimizer:
+    return with_transforms(tf_keras.optimizers.SGD, transforms)(1.0, **options)
+
+
+@functools.cache
+def _mirrored() -> tf.distribute.MirroredStrategy:
+    """2 replicas reducing through one device, not collectives: strategies built in one process
+    reuse collective keys, and a key reused with another dtype (bfloat16 here, float32 in other
+    tests) aborts the collective."""
+    return tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+class _Mirrored(tf.test.TestCase, parameterized.TestCase):
+
+    @property
+    def strategy(self) -> tf.distribute.MirroredStrategy:
+        return _mirrored()
+
+    def _step_on_replicas(self, transforms: GradientTransforms, grad: list[float],
+                          mixed: Precision = Precision.FLOAT32) -> tf.Variable:
+        """One SGD step (rate 1) from 0 on 2 replicas whose gradients are `grad` and 2 x `grad`."""
+        with self.strategy.scope():
+            variable = tf.Variable(tf.zeros(len(grad)))
+            optimizer = precision.wrap_optimizer(_sgd(transforms), mixed)
+
+        @tf.function
+        def step():
+            def replica_fn():
+                replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+                optimizer.apply_gradients(
+                    [(tf.constant(grad) * tf.cast(replica + 1, tf.float32), variable)])
+            self.strategy.run(replica_fn)
+
+        step()
+        return variable
+
+
+class WireDtypeTest(_Mirrored):
+
+    def _update(self, wire_dtype: WireDtype, mixed: Precision = Precision.FLOAT32):
+        variable = self._step_on_replicas(GradientTransforms(wire_dtype=wire_dtype),
+                                          [_ONE_PLUS, 3.0], mixed)
+        return -variable.numpy()
+
+    def test_float32_sums_exactly(self):
+        self.assertAllEqual(self._update(WireDtype.FLOAT32), [3 * _ONE_PLUS, 9.0])
+
+    def test_bfloat16_rounds_what_it_cannot_hold(self):
+        # bfloat16 rounds 1 + 2**-10 and 2 + 2**-9 to 1 and 2: the sum is 3.
+        self.assertAllEqual(self._update(WireDtype.BFLOAT16), [3.0, 9.0])
+
+    def test_float16_sums_in_float16(self):
+        # float16 holds both gradients exactly, but not their sum 3 + 3 * 2**-10.
+        expected = float(np.float16(_ONE_PLUS) + np.float16(2 * _ONE_PLUS))
+        self.assertNotEqual(expected, 3 * _ONE_PLUS)
+        self.assertAllEqual(self._update(WireDtype.FLOAT16), [expected, 9.0])
+
+    def test_under_a_loss_scale_optimizer(self):
+        self.assertAllEqual(self._update(WireDtype.BFLOAT16, Precision.MIXED_FLOAT16),
+                            [3.0, 9.0])
+
+
+class ClipAndNoiseTest(_Mirrored):
+
+    def test_clips_the_summed_gradient_to_the_global_norm(self):
+        # Replicas send (1, 4/3) and (2, 8/3): the sum (3, 4) has norm 5, clipped to 1.
+        variable = self._step_on_replicas(GradientTransforms(clip_norm=1.0), [1.0, 4 / 3])
+        self.assertAllClose(-variable.numpy(), [0.6, 0.8])
+
+    def test_every_replica_adds_the_same_noise(self):
+        variable = self._step_on_replicas(GradientTransforms(noise_eta=1.0), [1.0] * 1000)
+        first, second = (value.numpy() for value in variable.values)
+        self.assertAllEqual(first, second)
+        self.assertGreater(np.std(first), 0.5)  # Noise of variance 1 at t = 0 was added.
+
+    @parameterized.parameters(0, 9)
+    def test_noise_variance_is_eta_over_one_plus_t_to_the_gamma(self, updates_so_far):
+        eta, gamma, size = 0.04, 0.55, 1_000_000
+        optimizer = _sgd(GradientTransforms(noise_eta=eta, noise_gamma=gamma))
+        variable = tf.Variable(tf.zeros(size))
+        optimizer.build([variable])
+        optimizer.iterations.assign(updates_so_far)
+        optimizer.apply_gradients([(tf.zeros(size), variable)])
+        expected_std = np.sqrt(eta / (1 + updates_so_far) ** gamma)
+        self.assertAllClose(np.std(variable.numpy()), expected_std, rtol=0.01)
+        self.assertAllClose(np.mean(variable.numpy()), 0.0, atol=0.01 * expected_std)
+
+
+class AccumulationTest(_Mirrored):
+    """K micro-batches, then one update with their mean: the same as one K-times larger batch."""
+
+    def _fit(self, optimizer_class, options: dict, *, batch_size: int, accum_steps: int):
+        features = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+        targets = features @ np.array([[1.0], [-2.0], [0.5]], "float32") + 0.3
+        with self.strategy.scope():
+            tf_keras.utils.set_random_seed(1)
+            model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(1)])
+            transforms = GradientTransforms(accum_steps=accum_steps)
+            model.compile(with_transforms(optimizer_class, transforms)(0.1, **options), "mse")
+        model.fit(features, targets, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
+        return model.get_weights(), int(model.optimizer.iterations.numpy())
+
+    @parameterized.named_parameters(
+        ("sgd", tf_keras.optimizers.SGD, {}),
+        ("sgd_weight_decay", tf_keras.optimizers.SGD, {"weight_decay": 0.1}),
+        ("momentum", tf_keras.optimizers.SGD, {"momentum": 0.9}),
+        ("adam", tf_keras.optimizers.Adam, {}),
+    )
+    def test_four_micro_batches_update_as_one_large_batch(self, optimizer_class, options):
+        large, large_updates = self._fit(optimizer_class, options, batch_size=16, accum_steps=1)
+        micro, micro_updates = self._fit(optimizer_class, options, batch_size=4, accum_steps=4)
+        self.assertEqual((large_updates, micro_updates), (1, 1))
+        for expected, actual in zip(large, micro):
+            self.assertAllClose(expected, actual, rtol=1e-5, atol=1e-6)
+
+    def test_no_update_before_the_last_micro_batch(self):
+        weights, updates = self._fit(tf_keras.optimizers.SGD, {}, batch_size=4, accum_steps=8)
+        self.assertEqual(updates, 0)  # 4 micro-batches of 8 seen: nothing applied yet.
+        with self.strategy.scope():
+            tf_keras.utils.set_random_seed(1)
+            initial = tf_keras.Sequential([tf_keras.Input((3,)),
+                                           tf_keras.layers.Dense(1)]).get_weights()
+        for expected, actual in zip(initial, weights):
+            self.assertAllEqual(expected, actual)

@@ -1,0 +1,122 @@
+"""The learning-rate schedule against its formulas, and optimizers built from OptimizerConfig."""
+
+import math
+
+import tensorflow as tf
+import tf_keras
+from absl.testing import parameterized
+
+from tfdist import optim
+from tfdist.optim_config import OptimizerConfig
+from tfdist.optim_config import OptimizerConfigError
+
+_STEPS_PER_EPOCH = 10
+
+
+def _rate(config: OptimizerConfig, step: int, global_batch_size: int = 1024) -> float:
+    schedule = optim.learning_rate_schedule(config, global_batch_size, _STEPS_PER_EPOCH)
+    return float(schedule(step))
+
+
+class ScheduleTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters(("none", 0.1), ("linear", 0.4), ("sqrt", 0.2))
+    def test_peak_is_the_scaled_rate(self, scaling, peak):
+        config = OptimizerConfig(learning_rate=0.1, lr_scaling=scaling, base_batch_size=256)
+        self.assertAllClose(_rate(config, 0), peak)  # 1024 / 256 = 4.
+        self.assertAllClose(_rate(config, 29), peak)
+
+    def test_warmup_rises_step_by_step_from_the_unscaled_rate_to_the_peak(self):
+        config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=2,
+                                 epochs=5)
+        warmup_steps, peak = 2 * _STEPS_PER_EPOCH, 0.4
+        for step in (0, 1, 7, 19):
+            self.assertAllClose(_rate(config, step),
+                                0.1 + (peak - 0.1) * step / warmup_steps)
+        self.assertAllClose(_rate(config, 20), peak)
+        self.assertAllClose(_rate(config, 49), peak)
+
+    def test_fractional_warmup_epochs(self):
+        config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=0.5)
+        self.assertAllClose(_rate(config, 4), 0.1 + 0.3 * 4 / 5)
+        self.assertAllClose(_rate(config, 5), 0.4)
+
+    def test_cosine_runs_from_the_peak_over_the_remaining_steps(self):
+        config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=1,
+                                 lr_schedule="cosine", epochs=5)
+        warmup, total, peak = 10, 50, 0.4
+        for step in (10, 23, 30, 49, 50, 60):
+            progress = min((step - warmup) / (total - warmup), 1.0)
+            self.assertAllClose(_rate(config, step),
+                                peak * 0.5 * (1 + math.cos(math.pi * progress)), atol=1e-7)
+
+    def test_step_decay_at_boundaries_in_epochs(self):
+        config = OptimizerConfig(learning_rate=0.1, lr_schedule="step",
+                                 lr_step_boundaries=(2, 3.5), lr_step_factor=0.5, epochs=5)
+        for step, rate in ((0, 0.1), (19, 0.1), (20, 0.05), (34, 0.05), (35, 0.025),
+                           (49, 0.025)):
+            self.assertAllClose(_rate(config, step, global_batch_size=256), rate)
+
+    def test_schedule_round_trips_through_its_config(self):
+        schedule = optim.learning_rate_schedule(
+            OptimizerConfig(warmup_epochs=1, lr_schedule="cosine"), 512, _STEPS_PER_EPOCH)
+        copy = optim.WarmupSchedule.from_config(schedule.get_config())
+        self.assertAllClose(copy(17), schedule(17))
+
+
+class BuildOptimizerTest(tf.test.TestCase, parameterized.TestCase):
+
+    @parameterized.parameters(
+        ("sgd", tf_keras.optimizers.SGD), ("momentum", tf_keras.optimizers.SGD),
+        ("nesterov", tf_keras.optimizers.SGD), ("adam", tf_keras.optimizers.Adam),
+        ("adamw", tf_keras.optimizers.AdamW), ("rmsprop", tf_keras.optimizers.RMSprop),
+        ("lars", optim.LARS))
+    def test_every_optimizer_builds_with_the_schedule(self, name, optimizer_class):
+        config = OptimizerConfig(optimizer=name, learning_rate=0.1, weight_decay=1e-4,
+                                 warmup_epochs=1)
+        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH)
+        self.assertIsInstance(optimizer, optimizer_class)
+        variable = tf.Variable([1.0, 2.0])
+        optimizer.apply_gradients([(tf.constant([0.5, 0.5]), variable)])
+        self.assertNotAllClose(variable.numpy(), [1.0, 2.0])
+
+    def test_nesterov_and_momentum_use_the_momentum_flag(self):
+        config = OptimizerConfig(optimizer="nesterov", momentum=0.8)
+        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH)
+        self.assertEqual((optimizer.momentum, optimizer.nesterov), (0.8, True))
+
+    def test_accumulation_schedules_updates_on_the_effective_batch(self):
+        config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=1,
+                                 grad_accum_steps=2)
+        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH)
+        schedule = optimizer._learning_rate  # pylint: disable=protected-access
+        # 2 micro-batches of 256 per update: peak 0.2; 10 steps an epoch are 5 updates.
+        self.assertEqual((schedule.peak, schedule.warmup_steps), (0.2, 5))
+
+
+class OptimizerConfigTest(parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("unknown_optimizer", dict(optimizer="lamb"), r"optimizer='lamb'.*lars"),
+        ("zero_rate", dict(learning_rate=0.0), r"learning_rate=0.0 must be positive"),
+        ("negative_noise", dict(gradient_noise_eta=-0.1), r"gradient_noise_eta=-0.1"),
+        ("negative_gamma", dict(gradient_noise_gamma=-1), r"gradient_noise_gamma=-1"),
+        ("negative_warmup", dict(warmup_epochs=-1), r"warmup_epochs=-1"),
+        ("warmup_too_long", dict(warmup_epochs=3.5, epochs=3), r"warmup_epochs=3.5 is not"),
+        ("boundaries_not_increasing", dict(lr_schedule="step", lr_step_boundaries=(2, 2),
+                                           epochs=5), r"2,2 are not increasing"),
+        ("boundary_after_training", dict(lr_schedule="step", lr_step_boundaries=(1, 4),
+                                         epochs=3), r"before the end of training"),
+        ("boundaries_without_step", dict(lr_step_boundaries=(1,)), r"applies to lr_schedule"),
+        ("lars_mode_with_sgd", dict(optimizer="sgd", lars_mode="clip"),
+         r"lars_mode applies to optimizer=lars, not sgd"),
+        ("lars_exclude_with_adam", dict(lars_exclude=("kernel",)), r"lars_exclude applies"),
+        ("zero_eeta", dict(optimizer="lars", lars_eeta=0.0), r"lars_eeta=0.0 must be positive"),
+        ("zero_accumulation", dict(grad_accum_steps=0), r"grad_accum_steps=0"),
+        ("zero_clip", dict(clip_norm=0.0), r"clip_norm=0.0 must be positive"),
+        ("step_factor_above_one", dict(lr_step_factor=2.0), r"lr_step_factor=2.0"),
+    )
+    def test_rejects(self, kwargs, message):
+        with self.assertRaisesRegex(OptimizerConfigError, message) as raised:
+            OptimizerConfig(**kwargs)
+        self.assertNotIn("\n", str(raised.exception))
