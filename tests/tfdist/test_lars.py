@@ -45,8 +45,10 @@ class LarsTest(tf.test.TestCase, parameterized.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        # One strategy for all: strategies built in one process reuse collective keys.
-        cls.strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+        # One strategy for all, reducing through one device, not collectives: strategies built in one process reuse
+        # collective keys, and other tests' collectives would clash with these.
+        cls.strategy = tf.distribute.MirroredStrategy(
+            ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
 
     def _assert_matches_numpy(self, optimizer, rates, **options):
         """Two steps on (kernel, bias), the bias excluded, against NumPy at `rates`."""
