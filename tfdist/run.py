@@ -101,6 +101,7 @@ def train(config: RunConfig) -> dict:
         "steps_per_epoch": result.steps_per_epoch,
         "steps": result.steps,
         "final": result.final,
+        "history": result.history,
         "examples_per_sec": result.examples_per_sec,
         "wall_s": time.perf_counter() - start,
     }

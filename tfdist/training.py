@@ -23,8 +23,10 @@ CHECKPOINT_PREFIX = "epoch-"
 
 @dataclasses.dataclass(frozen=True)
 class FitResult:
-    """What a fit did: final metrics of the last epoch, steps run, and training throughput."""
+    """What a fit did: metrics per epoch and of the last one, steps run, and training
+    throughput."""
     final: dict[str, float]
+    history: dict[str, list[float]]
     steps_per_epoch: int
     steps: int
     examples_per_sec: float
@@ -183,6 +185,8 @@ def fit(config: RunConfig, strategy: tf.distribute.Strategy) -> FitResult:
     except tf.errors.DataLossError:
         input_pipelines.explain_data_loss(config.input)
         raise
-    final = {name: float(values[-1]) for name, values in history.history.items()}
-    return FitResult(final=final, steps_per_epoch=steps, steps=steps * config.train.epochs,
+    per_epoch = {name: [float(value) for value in values]
+                 for name, values in history.history.items()}
+    final = {name: values[-1] for name, values in per_epoch.items()}
+    return FitResult(final=final, history=per_epoch, steps_per_epoch=steps, steps=steps * config.train.epochs,
                      examples_per_sec=timer.examples_per_sec())

@@ -45,8 +45,8 @@ class LarsTest(tf.test.TestCase, parameterized.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        # One strategy for all, reducing through one device, not collectives: strategies built in one process reuse
-        # collective keys, and other tests' collectives would clash with these.
+        # One strategy for all, reducing through one device, not collectives: strategies
+        # built in one process reuse collective keys, and other tests' would clash with these.
         cls.strategy = tf.distribute.MirroredStrategy(
             ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
 

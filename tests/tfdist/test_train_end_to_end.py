@@ -11,7 +11,7 @@ from tests.tfdist.cli_runner import run_tfdist
 _MIN_VAL_ACCURACY = 0.8
 _EXPECTED_KEYS = {"strategy", "num_replicas", "num_workers", "global_batch_size",
                   "per_replica_batch_size", "mixed_precision", "epochs", "steps", "final",
-                  "examples_per_sec", "wall_s"}
+                  "history", "examples_per_sec", "wall_s"}
 
 
 @pytest.mark.multiprocess
@@ -44,6 +44,8 @@ class TrainEndToEndTest(unittest.TestCase):
         self.assertEqual(metrics["per_replica_batch_size"] * 2, metrics["global_batch_size"])
         self.assertEqual(metrics["steps"], metrics["epochs"] * metrics["steps_per_epoch"])
         self.assertGreaterEqual(metrics["final"]["val_accuracy"], _MIN_VAL_ACCURACY)
+        self.assertEqual(len(metrics["history"]["val_accuracy"]), metrics["epochs"])
+        self.assertEqual(metrics["history"]["val_accuracy"][-1], metrics["final"]["val_accuracy"])
         self.assertGreater(metrics["examples_per_sec"], 0)
         summary = result.stdout.strip().splitlines()[-1]
         self.assertIn("mirrored on 2 replica(s)", summary)
