@@ -55,7 +55,11 @@ def _train(flags: list[str], epochs: int, seed: int) -> dict:
         command = [sys.executable, "-m", "tfdist", "train", "--strategy=mirrored",
                    "--num_cpu_devices=2", f"--epochs={epochs}", f"--seed={seed}",
                    f"--metrics_json={metrics}", *flags]
-        subprocess.run(command, check=True, timeout=_TIMEOUT_S, stdout=subprocess.DEVNULL)
+        result = subprocess.run(command, check=False, timeout=_TIMEOUT_S, text=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        if result.returncode != 0:
+            raise SystemExit(f"large_batch_experiment: `{' '.join(command)}` failed with status "
+                             f"{result.returncode}:\n{result.stderr[-2000:]}")
         with open(metrics, encoding="utf-8") as metrics_file:
             return json.load(metrics_file)
 

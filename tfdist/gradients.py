@@ -65,6 +65,8 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
 
         def aggregate_gradients(self, grads_and_vars):
             grads_and_vars = list(grads_and_vars)
+            with tf.init_scope():  # As apply_gradients does, which runs this first.
+                self.build([var for _, var in grads_and_vars])
             present = [index for index, (grad, _) in enumerate(grads_and_vars)
                        if grad is not None]
             grads = [tf.convert_to_tensor(grads_and_vars[index][0]) for index in present]

@@ -53,14 +53,20 @@ def _child() -> None:
 
 
 def _fit(strategy, data_dir: str) -> dict:
-    """tfdist's fit on the coordinator: DatasetCreator input, a few steps, validation."""
+    """tfdist's fit on the coordinator: DatasetCreator input, a few steps, validation; the
+    large-batch recipe's optimizer (LARS, warmup, clipping, noise, accumulation)."""
     # pylint: disable=import-outside-toplevel
     from input_pipelines import InputConfig
     from tfdist import training
     from tfdist.config import RunConfig
     from tfdist.config import TrainConfig
+    from tfdist.optim_config import OptimizerConfig
     config = RunConfig(input=InputConfig(data_dir=data_dir, global_batch_size=16),
-                       train=TrainConfig(epochs=1, steps_per_epoch=4, validation_steps=2))
+                       train=TrainConfig(epochs=1, steps_per_epoch=4, validation_steps=2),
+                       optimizer=OptimizerConfig(optimizer="lars", learning_rate=0.5,
+                                                 warmup_epochs=0.5, lr_schedule="cosine",
+                                                 clip_norm=1.0, gradient_noise_eta=0.01,
+                                                 grad_accum_steps=2))
     result = training.fit(config, strategy)
     return {"steps": result.steps, "metrics": sorted(result.final)}
 
