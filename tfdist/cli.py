@@ -22,6 +22,9 @@ USAGE = """usage: tfdist <command> [--flag=value ...] [--flagfile=FILE]
 commands:
   train    train a model under a tf.distribute strategy; with no flags, a small CNN on the
            built-in shapes dataset (generated locally on first use)
+  benchmark
+           measure examples/s, scaling efficiency over --replicas, the input-bound ratio
+           (real vs synthetic data) and tfdist's overhead against plain tf-keras
   doctor   check TF_CONFIG and this machine before a cluster job starts: role, devices, and
            the strategy `auto` would pick
   data check
@@ -90,6 +93,20 @@ def _data_serve() -> int:
     return data_serve.main(*tfdist_flags.data_serve_options())
 
 
+def _benchmark() -> int:
+    options = tfdist_flags.benchmark_options()
+    train_args = tfdist_flags.benchmark_train_args()
+    tfdist_flags.run_config(None)  # Checks the train flags before minutes of sweeping.
+    import_tensorflow(tfdist_flags.show_tf_logs())
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tfdist import benchmark  # pylint: disable=import-outside-toplevel
+    num_gpus = len(tf.config.list_physical_devices("GPU"))
+    if num_gpus and max(options["replicas"]) > num_gpus:
+        raise ConfigError(f"replicas={max(options['replicas'])} needs that many GPUs, but "
+                          f"{num_gpus} are visible; lower --replicas.")
+    return benchmark.main(train_args, num_gpus=num_gpus, **options)
+
+
 def _launch(command: list[str]) -> int:
     from tfdist import launch  # pylint: disable=import-outside-toplevel
     return launch.main(tfdist_flags.launch_config(command))
@@ -101,7 +118,8 @@ def _manifest(command: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "doctor": _doctor, "data check": _data_check,
+COMMANDS = {"train": _train, "benchmark": _benchmark, "doctor": _doctor,
+            "data check": _data_check,
             "data serve": _data_serve, "launch": _launch, "manifest": _manifest}
 _TAKES_A_COMMAND = ("launch", "manifest")
 GROUPS = {"data": ("check", "serve")}

@@ -26,6 +26,8 @@ class Precision(str, enum.Enum):
 
 class ModelName(str, enum.Enum):
     SMALL_CNN = "small_cnn"
+    RESNET20 = "resnet20"
+    RESNET50 = "resnet50"
 
 
 def _as_enum(field: str, value, enum_type: type[enum.Enum]):

@@ -177,7 +177,23 @@ flags.DEFINE_integer("num_workers", 2,
                      "serve: tf.data service workers to start.", lower_bound=1)
 flags.DEFINE_integer("replicas_per_worker", 1, "data check: replicas on each simulated worker.",
                      lower_bound=1)
-flags.DEFINE_string("json", None, "data check: also write the report as JSON to this path.")
+flags.DEFINE_string("json", None,
+                    "data check, benchmark: also write the report as JSON to this path.")
+# Benchmark.
+flags.DEFINE_list("replicas", ["1", "2"],
+                  "benchmark: replica counts to sweep (GPUs when present, else logical CPUs).")
+flags.DEFINE_list("data", ["synthetic", "real"],
+                  "benchmark: synthetic (one batch, no input cost) and/or real (--dataset).")
+flags.DEFINE_integer("warmup_steps", 5, "benchmark: untimed steps first (tracing, warm-up).",
+                     lower_bound=1)
+flags.DEFINE_integer("timed_steps", 20, "benchmark: timed steps per configuration.",
+                     lower_bound=1)
+flags.DEFINE_integer("overhead_rounds", 2,
+                     "benchmark: synthetic runs of tfdist and of a plain tf-keras script, "
+                     "alternating, for overhead_ratio; 0 skips the comparison.", lower_bound=0)
+flags.DEFINE_string("plot", None,
+                    "benchmark: write a PNG of throughput and efficiency vs replicas (needs "
+                    "matplotlib: pip install -e '.[plot]').")
 flags.DEFINE_integer("port", 5050, "data serve: port of the tf.data service dispatcher.",
                      lower_bound=1, upper_bound=65535)
 # Launch.
@@ -226,6 +242,8 @@ _INPUT_FLAGS = _SOURCE_FLAGS + ("preprocess_on", "tf_data_service", "tf_data_ser
 _TRAIN_FLAGS = ("model", "epochs", "steps_per_epoch", "validation_steps", "steps_per_execution",
                 "mixed_precision", "model_dir", "backup_every", "metrics_json", "seed")
 _OPTIMIZER_FLAGS = tuple(field.name for field in dataclasses.fields(OptimizerConfig))
+_BENCHMARK_FLAGS = ("replicas", "data", "warmup_steps", "timed_steps", "overhead_rounds",
+                    "json", "plot")
 COMMAND_FLAGS = {
     "train": (_STRATEGY_FLAGS + _INPUT_FLAGS + _TRAIN_FLAGS
               + tuple(name for name in _OPTIMIZER_FLAGS if name not in _TRAIN_FLAGS)
@@ -234,6 +252,9 @@ COMMAND_FLAGS = {
     "data check": _SOURCE_FLAGS + ("seed", "num_workers", "replicas_per_worker", "json",
                                    "tf_logs"),
     "data serve": ("port", "num_workers", "tf_logs"),
+    "benchmark": (_STRATEGY_FLAGS + _INPUT_FLAGS + _TRAIN_FLAGS
+                  + tuple(name for name in _OPTIMIZER_FLAGS if name not in _TRAIN_FLAGS)
+                  + _BENCHMARK_FLAGS + ("tf_logs",)),
     "launch": ("num_workers", "num_ps", "chief", "evaluator", "log_dir", "max_restarts",
                "timeout_s"),
     "manifest": ("format", "name", "image", "num_workers", "num_ps", "chief", "evaluator",
@@ -292,6 +313,32 @@ def input_config(command: str) -> InputConfig:
     """The parsed input flags of `command` as an `InputConfig`."""
     return InputConfig(seed=FLAGS.seed, **{name: FLAGS[name].value for name in _INPUT_FLAGS
                                             if name in COMMAND_FLAGS[command]})
+
+
+def benchmark_options() -> dict:
+    """`tfdist benchmark`'s sweep options, checked.
+
+    Raises:
+      UsageError: a replica count that is not a positive integer, an unknown data kind.
+    """
+    if not all(count.isdigit() and int(count) > 0 for count in FLAGS.replicas):
+        raise UsageError(f"replicas={','.join(FLAGS.replicas)!r} is not a list of positive "
+                         "integers; write e.g. --replicas=1,2,4.")
+    if not FLAGS.data or set(FLAGS.data) - {"synthetic", "real"}:
+        raise UsageError(f"data={','.join(FLAGS.data)!r} is not understood; use synthetic, real "
+                         "or synthetic,real.")
+    return {"replicas": sorted({int(count) for count in FLAGS.replicas}),
+            "data": [kind for kind in ("synthetic", "real") if kind in FLAGS.data],
+            "warmup_steps": FLAGS.warmup_steps, "timed_steps": FLAGS.timed_steps,
+            "overhead_rounds": FLAGS.overhead_rounds, "json_path": FLAGS.json,
+            "plot_path": FLAGS.plot}
+
+
+def benchmark_train_args() -> list[str]:
+    """The `tfdist train` flags given to `tfdist benchmark`, as command-line arguments."""
+    benchmark_only = set(_BENCHMARK_FLAGS)
+    return [FLAGS[name].serialize() for name in COMMAND_FLAGS["benchmark"]
+            if name not in benchmark_only and FLAGS[name].present]
 
 
 def data_check_options() -> tuple[int, int, str | None]:

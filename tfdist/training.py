@@ -3,6 +3,7 @@
 import dataclasses
 import math
 import os
+from typing import Sequence
 
 import tensorflow as tf
 import tf_keras
@@ -152,9 +153,10 @@ def _validation(config: RunConfig, info: DatasetInfo, strategy: tf.distribute.St
     }
 
 
-def fit(config: RunConfig, strategy: tf.distribute.Strategy) -> FitResult:
+def fit(config: RunConfig, strategy: tf.distribute.Strategy, *, validate: bool = True,
+        callbacks: Sequence[tf_keras.callbacks.Callback] = ()) -> FitResult:
     """Trains `config.train.model` on `config.input` under `strategy`, validating each epoch
-    when the dataset has a validation split.
+    when `validate` and the dataset has a validation split; `callbacks` are added to tfdist's.
 
     Runs in cross-replica context on every worker (mirrored strategies) or on the coordinator
     (parameter server). Prepares the dataset first (generating the built-in one once).
@@ -178,15 +180,18 @@ def fit(config: RunConfig, strategy: tf.distribute.Strategy) -> FitResult:
         history = model.fit(_distribute(strategy, train_fn),
                             epochs=config.train.epochs,
                             steps_per_epoch=steps,
-                            callbacks=[timer] + _output_callbacks(config.train.model_dir,
-                                                                 config.train.backup_every),
+                            callbacks=[timer, *callbacks,
+                                       *_output_callbacks(config.train.model_dir,
+                                                          config.train.backup_every)],
                             verbose=2,
-                            **_validation(config, info, strategy, placement))
+                            **(_validation(config, info, strategy, placement) if validate
+                               else {}))
     except tf.errors.DataLossError:
         input_pipelines.explain_data_loss(config.input)
         raise
     per_epoch = {name: [float(value) for value in values]
                  for name, values in history.history.items()}
     final = {name: values[-1] for name, values in per_epoch.items()}
-    return FitResult(final=final, history=per_epoch, steps_per_epoch=steps, steps=steps * config.train.epochs,
+    return FitResult(final=final, history=per_epoch, steps_per_epoch=steps,
+                     steps=steps * config.train.epochs,
                      examples_per_sec=timer.examples_per_sec())

@@ -1,0 +1,78 @@
+"""`tfdist benchmark`: a short sweep's figures, and its bad input."""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import pytest
+from absl.testing import parameterized
+
+from tests.tfdist.cli_runner import assert_one_line_error
+from tests.tfdist.cli_runner import run_tfdist
+from tfdist import benchmark
+from tfdist.config import ConfigError
+
+
+@pytest.mark.multiprocess
+class ShortSweepTest(unittest.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _data(self, small_shapes_data_dir):
+        self.data_dir = small_shapes_data_dir
+
+    def test_figures_are_positive_and_consistent(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            report_path, plot_path = (os.path.join(scratch, name)
+                                      for name in ("report.json", "plot.png"))
+            result = run_tfdist("benchmark", "--replicas=1,2", "--warmup_steps=1",
+                                "--timed_steps=3", "--overhead_rounds=1",
+                                "--global_batch_size=32", f"--data_dir={self.data_dir}",
+                                f"--json={report_path}", f"--plot={plot_path}", timeout_s=600)
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            with open(report_path, encoding="utf-8") as report_file:
+                report = json.load(report_file)
+            self.assertGreater(os.path.getsize(plot_path), 1000)
+        self.assertIn("[4/4] replicas=2 data=real", result.stderr)
+        self.assertIn("efficiency", result.stdout)
+        entries = {(entry["replicas"], entry["data"]): entry
+                   for entry in report["configurations"]}
+        self.assertEqual(set(entries), {(1, "synthetic"), (1, "real"), (2, "synthetic"),
+                                        (2, "real")})
+        for (replicas, data), entry in entries.items():
+            rate, step = entry["examples_per_sec"], entry["step_time_s"]
+            self.assertTrue(0 < rate["min"] <= rate["median"] <= rate["max"], entry)
+            self.assertTrue(0 < step["min"] <= step["median"] <= step["max"], entry)
+            self.assertAlmostEqual(rate["median"] * step["median"], 32, places=6)
+            self.assertAlmostEqual(entry["scaling_efficiency"],
+                                   rate["median"] / entries[1, data]["examples_per_sec"]
+                                   ["median"] / replicas)
+            self.assertAlmostEqual(entry["input_bound_ratio"],
+                                   entries[replicas, "real"]["examples_per_sec"]["median"] /
+                                   entries[replicas, "synthetic"]["examples_per_sec"]["median"])
+            self.assertEqual("overhead_ratio" in entry, data == "synthetic")
+            if data == "synthetic":
+                self.assertGreater(entry["overhead_ratio"], 0)
+
+
+class BadBenchmarkInputTest(parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("zero_replicas", ["--replicas=0"], "replicas='0' is not a list of positive integers"),
+        ("text_replicas", ["--replicas=one"], "replicas='one'"),
+        ("unknown_data", ["--data=fake"], "data='fake' is not understood"),
+        ("zero_timed_steps", ["--timed_steps=0"], "--timed_steps=0"),
+        ("bad_train_flag", ["--global_batch_size=0"], "--global_batch_size=0"),
+    )
+    def test_one_line_error(self, args, expected):
+        assert_one_line_error(self, run_tfdist("benchmark", *args), expected)
+
+    def test_plot_without_matplotlib_says_how_to_install_it(self):
+        with mock.patch.dict(sys.modules, {"matplotlib": None}):
+            with self.assertRaisesRegex(ConfigError, r"plot=out.png needs matplotlib.*"
+                                                     r"pip install -e '.\[plot\]'"):
+                benchmark.main([], replicas=[1], data=["synthetic"], warmup_steps=1,
+                               timed_steps=1, overhead_rounds=0, json_path=None,
+                               plot_path="out.png", num_gpus=0)

@@ -1,0 +1,90 @@
+"""One `tfdist benchmark` configuration, measured in a fresh process (the replica count is set
+before TensorFlow starts): per-step times of tfdist's `fit`, and with `--overhead` those of a
+plain tf-keras script, alternating in the same process.
+
+Run by `tfdist.benchmark` as `python -m tfdist.benchmark_child SPEC_JSON`; prints one JSON line:
+{"tfdist": [step seconds...], "plain": [...] (with overhead), "global_batch_size": N,
+"num_replicas": R}. SPEC_JSON: {"train_args": [tfdist train flags], "warmup_steps": W,
+"timed_steps": T, "overhead_rounds": K}.
+"""
+
+import dataclasses
+import json
+import sys
+import time
+
+import tfdist  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tfdist import flags as tfdist_flags
+from tfdist.process import import_tensorflow
+
+import_tensorflow(show_logs=False)
+# pylint: disable=wrong-import-position
+import tensorflow as tf
+import tf_keras
+
+from input_pipelines import sources
+from tfdist import models
+from tfdist import run
+from tfdist import training
+
+
+class StepTimer(tf_keras.callbacks.Callback):
+    """Wall time of every training step (Keras syncs the logs of a callback each step)."""
+
+    def __init__(self):
+        super().__init__()
+        self._start = 0.0
+        self.seconds: list[float] = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seconds.append(time.perf_counter() - self._start)
+
+
+def _tfdist_steps(config, strategy, steps: int) -> list[float]:
+    timer = StepTimer()
+    training.fit(config, strategy, validate=False, callbacks=[timer])
+    assert len(timer.seconds) == steps, (len(timer.seconds), steps)
+    return timer.seconds
+
+
+def _plain_steps(config, strategy, steps: int) -> list[float]:
+    """The same model, strategy and synthetic batch, as TF's distributed-training guide writes
+    it: build and compile in `strategy.scope()`, then `model.fit` on a `tf.data.Dataset`."""
+    info = sources.synthetic_info(config.input)
+    batch = config.input.global_batch_size
+    images = tf.random.uniform((batch, *info.image_shape), -1, 1, seed=config.train.seed)
+    labels = tf.random.uniform((batch,), 0, info.num_classes, tf.int64, seed=config.train.seed)
+    dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    with strategy.scope():
+        model = models.build(config.train.model, info.image_shape, info.num_classes)
+        model.compile(optimizer=tf_keras.optimizers.Adam(config.optimizer.learning_rate),
+                      loss=tf_keras.losses.SparseCategoricalCrossentropy(),
+                      metrics=["accuracy"])
+    timer = StepTimer()
+    model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=[timer], verbose=0)
+    return timer.seconds
+
+
+def measure(spec: dict) -> dict:
+    """Times `spec`'s configuration; see the module docstring."""
+    tfdist_flags.parse("train", ["tfdist", *spec["train_args"]])
+    steps = spec["warmup_steps"] + spec["timed_steps"]
+    config = tfdist_flags.run_config(None)
+    config = dataclasses.replace(config, train=dataclasses.replace(
+        config.train, epochs=1, steps_per_epoch=steps, model_dir=None, metrics_json=None))
+    strategy = run.setup(config)
+    timed = slice(spec["warmup_steps"], None)
+    result = {"global_batch_size": config.input.global_batch_size,
+              "num_replicas": strategy.num_replicas_in_sync, "tfdist": [], "plain": []}
+    for _ in range(max(spec["overhead_rounds"], 1)):
+        result["tfdist"] += _tfdist_steps(config, strategy, steps)[timed]
+        if spec["overhead_rounds"]:
+            result["plain"] += _plain_steps(config, strategy, steps)[timed]
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(json.loads(sys.argv[1]))), flush=True)
