@@ -9,7 +9,7 @@ Trains the small CNN on the built-in dataset for the same number of epochs, each
   large warmup   scaled rate reached by --warmup_epochs of gradual warmup
   large LARS     LARS (You et al. 2017) with the scaled rate and the same warmup; LARS' rate is
                  multiplied by each layer's trust ratio (~eeta x ||w|| / ||g||), so it takes its
-                 own base rate, --lars_learning_rate
+                 own base rates, one run each (--lars_learning_rates)
 
 Every run uses the same seed and decays the rate by cosine after warmup. Writes a markdown
 table (final and best validation accuracy, wall time) and a PNG plot of validation accuracy per
@@ -41,10 +41,11 @@ def _runs(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
                                               "--lr_scaling=linear"]),
         (f"large ({large}) scaling + warmup", [f"--global_batch_size={large}", *sgd, *common,
                                                 "--lr_scaling=linear", *warmup]),
-        (f"large ({large}) LARS + scaling + warmup",
-         [f"--global_batch_size={large}", "--optimizer=lars",
-          f"--learning_rate={args.lars_learning_rate}", *common, "--lr_scaling=linear",
-          *warmup]),
+    ] + [
+        (f"large ({large}) LARS (rate {rate:g}) + scaling + warmup",
+         [f"--global_batch_size={large}", "--optimizer=lars", f"--learning_rate={rate}",
+          *common, "--lr_scaling=linear", *warmup])
+        for rate in args.lars_learning_rates
     ]
 
 
@@ -99,7 +100,9 @@ def main() -> None:
     parser.add_argument("--small_batch", type=int, default=64)
     parser.add_argument("--factor", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=0.025)
-    parser.add_argument("--lars_learning_rate", type=float, default=1.0)
+    parser.add_argument("--lars_learning_rates", default="1.0,0.1,0.02",
+                        type=lambda text: [float(rate) for rate in text.split(",")],
+                        help="one LARS run per base rate")
     parser.add_argument("--warmup_epochs", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out_dir", default="docs")
