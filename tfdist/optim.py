@@ -58,7 +58,7 @@ class WarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
             passed = tf.reduce_sum(tf.cast(
                 step >= tf.constant(self.step_boundaries, tf.float32), tf.float32))
             return self.peak * tf.pow(self.step_factor, passed)
-        return tf.fill([], tf.constant(self.peak, tf.float32))
+        return tf.constant(self.peak, tf.float32)
 
     def get_config(self):
         return {"initial": self.initial, "peak": self.peak, "warmup_steps": self.warmup_steps,
