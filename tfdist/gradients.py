@@ -88,9 +88,8 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
             updates = tf.cast(self.iterations, tf.float32)
             variance = (transforms.noise_eta * accum_steps /
                         (1.0 + updates) ** transforms.noise_gamma)
-            draw = tf.cast(self.iterations, tf.int64)
-            if accum_steps > 1:
-                draw = draw * accum_steps + self._micro_batches
+            # One draw per step: each update, or each micro-batch when accumulating.
+            draw = self._micro_batches if accum_steps > 1 else tf.cast(self.iterations, tf.int64)
             noisy = []
             for index, grad in enumerate(grads):
                 seed = tf.stack([tf.constant(transforms.seed * _NOISE_SEED_STRIDE + index,
