@@ -65,9 +65,11 @@ def _measure(train_args: list[str], *, warmup_steps: int, timed_steps: int,
 def _figures(measured: dict, data: str) -> dict:
     batch = measured["global_batch_size"]
     steps = measured["tfdist"]
-    figures = {"examples_per_sec": _spread([batch / step for step in steps]),
-               "step_time_s": _spread(steps)}
-    figures["examples_per_sec"]["median"] = batch / statistics.median(steps)
+    step_time = _spread(steps)
+    figures = {"examples_per_sec": {"median": batch / step_time["median"],
+                                    "min": batch / step_time["max"],
+                                    "max": batch / step_time["min"]},
+               "step_time_s": step_time}
     if data == "synthetic" and measured["plain"]:
         figures["overhead_ratio"] = statistics.median(steps) / statistics.median(
             measured["plain"])
