@@ -1,7 +1,10 @@
 """Enforces the dependency rule of ARCHITECTURE.md by parsing every module's imports."""
 
 import ast
+import configparser
+import importlib.metadata
 import pathlib
+import re
 import subprocess
 import sys
 import unittest
@@ -18,6 +21,21 @@ FLAG_MODULES = {"tfdist/flags.py", "tfdist/cli.py"}
 ENVIRON_MODULES = {"strategies/cluster.py", "strategies/__init__.py", "input_pipelines/__init__.py",
                    "tfdist/launch.py", "tfdist/benchmark.py",  # Their children's environments.
                    "tfdist/__init__.py", "tfdist/process.py"}
+
+
+# Modules shipped code may import only inside a function that says how to install them.
+OPTIONAL_MODULES = {"matplotlib": "plot"}
+
+
+def _declared(requirements: str) -> set[str]:
+    """Distribution names of a setup.cfg requirement list, normalised as PyPI does."""
+    names = (re.split(r"[\s\[=<>!~;]", line.strip())[0] for line in requirements.splitlines())
+    return {re.sub(r"[-_.]+", "-", name).lower() for name in names if name}
+
+
+def _distributions(module: str) -> set[str]:
+    found = importlib.metadata.packages_distributions().get(module, [])
+    return {re.sub(r"[-_.]+", "-", name).lower() for name in found}
 
 
 def _modules():
@@ -66,6 +84,25 @@ class DependencyRuleTest(unittest.TestCase):
             for node in ast.walk(tree):
                 if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv"):
                     self.fail(f"{path} reads os.{node.attr}")
+
+    def test_every_third_party_import_is_a_declared_dependency(self):
+        """A fresh `pip install -e .` (no extras) must hold every module the code imports."""
+        setup = configparser.ConfigParser()
+        setup.read(ROOT / "setup.cfg")
+        runtime = _declared(setup["options"]["install_requires"])
+        extras = setup["options.extras_require"]
+        ours = set(PACKAGES) | set(sys.stdlib_module_names)
+        for _, path, tree in _modules():
+            for name in _imported_names(tree):
+                top = (name or "").split(".")[0]
+                if not top or top in ours:
+                    continue
+                if top in OPTIONAL_MODULES:
+                    self.assertLessEqual(_distributions(top),
+                                         _declared(extras[OPTIONAL_MODULES[top]]), path)
+                    continue
+                self.assertTrue(_distributions(top) & runtime,
+                                f"{path} imports {top}, which install_requires does not declare")
 
     def test_cli_starts_without_tensorflow(self):
         code = ("import sys, tfdist.cli, tfdist.flags, strategies, input_pipelines; "
