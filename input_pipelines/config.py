@@ -2,6 +2,7 @@
 
 import dataclasses
 import enum
+import os
 import re
 
 BUILTIN_DATASET = "shapes"
@@ -16,6 +17,19 @@ _ADDRESS = re.compile(
     rf"(?P<protocol>[a-z]+)://(?P<host>{HOST_PATTERN}):(?P<port>[0-9]+)")
 _ADDRESS_FIX = "write grpc://host:port, e.g. grpc://127.0.0.1:5050"
 _TFDS_NAME = re.compile(r"^[a-z][a-z0-9_]*(/[a-zA-Z0-9_.-]+)?(:[0-9.*]+)?$")
+# Upper bounds, past which TensorFlow overflows or the machine cannot hold the tensors.
+MAX_GLOBAL_BATCH_SIZE = 1 << 24  # 256x the largest published ImageNet batch (65,536).
+MAX_NUM_CLASSES = 1 << 24
+MAX_IMAGE_SIZE = 8192  # One 8192x8192 RGB image is 201 MB.
+MAX_BUFFER_SIZE = (1 << 31) - 1
+MAX_THREADS = 1024
+MAX_SEED = (1 << 32) - 1  # NumPy's limit.
+_LIMITS = {"global_batch_size": (1, MAX_GLOBAL_BATCH_SIZE),
+           "shuffle_buffer_size": (1, MAX_BUFFER_SIZE),
+           "num_classes": (1, MAX_NUM_CLASSES),
+           "image_size": (1, MAX_IMAGE_SIZE),
+           "datasets_num_private_threads": (1, MAX_THREADS),
+           "seed": (0, MAX_SEED)}
 
 
 class InputConfigError(ValueError):
@@ -102,6 +116,17 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
     return global_batch_size // num_replicas
 
 
+def _check_directory(field: str, path: str) -> None:
+    """Raises InputConfigError when `path`, or the nearest part of it that exists, is not a
+    directory (a file where a directory belongs)."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise InputConfigError(f"{field}={path!r}: {existing} is a file, not a directory; pass "
+                               "a directory.")
+
+
 def _as_enum(field: str, value, enum_type: type[enum.Enum]):
     try:
         return enum_type(value)
@@ -167,13 +192,16 @@ class InputConfig:
         object.__setattr__(self, "tf_data_service_mode",
                            _as_enum("tf_data_service_mode", self.tf_data_service_mode,
                                     ServiceMode))
-        for field in ("global_batch_size", "shuffle_buffer_size", "num_classes", "image_size",
-                      "datasets_num_private_threads"):
+        for field, (lowest, highest) in _LIMITS.items():
             value = getattr(self, field)
-            if value is not None and value < 1:
-                raise InputConfigError(f"{field}={value} must be a positive integer.")
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
+                                      not lowest <= value <= highest):
+                raise InputConfigError(f"{field}={value!r} is not an integer from {lowest} to "
+                                       f"{highest}.")
         if self.tf_data_service is not None:
             parse_service_address(self.tf_data_service)
+        if self.data_dir is not None:
+            _check_directory("data_dir", self.data_dir)
         if kind is SourceKind.TFRECORD and self.num_classes is None:
             raise InputConfigError(f"dataset={self.dataset!r} needs --num_classes, the number "
                                    "of classes its labels index.")

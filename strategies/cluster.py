@@ -24,6 +24,7 @@ import ipaddress
 import json
 import os
 import re
+import socket
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -243,7 +244,7 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
         raise _error("cluster", f"{_show(raw)} is not an object",
                      f"map job names to address lists, e.g. {_CLUSTER_EXAMPLE}")
     jobs: dict[str, list[str]] = {}
-    seen: dict[str, str] = {}
+    seen: dict[tuple[str, int], tuple[str, str]] = {}
     for name, addresses in raw.items():
         job = _ALIASES.get(name, name)
         if job not in _JOB_ORDER:
@@ -254,6 +255,14 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     if len(chiefs) > 1:
         raise _error("cluster.chief", f'{_show(chiefs)} has {len(chiefs)} chiefs ("master" '
                      "counts as chief)", 'keep one chief and list the others under "worker"')
+    evaluators = jobs.get("evaluator", [])
+    if len(evaluators) > 1:
+        raise _error("cluster.evaluator", f"{_show(evaluators)} has {len(evaluators)} "
+                     "evaluators", "keep one: TensorFlow runs at most one evaluator task")
+    if jobs.get("ps") and not chiefs:
+        raise _error("cluster", f"has {len(jobs['ps'])} ps task(s) but no chief",
+                     'add a "chief" job: the chief coordinates ParameterServerStrategy, while '
+                     "workers and ps tasks only serve it")
     ordered = {job: tuple(jobs[job]) for job in _JOB_ORDER if jobs.get(job)}
     if not ordered:
         raise _error("cluster", f"{_show(raw)} has no addresses",
@@ -261,19 +270,57 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     return ordered
 
 
-def _parse_job(path: str, addresses: Any, seen: dict[str, str]) -> list[str]:
-    """Validates one job's address list; `seen` maps addresses already used to their path."""
+def _parse_job(path: str, addresses: Any,
+               seen: dict[tuple[str, int], tuple[str, str]]) -> list[str]:
+    """Validates one job's address list; `seen` maps endpoints already used to their path and
+    spelling (`_endpoint`)."""
     if not isinstance(addresses, (list, tuple)):
         raise _error(path, f"{_show(addresses)} is not a list",
                      'write each job as a list of "host:port" strings, e.g. ["localhost:2222"]')
     for i, address in enumerate(addresses):
         where = f"{path}[{i}]"
         _check_address(where, address)
-        if address in seen:
-            raise _error(where, f"{_show(address)} is also used by {seen[address]}",
+        key = _endpoint(address)
+        if key in seen:
+            other, other_address = seen[key]
+            why = _LOOPBACK_WHY if key[0] == _THIS_MACHINE else "the same host and port spelled " \
+                "differently"
+            same = "" if other_address == address else f" ({_show(other_address)}; {why})"
+            raise _error(where, f"{_show(address)} is also used by {other}{same}",
                          "give every task its own host:port")
-        seen[address] = where
+        seen[key] = (where, address)
     return list(addresses)
+
+
+_THIS_MACHINE = "this machine"
+_LOOPBACK_WHY = "both name this machine, and TensorFlow's servers listen on all its addresses"
+
+
+def _endpoint(address: str) -> tuple[str, int]:
+    """A key equal for two spellings of one endpoint: loopback hosts ("localhost", 127.0.0.0/8,
+    [::1]) are one machine, IP addresses compare by value, host names ignore case and a final
+    dot, and ports compare as numbers ("02222" is 2222)."""
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]").lower().rstrip(".")
+    ip = _ip_address(host)
+    if host == "localhost" or host.endswith(".localhost") or (ip is not None and (
+            ip.is_loopback or getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)):
+        return _THIS_MACHINE, int(port)
+    return (str(ip) if ip is not None else host), int(port)
+
+
+def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`host` as an IP address, including the short IPv4 forms resolvers accept ("127.1")."""
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    if not re.fullmatch(r"[0-9a-fx.]+", host) or not re.search(r"[0-9]", host):
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
 
 
 def _check_address(path: str, address: Any) -> None:

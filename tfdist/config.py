@@ -4,10 +4,14 @@ import dataclasses
 import enum
 
 from input_pipelines import InputConfig
+from input_pipelines.config import MAX_SEED
 from strategies import ClusterConfig
 from strategies import StrategyConfig
+from strategies.config import check_int
 from strategies.config import coerce_enum
+from tfdist.optim_config import MAX_COUNT
 from tfdist.optim_config import OptimizerConfig
+from tfdist.optim_config import check_peak_learning_rate
 
 
 class ConfigError(ValueError):
@@ -59,12 +63,14 @@ class TrainConfig:
                            _as_enum("mixed_precision", self.mixed_precision, Precision))
         for field in ("epochs", "steps_per_epoch", "validation_steps", "steps_per_execution"):
             value = getattr(self, field)
-            if value is not None and value < 1:
-                raise ConfigError(f"{field}={value} must be a positive integer.")
+            if value is not None:
+                check_int(field, value, 1, MAX_COUNT, "e.g. 3", error=ConfigError)
+        check_int("seed", self.seed, 0, MAX_SEED, "e.g. 0", error=ConfigError)
         if self.backup_every != "epoch" and not (self.backup_every.isdigit() and
-                                                 int(self.backup_every) > 0):
+                                                 0 < int(self.backup_every) <= MAX_COUNT):
             raise ConfigError(f"backup_every={self.backup_every!r} is neither 'epoch' nor a "
-                              "positive number of steps; use --backup_every=epoch or e.g. 100.")
+                              f"number of steps from 1 to {MAX_COUNT}; use --backup_every=epoch "
+                              "or e.g. 100.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,3 +99,5 @@ class RunConfig:
                 f"grad_accum_steps={self.optimizer.grad_accum_steps} with "
                 "mixed_precision=mixed_float16: a skipped loss-scale step would upset the "
                 "accumulation; use mixed_bfloat16 or float32.")
+        check_peak_learning_rate(self.optimizer,
+                                 self.input.global_batch_size * self.optimizer.grad_accum_steps)

@@ -5,6 +5,7 @@ immutable configs to the rest of the code. Pure Python: TensorFlow is imported a
 """
 
 import dataclasses
+import math
 
 from absl import flags
 from absl import logging  # noqa: F401  (defines --log_dir, which launch uses)
@@ -14,17 +15,27 @@ from input_pipelines import AutoShard
 from input_pipelines import InputConfig
 from input_pipelines import PreprocessOn
 from input_pipelines import ServiceMode
+from input_pipelines.config import MAX_BUFFER_SIZE
+from input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
+from input_pipelines.config import MAX_IMAGE_SIZE
+from input_pipelines.config import MAX_NUM_CLASSES
+from input_pipelines.config import MAX_SEED
+from input_pipelines.config import MAX_THREADS
 from strategies import AllReduce
 from strategies import ClusterConfig
 from strategies import Collective
 from strategies import StrategyConfig
 from strategies import StrategyKind
 from strategies import WireDtype
+from strategies.config import MAX_PACK_MIB
+from strategies.config import MAX_REPLICA_DEVICES
+from strategies.config import MAX_TIMEOUT_S
 from tfdist.config import ModelName
 from tfdist.optim_config import DEFAULT_LARS_EXCLUDE
 from tfdist.optim_config import LarsMode
 from tfdist.optim_config import LrScaling
 from tfdist.optim_config import LrSchedule
+from tfdist.optim_config import MAX_COUNT
 from tfdist.optim_config import OptimizerConfig
 from tfdist.optim_config import OptimizerName
 from tfdist.config import Precision
@@ -33,6 +44,8 @@ from tfdist.config import TrainConfig
 from tfdist.launch import LaunchConfig
 
 FLAGS = flags.FLAGS
+_MAX_TASKS = 4096  # Tasks of one job in flags; `launch` also checks what this machine can run.
+_DURATION_FLAGS = ("collective_timeout_s", "timeout_s", "probe_timeout_s")
 
 
 class UsageError(ValueError):
@@ -49,13 +62,13 @@ flags.DEFINE_enum("strategy", "auto", _values(StrategyKind),
                   "tasks, multi_worker_mirrored with several workers, mirrored with several local "
                   "devices, else one_device.")
 flags.DEFINE_integer("num_gpus", None, "GPUs per worker; unset uses every visible GPU.",
-                     lower_bound=0)
+                     lower_bound=0, upper_bound=MAX_REPLICA_DEVICES)
 flags.DEFINE_integer("num_cpu_devices", 1,
                      "Split the host CPU into N logical devices, so N replicas run on a CPU-only "
-                     "machine (mirrored).", lower_bound=1)
+                     "machine (mirrored).", lower_bound=1, upper_bound=MAX_REPLICA_DEVICES)
 flags.DEFINE_enum("all_reduce", "auto", _values(AllReduce), "Mirrored cross-device all-reduce.")
 flags.DEFINE_integer("num_packs", 1, "Gradient packs for nccl/hierarchical_copy all-reduce.",
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=MAX_REPLICA_DEVICES)
 flags.DEFINE_enum("collective", "auto", _values(Collective),
                   "Multi-worker collective implementation.")
 flags.DEFINE_float("collective_timeout_s", None,
@@ -67,7 +80,7 @@ flags.DEFINE_enum("allreduce_dtype", "float32", _values(WireDtype),
                   "wire (docs/PERFORMANCE.md).")
 flags.DEFINE_integer("allreduce_pack_mib", 0,
                      "Multi-worker: all-reduce gradients in packs of this many MiB; 0 lets "
-                     "TensorFlow choose.", lower_bound=0)
+                     "TensorFlow choose.", lower_bound=0, upper_bound=MAX_PACK_MIB)
 flags.DEFINE_string("variable_partition", "none",
                     "Parameter-server variable sharding: none, min_size:<bytes> or max_shards:<n>.")
 # Input.
@@ -83,15 +96,15 @@ flags.DEFINE_string("data_dir", None,
 flags.DEFINE_bool("download", False,
                   "Let TFDS download and prepare a dataset that is not prepared (needs network).")
 flags.DEFINE_integer("num_classes", None, "Classes of a tfrecord: or synthetic dataset.",
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=MAX_NUM_CLASSES)
 flags.DEFINE_integer("image_size", None,
                      "Resize images to this square size; unset keeps a TFDS dataset's size, 224 "
-                     "for tfrecord:, 32 for synthetic.", lower_bound=1)
+                     "for tfrecord:, 32 for synthetic.", lower_bound=1, upper_bound=MAX_IMAGE_SIZE)
 flags.DEFINE_integer("global_batch_size", 128,
                      "Examples per step over all replicas; must divide by the replica count.",
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE)
 flags.DEFINE_integer("shuffle_buffer_size", 10_000, "Examples in the training shuffle buffer.",
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=MAX_BUFFER_SIZE)
 flags.DEFINE_enum("autoshard", "auto", _values(AutoShard),
                   "How input pipelines divide the data: file (whole files each), data (every "
                   "N-th example), off (all read everything), auto (file when there are enough "
@@ -101,7 +114,8 @@ flags.DEFINE_bool("deterministic", None,
                   "Produce input in a fixed order (--nodeterministic trades order for speed); "
                   "unset keeps tf.data's default.")
 flags.DEFINE_integer("datasets_num_private_threads", None,
-                     "Give each input pipeline a private thread pool of this size.", lower_bound=1)
+                     "Give each input pipeline a private thread pool of this size.",
+                     lower_bound=1, upper_bound=MAX_THREADS)
 flags.DEFINE_enum("preprocess_on", "auto", _values(PreprocessOn),
                   "Where augmentation, normalisation and the cast run: host (tf.data), device "
                   "(inside each replica's step; the host only decodes and batches uint8), auto "
@@ -117,15 +131,16 @@ flags.DEFINE_bool("skip_corrupt_records", False,
                   "failing.")
 # Training.
 flags.DEFINE_enum("model", "small_cnn", _values(ModelName), "Model to train.")
-flags.DEFINE_integer("epochs", 3, "Training epochs.", lower_bound=1)
+flags.DEFINE_integer("epochs", 3, "Training epochs.", lower_bound=1, upper_bound=MAX_COUNT)
 flags.DEFINE_integer("steps_per_epoch", None,
-                     "Steps per epoch; unset covers the training split once.", lower_bound=1)
+                     "Steps per epoch; unset covers the training split once.",
+                     lower_bound=1, upper_bound=MAX_COUNT)
 flags.DEFINE_integer("validation_steps", None,
                      "Validation steps per epoch; unset reads the whole validation split.",
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=MAX_COUNT)
 flags.DEFINE_integer("steps_per_execution", 1,
                      "Steps run per tf.function call; more cuts Python overhead per step.",
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=MAX_COUNT)
 # Optimizer and the large-batch recipe (OptimizerConfig; README "Large-batch training").
 flags.DEFINE_enum("optimizer", "adam", _values(OptimizerName), "Optimizer.")
 flags.DEFINE_float("learning_rate", 3e-3,
@@ -137,7 +152,8 @@ flags.DEFINE_float("weight_decay", 0.0,
 flags.DEFINE_enum("lr_scaling", "none", _values(LrScaling),
                   "Scale the peak rate with global batch / --base_batch_size: linear, or its "
                   "square root.")
-flags.DEFINE_integer("base_batch_size", 256, "The global batch --learning_rate is meant for.")
+flags.DEFINE_integer("base_batch_size", 256, "The global batch --learning_rate is meant for.",
+                     lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE)
 flags.DEFINE_float("warmup_epochs", 0.0,
                    "Rise linearly from --learning_rate to the scaled peak over these epochs.")
 flags.DEFINE_enum("lr_schedule", "constant", _values(LrSchedule),
@@ -150,7 +166,8 @@ flags.DEFINE_float("clip_norm", None,
                    "Clip the all-reduced gradients to this global norm; unset does not clip.")
 flags.DEFINE_integer("grad_accum_steps", 1,
                      "Apply one update per N micro-batches, with their mean gradient (an "
-                     "effective global batch N times larger).")
+                     "effective global batch N times larger).",
+                     lower_bound=1, upper_bound=MAX_COUNT)
 flags.DEFINE_float("gradient_noise_eta", 0.0,
                    "Add Gaussian noise of variance eta / (1 + t)^gamma to the all-reduced "
                    "gradients (t = updates so far); 0 adds none.")
@@ -169,14 +186,16 @@ flags.DEFINE_string("backup_every", "epoch",
                     "With --model_dir: back up training state every epoch or every N steps, so "
                     "a restarted job resumes where it stopped.")
 flags.DEFINE_string("metrics_json", None, "Write the run summary as JSON to this path.")
-flags.DEFINE_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.")
+flags.DEFINE_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
+                     lower_bound=0, upper_bound=MAX_SEED)
 flags.DEFINE_bool("tf_logs", False, "Show TensorFlow's start-up and C++ logs (hidden by default).")
 # Data check and serve.
 flags.DEFINE_integer("num_workers", 2,
                      "launch: worker tasks to start; data check: workers to simulate; data "
-                     "serve: tf.data service workers to start.", lower_bound=1)
+                     "serve: tf.data service workers to start.",
+                     lower_bound=1, upper_bound=_MAX_TASKS)
 flags.DEFINE_integer("replicas_per_worker", 1, "data check: replicas on each simulated worker.",
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=MAX_REPLICA_DEVICES)
 flags.DEFINE_string("json", None,
                     "data check, benchmark: also write the report as JSON to this path.")
 # Benchmark.
@@ -185,26 +204,28 @@ flags.DEFINE_list("replicas", ["1", "2"],
 flags.DEFINE_list("data", ["synthetic", "real"],
                   "benchmark: synthetic (one batch, no input cost) and/or real (--dataset).")
 flags.DEFINE_integer("warmup_steps", 5, "benchmark: untimed steps first (tracing, warm-up).",
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=MAX_COUNT)
 flags.DEFINE_integer("timed_steps", 20, "benchmark: timed steps per configuration.",
-                     lower_bound=1)
+                     lower_bound=1, upper_bound=MAX_COUNT)
 flags.DEFINE_integer("overhead_rounds", 2,
                      "benchmark: synthetic runs of tfdist and of a plain tf-keras script, "
-                     "alternating, for overhead_ratio; 0 skips the comparison.", lower_bound=0)
+                     "alternating, for overhead_ratio; 0 skips the comparison.",
+                     lower_bound=0, upper_bound=MAX_COUNT)
 flags.DEFINE_string("plot", None,
                     "benchmark: write a PNG of throughput and efficiency vs replicas (needs "
                     "matplotlib: pip install -e '.[plot]').")
 flags.DEFINE_integer("port", 5050, "data serve: port of the tf.data service dispatcher.",
                      lower_bound=1, upper_bound=65535)
 # Launch.
-flags.DEFINE_integer("num_ps", 0, "launch: parameter-server (ps) tasks to start.", lower_bound=0)
+flags.DEFINE_integer("num_ps", 0, "launch: parameter-server (ps) tasks to start.",
+                     lower_bound=0, upper_bound=_MAX_TASKS)
 flags.DEFINE_bool("chief", False, "launch: start a chief task (the parameter-server coordinator).")
 flags.DEFINE_bool("evaluator", False, "launch: start an evaluator task.")
 # --log_dir is absl.logging's flag (imported above); launch writes DIR/<type>-<index>.log there.
 FLAGS["log_dir"].help = "launch: write each task's output to DIR/<type>-<index>.log."
 flags.DEFINE_integer("max_restarts", 0,
                      "launch: restart a failed task (every task without ps) up to K times.",
-                     lower_bound=0)
+                     lower_bound=0, upper_bound=MAX_COUNT)
 flags.DEFINE_float("timeout_s", None,
                    "launch: stop every task and exit 124 after this many seconds; unset waits.")
 # Manifest and Slurm.
@@ -215,7 +236,8 @@ flags.DEFINE_string("image", None, "manifest: container image of a TFJob (with t
 flags.DEFINE_enum("restart_policy", "OnFailure", ["OnFailure", "Never", "Always", "ExitCode"],
                   "manifest: TFJob replicas' restart policy.")
 flags.DEFINE_string("time_limit", "01:00:00", "manifest: Slurm --time of the job.")
-flags.DEFINE_integer("gpus_per_task", 0, "manifest: Slurm --gpus-per-task.", lower_bound=0)
+flags.DEFINE_integer("gpus_per_task", 0, "manifest: Slurm --gpus-per-task.",
+                     lower_bound=0, upper_bound=MAX_REPLICA_DEVICES)
 flags.DEFINE_enum("cluster_resolver", "tf_config", ["tf_config", "slurm"],
                   "train: read the cluster from TF_CONFIG, or from the Slurm job step (each task "
                   "started by srun; with --slurm_port_base, --num_ps and --chief as `tfdist "
@@ -231,6 +253,22 @@ flags.DEFINE_float("probe_timeout_s", 5.0, "doctor: how long --probe may take in
 flags.DEFINE_string("tf_config", None,
                     "TF_CONFIG JSON to check instead of the TF_CONFIG environment variable.")
 
+def _is_finite(value: float | None) -> bool:
+    return value is None or math.isfinite(value)
+
+
+def _is_duration(value: float | None) -> bool:
+    return value is None or 0 < value <= MAX_TIMEOUT_S
+
+
+# NaN passes absl's bounds (every comparison with it is false), so every float flag is checked.
+for _flag in FLAGS.flags_by_module_dict()[__name__]:
+    if isinstance(_flag.parser, flags.FloatParser):
+        flags.register_validator(_flag.name, _is_finite, message="must be a finite number")
+for _name in _DURATION_FLAGS:
+    flags.register_validator(_name, _is_duration,
+                             message=f"must be a number of seconds above 0 and at most "
+                                     f"{MAX_TIMEOUT_S:.0f} (30 days)")
 _SLURM_FLAGS = ("cluster_resolver", "slurm_port_base", "num_ps", "chief")
 _STRATEGY_FLAGS = ("strategy", "num_gpus", "num_cpu_devices", "all_reduce", "num_packs",
                    "collective", "collective_timeout_s", "variable_partition",

@@ -14,21 +14,13 @@ from strategies import WireDtype
 from tfdist.gradients import GradientTransforms
 from tfdist.gradients import with_transforms
 from tfdist.lars import LARS
-from tfdist.optim_config import LrScaling
 from tfdist.optim_config import LrSchedule
 from tfdist.optim_config import OptimizerConfig
 from tfdist.optim_config import OptimizerName
+from tfdist.optim_config import peak_learning_rate
 
 __all__ = ["LARS", "OptimizerConfig", "OptimizerName", "WarmupSchedule", "build_optimizer",
            "learning_rate_schedule", "peak_learning_rate"]
-
-
-def peak_learning_rate(config: OptimizerConfig, global_batch_size: int) -> float:
-    """`learning_rate` scaled by global_batch_size / base_batch_size as `lr_scaling` says."""
-    ratio = global_batch_size / config.base_batch_size
-    scale = {LrScaling.NONE: 1.0, LrScaling.LINEAR: ratio,
-             LrScaling.SQRT: math.sqrt(ratio)}[config.lr_scaling]
-    return config.learning_rate * scale
 
 
 class WarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):

@@ -3,8 +3,15 @@ without TensorFlow; `tfdist.optim` builds from it (and re-exports it)."""
 
 import dataclasses
 import enum
+import math
+import re
 
+from input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
+from strategies.config import check_int
 from strategies.config import coerce_enum
+
+MAX_COUNT = (1 << 31) - 1  # Steps, epochs and other counts TensorFlow keeps in int32 or more.
+_MAX_FLOAT32 = 3.4028234663852886e38
 
 
 class OptimizerConfigError(ValueError):
@@ -87,9 +94,21 @@ class OptimizerConfig:
         object.__setattr__(self, "lr_step_boundaries",
                            tuple(float(epoch) for epoch in self.lr_step_boundaries))
         object.__setattr__(self, "lars_exclude", tuple(self.lars_exclude))
+        self._check_finite()
         self._check_ranges()
         self._check_schedule()
         self._check_lars_flags()
+
+    def _check_finite(self) -> None:
+        """NaN and infinities (and floats beyond float32, which the optimizer computes in)."""
+        numbers = {field: getattr(self, field) for field in _FLOAT_EXAMPLES
+                   if field != "lr_step_boundaries"}
+        numbers.update({f"lr_step_boundaries[{index}]": epoch
+                        for index, epoch in enumerate(self.lr_step_boundaries)})
+        for field, value in numbers.items():
+            if value is not None and not (math.isfinite(value) and abs(value) <= _MAX_FLOAT32):
+                raise OptimizerConfigError(f"{field}={value} is not a finite number (within float32's range); pass e.g. "
+                                           f"{_FLOAT_EXAMPLES[field.split('[')[0]]}.")
 
     def _check_ranges(self) -> None:
         if not self.learning_rate > 0:
@@ -100,9 +119,11 @@ class OptimizerConfig:
                 raise OptimizerConfigError(f"{field}={getattr(self, field)} is negative; use 0 or more.")
         if not 0 <= self.momentum < 1:
             raise OptimizerConfigError(f"momentum={self.momentum} is outside [0, 1); e.g. 0.9.")
-        for field in ("base_batch_size", "epochs", "grad_accum_steps"):
-            if getattr(self, field) < 1:
-                raise OptimizerConfigError(f"{field}={getattr(self, field)} must be a positive integer.")
+        check_int("base_batch_size", self.base_batch_size, 1, MAX_GLOBAL_BATCH_SIZE, "e.g. 256",
+                  error=OptimizerConfigError)
+        for field in ("epochs", "grad_accum_steps"):
+            check_int(field, getattr(self, field), 1, MAX_COUNT, "e.g. 1",
+                      error=OptimizerConfigError)
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise OptimizerConfigError(f"clip_norm={self.clip_norm} must be positive; leave it unset "
                               "to not clip.")
@@ -134,12 +155,44 @@ class OptimizerConfig:
         if self.optimizer is OptimizerName.LARS:
             if not self.lars_eeta > 0:
                 raise OptimizerConfigError(f"lars_eeta={self.lars_eeta} must be positive, e.g. 0.001.")
+            for pattern in self.lars_exclude:
+                try:
+                    re.compile(pattern)
+                except re.error as error:
+                    raise OptimizerConfigError(
+                        f"lars_exclude={pattern!r} is not a regular expression ({error}); "
+                        "escape special characters, e.g. 'bias' or 'batch_norm.*'.") from None
             return
         defaults = OptimizerConfig.__dataclass_fields__
         for field in ("lars_eeta", "lars_mode", "lars_exclude"):
             if getattr(self, field) != defaults[field].default:
                 raise OptimizerConfigError(f"{field} applies to optimizer=lars, not "
                                   f"{self.optimizer.value}; drop it or use --optimizer=lars.")
+
+
+def peak_learning_rate(config: OptimizerConfig, global_batch_size: int) -> float:
+    """`learning_rate` scaled by global_batch_size / base_batch_size as `lr_scaling` says."""
+    ratio = global_batch_size / config.base_batch_size
+    scale = {LrScaling.NONE: 1.0, LrScaling.LINEAR: ratio,
+             LrScaling.SQRT: math.sqrt(ratio)}[config.lr_scaling]
+    return config.learning_rate * scale
+
+
+def check_peak_learning_rate(config: OptimizerConfig, global_batch_size: int) -> None:
+    """Raises OptimizerConfigError when scaling takes the rate past float32's range."""
+    peak = peak_learning_rate(config, global_batch_size)
+    if peak > _MAX_FLOAT32:
+        raise OptimizerConfigError(
+            f"learning_rate={config.learning_rate:g} scaled {config.lr_scaling.value} to "
+            f"global_batch_size={global_batch_size} is {peak:g}, beyond float32; lower "
+            "--learning_rate.")
+
+
+# The float options, each with an example value for error messages.
+_FLOAT_EXAMPLES = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 0.0001,
+                   "warmup_epochs": 5, "lr_step_boundaries": 30, "lr_step_factor": 0.1,
+                   "clip_norm": 1.0, "gradient_noise_eta": 0.01, "gradient_noise_gamma": 0.55,
+                   "lars_eeta": 0.001}
 
 
 def _show(boundaries: tuple[float, ...]) -> str:

@@ -1,5 +1,7 @@
 """InputConfig validation and the batch split: every rejection is one line naming the field."""
 
+import os
+import tempfile
 import unittest
 
 from absl.testing import parameterized
@@ -27,13 +29,34 @@ class InputConfigTest(parameterized.TestCase):
                                   r"auto\|file\|data\|off\.$"),
         (dict(preprocess_on="gpu"), r"^preprocess_on='gpu' is not a known value"),
         (dict(tf_data_service_mode="x"), r"^tf_data_service_mode='x' is not a known value"),
-        (dict(global_batch_size=0), r"^global_batch_size=0 must be a positive integer\.$"),
-        (dict(datasets_num_private_threads=0), r"^datasets_num_private_threads=0 must be"),
+        (dict(global_batch_size=0), r"^global_batch_size=0 is not an integer from 1 to "
+                                    r"16777216\.$"),
+        (dict(global_batch_size=10**20), r"^global_batch_size=10{20} is not an integer"),
+        (dict(global_batch_size=32.0), r"^global_batch_size=32.0 is not an integer"),
+        (dict(datasets_num_private_threads=0), r"^datasets_num_private_threads=0 is not"),
+        (dict(image_size=10**6), r"^image_size=1000000 is not an integer from 1 to 8192"),
+        (dict(num_classes=-3), r"^num_classes=-3 is not an integer from 1"),
+        (dict(seed=-1), r"^seed=-1 is not an integer from 0 to 4294967295"),
     )
     def test_rejections_are_one_line(self, kwargs, pattern):
         with self.assertRaisesRegex(InputConfigError, pattern) as caught:
             InputConfig(**kwargs)
         self.assertNotIn("\n", str(caught.exception))
+
+
+class DataDirTest(unittest.TestCase):
+
+    def test_a_file_where_the_directory_belongs(self):
+        with tempfile.NamedTemporaryFile() as file:
+            for data_dir in (file.name, os.path.join(file.name, "sub")):
+                with self.assertRaisesRegex(InputConfigError,
+                                            rf"^data_dir='{data_dir}': {file.name} is a file, "
+                                            r"not a directory; pass a directory\.$"):
+                    InputConfig(data_dir=data_dir)
+
+    def test_a_directory_to_be_made_is_fine(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            InputConfig(data_dir=os.path.join(scratch, "new", "dir"))
 
 
 class PerReplicaBatchSizeTest(unittest.TestCase):

@@ -86,7 +86,8 @@ class RejectTest(parameterized.TestCase):
          r'"localhost:" has port ""'),
         ("port_zero", _tf_config({"worker": ["localhost:0"]}), "cluster.worker[0]",
          r'"localhost:0" has port "0".*1 to 65535'),
-        ("port_too_big", _tf_config({"ps": ["localhost:65536"]}), "cluster.ps[0]",
+        ("port_too_big", _tf_config({"chief": ["c:1"], "ps": ["localhost:65536"]}),
+         "cluster.ps[0]",
          r'"localhost:65536" has port "65536"'),
         ("host_empty", _tf_config({"worker": [":2222"]}), "cluster.worker[0]",
          r'":2222" has an empty host'),
@@ -100,8 +101,23 @@ class RejectTest(parameterized.TestCase):
          r'"\[zz::1\]:2222" has an invalid host'),
         ("duplicate_in_job", _tf_config({"worker": ["a:1", "a:1"]}), "cluster.worker[1]",
          r'"a:1" is also used by cluster\.worker\[0\]'),
-        ("duplicate_across_jobs", _tf_config({"master": ["a:1"], "ps": ["a:1"]}),
-         "cluster.ps[0]", r'"a:1" is also used by cluster\.master\[0\]'),
+        ("duplicate_across_jobs", _tf_config({"master": ["a:1"], "worker": ["a:1"]}),
+         "cluster.worker[0]", r'"a:1" is also used by cluster\.master\[0\]'),
+        ("localhost_and_loopback_ip", _tf_config({"worker": ["localhost:2222", "127.0.0.1:2222"]}),
+         "cluster.worker[1]", r'"127.0.0.1:2222" is also used by cluster\.worker\[0\] '
+                              r'\("localhost:2222"; both name this machine'),
+        ("ipv6_loopback_and_short_ipv4", _tf_config({"chief": ["[::1]:7"], "worker": ["127.1:7"]}),
+         "cluster.worker[0]", r'"127.1:7" is also used by cluster\.chief\[0\]'),
+        ("other_loopback_ip", _tf_config({"worker": ["127.0.0.1:7", "127.0.0.2:7"]}),
+         "cluster.worker[1]", r'"127.0.0.2:7" is also used by cluster\.worker\[0\]'),
+        ("port_with_leading_zero", _tf_config({"worker": ["h:2222", "h:02222"]}),
+         "cluster.worker[1]", r'"h:02222" is also used by .*spelled differently'),
+        ("host_case_and_final_dot", _tf_config({"worker": ["Host.Example:1", "host.example.:1"]}),
+         "cluster.worker[1]", r'"host.example.:1" is also used by cluster\.worker\[0\]'),
+        ("two_evaluators", _tf_config({"worker": ["w:1"], "evaluator": ["e:1", "e:2"]}),
+         "cluster.evaluator", r'\["e:1", "e:2"\] has 2 evaluators; keep one'),
+        ("ps_without_chief", _tf_config({"worker": ["w:1"], "ps": ["p:1"]}), "cluster",
+         r'has 1 ps task\(s\) but no chief; add a "chief" job'),
         ("rpc_layer_not_string", _tf_config(_TWO_WORKERS, rpc_layer=5), "rpc_layer",
          "5 is not a string"),
         ("value_truncated", _tf_config({"worker": "x" * 500}), "cluster.worker",
@@ -245,8 +261,8 @@ class ClusterConfigTest(absltest.TestCase):
         self.assertEqual(dict(config.jobs), {"worker": ("w:1",)})
 
     def test_equality_and_hash(self):
-        first = parse_tf_config(_tf_config({"worker": ["w:1"], "ps": ["p:1"]}))
-        second = parse_tf_config(_tf_config({"ps": ["p:1"], "worker": ["w:1"]}))
+        first = parse_tf_config(_tf_config({"chief": ["c:1"], "worker": ["w:1"], "ps": ["p:1"]}))
+        second = parse_tf_config(_tf_config({"ps": ["p:1"], "worker": ["w:1"], "chief": ["c:1"]}))
         self.assertEqual(first, second)
         self.assertEqual(hash(first), hash(second))
         self.assertLen({first, second}, 1)
@@ -337,8 +353,9 @@ class MakeClusterTest(absltest.TestCase):
         self.assertEqual(config.num_workers, 3)
 
     def test_task(self):
-        config = make_cluster(num_workers=1, num_ps=2, ports=[1, 2, 3], task=("ps", 1))
-        self.assertEqual(config.task_address, "127.0.0.1:3")
+        config = make_cluster(num_workers=1, num_ps=2, chief=True, ports=[1, 2, 3, 4],
+                              task=("ps", 1))
+        self.assertEqual(config.task_address, "127.0.0.1:4")
 
     def test_ipv6_host_is_bracketed(self):
         config = make_cluster(num_workers=1, ports=[2222], host="::1")

@@ -9,6 +9,7 @@ from absl.testing import parameterized
 from tfdist import optim
 from tfdist.optim_config import OptimizerConfig
 from tfdist.optim_config import OptimizerConfigError
+from tfdist.optim_config import check_peak_learning_rate
 
 _STEPS_PER_EPOCH = 10
 
@@ -115,8 +116,29 @@ class OptimizerConfigTest(parameterized.TestCase):
         ("zero_accumulation", dict(grad_accum_steps=0), r"grad_accum_steps=0"),
         ("zero_clip", dict(clip_norm=0.0), r"clip_norm=0.0 must be positive"),
         ("step_factor_above_one", dict(lr_step_factor=2.0), r"lr_step_factor=2.0"),
+        ("infinite_rate", dict(learning_rate=float("inf")),
+         r"learning_rate=inf is not a finite number .*e\.g\. 0\.1"),
+        ("rate_beyond_float32", dict(learning_rate=1e39), r"learning_rate=1e\+39 is not a finite number \(within float32"),
+        ("nan_weight_decay", dict(weight_decay=float("nan")), r"weight_decay=nan is not a finite"),
+        ("infinite_clip", dict(clip_norm=float("inf")), r"clip_norm=inf is not a finite"),
+        ("infinite_eeta", dict(optimizer="lars", lars_eeta=float("inf")), r"lars_eeta=inf"),
+        ("nan_gamma", dict(gradient_noise_gamma=float("nan")), r"gradient_noise_gamma=nan"),
+        ("nan_warmup", dict(warmup_epochs=float("nan")), r"warmup_epochs=nan is not a finite"),
+        ("nan_boundary", dict(lr_schedule="step", lr_step_boundaries=(1, float("nan")),
+                              epochs=5), r"lr_step_boundaries\[1\]=nan is not a finite"),
+        ("huge_accumulation", dict(grad_accum_steps=2**40), r"grad_accum_steps=1099511627776 "
+                                                             r"is not an integer from 1 to"),
+        ("huge_base_batch", dict(base_batch_size=2**40), r"base_batch_size=1099511627776"),
+        ("unclosed_regex", dict(optimizer="lars", lars_exclude=("[unclosed",)),
+         r"lars_exclude='\[unclosed' is not a regular expression \(unterminated character set"),
     )
     def test_rejects(self, kwargs, message):
         with self.assertRaisesRegex(OptimizerConfigError, message) as raised:
             OptimizerConfig(**kwargs)
         self.assertNotIn("\n", str(raised.exception))
+
+    def test_scaled_rate_beyond_float32(self):
+        config = OptimizerConfig(learning_rate=1e35, lr_scaling="linear")
+        with self.assertRaisesRegex(OptimizerConfigError, r"learning_rate=1e\+35 scaled linear "
+                                                          r"to global_batch_size=16777216 is "):
+            check_peak_learning_rate(config, 1 << 24)
