@@ -116,15 +116,17 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
     return global_batch_size // num_replicas
 
 
-def _check_directory(field: str, path: str) -> None:
-    """Raises InputConfigError when `path`, or the nearest part of it that exists, is not a
-    directory (a file where a directory belongs)."""
-    existing = os.path.abspath(path)
+def check_data_dir(config: "InputConfig") -> None:
+    """Raises InputConfigError when `config.data_dir`, or the nearest part of it that exists,
+    is a file where a directory belongs. Checks this machine: call where the job runs."""
+    if config.data_dir is None:
+        return
+    existing = os.path.abspath(config.data_dir)
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
-        raise InputConfigError(f"{field}={path!r}: {existing} is a file, not a directory; pass "
-                               "a directory.")
+        raise InputConfigError(f"data_dir={config.data_dir!r}: {existing} is a file, not a "
+                               "directory; pass a directory.")
 
 
 def _as_enum(field: str, value, enum_type: type[enum.Enum]):
@@ -200,8 +202,6 @@ class InputConfig:
                                        f"{highest}.")
         if self.tf_data_service is not None:
             parse_service_address(self.tf_data_service)
-        if self.data_dir is not None:
-            _check_directory("data_dir", self.data_dir)
         if kind is SourceKind.TFRECORD and self.num_classes is None:
             raise InputConfigError(f"dataset={self.dataset!r} needs --num_classes, the number "
                                    "of classes its labels index.")

@@ -106,9 +106,6 @@ def check_seconds(field: str, value: float, fix: str,
                     f"{MAX_TIMEOUT_S:.0f} (30 days); {fix}.")
 
 
-_MULTI_DEVICE_KINDS = (StrategyKind.AUTO, StrategyKind.MIRRORED)
-
-
 @dataclasses.dataclass(frozen=True)
 class StrategyConfig:
     """Options for `strategies.build`. Field names match the `tfdist train` flags.
@@ -169,37 +166,35 @@ class StrategyConfig:
                 "run on GPUs or on split CPUs, not both; set one of them.")
 
     def _check_options_fit_strategy(self) -> None:
-        kind = self.strategy
-        if self.all_reduce is not AllReduce.AUTO and kind not in _MULTI_DEVICE_KINDS:
-            raise StrategyConfigError(
-                f"all_reduce={self.all_reduce.value} applies to strategy=mirrored, not "
-                f"{kind.value}; for multi-worker jobs set collective instead.")
         if self.num_packs != 1 and self.all_reduce not in (AllReduce.NCCL,
                                                            AllReduce.HIERARCHICAL_COPY):
             raise StrategyConfigError(
                 f"num_packs={self.num_packs} applies to all_reduce=nccl or hierarchical_copy, "
                 f"not {self.all_reduce.value}; set all_reduce or drop num_packs.")
-        if self.collective is not Collective.AUTO and kind not in (
-                StrategyKind.AUTO, StrategyKind.MULTI_WORKER_MIRRORED):
-            raise StrategyConfigError(
-                f"collective={self.collective.value} applies to strategy=multi_worker_mirrored, "
-                f"not {kind.value}.")
-        if self.variable_partition.kind != "none" and kind not in (
-                StrategyKind.AUTO, StrategyKind.PARAMETER_SERVER):
-            raise StrategyConfigError(
-                f"variable_partition={self.variable_partition} applies to "
-                f"strategy=parameter_server, not {kind.value}.")
-        if self.num_cpu_devices > 1 and kind not in _MULTI_DEVICE_KINDS:
-            raise StrategyConfigError(
-                f"num_cpu_devices={self.num_cpu_devices} applies to strategy=mirrored, not "
-                f"{kind.value}, which runs one CPU replica per worker.")
-        if self.allreduce_dtype is not WireDtype.FLOAT32 and kind in (
-                StrategyKind.ONE_DEVICE, StrategyKind.PARAMETER_SERVER):
-            raise StrategyConfigError(
-                f"allreduce_dtype={self.allreduce_dtype.value} compresses the gradient all-reduce "
-                f"between replicas, which strategy={kind.value} does not run; drop it.")
-        if self.allreduce_pack_mib and kind not in (StrategyKind.AUTO,
-                                                    StrategyKind.MULTI_WORKER_MIRRORED):
-            raise StrategyConfigError(
-                f"allreduce_pack_mib={self.allreduce_pack_mib} applies to "
-                f"strategy=multi_worker_mirrored, not {kind.value}.")
+        ignored = [] if self.strategy is StrategyKind.AUTO else self.ignored_by(self.strategy)
+        if ignored:
+            raise StrategyConfigError(f"{ignored[0]}; drop it or pick that strategy.")
+
+    def ignored_by(self, kind: StrategyKind) -> list[str]:
+        """The options set here that strategy `kind` does not use, each as "option=value
+        applies to strategy=..., not <kind>". With `strategy=auto` they are only known once
+        auto has picked a strategy; an explicit strategy rejects them up front."""
+        applies = {
+            "all_reduce": (self.all_reduce is not AllReduce.AUTO, (StrategyKind.MIRRORED,)),
+            "collective": (self.collective is not Collective.AUTO,
+                           (StrategyKind.MULTI_WORKER_MIRRORED,)),
+            "variable_partition": (self.variable_partition.kind != "none",
+                                   (StrategyKind.PARAMETER_SERVER,)),
+            "num_cpu_devices": (self.num_cpu_devices > 1, (StrategyKind.MIRRORED,)),
+            "allreduce_dtype": (self.allreduce_dtype is not WireDtype.FLOAT32,
+                                (StrategyKind.MIRRORED, StrategyKind.MULTI_WORKER_MIRRORED)),
+            "allreduce_pack_mib": (bool(self.allreduce_pack_mib),
+                                   (StrategyKind.MULTI_WORKER_MIRRORED,)),
+        }
+        return [f"{field}={_shown(getattr(self, field))} applies to strategy="
+                f"{' or '.join(kind.value for kind in kinds)}, not {kind.value}"
+                for field, (is_set, kinds) in applies.items() if is_set and kind not in kinds]
+
+
+def _shown(value) -> str:
+    return value.value if isinstance(value, enum.Enum) else str(value)

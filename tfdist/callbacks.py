@@ -1,9 +1,18 @@
 """Keras callbacks tfdist adds to every fit."""
 
+import json
+import os
 import sys
 import time
 
+import tensorflow as tf
 import tf_keras
+
+from tfdist import summary
+from tfdist.config import ConfigError
+
+# tf-keras versions whose BackupAndRestore was checked to work under OneDeviceStrategy.
+_ONE_DEVICE_BACKUP_CHECKED = ("2.21.",)
 
 
 class ThroughputTimer(tf_keras.callbacks.Callback):
@@ -37,6 +46,70 @@ class ThroughputTimer(tf_keras.callbacks.Callback):
               file=sys.stderr, flush=True)
 
     def examples_per_sec(self) -> float:
-        """Training examples/s; the first epoch (tracing, warm-up) is left out when there are more."""
+        """Training examples/s; the first epoch (tracing, warm-up) is left out when there are
+        more."""
         timed = self.epoch_train_s[1:] or self.epoch_train_s
         return self._examples_per_epoch * len(timed) / sum(timed)
+
+
+class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
+    """tf-keras' backup and restore, under OneDeviceStrategy too.
+
+    tf-keras 2.21 refuses OneDeviceStrategy in `on_train_begin` (it is missing from the private
+    `_supported_strategies`), though the backup needs nothing that strategy lacks: a one_device
+    run killed in epoch 2 resumes there (tests/tfdist/test_model_dir.py). The private attribute
+    is extended only for the tf-keras versions where that was checked.
+    """
+
+    def on_train_begin(self, logs=None):
+        if isinstance(self.model.distribute_strategy, tf.distribute.OneDeviceStrategy):
+            if not tf_keras.__version__.startswith(_ONE_DEVICE_BACKUP_CHECKED):
+                raise ConfigError(
+                    f"model_dir under strategy=one_device was checked with tf-keras "
+                    f"{'/'.join(_ONE_DEVICE_BACKUP_CHECKED)}x, not {tf_keras.__version__}; "
+                    "install tf-keras==2.21.* or use --strategy=mirrored.")
+            self._supported_strategies = (*self._supported_strategies,
+                                          tf.distribute.OneDeviceStrategy)
+        super().on_train_begin(logs)
+
+
+class EpochHistory(tf_keras.callbacks.Callback):
+    """Every epoch's logs, across restarts: a resumed fit starts at a later epoch, so the epochs
+    before it come from the file earlier attempts wrote (`path`, written by the chief only).
+
+    Attributes:
+      resumed_from_epoch: the first epoch (from 0) this attempt ran, when it is not 0.
+    """
+
+    def __init__(self, path: str | None, *, writes: bool):
+        super().__init__()
+        self._path, self._writes = path, writes
+        self._epochs: dict[int, dict[str, float]] = {}
+        self.resumed_from_epoch: int | None = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.resumed_from_epoch is not None or self._epochs or epoch == 0:
+            return
+        self.resumed_from_epoch = epoch
+        self._epochs = {index: logs for index, logs in self._earlier().items() if index < epoch}
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._epochs[epoch] = {name: float(value) for name, value in (logs or {}).items()}
+        if self._path and self._writes:
+            summary.write_json(self._path, {"epochs": {str(index): values for index, values
+                                                       in sorted(self._epochs.items())}})
+
+    def _earlier(self) -> dict[int, dict[str, float]]:
+        if not self._path or not os.path.exists(self._path):
+            return {}
+        with open(self._path, encoding="utf-8") as history_file:
+            return {int(index): values
+                    for index, values in json.load(history_file)["epochs"].items()}
+
+    def history(self) -> dict[str, list[float | None]]:
+        """Each metric's value per epoch, from the first epoch on; None where an earlier
+        attempt's record is missing."""
+        names = {name for logs in self._epochs.values() for name in logs}
+        epochs = range(max(self._epochs, default=-1) + 1)
+        return {name: [self._epochs.get(index, {}).get(name) for index in epochs]
+                for name in sorted(names)}

@@ -13,6 +13,7 @@ from input_pipelines import InputConfigError
 from strategies import ClusterConfigError
 from strategies import StrategyConfigError
 from tfdist import flags as tfdist_flags
+from tfdist import paths
 from tfdist.config import ConfigError
 from tfdist.optim_config import OptimizerConfigError
 from tfdist.process import import_tensorflow
@@ -61,6 +62,7 @@ def _cluster() -> strategies.ClusterConfig | None:
 
 def _train() -> int:
     config = tfdist_flags.run_config(_cluster())
+    paths.check(config)  # Before TensorFlow's seconds of start-up; `run.train` checks again.
     import_tensorflow(config.show_tf_logs)
     # pylint: disable-next=import-outside-toplevel
     from tfdist import evaluator, run, serve, summary
@@ -68,7 +70,12 @@ def _train() -> int:
         return serve.serve(config.cluster)
     if run.evaluates(config):
         return evaluator.evaluate_checkpoints(config)
-    print(summary.format_line(run.train(config)))
+    try:
+        result = run.train(config)
+    except run.ResultNotSaved as error:
+        print(summary.format_line(error.summary), flush=True)
+        raise
+    print(summary.format_line(result))
     return 0
 
 
@@ -109,12 +116,18 @@ def _benchmark() -> int:
 
 def _launch(command: list[str]) -> int:
     from tfdist import launch  # pylint: disable=import-outside-toplevel
-    return launch.main(tfdist_flags.launch_config(command))
+    config = tfdist_flags.launch_config(command)
+    if command[:1] == ["train"]:
+        tfdist_flags.check_train_args(command[1:])  # Before any task starts.
+    return launch.main(config)
 
 
 def _manifest(command: list[str]) -> int:
     from tfdist import manifest  # pylint: disable=import-outside-toplevel
-    print(manifest.from_options(command, **tfdist_flags.manifest_options()), end="")
+    options = tfdist_flags.manifest_options()
+    train_args = manifest.train_args_of(command)
+    tfdist_flags.check_train_args(train_args)
+    print(manifest.from_options(train_args, **options), end="")
     return 0
 
 

@@ -101,3 +101,9 @@ class RunConfig:
                 "accumulation; use mixed_bfloat16 or float32.")
         check_peak_learning_rate(self.optimizer,
                                  self.input.global_batch_size * self.optimizer.grad_accum_steps)
+
+    @property
+    def writes_results(self) -> bool:
+        """Whether this task writes the run's results (metrics JSON, the model dir's lock and
+        history): the chief, or the only process."""
+        return self.cluster is None or self.cluster.is_chief

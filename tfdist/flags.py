@@ -318,6 +318,20 @@ def parse(command: str, argv: list[str]) -> None:
                              f"`tfdist {command} --help`.")
 
 
+def check_train_args(args: list[str]) -> None:
+    """Parses `args` as `tfdist train` flags and builds their config, for commands that pass
+    train flags on (manifest, launch); FLAGS hold the train flags afterwards.
+
+    Raises:
+      UsageError, ConfigError and the other config errors: the first bad train flag.
+    """
+    try:
+        parse("train", ["tfdist", *args])
+    except flags.Error as error:
+        raise UsageError(f"train flags after `--`: {error}") from None
+    run_config(None)
+
+
 def strategy_config() -> StrategyConfig:
     """The parsed strategy flags as a `StrategyConfig`."""
     return StrategyConfig(**{name: FLAGS[name].value for name in _STRATEGY_FLAGS})

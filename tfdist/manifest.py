@@ -289,18 +289,27 @@ def _yaml_char(char: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
-def from_options(command: Sequence[str], *, format: str, name: str, image: str | None,  # pylint: disable=redefined-builtin
-                 num_workers: int, num_ps: int, chief: bool, evaluator: bool,
-                 restart_policy: str, time_limit: str, gpus_per_task: int) -> str:
-    """The manifest `tfdist manifest` prints for `command` (`train ...`, or train flags alone).
+def train_args_of(command: Sequence[str]) -> list[str]:
+    """The `tfdist train` flags of `tfdist manifest`'s command (`train ...`, or flags alone).
 
     Raises:
-      ManifestError: no command, a TFJob without --image, or an invalid layout.
+      ManifestError: no command.
     """
-    train_args = list(command)[1:] if list(command)[:1] == ["train"] else list(command)
     if not command:
         raise ManifestError("manifest needs the train command after `--`, e.g. `tfdist manifest "
                             "--image=IMAGE --num_workers=2 -- train --strategy=auto`.")
+    return list(command)[1:] if list(command)[:1] == ["train"] else list(command)
+
+
+def from_options(train_args: Sequence[str], *, format: str, name: str,  # pylint: disable=redefined-builtin
+                 image: str | None, num_workers: int, num_ps: int, chief: bool,
+                 evaluator: bool, restart_policy: str, time_limit: str,
+                 gpus_per_task: int) -> str:
+    """The manifest `tfdist manifest` prints for `tfdist train <train_args>`.
+
+    Raises:
+      ManifestError: a TFJob without --image, or an invalid layout.
+    """
     if format == "tfjob":
         if not image:
             raise ManifestError("image=None: a TFJob runs a container image; pass --image=IMAGE "

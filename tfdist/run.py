@@ -1,5 +1,6 @@
 """`train`: one training run from a `RunConfig`, from process setup to summary."""
 
+import contextlib
 import sys
 import time
 
@@ -9,12 +10,22 @@ import tf_keras
 import strategies
 from strategies import StrategyKind
 from strategies import TaskType
+from tfdist import paths
 from tfdist import precision
 from tfdist import summary as run_summary
 from tfdist import training
 from tfdist import watchdog
+from tfdist.config import ConfigError
 from tfdist.config import RunConfig
 from tfdist.keras_flavour import require_tf_keras
+
+
+class ResultNotSaved(ConfigError):
+    """The run trained, but `--metrics_json` could not be written; `summary` holds the result."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message)
+        self.summary = summary
 
 
 def _kind(config: RunConfig) -> StrategyKind:
@@ -45,11 +56,19 @@ def _build_strategy(config: RunConfig) -> tf.distribute.Strategy:
         return strategies.build(config.strategy, cluster)
 
 
+def _announce_ignored_options(config: RunConfig, kind: StrategyKind) -> None:
+    """Says which strategy options the strategy `auto` picked does not use."""
+    for ignored in config.strategy.ignored_by(kind):
+        print(f"tfdist: --{ignored} (auto picked {kind.value}), so it has no effect",
+              file=sys.stderr, flush=True)
+
+
 def setup(config: RunConfig) -> tf.distribute.Strategy:
     """Process-wide state in the order `tfdist.process` documents; returns the strategy."""
     require_tf_keras()
     precision.apply_policy(config.train.mixed_precision)
     strategy = _build_strategy(config)  # Splits the CPU first.
+    _announce_ignored_options(config, strategies.kind_of(strategy))
     tf_keras.utils.set_random_seed(config.train.seed)
     return strategy
 
@@ -82,8 +101,19 @@ def train(config: RunConfig) -> dict:
     Raises:
       ValueError subclasses with one-line messages for input that does not fit the machine or
       the cluster (batch not divisible by replicas, strategy the cluster cannot run, ...).
+      ResultNotSaved: the run trained but its metrics JSON could not be written.
     """
     start = time.perf_counter()
+    paths.check(config)
+    with contextlib.ExitStack() as stack:
+        if config.train.model_dir and config.writes_results:
+            stack.enter_context(paths.owned_model_dir(config.train.model_dir))
+        return _train(config, start)
+
+
+def _train(config: RunConfig, start: float) -> dict:
+    """`train` once the paths are checked and the model dir is ours; `wall_s` counts this
+    attempt only (after a resume, not the attempts before it)."""
     strategy = setup(config)
     result = training.fit(config, strategy)
     kind = strategies.kind_of(strategy)
@@ -103,8 +133,14 @@ def train(config: RunConfig) -> dict:
         "final": result.final,
         "history": result.history,
         "examples_per_sec": result.examples_per_sec,
+        "resumed_from_epoch": result.resumed_from_epoch,
         "wall_s": time.perf_counter() - start,
     }
-    if config.train.metrics_json and (config.cluster is None or config.cluster.is_chief):
-        run_summary.write_json(config.train.metrics_json, summary)
+    if config.train.metrics_json and config.writes_results:
+        try:
+            run_summary.write_json(config.train.metrics_json, summary)
+        except OSError as error:
+            raise ResultNotSaved(f"metrics_json={config.train.metrics_json!r}: could not write "
+                                 f"the summary ({error.strerror}); free the disk or pass "
+                                 "another path (the summary line is above).", summary) from None
     return summary

@@ -6,14 +6,33 @@ import tempfile
 
 
 def write_json(path: str, summary: dict) -> None:
-    """Writes `summary` to `path` whole or not at all (temp file in the same dir, then rename)."""
+    """Writes `summary` to `path` whole or not at all (temp file in the same dir, then rename);
+    a failed write (a full disk) removes its temp file and raises."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False,
                                      encoding="utf-8") as temp:
-        json.dump(summary, temp, indent=2, sort_keys=True)
-        temp.write("\n")
+        try:
+            json.dump(summary, temp, indent=2, sort_keys=True)
+            temp.write("\n")
+            temp.flush()
+            os.fsync(temp.fileno())
+        except BaseException:
+            temp.close()
+            os.remove(temp.name)
+            raise
     os.replace(temp.name, path)
+
+
+def _shape(summary: dict) -> str:
+    """Who trained: replicas in all, and over how many workers ("2 replicas x 2 workers"
+    read as 4 when there were 2)."""
+    replicas, workers = summary["num_replicas"], summary["num_workers"]
+    if summary["strategy"] == "parameter_server":
+        return f"{workers} worker(s), asynchronous, {replicas} replica(s) each"
+    if workers == 1:
+        return f"{replicas} replica(s)"
+    return f"{replicas} replica(s) in all ({workers} workers x {replicas // workers})"
 
 
 def format_line(summary: dict) -> str:
@@ -21,7 +40,8 @@ def format_line(summary: dict) -> str:
     final = summary["final"]
     metrics = ", ".join(f"{name}={final[name]:.4f}" for name in
                         ("val_accuracy", "val_loss", "accuracy", "loss") if name in final)
-    return (f"tfdist: {summary['strategy']} on {summary['num_replicas']} replica(s) x "
-            f"{summary['num_workers']} worker(s), {summary['epochs']} epoch(s) of "
-            f"{summary['steps_per_epoch']} steps in {summary['wall_s']:.1f}s: {metrics}; "
-            f"{summary['examples_per_sec']:.0f} examples/s")
+    resumed = summary.get("resumed_from_epoch")
+    attempt = f" (resumed at epoch {resumed + 1})" if resumed is not None else ""
+    return (f"tfdist: {summary['strategy']} on {_shape(summary)}, {summary['epochs']} epoch(s) "
+            f"of {summary['steps_per_epoch']} steps in {summary['wall_s']:.1f}s{attempt}: "
+            f"{metrics}; {summary['examples_per_sec']:.0f} examples/s")

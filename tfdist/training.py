@@ -13,6 +13,8 @@ from input_pipelines.sources import DatasetInfo
 from tfdist import models
 from tfdist import optim
 from tfdist import precision
+from tfdist.callbacks import BackupAndRestore
+from tfdist.callbacks import EpochHistory
 from tfdist.callbacks import ThroughputTimer
 from tfdist.config import ConfigError
 from tfdist.config import RunConfig
@@ -20,17 +22,19 @@ from tfdist.config import RunConfig
 _PS_STRATEGY = tf.distribute.experimental.ParameterServerStrategy
 CHECKPOINTS_DIR = "checkpoints"  # Under --model_dir: one weights checkpoint per epoch.
 CHECKPOINT_PREFIX = "epoch-"
+HISTORY_JSON = "history.json"  # Under --model_dir: every epoch's metrics, across restarts.
 
 
 @dataclasses.dataclass(frozen=True)
 class FitResult:
-    """What a fit did: metrics per epoch and of the last one, steps run, and training
-    throughput."""
+    """What a fit did: metrics per epoch (earlier attempts' too, when it resumed from a backup)
+    and of the last one, steps run, and training throughput of this attempt."""
     final: dict[str, float]
-    history: dict[str, list[float]]
+    history: dict[str, list[float | None]]
     steps_per_epoch: int
     steps: int
     examples_per_sec: float
+    resumed_from_epoch: int | None = None
 
 
 def steps_per_epoch(config: RunConfig, info: DatasetInfo) -> int:
@@ -129,7 +133,7 @@ def _output_callbacks(model_dir: str | None,
     if not model_dir:
         return []
     return [
-        tf_keras.callbacks.BackupAndRestore(
+        BackupAndRestore(
             os.path.join(model_dir, "backup"),
             save_freq="epoch" if backup_every == "epoch" else int(backup_every)),
         tf_keras.callbacks.ModelCheckpoint(
@@ -173,25 +177,26 @@ def fit(config: RunConfig, strategy: tf.distribute.Strategy, *, validate: bool =
         model = build_model(config, info, placement, steps)
     timer = ThroughputTimer(global_batch_size=config.input.global_batch_size,
                             steps_per_epoch=steps)
+    model_dir = config.train.model_dir
+    epochs = EpochHistory(model_dir and os.path.join(model_dir, HISTORY_JSON),
+                          writes=config.writes_results)
     train_fn = input_pipelines.dataset_fn(config.input, "train", training=True,
                                           placement=placement,
                                           independent_order=_is_parameter_server(strategy))
     try:
-        history = model.fit(_distribute(strategy, train_fn),
-                            epochs=config.train.epochs,
-                            steps_per_epoch=steps,
-                            callbacks=[timer, *callbacks,
-                                       *_output_callbacks(config.train.model_dir,
-                                                          config.train.backup_every)],
-                            verbose=2,
-                            **(_validation(config, info, strategy, placement) if validate
-                               else {}))
+        model.fit(_distribute(strategy, train_fn),
+                  epochs=config.train.epochs,
+                  steps_per_epoch=steps,
+                  callbacks=[timer, epochs, *callbacks,
+                             *_output_callbacks(model_dir, config.train.backup_every)],
+                  verbose=2,
+                  **(_validation(config, info, strategy, placement) if validate else {}))
     except tf.errors.DataLossError:
         input_pipelines.explain_data_loss(config.input)
         raise
-    per_epoch = {name: [float(value) for value in values]
-                 for name, values in history.history.items()}
+    per_epoch = epochs.history()
     final = {name: values[-1] for name, values in per_epoch.items()}
     return FitResult(final=final, history=per_epoch, steps_per_epoch=steps,
                      steps=steps * config.train.epochs,
-                     examples_per_sec=timer.examples_per_sec())
+                     examples_per_sec=timer.examples_per_sec(),
+                     resumed_from_epoch=epochs.resumed_from_epoch)

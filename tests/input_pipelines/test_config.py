@@ -8,6 +8,7 @@ from absl.testing import parameterized
 
 from input_pipelines import InputConfig
 from input_pipelines import InputConfigError
+from input_pipelines import check_data_dir
 from input_pipelines import per_replica_batch_size
 from input_pipelines.config import SourceKind
 
@@ -52,11 +53,11 @@ class DataDirTest(unittest.TestCase):
                 with self.assertRaisesRegex(InputConfigError,
                                             rf"^data_dir='{data_dir}': {file.name} is a file, "
                                             r"not a directory; pass a directory\.$"):
-                    InputConfig(data_dir=data_dir)
+                    check_data_dir(InputConfig(data_dir=data_dir))
 
     def test_a_directory_to_be_made_is_fine(self):
         with tempfile.TemporaryDirectory() as scratch:
-            InputConfig(data_dir=os.path.join(scratch, "new", "dir"))
+            check_data_dir(InputConfig(data_dir=os.path.join(scratch, "new", "dir")))
 
 
 class PerReplicaBatchSizeTest(unittest.TestCase):

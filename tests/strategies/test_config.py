@@ -45,7 +45,7 @@ class StrategyConfigTest(parameterized.TestCase):
          r"variable_partition='max_shards:9{20}'.*at most 65536"),
         ("gpus_and_cpus", dict(num_gpus=1, num_cpu_devices=2), r"num_cpu_devices=2.*num_gpus=1"),
         ("all_reduce_on_mwms", dict(strategy="multi_worker_mirrored", all_reduce="nccl"),
-         r"all_reduce=nccl applies to strategy=mirrored.*collective"),
+         r"all_reduce=nccl applies to strategy=mirrored, not multi_worker_mirrored; drop it"),
         ("packs_without_nccl", dict(num_packs=2), r"num_packs=2.*nccl or hierarchical_copy"),
         ("collective_on_mirrored", dict(strategy="mirrored", collective="ring"),
          r"collective=ring applies to strategy=multi_worker_mirrored"),
@@ -58,9 +58,10 @@ class StrategyConfigTest(parameterized.TestCase):
         ("unknown_partition", dict(variable_partition="fixed:2"), r"variable_partition='fixed:2'"),
         ("unknown_wire_dtype", dict(allreduce_dtype="int8"), r"allreduce_dtype='int8'.*bfloat16"),
         ("wire_dtype_on_ps", dict(strategy="parameter_server", allreduce_dtype="bfloat16"),
-         r"allreduce_dtype=bfloat16 .* strategy=parameter_server does not run; drop it"),
+         r"allreduce_dtype=bfloat16 applies to strategy=mirrored or multi_worker_mirrored, not "
+         r"parameter_server; drop it"),
         ("wire_dtype_on_one_device", dict(strategy="one_device", allreduce_dtype="float16"),
-         r"allreduce_dtype=float16 .* strategy=one_device"),
+         r"allreduce_dtype=float16 applies to .* not one_device"),
         ("negative_pack", dict(allreduce_pack_mib=-1), r"allreduce_pack_mib=-1 is not an integer from 0"),
         ("pack_on_mirrored", dict(strategy="mirrored", allreduce_pack_mib=16),
          r"allreduce_pack_mib=16 applies to strategy=multi_worker_mirrored, not mirrored"),
@@ -69,6 +70,19 @@ class StrategyConfigTest(parameterized.TestCase):
         with self.assertRaisesRegex(StrategyConfigError, message) as raised:
             StrategyConfig(**kwargs)
         self.assertNotIn("\n", str(raised.exception))
+
+    def test_options_auto_may_ignore_are_named_once_it_picks(self):
+        config = StrategyConfig(variable_partition="max_shards:2", allreduce_pack_mib=16,
+                                allreduce_dtype="bfloat16")
+        self.assertEqual(config.ignored_by(StrategyKind.ONE_DEVICE), [
+            "variable_partition=max_shards:2 applies to strategy=parameter_server, not "
+            "one_device",
+            "allreduce_dtype=bfloat16 applies to strategy=mirrored or multi_worker_mirrored, "
+            "not one_device",
+            "allreduce_pack_mib=16 applies to strategy=multi_worker_mirrored, not one_device"])
+        self.assertEqual(config.ignored_by(StrategyKind.MULTI_WORKER_MIRRORED), [
+            "variable_partition=max_shards:2 applies to strategy=parameter_server, not "
+            "multi_worker_mirrored"])
 
     @parameterized.parameters(("none", "none", 0), ("min_size:1024", "min_size", 1024),
                               ("max_shards:4", "max_shards", 4))
