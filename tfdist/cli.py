@@ -8,6 +8,7 @@ import sys
 
 from absl import flags
 
+import input_pipelines
 import strategies
 from input_pipelines import InputConfigError
 from strategies import ClusterConfigError
@@ -89,9 +90,12 @@ def _doctor() -> int:
 
 def _data_check() -> int:
     config = tfdist_flags.input_config("data check")
+    num_workers, replicas_per_worker, json_path = tfdist_flags.data_check_options()
+    input_pipelines.check_data_dir(config)
+    paths.check_output_file("json", json_path)
     import_tensorflow(tfdist_flags.show_tf_logs())
     from tfdist import data_check  # pylint: disable=import-outside-toplevel
-    return data_check.main(config, *tfdist_flags.data_check_options())
+    return data_check.main(config, num_workers, replicas_per_worker, json_path)
 
 
 def _data_serve() -> int:
@@ -103,7 +107,9 @@ def _data_serve() -> int:
 def _benchmark() -> int:
     options = tfdist_flags.benchmark_options()
     train_args = tfdist_flags.benchmark_train_args()
-    tfdist_flags.run_config(None)  # Checks the train flags before minutes of sweeping.
+    paths.check(tfdist_flags.run_config(None))  # The train flags, before minutes of sweeping.
+    paths.check_output_file("json", options["json_path"])
+    paths.check_output_file("plot", options["plot_path"])
     import_tensorflow(tfdist_flags.show_tf_logs())
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tfdist import benchmark  # pylint: disable=import-outside-toplevel

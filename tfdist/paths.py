@@ -35,8 +35,7 @@ def _check_creatable(field: str, path: str, *, directory: bool) -> None:
     """Raises ConfigError unless `path` is (or can be made) a directory / a file we may write."""
     fix = "pass a directory" if directory else "pass a file path"
     if os.path.isdir(path) and not directory:
-        raise ConfigError(f"{field}={path!r} is a directory; {fix}, e.g. {path.rstrip('/')}"
-                          "/metrics.json.")
+        raise ConfigError(f"{field}={path!r} is a directory; pass the path of a file in it.")
     if os.path.exists(path) and not os.path.isdir(path) and directory:
         raise ConfigError(f"{field}={path!r} is a file; {fix}.")
     parent = _nearest_existing(path if directory else os.path.dirname(os.path.abspath(path)))
@@ -62,7 +61,18 @@ def check(config: RunConfig) -> None:
     if config.train.model_dir:
         _check_creatable("model_dir", config.train.model_dir, directory=True)
     if config.train.metrics_json and config.writes_results:
-        _check_creatable("metrics_json", config.train.metrics_json, directory=False)
+        check_output_file("metrics_json", config.train.metrics_json)
+
+
+def check_output_file(field: str, path: str | None) -> None:
+    """Checks that the file `path` (when given) can be written once the work is done, so a
+    report is not lost at the end (`--json`, `--plot`).
+
+    Raises:
+      ConfigError: `path` is a directory, lies under a file, or cannot be written here.
+    """
+    if path:
+        _check_creatable(field, path, directory=False)
 
 
 def _owner_line() -> str:

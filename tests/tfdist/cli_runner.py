@@ -2,19 +2,31 @@
 one-line error contract."""
 
 import os
+import pathlib
 import subprocess
 import sys
 
 DEFAULT_TIMEOUT_S = 300
+# A `tensorflow` package that fails to import, first on the path of a child that must answer
+# without TensorFlow: deterministic where a wall-clock bound flakes on a busy machine.
+_NO_TENSORFLOW = pathlib.Path(__file__).with_name("no_tensorflow")
+TENSORFLOW_IMPORTED = "tfdist imported tensorflow"
 
 
 def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, str] | None = None,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> subprocess.CompletedProcess:
-    """Runs `python -m tfdist ARGS...`; TF_CONFIG is exactly `tf_config` (unset when None)."""
+               timeout_s: float = DEFAULT_TIMEOUT_S,
+               without_tensorflow: bool = False) -> subprocess.CompletedProcess:
+    """Runs `python -m tfdist ARGS...`; TF_CONFIG is exactly `tf_config` (unset when None).
+
+    `without_tensorflow`: importing TensorFlow fails in the child with TENSORFLOW_IMPORTED.
+    """
     env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
     env.update(extra_env or {})
     if tf_config is not None:
         env["TF_CONFIG"] = tf_config
+    if without_tensorflow:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_NO_TENSORFLOW),
+                                                          env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-m", "tfdist", *args], capture_output=True, text=True,
                           env=env, timeout=timeout_s, check=False)
 

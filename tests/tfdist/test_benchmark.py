@@ -45,16 +45,40 @@ class ShortSweepTest(unittest.TestCase):
             rate, step = entry["examples_per_sec"], entry["step_time_s"]
             self.assertTrue(0 < rate["min"] <= rate["median"] <= rate["max"], entry)
             self.assertTrue(0 < step["min"] <= step["median"] <= step["max"], entry)
-            self.assertAlmostEqual(rate["median"] * step["median"], 32, places=6)
-            self.assertAlmostEqual(entry["scaling_efficiency"],
-                                   rate["median"] / entries[1, data]["examples_per_sec"]
-                                   ["median"] / replicas)
-            self.assertAlmostEqual(entry["input_bound_ratio"],
-                                   entries[replicas, "real"]["examples_per_sec"]["median"] /
-                                   entries[replicas, "synthetic"]["examples_per_sec"]["median"])
+            # Loose bounds that only a broken measurement leaves: 2 CPU replicas on 2 cores
+            # neither lose nearly all of one's speed nor double it, and real data is not much
+            # faster than one batch made once.
+            self.assertTrue(0.2 < entry["scaling_efficiency"] < 1.5, entry)
+            self.assertTrue(0.05 < entry["input_bound_ratio"] < 1.5, entry)
             self.assertEqual("overhead_ratio" in entry, data == "synthetic")
             if data == "synthetic":
-                self.assertGreater(entry["overhead_ratio"], 0)
+                self.assertTrue(0.2 < entry["overhead_ratio"] < 5, entry)
+        self.assertEqual(entries[1, "synthetic"]["scaling_efficiency"], 1.0)
+
+
+class FiguresTest(unittest.TestCase):
+    """The arithmetic, on step times whose figures are worked out by hand."""
+
+    def test_throughput_spread_and_overhead(self):
+        measured = {"global_batch_size": 32, "tfdist": [0.4, 0.1, 0.2],
+                    "plain": [0.1, 0.2, 0.1, 0.1]}
+        figures = benchmark._figures(measured, "synthetic")
+        self.assertEqual(figures["step_time_s"], {"median": 0.2, "min": 0.1, "max": 0.4})
+        self.assertEqual(figures["examples_per_sec"], {"median": 160.0, "min": 80.0,
+                                                       "max": 320.0})
+        self.assertAlmostEqual(figures["overhead_ratio"], 2.0)
+        self.assertNotIn("overhead_ratio", benchmark._figures(measured, "real"))
+
+    def test_efficiency_and_input_bound_ratio(self):
+        results = [{"replicas": replicas, "data": data, "examples_per_sec": {"median": rate}}
+                   for replicas, data, rate in ((1, "synthetic", 100.0), (2, "synthetic", 150.0),
+                                                (1, "real", 50.0), (2, "real", 60.0))]
+        benchmark._add_ratios(results)
+        figures = {(entry["replicas"], entry["data"]): entry for entry in results}
+        self.assertAlmostEqual(figures[2, "synthetic"]["scaling_efficiency"], 0.75)
+        self.assertAlmostEqual(figures[2, "real"]["scaling_efficiency"], 0.6)
+        self.assertAlmostEqual(figures[1, "real"]["input_bound_ratio"], 0.5)
+        self.assertAlmostEqual(figures[2, "real"]["input_bound_ratio"], 0.4)
 
 
 class BadBenchmarkInputTest(parameterized.TestCase):

@@ -6,6 +6,7 @@ import tempfile
 import time
 import unittest
 
+import pytest
 from absl.testing import parameterized
 
 from tests.tfdist.cli_runner import assert_one_line_error
@@ -18,16 +19,14 @@ _PS_CLUSTER = json.dumps({"cluster": {"chief": ["127.0.0.1:2001"], "worker": ["1
 
 class HelpTest(unittest.TestCase):
 
-    def test_help_is_fast_and_lists_commands(self):
-        start = time.perf_counter()
-        result = run_tfdist("--help")
-        self.assertLess(time.perf_counter() - start, 1.0)
-        self.assertEqual(result.returncode, 0)
+    def test_help_answers_without_tensorflow_and_lists_commands(self):
+        result = run_tfdist("--help", without_tensorflow=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("train", result.stdout)
         self.assertIn("doctor", result.stdout)
 
     def test_train_help_lists_every_train_flag(self):
-        result = run_tfdist("train", "--help")
+        result = run_tfdist("train", "--help", without_tensorflow=True)
         self.assertEqual(result.returncode, 0)
         for name in ("strategy", "num_gpus", "num_cpu_devices", "all_reduce", "num_packs",
                      "collective", "collective_timeout_s", "variable_partition",
@@ -120,15 +119,13 @@ class BadInputTest(parameterized.TestCase):
         ("flag_of_other_command", ["train", "--tf_config={}"], "--tf_config"),
     )
     def test_rejected_before_tensorflow_starts(self, args, expected):
-        start = time.perf_counter()
-        result = run_tfdist(*args)
-        self.assertLess(time.perf_counter() - start, 1.0)
-        self.assert_usage_error(result, expected)
+        self.assert_usage_error(run_tfdist(*args, without_tensorflow=True), expected)
 
     def test_malformed_tf_config(self):
         result = run_tfdist("train", tf_config='{"cluster": {"worker": ["localhost"]}}')
         self.assert_usage_error(result, "TF_CONFIG cluster.worker[0]", '"localhost"')
 
+    @pytest.mark.multiprocess
     def test_keras_3_is_refused(self):
         result = run_tfdist("train", extra_env={"TF_USE_LEGACY_KERAS": "0"})
         self.assert_usage_error(result, "tf.keras is Keras 3", "set TF_USE_LEGACY_KERAS=1")
@@ -147,6 +144,7 @@ class BadInputTest(parameterized.TestCase):
         ("multi_worker_with_ps", ["--strategy=multi_worker_mirrored"], _PS_CLUSTER,
          "strategy=multi_worker_mirrored cannot use the cluster's 1 ps"),
     )
+    @pytest.mark.multiprocess
     def test_rejected_after_tensorflow_starts(self, args, tf_config, expected):
         metrics = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "metrics.json")
         result = run_tfdist("train", *args, f"--metrics_json={metrics}", tf_config=tf_config)
@@ -154,7 +152,9 @@ class BadInputTest(parameterized.TestCase):
         self.assertFalse(os.path.exists(metrics), "nothing may be half-written")
 
 
+@pytest.mark.multiprocess
 class DoctorTest(parameterized.TestCase):
+    """Each case starts TensorFlow in a child (doctor lists the devices)."""
 
     def test_sound_cluster(self):
         result = run_tfdist("doctor", f"--tf_config={_PS_CLUSTER}")

@@ -32,7 +32,7 @@ class CheckTest(parameterized.TestCase):
 
     @parameterized.named_parameters(
         ("metrics_is_a_directory", dict(metrics_json="{dir}"),
-         r"^metrics_json='{dir}' is a directory; pass a file path, e\.g\. {dir}/metrics\.json\.$"),
+         r"^metrics_json='{dir}' is a directory; pass the path of a file in it\.$"),
         ("metrics_under_a_file", dict(metrics_json="{file}/m.json"),
          r"^metrics_json='{file}/m\.json': {file} is a file, not a directory"),
         ("metrics_not_writable", dict(metrics_json="/proc/m.json"),

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+from unittest import mock
 
 import tensorflow as tf
 import tf_keras
@@ -42,11 +43,25 @@ class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
         self.assertNotIsInstance(plain, tf_keras.mixed_precision.LossScaleOptimizer)
 
     def test_float16_without_a_fast_gpu_warns_once_in_one_line(self):
-        with self.assertLogs("absl", level="WARNING") as logs:
-            precision.apply_policy(Precision.MIXED_FLOAT16)
+        with mock.patch.object(precision, "_has_fast_fp16_gpu", return_value=False):
+            with self.assertLogs("absl", level="WARNING") as logs:
+                precision.apply_policy(Precision.MIXED_FLOAT16)
         self.assertLen(logs.output, 1)
         self.assertIn("compute capability 7.0", logs.output[0])
         self.assertNotIn("\n", logs.output[0])
+
+    def test_float16_on_a_fast_gpu_does_not_warn(self):
+        with mock.patch.object(precision, "_has_fast_fp16_gpu", return_value=True):
+            with self.assertNoLogs("absl", level="WARNING"):
+                precision.apply_policy(Precision.MIXED_FLOAT16)
+
+    def test_fast_gpu_means_compute_capability_7_or_newer(self):
+        for capability, fast in (((6, 1), False), ((7, 0), True), ((9, 0), True), (None, False)):
+            details = {"compute_capability": capability} if capability else {}
+            with mock.patch.object(tf.config, "list_physical_devices", return_value=["gpu"]), \
+                    mock.patch.object(tf.config.experimental, "get_device_details",
+                                      return_value=details):
+                self.assertEqual(precision._has_fast_fp16_gpu(), fast, capability)
 
     def test_float16_output_is_rejected(self):
         precision.apply_policy(Precision.MIXED_FLOAT16)
