@@ -60,13 +60,13 @@ def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker
                                    replicas_per_worker=replicas_per_worker)
 
 
-def explain_data_loss(config: InputConfig) -> None:
-    """After a DataLossError: raises the one-line InputConfigError naming the damaged file, if
-    one of the dataset's files is damaged."""
-    from input_pipelines import records
+def explain_input_error(config: InputConfig, error: Exception) -> None:
+    """After reading the dataset failed with `error` (call it in an `except
+    (tf.errors.DataLossError, tf.errors.InvalidArgumentError)` around `model.fit`): raises the
+    one-line InputConfigError naming the damaged file, or the record whose image does not
+    decode, when there is one; else returns, and the caller re-raises `error`."""
     from input_pipelines import sources
-    for files in sources.source(config).files.values():
-        records.raise_if_damaged(files)
+    sources.explain_read_error(config, error)
 
 
 def start_service(port: int, num_workers: int):

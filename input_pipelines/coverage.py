@@ -12,7 +12,6 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipelines import pipeline
-from input_pipelines import records
 from input_pipelines import sources
 from input_pipelines.config import InputConfig
 from input_pipelines.config import InputConfigError
@@ -39,13 +38,19 @@ class CoverageReport:
 
     @property
     def exactly_once(self) -> bool:
-        return self.num_duplicated == 0 and self.num_missing == 0
+        """Every example read once, and there were examples to read."""
+        return self.num_examples > 0 and self.num_duplicated == 0 and self.num_missing == 0
+
+    def _verdict(self) -> str:
+        if self.exactly_once:
+            return "ok: every example read exactly once"
+        if not self.num_examples:
+            return f"FAIL: split {self.split} has no examples to read"
+        return (f"FAIL: {self.num_duplicated} example(s) read more than once, "
+                f"{self.num_missing} never read")
 
     def lines(self) -> list[str]:
         """The human-readable report."""
-        verdict = ("ok: every example read exactly once" if self.exactly_once else
-                   f"FAIL: {self.num_duplicated} example(s) read more than once, "
-                   f"{self.num_missing} never read")
         return [
             f"dataset {self.dataset}, split {self.split}: {self.num_examples} examples; "
             f"{self.num_workers} worker(s) x {self.replicas_per_worker} replica(s), "
@@ -56,7 +61,7 @@ class CoverageReport:
                 f"worker {index}: {count}" for index, count in enumerate(self.examples_per_worker)),
             f"read {sum(self.examples_per_worker)}, unique {self.num_unique}, duplicated "
             f"{self.num_duplicated}, missing {self.num_missing}",
-            verdict,
+            self._verdict(),
         ]
 
     def as_dict(self) -> dict:
@@ -113,8 +118,8 @@ def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker
                 config, split, context, training=True, placement=_UINT8, repeat=False,
                 announce=False, with_ids=True)))
         expected = _all_ids(config, split)
-    except tf.errors.DataLossError:
-        records.raise_if_damaged(source.files[split])
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
+        sources.explain_read_error(config, error)
         raise
     counts = collections.Counter(np.concatenate(per_worker).tolist())
     expected_ids = set(expected.tolist())

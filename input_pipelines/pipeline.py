@@ -141,7 +141,7 @@ def _decode_images(encoded: tf.Tensor, source: Source) -> tf.Tensor:
         return images
 
     def decode(image: tf.Tensor) -> tf.Tensor:
-        image = tf.io.decode_image(image, channels=channels, expand_animations=False)
+        image = records.decode_image(image, channels)
         if source.resize:
             image = tf.cast(tf.image.resize(image, [height, width]), tf.uint8)
         return tf.ensure_shape(image, source.info.image_shape)

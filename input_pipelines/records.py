@@ -1,12 +1,59 @@
-"""TFRecord files: counting their records and finding the damaged ones."""
+"""TFRecord files of image examples: checking and counting their records, finding the damaged
+ones and the images that do not decode."""
+
+import dataclasses
+import re
 
 import tensorflow as tf
 
 from input_pipelines.config import InputConfigError
 
+# How the formats tf.io.decode_image reads start (TF 2.21): JPEG, PNG, GIF, BMP, WebP and JPEG XL
+# (bare codestream or container).
+_IMAGE_SIGNATURE = re.compile(rb"\xff\xd8\xff|\x89PNG\r\n\x1a\n|GIF8|BM|RIFF.{4}WEBP|"
+                              rb"\xff\x0a|\x00\x00\x00\x0cJXL \r\n\x87\n", re.DOTALL)
+_SIGNATURE_BYTES = 12
+_IMAGE_FORMATS = "JPEG, PNG, GIF, BMP, WebP or JPEG XL"
+_CHECK_BATCH = 1024  # Records parsed at once by the validation pass.
+_LIST_KINDS = {tf.string: "bytes_list", tf.int64: "int64_list", tf.float32: "float_list"}
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordLayout:
+    """What each record of an image-classification TFRecord file holds: a serialized
+    tf.train.Example with one encoded image under `image_key` and one class index in
+    `[0, num_classes)` under `label_key`."""
+    image_key: str
+    label_key: str
+    num_classes: int
+
+    @property
+    def features(self) -> dict[str, tf.io.FixedLenFeature]:
+        return {self.image_key: tf.io.FixedLenFeature([], tf.string),
+                self.label_key: tf.io.FixedLenFeature([], tf.int64)}
+
+    @property
+    def description(self) -> str:
+        """The layout, as error messages tell it."""
+        return (f"records need one encoded image as {self.image_key} (bytes_list) and one class "
+                f"index as {self.label_key} (int64_list)")
+
 
 def _count(dataset: tf.data.Dataset) -> int:
     return int(dataset.reduce(tf.constant(0, tf.int64), lambda total, _: total + 1))
+
+
+def _reason(error: tf.errors.OpError) -> str:
+    """TensorFlow's complaint in `error`: its first line without the function, iterator and op
+    names around it."""
+    reason = error.message.split("\n")[0].split("}}")[-1].split("[Op:")[0]
+    return re.sub(r"^.*Iterator::[\w:]+: ", "", reason).strip().rstrip(".")
+
+
+def _read(path: str, skip_corrupt: bool) -> tf.data.Dataset:
+    """The serialized records of `path`; when `skip_corrupt`, those before its damage."""
+    file_records = tf.data.TFRecordDataset(path)
+    return file_records.ignore_errors() if skip_corrupt else file_records
 
 
 def _damage(path: str) -> tuple[int, str] | None:
@@ -14,8 +61,7 @@ def _damage(path: str) -> tuple[int, str] | None:
     try:
         _count(tf.data.TFRecordDataset(path))
     except tf.errors.DataLossError as error:
-        reason = error.message.split("}}")[-1].split("[Op:")[0].strip()
-        return _count(tf.data.TFRecordDataset(path).ignore_errors()), reason
+        return _count(_read(path, skip_corrupt=True)), _reason(error)
     return None
 
 
@@ -39,14 +85,147 @@ def raise_if_damaged(files: list[str] | tuple[str, ...]) -> None:
         raise damage_error(path, damage)
 
 
-def count(files: list[str] | tuple[str, ...], skip_corrupt: bool) -> int:
-    """Records in `files`; a damaged file counts up to its damage when `skip_corrupt`, else
-    raises its `damage_error`."""
-    if skip_corrupt:
-        return _count(tf.data.Dataset.from_tensor_slices(list(files)).interleave(
-            lambda path: tf.data.TFRecordDataset(path).ignore_errors(), cycle_length=1))
+def _stored(serialized: bytes, key: str) -> tuple[str, int]:
+    """(list kind, number of values) of feature `key` in one serialized tf.train.Example; no
+    values when the feature is absent."""
+    for dtype, kind in _LIST_KINDS.items():
+        try:
+            parsed = tf.io.parse_example([serialized], {key: tf.io.VarLenFeature(dtype)})
+        except tf.errors.InvalidArgumentError:
+            continue
+        return kind, int(tf.size(parsed[key].values))
+    return "", 0
+
+
+def _parse_problem(layout: RecordLayout, serialized: bytes) -> str | None:
+    """Why one serialized record does not parse as `layout` says, or None when it does."""
     try:
-        return _count(tf.data.TFRecordDataset(list(files)))
-    except tf.errors.DataLossError:
-        raise_if_damaged(files)
+        tf.io.parse_example([serialized], layout.features)
+        return None
+    except tf.errors.InvalidArgumentError as error:
+        if "Could not parse example input" in error.message:
+            return "is not a serialized tf.train.Example"
+    for key, kind in ((layout.image_key, "bytes_list"), (layout.label_key, "int64_list")):
+        stored, num_values = _stored(serialized, key)
+        if not num_values:
+            return f"has no {key} feature"
+        if stored != kind:
+            return f"stores {key} as {stored}"
+        if num_values != 1:
+            return f"holds {num_values} values in {key}"
+    return None
+
+
+def _raise_if_unparsable(path: str, layout: RecordLayout, first: int,
+                         batch: list[bytes]) -> None:
+    """Raises the error of the first record that does not parse in `batch`, the serialized
+    records of `path` from index `first` on."""
+    for index, serialized in enumerate(batch, start=first):
+        problem = _parse_problem(layout, serialized)
+        if problem:
+            raise InputConfigError(f"file {path}, record {index} (from 0) {problem}; tfrecord: "
+                                   f"{layout.description}: re-write it.")
+
+
+def _value_problem(layout: RecordLayout, label: int, head: bytes) -> str | None:
+    """What is wrong with a parsed record's label, or its image bytes (`head` holds the first
+    ones), or None."""
+    if not 0 <= label < layout.num_classes:
+        more = (f", or pass --num_classes={label + 1} if the dataset has that many classes"
+                if label > 0 else "")
+        return (f"{layout.label_key}={label} is outside [0, num_classes={layout.num_classes}); "
+                f"re-write the label as a class index{more}.")
+    if not _IMAGE_SIGNATURE.match(head):
+        start = f"it starts {head[:8].hex(' ')}" if head else "it is empty"
+        return (f"{layout.image_key} holds no encoded image ({start}); tfdist decodes "
+                f"{_IMAGE_FORMATS} bytes there, not raw pixels: re-write the record with an "
+                "encoded image.")
+    return None
+
+
+def _check_batch(path: str, layout: RecordLayout, first: int, batch: tf.Tensor) -> None:
+    """Parses `batch`, serialized records of `path` from index `first` on, and raises the error
+    of its first bad record. Images are not decoded: their first bytes are matched against the
+    formats tf.io.decode_image reads."""
+    try:
+        features = tf.io.parse_example(batch, layout.features)
+    except tf.errors.InvalidArgumentError:
+        _raise_if_unparsable(path, layout, first, batch.numpy().tolist())
         raise
+    labels = features[layout.label_key].numpy().tolist()
+    heads = tf.strings.substr(features[layout.image_key], 0, _SIGNATURE_BYTES).numpy().tolist()
+    for index, (label, head) in enumerate(zip(labels, heads), start=first):
+        problem = _value_problem(layout, label, head)
+        if problem:
+            raise InputConfigError(f"file {path}, record {index} (from 0): {problem}")
+
+
+def _file_batches(files: list[str] | tuple[str, ...], skip_corrupt: bool) -> tf.data.Dataset:
+    """(file index, up to `_CHECK_BATCH` serialized records of that file), file after file: one
+    dataset for all files (a dataset per file costs ~15 ms to start)."""
+    return tf.data.Dataset.from_tensor_slices(list(files)).enumerate().interleave(
+        lambda index, path: _read(path, skip_corrupt).batch(_CHECK_BATCH).map(
+            lambda batch: (index, batch)),
+        cycle_length=1).prefetch(1)
+
+
+def check(files: list[str] | tuple[str, ...], layout: RecordLayout, skip_corrupt: bool) -> int:
+    """Checks every record of `files` against `layout`, parsing them in batches; returns how
+    many records are readable.
+
+    Raises:
+      InputConfigError: the first record that does not parse, has its label out of range or
+        holds no encoded image, named by file and index; or a damaged file, unless
+        `skip_corrupt` (then its records after the damage are not counted).
+    """
+    positions = [0] * len(files)
+    file_index = 0
+    try:
+        for index, batch in _file_batches(files, skip_corrupt):
+            file_index = int(index)
+            _check_batch(files[file_index], layout, positions[file_index], batch)
+            positions[file_index] += len(batch)
+    except tf.errors.DataLossError:
+        raise_if_damaged(files[file_index:])
+        raise
+    return sum(positions)
+
+
+def decode_image(encoded: tf.Tensor, channels: int) -> tf.Tensor:
+    """One encoded image as uint8 `[H, W, channels]` (the first frame of an animation)."""
+    return tf.io.decode_image(encoded, channels=channels, expand_animations=False)
+
+
+def _decode_error(path: str, image_key: str, channels: int,
+                  skip_corrupt: bool) -> tuple[int, str] | None:
+    """(index, TensorFlow's complaint) of the first record of `path` whose image does not
+    decode, or None. Decodes the file's images in parallel, in order, until one fails."""
+    spec = {image_key: tf.io.FixedLenFeature([], tf.string)}
+
+    def decoded_shape(serialized: tf.Tensor) -> tf.Tensor:
+        # The shape, not a control dependency (optimised away), makes the decode run.
+        return tf.shape(decode_image(tf.io.parse_single_example(serialized, spec)[image_key],
+                                     channels))
+
+    position = 0
+    try:
+        for _ in _read(path, skip_corrupt).map(decoded_shape, num_parallel_calls=tf.data.AUTOTUNE,
+                                               deterministic=True):
+            position += 1
+    except tf.errors.InvalidArgumentError as error:
+        return position, _reason(error)
+    return None
+
+
+def raise_if_undecodable(files: list[str] | tuple[str, ...], image_key: str, channels: int,
+                         skip_corrupt: bool) -> None:
+    """Raises the one-line error of the first record among `files` whose image does not decode
+    (it passed `check`, so it starts like an image but is damaged or cut short)."""
+    for path in files:
+        found = _decode_error(path, image_key, channels, skip_corrupt)
+        if found:
+            position, reason = found
+            raise InputConfigError(
+                f"file {path}, record {position} (from 0): its {image_key} image does not "
+                f"decode ({reason}); re-write the record with an intact image, or re-create "
+                "the file.")

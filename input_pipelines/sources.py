@@ -32,6 +32,8 @@ SYNTHETIC_DEFAULT_NUM_CLASSES = 10
 SYNTHETIC_EXAMPLES_PER_EPOCH = 12_800
 TFRECORD_IMAGE_KEY = "image/encoded"
 TFRECORD_LABEL_KEY = "image/class/label"
+# The op whose name an error from decoding an image carries (e.g. `{{node .../DecodeImage}}`).
+_DECODE_OP = "DecodeImage"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +156,48 @@ def _tfrecord_files(pattern: str, split: str) -> tuple[str, ...]:
     return tuple(sorted(glob.glob(pattern.replace(SPLIT_PLACEHOLDER, split))))
 
 
+def _check_paths(config: InputConfig, paths: tuple[str, ...]) -> None:
+    """Raises InputConfigError for the first path the glob matched that cannot be a TFRecord
+    file: a directory, a broken link, or an empty file (almost always a failed write)."""
+    for path in paths:
+        if os.path.isdir(path):
+            raise InputConfigError(
+                f"dataset={config.dataset!r}: {path} is a directory, not a TFRecord file; make "
+                f"the pattern match files only, e.g. {os.path.join(path, '*')}.")
+        if not os.path.exists(path):
+            raise InputConfigError(f"dataset={config.dataset!r}: {path} is a broken link; fix "
+                                   "or remove it.")
+        if not os.path.getsize(path):
+            raise InputConfigError(
+                f"dataset={config.dataset!r}: file {path} is empty (0 bytes), most likely a "
+                "failed write; re-create it, or move it out of the pattern.")
+
+
+def _some(paths: tuple[str, ...], shown: int = 3) -> str:
+    """The first `shown` of `paths`, and how many more there are."""
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(paths[:shown]) + more
+
+
+def _readable_records(config: InputConfig, split: str, paths: tuple[str, ...],
+                      layout: records.RecordLayout) -> int:
+    """Checks every record of `split` (see `records.check`); returns how many are readable.
+
+    Raises:
+      InputConfigError: a bad record or damaged file, or no readable record in the split.
+    """
+    num_records = records.check(paths, layout, config.skip_corrupt_records)
+    if not num_records:
+        raise InputConfigError(
+            f"dataset={config.dataset!r}: the {split} split has no readable records: each of "
+            f"its {len(paths)} file(s) ({_some(paths)}) is damaged or cut short before its first "
+            "record; re-create them.")
+    return num_records
+
+
 def _from_tfrecord_glob(config: InputConfig) -> Source:
-    """A `Source` over TFRecord files in the common image layout, counted once."""
+    """A `Source` over TFRecord files in the common image layout, every record checked and
+    counted once."""
     pattern = config.dataset[len(TFRECORD_PREFIX):]
     splits = (TRAIN, VALIDATION) if SPLIT_PLACEHOLDER in pattern else (TRAIN,)
     files = {split: _tfrecord_files(pattern, split) for split in splits}
@@ -165,13 +207,16 @@ def _from_tfrecord_glob(config: InputConfig) -> Source:
             raise InputConfigError(
                 f"dataset={config.dataset!r}: the pattern {where} matches no files; check the "
                 f"path ({SPLIT_PLACEHOLDER} in it stands for train and validation).")
+        _check_paths(config, split_files)
+    layout = records.RecordLayout(image_key=TFRECORD_IMAGE_KEY, label_key=TFRECORD_LABEL_KEY,
+                                  num_classes=config.num_classes)
     size = config.image_size or TFRECORD_DEFAULT_IMAGE_SIZE
     return Source(
         info=DatasetInfo(name=config.dataset, num_classes=config.num_classes,
                          image_shape=(size, size, 3),
-                         num_examples={
-                             split: records.count(split_files, config.skip_corrupt_records)
-                             for split, split_files in files.items()}),
+                         num_examples={split: _readable_records(config, split, split_files,
+                                                                layout)
+                                       for split, split_files in files.items()}),
         files=files, image_key=TFRECORD_IMAGE_KEY, label_key=TFRECORD_LABEL_KEY, id_key=None,
         resize=True)
 
@@ -190,8 +235,9 @@ def source(config: InputConfig) -> Source:
     (batching, sharding and preprocessing options do not change it).
 
     Raises:
-      InputConfigError: the dataset is not prepared, unknown, not image classification, or the
-        glob matches nothing.
+      InputConfigError: the dataset is not prepared, unknown, not image classification; the
+        glob matches nothing, or a directory or empty file; a file is damaged, or one of its
+        records is not an image example of the `tfrecord:` layout (see `records.check`).
     """
     return _prepared_source(InputConfig(
         dataset=config.dataset, data_dir=config.data_dir, download=config.download,
@@ -217,3 +263,23 @@ def info(config: InputConfig) -> DatasetInfo:
     if config.source_kind is SourceKind.SYNTHETIC:
         return synthetic_info(config)
     return source(config).info
+
+
+def explain_read_error(config: InputConfig, error: tf.errors.OpError) -> None:
+    """After reading `config.dataset` failed with `error` (in `model.fit` or a coverage check):
+    raises the one-line InputConfigError that names the damaged file (a DataLossError) or the
+    record whose image does not decode (an InvalidArgumentError from decoding); returns when
+    there is none, and the caller re-raises `error`.
+
+    Finding an undecodable image decodes the dataset's images until one fails, in parallel.
+    """
+    if config.source_kind is SourceKind.SYNTHETIC:
+        return
+    file_source = source(config)
+    for files in file_source.files.values():
+        if isinstance(error, tf.errors.DataLossError):
+            records.raise_if_damaged(files)
+        elif _DECODE_OP in error.message and not file_source.raw_image_shape:
+            records.raise_if_undecodable(files, file_source.image_key,
+                                         file_source.info.image_shape[-1],
+                                         config.skip_corrupt_records)

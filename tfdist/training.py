@@ -166,7 +166,8 @@ def fit(config: RunConfig, strategy: tf.distribute.Strategy, *, validate: bool =
     (parameter server). Prepares the dataset first (generating the built-in one once).
 
     Raises:
-      InputConfigError: the batch does not split over the replicas, or a data file is damaged.
+      InputConfigError: the batch does not split over the replicas, a data file is damaged, or
+        an image in it does not decode.
     """
     input_pipelines.per_replica_batch_size(config.input.global_batch_size,
                                            strategy.num_replicas_in_sync)
@@ -191,8 +192,8 @@ def fit(config: RunConfig, strategy: tf.distribute.Strategy, *, validate: bool =
                              *_output_callbacks(model_dir, config.train.backup_every)],
                   verbose=2,
                   **(_validation(config, info, strategy, placement) if validate else {}))
-    except tf.errors.DataLossError:
-        input_pipelines.explain_data_loss(config.input)
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
+        input_pipelines.explain_input_error(config.input, error)
         raise
     per_epoch = epochs.history()
     final = {name: values[-1] for name, values in per_epoch.items()}

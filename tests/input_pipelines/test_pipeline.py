@@ -18,6 +18,7 @@ import input_pipelines
 from input_pipelines import InputConfig
 from input_pipelines import InputConfigError
 from input_pipelines import PreprocessOn
+from input_pipelines import coverage
 from input_pipelines import pipeline
 from input_pipelines.preprocessing import Placement
 from tests.conftest import SMALL_TRAIN_SIZE
@@ -95,6 +96,15 @@ class CoverageTest(_SmallShapes, parameterized.TestCase):
         self.assertEqual(report.num_duplicated, SMALL_TRAIN_SIZE)
         self.assertEqual(report.num_missing, 0)
         self.assertIn("FAIL", report.lines()[-1])
+
+    def test_no_examples_is_a_failure(self):
+        # tfrecord: sources fail earlier (InputConfigError); a TFDS split can still be empty.
+        report = coverage.CoverageReport(
+            dataset="empty", split="train", autoshard="auto", num_workers=1,
+            replicas_per_worker=1, notices=[], plans=[], examples_per_worker=[0],
+            num_examples=0, num_unique=0, num_duplicated=0, num_missing=0)
+        self.assertFalse(report.exactly_once)
+        self.assertEqual(report.lines()[-1], "FAIL: split train has no examples to read")
 
     def test_file_with_too_few_files_is_an_error(self):
         config = dataclasses.replace(self.config, autoshard="file", global_batch_size=48)

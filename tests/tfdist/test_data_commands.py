@@ -13,6 +13,12 @@ import pytest
 from absl.testing import parameterized
 
 from tests.input_pipelines.test_pipeline import write_image_tfrecords
+from tests.input_pipelines.test_records import bytes_feature
+from tests.input_pipelines.test_records import damage_first_record
+from tests.input_pipelines.test_records import encoded_image
+from tests.input_pipelines.test_records import image_example
+from tests.input_pipelines.test_records import int64_feature
+from tests.input_pipelines.test_records import write_records
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
 
@@ -86,6 +92,54 @@ class DataCheckErrorTest(_SmallShapes, parameterized.TestCase):
         self.assertEqual(skipped.returncode, 0, skipped.stderr)
         self.assertIn(f"skipping the rest of {files[0]}", skipped.stderr)
         self.assertIn("1 of 1 file(s) damaged", skipped.stderr)
+
+    def _check_records(self, *files: tuple[str, list[bytes]]):
+        """`tfdist data check` over TFRecord files written here, (name, records) each; returns
+        (their directory, the result)."""
+        directory = self.enterContext(tempfile.TemporaryDirectory())
+        for name, serialized in files:
+            write_records(os.path.join(directory, name), serialized)
+        return directory, run_tfdist("data", "check", f"--dataset=tfrecord:{directory}/train-*",
+                                     "--num_classes=3", "--global_batch_size=2")
+
+    def test_empty_file(self):
+        directory, result = self._check_records(("train-0", [image_example()] * 2),
+                                                ("train-1", []))
+        self.assert_one_line_error(result, f"file {directory}/train-1 is empty (0 bytes)")
+
+    def test_directory_in_glob(self):
+        directory = self.enterContext(tempfile.TemporaryDirectory())
+        os.mkdir(os.path.join(directory, "train-dir"))
+        result = run_tfdist("data", "check", f"--dataset=tfrecord:{directory}/train-*",
+                            "--num_classes=3")
+        self.assert_one_line_error(result, f"{directory}/train-dir is a directory, not a "
+                                           "TFRecord file")
+
+    def test_label_out_of_range(self):
+        directory, result = self._check_records(
+            ("train-0", [image_example()] * 2 + [image_example(label=int64_feature(3))]))
+        self.assert_one_line_error(result, f"file {directory}/train-0, record 2 (from 0): "
+                                           "image/class/label=3 is outside [0, num_classes=3)",
+                                   "--num_classes=4")
+
+    def test_files_left_empty_by_skip_corrupt_records(self):
+        directory = self.enterContext(tempfile.TemporaryDirectory())
+        damage_first_record(write_records(os.path.join(directory, "train-0"),
+                                          [image_example()] * 2))
+        result = run_tfdist("data", "check", f"--dataset=tfrecord:{directory}/train-*",
+                            "--num_classes=3", "--skip_corrupt_records")
+        self.assert_one_line_error(result, "the train split has no readable records",
+                                   f"({directory}/train-0)")
+
+    def test_undecodable_image(self):
+        truncated = image_example(bytes_feature(encoded_image()[:200]))
+        directory, result = self._check_records(("train-0", [image_example(), truncated]))
+        # TensorFlow's JPEG decoder writes its own lines to stderr before this one.
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn(f"tfdist data check: error: file {directory}/train-0, record 1 (from 0): "
+                      "its image/encoded image does not decode",
+                      result.stderr.strip().splitlines()[-1])
 
 
 def _start_data_serve(port: int) -> subprocess.Popen:

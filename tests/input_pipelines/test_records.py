@@ -1,0 +1,231 @@
+"""`tfrecord:` sources with bad paths or bad records: each problem is one line naming the file
+(and the record), raised when the source is prepared; an image that only fails to decode is
+named after the read that hit it fails."""
+
+import io
+import os
+from unittest import mock
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl.testing import parameterized
+from PIL import Image
+
+import input_pipelines
+from input_pipelines import InputConfig
+from input_pipelines import InputConfigError
+from input_pipelines import PreprocessOn
+from input_pipelines import pipeline
+from input_pipelines import records
+from input_pipelines.preprocessing import Placement
+
+IMAGE_KEY = "image/encoded"
+LABEL_KEY = "image/class/label"
+_LAYOUT = (r"; tfrecord: records need one encoded image as image/encoded \(bytes_list\) and one "
+           r"class index as image/class/label \(int64_list\): re-write it\.$")
+
+
+def encoded_image(image_format: str = "JPEG", seed: int = 0) -> bytes:
+    """A random 16x16 RGB image encoded in `image_format` (a PIL format name)."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format=image_format)
+    return buffer.getvalue()
+
+
+def bytes_feature(*values: bytes) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
+
+
+def int64_feature(*values: int) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=values))
+
+
+def float_feature(*values: float) -> tf.train.Feature:
+    return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+
+
+def image_example(image: tf.train.Feature | None = None,
+                  label: tf.train.Feature | None = None, *, omit: str | None = None) -> bytes:
+    """A serialized tf.train.Example in the `tfrecord:` layout: a JPEG and label 1 unless given;
+    `omit` leaves out one of the two keys."""
+    feature = {IMAGE_KEY: bytes_feature(encoded_image()) if image is None else image,
+               LABEL_KEY: int64_feature(1) if label is None else label}
+    feature.pop(omit, None)
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def write_records(path: str, serialized: list[bytes]) -> str:
+    """Writes `serialized` records to a TFRecord file at `path`; returns the path."""
+    with tf.io.TFRecordWriter(path) as writer:
+        for record in serialized:
+            writer.write(record)
+    return path
+
+
+def damage_first_record(path: str) -> None:
+    """Overwrites the length of the file's first record, so nothing in it can be read."""
+    with open(path, "r+b") as damaged:
+        damaged.write(b"garbage!")
+
+
+class _Files:
+
+    @pytest.fixture(autouse=True)
+    def _directory(self, tmp_path):
+        self.directory = str(tmp_path)
+
+    def _write(self, name: str, serialized: list[bytes]) -> str:
+        return write_records(os.path.join(self.directory, name), serialized)
+
+    def _config(self, pattern: str = "train-*", **options) -> InputConfig:
+        return InputConfig(dataset=f"tfrecord:{self.directory}/{pattern}", num_classes=3,
+                           image_size=16, global_batch_size=4, **options)
+
+
+class RecordCheckTest(_Files, parameterized.TestCase):
+
+    def test_every_image_format_decode_image_reads_passes(self):
+        formats = ("JPEG", "PNG", "GIF", "BMP", "WEBP")
+        self._write("train-0", [image_example(bytes_feature(encoded_image(image_format)))
+                                for image_format in formats])
+        config = self._config()
+        self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 5})
+        context = tf.distribute.InputContext()
+        batch = next(iter(pipeline.examples(config, "train", context, training=False,
+                                            placement=Placement(PreprocessOn.DEVICE))))
+        self.assertEqual(batch["image"].shape, (4, 16, 16, 3))
+
+    @parameterized.named_parameters(
+        ("label_too_large", image_example(label=int64_feature(5)),
+         r": image/class/label=5 is outside \[0, num_classes=3\); re-write the label as a class "
+         r"index, or pass --num_classes=6 if the dataset has that many classes\.$"),
+        ("label_negative", image_example(label=int64_feature(-1)),
+         r": image/class/label=-1 is outside \[0, num_classes=3\); re-write the label as a class "
+         r"index\.$"),
+        ("float_label", image_example(label=float_feature(1.0)),
+         r" stores image/class/label as float_list" + _LAYOUT),
+        ("two_labels", image_example(label=int64_feature(1, 2)),
+         r" holds 2 values in image/class/label" + _LAYOUT),
+        ("no_label", image_example(omit=LABEL_KEY), r" has no image/class/label feature" + _LAYOUT),
+        ("no_image", image_example(omit=IMAGE_KEY), r" has no image/encoded feature" + _LAYOUT),
+        ("image_as_int64", image_example(image=int64_feature(7)),
+         r" stores image/encoded as int64_list" + _LAYOUT),
+        ("not_an_example", b"hello world", r" is not a serialized tf.train.Example" + _LAYOUT),
+        ("raw_pixels", image_example(image=bytes_feature(bytes(range(48)))),
+         r": image/encoded holds no encoded image \(it starts 00 01 02 03 04 05 06 07\); tfdist "
+         r"decodes JPEG, PNG, GIF, BMP, WebP or JPEG XL bytes there, not raw pixels: re-write "
+         r"the record with an encoded image\.$"),
+        ("empty_image", image_example(image=bytes_feature(b"")),
+         r": image/encoded holds no encoded image \(it is empty\)"))
+    def test_bad_record_is_named_by_file_and_index(self, bad_record, message):
+        self._write("train-0", [image_example()] * 3)
+        bad_file = self._write("train-1", [image_example()] * 3 + [bad_record, image_example()])
+        # Batches of 2 records: the bad one is in the second batch of the second file.
+        with mock.patch.object(records, "_CHECK_BATCH", 2), \
+                self.assertRaisesRegex(InputConfigError,
+                                       rf"^file {bad_file}, record 3 \(from 0\){message}"):
+            input_pipelines.prepare(self._config())
+
+    def test_bad_record_is_an_error_with_skip_corrupt_records_too(self):
+        path = self._write("train-0", [image_example(), image_example(label=int64_feature(3))])
+        with self.assertRaisesRegex(InputConfigError, rf"^file {path}, record 1 \(from 0\): "):
+            input_pipelines.prepare(self._config(skip_corrupt_records=True))
+
+
+class PathCheckTest(_Files, parameterized.TestCase):
+
+    def test_directory_among_the_files(self):
+        self._write("train-0", [image_example()])
+        os.mkdir(os.path.join(self.directory, "train-dir"))
+        directory = os.path.join(self.directory, "train-dir")
+        with self.assertRaisesRegex(
+                InputConfigError,
+                rf"^dataset='tfrecord:.*/train-\*': {directory} is a directory, not a TFRecord "
+                rf"file; make the pattern match files only, e.g. {directory}/\*\.$"):
+            input_pipelines.prepare(self._config())
+
+    def test_only_directories(self):
+        os.mkdir(os.path.join(self.directory, "validation-a"))
+        self._write("train-0", [image_example()])
+        with self.assertRaisesRegex(InputConfigError, r"/validation-a is a directory, not a "):
+            input_pipelines.prepare(self._config("{split}-*"))
+
+    def test_empty_file_among_good_ones(self):
+        self._write("train-0", [image_example()])
+        empty = self._write("train-1", [])
+        with self.assertRaisesRegex(
+                InputConfigError,
+                rf"^dataset='tfrecord:.*': file {empty} is empty \(0 bytes\), most likely a "
+                r"failed write; re-create it, or move it out of the pattern\.$"):
+            input_pipelines.prepare(self._config())
+
+    def test_broken_link(self):
+        self._write("train-0", [image_example()])
+        link = os.path.join(self.directory, "train-1")
+        os.symlink(os.path.join(self.directory, "gone"), link)
+        with self.assertRaisesRegex(InputConfigError,
+                                    rf"^dataset='tfrecord:.*': {link} is a broken link; "):
+            input_pipelines.prepare(self._config())
+
+
+class NoReadableRecordsTest(_Files, parameterized.TestCase):
+
+    def test_split_left_empty_by_skip_corrupt_records(self):
+        self._write("train-0", [image_example()] * 2)
+        paths = [self._write(f"validation-{index}", [image_example()] * 2) for index in (0, 1)]
+        for path in paths:
+            damage_first_record(path)
+        with self.assertRaisesRegex(
+                InputConfigError,
+                rf"^dataset='tfrecord:.*': the validation split has no readable records: each of "
+                rf"its 2 file\(s\) \({paths[0]}, {paths[1]}\) is damaged or cut short before its "
+                r"first record; re-create them\.$"):
+            input_pipelines.prepare(self._config("{split}-*", skip_corrupt_records=True))
+        with self.assertRaisesRegex(InputConfigError, rf"^file {paths[0]} is damaged "):
+            input_pipelines.prepare(self._config("{split}-*"))
+
+    def test_damaged_file_after_good_ones_is_named(self):
+        self._write("train-0", [image_example()] * 3)
+        damaged = self._write("train-1", [image_example()] * 2)
+        damage_first_record(damaged)
+        with self.assertRaisesRegex(InputConfigError, rf"^file {damaged} is damaged "):
+            input_pipelines.prepare(self._config())
+
+
+class ExplainInputErrorTest(_Files, parameterized.TestCase):
+
+    def _truncated_jpeg_at(self, position: int) -> str:
+        """Writes 3 good records to train-0 and 4 to train-1, whose record `position` holds a
+        JPEG cut short (it starts like one); returns train-1's path."""
+        self._write("train-0", [image_example()] * 3)
+        serialized = [image_example()] * 4
+        serialized[position] = image_example(bytes_feature(encoded_image()[:200]))
+        return self._write("train-1", serialized)
+
+    def test_undecodable_image_is_named_after_the_read_fails(self):
+        path = self._truncated_jpeg_at(2)
+        config = self._config()
+        self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 7})
+        make = input_pipelines.dataset_fn(config, "train", training=False,
+                                          placement=Placement(PreprocessOn.DEVICE))
+        with self.assertRaises(tf.errors.InvalidArgumentError) as read:
+            list(make(tf.distribute.InputContext()))
+        with self.assertRaisesRegex(
+                InputConfigError,
+                rf"^file {path}, record 2 \(from 0\): its image/encoded image does not decode "
+                r"\(jpeg::Uncompress failed\. Invalid JPEG data or crop window\); re-write the "
+                r"record with an intact image, or re-create the file\.$"):
+            input_pipelines.explain_input_error(config, read.exception)
+
+    def test_coverage_check_names_the_undecodable_image(self):
+        path = self._truncated_jpeg_at(3)
+        with self.assertRaisesRegex(InputConfigError, rf"^file {path}, record 3 \(from 0\): "):
+            input_pipelines.check_coverage(self._config(), num_workers=1, replicas_per_worker=1)
+
+    @parameterized.parameters(tf.errors.InvalidArgumentError, tf.errors.DataLossError)
+    def test_other_errors_are_left_to_the_caller(self, error_type):
+        self._write("train-0", [image_example()] * 2)
+        error = error_type(None, None, "Incompatible shapes: [4,10] vs. [4,3]")
+        self.assertIsNone(input_pipelines.explain_input_error(self._config(), error))
