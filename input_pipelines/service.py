@@ -5,6 +5,7 @@ Imports TensorFlow; `input_pipelines` imports this module lazily.
 
 import re
 import socket
+import time
 
 import portpicker
 import tensorflow as tf
@@ -19,10 +20,14 @@ _SHARDING = {
     ServiceMode.DISTRIBUTED_EPOCH: tf.data.experimental.service.ShardingPolicy.DYNAMIC,
     ServiceMode.PARALLEL_EPOCHS: tf.data.experimental.service.ShardingPolicy.OFF,
 }
+# How long `distribute` waits for the dispatcher to accept a connection (TF's client waits for it
+# without a deadline, so a wrong address would hang training silently), and how often it tries.
+DISPATCHER_WAIT_S = 20.0
+_RETRY_S = 1.0
 
 
-def distribute(dataset: tf.data.Dataset, address: str, mode: ServiceMode,
-               job_name: str) -> tf.data.Dataset:
+def distribute(dataset: tf.data.Dataset, address: str, mode: ServiceMode, job_name: str, *,
+               dispatcher_wait_s: float = DISPATCHER_WAIT_S) -> tf.data.Dataset:
     """Runs `dataset` on the workers of the tf.data service at `address`.
 
     Consumers (training workers) that pass the same `job_name` read from one shared job.
@@ -38,22 +43,66 @@ def distribute(dataset: tf.data.Dataset, address: str, mode: ServiceMode,
       address: the dispatcher, `grpc://host:port`.
       mode: how the service workers divide an epoch.
       job_name: the job that consumers sharing this pipeline join.
+      dispatcher_wait_s: how long to wait for the dispatcher to answer (see `check_dispatcher`).
 
     Returns:
       The elements that the service delivers to this consumer.
+
+    Raises:
+      InputConfigError: `address` is malformed, or nothing answers there.
     """
     if not job_name:
         raise ValueError(f"job_name={job_name!r}: consumers share a job by name; pass a "
                          "non-empty name, e.g. 'train'.")
+    service = parse_service_address(address)
+    check_dispatcher(address, wait_s=dispatcher_wait_s)
     return dataset.apply(tf.data.experimental.service.distribute(
-        processing_mode=_SHARDING[ServiceMode(mode)], service=parse_service_address(address),
-        job_name=job_name))
+        processing_mode=_SHARDING[ServiceMode(mode)], service=service, job_name=job_name))
+
+
+def check_dispatcher(address: str, *, wait_s: float = DISPATCHER_WAIT_S) -> None:
+    """Returns once something accepts TCP connections at the dispatcher `address`, trying every
+    second for `wait_s` (a dispatcher may still be starting). The host lookup is not bounded.
+
+    Raises:
+      InputConfigError: `address` is malformed, or nothing answered within `wait_s`.
+    """
+    _, host_port = parse_service_address(address)
+    host, _, port = host_port.rpartition(":")
+    deadline = time.monotonic() + wait_s
+    while True:
+        reason = _connect_error(host.strip("[]"), int(port), deadline)
+        remaining = deadline - time.monotonic()
+        if reason is None:
+            return
+        if remaining <= 0:
+            break
+        time.sleep(min(_RETRY_S, remaining))
+    raise InputConfigError(f"tf_data_service={address!r}: no dispatcher answered there within "
+                           f"{wait_s:g} s (last try: {reason}); start one with `tfdist data serve "
+                           f"--port={port}`, or fix the address.")
+
+
+def _connect_error(host: str, port: int, deadline: float) -> str | None:
+    """None when a TCP connection to host:port opens before `deadline`; else why not."""
+    try:
+        with socket.create_connection((host, port),
+                                      timeout=max(deadline - time.monotonic(), 0.1)):
+            return None
+    except socket.gaierror:
+        return f"host {host!r} does not resolve"
+    except TimeoutError:
+        return "timed out"
+    except OSError as error:
+        return (error.strerror or type(error).__name__).lower()
 
 
 class ServiceCluster:
     """An in-process tf.data service: one dispatcher and its workers. Create it with `start`.
 
-    The servers listen on every interface (TensorFlow binds 0.0.0.0); they advertise `host` only.
+    The servers listen on every interface (TF 2.21 binds "0.0.0.0:<port>" in
+    core/data/service/server_lib.cc, and neither DispatcherConfig nor WorkerConfig picks another
+    address); they advertise `host` only.
     """
 
     def __init__(self, dispatcher: tf.data.experimental.service.DispatchServer,

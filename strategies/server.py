@@ -11,6 +11,11 @@ def start_server(cluster: ClusterConfig) -> tf.distribute.Server:
 
     Worker servers get `inter_op_parallelism_threads >= num_workers + 1`: with fewer, the
     closures the coordinator schedules can wait on each other and hang on small machines.
+
+    The server listens on every interface, whatever host the cluster names: TF 2.21 binds
+    "0.0.0.0:<port>" (core/distributed_runtime/rpc/grpc_server_lib.cc), and no ServerDef or
+    ConfigProto field picks another address. Keep a local cluster in a network namespace of its
+    own (`tfdist launch` does) or firewall the port.
     """
     config = tf.compat.v1.ConfigProto(
         inter_op_parallelism_threads=max(len(cluster.jobs.get("worker", ())) + 1, 2))

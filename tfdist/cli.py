@@ -125,7 +125,7 @@ def _launch(command: list[str]) -> int:
     config = tfdist_flags.launch_config(command)
     if command[:1] == ["train"]:
         tfdist_flags.check_train_args(command[1:])  # Before any task starts.
-    return launch.main(config)
+    return launch.main(config, tfdist_commands=COMMANDS)
 
 
 def _manifest(command: list[str]) -> int:

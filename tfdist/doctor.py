@@ -1,14 +1,17 @@
 """`tfdist doctor`: checks TF_CONFIG and this machine before a cluster job starts.
 
-Prints the cluster, this task's role, the local devices and the strategy `auto` would pick.
-Exits 0 when sound; a problem is raised as a one-line error (the CLI exits 2). `--probe` adds a
-bounded network check of every task (exit 1 when a peer cannot be resolved or reached).
+Prints the cluster, this task's role, the local devices, the strategy `auto` would pick and
+what this machine's network exposes (TensorFlow's servers listen on every interface). Exits 0 when
+sound; a problem is raised as a one-line error (the CLI exits 2). `--probe` adds a bounded network
+check of every task (exit 1 when a peer cannot be resolved or reached).
 """
 
 import strategies
 from strategies import ClusterConfig
 from strategies import StrategyConfig
 from strategies import StrategyKind
+from strategies import TaskType
+from tfdist import network
 from tfdist import probe
 from tfdist.process import import_tensorflow
 
@@ -40,10 +43,51 @@ def _device_lines(config: StrategyConfig) -> list[str]:
 def _strategy_line(config: StrategyConfig, cluster: ClusterConfig | None) -> str:
     replicas = strategies.num_replica_devices(config)
     kind = strategies.resolve_kind(config.strategy, cluster, replicas)
-    workers = cluster.num_workers if cluster else 1
     chosen = "auto picks " if config.strategy is StrategyKind.AUTO else ""
     return (f"strategy: {chosen}{kind.value} "
-            f"({workers} worker(s), {replicas} local replica device(s))")
+            f"({_roles(kind, cluster)}, {replicas} local replica device(s))")
+
+
+def _roles(kind: StrategyKind, cluster: ClusterConfig | None) -> str:
+    """The tasks that train: under parameter_server the chief only coordinates."""
+    if cluster is None:
+        return "1 worker(s)"
+    if kind is StrategyKind.PARAMETER_SERVER:
+        return (f"{len(cluster.jobs.get('chief', ()))} coordinator, "
+                f"{len(cluster.jobs.get('worker', ()))} worker(s), {cluster.num_ps} ps")
+    return f"{cluster.num_workers} worker(s)"
+
+
+def _network_line(cluster: ClusterConfig | None) -> str | None:
+    """What this task's server, or else `tfdist launch`'s tasks, would expose; "warning: ..."
+    when reachable beyond loopback. None for an evaluator, which serves no port."""
+    interfaces = network.exposed_interfaces()
+    if cluster is None:
+        return _launch_network_line(interfaces)
+    if cluster.task.type is TaskType.EVALUATOR:
+        return None
+    port = cluster.task_address.rpartition(":")[2]
+    if not interfaces:
+        return (f"network: loopback only here, so this task's port {port} is reachable from "
+                "this network namespace alone")
+    return (f"warning: this task's gRPC server will listen on port {port} of every interface "
+            "(TensorFlow binds 0.0.0.0 and [::]), open without authentication through "
+            f"{', '.join(interfaces)}; run a one-machine job under `tfdist launch` (loopback-only "
+            f"network), else firewall port {port} to the cluster's hosts")
+
+
+def _launch_network_line(interfaces: list[str]) -> str:
+    """Whether `tfdist launch` can keep its tasks' ports off `interfaces` on this machine."""
+    refused = network.isolation_refusal()
+    if refused is None:
+        return ("network: `tfdist launch` runs its tasks in a network namespace with loopback "
+                "only here, so nothing else reaches their ports")
+    if not interfaces:
+        return "network: loopback only here, so nothing else reaches tasks' ports"
+    return (f"warning: `tfdist launch` cannot isolate its tasks here ({refused}), so their ports "
+            f"would accept unauthenticated connections through {', '.join(interfaces)} "
+            "(TensorFlow binds every interface); run as root or allow unprivileged user "
+            "namespaces, or firewall the ports")
 
 
 def _probe(cluster: ClusterConfig | None, config: StrategyConfig, timeout_s: float) -> bool:
@@ -74,6 +118,9 @@ def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
     import_tensorflow(show_tf_logs)
     print("\n".join(_device_lines(config)), flush=True)
     print(_strategy_line(config, cluster))
+    network = _network_line(cluster)
+    if network:
+        print(network, flush=True)
     if probe_timeout_s is not None and not _probe(cluster, config, probe_timeout_s):
         print("the probe found problems (above)")
         return EXIT_PROBE_PROBLEMS

@@ -42,6 +42,7 @@ from tfdist.config import Precision
 from tfdist.config import RunConfig
 from tfdist.config import TrainConfig
 from tfdist.launch import LaunchConfig
+from tfdist.launch import Network
 
 FLAGS = flags.FLAGS
 _MAX_TASKS = 4096  # Tasks of one job in flags; `launch` also checks what this machine can run.
@@ -226,6 +227,13 @@ FLAGS["log_dir"].help = "launch: write each task's output to DIR/<type>-<index>.
 flags.DEFINE_integer("max_restarts", 0,
                      "launch: restart a failed task (every task without ps) up to K times.",
                      lower_bound=0, upper_bound=MAX_COUNT)
+flags.DEFINE_enum("network", "auto", _values(Network),
+                  "launch: the tasks' network (TensorFlow's servers listen on every interface, "
+                  "without authentication). isolated: one network namespace with loopback only, "
+                  "so nothing else connects and the tasks reach no network; host: this "
+                  "machine's network, the tasks' ports open on every interface; auto: isolated "
+                  "where the machine allows it and the command passes no URL or --download, "
+                  "else host with a one-line warning.")
 flags.DEFINE_float("timeout_s", None,
                    "launch: stop every task and exit 124 after this many seconds; unset waits.")
 # Manifest and Slurm.
@@ -294,7 +302,7 @@ COMMAND_FLAGS = {
                   + tuple(name for name in _OPTIMIZER_FLAGS if name not in _TRAIN_FLAGS)
                   + _BENCHMARK_FLAGS + ("tf_logs",)),
     "launch": ("num_workers", "num_ps", "chief", "evaluator", "log_dir", "max_restarts",
-               "timeout_s"),
+               "timeout_s", "network"),
     "manifest": ("format", "name", "image", "num_workers", "num_ps", "chief", "evaluator",
                  "restart_policy", "time_limit", "gpus_per_task"),
 }
@@ -371,11 +379,13 @@ def benchmark_options() -> dict:
     """`tfdist benchmark`'s sweep options, checked.
 
     Raises:
-      UsageError: a replica count that is not a positive integer, an unknown data kind.
+      UsageError: a replica count that is not an integer from 1 to MAX_REPLICA_DEVICES, an
+        unknown data kind.
     """
-    if not all(count.isdigit() and int(count) > 0 for count in FLAGS.replicas):
-        raise UsageError(f"replicas={','.join(FLAGS.replicas)!r} is not a list of positive "
-                         "integers; write e.g. --replicas=1,2,4.")
+    if not FLAGS.replicas or not all(count.isdigit() and 0 < int(count) <= MAX_REPLICA_DEVICES
+                                     for count in FLAGS.replicas):
+        raise UsageError(f"replicas={','.join(FLAGS.replicas)!r} is not a list of integers from "
+                         f"1 to {MAX_REPLICA_DEVICES}; write e.g. --replicas=1,2,4.")
     if not FLAGS.data or set(FLAGS.data) - {"synthetic", "real"}:
         raise UsageError(f"data={','.join(FLAGS.data)!r} is not understood; use synthetic, real "
                          "or synthetic,real.")

@@ -312,8 +312,8 @@ def from_options(train_args: Sequence[str], *, format: str, name: str,  # pylint
     """
     if format == "tfjob":
         if not image:
-            raise ManifestError("image=None: a TFJob runs a container image; pass --image=IMAGE "
-                                "(an image with tfdist installed).")
+            raise ManifestError(f"image={image!r}: a TFJob runs a container image; pass "
+                                "--image=IMAGE (an image with tfdist installed).")
         return tfjob(name=name, image=image, train_args=train_args, num_workers=num_workers,
                      num_ps=num_ps, chief=chief, evaluator=evaluator,
                      restart_policy=restart_policy)

@@ -64,6 +64,17 @@ def check(config: RunConfig) -> None:
         check_output_file("metrics_json", config.train.metrics_json)
 
 
+def check_output_dir(field: str, path: str | None) -> None:
+    """Checks that the directory `path` (when given) exists or can be made, and can be written
+    here; makes nothing (`--log_dir`).
+
+    Raises:
+      ConfigError: `path` is a file, lies under a file, or cannot be written here.
+    """
+    if path:
+        _check_creatable(field, path, directory=True)
+
+
 def check_output_file(field: str, path: str | None) -> None:
     """Checks that the file `path` (when given) can be written once the work is done, so a
     report is not lost at the end (`--json`, `--plot`).

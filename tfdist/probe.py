@@ -74,7 +74,8 @@ def probe(cluster: ClusterConfig, *, timeout_s: float = 5.0,
     slots = _probe_all(targets, time.monotonic() + timeout_s)
     results = [_final(slot, timeout_s) for slot in slots]
     probed = sum(target.connect for target in targets)
-    lines = [f"probe: {len(targets)} task(s), {probed} peer(s) connected to, within "
+    answered = sum(result.outcome is _Outcome.ANSWERS for result in results)
+    lines = [f"probe: {len(targets)} task(s); {answered} of {probed} peer(s) answered within "
              f"{timeout_s:g} s"]
     lines += [f"  {_status_line(target, result)}" for target, result in zip(targets, results)]
     lines += _collective_lines(cluster, collective_timeout_s)

@@ -11,6 +11,7 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from unittest import mock
 
 from absl.testing import parameterized
@@ -155,6 +156,53 @@ class OptionsTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, "^job_name='': consumers share a job by name"):
             service.distribute(tf.data.Dataset.range(1), "grpc://127.0.0.1:5050",
                                ServiceMode.DISTRIBUTED_EPOCH, job_name="")
+
+
+class CheckDispatcherTest(parameterized.TestCase):
+    """`distribute` waits a bounded time for the dispatcher instead of hanging on nothing."""
+
+    def test_answering_dispatcher_passes_at_once(self):
+        server = self.enterContext(socket.create_server(("127.0.0.1", 0)))
+        started = time.monotonic()
+        service.check_dispatcher(f"grpc://127.0.0.1:{server.getsockname()[1]}", wait_s=10)
+        self.assertLess(time.monotonic() - started, 5)
+
+    def test_dispatcher_that_starts_late_is_found(self):
+        port = portpicker.pick_unused_port()
+        servers = []
+        timer = threading.Timer(1.5, lambda: servers.append(
+            socket.create_server(("127.0.0.1", port))))
+        timer.start()
+        self.addCleanup(lambda: [server.close() for server in servers])
+        self.addCleanup(timer.cancel)
+        service.check_dispatcher(f"grpc://127.0.0.1:{port}", wait_s=30)
+        self.assertLen(servers, 1)
+
+    @parameterized.named_parameters(
+        ("nothing_listens", lambda: f"127.0.0.1:{portpicker.pick_unused_port()}",
+         "connection refused"),
+        ("host_does_not_resolve", lambda: "no-such-host.invalid:5050",
+         "host 'no-such-host.invalid' does not resolve"),
+    )
+    def test_nothing_there_is_a_one_line_error_within_the_bound(self, make_address, reason):
+        address = f"grpc://{make_address()}"
+        port = address.rpartition(":")[2]
+        started = time.monotonic()
+        with self.assertRaisesRegex(
+                InputConfigError,
+                rf"^tf_data_service={re.escape(repr(address))}: no dispatcher answered there "
+                rf"within 2 s \(last try: {re.escape(reason)}\); start one with `tfdist data "
+                rf"serve --port={port}`, or fix the address\.$"):
+            service.check_dispatcher(address, wait_s=2)
+        self.assertLess(time.monotonic() - started, 2 + 10)  # The bound, and slack for a busy box.
+
+    def test_distribute_checks_the_dispatcher_before_building_anything(self):
+        address = f"grpc://127.0.0.1:{portpicker.pick_unused_port()}"
+        with mock.patch.object(tf.data.experimental.service, "distribute") as tf_distribute, \
+                self.assertRaisesRegex(InputConfigError, "no dispatcher answered there"):
+            service.distribute(tf.data.Dataset.range(1), address, ServiceMode.DISTRIBUTED_EPOCH,
+                               job_name="train", dispatcher_wait_s=0.5)
+        tf_distribute.assert_not_called()
 
 
 class ServiceClusterTest(tf.test.TestCase):

@@ -1,14 +1,18 @@
-"""`tfdist launch` with real processes on 127.0.0.1: output, logs, restarts, timeouts, errors.
+"""`tfdist launch` with real processes on 127.0.0.1: output, logs, restarts, timeouts, errors,
+limits, and which network the tasks' ports are open on.
 
-The supervision tests launch small Python programs (no TensorFlow), so they take seconds; the
-cluster tests run `tfdist train` under multi-worker mirrored and parameter server.
+The supervision and network tests launch small Python programs (no TensorFlow), so they take
+seconds; the cluster tests run `tfdist train` under multi-worker mirrored and parameter server.
 """
 
 import contextlib
 import io
 import json
 import os
+import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -21,9 +25,12 @@ import portpicker
 import pytest
 from absl.testing import parameterized
 
+import strategies
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
 from tfdist import cli
+from tfdist import launch
+from tfdist import network
 
 # Prints its task from TF_CONFIG; fails on the first run of worker 1 (a marker file records it).
 _FLAKY_TASK = textwrap.dedent("""
@@ -61,6 +68,8 @@ class SupervisionTest(_Scratch, unittest.TestCase):
         self.assertRegex(result.stdout, r"tfdist launch: started worker:1 pid=\d+")
         self.assertIn("[worker:0] task worker 0 keras 1", result.stdout)
         self.assertIn("[worker:1] task worker 1 keras 1", result.stdout)
+        self.assertRegex(result.stdout.splitlines()[-1],
+                         r"^tfdist launch: job done: 2 task\(s\) exited 0 in \d+\.\d s$")
         with open(os.path.join(logs, "worker-1.log"), encoding="utf-8") as log:
             self.assertEqual(log.read(), "task worker 1 keras 1\n")
 
@@ -71,6 +80,8 @@ class SupervisionTest(_Scratch, unittest.TestCase):
         self.assertIn("worker:1 exited with status 3; restarting every task (1/1)",
                       result.stderr)
         self.assertEqual(result.stdout.count("[worker:0] task worker 0"), 2)
+        self.assertRegex(result.stdout, r"job done: 2 task\(s\) exited 0, after 1 restart\(s\) "
+                                        r"in \d+\.\d s\n$")
 
     def test_final_failure_stops_everything_with_the_tasks_status(self):
         script = self.script(_FLAKY_TASK.replace("not os.path.exists(marker)", "True") +
@@ -101,9 +112,36 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
          "command 'no-such-program-xyz' is not an executable file or on PATH"),
         ("ps_without_chief", ["--num_ps=1", "--", "python"], "num_ps=1 needs a coordinator"),
         ("negative_restarts", ["--max_restarts=-1", "--", "python"], "--max_restarts=-1"),
+        # The flag or LaunchConfig (library users) rejects these; either names the value.
+        ("nan_timeout", ["--timeout_s=nan", "--", "python"], "timeout_s=nan"),
+        ("infinite_timeout", ["--timeout_s=inf", "--", "python"], "timeout_s=inf"),
+        ("negative_timeout", ["--timeout_s=-1", "--", "python"], "timeout_s=-1"),
+        ("zero_timeout", ["--timeout_s=0", "--", "python"], "timeout_s=0"),
+        ("more_tasks_than_memory", ["--num_workers=2000", "--", "python"],
+         "num_workers=2000 makes 2000 task(s) in all, more than this machine can run: at most "),
     )
     def test_one_line_error(self, args, expected):
-        assert_one_line_error(self, run_tfdist("launch", *args), expected)
+        result = run_tfdist("launch", *args)
+        assert_one_line_error(self, result, expected)
+        self.assertNotIn("started", result.stdout)
+
+    def test_log_dir_that_is_a_file(self):
+        path = self.script("")
+        result = run_tfdist("launch", f"--log_dir={path}", "--", "python")
+        assert_one_line_error(self, result, f"log_dir={path!r} is a file; pass a directory.")
+        self.assertNotIn("started", result.stdout)
+
+    @parameterized.named_parameters(
+        # Root may write anywhere a file system allows: these fail for root too.
+        ("under_a_file", lambda scratch: os.path.join(scratch.script(""), "logs"),
+         "is a file, not a directory; pass a directory."),
+        ("proc", lambda scratch: "/proc", ": cannot write in /proc ("),
+    )
+    def test_log_dir_that_cannot_be_written(self, make_path, expected):
+        path = make_path(self)
+        result = run_tfdist("launch", f"--log_dir={path}", "--", "python")
+        assert_one_line_error(self, result, f"log_dir={path!r}", expected)
+        self.assertNotIn("started", result.stdout)
 
     def test_too_many_tasks_for_the_free_ports(self):
         stderr = io.StringIO()
@@ -116,11 +154,251 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
                          "tfdist launch: error: no free ports for 3 tasks on 127.0.0.1; launch "
                          "fewer tasks or free some ports.\n")
 
+    @parameterized.parameters(float("nan"), float("inf"), -1.0, 0.0)
+    def test_timeout_that_never_or_always_expires(self, timeout_s):
+        with self.assertRaisesRegex(launch.LaunchError, rf"^timeout_s={timeout_s} is not a number "
+                                                        r"of seconds above 0; pass e\.g\. "):
+            launch.LaunchConfig(command=("python",), timeout_s=timeout_s)
+
+    def test_unknown_network(self):
+        with self.assertRaisesRegex(launch.LaunchError, r"^network='lan' is not understood; pass "
+                                                        r"'auto', 'isolated' or 'host'\.$"):
+            launch.LaunchConfig(command=("python",), network="lan")
+
     def test_evaluator_without_a_model_dir(self):
         tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
                                 "task": {"type": "evaluator", "index": 0}})
         assert_one_line_error(self, run_tfdist("train", tf_config=tf_config),
                               "the evaluator task needs --model_dir=DIR")
+
+
+class CommandTest(parameterized.TestCase):
+
+    @parameterized.parameters(("train", "--epochs=1"), ("doctor",), ("data", "check"),
+                              ("data", "serve", "--port=5050"), ("benchmark",), ("manifest",))
+    def test_every_tfdist_command_runs_as_python_m_tfdist(self, *command):
+        self.assertEqual(launch.resolve_command(command, cli.COMMANDS),
+                         [sys.executable, "-m", "tfdist", *command])
+
+    @parameterized.parameters(
+        (("train", "--tf_data_service=grpc://h:1"), "--tf_data_service=grpc://h:1"),
+        (("train", "--download"), "--download"),
+        (("train", "--download=true"), "--download=true"),
+        (("train", "--model_dir=gs://bucket/run"), "--model_dir=gs://bucket/run"),
+        (("train", "--model_dir=/tmp/run"), None),
+        (("train", "--download=False"), None),
+        (("train", "--nodownload"), None),
+        (("train", "--epochs=1"), None),
+    )
+    def test_flags_that_need_this_machines_network(self, command, expected):
+        # pylint: disable-next=protected-access
+        self.assertEqual(launch._network_flag(command), expected)
+
+    def test_other_programs_are_looked_up_on_path(self):
+        self.assertEqual(launch.resolve_command(("python", "x.py"), cli.COMMANDS),
+                         [shutil.which("python"), "x.py"])
+
+
+class CapacityTest(unittest.TestCase):
+
+    def test_memory_bounds_the_tasks(self):
+        limits = launch.MachineLimits(memory_bytes=4 << 30, memory_source="memory",
+                                      max_threads=None)
+        self.assertEqual(limits.max_tasks(), (10, "4.0 GiB of memory at ~340 MiB per TensorFlow "
+                                                  "task plus 420 MiB shared"))
+
+    def test_rlimit_nproc_bounds_the_tasks_when_lower(self):
+        limits = launch.MachineLimits(memory_bytes=64 << 30, memory_source="memory",
+                                      max_threads=1000)
+        self.assertEqual(limits.max_tasks(),
+                         (5, "RLIMIT_NPROC=1000 threads at ~180 threads per TensorFlow task"))
+
+    def test_check_names_the_count_and_the_derivation(self):
+        limits = launch.MachineLimits(memory_bytes=2 << 30, memory_source="memory",
+                                      max_threads=None)
+        launch.check_capacity(launch.LaunchConfig(command=("train",), num_workers=4), limits)
+        with self.assertRaisesRegex(
+                launch.LaunchError,
+                r"^num_workers=4 makes 6 task\(s\) in all, more than this machine can run: at "
+                r"most 4, from 2\.0 GiB of memory at ~340 MiB per TensorFlow task plus 420 MiB "
+                r"shared \(measured for `tfdist train`\); launch fewer tasks"):
+            launch.check_capacity(launch.LaunchConfig(command=("train",), num_workers=4,
+                                                      chief=True, evaluator=True), limits)
+
+    def test_this_machine_runs_a_small_cluster(self):
+        most, _ = launch.MachineLimits.of_this_machine().max_tasks()
+        self.assertGreaterEqual(most, 4)
+
+
+# Listens as TensorFlow's servers do (every interface, IPv6 and IPv4) on its TF_CONFIG port, says
+# so once a connection to 127.0.0.1 works, and serves until the file argv[1] exists (120 s at most).
+_LISTENING_TASK = textwrap.dedent("""
+    import json, os, socket, sys, time
+    config = json.loads(os.environ["TF_CONFIG"])
+    task = config["task"]
+    port = int(config["cluster"][task["type"]][task["index"]].rpartition(":")[2])
+    if socket.has_dualstack_ipv6():
+        server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+    else:
+        server = socket.create_server(("0.0.0.0", port))
+    socket.create_connection(("127.0.0.1", port)).close()
+    print("listening", port, flush=True)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+""")
+
+# Runs `launch.main` with LaunchConfig fields from argv[1] (JSON) and the command after them.
+_LAUNCH_DRIVER = textwrap.dedent("""
+    import json, sys
+    from tfdist import cli, launch
+    fields = json.loads(sys.argv[1])
+    config = launch.LaunchConfig(command=tuple(sys.argv[2:]), **fields)
+    sys.exit(launch.main(config, tfdist_commands=cli.COMMANDS))
+""")
+
+
+def _listening_ports() -> set[int]:
+    """The TCP ports something listens on in this process's network namespace."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        with open(table, encoding="ascii") as rows:
+            for row in rows.readlines()[1:]:
+                fields = row.split()
+                if fields[3] == "0A":  # TCP_LISTEN
+                    ports.add(int(fields[1].rpartition(":")[2], 16))
+    return ports
+
+
+@pytest.mark.multiprocess
+class NetworkTest(_Scratch, parameterized.TestCase):
+    """Where the tasks' ports can be reached from, seen from the launcher's network namespace."""
+
+    def _launch_listeners(self, launcher_argv: list[str],
+                          env: dict[str, str] | None = None) -> tuple[list[int], set[int], str,
+                                                                      str]:
+        """Launches 2 listening tasks; returns their ports (worker 0's first), the ports listening
+        in this namespace while they serve, and the launcher's stdout and stderr."""
+        stop = os.path.join(self.dir, "stop")
+        launcher = subprocess.Popen(  # pylint: disable=consider-using-with
+            [*launcher_argv, sys.executable, self.script(_LISTENING_TASK), stop],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        lines = []
+        try:
+            for line in launcher.stdout:  # Ends when the tasks give up, after 120 s at most.
+                lines.append(line)
+                if sum(" listening " in text for text in lines) == 2:
+                    break
+            listening = _listening_ports()
+        finally:
+            open(stop, "w", encoding="utf-8").close()
+            stdout, stderr = launcher.communicate(timeout=60)
+        self.assertEqual(launcher.returncode, 0, stderr)
+        stdout = "".join(lines) + stdout
+        ports = [int(port) for _, port in
+                 sorted(re.findall(r"\[worker:(\d+)\] listening (\d+)", stdout))]
+        self.assertLen(ports, 2, stdout)
+        self.assertIn("tfdist launch: job done: 2 task(s) exited 0", stdout)
+        return ports, listening, stdout, stderr
+
+    def test_auto_keeps_the_tasks_off_this_namespace_or_warns(self):
+        ports, listening, stdout, stderr = self._launch_listeners(
+            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--"])
+        shown = f"port(s) {ports[0]}, {ports[1]}"
+        if "tfdist launch: network isolated:" in stdout:
+            self.assertIn(f"namespace with loopback only, so {shown} are reachable from the "
+                          "tasks alone", stdout)
+            self.assertFalse(set(ports) & listening, "a task listens in the launcher's namespace")
+            for port in ports:
+                with self.assertRaises(ConnectionRefusedError):
+                    socket.create_connection(("127.0.0.1", port), timeout=10).close()
+        else:  # This machine refuses namespaces: the tasks listen here, and the launcher says so.
+            self.assertIn(f"{shown} accept unauthenticated connections through", stdout + stderr)
+            self.assertLessEqual(set(ports), listening)
+
+    def test_without_util_linux_auto_warns_what_is_exposed(self):
+        env = dict(os.environ, PATH=os.path.dirname(sys.executable))
+        ports, listening, stdout, stderr = self._launch_listeners(
+            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--"], env=env)
+        self.assertLessEqual(set(ports), listening)
+        exposed = (f"could not isolate the tasks' network (unshare and nsenter (util-linux) are "
+                   f"not on PATH): TensorFlow binds every interface (0.0.0.0 and [::]), so "
+                   f"port(s) {ports[0]}, {ports[1]} accept unauthenticated connections through ")
+        interfaces = network.exposed_interfaces()
+        if interfaces:
+            self.assertEqual(stderr.splitlines(), [
+                f"tfdist launch: warning: {exposed}{', '.join(interfaces)}; run as root or allow "
+                "unprivileged user namespaces, or firewall these ports; --network=host accepts "
+                "this without a warning."])
+        else:
+            self.assertIn(exposed + "loopback only", stdout)
+
+    def test_host_network_says_what_is_exposed(self):
+        ports, listening, stdout, stderr = self._launch_listeners(
+            [sys.executable, "-c", _LAUNCH_DRIVER, json.dumps({"num_workers": 2,
+                                                               "network": "host"})])
+        self.assertLessEqual(set(ports), listening)
+        self.assertIn(f"tfdist launch: network=host: TensorFlow binds every interface (0.0.0.0 "
+                      f"and [::]), so port(s) {ports[0]}, {ports[1]} accept unauthenticated "
+                      "connections through ", stdout)
+        self.assertEqual(stderr, "")
+
+    def test_a_command_that_needs_the_network_is_not_isolated(self):
+        config = launch.LaunchConfig(command=("train", "--tf_data_service=grpc://h:1"),
+                                     network="auto")
+        with mock.patch.object(network, "open_namespace") as open_namespace, \
+                contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()) as stderr:
+            self.assertIsNone(launch._open_network(  # pylint: disable=protected-access
+                config, strategies.make_cluster(num_workers=1, ports=[2222]), tfdist=True))
+        open_namespace.assert_not_called()
+        if network.exposed_interfaces():
+            self.assertIn("warning: the command passes --tf_data_service=grpc://h:1, which needs "
+                          "this machine's network: ", stderr.getvalue())
+
+
+class RefusedNamespaceTest(parameterized.TestCase):
+    """A machine that refuses network namespaces, made by asking unshare for an unknown option."""
+
+    def setUp(self):
+        super().setUp()
+        self.enterContext(mock.patch.object(network, "_NAMESPACE_KINDS",
+                                            ((("--no-such-option",), ("--net",)),)))
+
+    def test_isolated_is_a_one_line_error_before_any_task_starts(self):
+        config = launch.LaunchConfig(command=("train",), network="isolated")
+        with contextlib.redirect_stdout(io.StringIO()) as stdout:
+            with self.assertRaisesRegex(
+                    launch.LaunchError,
+                    r"^network=isolated: this machine refuses the tasks a network namespace "
+                    r"\(`unshare --no-such-option`: .*\); run as root or allow unprivileged user "
+                    r"namespaces, or pass --network=host \(the tasks' ports are then open on "
+                    r"every interface\)\.$") as raised:
+                launch.main(config)
+        self.assertNotIn("\n", str(raised.exception))
+        self.assertNotIn("started", stdout.getvalue())
+
+    def test_isolation_refusal_says_why(self):
+        self.assertRegex(network.isolation_refusal(), r"^`unshare --no-such-option`: .+")
+
+
+@pytest.mark.multiprocess
+class TfdistCommandLaunchTest(unittest.TestCase):
+
+    def test_doctor_runs_as_each_task(self):
+        result = subprocess.run(
+            [sys.executable, "-c", _LAUNCH_DRIVER, json.dumps({"num_workers": 1,
+                                                               "timeout_s": 300}), "doctor"],
+            capture_output=True, text=True, timeout=400, check=False)
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr)
+        self.assertRegex(result.stdout, r"\[worker:0\] this task: worker:0 at 127\.0\.0\.1:\d+")
+        self.assertIn("[worker:0] ok: no problems found", result.stdout)
+        if "network isolated" in result.stdout:
+            self.assertRegex(result.stdout, r"\[worker:0\] network: loopback only here, so "
+                                            r"this task's port \d+ is reachable from this "
+                                            "network namespace alone")
 
 
 @pytest.mark.multiprocess

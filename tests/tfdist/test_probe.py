@@ -55,6 +55,14 @@ class ProbeTest(parameterized.TestCase):
         self.assertIn(f"worker:1 at 127.0.0.1:{ports[1]}: answers (127.0.0.1)", text)
         self.assertIn(f"worker:2 at 127.0.0.1:{ports[2]}: answers", text)
 
+    def test_summary_counts_the_peers_that_answered(self):
+        ports = [portpicker.pick_unused_port(), self.listening_port(),
+                 portpicker.pick_unused_port()]
+        cluster = strategies.make_cluster(num_workers=3, ports=ports, task=("worker", 0))
+        report = self.probe_in_time(cluster)
+        self.assertEqual(report.lines[0],
+                         f"probe: 3 task(s); 1 of 2 peer(s) answered within {_SHORT_S:g} s")
+
     def test_closed_port_is_a_problem(self):
         ports = [self.listening_port(), portpicker.pick_unused_port(), self.listening_port()]
         cluster = strategies.make_cluster(num_workers=2, chief=True, ports=ports)

@@ -1,0 +1,242 @@
+"""The bad-input corpus: every flag of every command, fed each class of bad value, and broken
+clusters in TF_CONFIG. Each must end in exit status 2 and one stderr line that names the flag or
+field, without a traceback, before TensorFlow is imported, with nothing written.
+
+Cases run in this process through `cli.main`, with TensorFlow's import (and the launcher's
+network, opened once every check has passed) replaced by a sentinel: a case that gets that far was accepted, which fails the test. The
+few inputs that only TensorFlow can judge run as real children at the end.
+"""
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import pytest
+from absl import flags
+
+from tests.input_pipelines.test_records import bytes_feature
+from tests.input_pipelines.test_records import encoded_image
+from tests.input_pipelines.test_records import image_example
+from tests.input_pipelines.test_records import write_records
+from tests.tfdist.cli_runner import assert_one_line_error
+from tests.tfdist.cli_runner import run_tfdist
+from tfdist import cli
+from tfdist import doctor
+from tfdist import flags as tfdist_flags
+from tfdist import launch
+
+HUGE = "99999999999999999999"
+_INTEGERS = ("nan", "inf", "1.5", "x", "", HUGE, "-" + HUGE)
+_FLOATS = ("nan", "inf", "-inf", "1e999", "x", "", "-1")
+# Bad values of the flags that are strings or lists, by flag. {file} is an existing file,
+# {dir} an existing directory.
+_STRINGS = {
+    "backup_every": ("0", "-5", "x", HUGE),
+    "dataset": ("Not A Name", "tfrecord:", "tfrecord:/nowhere/*", "../up"),
+    "data_dir": ("{file}", "{file}/sub"),
+    "image": ("", "a b"),
+    "json": ("{dir}", "{file}/report.json", "/proc/report.json"),
+    "lars_exclude": ("[unclosed", "(?P<x"),
+    "log_dir": ("{file}", "{file}/sub", "/proc/sys/logs"),
+    "lr_step_boundaries": ("x", "nan", "inf", "3,1"),
+    "metrics_json": ("{dir}", "{file}/m.json", "/proc/m.json"),
+    "model_dir": ("{file}", "{file}/sub", "/proc/sys/model"),
+    "name": ("My_Job", "", "a" * 64),
+    "plot": ("{dir}", "/proc/plot.png"),
+    "replicas": ("0", "x", "", HUGE, "-1"),
+    "data": ("fake", ""),
+    "tf_config": ("{worker", "[]", json.dumps({"cluster": {"worker": ["localhost:2222",
+                                                                     "127.0.0.1:2222"]},
+                                                "task": {"type": "worker", "index": 0}})),
+    "tf_data_service": ("localhost:5050", "grpc://h:99999", "grpc://", "http://h:1"),
+    "time_limit": ("soon", ""),
+    "variable_partition": ("max_shards", "min_size:0", "max_shards:" + HUGE, "fixed:2"),
+}
+# Flags that are judged only beside others: what to add so the bad value is what fails.
+_CONTEXT = {
+    "lars_exclude": ["--optimizer=lars"],
+    "lr_step_boundaries": ["--lr_schedule=step", "--epochs=9"],
+    "time_limit": ["--format=slurm"],
+    "name": ["--image=img"],
+}
+# How a message names a flag, where it does not say its name.
+_NAMED_AS = {"tf_config": "TF_CONFIG"}
+# Each command's arguments around the flag under test.
+_COMMAND_ARGS = {
+    "train": ([], []),
+    "benchmark": ([], []),
+    "doctor": ([], []),
+    "data check": ([], []),
+    "data serve": ([], []),
+    "launch": ([], ["--", sys.executable, "-c", "pass"]),
+    "manifest": (["--image=img"], ["--", "train"]),
+}
+_BAD_CLUSTERS = {
+    "not_json": ("{worker", "TF_CONFIG"),
+    "one_address_two_spellings": (
+        {"cluster": {"worker": ["localhost:2222", "127.0.0.1:2222"]},
+         "task": {"type": "worker", "index": 0}}, "cluster.worker[1]"),
+    "two_evaluators": ({"cluster": {"worker": ["a:1"], "evaluator": ["e:1", "e:2"]},
+                        "task": {"type": "worker", "index": 0}}, "cluster.evaluator"),
+    "ps_without_chief": ({"cluster": {"worker": ["a:1"], "ps": ["p:1"]},
+                          "task": {"type": "worker", "index": 0}}, "no chief"),
+    "index_out_of_range": ({"cluster": {"worker": ["a:1"]},
+                            "task": {"type": "worker", "index": 3}}, "task.index"),
+}
+
+
+class _ReachedTensorFlow(BaseException):
+    """A case got past validation: bad input was accepted."""
+
+
+def _values(name: str) -> tuple[str, ...]:
+    parser = tfdist_flags.FLAGS[name].parser
+    if isinstance(parser, flags.IntegerParser):
+        lower = parser.lower_bound
+        return _INTEGERS + ((str(lower - 1),) if lower is not None else ())
+    if isinstance(parser, flags.FloatParser):
+        return _FLOATS
+    if isinstance(parser, flags.EnumParser):
+        return ("bogus", "")
+    if isinstance(parser, flags.BooleanParser):
+        return ("maybe",)
+    return _STRINGS[name]
+
+
+def _flag_cases():
+    """(command, argv, the name the message must say) for every flag and bad value."""
+    for command, names in tfdist_flags.COMMAND_FLAGS.items():
+        before, after = _COMMAND_ARGS[command]
+        for name in names:
+            if name == "tf_logs":
+                yield command, [*command.split(), "--tf_logs=maybe", *before, *after], name
+                continue
+            for value in _values(name):
+                argv = [*command.split(), *before, *_CONTEXT.get(name, []), f"--{name}={value}",
+                        *after]
+                yield command, argv, _NAMED_AS.get(name, name)
+
+
+class _Scratch:
+    """A directory with one file in it, for path cases; it must hold nothing else after."""
+
+    def __init__(self):
+        self._temp = tempfile.TemporaryDirectory()
+        self.dir = self._temp.name
+        self.file = os.path.join(self.dir, "file")
+        open(self.file, "w", encoding="utf-8").close()
+
+    def fill(self, argv: list[str]) -> list[str]:
+        return [arg.replace("{file}", self.file).replace("{dir}", self.dir) for arg in argv]
+
+    def untouched(self) -> bool:
+        return os.listdir(self.dir) == ["file"]
+
+    def close(self):
+        self._temp.cleanup()
+
+
+def _run_in_process(argv: list[str], tf_config: str | None = None) -> tuple[int, str]:
+    """`tfdist ARGV` in this process; (exit status, stderr). Raises _ReachedTensorFlow when the
+    input was accepted."""
+    stderr, stdout = io.StringIO(), io.StringIO()
+    reached = mock.Mock(side_effect=_ReachedTensorFlow)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.dict(os.environ))
+        os.environ.pop("TF_CONFIG", None)
+        if tf_config is not None:
+            os.environ["TF_CONFIG"] = tf_config
+        for target, name in ((cli, "import_tensorflow"), (doctor, "import_tensorflow"),
+                             (launch, "_open_network")):
+            stack.enter_context(mock.patch.object(target, name, reached))
+        stack.enter_context(contextlib.redirect_stderr(stderr))
+        stack.enter_context(contextlib.redirect_stdout(stdout))
+        status = cli.main(["tfdist", *argv])
+    return status, stderr.getvalue()
+
+
+class CorpusTest(unittest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.scratch = _Scratch()
+        self.addCleanup(self.scratch.close)
+
+    def assert_rejected(self, argv: list[str], named: str, tf_config: str | None = None):
+        try:
+            status, stderr = _run_in_process(argv, tf_config)
+        except _ReachedTensorFlow:
+            self.fail(f"accepted until TensorFlow: tfdist {' '.join(argv)}")
+        lines = stderr.strip().splitlines()
+        self.assertEqual(status, 2, f"tfdist {' '.join(argv)}: {stderr}")
+        self.assertLen(lines, 1, f"tfdist {' '.join(argv)}: {stderr}")
+        self.assertIn(named, lines[0], f"tfdist {' '.join(argv)}")
+        self.assertNotIn("Traceback", stderr)
+        self.assertTrue(self.scratch.untouched(), f"tfdist {' '.join(argv)} wrote something")
+
+    def assertLen(self, sequence, length, message):  # pylint: disable=invalid-name
+        self.assertEqual(len(sequence), length, message)
+
+    def test_every_flag_of_every_command(self):
+        cases = list(_flag_cases())
+        self.assertGreater(len(cases), 600)
+        for command, argv, named in cases:
+            with self.subTest(command=command, argv=argv):
+                self.assert_rejected(self.scratch.fill(argv), named)
+
+    def test_flags_of_other_commands_and_stray_arguments(self):
+        for command in tfdist_flags.COMMAND_FLAGS:
+            before, after = _COMMAND_ARGS[command]
+            other = next(name for names in tfdist_flags.COMMAND_FLAGS.values() for name in names
+                         if name not in tfdist_flags.COMMAND_FLAGS[command])
+            for argv, named in (([*command.split(), *before, f"--{other}=1", *after], other),
+                                ([*command.split(), *before, "stray", *after], "'stray'")):
+                with self.subTest(argv=argv):
+                    self.assert_rejected(argv, named)
+
+    def test_broken_clusters(self):
+        for command in ("train", "doctor"):
+            for name, (tf_config, named) in _BAD_CLUSTERS.items():
+                text = tf_config if isinstance(tf_config, str) else json.dumps(tf_config)
+                with self.subTest(command=command, cluster=name):
+                    self.assert_rejected([command], named, tf_config=text)
+
+    def test_launch_beyond_this_machine(self):
+        self.assert_rejected(["launch", "--num_workers=4000", "--", sys.executable, "-c", "pass"],
+                             "num_workers")
+
+
+@pytest.mark.multiprocess
+class AfterTensorFlowTest(unittest.TestCase):
+    """Inputs only TensorFlow can judge (the replica count), as real children."""
+
+    def test_batch_that_does_not_split_over_the_replicas(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            metrics = os.path.join(scratch, "m.json")
+            result = run_tfdist("train", "--num_cpu_devices=2", "--global_batch_size=3",
+                                f"--metrics_json={metrics}")
+            assert_one_line_error(self, result, "global_batch_size=3 does not split evenly")
+            self.assertEqual(os.listdir(scratch), [])
+
+    def test_image_that_does_not_decode_while_training(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            truncated = image_example(bytes_feature(encoded_image()[:200]))
+            path = write_records(os.path.join(scratch, "train-0"),
+                                 [image_example(), image_example(), truncated, image_example()])
+            result = run_tfdist("train", f"--dataset=tfrecord:{path}", "--num_classes=3",
+                                "--image_size=16", "--global_batch_size=4", "--epochs=1",
+                                "--steps_per_epoch=1")
+        # TensorFlow's JPEG decoder writes its own line to stderr first; ours ends the run.
+        self.assertEqual(result.returncode, 2, result.stderr[-3000:])
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertIn(f"tfdist train: error: file {path}, record 2 (from 0): its image/encoded "
+                      "image does not decode", result.stderr.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    unittest.main()
