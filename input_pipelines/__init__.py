@@ -69,6 +69,14 @@ def explain_input_error(config: InputConfig, error: Exception) -> None:
     sources.explain_read_error(config, error)
 
 
+def check_dispatcher(config: InputConfig) -> None:
+    """With `config.tf_data_service`, waits up to 20 s for its dispatcher to answer, else raises
+    InputConfigError in one line (TensorFlow itself would wait forever). Pure Python."""
+    from input_pipelines import dispatcher
+    if config.tf_data_service:
+        dispatcher.check_dispatcher(config.tf_data_service)
+
+
 def start_service(port: int, num_workers: int):
     """Starts a tf.data service dispatcher on `port` and `num_workers` workers on 127.0.0.1;
     returns the running cluster (`.address`, `.worker_addresses`, `.stop()`)."""

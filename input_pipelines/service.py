@@ -5,7 +5,6 @@ Imports TensorFlow; `input_pipelines` imports this module lazily.
 
 import re
 import socket
-import time
 
 import portpicker
 import tensorflow as tf
@@ -15,15 +14,13 @@ from input_pipelines.config import HOST_PATTERN
 from input_pipelines.config import SERVICE_PROTOCOL
 from input_pipelines.config import ServiceMode
 from input_pipelines.config import parse_service_address
+from input_pipelines.dispatcher import DISPATCHER_WAIT_S
+from input_pipelines.dispatcher import check_dispatcher
 
 _SHARDING = {
     ServiceMode.DISTRIBUTED_EPOCH: tf.data.experimental.service.ShardingPolicy.DYNAMIC,
     ServiceMode.PARALLEL_EPOCHS: tf.data.experimental.service.ShardingPolicy.OFF,
 }
-# How long `distribute` waits for the dispatcher to accept a connection (TF's client waits for it
-# without a deadline, so a wrong address would hang training silently), and how often it tries.
-DISPATCHER_WAIT_S = 20.0
-_RETRY_S = 1.0
 
 
 def distribute(dataset: tf.data.Dataset, address: str, mode: ServiceMode, job_name: str, *,
@@ -58,43 +55,6 @@ def distribute(dataset: tf.data.Dataset, address: str, mode: ServiceMode, job_na
     check_dispatcher(address, wait_s=dispatcher_wait_s)
     return dataset.apply(tf.data.experimental.service.distribute(
         processing_mode=_SHARDING[ServiceMode(mode)], service=service, job_name=job_name))
-
-
-def check_dispatcher(address: str, *, wait_s: float = DISPATCHER_WAIT_S) -> None:
-    """Returns once something accepts TCP connections at the dispatcher `address`, trying every
-    second for `wait_s` (a dispatcher may still be starting). The host lookup is not bounded.
-
-    Raises:
-      InputConfigError: `address` is malformed, or nothing answered within `wait_s`.
-    """
-    _, host_port = parse_service_address(address)
-    host, _, port = host_port.rpartition(":")
-    deadline = time.monotonic() + wait_s
-    while True:
-        reason = _connect_error(host.strip("[]"), int(port), deadline)
-        remaining = deadline - time.monotonic()
-        if reason is None:
-            return
-        if remaining <= 0:
-            break
-        time.sleep(min(_RETRY_S, remaining))
-    raise InputConfigError(f"tf_data_service={address!r}: no dispatcher answered there within "
-                           f"{wait_s:g} s (last try: {reason}); start one with `tfdist data serve "
-                           f"--port={port}`, or fix the address.")
-
-
-def _connect_error(host: str, port: int, deadline: float) -> str | None:
-    """None when a TCP connection to host:port opens before `deadline`; else why not."""
-    try:
-        with socket.create_connection((host, port),
-                                      timeout=max(deadline - time.monotonic(), 0.1)):
-            return None
-    except socket.gaierror:
-        return f"host {host!r} does not resolve"
-    except TimeoutError:
-        return "timed out"
-    except OSError as error:
-        return (error.strerror or type(error).__name__).lower()
 
 
 class ServiceCluster:

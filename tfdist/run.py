@@ -7,6 +7,7 @@ import time
 import tensorflow as tf
 import tf_keras
 
+import input_pipelines
 import strategies
 from strategies import StrategyKind
 from strategies import TaskType
@@ -105,6 +106,7 @@ def train(config: RunConfig) -> dict:
     """
     start = time.perf_counter()
     paths.check(config)
+    input_pipelines.check_dispatcher(config.input)  # Before the job's first log line.
     with contextlib.ExitStack() as stack:
         if config.train.model_dir and config.writes_results:
             stack.enter_context(paths.owned_model_dir(config.train.model_dir))

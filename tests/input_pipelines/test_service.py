@@ -18,6 +18,7 @@ from absl.testing import parameterized
 import portpicker
 import tensorflow as tf
 
+from input_pipelines import dispatcher
 from input_pipelines import service
 from input_pipelines.config import InputConfigError
 from input_pipelines.config import ServiceMode
@@ -164,7 +165,7 @@ class CheckDispatcherTest(parameterized.TestCase):
     def test_answering_dispatcher_passes_at_once(self):
         server = self.enterContext(socket.create_server(("127.0.0.1", 0)))
         started = time.monotonic()
-        service.check_dispatcher(f"grpc://127.0.0.1:{server.getsockname()[1]}", wait_s=10)
+        dispatcher.check_dispatcher(f"grpc://127.0.0.1:{server.getsockname()[1]}", wait_s=10)
         self.assertLess(time.monotonic() - started, 5)
 
     def test_dispatcher_that_starts_late_is_found(self):
@@ -175,7 +176,7 @@ class CheckDispatcherTest(parameterized.TestCase):
         timer.start()
         self.addCleanup(lambda: [server.close() for server in servers])
         self.addCleanup(timer.cancel)
-        service.check_dispatcher(f"grpc://127.0.0.1:{port}", wait_s=30)
+        dispatcher.check_dispatcher(f"grpc://127.0.0.1:{port}", wait_s=30)
         self.assertLen(servers, 1)
 
     @parameterized.named_parameters(
@@ -193,7 +194,7 @@ class CheckDispatcherTest(parameterized.TestCase):
                 rf"^tf_data_service={re.escape(repr(address))}: no dispatcher answered there "
                 rf"within 2 s \(last try: {re.escape(reason)}\); start one with `tfdist data "
                 rf"serve --port={port}`, or fix the address\.$"):
-            service.check_dispatcher(address, wait_s=2)
+            dispatcher.check_dispatcher(address, wait_s=2)
         self.assertLess(time.monotonic() - started, 2 + 10)  # The bound, and slack for a busy box.
 
     def test_distribute_checks_the_dispatcher_before_building_anything(self):

@@ -7,6 +7,7 @@ from unittest import mock
 
 import portpicker
 import pytest
+from absl.testing import absltest
 
 from tests.tfdist.cli_runner import run_tfdist
 from tfdist import data_serve
@@ -28,7 +29,7 @@ class ExposureTest(unittest.TestCase):
 
 
 @pytest.mark.multiprocess
-class NoDispatcherTest(unittest.TestCase):
+class NoDispatcherTest(absltest.TestCase):
 
     def test_train_fails_in_one_line_instead_of_hanging(self):
         address = f"grpc://127.0.0.1:{portpicker.pick_unused_port()}"
@@ -39,6 +40,7 @@ class NoDispatcherTest(unittest.TestCase):
             self.fail("tfdist train waited for a dispatcher that is not there")
         self.assertEqual(result.returncode, 2, result.stderr[-3000:])
         self.assertNotIn("Traceback", result.stderr)
+        self.assertLen(result.stderr.strip().splitlines(), 1, result.stderr)
         self.assertRegex(result.stderr.splitlines()[-1],
                          rf"^tfdist train: error: tf_data_service='{address}': no dispatcher "
                          r"answered there within 20 s \(last try: connection refused\); start one "
