@@ -1,6 +1,8 @@
 """Paths a run writes: checked before training, the model dir owned, the summary written whole."""
 
+import contextlib
 import errno
+import io
 import json
 import os
 import tempfile
@@ -101,6 +103,29 @@ class WriteJsonTest(unittest.TestCase):
             self.assertEqual(os.listdir(scratch), ["out.json"])
             with open(path, encoding="utf-8") as written:
                 self.assertEqual(json.load(written), {"before": 1})
+
+
+class ResultNotSavedTest(unittest.TestCase):
+
+    def test_the_summary_line_is_printed_before_the_one_line_error(self):
+        from tfdist import cli, run  # pylint: disable=import-outside-toplevel
+        result = {"strategy": "one_device", "num_replicas": 1, "num_workers": 1, "epochs": 1,
+                  "steps_per_epoch": 2, "wall_s": 3.0, "final": {"loss": 0.5},
+                  "examples_per_sec": 9.0}
+        failure = run.ResultNotSaved("metrics_json='/x/m.json': could not write the summary "
+                                     "(No space left on device); ...", result)
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with mock.patch.object(run, "train", side_effect=failure), \
+                mock.patch.dict(os.environ), contextlib.redirect_stdout(stdout), \
+                contextlib.redirect_stderr(stderr):
+            os.environ.pop("TF_CONFIG", None)
+            status = cli.main(["tfdist", "train"])
+        self.assertEqual(status, 2)
+        self.assertIn("tfdist: one_device on 1 replica(s), 1 epoch(s) of 2 steps in 3.0s: "
+                      "loss=0.5000", stdout.getvalue())
+        self.assertEqual(stderr.getvalue(), "tfdist train: error: metrics_json='/x/m.json': "
+                                            "could not write the summary (No space left on "
+                                            "device); ...\n")
 
 
 class FormatLineTest(parameterized.TestCase):
