@@ -141,9 +141,9 @@ class _Scratch:
         self._temp.cleanup()
 
 
-def _run_in_process(argv: list[str], tf_config: str | None = None) -> tuple[int, str]:
-    """`tfdist ARGV` in this process; (exit status, stderr). Raises _ReachedTensorFlow when the
-    input was accepted."""
+def _run_in_process(argv: list[str], tf_config: str | None = None) -> tuple[int, str, str]:
+    """`tfdist ARGV` in this process; (exit status, stderr, stdout). Raises _ReachedTensorFlow
+    when the input was accepted."""
     stderr, stdout = io.StringIO(), io.StringIO()
     reached = mock.Mock(side_effect=_ReachedTensorFlow)
     with contextlib.ExitStack() as stack:
@@ -157,7 +157,7 @@ def _run_in_process(argv: list[str], tf_config: str | None = None) -> tuple[int,
         stack.enter_context(contextlib.redirect_stderr(stderr))
         stack.enter_context(contextlib.redirect_stdout(stdout))
         status = cli.main(["tfdist", *argv])
-    return status, stderr.getvalue()
+    return status, stderr.getvalue(), stdout.getvalue()
 
 
 class CorpusTest(unittest.TestCase):
@@ -169,7 +169,7 @@ class CorpusTest(unittest.TestCase):
 
     def assert_rejected(self, argv: list[str], named: str, tf_config: str | None = None):
         try:
-            status, stderr = _run_in_process(argv, tf_config)
+            status, stderr, stdout = _run_in_process(argv, tf_config)
         except _ReachedTensorFlow:
             self.fail(f"accepted until TensorFlow: tfdist {' '.join(argv)}")
         lines = stderr.strip().splitlines()
@@ -178,6 +178,7 @@ class CorpusTest(unittest.TestCase):
         self.assertIn(named, lines[0], f"tfdist {' '.join(argv)}")
         self.assertNotIn("Traceback", stderr)
         self.assertTrue(self.scratch.untouched(), f"tfdist {' '.join(argv)} wrote something")
+        self.assertEqual(stdout, "", f"tfdist {' '.join(argv)} printed (a manifest?)")
 
     def assertLen(self, sequence, length, message):  # pylint: disable=invalid-name
         self.assertEqual(len(sequence), length, message)

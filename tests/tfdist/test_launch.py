@@ -57,7 +57,9 @@ class _Scratch:
         return path
 
 
+@pytest.mark.multiprocess
 class SupervisionTest(_Scratch, unittest.TestCase):
+    """Each case runs a launcher and its tasks as processes (small Python programs)."""
 
     def test_prefixes_output_writes_logs_and_sets_tf_config(self):
         script = self.script(_FLAKY_TASK.replace('task["index"] == 1', "False"))
