@@ -18,7 +18,6 @@ from input_pipelines.config import InputConfig
 from input_pipelines.config import InputConfigError
 from input_pipelines.config import PreprocessOn
 from input_pipelines.config import ServiceMode
-from input_pipelines.config import check_data_dir
 from input_pipelines.config import per_replica_batch_size
 
 

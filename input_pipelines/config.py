@@ -2,7 +2,6 @@
 
 import dataclasses
 import enum
-import os
 import re
 
 BUILTIN_DATASET = "shapes"
@@ -114,19 +113,6 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
             f"replicas; use a multiple of {num_replicas}, e.g. --global_batch_size={lower} or "
             f"{lower + num_replicas}.")
     return global_batch_size // num_replicas
-
-
-def check_data_dir(config: "InputConfig") -> None:
-    """Raises InputConfigError when `config.data_dir`, or the nearest part of it that exists,
-    is a file where a directory belongs. Checks this machine: call where the job runs."""
-    if config.data_dir is None:
-        return
-    existing = os.path.abspath(config.data_dir)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
-        raise InputConfigError(f"data_dir={config.data_dir!r}: {existing} is a file, not a "
-                               "directory; pass a directory.")
 
 
 def _as_enum(field: str, value, enum_type: type[enum.Enum]):

@@ -283,8 +283,7 @@ def _parse_job(path: str, addresses: Any,
         key = _endpoint(address)
         if key in seen:
             other, other_address = seen[key]
-            why = _LOOPBACK_WHY if key[0] == _THIS_MACHINE else "the same host and port spelled " \
-                "differently"
+            why = _LOOPBACK_WHY if key[0] == _THIS_MACHINE else _RESPELLED_WHY
             same = "" if other_address == address else f" ({_show(other_address)}; {why})"
             raise _error(where, f"{_show(address)} is also used by {other}{same}",
                          "give every task its own host:port")
@@ -294,6 +293,7 @@ def _parse_job(path: str, addresses: Any,
 
 _THIS_MACHINE = "this machine"
 _LOOPBACK_WHY = "both name this machine, and TensorFlow's servers listen on all its addresses"
+_RESPELLED_WHY = "the same host and port spelled differently"
 
 
 def _endpoint(address: str) -> tuple[str, int]:

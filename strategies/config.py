@@ -97,11 +97,15 @@ def check_int(field: str, value: int, lowest: int, highest: int, fix: str,
         raise error(f"{field}={value!r} is not an integer from {lowest} to {highest}; {fix}.")
 
 
+def is_duration(value: float) -> bool:
+    """Whether `value` is a finite number of seconds in (0, MAX_TIMEOUT_S]."""
+    return isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S
+
+
 def check_seconds(field: str, value: float, fix: str,
                   error: type[ValueError] = StrategyConfigError) -> None:
-    """Raises `error` naming `field` unless `value` is a finite duration in (0, MAX_TIMEOUT_S]."""
-    if not (isinstance(value, (int, float)) and math.isfinite(value)
-            and 0 < value <= MAX_TIMEOUT_S):
+    """Raises `error` naming `field` unless `value` is a duration (`is_duration`)."""
+    if not is_duration(value):
         raise error(f"{field}={value!r} is not a number of seconds above 0 and at most "
                     f"{MAX_TIMEOUT_S:.0f} (30 days); {fix}.")
 

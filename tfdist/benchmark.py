@@ -104,20 +104,25 @@ def _table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _require_matplotlib(path: str) -> None:
+def _pyplot(path: str):
+    """matplotlib's pyplot, drawing to files: an optional dependency (the `plot` extra).
+
+    Raises:
+      ConfigError: matplotlib is not installed.
+    """
     try:
-        import matplotlib  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+        import matplotlib  # pylint: disable=import-outside-toplevel
+        matplotlib.use("Agg")
+        from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
     except ImportError:
         raise ConfigError(f"plot={path} needs matplotlib, which is not installed; install it "
                           "with `pip install -e '.[plot]'` or drop --plot.") from None
+    return pyplot
 
 
 def plot(results: list[dict], path: str) -> None:
     """Throughput and scaling efficiency against replicas, one line per data kind."""
-    _require_matplotlib(path)
-    import matplotlib  # pylint: disable=import-outside-toplevel
-    matplotlib.use("Agg")
-    from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+    pyplot = _pyplot(path)
     figure, (throughput, efficiency) = pyplot.subplots(1, 2, figsize=(10, 4))
     for kind in DATA_KINDS:
         entries = [entry for entry in results if entry["data"] == kind]
@@ -144,7 +149,7 @@ def main(train_args: list[str], *, replicas: list[int], data: list[str], warmup_
          num_gpus: int) -> int:
     """Runs the sweep, prints a progress line per configuration and the table; returns 0."""
     if plot_path:
-        _require_matplotlib(plot_path)  # Before a sweep of minutes, not after it.
+        _pyplot(plot_path)  # Before a sweep of minutes, not after it.
     configurations = [(count, kind) for count in replicas for kind in data]
     results = []
     for number, (count, kind) in enumerate(configurations, 1):

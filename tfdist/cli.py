@@ -8,7 +8,6 @@ import sys
 
 from absl import flags
 
-import input_pipelines
 import strategies
 from input_pipelines import InputConfigError
 from strategies import ClusterConfigError
@@ -91,7 +90,7 @@ def _doctor() -> int:
 def _data_check() -> int:
     config = tfdist_flags.input_config("data check")
     num_workers, replicas_per_worker, json_path = tfdist_flags.data_check_options()
-    input_pipelines.check_data_dir(config)
+    paths.check_input_dir("data_dir", config.data_dir)
     paths.check_output_file("json", json_path)
     import_tensorflow(tfdist_flags.show_tf_logs())
     from tfdist import data_check  # pylint: disable=import-outside-toplevel

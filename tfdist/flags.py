@@ -30,6 +30,7 @@ from strategies import WireDtype
 from strategies.config import MAX_PACK_MIB
 from strategies.config import MAX_REPLICA_DEVICES
 from strategies.config import MAX_TIMEOUT_S
+from strategies.config import is_duration
 from tfdist.config import ModelName
 from tfdist.optim_config import DEFAULT_LARS_EXCLUDE
 from tfdist.optim_config import LarsMode
@@ -266,7 +267,7 @@ def _is_finite(value: float | None) -> bool:
 
 
 def _is_duration(value: float | None) -> bool:
-    return value is None or 0 < value <= MAX_TIMEOUT_S
+    return value is None or is_duration(value)
 
 
 # NaN passes absl's bounds (every comparison with it is false), so every float flag is checked.

@@ -107,8 +107,9 @@ class OptimizerConfig:
                         for index, epoch in enumerate(self.lr_step_boundaries)})
         for field, value in numbers.items():
             if value is not None and not (math.isfinite(value) and abs(value) <= _MAX_FLOAT32):
-                raise OptimizerConfigError(f"{field}={value} is not a finite number (within float32's range); pass e.g. "
-                                           f"{_FLOAT_EXAMPLES[field.split('[')[0]]}.")
+                raise OptimizerConfigError(
+                    f"{field}={value} is not a finite number (within float32's range); pass "
+                    f"e.g. {_FLOAT_EXAMPLES[field.split('[')[0]]}.")
 
     def _check_ranges(self) -> None:
         if not self.learning_rate > 0:

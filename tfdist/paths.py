@@ -17,7 +17,6 @@ import socket
 import tempfile
 from typing import Iterator
 
-import input_pipelines
 from tfdist.config import ConfigError
 from tfdist.config import RunConfig
 
@@ -57,11 +56,26 @@ def check(config: RunConfig) -> None:
       ConfigError, InputConfigError: a path that is a file where a directory belongs or the
         reverse, lies under a file, or is not writable here.
     """
-    input_pipelines.check_data_dir(config.input)
+    check_input_dir("data_dir", config.input.data_dir)
     if config.train.model_dir:
         _check_creatable("model_dir", config.train.model_dir, directory=True)
     if config.train.metrics_json and config.writes_results:
         check_output_file("metrics_json", config.train.metrics_json)
+
+
+def check_input_dir(field: str, path: str | None) -> None:
+    """Checks that `path` (when given), or the nearest part of it that exists, is a directory;
+    it may not exist yet (`--data_dir`: the built-in dataset is generated there).
+
+    Raises:
+      ConfigError: `path` lies under a file, or is one.
+    """
+    if not path:
+        return
+    existing = _nearest_existing(path)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"{field}={path!r}: {existing} is a file, not a directory; pass a "
+                          "directory.")
 
 
 def check_output_dir(field: str, path: str | None) -> None:

@@ -1,14 +1,11 @@
 """InputConfig validation and the batch split: every rejection is one line naming the field."""
 
-import os
-import tempfile
 import unittest
 
 from absl.testing import parameterized
 
 from input_pipelines import InputConfig
 from input_pipelines import InputConfigError
-from input_pipelines import check_data_dir
 from input_pipelines import per_replica_batch_size
 from input_pipelines.config import SourceKind
 
@@ -43,21 +40,6 @@ class InputConfigTest(parameterized.TestCase):
         with self.assertRaisesRegex(InputConfigError, pattern) as caught:
             InputConfig(**kwargs)
         self.assertNotIn("\n", str(caught.exception))
-
-
-class DataDirTest(unittest.TestCase):
-
-    def test_a_file_where_the_directory_belongs(self):
-        with tempfile.NamedTemporaryFile() as file:
-            for data_dir in (file.name, os.path.join(file.name, "sub")):
-                with self.assertRaisesRegex(InputConfigError,
-                                            rf"^data_dir='{data_dir}': {file.name} is a file, "
-                                            r"not a directory; pass a directory\.$"):
-                    check_data_dir(InputConfig(data_dir=data_dir))
-
-    def test_a_directory_to_be_made_is_fine(self):
-        with tempfile.TemporaryDirectory() as scratch:
-            check_data_dir(InputConfig(data_dir=os.path.join(scratch, "new", "dir")))
 
 
 class PerReplicaBatchSizeTest(unittest.TestCase):

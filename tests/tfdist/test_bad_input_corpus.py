@@ -3,8 +3,9 @@ clusters in TF_CONFIG. Each must end in exit status 2 and one stderr line that n
 field, without a traceback, before TensorFlow is imported, with nothing written.
 
 Cases run in this process through `cli.main`, with TensorFlow's import (and the launcher's
-network, opened once every check has passed) replaced by a sentinel: a case that gets that far was accepted, which fails the test. The
-few inputs that only TensorFlow can judge run as real children at the end.
+network, opened once every check has passed) replaced by a sentinel: a case that gets that far
+was accepted, which fails the test. The few inputs that only TensorFlow can judge run as real
+children at the end.
 """
 
 import contextlib

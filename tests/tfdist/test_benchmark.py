@@ -84,7 +84,8 @@ class FiguresTest(unittest.TestCase):
 class BadBenchmarkInputTest(parameterized.TestCase):
 
     @parameterized.named_parameters(
-        ("zero_replicas", ["--replicas=0"], "replicas='0' is not a list of integers from 1 to 1024"),
+        ("zero_replicas", ["--replicas=0"],
+         "replicas='0' is not a list of integers from 1 to 1024"),
         ("text_replicas", ["--replicas=one"], "replicas='one'"),
         ("unknown_data", ["--data=fake"], "data='fake' is not understood"),
         ("zero_timed_steps", ["--timed_steps=0"], "--timed_steps=0"),

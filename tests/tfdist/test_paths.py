@@ -57,6 +57,16 @@ class CheckTest(parameterized.TestCase):
         with self.assertRaisesRegex(ValueError, r"^data_dir='.*': .* is a file"):
             paths.check(config)
 
+    def test_a_file_where_the_data_directory_belongs(self):
+        for data_dir in (self.file, os.path.join(self.file, "sub")):
+            with self.assertRaisesRegex(ConfigError,
+                                        rf"^data_dir='{data_dir}': {self.file} is a file, "
+                                        r"not a directory; pass a directory\.$"):
+                paths.check_input_dir("data_dir", data_dir)
+
+    def test_a_data_directory_to_be_made_is_fine(self):
+        paths.check_input_dir("data_dir", os.path.join(self.dir, "new", "dir"))
+
     def test_paths_to_be_made_pass(self):
         paths.check(_config(model_dir=os.path.join(self.dir, "new", "model"),
                             metrics_json=os.path.join(self.dir, "new", "m.json")))
