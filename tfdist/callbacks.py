@@ -92,6 +92,9 @@ class EpochHistory(tf_keras.callbacks.Callback):
             return
         self.resumed_from_epoch = epoch
         self._epochs = {index: logs for index, logs in self._earlier().items() if index < epoch}
+        print(f"tfdist: resuming at epoch {epoch + 1} from the backup an earlier run left in this "
+              "--model_dir; pass another --model_dir to start afresh", file=sys.stderr,
+              flush=True)
 
     def on_epoch_end(self, epoch, logs=None):
         self._epochs[epoch] = {name: float(value) for name, value in (logs or {}).items()}

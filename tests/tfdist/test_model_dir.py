@@ -66,6 +66,8 @@ class ResumeTest(parameterized.TestCase):
         self.assertNotIn("Epoch 1/", result.stdout)
         self.assertIn("Epoch 2/", result.stdout)
         self.assertIn("(resumed at epoch 2)", result.stdout)
+        self.assertIn("tfdist: resuming at epoch 2 from the backup an earlier run left in this "
+                      "--model_dir", result.stderr)
         with open(self.metrics, encoding="utf-8") as metrics_file:
             metrics = json.load(metrics_file)
         self.assertEqual(metrics["resumed_from_epoch"], 1)
