@@ -14,11 +14,16 @@ if "tensorflow" not in sys.modules:
 # pylint: disable=wrong-import-position,import-outside-toplevel
 from input_pipelines.config import DATASET_FORMS
 from input_pipelines.config import AutoShard
+from input_pipelines.config import DatasetInfo
 from input_pipelines.config import InputConfig
 from input_pipelines.config import InputConfigError
+from input_pipelines.config import Placement
 from input_pipelines.config import PreprocessOn
+from input_pipelines.config import ReadOptions
 from input_pipelines.config import ServiceMode
+from input_pipelines.config import SourceKind
 from input_pipelines.config import per_replica_batch_size
+from input_pipelines.user_records import Records
 
 
 def prepare(config: InputConfig):
@@ -42,21 +47,32 @@ def device_preprocessing():
     return preprocessing.DevicePreprocessing(name="device_preprocessing")
 
 
-def dataset_fn(config: InputConfig, split: str, *, training: bool, placement,
-               independent_order: bool = False):
+def dataset_fn(config: InputConfig, read: ReadOptions):
     """Returns a `DatasetFn` (InputContext -> tf.data.Dataset of per-replica (image, label)
-    batches) for `split`, for `distribute_datasets_from_function` or parameter-server
-    per-worker datasets (`independent_order=True`, see `datasets.dataset_fn`)."""
+    batches) of the image dataset's split `read.split`, for `distribute_datasets_from_function`
+    or parameter-server per-worker datasets (`read.independent_order=True`); `read.placement`
+    is required."""
     from input_pipelines import datasets
-    return datasets.dataset_fn(config, split, training=training, placement=placement,
-                               independent_order=independent_order)
+    return datasets.dataset_fn(config, read)
 
 
-def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker: int):
-    """Reads one training epoch as each simulated worker; returns a `CoverageReport`."""
+def records_dataset_fn(records: Records, config: InputConfig, read: ReadOptions):
+    """Returns a `DatasetFn` (InputContext -> tf.data.Dataset of per-replica batches of the
+    `(features, labels)` that `records.parse_fn` makes) of the split `read.split` of a user's
+    TFRecord files; sharding, shuffling, batching and the tf.data service follow `config`.
+    Parses the first record once, now: raises a one-line InputConfigError naming the file when
+    no file matches, a file is damaged, or `parse_fn` fails on it."""
+    from input_pipelines import datasets
+    return datasets.records_dataset_fn(records, config, read)
+
+
+def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker: int,
+                   records: Records | None = None):
+    """Reads one training epoch as each simulated worker, of `records` when given, else of the
+    image dataset `config.dataset`; returns a `CoverageReport`."""
     from input_pipelines import coverage
     return coverage.check_coverage(config, num_workers=num_workers,
-                                   replicas_per_worker=replicas_per_worker)
+                                   replicas_per_worker=replicas_per_worker, records=records)
 
 
 def explain_input_error(config: InputConfig, error: Exception) -> None:
@@ -66,6 +82,14 @@ def explain_input_error(config: InputConfig, error: Exception) -> None:
     decode, when there is one; else returns, and the caller re-raises `error`."""
     from input_pipelines import sources
     sources.explain_read_error(config, error)
+
+
+def explain_records_error(records: Records, split: str, error: Exception) -> None:
+    """`explain_input_error` for `records`: raises the one-line InputConfigError naming the
+    damaged file, or the first record of `split` that `records.parse_fn` fails on (parsing the
+    split until one fails), when there is one; else returns, and the caller re-raises `error`."""
+    from input_pipelines import records as record_checks
+    record_checks.explain_parse_error(records.paths(split), records.parse_fn, error)
 
 
 def check_dispatcher(config: InputConfig) -> None:

@@ -1,4 +1,5 @@
-"""`InputConfig`: which data to read, how to shard, batch and preprocess it. Pure Python."""
+"""`InputConfig`: which data to read, how to shard, batch and preprocess it; `ReadOptions`: how
+one dataset function reads a split; `Placement` and `DatasetInfo`. Pure Python."""
 
 import dataclasses
 import enum
@@ -7,9 +8,13 @@ import re
 BUILTIN_DATASET = "shapes"
 SYNTHETIC_DATASET = "synthetic"
 TFRECORD_PREFIX = "tfrecord:"
+PYTHON_PREFIX = "python:"  # A user's dataset function, imported by the program that trains.
 SPLIT_PLACEHOLDER = "{split}"
 DATASET_FORMS = (f"{BUILTIN_DATASET}|{SYNTHETIC_DATASET}|{TFRECORD_PREFIX}<glob>|"
-                 "<tfds name>[:<version>]")
+                 f"{PYTHON_PREFIX}MODULE:FUNCTION|<tfds name>[:<version>]")
+_DOTTED_NAME = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+PYTHON_FUNCTION = re.compile(  # MODULE:FUNCTION, both dotted names.
+    rf"{_DOTTED_NAME}:{_DOTTED_NAME}")
 SERVICE_PROTOCOL = "grpc"
 HOST_PATTERN = r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]"
 _ADDRESS = re.compile(
@@ -23,6 +28,8 @@ MAX_IMAGE_SIZE = 8192  # One 8192x8192 RGB image is 201 MB.
 MAX_BUFFER_SIZE = (1 << 31) - 1
 MAX_THREADS = 1024
 MAX_SEED = (1 << 32) - 1  # NumPy's limit.
+LABEL_BYTES = 8  # int64
+_COMPUTE_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 _LIMITS = {"global_batch_size": (1, MAX_GLOBAL_BATCH_SIZE),
            "shuffle_buffer_size": (1, MAX_BUFFER_SIZE),
            "num_classes": (1, MAX_NUM_CLASSES),
@@ -70,6 +77,7 @@ class SourceKind(str, enum.Enum):
     SYNTHETIC = "synthetic"
     TFRECORD = "tfrecord"
     TFDS = "tfds"
+    PYTHON = "python"  # Read by the user's function; input_pipelines only knows its name.
 
 
 def source_kind(dataset: str) -> SourceKind:
@@ -83,6 +91,12 @@ def source_kind(dataset: str) -> SourceKind:
             raise InputConfigError(f"dataset={dataset!r} has no file pattern; write "
                                    f"{TFRECORD_PREFIX}/data/train-*.tfrecord.")
         return SourceKind.TFRECORD
+    if dataset.startswith(PYTHON_PREFIX):
+        if not PYTHON_FUNCTION.fullmatch(dataset[len(PYTHON_PREFIX):]):
+            raise InputConfigError(f"dataset={dataset!r} is not {PYTHON_PREFIX}MODULE:FUNCTION; "
+                                   f"write e.g. {PYTHON_PREFIX}my_project.data:splits (a module "
+                                   "on PYTHONPATH).")
+        return SourceKind.PYTHON
     if _TFDS_NAME.match(dataset):
         return SourceKind.TFDS
     raise InputConfigError(f"dataset={dataset!r} is not a dataset name; use {DATASET_FORMS}.")
@@ -195,3 +209,77 @@ class InputConfig:
     @property
     def source_kind(self) -> SourceKind:
         return source_kind(self.dataset)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    """What a model and a training schedule need to know about an image dataset.
+
+    `num_examples` has an entry per split the dataset has; no `validation` entry means the
+    dataset has no validation split.
+    """
+    name: str
+    num_classes: int
+    image_shape: tuple[int, int, int]
+    num_examples: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """Where image preprocessing runs (HOST or DEVICE, never AUTO) and the dtype the model
+    computes in."""
+    preprocess_on: PreprocessOn
+    compute_dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.compute_dtype not in _COMPUTE_DTYPE_BYTES:
+            raise InputConfigError(f"compute_dtype={self.compute_dtype!r} is not a dtype models "
+                                   f"compute in; use one of {', '.join(_COMPUTE_DTYPE_BYTES)}.")
+
+    @property
+    def on_device(self) -> bool:
+        return self.preprocess_on is PreprocessOn.DEVICE
+
+    def bytes_per_example(self, image_shape: tuple[int, int, int]) -> int:
+        """Bytes of one example crossing host to device: uint8 images on DEVICE, else images in
+        the compute dtype; plus the label."""
+        height, width, channels = image_shape
+        image_bytes = 1 if self.on_device else _COMPUTE_DTYPE_BYTES[self.compute_dtype]
+        return height * width * channels * image_bytes + LABEL_BYTES
+
+    def describe(self, image_shape: tuple[int, int, int]) -> str:
+        images = ("uint8 images; augmentation, normalisation and cast run on each replica's "
+                  "device" if self.on_device else
+                  f"{self.compute_dtype} images; augmentation, normalisation and cast run on the "
+                  "host")
+        return (f"preprocessing on {self.preprocess_on.value}: "
+                f"{self.bytes_per_example(image_shape):,} bytes/example host->device ({images})")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReadOptions:
+    """How one `DatasetFn` reads its data (`input_pipelines.dataset_fn`, `records_dataset_fn`).
+
+    Attributes:
+      split: the split to read, e.g. `train` or `validation`; it replaces `{split}` in file
+        patterns.
+      training: shuffle (seeded) and repeat, and drop each pipeline's last partial batch;
+        otherwise read once, in order, keeping the tail.
+      placement: where image preprocessing runs (`input_pipelines.resolve_placement`); image
+        datasets need one, `Records` ignore it (their `parse_fn` does all the work).
+      independent_order: every pipeline gets the same `InputContext` (ParameterServerStrategy),
+        so nothing can be sharded: each pipeline reads the whole split in an order of its own.
+    """
+    split: str
+    training: bool
+    placement: Placement | None = None
+    independent_order: bool = False
+
+    def __post_init__(self):
+        if not isinstance(self.split, str) or not self.split:
+            raise InputConfigError(f"split={self.split!r} is not a split name; pass e.g. "
+                                   "split='train'.")
+        for field in ("training", "independent_order"):
+            if not isinstance(getattr(self, field), bool):
+                raise InputConfigError(f"{field}={getattr(self, field)!r} is not a bool; pass "
+                                       "True or False.")

@@ -2,11 +2,12 @@
 
 Each worker's pipeline is built with a hand-made `tf.distribute.InputContext`, exactly as
 `tf.distribute` would build it on that worker. Examples are identified by their stored `id`, or
-by file and position when the source stores none.
+by file and position when the source stores none (as for user `Records`).
 """
 
 import collections
 import dataclasses
+from typing import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -15,9 +16,12 @@ from input_pipelines import pipeline
 from input_pipelines import sources
 from input_pipelines.config import InputConfig
 from input_pipelines.config import InputConfigError
+from input_pipelines.config import Placement
 from input_pipelines.config import PreprocessOn
+from input_pipelines.config import ReadOptions
 from input_pipelines.config import SourceKind
-from input_pipelines.preprocessing import Placement
+from input_pipelines.records import explain_parse_error
+from input_pipelines.user_records import Records
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,23 +75,71 @@ class CoverageReport:
 _UINT8 = Placement(PreprocessOn.DEVICE)  # Coverage needs no preprocessing.
 
 
+@dataclasses.dataclass(frozen=True)
+class _Covered:
+    """A split to cover: its dataset's name, its number of files, how one pipeline reads one
+    epoch of its example ids (config, context, training -> batches of {id}), and how to explain
+    an error from reading it (see `explain_input_error`)."""
+    name: str
+    num_files: int
+    read_ids: Callable[[InputConfig, tf.distribute.InputContext, bool], tf.data.Dataset]
+    explain: Callable[[Exception], None]
+
+
+def _image_split(config: InputConfig, split: str) -> _Covered:
+    """The image dataset's split, its examples identified by their stored id, or else their file
+    and position."""
+    if config.source_kind is SourceKind.SYNTHETIC:
+        raise InputConfigError("dataset='synthetic' has no examples to cover; check shapes, a "
+                               "TFDS dataset or tfrecord:<glob>.")
+    source = sources.source(config)
+    if split not in source.files:
+        raise InputConfigError(f"split={split!r} is not in dataset={config.dataset!r}; it has "
+                               f"{', '.join(source.files)}.")
+
+    def read_ids(read_config: InputConfig, context: tf.distribute.InputContext,
+                 training: bool) -> tf.data.Dataset:
+        read = ReadOptions(split=split, training=training, placement=_UINT8)
+        return pipeline.examples(read_config, read, context, repeat=False, announce=False,
+                                 with_ids=True)
+
+    return _Covered(config.dataset, len(source.files[split]), read_ids,
+                    lambda error: sources.explain_read_error(config, error))
+
+
+def _records_split(records: Records, split: str) -> _Covered:
+    """The split of `records`, its examples identified by file and position (nothing is
+    parsed)."""
+    paths = records.paths(split)
+
+    def read_ids(read_config: InputConfig, context: tf.distribute.InputContext,
+                 training: bool) -> tf.data.Dataset:
+        return pipeline.batches(read_config, ReadOptions(split=split, training=training), paths,
+                                context, lambda _, ids: {pipeline.ID: ids},
+                                job_name=records.job_name(split), repeat=False, announce=False,
+                                tag_positions=True)
+
+    return _Covered(records.describe(), len(paths), read_ids,
+                    lambda error: explain_parse_error(paths, records.parse_fn, error))
+
+
 def _read_ids(dataset: tf.data.Dataset) -> np.ndarray:
     ids = [batch[pipeline.ID] for batch in dataset.as_numpy_iterator()]
     return np.concatenate(ids) if ids else np.zeros([0], np.int64)
 
 
-def _all_ids(config: InputConfig, split: str) -> np.ndarray:
-    """Every example id of `split`, read with one unsharded pipeline."""
+def _all_ids(config: InputConfig, covered: _Covered) -> np.ndarray:
+    """Every example id of the split, read with one unsharded pipeline."""
     single = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                         num_replicas_in_sync=1)
     unsharded = dataclasses.replace(config, autoshard="off", tf_data_service=None)
-    return _read_ids(pipeline.examples(unsharded, split, single, training=False,
-                                       placement=_UINT8, announce=False, with_ids=True))
+    return _read_ids(covered.read_ids(unsharded, single, False))
 
 
 def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker: int,
-                   split: str = sources.TRAIN) -> CoverageReport:
-    """Reads one training epoch of `split` as each of `num_workers` workers would.
+                   split: str = sources.TRAIN, records: Records | None = None) -> CoverageReport:
+    """Reads one training epoch of `split` as each of `num_workers` workers would: of the image
+    dataset `config.dataset`, or of `records` when given.
 
     Raises:
       InputConfigError: bad worker counts, a dataset without files, or a plan that cannot run.
@@ -96,13 +148,7 @@ def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker
                          ("replicas_per_worker", replicas_per_worker)):
         if value < 1:
             raise InputConfigError(f"{field}={value} must be a positive integer.")
-    if config.source_kind is SourceKind.SYNTHETIC:
-        raise InputConfigError("dataset='synthetic' has no examples to cover; check shapes, a "
-                               "TFDS dataset or tfrecord:<glob>.")
-    source = sources.source(config)
-    if split not in source.files:
-        raise InputConfigError(f"split={split!r} is not in dataset={config.dataset!r}; it has "
-                               f"{', '.join(source.files)}.")
+    covered = _image_split(config, split) if records is None else _records_split(records, split)
     num_replicas = num_workers * replicas_per_worker
     per_worker, plans, notices = [], [], []
     try:
@@ -110,21 +156,19 @@ def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker
             context = tf.distribute.InputContext(num_input_pipelines=num_workers,
                                                  input_pipeline_id=worker,
                                                  num_replicas_in_sync=num_replicas)
-            plan = pipeline.shard_plan(config, source, split, context, training=True)
+            plan = pipeline.shard_plan(config, covered.num_files, context, training=True)
             plans.append(plan.describe())
             if plan.notice and plan.notice not in notices:
                 notices.append(plan.notice)
-            per_worker.append(_read_ids(pipeline.examples(
-                config, split, context, training=True, placement=_UINT8, repeat=False,
-                announce=False, with_ids=True)))
-        expected = _all_ids(config, split)
+            per_worker.append(_read_ids(covered.read_ids(config, context, True)))
+        expected = _all_ids(config, covered)
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
-        sources.explain_read_error(config, error)
+        covered.explain(error)
         raise
     counts = collections.Counter(np.concatenate(per_worker).tolist())
     expected_ids = set(expected.tolist())
     return CoverageReport(
-        dataset=config.dataset, split=split, autoshard=config.autoshard.value,
+        dataset=covered.name, split=split, autoshard=config.autoshard.value,
         num_workers=num_workers, replicas_per_worker=replicas_per_worker, notices=notices,
         plans=plans,
         examples_per_worker=[len(ids) for ids in per_worker], num_examples=len(expected_ids),

@@ -6,12 +6,17 @@ Order of operations, and why:
      an example id is wanted and the dataset stores none)
   -> every N-th record when sharding by data (reading is deterministic before this point)
   -> cache (records, optional) -> shuffle + repeat (training)
-  -> batch per replica -> one parallel map per batch: parse the whole batch at once, decode its
-     images, and preprocess them when placed on the host
+  -> batch per replica -> one parallel map per batch: parse the whole batch at once (image
+     datasets: decode its images, and preprocess them when placed on the host; `Records`: the
+     user's parse_fn)
   -> tf.data service (optional, training) -> prefetch.
-Batching before parsing and mapping keeps tf.data's fixed per-element cost off every example."""
+Batching before parsing and mapping keeps tf.data's fixed per-element cost off every example.
+`batches` is that pipeline for any TFRecord files and parse function; `examples` reads image
+datasets with it."""
 
 import sys
+from typing import Any
+from typing import Callable
 
 import tensorflow as tf
 
@@ -22,9 +27,10 @@ from input_pipelines import sharding
 from input_pipelines import sources
 from input_pipelines.config import AutoShard
 from input_pipelines.config import InputConfig
+from input_pipelines.config import Placement
+from input_pipelines.config import ReadOptions
 from input_pipelines.config import ServiceMode
 from input_pipelines.config import per_replica_batch_size
-from input_pipelines.preprocessing import Placement
 from input_pipelines.sources import Source
 
 IMAGE = "image"
@@ -65,14 +71,13 @@ def _uses_service(config: InputConfig, training: bool) -> bool:
     return bool(config.tf_data_service) and training
 
 
-def shard_plan(config: InputConfig, source: Source, split: str,
-               context: tf.distribute.InputContext, *, training: bool) -> sharding.ShardPlan:
-    """This pipeline's plan. Through the tf.data service the pipeline is one whole job (OFF)
-    that the service splits between its workers."""
+def shard_plan(config: InputConfig, num_files: int, context: tf.distribute.InputContext, *,
+               training: bool) -> sharding.ShardPlan:
+    """This pipeline's plan over a split of `num_files` files. Through the tf.data service the
+    pipeline is one whole job (OFF) that the service splits between its workers."""
     if _uses_service(config, training):
-        return sharding.plan(AutoShard.OFF, num_files=len(source.files[split]), num_pipelines=1,
-                             pipeline_id=0)
-    return sharding.plan(config.autoshard, num_files=len(source.files[split]),
+        return sharding.plan(AutoShard.OFF, num_files=num_files, num_pipelines=1, pipeline_id=0)
+    return sharding.plan(config.autoshard, num_files=num_files,
                          num_pipelines=context.num_input_pipelines,
                          pipeline_id=context.input_pipeline_id)
 
@@ -90,15 +95,15 @@ def _read_file(file_index: tf.Tensor, path: tf.Tensor, *, skip_corrupt: bool,
     return file_records.enumerate().map(lambda position, record: (record, first_id + position))
 
 
-def read_records(config: InputConfig, source: Source, split: str, plan: sharding.ShardPlan, *,
+def read_records(config: InputConfig, files: tuple[str, ...], plan: sharding.ShardPlan, *,
                  shuffle_seed: int | None, first_order_seed: tf.Tensor | None = None,
                  tag_positions: bool = False) -> tf.data.Dataset:
-    """Serialized records of this pipeline's share of `split`, one epoch (see `_read_file`).
+    """Serialized records of this pipeline's share of `files` (a split's), one epoch (see
+    `_read_file`).
 
     Its files come in a new order each epoch drawn with `shuffle_seed` (None: in order), from a
-    starting order drawn with `first_order_seed` (None: sorted).
+    starting order drawn with `first_order_seed` (None: as listed).
     """
-    files = source.files[split]
     indices = tf.constant(list(plan.file_indices), tf.int64)
     if first_order_seed is not None:
         indices = tf.gather(indices, tf.argsort(tf.random.stateless_uniform(
@@ -184,57 +189,48 @@ def _describe(config: InputConfig, plan: sharding.ShardPlan, training: bool,
             f"({config.tf_data_service_mode.value}): {each}")
 
 
-def _host_work(source: Source, placement: Placement, records: tuple[tf.Tensor, ...], *,
-               training: bool) -> dict[str, tf.Tensor]:
-    """Everything the host does to one batch, in one map: parse, decode and, when placed on the
-    host, preprocess."""
-    batch = _parse_batch(source, *records)
-    if not placement.on_device:
-        batch[IMAGE] = preprocessing.preprocess_on_host(batch[IMAGE], training=training,
-                                                        compute_dtype=placement.compute_dtype)
-    return batch
+def batches(config: InputConfig, read: ReadOptions, files: tuple[str, ...],
+            context: tf.distribute.InputContext, parse_batch: Callable[..., Any], *,
+            job_name: str, repeat: bool = True, announce: bool = True,
+            tag_positions: bool = False) -> tf.data.Dataset:
+    """This pipeline's share of `files` (the split `read.split` of a dataset), as per-replica
+    batches of serialized records that one parallel map turns into elements: `parse_batch`
+    receives the batch of records and, with `tag_positions`, their position ids (see
+    `_read_file`).
 
+    Training data is shuffled and, if `repeat`, repeated; the last partial batch is dropped only
+    when training data repeats (so nothing is lost); evaluation data keeps its tail. `announce`
+    logs the sharding plan. Training data goes through the tf.data service, when one is set, as
+    the job `job_name`.
 
-def examples(config: InputConfig, split: str, context: tf.distribute.InputContext, *,
-             training: bool, placement: Placement, repeat: bool = True,
-             announce: bool = True, with_ids: bool = False,
-             independent_order: bool = False) -> tf.data.Dataset:
-    """Batched examples as dicts {image, label[, id]} of this pipeline's share of `split`.
-
-    Images are uint8 when `placement` is on the device, else preprocessed on the host. Training
-    data is shuffled and, if `repeat`, repeated; the last partial batch is dropped only when
-    training data repeats (so nothing is lost); evaluation data keeps its tail. `announce` logs
-    the sharding plan and the preprocessing placement. `with_ids` makes sure every example
-    carries an `id` (its stored one, else its file and position).
-
-    `independent_order` is for strategies that give every worker the same `InputContext`
+    `read.independent_order` is for strategies that give every worker the same `InputContext`
     (ParameterServerStrategy): such pipelines cannot be told apart, so each reads the whole
     split, starting from a file order of its own drawn from the clock; the seeded shuffles
     that follow then give each its own example order (evaluation data is shuffled too). Without
     it they would all read the same examples in the same order; a split in one file still is.
     The tf.data service, when used, splits the data instead.
     """
-    source = sources.source(config)
-    independent = independent_order and not _uses_service(config, training)
-    plan = shard_plan(config, source, split, context, training=training)
+    training = read.training
+    independent = read.independent_order and not _uses_service(config, training)
+    plan = shard_plan(config, len(files), context, training=training)
     if announce:
-        for line in (plan.notice, f"{split}: {_describe(config, plan, training, independent)}",
-                     training and placement.describe(source.info.image_shape)):
+        described = _describe(config, plan, training, independent)
+        for line in (plan.notice, f"{read.split}: {described}"):
             if line:
                 log(line)
     if config.skip_corrupt_records:
-        _log_damaged_files([source.files[split][index] for index in plan.file_indices])
+        _log_damaged_files([files[index] for index in plan.file_indices])
     batch_size = per_replica_batch_size(config.global_batch_size, context.num_replicas_in_sync)
     shuffled = independent or training
     # The same seed on every pipeline: with DATA sharding they see the same file order. Under
     # independent_order the files start from a different order on each worker, so the same
     # shuffles give each worker its own order. (The tf.data service hands out files itself; a
     # file shuffle would make the job unsplittable.)
-    dataset = read_records(config, source, split, plan,
+    dataset = read_records(config, files, plan,
                            shuffle_seed=config.seed if shuffled and not config.tf_data_service
                            else None,
                            first_order_seed=_clock_seed() if independent else None,
-                           tag_positions=with_ids and not source.id_key)
+                           tag_positions=tag_positions)
     if config.cache:
         dataset = dataset.cache()
     if shuffled:
@@ -242,14 +238,44 @@ def examples(config: InputConfig, split: str, context: tf.distribute.InputContex
     if training and repeat:
         dataset = dataset.repeat()
     dataset = dataset.batch(batch_size, drop_remainder=training and repeat)
-    dataset = dataset.map(
-        lambda *records: _host_work(source, placement, records, training=training),
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=config.deterministic)
+    dataset = dataset.map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=config.deterministic)
     if _uses_service(config, training):
         dataset = service.distribute(dataset, config.tf_data_service,
-                                     config.tf_data_service_mode,
-                                     job_name=f"tfdist-{source.info.name}-{split}")
+                                     config.tf_data_service_mode, job_name=job_name)
     return dataset.with_options(options(config))
+
+
+def _host_work(source: Source, read: ReadOptions,
+               records: tuple[tf.Tensor, ...]) -> dict[str, tf.Tensor]:
+    """Everything the host does to one batch of images, in one map: parse, decode and, when
+    placed on the host, preprocess."""
+    batch = _parse_batch(source, *records)
+    if not read.placement.on_device:
+        batch[IMAGE] = preprocessing.preprocess_on_host(
+            batch[IMAGE], training=read.training, compute_dtype=read.placement.compute_dtype)
+    return batch
+
+
+def examples(config: InputConfig, read: ReadOptions, context: tf.distribute.InputContext, *,
+             repeat: bool = True, announce: bool = True,
+             with_ids: bool = False) -> tf.data.Dataset:
+    """Batched examples as dicts {image, label[, id]} of this pipeline's share of the image
+    dataset's split `read.split` (see `batches`).
+
+    Images are uint8 when `read.placement` is on the device, else preprocessed on the host.
+    `announce` logs the sharding plan and, for training, the preprocessing placement.
+    `with_ids` makes sure every example carries an `id` (its stored one, else its file and
+    position).
+    """
+    source = sources.source(config)
+    dataset = batches(config, read, source.files[read.split], context,
+                      lambda *records: _host_work(source, read, records),
+                      job_name=f"tfdist-{source.info.name}-{read.split}", repeat=repeat,
+                      announce=announce, tag_positions=with_ids and not source.id_key)
+    if announce and read.training:
+        log(read.placement.describe(source.info.image_shape))
+    return dataset
 
 
 def synthetic(config: InputConfig, context: tf.distribute.InputContext, *,

@@ -10,42 +10,14 @@ Measured on 2 cores, 128 images of 32x32x3: `tf.pad(mode="REFLECT")` alone took 
 gathers instead.
 """
 
-import dataclasses
-
 import tensorflow as tf
 import tf_keras
 
+from input_pipelines.config import Placement
 from input_pipelines.config import PreprocessOn
 
 CROP_PADDING = 4
 MAX_BRIGHTNESS_DELTA = 0.125  # Of the full 0-255 range.
-LABEL_BYTES = 8  # int64
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """Where preprocessing runs (HOST or DEVICE, never AUTO) and the dtype the model computes in."""
-    preprocess_on: PreprocessOn
-    compute_dtype: str = "float32"
-
-    @property
-    def on_device(self) -> bool:
-        return self.preprocess_on is PreprocessOn.DEVICE
-
-    def bytes_per_example(self, image_shape: tuple[int, int, int]) -> int:
-        """Bytes of one example crossing host to device: uint8 images on DEVICE, else images in
-        the compute dtype; plus the label."""
-        height, width, channels = image_shape
-        image_bytes = 1 if self.on_device else tf.dtypes.as_dtype(self.compute_dtype).size
-        return height * width * channels * image_bytes + LABEL_BYTES
-
-    def describe(self, image_shape: tuple[int, int, int]) -> str:
-        images = ("uint8 images; augmentation, normalisation and cast run on each replica's "
-                  "device" if self.on_device else
-                  f"{self.compute_dtype} images; augmentation, normalisation and cast run on the "
-                  "host")
-        return (f"preprocessing on {self.preprocess_on.value}: "
-                f"{self.bytes_per_example(image_shape):,} bytes/example host->device ({images})")
 
 
 def resolve_placement(preprocess_on: PreprocessOn, *, num_gpus: int,

@@ -1,11 +1,13 @@
-"""TFRecord files of image examples: checking and counting their records, finding the damaged
-ones and the images that do not decode."""
+"""TFRecord files: checking and counting image examples, finding the damaged files, the images
+that do not decode, and the records that a user's `parse_fn` fails on."""
 
 import dataclasses
 import re
+from typing import Callable
 
 import tensorflow as tf
 
+from input_pipelines import file_lists
 from input_pipelines.config import InputConfigError
 
 # How the formats tf.io.decode_image reads start (TF 2.21): JPEG, PNG, GIF, BMP, WebP and JPEG XL
@@ -229,3 +231,96 @@ def raise_if_undecodable(files: list[str] | tuple[str, ...], image_key: str, cha
                 f"file {path}, record {position} (from 0): its {image_key} image does not "
                 f"decode ({reason}); re-write the record with an intact image, or re-create "
                 "the file.")
+
+
+# In every error raised while getting the next input element: eagerly, in `fit`, distributed.
+_FROM_INPUT = "IteratorGetNext"
+
+
+def _complaint(error: Exception) -> str:
+    """`error` in one line: its type and first line; for an error that AutoGraph re-raised from
+    traced user code, the line naming it (its message starts with "in user code:")."""
+    name = type(error).__name__
+    if isinstance(error, tf.errors.OpError):
+        return f"{name}: {_reason(error)}"
+    lines = [line.strip() for line in str(error).strip().splitlines()]
+    named = [line for line in lines if line.startswith(f"{name}: ")]
+    return named[-1] if named else f"{name}: {lines[0]}" if lines else name
+
+
+def _parse_error(path: str, position: int, error: Exception) -> InputConfigError:
+    return InputConfigError(
+        f"file {path}, record {position} (from 0): parse_fn fails on it ({_complaint(error)}); "
+        f"check parse_fn against the records in {path}.")
+
+
+def _first_record(files: tuple[str, ...], skip_corrupt: bool) -> tuple[str, tf.Tensor]:
+    """The first readable record among `files`, and its file."""
+    for path in files:
+        try:
+            for record in _read(path, skip_corrupt).take(1):
+                return path, record
+        except tf.errors.DataLossError:
+            raise damage_error(path, _damage(path)) from None
+    raise InputConfigError(
+        f"none of the {len(files)} file(s) ({file_lists.some(files)}) holds a readable record: "
+        "each is damaged or cut short before its first record; re-create them.")
+
+
+def check_parse_fn(files: tuple[str, ...], parse_fn: Callable, skip_corrupt: bool) -> None:
+    """Runs `parse_fn` on the first readable record of `files` as a batch of one, traced in a
+    tf.data map as the pipeline runs it.
+
+    Raises:
+      InputConfigError: the first file is damaged, parse_fn fails on the record, or it does not
+        return a pair (features, labels).
+    """
+    path, record = _first_record(files, skip_corrupt)
+    try:
+        parsed = tf.data.Dataset.from_tensors(record[None]).map(parse_fn)
+        parsed.get_single_element()
+    except Exception as error:  # pylint: disable=broad-except  (user code raises anything)
+        raise _parse_error(path, 0, error) from None
+    if not (isinstance(parsed.element_spec, tuple) and len(parsed.element_spec) == 2):
+        raise InputConfigError(
+            f"parse_fn returns {type(parsed.element_spec).__name__} "
+            f"{parsed.element_spec} for the records of {path}; return a pair "
+            "(features, labels).")
+
+
+def _first_failure(parse_fn: Callable,
+                   batches: tf.data.Dataset) -> tuple[int, Exception] | None:
+    """(index, error) of the first of `batches` (of serialized records) that `parse_fn` fails
+    on, or None. Parses them in parallel, in order, until one fails."""
+    index = 0
+    try:
+        for _ in batches.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True):
+            index += 1
+    except Exception as error:  # pylint: disable=broad-except  (user code raises anything)
+        return index, error
+    return None
+
+
+def _raise_if_parse_fails(files: tuple[str, ...], parse_fn: Callable) -> None:
+    """Raises the error of the first record among `files` that `parse_fn` fails on: parses each
+    file's readable records in batches, then one by one the records of a batch that fails."""
+    for path in files:
+        readable = _read(path, skip_corrupt=True)
+        failed_batch = _first_failure(parse_fn, readable.batch(_CHECK_BATCH))
+        if not failed_batch:
+            continue
+        first = failed_batch[0] * _CHECK_BATCH
+        failed = _first_failure(parse_fn, readable.skip(first).take(_CHECK_BATCH).batch(1))
+        if failed:
+            raise _parse_error(path, first + failed[0], failed[1])
+
+
+def explain_parse_error(files: tuple[str, ...], parse_fn: Callable, error: Exception) -> None:
+    """After reading `files` with `parse_fn` failed with `error`: raises the one-line
+    InputConfigError that names the damaged file (a DataLossError), or the first record that
+    `parse_fn` fails on (another error from reading the input); returns when there is none, and
+    the caller re-raises `error`. Finding the record parses all of `files` until one fails."""
+    if isinstance(error, tf.errors.DataLossError):
+        raise_if_damaged(files)
+    elif isinstance(error, tf.errors.OpError) and _FROM_INPUT in error.message:
+        _raise_if_parse_fails(files, parse_fn)

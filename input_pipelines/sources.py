@@ -9,17 +9,18 @@ no files.
 
 import dataclasses
 import functools
-import glob
 import os
 import sys
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from input_pipelines import file_lists
 from input_pipelines import records
 from input_pipelines import shapes
 from input_pipelines.config import SPLIT_PLACEHOLDER
 from input_pipelines.config import TFRECORD_PREFIX
+from input_pipelines.config import DatasetInfo
 from input_pipelines.config import InputConfig
 from input_pipelines.config import InputConfigError
 from input_pipelines.config import SourceKind
@@ -34,19 +35,6 @@ TFRECORD_IMAGE_KEY = "image/encoded"
 TFRECORD_LABEL_KEY = "image/class/label"
 # The op whose name an error from decoding an image carries (e.g. `{{node .../DecodeImage}}`).
 _DECODE_OP = "DecodeImage"
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-    """What a model and a training schedule need to know about a dataset.
-
-    `num_examples` has an entry per split the dataset has; no `validation` entry means the
-    dataset has no validation split.
-    """
-    name: str
-    num_classes: int
-    image_shape: tuple[int, int, int]
-    num_examples: dict[str, int]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,33 +140,6 @@ def _tfds_builder(config: InputConfig) -> tfds.core.DatasetBuilder:
     return builder
 
 
-def _tfrecord_files(pattern: str, split: str) -> tuple[str, ...]:
-    return tuple(sorted(glob.glob(pattern.replace(SPLIT_PLACEHOLDER, split))))
-
-
-def _check_paths(config: InputConfig, paths: tuple[str, ...]) -> None:
-    """Raises InputConfigError for the first path the glob matched that cannot be a TFRecord
-    file: a directory, a broken link, or an empty file (almost always a failed write)."""
-    for path in paths:
-        if os.path.isdir(path):
-            raise InputConfigError(
-                f"dataset={config.dataset!r}: {path} is a directory, not a TFRecord file; make "
-                f"the pattern match files only, e.g. {os.path.join(path, '*')}.")
-        if not os.path.exists(path):
-            raise InputConfigError(f"dataset={config.dataset!r}: {path} is a broken link; fix "
-                                   "or remove it.")
-        if not os.path.getsize(path):
-            raise InputConfigError(
-                f"dataset={config.dataset!r}: file {path} is empty (0 bytes), most likely a "
-                "failed write; re-create it, or move it out of the pattern.")
-
-
-def _some(paths: tuple[str, ...], shown: int = 3) -> str:
-    """The first `shown` of `paths`, and how many more there are."""
-    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
-    return ", ".join(paths[:shown]) + more
-
-
 def _readable_records(config: InputConfig, split: str, paths: tuple[str, ...],
                       layout: records.RecordLayout) -> int:
     """Checks every record of `split` (see `records.check`); returns how many are readable.
@@ -190,8 +151,8 @@ def _readable_records(config: InputConfig, split: str, paths: tuple[str, ...],
     if not num_records:
         raise InputConfigError(
             f"dataset={config.dataset!r}: the {split} split has no readable records: each of "
-            f"its {len(paths)} file(s) ({_some(paths)}) is damaged or cut short before its first "
-            "record; re-create them.")
+            f"its {len(paths)} file(s) ({file_lists.some(paths)}) is damaged or cut short before "
+            "its first record; re-create them.")
     return num_records
 
 
@@ -200,25 +161,24 @@ def _from_tfrecord_glob(config: InputConfig) -> Source:
     counted once."""
     pattern = config.dataset[len(TFRECORD_PREFIX):]
     splits = (TRAIN, VALIDATION) if SPLIT_PLACEHOLDER in pattern else (TRAIN,)
-    files = {split: _tfrecord_files(pattern, split) for split in splits}
-    for split, split_files in files.items():
-        if not split_files:
+    split_files = {split: file_lists.match(pattern, split) for split in splits}
+    for split, paths in split_files.items():
+        if not paths:
             where = pattern.replace(SPLIT_PLACEHOLDER, split)
             raise InputConfigError(
                 f"dataset={config.dataset!r}: the pattern {where} matches no files; check the "
                 f"path ({SPLIT_PLACEHOLDER} in it stands for train and validation).")
-        _check_paths(config, split_files)
+        file_lists.check(f"dataset={config.dataset!r}", paths)
     layout = records.RecordLayout(image_key=TFRECORD_IMAGE_KEY, label_key=TFRECORD_LABEL_KEY,
                                   num_classes=config.num_classes)
     size = config.image_size or TFRECORD_DEFAULT_IMAGE_SIZE
     return Source(
         info=DatasetInfo(name=config.dataset, num_classes=config.num_classes,
                          image_shape=(size, size, 3),
-                         num_examples={split: _readable_records(config, split, split_files,
-                                                                layout)
-                                       for split, split_files in files.items()}),
-        files=files, image_key=TFRECORD_IMAGE_KEY, label_key=TFRECORD_LABEL_KEY, id_key=None,
-        resize=True)
+                         num_examples={split: _readable_records(config, split, paths, layout)
+                                       for split, paths in split_files.items()}),
+        files=split_files, image_key=TFRECORD_IMAGE_KEY, label_key=TFRECORD_LABEL_KEY,
+        id_key=None, resize=True)
 
 
 def synthetic_info(config: InputConfig) -> DatasetInfo:
@@ -255,7 +215,8 @@ def _prepared_source(config: InputConfig) -> Source:
         return _from_tfds_builder(config.dataset, _tfds_builder(config), config.image_size)
     if kind is SourceKind.TFRECORD:
         return _from_tfrecord_glob(config)
-    raise ValueError(f"dataset={config.dataset!r} has no files.")
+    raise InputConfigError(f"dataset={config.dataset!r} is read by your own function, not by "
+                           "tfdist's image pipeline; pass what the function returns to fit.")
 
 
 def info(config: InputConfig) -> DatasetInfo:
@@ -276,10 +237,10 @@ def explain_read_error(config: InputConfig, error: tf.errors.OpError) -> None:
     if config.source_kind is SourceKind.SYNTHETIC:
         return
     file_source = source(config)
-    for files in file_source.files.values():
+    for split_files in file_source.files.values():
         if isinstance(error, tf.errors.DataLossError):
-            records.raise_if_damaged(files)
+            records.raise_if_damaged(split_files)
         elif _DECODE_OP in error.message and not file_source.raw_image_shape:
-            records.raise_if_undecodable(files, file_source.image_key,
+            records.raise_if_undecodable(split_files, file_source.image_key,
                                          file_source.info.image_shape[-1],
                                          config.skip_corrupt_records)

@@ -34,7 +34,9 @@ import_tensorflow(show_logs=False)
 import tensorflow as tf
 
 from input_pipelines import InputConfig
+from input_pipelines import Placement
 from input_pipelines import PreprocessOn
+from input_pipelines import ReadOptions
 from input_pipelines import pipeline
 from input_pipelines import preprocessing
 from input_pipelines import sources
@@ -66,10 +68,9 @@ def _naive(source: sources.Source) -> tf.data.Dataset:
 
 def _parse_only(config: InputConfig, source: sources.Source) -> tf.data.Dataset:
     """tfdist's reading (parallel interleave, batched parse) without decode or augmentation."""
-    plan = pipeline.shard_plan(config, source, sources.TRAIN, _SINGLE_PIPELINE,
-                              training=True)
-    records = pipeline.read_records(config, source, sources.TRAIN, plan,
-                                    shuffle_seed=config.seed)
+    files = source.files[sources.TRAIN]
+    plan = pipeline.shard_plan(config, len(files), _SINGLE_PIPELINE, training=True)
+    records = pipeline.read_records(config, files, plan, shuffle_seed=config.seed)
     return records.repeat().batch(_GLOBAL_BATCH_SIZE).map(
         lambda serialized: tf.io.parse_example(serialized, source.features),
         num_parallel_calls=tf.data.AUTOTUNE).with_options(pipeline.options(config)).prefetch(
@@ -77,9 +78,9 @@ def _parse_only(config: InputConfig, source: sources.Source) -> tf.data.Dataset:
 
 
 def _tfdist(config: InputConfig) -> tf.data.Dataset:
-    placement = preprocessing.Placement(PreprocessOn.HOST)
-    return pipeline.examples(config, sources.TRAIN, _SINGLE_PIPELINE, training=True,
-                             placement=placement, announce=False).prefetch(tf.data.AUTOTUNE)
+    read = ReadOptions(split=sources.TRAIN, training=True, placement=Placement(PreprocessOn.HOST))
+    return pipeline.examples(config, read, _SINGLE_PIPELINE, announce=False).prefetch(
+        tf.data.AUTOTUNE)
 
 
 def _examples_per_sec(dataset: tf.data.Dataset, num_examples: int) -> float:

@@ -1,4 +1,5 @@
-"""InputConfig validation and the batch split: every rejection is one line naming the field."""
+"""InputConfig and ReadOptions validation and the batch split: every rejection is one line
+naming the field."""
 
 import unittest
 
@@ -6,6 +7,9 @@ from absl.testing import parameterized
 
 from input_pipelines import InputConfig
 from input_pipelines import InputConfigError
+from input_pipelines import Placement
+from input_pipelines import PreprocessOn
+from input_pipelines import ReadOptions
 from input_pipelines import per_replica_batch_size
 from input_pipelines.config import SourceKind
 
@@ -40,6 +44,37 @@ class InputConfigTest(parameterized.TestCase):
         with self.assertRaisesRegex(InputConfigError, pattern) as caught:
             InputConfig(**kwargs)
         self.assertNotIn("\n", str(caught.exception))
+
+
+class ReadOptionsTest(parameterized.TestCase):
+
+    def test_defaults(self):
+        read = ReadOptions(split="train", training=True)
+        self.assertEqual((read.placement, read.independent_order), (None, False))
+
+    @parameterized.parameters(
+        (dict(split="", training=True), r"^split='' is not a split name; pass e\.g\. "
+                                        r"split='train'\.$"),
+        (dict(split=None, training=True), r"^split=None is not a split name"),
+        (dict(split="train", training="yes"), r"^training='yes' is not a bool; pass True or "
+                                              r"False\.$"),
+        (dict(split="train", training=True, independent_order=1),
+         r"^independent_order=1 is not a bool"),
+    )
+    def test_rejections_are_one_line(self, kwargs, pattern):
+        with self.assertRaisesRegex(InputConfigError, pattern) as caught:
+            ReadOptions(**kwargs)
+        self.assertNotIn("\n", str(caught.exception))
+
+    def test_keyword_only(self):
+        with self.assertRaises(TypeError):
+            ReadOptions("train", True)  # pylint: disable=too-many-function-args
+
+    def test_placement_rejects_a_dtype_models_do_not_compute_in(self):
+        with self.assertRaisesRegex(InputConfigError,
+                                    r"^compute_dtype='int8' is not a dtype models compute in; "
+                                    r"use one of float16, bfloat16, float32, float64\.$"):
+            Placement(PreprocessOn.HOST, "int8")
 
 
 class PerReplicaBatchSizeTest(unittest.TestCase):

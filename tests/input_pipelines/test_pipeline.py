@@ -17,15 +17,20 @@ from PIL import Image
 import input_pipelines
 from input_pipelines import InputConfig
 from input_pipelines import InputConfigError
+from input_pipelines import Placement
 from input_pipelines import PreprocessOn
+from input_pipelines import ReadOptions
 from input_pipelines import coverage
 from input_pipelines import pipeline
-from input_pipelines.preprocessing import Placement
 from tests.conftest import SMALL_TRAIN_SIZE
 from tests.conftest import SMALL_VALIDATION_SIZE
 
 _HOST = Placement(PreprocessOn.HOST)
 _DEVICE = Placement(PreprocessOn.DEVICE)
+
+
+def _read(split: str, training: bool, placement: Placement = _DEVICE) -> ReadOptions:
+    return ReadOptions(split=split, training=training, placement=placement)
 
 
 def _context(num_pipelines: int = 1, pipeline_id: int = 0,
@@ -115,16 +120,16 @@ class CoverageTest(_SmallShapes, parameterized.TestCase):
 class BatchingTest(_SmallShapes, tf.test.TestCase):
 
     def test_training_batches_per_replica_and_repeats(self):
-        dataset = pipeline.examples(self.config, "train", _context(2, 1, num_replicas=4),
-                                    training=True, placement=_HOST)
+        dataset = pipeline.examples(self.config, _read("train", True, _HOST),
+                                    _context(2, 1, num_replicas=4))
         batches = list(dataset.take(30).as_numpy_iterator())  # 30 x 8 > the pipeline's 320.
         self.assertTrue(all(batch["image"].shape == (8, 32, 32, 3) for batch in batches))
         self.assertEqual(batches[0]["image"].dtype, np.float32)
 
     def test_validation_keeps_its_tail(self):
         config = dataclasses.replace(self.config, global_batch_size=48)
-        dataset = pipeline.examples(config, "validation", _context(), training=False,
-                                    placement=_DEVICE, with_ids=True)
+        dataset = pipeline.examples(config, _read("validation", False), _context(),
+                                    with_ids=True)
         sizes = [len(batch["id"]) for batch in dataset.as_numpy_iterator()]
         self.assertEqual(sizes, [48, 48, 48, 16])
         self.assertEqual(sum(sizes), SMALL_VALIDATION_SIZE)
@@ -132,8 +137,8 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
     def test_same_seed_same_order_other_seed_other_order(self):
         def first_ids(seed: int) -> np.ndarray:
             config = dataclasses.replace(self.config, seed=seed, deterministic=True)
-            dataset = pipeline.examples(config, "train", _context(), training=True,
-                                        placement=_DEVICE, with_ids=True)
+            dataset = pipeline.examples(config, _read("train", True), _context(),
+                                        with_ids=True)
             return next(dataset.as_numpy_iterator())["id"]
         self.assertAllEqual(first_ids(1), first_ids(1))
         self.assertNotAllEqual(first_ids(1), first_ids(2))
@@ -142,9 +147,9 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         # Parameter-server workers all get this one context; without independent_order they
         # would read the same examples in the same order (see test above).
         def validation_ids() -> np.ndarray:
-            dataset = pipeline.examples(self.config, "validation", _context(), training=False,
-                                        placement=_DEVICE, with_ids=True,
-                                        independent_order=True)
+            read = ReadOptions(split="validation", training=False, placement=_DEVICE,
+                               independent_order=True)
+            dataset = pipeline.examples(self.config, read, _context(), with_ids=True)
             return np.concatenate([batch["id"] for batch in dataset.as_numpy_iterator()])
         first, second = validation_ids(), validation_ids()
         self.assertCountEqual(first, range(SMALL_TRAIN_SIZE,
@@ -153,22 +158,20 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         self.assertNotAllEqual(first, second)
 
     def test_options_stop_tf_from_sharding_again(self):
-        dataset = pipeline.examples(self.config, "train", _context(), training=True,
-                                    placement=_DEVICE)
+        dataset = pipeline.examples(self.config, _read("train", True), _context())
         self.assertEqual(dataset.options().experimental_distribute.auto_shard_policy,
                          tf.data.experimental.AutoShardPolicy.OFF)
 
     def test_private_threads_cache_and_determinism_reach_the_options(self):
         config = dataclasses.replace(self.config, datasets_num_private_threads=3,
                                      deterministic=False, cache=True)
-        dataset = pipeline.examples(config, "train", _context(), training=True,
-                                    placement=_DEVICE)
+        dataset = pipeline.examples(config, _read("train", True), _context())
         self.assertEqual(dataset.options().threading.private_threadpool_size, 3)
         self.assertFalse(dataset.options().deterministic)
         self.assertEqual(next(iter(dataset))["image"].shape, (32, 32, 32, 3))
 
     def test_dataset_fn_yields_supervised_pairs(self):
-        make = input_pipelines.dataset_fn(self.config, "train", training=True, placement=_DEVICE)
+        make = input_pipelines.dataset_fn(self.config, _read("train", True))
         images, labels = next(iter(make(_context())))
         self.assertEqual(images.dtype, tf.uint8)
         self.assertEqual(labels.shape, (32,))
@@ -180,8 +183,7 @@ class SyntheticTest(tf.test.TestCase):
         config = InputConfig(dataset="synthetic", global_batch_size=16, image_size=8)
         for placement, dtype in ((_DEVICE, tf.uint8), (Placement(PreprocessOn.HOST, "bfloat16"),
                                                        tf.bfloat16)):
-            make = input_pipelines.dataset_fn(config, "train", training=True,
-                                              placement=placement)
+            make = input_pipelines.dataset_fn(config, _read("train", True, placement))
             images, labels = next(iter(make(_context(num_replicas=2))))
             self.assertEqual(images.shape, (8, 8, 8, 3))
             self.assertEqual(images.dtype, dtype)
@@ -207,8 +209,7 @@ class TfrecordSourceTest(tf.test.TestCase):
                                                 replicas_per_worker=2)
         self.assertTrue(report.exactly_once, report.lines())
         self.assertEqual(report.examples_per_worker, [20, 10])
-        batch = next(iter(pipeline.examples(self.config, "train", _context(), training=True,
-                                            placement=_DEVICE)))
+        batch = next(iter(pipeline.examples(self.config, _read("train", True), _context())))
         self.assertEqual(batch["image"].shape, (4, 16, 16, 3))
 
     def test_glob_without_split_is_training_only(self):
@@ -242,7 +243,7 @@ class TfrecordSourceTest(tf.test.TestCase):
         readable = input_pipelines.prepare(config).num_examples["train"]
         self.assertBetween(readable, 20, 29)
         ids = [batch["id"] for batch in pipeline.examples(
-            config, "train", _context(), training=False, placement=_DEVICE, with_ids=True)]
+            config, _read("train", False), _context(), with_ids=True)]
         self.assertLen(np.concatenate(ids), readable)
 
 

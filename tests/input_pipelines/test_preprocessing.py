@@ -7,9 +7,9 @@ import tf_keras
 
 import input_pipelines
 from input_pipelines import InputConfig
+from input_pipelines import Placement
 from input_pipelines import PreprocessOn
 from input_pipelines import preprocessing
-from input_pipelines.preprocessing import Placement
 
 _NUM_IMAGES = 4096
 

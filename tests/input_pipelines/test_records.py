@@ -15,10 +15,11 @@ from PIL import Image
 import input_pipelines
 from input_pipelines import InputConfig
 from input_pipelines import InputConfigError
+from input_pipelines import Placement
 from input_pipelines import PreprocessOn
+from input_pipelines import ReadOptions
 from input_pipelines import pipeline
 from input_pipelines import records
-from input_pipelines.preprocessing import Placement
 
 IMAGE_KEY = "image/encoded"
 LABEL_KEY = "image/class/label"
@@ -93,8 +94,8 @@ class RecordCheckTest(_Files, parameterized.TestCase):
         config = self._config()
         self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 5})
         context = tf.distribute.InputContext()
-        batch = next(iter(pipeline.examples(config, "train", context, training=False,
-                                            placement=Placement(PreprocessOn.DEVICE))))
+        read = ReadOptions(split="train", training=False, placement=Placement(PreprocessOn.DEVICE))
+        batch = next(iter(pipeline.examples(config, read, context)))
         self.assertEqual(batch["image"].shape, (4, 16, 16, 3))
 
     @parameterized.named_parameters(
@@ -208,8 +209,8 @@ class ExplainInputErrorTest(_Files, parameterized.TestCase):
         path = self._truncated_jpeg_at(2)
         config = self._config()
         self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 7})
-        make = input_pipelines.dataset_fn(config, "train", training=False,
-                                          placement=Placement(PreprocessOn.DEVICE))
+        make = input_pipelines.dataset_fn(config, ReadOptions(
+            split="train", training=False, placement=Placement(PreprocessOn.DEVICE)))
         with self.assertRaises(tf.errors.InvalidArgumentError) as read:
             list(make(tf.distribute.InputContext()))
         with self.assertRaisesRegex(
