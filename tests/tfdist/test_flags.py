@@ -1,0 +1,193 @@
+"""tfdist.flags: train flags that users' absl programs take, CLI-only flags that only `tfdist`
+defines, every flag a FlagHolder of its group, and the checks on numbers."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+from absl import flags
+
+from tfdist import flags as tfdist_flags
+
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
+# A `tensorflow` that fails to import (see cli_runner.py): the user's program must not need it.
+_NO_TENSORFLOW = pathlib.Path(__file__).with_name("no_tensorflow")
+_CLI_ONLY = ("num_workers", "replicas_per_worker", "json", "replicas", "data", "warmup_steps",
+             "timed_steps", "overhead_rounds", "plot", "port", "evaluator", "max_restarts",
+             "network", "timeout_s", "format", "name", "image", "restart_policy", "time_limit",
+             "gpus_per_task", "probe", "probe_timeout_s", "tf_config")
+_USER_PROGRAM = """\
+import json
+import sys
+
+from absl import app, flags
+from tfdist import flags as tfdist_flags
+
+tfdist_flags.adopt_train_flags()
+_MINE = flags.DEFINE_integer("my_steps", 1, "mine")
+CLI_ONLY = {cli_only!r}
+
+
+def main(argv):
+    config = tfdist_flags.run_config(None)
+    print(json.dumps({{
+        "my_steps": _MINE.value, "strategy": config.strategy.strategy.value,
+        "global_batch_size": config.input.global_batch_size, "model": config.train.model,
+        "epochs": config.train.epochs, "optimizer_epochs": config.optimizer.epochs,
+        "precision": config.train.mixed_precision.value,
+        "cli_only_defined": sorted(set(CLI_ONLY) & set(flags.FLAGS)),
+        "tensorflow_imported": "tensorflow" in sys.modules}}))
+
+
+if __name__ == "__main__":
+    app.run(main)
+"""
+
+
+def _parse(command: str, *args: str) -> None:
+    tfdist_flags.parse(command, ["tfdist", *args])
+
+
+class UserProgramTest(unittest.TestCase):
+    """A user's own absl program that imports tfdist.flags, run as a child without TensorFlow."""
+
+    def run_program(self, *args: str) -> subprocess.CompletedProcess:
+        directory = self.enterContext(tempfile.TemporaryDirectory())
+        program = pathlib.Path(directory, "my_train.py")
+        program.write_text(_USER_PROGRAM.format(cli_only=_CLI_ONLY), encoding="utf-8")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [str(_NO_TENSORFLOW), str(_ROOT), os.environ.get("PYTHONPATH")])))
+        return subprocess.run([sys.executable, str(program), *args], capture_output=True,
+                              text=True, env=env, cwd=directory, timeout=120, check=False)
+
+    def test_help_lists_the_programs_and_the_train_flags_but_no_cli_flag(self):
+        result = self.run_program("--help")  # absl's --help exits 1.
+        self.assertNotIn("Traceback", result.stderr)  # E.g. "tfdist imported tensorflow".
+        self.assertIn("Try --helpfull", result.stdout)
+        for name in ("my_steps", "strategy", "global_batch_size", "mixed_precision",
+                     "model_dir", "model", "learning_rate", "cluster_resolver", "num_ps",
+                     "tf_logs"):
+            self.assertRegex(result.stdout, rf"--(\[no\])?{name}:")
+        for name in ("image", "name", "port", "format", "num_workers", "evaluator"):
+            self.assertNotRegex(result.stdout, rf"--(\[no\])?{name}:")
+
+    def test_run_config_after_app_run(self):
+        result = self.run_program("--my_steps=7", "--strategy=mirrored",
+                                  "--global_batch_size=64", "--model=resnet20", "--epochs=5",
+                                  "--mixed_precision=mixed_bfloat16")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads(result.stdout), {
+            "my_steps": 7, "strategy": "mirrored", "global_batch_size": 64, "model": "resnet20",
+            "epochs": 5, "optimizer_epochs": 5, "precision": "mixed_bfloat16",
+            "cli_only_defined": [], "tensorflow_imported": False})
+
+    def test_cli_only_flags_are_unknown_to_the_program(self):
+        result = self.run_program("--image=img")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("Unknown command line flag 'image'", result.stderr)
+
+
+class FlagsTest(unittest.TestCase):
+    """The flags in this process, with the CLI-only ones defined as `tfdist` defines them."""
+
+    def setUp(self):
+        super().setUp()
+        tfdist_flags.define_cli_flags()
+        self.addCleanup(tfdist_flags.FLAGS.unparse_flags)
+
+    def test_define_cli_flags_twice_is_a_no_op(self):
+        before = {command: dict(holders) for command, holders in
+                  tfdist_flags.COMMAND_FLAGS.items()}
+        tfdist_flags.define_cli_flags()
+        self.assertEqual(set(tfdist_flags.COMMAND_FLAGS), set(before))
+        for command, holders in before.items():
+            self.assertEqual(list(tfdist_flags.COMMAND_FLAGS[command]), list(holders))
+
+    def test_every_flag_is_a_holder_of_its_name(self):
+        for command, holders in tfdist_flags.COMMAND_FLAGS.items():
+            for name, holder in holders.items():
+                with self.subTest(command=command, name=name):
+                    self.assertIsInstance(holder, flags.FlagHolder)
+                    self.assertEqual(holder.name, name)
+                    self.assertIn(name, tfdist_flags.FLAGS)
+
+    def test_train_takes_no_cli_only_flag(self):
+        self.assertEqual(set(tfdist_flags.COMMAND_FLAGS["train"]) & set(_CLI_ONLY), set())
+        others = {name for command, holders in tfdist_flags.COMMAND_FLAGS.items()
+                  if command != "train" for name in holders}
+        self.assertLessEqual(set(_CLI_ONLY), others)
+
+    def test_every_float_flag_must_be_finite(self):
+        for command, holders in tfdist_flags.COMMAND_FLAGS.items():
+            for name in holders:
+                if not isinstance(tfdist_flags.FLAGS[name].parser, flags.FloatParser):
+                    continue
+                for value in ("nan", "inf"):
+                    with self.subTest(command=command, name=name, value=value):
+                        with self.assertRaisesRegex(flags.IllegalFlagValueError,
+                                                    f"--{name}=.*must be a finite number"):
+                            _parse(command, f"--{name}={value}")
+
+    def test_durations_must_be_above_zero(self):
+        for command, name in (("train", "collective_timeout_s"), ("launch", "timeout_s"),
+                              ("doctor", "probe_timeout_s")):
+            with self.subTest(name=name):
+                with self.assertRaisesRegex(flags.IllegalFlagValueError,
+                                            f"--{name}=0.*seconds above 0"):
+                    _parse(command, f"--{name}=0")
+
+    def test_a_flag_of_another_command_is_a_usage_error(self):
+        with self.assertRaisesRegex(tfdist_flags.UsageError,
+                                    r"--image is not a flag of `tfdist train`"):
+            _parse("train", "--image=img")
+
+    def test_run_config(self):
+        _parse("train", "--strategy=mirrored", "--epochs=4", "--model=resnet20",
+               "--lr_schedule=step", "--lr_step_boundaries=1,2", "--seed=9", "--tf_logs")
+        config = tfdist_flags.run_config(None)
+        self.assertEqual(config.strategy.strategy.value, "mirrored")
+        self.assertEqual(config.train.epochs, 4)
+        self.assertEqual(config.optimizer.epochs, 4)
+        self.assertEqual(config.train.model, "resnet20")
+        self.assertEqual(config.optimizer.lr_step_boundaries, (1.0, 2.0))
+        self.assertEqual((config.train.seed, config.input.seed), (9, 9))
+        self.assertTrue(config.show_tf_logs)
+
+    def test_benchmark_passes_on_only_the_train_flags_given(self):
+        _parse("benchmark", "--epochs=2", "--replicas=2,1", "--json=/tmp/b.json",
+               "--lr_step_boundaries=1,2", "--tf_logs")
+        self.assertCountEqual(tfdist_flags.benchmark_train_args(),
+                              ["--epochs=2", "--lr_step_boundaries=1,2", "--tf_logs"])
+        options = tfdist_flags.benchmark_options()
+        self.assertEqual((options["replicas"], options["json_path"]), ([1, 2], "/tmp/b.json"))
+
+    def test_slurm_layout(self):
+        _parse("train", "--num_ps=1")
+        with self.assertRaisesRegex(tfdist_flags.UsageError, "--num_ps describes a Slurm"):
+            tfdist_flags.slurm_layout()
+        _parse("train", "--cluster_resolver=slurm", "--num_ps=1", "--chief")
+        self.assertEqual(tfdist_flags.slurm_layout(),
+                         {"port_base": 8888, "num_ps": 1, "chief": True})
+
+    def test_command_options(self):
+        _parse("launch", "--num_workers=3", "--num_ps=1", "--chief", "--timeout_s=60")
+        config = tfdist_flags.launch_config(["train"])
+        self.assertEqual((config.num_workers, config.num_ps, config.chief, config.timeout_s),
+                         (3, 1, True, 60.0))
+        _parse("manifest", "--image=img", "--num_workers=4")
+        self.assertEqual(tfdist_flags.manifest_options()["num_workers"], 4)
+        _parse("data check", "--num_workers=3", "--replicas_per_worker=2")
+        self.assertEqual(tfdist_flags.data_check_options(), (3, 2, None))
+        _parse("data serve", "--port=6000")
+        self.assertEqual(tfdist_flags.data_serve_options(), (6000, 2))
+        _parse("doctor", "--probe")
+        self.assertEqual(tfdist_flags.probe_timeout_s(), 5.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
