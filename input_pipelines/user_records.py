@@ -57,7 +57,9 @@ class Records:
         batch of evaluation data may be shorter), and returns `(features, labels)`, each any
         nested structure of tensors: dense, ragged or sparse. It runs inside tf.data, traced
         once, on the host or on tf.data service workers: TensorFlow ops only.
-      num_examples: how many training examples the files hold, when known.
+      num_examples: how many examples the files hold, when known; tfdist's `fit` reads that
+        many as one validation pass when this is validation data (a split's own `Records`
+        when `files` has `{split}`).
     """
     files: str | Sequence[str]
     parse_fn: ParseFn

@@ -1,5 +1,11 @@
 """tfdist: TensorFlow distribution strategies, input sharding and cluster launches in one tool.
 
+The public API (README "Use tfdist from your own program"): a user's absl program defines
+tfdist's flags beside its own, builds the run's config from them, sets the process up once
+(`setup` returns the frozen `Plan`), and hands its own model and data to `fit`, which trains
+under the plan's strategy, or serves or evaluates when this task of the cluster should. Custom
+training loops use `CustomLoop`.
+
 Importing tfdist selects tf-keras (Keras 2) as TensorFlow's Keras when TensorFlow is not imported
 yet (see ARCHITECTURE.md); nothing here imports TensorFlow at import time.
 """
@@ -10,7 +16,18 @@ import sys
 if "tensorflow" not in sys.modules:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
-# pylint: disable=wrong-import-position
+# pylint: disable=wrong-import-position,import-outside-toplevel
+from input_pipelines import InputConfig
+from input_pipelines import InputConfigError
+from input_pipelines import Records
+from strategies import ClusterConfigError
+from strategies import StrategyConfig
+from strategies import StrategyConfigError
+from strategies import StrategyKind
+from tfdist.app import USER_ERRORS
+from tfdist.app import config_from_flags
+from tfdist.app import define_flags
+from tfdist.app import run
 from tfdist.config import ConfigError
 from tfdist.config import ModelName
 from tfdist.config import Precision
@@ -20,9 +37,23 @@ from tfdist.optim_config import OptimizerConfig
 from tfdist.optim_config import OptimizerName
 
 __version__ = "0.1.0"
+__all__ = [
+    "define_flags", "config_from_flags", "run", "setup", "fit", "dataset_fn", "CustomLoop",
+    "train", "Plan", "Role", "Records", "RunConfig", "StrategyConfig", "InputConfig",
+    "TrainConfig", "OptimizerConfig", "StrategyKind", "ModelName", "OptimizerName", "Precision",
+    "ConfigError", "StrategyConfigError", "ClusterConfigError", "InputConfigError",
+    "USER_ERRORS",
+]
+_LAZY = {"setup": "tfdist.plan", "Plan": "tfdist.plan", "Role": "tfdist.plan",
+         "fit": "tfdist.training", "dataset_fn": "tfdist.training",
+         "CustomLoop": "tfdist.custom_loop", "train": "tfdist.train_command"}
 
 
-def train(config: RunConfig) -> dict:
-    """Sets up this process for `config`, trains, and returns the run summary (see README)."""
-    from tfdist import run  # pylint: disable=import-outside-toplevel
-    return run.train(config)
+def __getattr__(name: str):
+    """The TensorFlow-backed names, imported on first use (so `import tfdist` stays fast)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tfdist' has no attribute {name!r}")
+    import importlib
+    from tfdist.app import import_tensorflow
+    import_tensorflow()  # Quietly, unless --tf_logs.
+    return getattr(importlib.import_module(_LAZY[name]), name)

@@ -24,8 +24,8 @@ import tf_keras
 
 from input_pipelines import sources
 from tfdist import models
-from tfdist import run
-from tfdist import training
+from tfdist import train_command
+from tfdist.plan import setup
 
 
 class StepTimer(tf_keras.callbacks.Callback):
@@ -43,9 +43,10 @@ class StepTimer(tf_keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def _tfdist_steps(config, strategy, steps: int) -> list[float]:
+def _tfdist_steps(plan, steps: int) -> list[float]:
+    """tfdist's `fit`, as `tfdist train` calls it, without validation."""
     timer = StepTimer()
-    training.fit(config, strategy, validate=False, callbacks=[timer])
+    train_command.fit(plan, validate=False, callbacks=[timer])
     assert len(timer.seconds) == steps, (len(timer.seconds), steps)
     return timer.seconds
 
@@ -75,14 +76,14 @@ def measure(spec: dict) -> dict:
     config = tfdist_flags.run_config(None)
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, epochs=1, steps_per_epoch=steps, model_dir=None, metrics_json=None))
-    strategy = run.setup(config)
+    plan = setup(config)
     timed = slice(spec["warmup_steps"], None)
-    result = {"global_batch_size": config.input.global_batch_size,
-              "num_replicas": strategy.num_replicas_in_sync, "tfdist": [], "plain": []}
+    result = {"global_batch_size": plan.global_batch_size,
+              "num_replicas": plan.num_replicas, "tfdist": [], "plain": []}
     for _ in range(max(spec["overhead_rounds"], 1)):
-        result["tfdist"] += _tfdist_steps(config, strategy, steps)[timed]
+        result["tfdist"] += _tfdist_steps(plan, steps)[timed]
         if spec["overhead_rounds"]:
-            result["plain"] += _plain_steps(config, strategy, steps)[timed]
+            result["plain"] += _plain_steps(config, plan.strategy, steps)[timed]
     return result
 
 

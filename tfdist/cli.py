@@ -8,14 +8,11 @@ import sys
 
 from absl import flags
 
-import strategies
-from input_pipelines import InputConfigError
-from strategies import ClusterConfigError
-from strategies import StrategyConfigError
+from tfdist import app
 from tfdist import flags as tfdist_flags
 from tfdist import paths
+from tfdist import plugins
 from tfdist.config import ConfigError
-from tfdist.optim_config import OptimizerConfigError
 from tfdist.process import import_tensorflow
 
 USAGE = """usage: tfdist <command> [--flag=value ...] [--flagfile=FILE]
@@ -40,9 +37,9 @@ commands:
 
 `tfdist <command> --help` lists a command's flags; --helpfull lists every flag."""
 
-EXIT_USAGE = 2
-USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError,
-               OptimizerConfigError, tfdist_flags.UsageError)
+tfdist_flags.define_cli_flags()  # The commands' own flags, beside the train flags.
+EXIT_USAGE = app.EXIT_USAGE
+USER_ERRORS = (*app.USER_ERRORS, tfdist_flags.UsageError)
 
 
 def _fail(command: str, message: object) -> int:
@@ -50,32 +47,20 @@ def _fail(command: str, message: object) -> int:
     return EXIT_USAGE
 
 
-def _cluster() -> strategies.ClusterConfig | None:
-    """The cluster from TF_CONFIG, or from the Slurm job step with --cluster_resolver=slurm."""
-    slurm = tfdist_flags.slurm_layout()
-    if slurm is None:
-        return strategies.from_environment()
-    import_tensorflow(tfdist_flags.show_tf_logs())  # The Slurm resolver is TensorFlow's.
-    from strategies import slurm as slurm_cluster  # pylint: disable=import-outside-toplevel
-    return slurm_cluster.cluster_from_slurm(**slurm)
-
-
 def _train() -> int:
-    config = tfdist_flags.run_config(_cluster())
-    paths.check(config)  # Before TensorFlow's seconds of start-up; `run.train` checks again.
+    config = tfdist_flags.run_config(app.cluster_from_flags())
+    paths.check(config)  # Before TensorFlow's seconds of start-up; `setup` checks again.
+    plugins.check_findable(dataset=config.input.dataset, model=config.train.model)
     import_tensorflow(config.show_tf_logs)
     # pylint: disable-next=import-outside-toplevel
-    from tfdist import evaluator, run, serve, summary
-    if run.serves(config):
-        return serve.serve(config.cluster)
-    if run.evaluates(config):
-        return evaluator.evaluate_checkpoints(config)
+    from tfdist import summary, train_command, training
     try:
-        result = run.train(config)
-    except run.ResultNotSaved as error:
+        result = train_command.train(config)
+    except training.ResultNotSaved as error:
         print(summary.format_line(error.summary), flush=True)
         raise
-    print(summary.format_line(result))
+    if result["role"] == "train":
+        print(summary.format_line(result))
     return 0
 
 
@@ -91,6 +76,7 @@ def _data_check() -> int:
     config = tfdist_flags.input_config("data check")
     num_workers, replicas_per_worker, json_path = tfdist_flags.data_check_options()
     paths.check_input_dir("data_dir", config.data_dir)
+    plugins.check_findable(dataset=config.dataset)
     paths.check_output_file("json", json_path)
     import_tensorflow(tfdist_flags.show_tf_logs())
     from tfdist import data_check  # pylint: disable=import-outside-toplevel
@@ -106,7 +92,9 @@ def _data_serve() -> int:
 def _benchmark() -> int:
     options = tfdist_flags.benchmark_options()
     train_args = tfdist_flags.benchmark_train_args()
-    paths.check(tfdist_flags.run_config(None))  # The train flags, before minutes of sweeping.
+    config = tfdist_flags.run_config(None)
+    paths.check(config)  # The train flags, before minutes of sweeping.
+    plugins.check_findable(dataset=config.input.dataset, model=config.train.model)
     paths.check_output_file("json", options["json_path"])
     paths.check_output_file("plot", options["plot_path"])
     import_tensorflow(tfdist_flags.show_tf_logs())
@@ -157,7 +145,8 @@ def _help(command: str, args: list[str]) -> bool:
         return True
     if not {"-h", "--help", "--helpshort", "-?"} & set(args):
         return False
-    print(f"usage: tfdist {command} [--flag=value ...]\n\nflags:\n{tfdist_flags.help_text(command)}")
+    print(f"usage: tfdist {command} [--flag=value ...]\n\n"
+          f"flags:\n{tfdist_flags.help_text(command)}")
     return True
 
 

@@ -5,6 +5,7 @@ import enum
 
 from input_pipelines import InputConfig
 from input_pipelines.config import MAX_SEED
+from input_pipelines.config import PYTHON_FUNCTION
 from strategies import ClusterConfig
 from strategies import StrategyConfig
 from strategies.config import check_int
@@ -29,9 +30,12 @@ class Precision(str, enum.Enum):
 
 
 class ModelName(str, enum.Enum):
+    """The built-in model functions (`tfdist.models`)."""
     SMALL_CNN = "small_cnn"
     RESNET20 = "resnet20"
     RESNET50 = "resnet50"
+
+
 
 
 def _as_enum(field: str, value, enum_type: type[enum.Enum]):
@@ -42,11 +46,12 @@ def _as_enum(field: str, value, enum_type: type[enum.Enum]):
 class TrainConfig:
     """How to train: model, epochs, precision and where results go.
 
+    `model` is a built-in model (`ModelName`) or a user's model function as MODULE:FUNCTION.
     `steps_per_epoch=None` covers the training split once per epoch; `validation_steps=None`
     reads the whole validation split. With `model_dir`, a backup is written every epoch or every
     `backup_every` steps, and a restarted job resumes from it.
     """
-    model: ModelName = ModelName.SMALL_CNN
+    model: str = ModelName.SMALL_CNN.value
     epochs: int = 3
     steps_per_epoch: int | None = None
     validation_steps: int | None = None
@@ -58,7 +63,16 @@ class TrainConfig:
     seed: int = 0
 
     def __post_init__(self):
-        object.__setattr__(self, "model", _as_enum("model", self.model, ModelName))
+        if isinstance(self.model, ModelName):
+            object.__setattr__(self, "model", self.model.value)
+        if self.model not in {name.value for name in ModelName}:
+            if ":" not in str(self.model):
+                raise ConfigError(f"model={self.model!r} is neither a built-in model "
+                                  f"({', '.join(name.value for name in ModelName)}) nor "
+                                  "MODULE:FUNCTION; use one of those.")
+            if not PYTHON_FUNCTION.fullmatch(self.model):
+                raise ConfigError(f"model={self.model!r} is not MODULE:FUNCTION; write e.g. "
+                                  "my_project.models:build (a module on PYTHONPATH).")
         object.__setattr__(self, "mixed_precision",
                            _as_enum("mixed_precision", self.mixed_precision, Precision))
         for field in ("epochs", "steps_per_epoch", "validation_steps", "steps_per_execution"):

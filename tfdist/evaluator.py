@@ -1,4 +1,4 @@
-"""The `evaluator` task under `tfdist train`: evaluates each new checkpoint the chief writes.
+"""The `evaluator` task (`tfdist.fit` on it): evaluates each new checkpoint the chief writes.
 
 tf-keras' `SidecarEvaluator` loads every new checkpoint in `--model_dir`/checkpoints and
 evaluates it on the whole validation split, on this task alone (no strategy). It stops after
@@ -13,15 +13,10 @@ import sys
 import tensorflow as tf
 import tf_keras
 
-import input_pipelines
-from tfdist import precision
 from tfdist import summary as run_summary
-from tfdist import training
 from tfdist.chief_watch import ChiefWatch
 from tfdist.chief_watch import chief_address
-from tfdist.config import ConfigError
 from tfdist.config import RunConfig
-from tfdist.keras_flavour import require_tf_keras
 
 EVALUATIONS_JSON = "evaluations.json"
 
@@ -58,37 +53,22 @@ class _Record(tf_keras.callbacks.Callback):
         print(f"tfdist evaluator: {self._checkpoint}: {shown}", flush=True)
 
 
-def evaluate_checkpoints(config: RunConfig) -> int:
-    """Runs the evaluator task until the last epoch's checkpoint is evaluated; returns 0.
+def evaluate_checkpoints(config: RunConfig, model: tf_keras.Model, data: tf.data.Dataset, *,
+                         steps: int | None, checkpoint_dir: str) -> dict[str, dict[str, float]]:
+    """Evaluates `model` (compiled) on `data` with each new checkpoint in `checkpoint_dir`
+    until the last epoch's; returns the results by checkpoint.
 
-    Raises:
-      ConfigError: no `--model_dir` to read checkpoints from, or no validation split.
+    `config.train.model_dir` is set (`tfdist.setup` checks it for the evaluator task).
     """
     model_dir = config.train.model_dir
-    if not model_dir:
-        raise ConfigError("the evaluator task needs --model_dir=DIR, the chief's --model_dir, "
-                          "to find the checkpoints it evaluates.")
-    require_tf_keras()
-    precision.apply_policy(config.train.mixed_precision)
-    info = input_pipelines.prepare(config.input)
-    if "validation" not in info.num_examples:
-        raise ConfigError(f"dataset={config.input.dataset} has no validation split for the "
-                          "evaluator task to evaluate on; launch without --evaluator.")
-    placement = training.placement_for(config)
-    model = training.build_model(config, info, placement, training.steps_per_epoch(config, info))
-    data = input_pipelines.dataset_fn(config.input, "validation", training=False,
-                                      placement=placement)(tf.distribute.InputContext())
-    checkpoint_dir = os.path.join(model_dir, training.CHECKPOINTS_DIR)
     chief = chief_address(config.cluster)
     print(f"tfdist: evaluator evaluating each new checkpoint in {checkpoint_dir} until epoch "
           f"{config.train.epochs} or until the chief at {chief} finishes", file=sys.stderr,
           flush=True)
     record = _Record(checkpoint_dir, os.path.join(model_dir, EVALUATIONS_JSON))
-    _Evaluator(model, data, checkpoint_dir,
-               steps=training.validation_steps(config, info),
-               max_evaluations=config.train.epochs,
+    _Evaluator(model, data, checkpoint_dir, steps=steps, max_evaluations=config.train.epochs,
                callbacks=[record, tf_keras.callbacks.TensorBoard(
                    os.path.join(model_dir, "logs", "evaluator"))],
                watch=ChiefWatch(chief).start()).start()
     print(f"tfdist: evaluator done after {len(record.results)} evaluation(s)", flush=True)
-    return 0
+    return record.results

@@ -38,7 +38,7 @@ def wrap_optimizer(optimizer: tf_keras.optimizers.Optimizer,
 
 def check_output_dtype(model: tf_keras.Model) -> None:
     """Raises ConfigError unless every model output is float32 (stable softmax and loss)."""
-    for output in model.outputs:
+    for output in model.outputs or ():  # A subclassed model may not know its outputs yet.
         if output.dtype != tf.float32:
             raise ConfigError(
                 f"model output {output.name!r} is {output.dtype.name}; under mixed precision the "

@@ -1,56 +1,64 @@
-"""One `fit` for every strategy: the right input path per strategy, Keras `model.fit` on top."""
+"""`fit`: a user's model and data trained under the plan's strategy with Keras `model.fit`, or,
+on a serving or evaluating task, that task's part of the run.
 
-import dataclasses
+The right input path per strategy (`distribute_datasets_from_function`, or DatasetCreator under
+parameter server), tfdist's optimizer recipe and loss scaling for an uncompiled model, backup
+and restore, chief-only checkpoints, TensorBoard, throughput, and the run summary.
+"""
+
+import contextlib
 import math
 import os
-from typing import Sequence
+import re
+import sys
+import time
+from typing import Callable, Sequence
 
 import tensorflow as tf
 import tf_keras
 
 import input_pipelines
-from input_pipelines.sources import DatasetInfo
+from input_pipelines import InputConfig
+from input_pipelines import Records
+from strategies import StrategyKind
+from tfdist import evaluator
 from tfdist import models
 from tfdist import optim
+from tfdist import paths
 from tfdist import precision
+from tfdist import serve
+from tfdist import summary as run_summary
 from tfdist.callbacks import BackupAndRestore
 from tfdist.callbacks import EpochHistory
 from tfdist.callbacks import ThroughputTimer
 from tfdist.config import ConfigError
-from tfdist.config import RunConfig
+from tfdist.config import Precision
+from tfdist.plan import Plan
+from tfdist.plan import Role
 
-_PS_STRATEGY = tf.distribute.experimental.ParameterServerStrategy
 CHECKPOINTS_DIR = "checkpoints"  # Under --model_dir: one weights checkpoint per epoch.
 CHECKPOINT_PREFIX = "epoch-"
 HISTORY_JSON = "history.json"  # Under --model_dir: every epoch's metrics, across restarts.
+# What `fit` takes as data: tfdist's pipeline for an input config, the user's records and
+# parse_fn through it, or the user's own dataset function (InputContext -> tf.data.Dataset).
+DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+Data = InputConfig | Records | DatasetFn
+_SHARD_NAME = re.compile(r"(?P<name>.+)/part_(?P<part>[0-9]+)(:[0-9]+)?")
+DEFAULT = "default"  # `validation_data`: the validation split of an input config's dataset.
+# Keras' words for a batch that does not fit the model (raised while tracing the first step).
+_MISFIT_WORDS = ("is incompatible with the layer", "expects", "are incompatible",
+                 "Incompatible shapes", "Missing data for input")
 
 
-@dataclasses.dataclass(frozen=True)
-class FitResult:
-    """What a fit did: metrics per epoch (earlier attempts' too, when it resumed from a backup)
-    and of the last one, steps run, and training throughput of this attempt."""
-    final: dict[str, float]
-    history: dict[str, list[float | None]]
-    steps_per_epoch: int
-    steps: int
-    examples_per_sec: float
-    resumed_from_epoch: int | None = None
+class ResultNotSaved(ConfigError):
+    """The run trained, but `--metrics_json` could not be written; `summary` holds the result."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message)
+        self.summary = summary
 
 
-def steps_per_epoch(config: RunConfig, info: DatasetInfo) -> int:
-    """`--steps_per_epoch`, or one pass over the training split in whole global batches."""
-    if config.train.steps_per_epoch:
-        return config.train.steps_per_epoch
-    num_train = info.num_examples["train"]
-    steps = num_train // config.input.global_batch_size
-    if steps == 0:
-        raise ConfigError(
-            f"global_batch_size={config.input.global_batch_size} is larger than the {num_train} "
-            "training examples; lower it or set --steps_per_epoch.")
-    return steps
-
-
-def _input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptions:
+def _input_options(plan: Plan) -> tf.distribute.InputOptions:
     """How the strategy hands batches to its replicas.
 
     GPUs: the default, batches prefetched onto each device. CPU replicas take batches from the
@@ -61,9 +69,9 @@ def _input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptio
     skip the per-device prefetch buffer, which copies nothing on a CPU; one_device still shows
     a ~20 s wait after the last epoch (docs/PERFORMANCE.md).
     """
-    if any("GPU" in device for device in strategy.extended.worker_devices):
+    if any("GPU" in device for device in plan.strategy.extended.worker_devices):
         return tf.distribute.InputOptions()
-    if isinstance(strategy, tf.distribute.MirroredStrategy):
+    if plan.kind is StrategyKind.MIRRORED:
         return tf.distribute.InputOptions(
             experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
             experimental_fetch_to_device=False)
@@ -71,59 +79,175 @@ def _input_options(strategy: tf.distribute.Strategy) -> tf.distribute.InputOptio
                                       experimental_per_replica_buffer_size=0)
 
 
-def _is_parameter_server(strategy: tf.distribute.Strategy) -> bool:
-    """Under parameter server every worker's input pipeline gets the same `InputContext`."""
-    return isinstance(strategy, _PS_STRATEGY)
-
-
-def _distribute(strategy: tf.distribute.Strategy, dataset_fn):
+def _distribute(plan: Plan, dataset_fn: DatasetFn):
     """Per-worker datasets: Keras' coordinator path under PS, else the strategy's own."""
-    if _is_parameter_server(strategy):
+    if plan.kind is StrategyKind.PARAMETER_SERVER:
         return tf_keras.utils.experimental.DatasetCreator(dataset_fn)
-    return strategy.distribute_datasets_from_function(dataset_fn,
-                                                      options=_input_options(strategy))
+    return plan.strategy.distribute_datasets_from_function(dataset_fn,
+                                                           options=_input_options(plan))
 
 
-def validation_steps(config: RunConfig, info: DatasetInfo) -> int:
-    """`--validation_steps`, or one pass over the validation split, its last partial batch too."""
-    if config.train.validation_steps:
-        return config.train.validation_steps
-    return math.ceil(info.num_examples["validation"] / config.input.global_batch_size)
+def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> DatasetFn:
+    """The dataset function that reads `data`'s `split` for this plan.
+
+    Example (a custom loop):
+      >>> train = tfdist.dataset_fn(plan, tfdist.Records("data/train-*.tfrecord", parse),
+      ...                           "train", training=True)
+      >>> batches = plan.strategy.distribute_datasets_from_function(train)
+    """
+    if isinstance(data, (InputConfig, Records)):
+        read = input_pipelines.ReadOptions(
+            split=split, training=training, placement=plan.placement,
+            independent_order=plan.kind is StrategyKind.PARAMETER_SERVER)
+        if isinstance(data, Records):
+            return input_pipelines.records_dataset_fn(data, plan.config.input, read)
+        return input_pipelines.dataset_fn(data, read)
+    if not callable(data):
+        raise ConfigError(f"{split} data is a {type(data).__name__}; pass a dataset function "
+                          "(InputContext -> tf.data.Dataset), a tfdist.Records or an "
+                          "InputConfig.")
+    return data
 
 
-def placement_for(config: RunConfig):
-    """Where preprocessing runs, given this process's GPUs and the model's compute dtype."""
-    return input_pipelines.resolve_placement(
-        config.input, num_gpus=len(tf.config.list_logical_devices("GPU")),
-        compute_dtype=tf_keras.mixed_precision.global_policy().compute_dtype)
+def dataset_info(plan: Plan, data: InputConfig) -> input_pipelines.DatasetInfo:
+    """`data`'s dataset info: the plan's, when it is the run's own input."""
+    if data == plan.config.input and plan.dataset_info is not None:
+        return plan.dataset_info
+    return input_pipelines.prepare(data)
 
 
-def _with_input(body: tf_keras.Model, info: DatasetInfo, placement) -> tf_keras.Model:
-    """`body` behind an input of the dtype the pipeline delivers: uint8 images go through the
-    device-preprocessing layer first (run in each replica's step, on its device)."""
-    if not placement.on_device:
-        return body
-    images = tf_keras.Input(info.image_shape, dtype="uint8", name="image")
-    return tf_keras.Model(images, body(input_pipelines.device_preprocessing()(images)),
-                          name=body.name)
+def _validation_steps(plan: Plan, data: Data, steps: int | None = None) -> int:
+    """`steps`, else `--validation_steps`, else one pass over the validation data (its last
+    partial batch too) when its size is known."""
+    steps = steps or plan.config.train.validation_steps
+    if steps:
+        return steps
+    if isinstance(data, InputConfig):
+        examples = dataset_info(plan, data).num_examples["validation"]
+        return math.ceil(examples / plan.global_batch_size)
+    if isinstance(data, Records) and data.num_examples:
+        return math.ceil(data.num_examples / plan.global_batch_size)
+    if callable(data) and not isinstance(data, Records):
+        # One pipeline of one replica: its batches are global batches.
+        batches = int(data(tf.distribute.InputContext()).cardinality())
+        if batches > 0:
+            return batches
+    raise ConfigError("validation_steps: tfdist cannot tell where your validation data ends; "
+                      "pass fit(validation_steps=N) or --validation_steps=N.")
 
 
-def build_model(config: RunConfig, info: DatasetInfo, placement,
-                steps_per_epoch: int) -> tf_keras.Model:
-    """Builds and compiles the model; call inside `strategy.scope()`."""
-    train = config.train
-    model = _with_input(models.build(train.model, info.image_shape, info.num_classes), info,
-                        placement)
-    optimizer = precision.wrap_optimizer(
-        optim.build_optimizer(config.optimizer, config.input.global_batch_size, steps_per_epoch,
+def _validation_data(plan: Plan, train_data: Data, validation_data: Data | None | str):
+    """The validation data `fit` reads: `DEFAULT` is the validation split of an input config's
+    dataset, when it has one, and none for the user's own data."""
+    if validation_data != DEFAULT:
+        return validation_data
+    if isinstance(train_data, InputConfig) and \
+            "validation" in dataset_info(plan, train_data).num_examples:
+        return train_data
+    return None
+
+
+def _with_device_preprocessing(plan: Plan, model: tf_keras.Model,
+                               data: Data) -> tf_keras.Model:
+    """`model` behind an input of the dtype an image pipeline delivers: with preprocessing on
+    the device, uint8 images go through the preprocessing layer first (run in each replica's
+    step, on its device)."""
+    if not (isinstance(data, InputConfig) and plan.placement.on_device):
+        return model
+    images = tf_keras.Input(dataset_info(plan, data).image_shape, dtype="uint8", name="image")
+    return tf_keras.Model(images, model(input_pipelines.device_preprocessing()(images)),
+                          name=model.name)
+
+
+def tfdist_optimizer(plan: Plan) -> tf_keras.optimizers.Optimizer:
+    """The optimizer recipe of `plan.config.optimizer`, with loss scaling under float16."""
+    config = plan.config
+    return precision.wrap_optimizer(
+        optim.build_optimizer(config.optimizer, plan.global_batch_size, plan.steps_per_epoch,
                               allreduce_dtype=config.strategy.allreduce_dtype,
-                              seed=train.seed),
-        train.mixed_precision)
-    model.compile(optimizer=optimizer,
-                  loss=tf_keras.losses.SparseCategoricalCrossentropy(),
-                  metrics=["accuracy"],
-                  steps_per_execution=train.steps_per_execution)
+                              seed=config.train.seed),
+        config.train.mixed_precision)
+
+
+def _compile(plan: Plan, model: tf_keras.Model, loss, metrics) -> None:
+    """Compiles an uncompiled `model` with `loss`, `metrics` and tfdist's optimizer."""
+    if model.compiled_loss is not None:  # Keras adds loss scaling under mixed_float16.
+        return
+    if loss is None:
+        raise ConfigError("loss: the model is not compiled; pass fit(..., loss=..., "
+                          "metrics=[...]), or compile the model yourself.")
+    model.compile(optimizer=tfdist_optimizer(plan), loss=loss, metrics=metrics,
+                  steps_per_execution=plan.config.train.steps_per_execution)
+
+
+def build_model(plan: Plan, model, *, data: Data, loss=None, metrics=None) -> tf_keras.Model:
+    """The model `fit` trains: `model` (built in `plan.strategy.scope()`), or what the function
+    `model` returns when called there with no arguments; compiled as `fit` says."""
+    scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
+    with scope:
+        if isinstance(model, tf_keras.Model):
+            _check_built_in_scope(plan, model)
+        else:
+            if not callable(model):
+                raise ConfigError(f"model is a {type(model).__name__}; pass a tf-keras model or "
+                                  "a function that builds one.")
+            model = models.check_model(model(), f"model function {_name(model)}")
+        model = _with_device_preprocessing(plan, model, data)
+        _compile(plan, model, loss, metrics)
+    _log_sharding(plan, model)
     return model
+
+
+def _check_built_in_scope(plan: Plan, model: tf_keras.Model) -> None:
+    models.check_model(model, "model")
+    if plan.strategy is None:
+        return
+    if not all(plan.strategy.extended.variable_created_in_scope(variable)
+               for variable in model.variables):
+        raise ConfigError(f"model {model.name!r} was built outside plan.strategy.scope(); pass a "
+                          "function that builds it (fit calls it in the scope), or build it "
+                          "inside `with plan.strategy.scope():`.")
+
+
+def _ps_task(device: str) -> str:
+    """"ps:1" from "/job:ps/replica:0/task:1/device:CPU:0"."""
+    fields = dict(part.split(":", 1) for part in device.split("/") if ":" in part)
+    return f"{fields.get('job', '?')}:{fields.get('task', '?')}"
+
+
+def _log_sharding(plan: Plan, model: tf_keras.Model) -> None:
+    """Under parameter server, says which ps task holds which rows of each sharded variable
+    (`--variable_partition`), one line per variable; Keras lists the shards as variables
+    named `<name>/part_<i>`."""
+    if plan.kind is not StrategyKind.PARAMETER_SERVER:
+        return
+    sharded: dict[str, list] = {}
+    for variable in model.variables:
+        match = _SHARD_NAME.fullmatch(variable.name)
+        if match:
+            sharded.setdefault(match["name"], []).append((int(match["part"]), variable))
+    for name, parts in sharded.items():
+        row, placed, size = 0, [], 0
+        for _, shard in sorted(parts, key=lambda part: part[0]):
+            placed.append(f"rows {row}-{row + shard.shape[0] - 1} on {_ps_task(shard.device)}")
+            row += shard.shape[0]
+            size += shard.shape.num_elements() * shard.dtype.size
+        print(f"tfdist: variable {name} {row}x{'x'.join(map(str, parts[0][1].shape[1:]))} "
+              f"({size / 2**20:.1f} MiB) in {len(parts)} shards: {', '.join(placed)}",
+              file=sys.stderr, flush=True)
+
+
+def _name(function) -> str:
+    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
+
+
+def _describe(data: Data) -> str:
+    """A name for the summary's `dataset`."""
+    if isinstance(data, InputConfig):
+        return data.dataset
+    if isinstance(data, Records):
+        return f"records:{data.files if isinstance(data.files, str) else len(data.files)}"
+    return _name(data)
 
 
 def _output_callbacks(model_dir: str | None,
@@ -143,61 +267,170 @@ def _output_callbacks(model_dir: str | None,
     ]
 
 
-def _validation(config: RunConfig, info: DatasetInfo, strategy: tf.distribute.Strategy,
-                placement) -> dict:
-    """`fit`'s validation arguments: the whole validation split per epoch, or none when the
-    dataset has no validation split."""
-    if "validation" not in info.num_examples:
-        return {}
+def _explain(plan: Plan, data: Data, error: Exception) -> None:
+    """Raises the one-line error naming the damaged file or record behind `error`, if any."""
+    if isinstance(data, InputConfig):
+        input_pipelines.explain_input_error(data, error)
+    elif isinstance(data, Records):
+        input_pipelines.explain_records_error(data, "train", error)
+
+
+def _misfit(error: ValueError) -> str | None:
+    """Keras' line saying a batch does not fit the model, if that is what `error` is."""
+    for line in str(error).splitlines():
+        if any(words in line for words in _MISFIT_WORDS):
+            return line.strip()
+    return None
+
+
+def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_data,
+               validation_steps: int | None,
+               callbacks: Sequence[tf_keras.callbacks.Callback]) -> dict:
+    """`model.fit` with tfdist's callbacks; returns the summary's training part."""
+    config = plan.config
+    timer = ThroughputTimer(global_batch_size=plan.global_batch_size,
+                            steps_per_epoch=plan.steps_per_epoch)
+    model_dir = config.train.model_dir
+    epochs = EpochHistory(model_dir and os.path.join(model_dir, HISTORY_JSON),
+                          writes=plan.writes_results)
+    train = _distribute(plan, dataset_fn(plan, train_data, "train", training=True))
+    validation = {}
+    if validation_data is not None:
+        validation = {"validation_data": _distribute(plan, dataset_fn(
+                          plan, validation_data, "validation", training=False)),
+                      "validation_steps": _validation_steps(plan, validation_data,
+                                                            validation_steps)}
+    try:
+        model.fit(train, epochs=config.train.epochs, steps_per_epoch=plan.steps_per_epoch,
+                  callbacks=[timer, epochs, *callbacks,
+                             *_output_callbacks(model_dir, config.train.backup_every)],
+                  verbose=2, **validation)
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
+        _explain(plan, train_data, error)
+        raise
+    except ValueError as error:
+        line = _misfit(error)
+        if line is None:
+            raise
+        raise ConfigError(f"train_data: its batches do not fit model {model.name!r} ({line}); "
+                          "make the dataset yield what the model takes.") from None
+    history = epochs.history()
+    return {"final": {name: values[-1] for name, values in history.items()},
+            "history": history, "examples_per_sec": timer.examples_per_sec(),
+            "resumed_from_epoch": epochs.resumed_from_epoch}
+
+
+def _summary(plan: Plan, model: tf_keras.Model, data: Data, trained: dict) -> dict:
+    config = plan.config
     return {
-        "validation_data": _distribute(strategy, input_pipelines.dataset_fn(
-            config.input, "validation", training=False, placement=placement,
-            independent_order=_is_parameter_server(strategy))),
-        "validation_steps": validation_steps(config, info),
+        "strategy": plan.kind.value,
+        "task": plan.task,
+        "role": plan.role.value,
+        "num_replicas": plan.num_replicas,
+        "num_workers": plan.num_workers,
+        "global_batch_size": plan.global_batch_size,
+        "per_replica_batch_size": plan.per_replica_batch_size,
+        "mixed_precision": config.train.mixed_precision.value,
+        "dataset": _describe(data),
+        "model": model.name,
+        "epochs": config.train.epochs,
+        "steps_per_epoch": plan.steps_per_epoch,
+        "steps": plan.steps_per_epoch * config.train.epochs,
+        **trained,
+        "wall_s": time.perf_counter() - plan.started_s,
     }
 
 
-def fit(config: RunConfig, strategy: tf.distribute.Strategy, *, validate: bool = True,
-        callbacks: Sequence[tf_keras.callbacks.Callback] = ()) -> FitResult:
-    """Trains `config.train.model` on `config.input` under `strategy`, validating each epoch
-    when `validate` and the dataset has a validation split; `callbacks` are added to tfdist's.
+def _write_summary(plan: Plan, summary: dict) -> None:
+    path = plan.config.train.metrics_json
+    if not (path and plan.writes_results):
+        return
+    try:
+        run_summary.write_json(path, summary)
+    except OSError as error:
+        raise ResultNotSaved(f"metrics_json={path!r}: could not write the summary "
+                             f"({error.strerror}); free the disk or pass another path (the "
+                             "summary line is above).", summary) from None
 
-    Runs in cross-replica context on every worker (mirrored strategies) or on the coordinator
-    (parameter server). Prepares the dataset first (generating the built-in one once).
+
+def _check_steps_match(plan: Plan, train_data: Data) -> None:
+    """The plan's steps per epoch must describe the data being trained on."""
+    if plan.dataset_info is not None and train_data != plan.config.input:
+        raise ConfigError(
+            f"steps_per_epoch: the plan took {plan.steps_per_epoch} from {plan.steps_from}, but "
+            "fit got other training data; pass train_examples= to tfdist.setup, or "
+            "--steps_per_epoch=N.")
+
+
+def fit(plan: Plan, model, train_data: Data | None = None,
+        validation_data: Data | None | str = DEFAULT, *, validation_steps: int | None = None,
+        loss=None, metrics=None,
+        callbacks: Sequence[tf_keras.callbacks.Callback] = ()) -> dict:
+    """This task's part of the run `plan` describes; on a training task, trains `model`.
+
+    On a parameter-server `worker` or `ps` task, serves until the chief has finished; on the
+    `evaluator` task, evaluates each checkpoint the chief writes on `validation_data`. So one
+    program runs unchanged as every task of a cluster (`tfdist launch`, a TFJob, Slurm).
+
+    Args:
+      plan: from `tfdist.setup`.
+      model: a tf-keras model built in `plan.strategy.scope()`, or a function of no arguments
+        that builds one (called in the scope: the safe choice on every task).
+      train_data: a dataset function (InputContext -> tf.data.Dataset of per-replica
+        (features, labels) batches), a `tfdist.Records` (your files and parse_fn through
+        tfdist's pipeline), or an `InputConfig`; None reads `plan.config.input`.
+      validation_data: the same kinds, or None; by default the validation split of an
+        input config's dataset (none for your own data).
+      validation_steps: batches per validation; by default `--validation_steps`, else one
+        pass (needed for your own data under parameter server).
+      loss, metrics: compile an uncompiled model with these and tfdist's optimizer recipe
+        (`--optimizer`, schedule, warmup, LARS, clipping, accumulation; loss scaling under
+        mixed_float16). A compiled model keeps its own.
+      callbacks: added to tfdist's (backup and restore, per-epoch checkpoints and TensorBoard
+        under `--model_dir`, throughput).
+
+    Returns:
+      The run summary `tfdist train` prints and writes to `--metrics_json` (the chief writes
+      it); on serving and evaluating tasks, {"task", "role"} (and the evaluator's results).
+
+    Example:
+      >>> plan = tfdist.setup(tfdist.config_from_flags(), train_examples=60_000)
+      >>> summary = tfdist.fit(plan, build_model, train_dataset_fn,
+      ...                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 
     Raises:
-      InputConfigError: the batch does not split over the replicas, a data file is damaged, or
-        an image in it does not decode.
+      ConfigError (and the packages' config errors), one line each: a model or data that does
+      not fit, a damaged record file, a metrics JSON that cannot be written (ResultNotSaved).
     """
-    input_pipelines.per_replica_batch_size(config.input.global_batch_size,
-                                           strategy.num_replicas_in_sync)
-    info = input_pipelines.prepare(config.input)
-    placement = placement_for(config)
-    steps = steps_per_epoch(config, info)
-    with strategy.scope():
-        model = build_model(config, info, placement, steps)
-    timer = ThroughputTimer(global_batch_size=config.input.global_batch_size,
-                            steps_per_epoch=steps)
-    model_dir = config.train.model_dir
-    epochs = EpochHistory(model_dir and os.path.join(model_dir, HISTORY_JSON),
-                          writes=config.writes_results)
-    train_fn = input_pipelines.dataset_fn(config.input, "train", training=True,
-                                          placement=placement,
-                                          independent_order=_is_parameter_server(strategy))
-    try:
-        model.fit(_distribute(strategy, train_fn),
-                  epochs=config.train.epochs,
-                  steps_per_epoch=steps,
-                  callbacks=[timer, epochs, *callbacks,
-                             *_output_callbacks(model_dir, config.train.backup_every)],
-                  verbose=2,
-                  **(_validation(config, info, strategy, placement) if validate else {}))
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
-        input_pipelines.explain_input_error(config.input, error)
-        raise
-    per_epoch = epochs.history()
-    final = {name: values[-1] for name, values in per_epoch.items()}
-    return FitResult(final=final, history=per_epoch, steps_per_epoch=steps,
-                     steps=steps * config.train.epochs,
-                     examples_per_sec=timer.examples_per_sec(),
-                     resumed_from_epoch=epochs.resumed_from_epoch)
+    train_data = plan.config.input if train_data is None else train_data
+    if plan.role is Role.SERVE:
+        serve.serve(plan.config.cluster)
+        return {"task": plan.task, "role": plan.role.value}
+    validation_data = _validation_data(plan, train_data, validation_data)
+    if plan.role is Role.EVALUATE:
+        return _evaluate(plan, model, validation_data, validation_steps, loss, metrics)
+    _check_steps_match(plan, train_data)
+    with contextlib.ExitStack() as stack:
+        if plan.config.train.model_dir and plan.writes_results:
+            stack.enter_context(paths.owned_model_dir(plan.config.train.model_dir))
+        keras_model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
+        trained = _keras_fit(plan, keras_model, train_data, validation_data, validation_steps,
+                             callbacks)
+        summary = _summary(plan, keras_model, train_data, trained)
+        _write_summary(plan, summary)
+    return summary
+
+
+def _evaluate(plan: Plan, model, validation_data, validation_steps, loss, metrics) -> dict:
+    """The evaluator task: each checkpoint of `--model_dir` on `validation_data`."""
+    if validation_data is None:
+        raise ConfigError("the evaluator task has no validation data: pass validation_data to "
+                          "fit (or a dataset with a validation split), or launch without "
+                          "--evaluator.")
+    keras_model = build_model(plan, model, data=validation_data, loss=loss, metrics=metrics)
+    data = dataset_fn(plan, validation_data, "validation", training=False)
+    results = evaluator.evaluate_checkpoints(
+        plan.config, keras_model, data(tf.distribute.InputContext()),
+        steps=_validation_steps(plan, validation_data, validation_steps),
+        checkpoint_dir=os.path.join(plan.config.train.model_dir or "", CHECKPOINTS_DIR))
+    return {"task": plan.task, "role": plan.role.value, "evaluations": results}

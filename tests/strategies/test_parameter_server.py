@@ -27,9 +27,8 @@ def _child() -> None:
     spec = tf.train.ClusterSpec({job: list(addresses) for job, addresses in cluster.jobs.items()})
     servers = [tf.distribute.Server(spec, job_name=job, task_index=0, protocol="grpc",
                                     config=server_config, start=True) for job in ("worker", "ps")]
-    config = strategies.StrategyConfig(strategy="parameter_server",
-                                       variable_partition="max_shards:2")
-    strategy = strategies.build(config, cluster)
+    plan = _plan(cluster, data_dir=sys.argv[1])  # Builds the strategy (tfdist.setup).
+    strategy = plan.strategy
     with strategy.scope():
         big = tf.Variable(tf.ones([2 * 256 * 1024 // 4 * 2]))  # 2 MiB: split into 2 shards
         total = tf.Variable(0.0)
@@ -48,27 +47,35 @@ def _child() -> None:
         "num_shards": len(getattr(big, "variables", [big])),
         "total": float(total.numpy()),
         "servers": len(servers),
-        "fit": _fit(strategy, data_dir=sys.argv[1]),
+        "fit": _fit(plan),
     }))
 
 
-def _fit(strategy, data_dir: str) -> dict:
-    """tfdist's fit on the coordinator: DatasetCreator input, a few steps, validation; the
-    large-batch recipe's optimizer (LARS, warmup, clipping, noise, accumulation)."""
+def _plan(cluster, data_dir: str):
+    """tfdist's set-up of the coordinator (the chief): a parameter-server strategy with
+    variables split in 2, and the large-batch recipe's optimizer (LARS, warmup, clipping,
+    noise, accumulation)."""
     # pylint: disable=import-outside-toplevel
+    import tfdist
     from input_pipelines import InputConfig
-    from tfdist import training
-    from tfdist.config import RunConfig
-    from tfdist.config import TrainConfig
-    from tfdist.optim_config import OptimizerConfig
-    config = RunConfig(input=InputConfig(data_dir=data_dir, global_batch_size=16),
-                       train=TrainConfig(epochs=1, steps_per_epoch=4, validation_steps=2),
-                       optimizer=OptimizerConfig(optimizer="lars", learning_rate=0.5,
-                                                 warmup_epochs=0.5, lr_schedule="cosine",
-                                                 clip_norm=1.0, gradient_noise_eta=0.01,
-                                                 grad_accum_steps=2))
-    result = training.fit(config, strategy)
-    return {"steps": result.steps, "metrics": sorted(result.final)}
+    config = tfdist.RunConfig(
+        strategy=tfdist.StrategyConfig(strategy="parameter_server",
+                                       variable_partition="max_shards:2"),
+        input=InputConfig(data_dir=data_dir, global_batch_size=16),
+        train=tfdist.TrainConfig(epochs=1, steps_per_epoch=4, validation_steps=2),
+        optimizer=tfdist.OptimizerConfig(optimizer="lars", learning_rate=0.5,
+                                         warmup_epochs=0.5, lr_schedule="cosine",
+                                         clip_norm=1.0, gradient_noise_eta=0.01,
+                                         grad_accum_steps=2),
+        cluster=cluster)
+    return tfdist.setup(config)
+
+
+def _fit(plan) -> dict:
+    """tfdist train's fit on the coordinator: DatasetCreator input, a few steps, validation."""
+    from tfdist import train_command  # pylint: disable=import-outside-toplevel
+    result = train_command.fit(plan)
+    return {"steps": result["steps"], "metrics": sorted(result["final"])}
 
 
 @pytest.mark.multiprocess

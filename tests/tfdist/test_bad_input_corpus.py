@@ -38,7 +38,10 @@ _FLOATS = ("nan", "inf", "-inf", "1e999", "x", "", "-1")
 # {dir} an existing directory.
 _STRINGS = {
     "backup_every": ("0", "-5", "x", HUGE),
-    "dataset": ("Not A Name", "tfrecord:", "tfrecord:/nowhere/*", "../up"),
+    "dataset": ("Not A Name", "tfrecord:", "tfrecord:/nowhere/*", "../up", "python:",
+                "python:mod", "python:my mod:fn", "python:no_such_module_x:fn"),
+    "model": ("vgg", "", "a:", ":build", "my module:build", "no_such_module_x:build",
+              "no_such_package_x.models:build"),
     "data_dir": ("{file}", "{file}/sub"),
     "image": ("", "a b"),
     "json": ("{dir}", "{file}/report.json", "/proc/report.json"),

@@ -64,7 +64,7 @@ class BadInputTest(parameterized.TestCase):
         ("unknown_collective", ["train", "--collective=gloo"], "--collective=gloo"),
         ("unknown_precision", ["train", "--mixed_precision=fp8"], "--mixed_precision=fp8"),
         ("unknown_optimizer", ["train", "--optimizer=lamb"], "--optimizer=lamb"),
-        ("unknown_model", ["train", "--model=vgg"], "--model=vgg"),
+        ("unknown_model", ["train", "--model=vgg"], "model='vgg'"),
         ("malformed_dataset", ["train", "--dataset=Not A Name"], "dataset='Not A Name'"),
         ("tfrecord_without_classes", ["train", "--dataset=tfrecord:/x/*"], "--num_classes"),
         ("unknown_autoshard", ["train", "--autoshard=files"], "--autoshard=files"),

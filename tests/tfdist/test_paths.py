@@ -118,14 +118,15 @@ class WriteJsonTest(unittest.TestCase):
 class ResultNotSavedTest(unittest.TestCase):
 
     def test_the_summary_line_is_printed_before_the_one_line_error(self):
-        from tfdist import cli, run  # pylint: disable=import-outside-toplevel
+        # pylint: disable-next=import-outside-toplevel
+        from tfdist import cli, train_command, training
         result = {"strategy": "one_device", "num_replicas": 1, "num_workers": 1, "epochs": 1,
                   "steps_per_epoch": 2, "wall_s": 3.0, "final": {"loss": 0.5},
                   "examples_per_sec": 9.0}
-        failure = run.ResultNotSaved("metrics_json='/x/m.json': could not write the summary "
-                                     "(No space left on device); ...", result)
+        failure = training.ResultNotSaved("metrics_json='/x/m.json': could not write the summary "
+                                          "(No space left on device); ...", result)
         stdout, stderr = io.StringIO(), io.StringIO()
-        with mock.patch.object(run, "train", side_effect=failure), \
+        with mock.patch.object(train_command, "train", side_effect=failure), \
                 mock.patch.dict(os.environ), contextlib.redirect_stdout(stdout), \
                 contextlib.redirect_stderr(stderr):
             os.environ.pop("TF_CONFIG", None)

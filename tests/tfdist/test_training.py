@@ -1,73 +1,249 @@
-"""tfdist.training.fit in-process: strategy x precision on the built-in dataset, few steps."""
+"""tfdist's public `setup` and `fit` in-process: the built-in job (strategy x precision) and a
+user's own model and data (dataset function, `tfdist.Records`), with the errors a user meets."""
 
 import math
+import os
 
+import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
-import strategies
+import tfdist
 from input_pipelines import InputConfig
 from input_pipelines import InputConfigError
-from tfdist import precision
-from tfdist import training
+from input_pipelines import PreprocessOn
+from strategies import StrategyConfig
+from tfdist import train_command
 from tfdist.config import ConfigError
 from tfdist.config import Precision
 from tfdist.config import RunConfig
 from tfdist.config import TrainConfig
+from tfdist.optim_config import OptimizerConfig
+
+_MIRRORED = dict(strategy="mirrored", num_cpu_devices=2)
+_FEATURES = 6
 
 
-class FitTest(tf.test.TestCase, parameterized.TestCase):
+def _config(data_dir=None, global_batch_size=16, preprocess_on="auto", strategy=None,
+            optimizer=None, **train) -> RunConfig:
+    return RunConfig(
+        strategy=StrategyConfig(**(strategy or {})),
+        input=InputConfig(data_dir=data_dir, global_batch_size=global_batch_size,
+                          preprocess_on=preprocess_on),
+        optimizer=optimizer or OptimizerConfig(),
+        train=TrainConfig(**{"epochs": 1, "steps_per_epoch": 2, "validation_steps": 1,
+                             **train}))
 
-    @pytest.fixture(autouse=True)
-    def _data_dir(self, shapes_data_dir):
-        self.data_dir = shapes_data_dir
+
+def _tabular(count: int, seed: int):
+    """Features whose sign pattern decides the label: learnable in a few steps."""
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(count, _FEATURES)).astype("float32")
+    return features, (features[:, 0] + features[:, 1] > 0).astype("int64")
+
+
+def tabular_dataset_fn(global_batch_size: int, count: int = 512, training: bool = True):
+    features, labels = _tabular(count, seed=int(training))
+
+    def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels)).shard(
+            context.num_input_pipelines, context.input_pipeline_id)
+        dataset = dataset.repeat() if training else dataset
+        return dataset.batch(context.get_per_replica_batch_size(global_batch_size))
+    return make
+
+
+def tabular_model() -> tf_keras.Model:
+    return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES,)),
+                                tf_keras.layers.Dense(16, activation="relu"),
+                                tf_keras.layers.Dense(2, activation="softmax", dtype="float32")],
+                               name="tabular")
+
+
+class _PolicyReset(tf.test.TestCase):
 
     def tearDown(self):
         tf_keras.mixed_precision.set_global_policy("float32")
         super().tearDown()
 
-    def _config(self, global_batch_size=16, preprocess_on="auto", **train) -> RunConfig:
-        return RunConfig(
-            input=InputConfig(data_dir=self.data_dir, global_batch_size=global_batch_size,
-                              preprocess_on=preprocess_on),
-            train=TrainConfig(**{"epochs": 1, "steps_per_epoch": 2, "validation_steps": 1,
-                                 **train}))
+
+class BuiltInJobTest(_PolicyReset, parameterized.TestCase):
+    """`tfdist train`'s path: `train_command.train`, built on `setup` and `fit`."""
+
+    @pytest.fixture(autouse=True)
+    def _data_dir(self, shapes_data_dir):
+        self.data_dir = shapes_data_dir
 
     @parameterized.product(
-        strategy=[dict(strategy="one_device"), dict(strategy="mirrored", num_cpu_devices=2)],
+        strategy=[dict(strategy="one_device"), _MIRRORED],
         mixed_precision=[Precision.FLOAT32, Precision.MIXED_FLOAT16, Precision.MIXED_BFLOAT16])
     def test_fits_under_strategy_and_precision(self, strategy, mixed_precision):
-        config = self._config(mixed_precision=mixed_precision, steps_per_execution=2)
-        precision.apply_policy(mixed_precision)
-        result = training.fit(config, strategies.build(strategies.StrategyConfig(**strategy)))
-        self.assertEqual((result.steps_per_epoch, result.steps), (2, 2))
-        self.assertEqual(set(result.final), {"loss", "accuracy", "val_loss", "val_accuracy"})
-        self.assertTrue(math.isfinite(result.final["loss"]))
-        self.assertGreater(result.examples_per_sec, 0)
+        result = train_command.train(_config(self.data_dir, strategy=strategy,
+                                             mixed_precision=mixed_precision,
+                                             steps_per_execution=2))
+        self.assertEqual((result["steps_per_epoch"], result["steps"]), (2, 2))
+        self.assertEqual(set(result["final"]), {"loss", "accuracy", "val_loss", "val_accuracy"})
+        self.assertTrue(math.isfinite(result["final"]["loss"]))
+        self.assertGreater(result["examples_per_sec"], 0)
+        self.assertEqual((result["model"], result["dataset"], result["role"]),
+                         ("small_cnn", "shapes", "train"))
 
     @parameterized.parameters(Precision.FLOAT32, Precision.MIXED_BFLOAT16)
     def test_device_preprocessing_under_mirrored(self, mixed_precision):
-        config = self._config(preprocess_on="device", mixed_precision=mixed_precision)
-        precision.apply_policy(mixed_precision)
-        strategy = strategies.build(strategies.StrategyConfig(strategy="mirrored",
-                                                              num_cpu_devices=2))
-        result = training.fit(config, strategy)
-        self.assertTrue(math.isfinite(result.final["val_loss"]))
+        result = train_command.train(_config(self.data_dir, preprocess_on="device",
+                                             strategy=_MIRRORED, mixed_precision=mixed_precision))
+        self.assertTrue(math.isfinite(result["final"]["val_loss"]))
 
     def test_batch_that_does_not_split_over_replicas(self):
-        strategy = strategies.build(strategies.StrategyConfig(num_cpu_devices=2))
         with self.assertRaisesRegex(
                 InputConfigError, r"global_batch_size=5 does not split evenly over 2 replicas.*"
-                             r"--global_batch_size=4 or 6"):
-            training.fit(self._config(global_batch_size=5), strategy)
+                                  r"--global_batch_size=4 or 6"):
+            tfdist.setup(_config(self.data_dir, global_batch_size=5, strategy=_MIRRORED))
 
     def test_whole_epoch_steps_come_from_the_split_size(self):
         config = RunConfig(input=InputConfig(data_dir=self.data_dir, global_batch_size=10 ** 6))
-        strategy = strategies.build(strategies.StrategyConfig())
         with self.assertRaisesRegex(ConfigError, r"global_batch_size=1000000 is larger than the"):
-            training.fit(config, strategy)
+            tfdist.setup(config)
+
+
+class PlanTest(_PolicyReset):
+
+    def test_the_plan_is_derived_once(self):
+        config = _config(global_batch_size=32, strategy=_MIRRORED, steps_per_epoch=12,
+                         optimizer=OptimizerConfig(grad_accum_steps=3))
+        plan = tfdist.setup(config)
+        self.assertEqual((plan.kind.value, plan.role.value, plan.task), ("mirrored", "train",
+                                                                          "local"))
+        self.assertEqual((plan.num_replicas, plan.num_workers, plan.per_replica_batch_size),
+                         (2, 1, 16))
+        self.assertEqual((plan.steps_per_epoch, plan.updates_per_epoch, plan.steps_from),
+                         (12, 4, "--steps_per_epoch"))
+        self.assertIs(plan.placement.preprocess_on, PreprocessOn.HOST)  # CPU replicas.
+        with self.assertRaises(AttributeError):
+            plan.num_replicas = 3  # Frozen.
+
+    def test_steps_from_the_size_of_the_users_data(self):
+        plan = tfdist.setup(_config(steps_per_epoch=None), train_examples=1000)
+        self.assertEqual((plan.steps_per_epoch, plan.steps_from), (62, "train_examples"))
+
+    def test_a_python_dataset_needs_steps(self):
+        config = RunConfig(input=InputConfig(dataset="python:my_data:splits"))
+        with self.assertRaisesRegex(ConfigError, r"^steps_per_epoch: .*--steps_per_epoch=N\.$"):
+            tfdist.setup(config)
+
+
+class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
+    """`fit` with a user's model function and dataset function or records."""
+
+    @parameterized.parameters(dict(strategy="one_device"), _MIRRORED)
+    def test_a_users_model_learns_a_users_data(self, **strategy):
+        plan = tfdist.setup(_config(global_batch_size=32, strategy=strategy, epochs=3,
+                                    steps_per_epoch=None, validation_steps=None),
+                            train_examples=512)
+        result = tfdist.fit(plan, tabular_model, tabular_dataset_fn(32),
+                            validation_data=tabular_dataset_fn(32, 128, training=False),
+                            loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        self.assertEqual(result["model"], "tabular")
+        self.assertIn("tabular_dataset_fn", result["dataset"])
+        self.assertGreater(result["final"]["val_accuracy"], 0.85)
+
+    def test_records_with_a_dict_of_features(self):
+        directory = self.get_temp_dir()
+        features, labels = _tabular(256, seed=3)
+        for index in range(2):
+            with tf.io.TFRecordWriter(os.path.join(directory, f"t-{index}.tfrecord")) as writer:
+                for row, label in zip(features[index::2], labels[index::2]):
+                    writer.write(tf.train.Example(features=tf.train.Features(feature={
+                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=row)),
+                        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                    })).SerializeToString())
+
+        def parse(serialized):
+            parsed = tf.io.parse_example(serialized, {
+                "x": tf.io.FixedLenFeature([_FEATURES], tf.float32),
+                "y": tf.io.FixedLenFeature([], tf.int64)})
+            return {"x": parsed["x"]}, parsed["y"]
+
+        def model():
+            inputs = tf_keras.Input((_FEATURES,), name="x")
+            return tf_keras.Model({"x": inputs}, tf_keras.layers.Dense(2, activation="softmax")(
+                inputs), name="dict_model")
+
+        plan = tfdist.setup(_config(global_batch_size=32, strategy=_MIRRORED,
+                                    steps_per_epoch=None, validation_steps=None),
+                            train_examples=256)
+        result = tfdist.fit(plan, model, tfdist.Records(os.path.join(directory, "*.tfrecord"),
+                                                        parse),
+                            loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        self.assertEqual(result["steps_per_epoch"], 8)
+        self.assertTrue(math.isfinite(result["final"]["loss"]))
+
+    def _plan(self, **config):
+        return tfdist.setup(_config(global_batch_size=16, **config), train_examples=64)
+
+    def test_an_uncompiled_model_needs_a_loss(self):
+        with self.assertRaisesRegex(ConfigError, r"^loss: the model is not compiled; pass "):
+            tfdist.fit(self._plan(), tabular_model, tabular_dataset_fn(16))
+
+    def test_a_model_built_outside_the_scope(self):
+        plan = self._plan(strategy=_MIRRORED)
+        with self.assertRaisesRegex(ConfigError, r"^model 'tabular' was built outside "
+                                                 r"plan.strategy.scope\(\); pass a function"):
+            tfdist.fit(plan, tabular_model(), tabular_dataset_fn(16), loss="mse")
+
+    def test_a_function_that_returns_no_model(self):
+        with self.assertRaisesRegex(ConfigError, r"returned a builtins.NoneType, not a tf-keras "
+                                                 r"model"):
+            tfdist.fit(self._plan(), lambda: None, tabular_dataset_fn(16), loss="mse")
+
+    def test_batches_that_do_not_fit_the_model(self):
+        def wide_model():
+            return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES + 1,)),
+                                        tf_keras.layers.Dense(2)], name="wide")
+        with self.assertRaisesRegex(ConfigError, r"^train_data: its batches do not fit model "
+                                                 r"'wide' \(.*\); make the dataset yield"):
+            tfdist.fit(self._plan(), wide_model, tabular_dataset_fn(16),
+                       loss="sparse_categorical_crossentropy")
+
+    def test_data_that_is_not_data(self):
+        with self.assertRaisesRegex(ConfigError, r"^train data is a int; pass a dataset "):
+            tfdist.fit(self._plan(), tabular_model, 3, loss="mse")
+
+
+class CustomLoopTest(_PolicyReset):
+
+    def test_a_loop_learns_and_resumes_from_its_checkpoint(self):
+        model_dir = self.get_temp_dir()
+        config = _config(global_batch_size=32, strategy=_MIRRORED, steps_per_epoch=16,
+                         model_dir=model_dir)
+        plan = tfdist.setup(config)
+
+        def run_epochs(epochs):
+            loop = tfdist.CustomLoop(plan, tabular_model)
+            batches = loop.distribute(tabular_dataset_fn(32))
+            loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
+                reduction=tf_keras.losses.Reduction.NONE)
+
+            def step(features, labels):
+                with tf.GradientTape() as tape:
+                    loss = loop.scale_loss(loss_fn(labels, loop.model(features, training=True)))
+                loop.minimize(loss, tape)
+                return loss
+
+            first = loop.restore()
+            losses = []
+            for epoch in range(first, epochs):
+                losses.append(loop.run(step, batches, plan.steps_per_epoch))
+                loop.save(epoch + 1)
+            return first, losses
+
+        first, losses = run_epochs(2)
+        self.assertEqual(first, 0)
+        self.assertLess(losses[-1], losses[0])
+        first, losses = run_epochs(3)
+        self.assertEqual((first, len(losses)), (2, 1))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,140 @@
+"""`tfdist train --model=MODULE:FUNCTION` and `--dataset=python:MODULE:FUNCTION` with a user's
+modules outside the repository (on PYTHONPATH), as a user runs them, and each way they go
+wrong: one stderr line, exit status 2."""
+
+import json
+import os
+import textwrap
+import unittest
+
+import pytest
+
+from tests.tfdist.cli_runner import assert_one_line_error
+from tests.tfdist.cli_runner import run_tfdist
+
+_MODELS = '''
+import keras  # Keras 3, for the flavour check.
+import tensorflow as tf
+
+
+def small_cnn(*, input_shape, num_classes):
+    layers = tf.keras.layers
+    return tf.keras.Sequential([
+        layers.Input(input_shape),
+        layers.Conv2D(32, 3, padding="same", activation="relu"), layers.MaxPooling2D(),
+        layers.Conv2D(64, 3, padding="same", activation="relu"), layers.MaxPooling2D(),
+        layers.Conv2D(64, 3, padding="same", activation="relu"),
+        layers.GlobalAveragePooling2D(),
+        layers.Dense(num_classes, activation="softmax"),
+    ], name="user_cnn")
+
+
+def tabular():
+    return tf.keras.Sequential([tf.keras.layers.Input((4,)),
+                                tf.keras.layers.Dense(2, activation="softmax")], name="tabular")
+
+
+def not_a_model(**kwargs):
+    return 3
+
+
+def keras3_model(**kwargs):
+    return keras.Sequential([keras.layers.Input((4,)), keras.layers.Dense(2)])
+'''
+_DATA = '''
+import numpy as np
+import tensorflow as tf
+import tfdist
+
+
+def _fn(width):
+    def make(context):
+        features = np.random.default_rng(0).normal(size=(256, width)).astype("float32")
+        labels = (features[:, 0] > 0).astype("int64")
+        return tf.data.Dataset.from_tensor_slices((features, labels)).repeat().batch(
+            context.get_per_replica_batch_size(32))
+    return make
+
+
+def fits(split):
+    return _fn(4) if split == "train" else None
+
+
+def too_wide(split):
+    return _fn(7) if split == "train" else None
+
+
+def broken_records(split):
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, {"x": tf.io.FixedLenFeature([4], tf.float32)})
+        return parsed["x"], parsed["x"]
+    return tfdist.Records(RECORDS, parse)
+'''
+_BROKEN = "raise RuntimeError('boom at import')\n"
+
+
+@pytest.mark.multiprocess
+class PluginsTest(unittest.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _user_modules(self, tmp_path, shapes_data_dir):
+        self.tmp, self.data_dir = str(tmp_path), shapes_data_dir
+        records = os.path.join(self.tmp, "records.tfrecord")  # A record without feature "x".
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        with tf.io.TFRecordWriter(records) as writer:
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
+                .SerializeToString())
+        for name, text in (("user_models", _MODELS),
+                           ("user_data", _DATA.replace("RECORDS", repr(records))),
+                           ("user_broken", _BROKEN)):
+            with open(os.path.join(self.tmp, f"{name}.py"), "w", encoding="utf-8") as module:
+                module.write(textwrap.dedent(text))
+
+    def _train(self, *args: str):
+        return run_tfdist("train", f"--data_dir={self.data_dir}", *args,
+                          extra_env={"PYTHONPATH": self.tmp})
+
+    def test_a_users_model_function_learns_the_built_in_dataset(self):
+        path = os.path.join(self.tmp, "metrics.json")
+        result = self._train("--model=user_models:small_cnn", "--epochs=3",
+                             f"--metrics_json={path}")
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        with open(path, encoding="utf-8") as metrics:
+            summary = json.load(metrics)
+        self.assertEqual((summary["model"], summary["epochs"]), ("user_cnn", 3))
+        self.assertGreaterEqual(summary["final"]["val_accuracy"], 0.8)
+
+    def test_a_users_dataset_function(self):
+        result = self._train("--dataset=python:user_data:fits", "--model=user_models:tabular",
+                             "--steps_per_epoch=5", "--global_batch_size=32")
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertIn("tfdist: one_device on 1 replica(s), 3 epoch(s) of 5 steps", result.stdout)
+
+    def test_bad_plugins_are_one_line_each(self):
+        cases = [
+            (["--model=user_broken:build"],
+             "model='user_broken:build': importing user_broken failed: RuntimeError: boom at "
+             "import; fix the module."),
+            (["--model=user_models:nope"], "has no 'nope'; check the name after the colon."),
+            (["--model=user_models:not_a_model"],
+             "model='user_models:not_a_model' returned a builtins.int, not a tf-keras model"),
+            (["--model=user_models:keras3_model"], "not a tf-keras model; build it with "
+                                                   "tf.keras (with TF_USE_LEGACY_KERAS=1)"),
+            (["--dataset=python:user_data:fits", "--model=user_models:tabular"],
+             "steps_per_epoch: dataset='python:user_data:fits' does not say how many examples"),
+            (["--dataset=python:user_data:too_wide", "--model=user_models:tabular",
+              "--steps_per_epoch=2", "--global_batch_size=32"],
+             "train_data: its batches do not fit model 'tabular'"),
+            (["--dataset=python:user_data:fits", "--steps_per_epoch=2"],
+             "model='small_cnn' is built for image datasets"),
+            (["--dataset=python:user_data:broken_records", "--model=user_models:tabular",
+              "--steps_per_epoch=2"], "records.tfrecord"),
+        ]
+        for args, expected in cases:
+            with self.subTest(args=args):
+                assert_one_line_error(self, self._train(*args, "--epochs=1"), expected)
+
+
+if __name__ == "__main__":
+    unittest.main()
