@@ -118,13 +118,13 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
     if global_batch_size < num_replicas:
         raise InputConfigError(
             f"global_batch_size={global_batch_size} is smaller than the {num_replicas} replicas; "
-            f"every replica needs at least one example: use --global_batch_size={num_replicas} "
+            f"every replica needs at least one example: use global_batch_size={num_replicas} "
             "or more.")
     if global_batch_size % num_replicas:
         lower = global_batch_size // num_replicas * num_replicas
         raise InputConfigError(
             f"global_batch_size={global_batch_size} does not split evenly over {num_replicas} "
-            f"replicas; use a multiple of {num_replicas}, e.g. --global_batch_size={lower} or "
+            f"replicas; use a multiple of {num_replicas}, e.g. global_batch_size={lower} or "
             f"{lower + num_replicas}.")
     return global_batch_size // num_replicas
 
@@ -203,8 +203,8 @@ class InputConfig:
         if self.tf_data_service is not None:
             parse_service_address(self.tf_data_service)
         if kind is SourceKind.TFRECORD and self.num_classes is None:
-            raise InputConfigError(f"dataset={self.dataset!r} needs --num_classes, the number "
-                                   "of classes its labels index.")
+            raise InputConfigError(f"dataset={self.dataset!r} needs num_classes=N, the "
+                                   "number of classes its labels index.")
 
     @property
     def source_kind(self) -> SourceKind:

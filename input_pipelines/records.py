@@ -78,7 +78,7 @@ def damage_error(path: str, damage: tuple[int, str]) -> InputConfigError:
     readable, reason = damage
     return InputConfigError(
         f"file {path} is damaged ({reason}; {readable} record(s) readable before it); re-create "
-        "it, or pass --skip_corrupt_records to skip the rest of damaged files.")
+        "it, or set skip_corrupt_records=true to skip the rest of damaged files.")
 
 
 def raise_if_damaged(files: list[str] | tuple[str, ...]) -> None:
@@ -133,7 +133,7 @@ def _value_problem(layout: RecordLayout, label: int, head: bytes) -> str | None:
     """What is wrong with a parsed record's label, or its image bytes (`head` holds the first
     ones), or None."""
     if not 0 <= label < layout.num_classes:
-        more = (f", or pass --num_classes={label + 1} if the dataset has that many classes"
+        more = (f", or set num_classes={label + 1} if the dataset has that many classes"
                 if label > 0 else "")
         return (f"{layout.label_key}={label} is outside [0, num_classes={layout.num_classes}); "
                 f"re-write the label as a class index{more}.")

@@ -78,7 +78,7 @@ def plan(policy: AutoShard, *, num_files: int, num_pipelines: int,
         if num_files < num_pipelines:
             raise InputConfigError(
                 f"autoshard=file: {num_files} file(s) for {num_pipelines} input pipelines leaves "
-                f"some pipelines without data; use --autoshard=data or write at least "
+                f"some pipelines without data; use autoshard=data or write at least "
                 f"{num_pipelines} files.")
         return ShardPlan(policy, pipeline_id, num_pipelines, num_files,
                          all_files[pipeline_id::num_pipelines], notice)

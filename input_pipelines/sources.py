@@ -87,8 +87,8 @@ def _from_tfds_builder(name: str, builder: tfds.core.DatasetBuilder,
             "classification datasets (e.g. mnist, cifar10, imagenet2012).")
     height, width, channels = image.shape
     if image_size is None and None in (height, width):
-        raise InputConfigError(f"dataset={name!r} has images of varying size; set --image_size "
-                               "to resize them, e.g. --image_size=224.")
+        raise InputConfigError(f"dataset={name!r} has images of varying size; resize them "
+                               "with image_size, e.g. image_size=224.")
     if image_size is not None:
         height = width = image_size
     splits = [split for split in (TRAIN, VALIDATION, "test") if split in builder.info.splits]
@@ -132,8 +132,8 @@ def _tfds_builder(config: InputConfig) -> tfds.core.DatasetBuilder:
     if not config.download:
         raise InputConfigError(
             f"dataset={config.dataset!r} is not prepared in data_dir={data_dir}; prepare it once "
-            f"with `tfds build {config.dataset} --data_dir={data_dir}` or add --download "
-            "(needs network), or point --data_dir at where it is prepared.")
+            f"with `tfds build {config.dataset} --data_dir={data_dir}` or set download=true "
+            "(needs network), or point data_dir at where it is prepared.")
     print(f"tfdist: downloading and preparing {config.dataset} into {builder.data_dir}",
           file=sys.stderr, flush=True)
     builder.download_and_prepare()

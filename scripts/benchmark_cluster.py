@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+from train_runs import train_and_read_metrics
+
 MIB = 1024 * 1024
 PAYLOAD_BYTES = 64 * MIB
 WARMUP = 2
@@ -90,7 +92,7 @@ def _allreduce_worker(output_path: str) -> None:
     """One worker of the all-reduce benchmark (TF_CONFIG set by the parent); worker 0 writes
     {case: seconds per all-reduce} to `output_path`."""
     import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    from tfdist.process import import_tensorflow  # pylint: disable=import-outside-toplevel
+    from tfdist.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     communication = tf.distribute.experimental.CommunicationOptions
@@ -147,17 +149,13 @@ def allreduce_seconds() -> dict[str, float]:
 def training_examples_per_sec(num_workers: int, steps_per_epoch: int,
                               extra_flags: tuple[str, ...]) -> float:
     """`tfdist train --strategy=multi_worker_mirrored` on 1 worker, or under `tfdist launch`."""
-    with tempfile.TemporaryDirectory() as scratch:
-        metrics = os.path.join(scratch, "metrics.json")
-        train = ["train", "--strategy=multi_worker_mirrored", "--epochs=3",
-                 f"--steps_per_epoch={steps_per_epoch}", "--validation_steps=1",
-                 f"--metrics_json={metrics}", "--collective_timeout_s=300", *extra_flags]
-        launch = ["launch", f"--num_workers={num_workers}", f"--timeout_s={_TIMEOUT_S}", "--"]
-        command = [sys.executable, "-m", "tfdist", *(launch if num_workers > 1 else []), *train]
-        subprocess.run(command, check=True, timeout=_TIMEOUT_S, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
-        with open(metrics, encoding="utf-8") as metrics_file:
-            return json.load(metrics_file)["examples_per_sec"]
+    train = ["--strategy=multi_worker_mirrored", "--epochs=3",
+             f"--steps_per_epoch={steps_per_epoch}", "--validation_steps=1",
+             "--collective_timeout_s=300", *extra_flags]
+    launch = [f"--num_workers={num_workers}", f"--timeout_s={_TIMEOUT_S}"]
+    metrics, _ = train_and_read_metrics(train, timeout_s=_TIMEOUT_S,
+                                        launch_flags=launch if num_workers > 1 else None)
+    return metrics["examples_per_sec"]
 
 
 def main() -> None:

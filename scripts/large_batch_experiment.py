@@ -21,10 +21,10 @@ epoch; needs matplotlib (`pip install -e .[plot]`).
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
+
+from train_runs import train_and_read_metrics
 
 _TIMEOUT_S = 3600
 
@@ -51,18 +51,10 @@ def _runs(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
 
 def _train(flags: list[str], epochs: int, seed: int) -> dict:
     """One `tfdist train` run; returns its metrics JSON (with per-epoch history)."""
-    with tempfile.TemporaryDirectory() as scratch:
-        metrics = os.path.join(scratch, "metrics.json")
-        command = [sys.executable, "-m", "tfdist", "train", "--strategy=mirrored",
-                   "--num_cpu_devices=2", f"--epochs={epochs}", f"--seed={seed}",
-                   f"--metrics_json={metrics}", *flags]
-        result = subprocess.run(command, check=False, timeout=_TIMEOUT_S, text=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        if result.returncode != 0:
-            raise SystemExit(f"large_batch_experiment: `{' '.join(command)}` failed with status "
-                             f"{result.returncode}:\n{result.stderr[-2000:]}")
-        with open(metrics, encoding="utf-8") as metrics_file:
-            return json.load(metrics_file)
+    metrics, _ = train_and_read_metrics(["--strategy=mirrored", "--num_cpu_devices=2",
+                                         f"--epochs={epochs}", f"--seed={seed}", *flags],
+                                        timeout_s=_TIMEOUT_S)
+    return metrics
 
 
 def _table(results: dict[str, dict], command: str) -> str:

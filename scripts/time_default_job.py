@@ -10,24 +10,16 @@ run is a fresh process, so TensorFlow's import is included. Prints one line per 
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
-import time
+
+from train_runs import train_and_read_metrics
 
 _TIMEOUT_S = 600
 
 
 def _run_once(data_dir: str, extra: list[str]) -> dict:
-    with tempfile.TemporaryDirectory() as out:
-        metrics_path = os.path.join(out, "metrics.json")
-        command = [sys.executable, "-m", "tfdist", "train", f"--data_dir={data_dir}",
-                   f"--metrics_json={metrics_path}", *extra]
-        start = time.perf_counter()
-        subprocess.run(command, check=True, timeout=_TIMEOUT_S, stdout=subprocess.DEVNULL)
-        wall_s = time.perf_counter() - start
-        with open(metrics_path, encoding="utf-8") as metrics_file:
-            metrics = json.load(metrics_file)
+    metrics, wall_s = train_and_read_metrics([f"--data_dir={data_dir}", *extra],
+                                             timeout_s=_TIMEOUT_S)
     return {"process_wall_s": round(wall_s, 1),
             "val_accuracy": round(metrics["final"]["val_accuracy"], 4),
             "examples_per_sec": round(metrics["examples_per_sec"]),

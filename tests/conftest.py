@@ -13,7 +13,7 @@ NUM_TEST_CPU_DEVICES = 2
 
 
 def pytest_sessionstart(session):  # pylint: disable=unused-argument
-    from tfdist.process import import_tensorflow  # pylint: disable=import-outside-toplevel
+    from tfdist.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
     strategies.configure_local_devices(
         strategies.StrategyConfig(num_cpu_devices=NUM_TEST_CPU_DEVICES))

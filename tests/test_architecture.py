@@ -20,7 +20,7 @@ ALLOWED = {
 FLAG_MODULES = {"tfdist/flags.py", "tfdist/cli.py"}
 ENVIRON_MODULES = {"strategies/cluster.py", "strategies/__init__.py", "input_pipelines/__init__.py",
                    "tfdist/launch.py", "tfdist/benchmark.py",  # Their children's environments.
-                   "tfdist/__init__.py", "tfdist/process.py"}
+                   "tfdist/__init__.py", "tfdist/tf_import.py"}
 
 
 # Modules shipped code may import only inside a function that says how to install them.

@@ -33,8 +33,8 @@ from tfdist.config import ModelName
 from tfdist.config import Precision
 from tfdist.config import RunConfig
 from tfdist.config import TrainConfig
-from tfdist.optim_config import OptimizerConfig
-from tfdist.optim_config import OptimizerName
+from tfdist.config import OptimizerConfig
+from tfdist.config import OptimizerName
 
 __version__ = "0.1.0"
 __all__ = [

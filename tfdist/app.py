@@ -16,19 +16,17 @@ from strategies import ClusterConfigError
 from strategies import StrategyConfigError
 from tfdist.config import ConfigError
 from tfdist.config import RunConfig
-from tfdist.optim_config import OptimizerConfigError
-from tfdist import process
+from tfdist import tf_import
 
 EXIT_USAGE = 2
 # Every error that means "the input is wrong", each worded in one line that names the field.
-USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError,
-               OptimizerConfigError)
+USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError)
 
 
 def import_tensorflow() -> None:
     """Imports TensorFlow, hiding its start-up logs unless `--tf_logs` was given."""
     from tfdist import flags  # pylint: disable=import-outside-toplevel
-    process.import_tensorflow(flags.FLAGS.is_parsed() and flags.show_tf_logs())
+    tf_import.import_tensorflow(flags.FLAGS.is_parsed() and flags.show_tf_logs())
 
 
 def define_flags() -> None:
@@ -83,13 +81,14 @@ def run(main: Callable[[list[str]], int | None]) -> None:
       >>> if __name__ == "__main__":
       ...     tfdist.run(main)
     """
+    from tfdist import flags  # pylint: disable=import-outside-toplevel
     program = os.path.basename(sys.argv[0])
 
     def main_with_one_line_errors(argv: list[str]) -> int | None:
         try:
             return main(argv)
         except USER_ERRORS as error:
-            print(f"{program}: error: {error}", file=sys.stderr, flush=True)
+            print(f"{program}: error: {flags.as_flags(str(error))}", file=sys.stderr, flush=True)
             return EXIT_USAGE
 
     absl_app.run(main_with_one_line_errors)

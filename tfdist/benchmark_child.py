@@ -15,7 +15,7 @@ import time
 
 import tfdist  # noqa: F401  (selects tf-keras before TensorFlow is imported)
 from tfdist import flags as tfdist_flags
-from tfdist.process import import_tensorflow
+from tfdist.tf_import import import_tensorflow
 
 import_tensorflow(show_logs=False)
 # pylint: disable=wrong-import-position

@@ -13,7 +13,7 @@ from tfdist import flags as tfdist_flags
 from tfdist import paths
 from tfdist import plugins
 from tfdist.config import ConfigError
-from tfdist.process import import_tensorflow
+from tfdist.tf_import import import_tensorflow
 
 USAGE = """usage: tfdist <command> [--flag=value ...] [--flagfile=FILE]
 
@@ -43,7 +43,7 @@ USER_ERRORS = (*app.USER_ERRORS, tfdist_flags.UsageError)
 
 
 def _fail(command: str, message: object) -> int:
-    print(f"tfdist {command}: error: {message}", file=sys.stderr)
+    print(f"tfdist {command}: error: {tfdist_flags.as_flags(str(message))}", file=sys.stderr)
     return EXIT_USAGE
 
 
@@ -85,8 +85,8 @@ def _data_check() -> int:
 
 def _data_serve() -> int:
     import_tensorflow(tfdist_flags.show_tf_logs())
-    from tfdist import data_serve  # pylint: disable=import-outside-toplevel
-    return data_serve.main(*tfdist_flags.data_serve_options())
+    from tfdist import data_service_command  # pylint: disable=import-outside-toplevel
+    return data_service_command.main(*tfdist_flags.data_serve_options())
 
 
 def _benchmark() -> int:

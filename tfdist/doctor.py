@@ -13,7 +13,7 @@ from strategies import StrategyKind
 from strategies import TaskType
 from tfdist import network
 from tfdist import probe
-from tfdist.process import import_tensorflow
+from tfdist.tf_import import import_tensorflow
 
 EXIT_PROBE_PROBLEMS = 1
 

@@ -14,8 +14,8 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist import summary as run_summary
-from tfdist.chief_watch import ChiefWatch
-from tfdist.chief_watch import chief_address
+from tfdist.chief_liveness import ChiefWatch
+from tfdist.chief_liveness import chief_address
 from tfdist.config import RunConfig
 
 EVALUATIONS_JSON = "evaluations.json"

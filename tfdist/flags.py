@@ -16,6 +16,7 @@ Python: TensorFlow is imported after parsing.
 """
 
 import math
+import re
 import sys
 
 from absl import flags
@@ -48,13 +49,13 @@ from tfdist.config import RunConfig
 from tfdist.config import TrainConfig
 from tfdist.launch import LaunchConfig
 from tfdist.launch import Network
-from tfdist.optim_config import DEFAULT_LARS_EXCLUDE
-from tfdist.optim_config import LarsMode
-from tfdist.optim_config import LrScaling
-from tfdist.optim_config import LrSchedule
-from tfdist.optim_config import MAX_COUNT
-from tfdist.optim_config import OptimizerConfig
-from tfdist.optim_config import OptimizerName
+from tfdist.config import DEFAULT_LARS_EXCLUDE
+from tfdist.config import LarsMode
+from tfdist.config import LrScaling
+from tfdist.config import LrSchedule
+from tfdist.config import MAX_COUNT
+from tfdist.config import OptimizerConfig
+from tfdist.config import OptimizerName
 
 FLAGS = flags.FLAGS
 _Holders = dict[str, flags.FlagHolder]  # A group of flags by name, in the order help lists them.
@@ -217,7 +218,7 @@ _TRAIN = _group(
                         "so a restarted job resumes where it stopped."),
     flags.DEFINE_string("metrics_json", None, "Write the run summary as JSON to this path."),
     _SEED)
-# OptimizerConfig's fields but `epochs` (README "Large-batch training").
+# OptimizerConfig's fields (README "Large-batch training").
 _OPTIMIZER = _group(
     flags.DEFINE_enum("optimizer", "adam", _choices(OptimizerName), "Optimizer."),
     _define_float("learning_rate", 3e-3,
@@ -471,7 +472,7 @@ def run_config(cluster: ClusterConfig | None) -> RunConfig:
 
 
 def optimizer_config() -> OptimizerConfig:
-    """The parsed optimizer flags (and --epochs) as an `OptimizerConfig`."""
+    """The parsed optimizer flags as an `OptimizerConfig`."""
     values = _values(_OPTIMIZER)
     try:
         values["lr_step_boundaries"] = tuple(float(epoch)
@@ -480,7 +481,7 @@ def optimizer_config() -> OptimizerConfig:
         raise UsageError(f"lr_step_boundaries={','.join(values['lr_step_boundaries'])!r} is not "
                          "a list of epochs; write e.g. --lr_step_boundaries=30,60.") from None
     values["lars_exclude"] = tuple(values["lars_exclude"])
-    return OptimizerConfig(epochs=_EPOCHS.value, **values)
+    return OptimizerConfig(**values)
 
 
 def input_config(command: str) -> InputConfig:
@@ -578,3 +579,12 @@ def help_text(command: str) -> str:
         default = "unset" if flag.default is None else flag.default_as_str
         blocks.append(f"  --{name}: {flag.help}\n    (default: {default})")
     return "\n".join(blocks)
+
+
+def as_flags(message: str) -> str:
+    """A config error worded for the command line: each `field=value` that a tfdist flag sets
+    becomes `--field=value`. Configs and pipelines name fields, as a library's caller writes
+    them; the CLI and users' absl programs print their errors through this."""
+    names = sorted({name for holders in COMMAND_FLAGS.values() for name in holders},
+                   key=len, reverse=True)
+    return re.sub(rf"(?<![\w.-])({'|'.join(map(re.escape, names))})=", r"--\1=", message)

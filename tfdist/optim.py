@@ -1,8 +1,9 @@
 """Optimizers and the large-batch recipe: learning-rate scaling, warmup and decay, LARS, and
 gradient clipping, noise and accumulation (`tfdist.gradients`), under every strategy.
 
-    schedule = learning_rate_schedule(config, global_batch_size=4096, steps_per_epoch=100)
-    optimizer = build_optimizer(config, global_batch_size=4096, steps_per_epoch=100)
+    schedule = learning_rate_schedule(config, global_batch_size=4096, steps_per_epoch=100,
+                                      epochs=90)
+    optimizer = build_optimizer(config, global_batch_size=4096, steps_per_epoch=100, epochs=90)
 """
 
 import math
@@ -14,10 +15,10 @@ from strategies import WireDtype
 from tfdist.gradients import GradientTransforms
 from tfdist.gradients import with_transforms
 from tfdist.lars import LARS
-from tfdist.optim_config import LrSchedule
-from tfdist.optim_config import OptimizerConfig
-from tfdist.optim_config import OptimizerName
-from tfdist.optim_config import peak_learning_rate
+from tfdist.config import LrSchedule
+from tfdist.config import OptimizerConfig
+from tfdist.config import OptimizerName
+from tfdist.config import peak_learning_rate
 
 __all__ = ["LARS", "OptimizerConfig", "OptimizerName", "WarmupSchedule", "build_optimizer",
            "learning_rate_schedule", "peak_learning_rate"]
@@ -59,7 +60,7 @@ class WarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
 
 
 def learning_rate_schedule(config: OptimizerConfig, global_batch_size: int,
-                           steps_per_epoch: int) -> WarmupSchedule:
+                           steps_per_epoch: int, epochs: int) -> WarmupSchedule:
     """The rate per optimizer update: scaled, warmed up and decayed as `config` says.
 
     `steps_per_epoch` counts updates: training steps / `grad_accum_steps`. Warmup (Goyal et
@@ -69,7 +70,7 @@ def learning_rate_schedule(config: OptimizerConfig, global_batch_size: int,
     return WarmupSchedule(
         initial=config.learning_rate, peak=peak_learning_rate(config, global_batch_size),
         warmup_steps=round(config.warmup_epochs * steps_per_epoch),
-        total_steps=config.epochs * steps_per_epoch, decay=config.lr_schedule.value,
+        total_steps=epochs * steps_per_epoch, decay=config.lr_schedule.value,
         step_boundaries=tuple(round(epoch * steps_per_epoch)
                               for epoch in config.lr_step_boundaries),
         step_factor=config.lr_step_factor)
@@ -94,7 +95,8 @@ def _optimizer_class(config: OptimizerConfig) -> tuple[type, dict]:
     }[config.optimizer]
 
 
-def build_optimizer(config: OptimizerConfig, global_batch_size: int, steps_per_epoch: int, *,
+def build_optimizer(config: OptimizerConfig, global_batch_size: int, steps_per_epoch: int,
+                    epochs: int, *,
                     allreduce_dtype: WireDtype = WireDtype.FLOAT32,
                     seed: int = 0) -> tf_keras.optimizers.Optimizer:
     """A fresh tf-keras optimizer with `learning_rate_schedule`'s rate and `config`'s gradient
@@ -107,5 +109,5 @@ def build_optimizer(config: OptimizerConfig, global_batch_size: int, steps_per_e
         accum_steps=config.grad_accum_steps, seed=seed)
     updates_per_epoch = max(steps_per_epoch // config.grad_accum_steps, 1)
     schedule = learning_rate_schedule(config, global_batch_size * config.grad_accum_steps,
-                                      updates_per_epoch)
+                                      updates_per_epoch, epochs)
     return with_transforms(optimizer_class, transforms)(schedule, **options)

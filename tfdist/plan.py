@@ -27,7 +27,7 @@ from strategies import StrategyKind
 from strategies import TaskType
 from tfdist import paths
 from tfdist import precision
-from tfdist import watchdog
+from tfdist import join_deadline
 from tfdist.config import ConfigError
 from tfdist.config import RunConfig
 from tfdist.keras_flavour import require_tf_keras
@@ -114,7 +114,7 @@ def _num_workers(kind: StrategyKind, config: RunConfig) -> int:
 
 def _build_strategy(config: RunConfig, kind: StrategyKind) -> tf.distribute.Strategy:
     """The strategy; a multi-worker task that joins peers waits at most
-    `--collective_timeout_s` for them (`tfdist.watchdog` says why it takes a process)."""
+    `--collective_timeout_s` for them (`tfdist.join_deadline` says why it takes a process)."""
     cluster = config.cluster
     if cluster is None or cluster.num_workers < 2 or kind is not StrategyKind.MULTI_WORKER_MIRRORED:
         return strategies.build(config.strategy, cluster)
@@ -129,7 +129,7 @@ def _build_strategy(config: RunConfig, kind: StrategyKind) -> tf.distribute.Stra
     message = (f"tfdist train: error: {task} waited {timeout_s:g} s (--collective_timeout_s) "
                f"for the other {cluster.num_workers - 1} worker(s) to join; start every task, "
                "check them with `tfdist doctor --probe`, or raise --collective_timeout_s.")
-    with watchdog.deadline(timeout_s, message, peers):
+    with join_deadline.deadline(timeout_s, message, peers):
         return strategies.build(config.strategy, cluster)
 
 

@@ -26,13 +26,12 @@ from tfdist import models
 from tfdist import optim
 from tfdist import paths
 from tfdist import precision
-from tfdist import serve
+from tfdist import ps_task
 from tfdist import summary as run_summary
 from tfdist.callbacks import BackupAndRestore
 from tfdist.callbacks import EpochHistory
 from tfdist.callbacks import ThroughputTimer
 from tfdist.config import ConfigError
-from tfdist.config import Precision
 from tfdist.plan import Plan
 from tfdist.plan import Role
 
@@ -164,6 +163,7 @@ def tfdist_optimizer(plan: Plan) -> tf_keras.optimizers.Optimizer:
     config = plan.config
     return precision.wrap_optimizer(
         optim.build_optimizer(config.optimizer, plan.global_batch_size, plan.steps_per_epoch,
+                              config.train.epochs,
                               allreduce_dtype=config.strategy.allreduce_dtype,
                               seed=config.train.seed),
         config.train.mixed_precision)
@@ -404,7 +404,7 @@ def fit(plan: Plan, model, train_data: Data | None = None,
     """
     train_data = plan.config.input if train_data is None else train_data
     if plan.role is Role.SERVE:
-        serve.serve(plan.config.cluster)
+        ps_task.serve(plan.config.cluster)
         return {"task": plan.task, "role": plan.role.value}
     validation_data = _validation_data(plan, train_data, validation_data)
     if plan.role is Role.EVALUATE:

@@ -26,7 +26,7 @@ class InputConfigTest(parameterized.TestCase):
     @parameterized.parameters(
         (dict(dataset="Not A Name"), r"^dataset='Not A Name' is not a dataset name; use "),
         (dict(dataset="tfrecord:"), r"^dataset='tfrecord:' has no file pattern; "),
-        (dict(dataset="tfrecord:/x/*"), r"^dataset='tfrecord:/x/\*' needs --num_classes"),
+        (dict(dataset="tfrecord:/x/*"), r"^dataset='tfrecord:/x/\*' needs num_classes=N"),
         (dict(autoshard="files"), r"^autoshard='files' is not a known value; use one of "
                                   r"auto\|file\|data\|off\.$"),
         (dict(preprocess_on="gpu"), r"^preprocess_on='gpu' is not a known value"),
@@ -91,7 +91,7 @@ class PerReplicaBatchSizeTest(unittest.TestCase):
     def test_uneven(self):
         with self.assertRaisesRegex(InputConfigError,
                                     r"^global_batch_size=130 does not split evenly over 4 "
-                                    r"replicas; .*--global_batch_size=128 or 132\.$"):
+                                    r"replicas; .*e\.g\. global_batch_size=128 or 132\.$"):
             per_replica_batch_size(130, 4)
 
 

@@ -234,7 +234,7 @@ class TfrecordSourceTest(tf.test.TestCase):
         with self.assertRaisesRegex(InputConfigError,
                                     rf"^file {self.train_files[1]} is damaged \(corrupted "
                                     r"record at \d+; \d+ record\(s\) readable before it\); "
-                                    r".*--skip_corrupt_records"):
+                                    r".*skip_corrupt_records=true"):
             input_pipelines.prepare(self.config)
 
     def test_skip_corrupt_records_counts_and_reads_the_rest(self):
@@ -259,7 +259,7 @@ class TfdsSourceTest(tf.test.TestCase):
         with self.assertRaisesRegex(
                 InputConfigError,
                 rf"^dataset='mnist' is not prepared in data_dir={data_dir}; prepare it once "
-                rf"with `tfds build mnist --data_dir={data_dir}` or add --download"):
+                rf"with `tfds build mnist --data_dir={data_dir}` or set download=true"):
             input_pipelines.prepare(InputConfig(dataset="mnist", data_dir=data_dir))
 
     def test_unknown_dataset(self):

@@ -101,7 +101,7 @@ class RecordCheckTest(_Files, parameterized.TestCase):
     @parameterized.named_parameters(
         ("label_too_large", image_example(label=int64_feature(5)),
          r": image/class/label=5 is outside \[0, num_classes=3\); re-write the label as a class "
-         r"index, or pass --num_classes=6 if the dataset has that many classes\.$"),
+         r"index, or set num_classes=6 if the dataset has that many classes\.$"),
         ("label_negative", image_example(label=int64_feature(-1)),
          r": image/class/label=-1 is outside \[0, num_classes=3\); re-write the label as a class "
          r"index\.$"),

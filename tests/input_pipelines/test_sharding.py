@@ -54,7 +54,7 @@ class PlanTest(parameterized.TestCase):
     def test_file_with_too_few_files_is_one_line_error(self):
         with self.assertRaisesRegex(
                 InputConfigError,
-                r"^autoshard=file: 2 file\(s\) for 3 input pipelines .* use --autoshard=data "
+                r"^autoshard=file: 2 file\(s\) for 3 input pipelines .* use autoshard=data "
                 r"or write at least 3 files\.$"):
             sharding.plan(AutoShard.FILE, num_files=2, num_pipelines=3, pipeline_id=0)
 

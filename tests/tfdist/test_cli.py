@@ -104,7 +104,7 @@ class BadInputTest(parameterized.TestCase):
         ("boundaries_not_epochs", ["train", "--lr_schedule=step", "--lr_step_boundaries=x"],
          "lr_step_boundaries='x' is not a list of epochs"),
         ("step_without_boundaries", ["train", "--lr_schedule=step"],
-         "lr_schedule=step needs --lr_step_boundaries"),
+         "--lr_schedule=step needs step boundaries in epochs, e.g. --lr_step_boundaries=30,60."),
         ("lars_flag_with_adam", ["train", "--lars_eeta=0.01"],
          "lars_eeta applies to optimizer=lars, not adam"),
         ("unknown_lr_scaling", ["train", "--lr_scaling=cubic"], "--lr_scaling=cubic"),

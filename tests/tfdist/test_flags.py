@@ -7,7 +7,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import textwrap
 import unittest
 
 from absl import flags
@@ -38,7 +37,7 @@ def main(argv):
     print(json.dumps({{
         "my_steps": _MINE.value, "strategy": config.strategy.strategy.value,
         "global_batch_size": config.input.global_batch_size, "model": config.train.model,
-        "epochs": config.train.epochs, "optimizer_epochs": config.optimizer.epochs,
+        "epochs": config.train.epochs,
         "precision": config.train.mixed_precision.value,
         "cli_only_defined": sorted(set(CLI_ONLY) & set(flags.FLAGS)),
         "tensorflow_imported": "tensorflow" in sys.modules}}))
@@ -83,7 +82,7 @@ class UserProgramTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(json.loads(result.stdout), {
             "my_steps": 7, "strategy": "mirrored", "global_batch_size": 64, "model": "resnet20",
-            "epochs": 5, "optimizer_epochs": 5, "precision": "mixed_bfloat16",
+            "epochs": 5, "precision": "mixed_bfloat16",
             "cli_only_defined": [], "tensorflow_imported": False})
 
     def test_cli_only_flags_are_unknown_to_the_program(self):
@@ -152,7 +151,6 @@ class FlagsTest(unittest.TestCase):
         config = tfdist_flags.run_config(None)
         self.assertEqual(config.strategy.strategy.value, "mirrored")
         self.assertEqual(config.train.epochs, 4)
-        self.assertEqual(config.optimizer.epochs, 4)
         self.assertEqual(config.train.model, "resnet20")
         self.assertEqual(config.optimizer.lr_step_boundaries, (1.0, 2.0))
         self.assertEqual((config.train.seed, config.input.seed), (9, 9))
@@ -187,6 +185,14 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(tfdist_flags.data_serve_options(), (6000, 2))
         _parse("doctor", "--probe")
         self.assertEqual(tfdist_flags.probe_timeout_s(), 5.0)
+
+    def test_config_errors_are_worded_as_flags(self):
+        self.assertEqual(
+            tfdist_flags.as_flags("global_batch_size=3 does not split; e.g. global_batch_size=2 "
+                                  "(epochs=3, --epochs=4, files=x, config.seed=1, "
+                                  "lr_step_boundaries[1]=nan)"),
+            "--global_batch_size=3 does not split; e.g. --global_batch_size=2 "
+            "(--epochs=3, --epochs=4, files=x, config.seed=1, lr_step_boundaries[1]=nan)")
 
 
 if __name__ == "__main__":

@@ -7,15 +7,19 @@ import tf_keras
 from absl.testing import parameterized
 
 from tfdist import optim
-from tfdist.optim_config import OptimizerConfig
-from tfdist.optim_config import OptimizerConfigError
-from tfdist.optim_config import check_peak_learning_rate
+from tfdist.config import ConfigError
+from tfdist.config import OptimizerConfig
+from tfdist.config import RunConfig
+from tfdist.config import TrainConfig
+from tfdist.config import check_peak_learning_rate
 
 _STEPS_PER_EPOCH = 10
+_EPOCHS = 5
 
 
 def _rate(config: OptimizerConfig, step: int, global_batch_size: int = 1024) -> float:
-    schedule = optim.learning_rate_schedule(config, global_batch_size, _STEPS_PER_EPOCH)
+    schedule = optim.learning_rate_schedule(config, global_batch_size, _STEPS_PER_EPOCH,
+                                            _EPOCHS)
     return float(schedule(step))
 
 
@@ -28,8 +32,7 @@ class ScheduleTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(_rate(config, 29), peak)
 
     def test_warmup_rises_step_by_step_from_the_unscaled_rate_to_the_peak(self):
-        config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=2,
-                                 epochs=5)
+        config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=2)
         warmup_steps, peak = 2 * _STEPS_PER_EPOCH, 0.4
         for step in (0, 1, 7, 19):
             self.assertAllClose(_rate(config, step),
@@ -44,7 +47,7 @@ class ScheduleTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_cosine_runs_from_the_peak_over_the_remaining_steps(self):
         config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=1,
-                                 lr_schedule="cosine", epochs=5)
+                                 lr_schedule="cosine")
         warmup, total, peak = 10, 50, 0.4
         for step in (10, 23, 30, 49, 50, 60):
             progress = min((step - warmup) / (total - warmup), 1.0)
@@ -53,14 +56,14 @@ class ScheduleTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_step_decay_at_boundaries_in_epochs(self):
         config = OptimizerConfig(learning_rate=0.1, lr_schedule="step",
-                                 lr_step_boundaries=(2, 3.5), lr_step_factor=0.5, epochs=5)
+                                 lr_step_boundaries=(2, 3.5), lr_step_factor=0.5)
         for step, rate in ((0, 0.1), (19, 0.1), (20, 0.05), (34, 0.05), (35, 0.025),
                            (49, 0.025)):
             self.assertAllClose(_rate(config, step, global_batch_size=256), rate)
 
     def test_schedule_round_trips_through_its_config(self):
         schedule = optim.learning_rate_schedule(
-            OptimizerConfig(warmup_epochs=1, lr_schedule="cosine"), 512, _STEPS_PER_EPOCH)
+            OptimizerConfig(warmup_epochs=1, lr_schedule="cosine"), 512, _STEPS_PER_EPOCH, _EPOCHS)
         copy = optim.WarmupSchedule.from_config(schedule.get_config())
         self.assertAllClose(copy(17), schedule(17))
 
@@ -75,7 +78,7 @@ class BuildOptimizerTest(tf.test.TestCase, parameterized.TestCase):
     def test_every_optimizer_builds_with_the_schedule(self, name, optimizer_class):
         config = OptimizerConfig(optimizer=name, learning_rate=0.1, weight_decay=1e-4,
                                  warmup_epochs=1)
-        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH)
+        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH, _EPOCHS)
         self.assertIsInstance(optimizer, optimizer_class)
         variable = tf.Variable([1.0, 2.0])
         optimizer.apply_gradients([(tf.constant([0.5, 0.5]), variable)])
@@ -83,13 +86,13 @@ class BuildOptimizerTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_nesterov_and_momentum_use_the_momentum_flag(self):
         config = OptimizerConfig(optimizer="nesterov", momentum=0.8)
-        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH)
+        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH, _EPOCHS)
         self.assertEqual((optimizer.momentum, optimizer.nesterov), (0.8, True))
 
     def test_accumulation_schedules_updates_on_the_effective_batch(self):
         config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=1,
                                  grad_accum_steps=2)
-        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH)
+        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH, _EPOCHS)
         schedule = optimizer._learning_rate  # pylint: disable=protected-access
         # 2 micro-batches of 256 per update: peak 0.2; 10 steps an epoch are 5 updates.
         self.assertEqual((schedule.peak, schedule.warmup_steps), (0.2, 5))
@@ -103,11 +106,10 @@ class OptimizerConfigTest(parameterized.TestCase):
         ("negative_noise", dict(gradient_noise_eta=-0.1), r"gradient_noise_eta=-0.1"),
         ("negative_gamma", dict(gradient_noise_gamma=-1), r"gradient_noise_gamma=-1"),
         ("negative_warmup", dict(warmup_epochs=-1), r"warmup_epochs=-1"),
-        ("warmup_too_long", dict(warmup_epochs=3.5, epochs=3), r"warmup_epochs=3.5 is not"),
-        ("boundaries_not_increasing", dict(lr_schedule="step", lr_step_boundaries=(2, 2),
-                                           epochs=5), r"2,2 are not increasing"),
-        ("boundary_after_training", dict(lr_schedule="step", lr_step_boundaries=(1, 4),
-                                         epochs=3), r"before the end of training"),
+        ("boundaries_not_increasing", dict(lr_schedule="step", lr_step_boundaries=(2, 2)),
+         r"2,2 are not increasing"),
+        ("boundary_in_warmup", dict(lr_schedule="step", lr_step_boundaries=(1, 4),
+                                    warmup_epochs=2), r"must fall after warmup"),
         ("boundaries_without_step", dict(lr_step_boundaries=(1,)), r"applies to lr_schedule"),
         ("lars_mode_with_sgd", dict(optimizer="sgd", lars_mode="clip"),
          r"lars_mode applies to optimizer=lars, not sgd"),
@@ -125,8 +127,8 @@ class OptimizerConfigTest(parameterized.TestCase):
         ("infinite_eeta", dict(optimizer="lars", lars_eeta=float("inf")), r"lars_eeta=inf"),
         ("nan_gamma", dict(gradient_noise_gamma=float("nan")), r"gradient_noise_gamma=nan"),
         ("nan_warmup", dict(warmup_epochs=float("nan")), r"warmup_epochs=nan is not a finite"),
-        ("nan_boundary", dict(lr_schedule="step", lr_step_boundaries=(1, float("nan")),
-                              epochs=5), r"lr_step_boundaries\[1\]=nan is not a finite"),
+        ("nan_boundary", dict(lr_schedule="step", lr_step_boundaries=(1, float("nan"))),
+         r"lr_step_boundaries\[1\]=nan is not a finite"),
         ("huge_accumulation", dict(grad_accum_steps=2**40), r"grad_accum_steps=1099511627776 "
                                                              r"is not an integer from 1 to"),
         ("huge_base_batch", dict(base_batch_size=2**40), r"base_batch_size=1099511627776"),
@@ -134,12 +136,22 @@ class OptimizerConfigTest(parameterized.TestCase):
          r"lars_exclude='\[unclosed' is not a regular expression \(unterminated character set"),
     )
     def test_rejects(self, kwargs, message):
-        with self.assertRaisesRegex(OptimizerConfigError, message) as raised:
+        with self.assertRaisesRegex(ConfigError, message) as raised:
             OptimizerConfig(**kwargs)
         self.assertNotIn("\n", str(raised.exception))
 
+    @parameterized.named_parameters(
+        ("warmup_too_long", dict(warmup_epochs=3.5), r"warmup_epochs=3.5 is not shorter than "
+                                                     r"training \(epochs=3\)"),
+        ("boundary_after_training", dict(lr_schedule="step", lr_step_boundaries=(1, 4)),
+         r"lr_step_boundaries=1,4 must fall before the end of training \(epochs=3\)"),
+    )
+    def test_the_schedule_must_fit_in_training(self, kwargs, message):
+        with self.assertRaisesRegex(ConfigError, message):
+            RunConfig(train=TrainConfig(epochs=3), optimizer=OptimizerConfig(**kwargs))
+
     def test_scaled_rate_beyond_float32(self):
         config = OptimizerConfig(learning_rate=1e35, lr_scaling="linear")
-        with self.assertRaisesRegex(OptimizerConfigError, r"learning_rate=1e\+35 scaled linear "
+        with self.assertRaisesRegex(ConfigError, r"learning_rate=1e\+35 scaled linear "
                                                           r"to global_batch_size=16777216 is "):
             check_peak_learning_rate(config, 1 << 24)

@@ -20,7 +20,7 @@ from tfdist.config import ConfigError
 from tfdist.config import Precision
 from tfdist.config import RunConfig
 from tfdist.config import TrainConfig
-from tfdist.optim_config import OptimizerConfig
+from tfdist.config import OptimizerConfig
 
 _MIRRORED = dict(strategy="mirrored", num_cpu_devices=2)
 _FEATURES = 6

@@ -7,7 +7,7 @@ it. So the deadline lives in a child process. It waits on a pipe from the parent
 closing the pipe (the wait is over, or the parent died) ends the watch; the deadline passing
 prints the message, naming the peers whose ports do not answer, and SIGKILLs the parent.
 
-Run as `python -m tfdist.watchdog PARENT_PID TIMEOUT_S MESSAGE [PEER_ADDRESS ...]`.
+Run as `python -m tfdist.join_deadline PARENT_PID TIMEOUT_S MESSAGE [PEER_ADDRESS ...]`.
 """
 
 import contextlib
@@ -28,7 +28,7 @@ def deadline(timeout_s: float, message: str, peers: Sequence[str] = ()) -> Itera
     `peers` ("host:port") that do not answer at the deadline are listed after the message.
     """
     child = subprocess.Popen(  # pylint: disable=consider-using-with
-        [sys.executable, "-m", "tfdist.watchdog", str(os.getpid()), str(timeout_s), message,
+        [sys.executable, "-m", "tfdist.join_deadline", str(os.getpid()), str(timeout_s), message,
          *peers], stdin=subprocess.PIPE)
     try:
         yield

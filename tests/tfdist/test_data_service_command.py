@@ -1,7 +1,6 @@
 """`tfdist data serve` says what it exposes; training with no dispatcher fails in bounded time."""
 
 import subprocess
-import sys
 import unittest
 from unittest import mock
 
@@ -10,7 +9,7 @@ import pytest
 from absl.testing import absltest
 
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist import data_serve
+from tfdist import data_service_command
 from tfdist import network
 
 
@@ -19,13 +18,13 @@ class ExposureTest(unittest.TestCase):
     def test_names_every_port_and_interface(self):
         addresses = ["grpc://127.0.0.1:5050", "127.0.0.1:6001", "127.0.0.1:6002"]
         with mock.patch.object(network, "exposed_interfaces", return_value=["eth0"]):
-            self.assertEqual(data_serve._exposure(addresses), (  # pylint: disable=protected-access
+            self.assertEqual(data_service_command._exposure(addresses), (  # pylint: disable=protected-access
                 "TensorFlow binds every interface (0.0.0.0 and [::]), so port(s) 5050, 6001, 6002 "
                 "accept unauthenticated connections through eth0; firewall them on an untrusted "
                 "network"))
         with mock.patch.object(network, "exposed_interfaces", return_value=[]):
             self.assertIn("connections through loopback only",
-                          data_serve._exposure(addresses))  # pylint: disable=protected-access
+                          data_service_command._exposure(addresses))  # pylint: disable=protected-access
 
 
 @pytest.mark.multiprocess

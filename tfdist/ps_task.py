@@ -1,11 +1,11 @@
-"""Parameter-server `worker` and `ps` tasks under `tfdist train`: serve until the chief is done,
-then exit 0 instead of serving forever (`tfdist.chief_watch`)."""
+"""Parameter-server `worker` and `ps` tasks (`Role.SERVE`): serve until the chief is done,
+then exit 0 instead of serving forever (`tfdist.chief_liveness`)."""
 
 import strategies
 from strategies import ClusterConfig
-from tfdist.chief_watch import ChiefWatch
-from tfdist.chief_watch import PROBE_EVERY_S
-from tfdist.chief_watch import chief_address
+from tfdist.chief_liveness import ChiefWatch
+from tfdist.chief_liveness import PROBE_EVERY_S
+from tfdist.chief_liveness import chief_address
 from tfdist.config import ConfigError
 
 FIRST_CONTACT_TIMEOUT_S = 600.0

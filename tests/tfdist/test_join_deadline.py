@@ -1,4 +1,4 @@
-"""The watchdog kills a process stuck past its deadline, and stays out of the way otherwise."""
+"""The join deadline kills a process stuck past its deadline, and stays out of the way otherwise."""
 
 import signal
 import subprocess
@@ -7,22 +7,22 @@ import textwrap
 import time
 import unittest
 
-from tfdist import watchdog
+from tfdist import join_deadline
 
 
 class DeadlineTest(unittest.TestCase):
 
     def test_block_that_ends_in_time_is_left_alone(self):
         start = time.monotonic()
-        with watchdog.deadline(30, "never printed"):
+        with join_deadline.deadline(30, "never printed"):
             time.sleep(0.2)
         self.assertLess(time.monotonic() - start, 10)
 
     def test_stuck_process_is_killed_with_the_message_and_its_silent_peers(self):
         stuck = textwrap.dedent("""
             import time
-            from tfdist import watchdog
-            with watchdog.deadline(1, "stuck: gave up", ["127.0.0.1:1"]):
+            from tfdist import join_deadline
+            with join_deadline.deadline(1, "stuck: gave up", ["127.0.0.1:1"]):
                 time.sleep(60)
             print("not reached")
         """)

@@ -1,12 +1,5 @@
-"""Process-wide setup, done once, early in `main`, in this order:
-
-1. Keras flavour: `TF_USE_LEGACY_KERAS=1`, set when tfdist is imported (before TensorFlow).
-2. `import_tensorflow`: TensorFlow imported after flags are parsed, its start-up logs hidden
-   unless asked for.
-3. `tfdist.run.setup`: the mixed-precision policy (before any model is built), then the strategy,
-   which first splits the CPU into logical devices and sets up collectives, both before any other
-   op runs; seeds last.
-"""
+"""`import_tensorflow`: TensorFlow imported once, after the flags are parsed, with its start-up
+logs hidden unless asked for. The rest of a process's set-up, in order, is `tfdist.setup`."""
 
 import contextlib
 import os
