@@ -135,7 +135,8 @@ def _value_problem(layout: RecordLayout, label: int, head: bytes) -> str | None:
     if not 0 <= label < layout.num_classes:
         more = (f", or set num_classes={label + 1} if the dataset has that many classes"
                 if label > 0 else "")
-        return (f"{layout.label_key}={label} is outside [0, num_classes={layout.num_classes}); "
+        return (f"{layout.label_key}={label} is outside [0, {layout.num_classes}) "
+                f"(num_classes={layout.num_classes}); "
                 f"re-write the label as a class index{more}.")
     if not _IMAGE_SIGNATURE.match(head):
         start = f"it starts {head[:8].hex(' ')}" if head else "it is empty"

@@ -85,7 +85,7 @@ class PerReplicaBatchSizeTest(unittest.TestCase):
     def test_smaller_than_replicas(self):
         with self.assertRaisesRegex(InputConfigError,
                                     r"^global_batch_size=2 is smaller than the 4 replicas; .*"
-                                    r"--global_batch_size=4 or more\.$"):
+                                    r"use global_batch_size=4 or more\.$"):
             per_replica_batch_size(2, 4)
 
     def test_uneven(self):

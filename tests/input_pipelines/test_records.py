@@ -100,11 +100,11 @@ class RecordCheckTest(_Files, parameterized.TestCase):
 
     @parameterized.named_parameters(
         ("label_too_large", image_example(label=int64_feature(5)),
-         r": image/class/label=5 is outside \[0, num_classes=3\); re-write the label as a class "
-         r"index, or set num_classes=6 if the dataset has that many classes\.$"),
+         r": image/class/label=5 is outside \[0, 3\) \(num_classes=3\); re-write the label as a "
+         r"class index, or set num_classes=6 if the dataset has that many classes\.$"),
         ("label_negative", image_example(label=int64_feature(-1)),
-         r": image/class/label=-1 is outside \[0, num_classes=3\); re-write the label as a class "
-         r"index\.$"),
+         r": image/class/label=-1 is outside \[0, 3\) \(num_classes=3\); re-write the label as a "
+         r"class index\.$"),
         ("float_label", image_example(label=float_feature(1.0)),
          r" stores image/class/label as float_list" + _LAYOUT),
         ("two_labels", image_example(label=int64_feature(1, 2)),

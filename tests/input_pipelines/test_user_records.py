@@ -312,8 +312,8 @@ class ErrorsTest(_Files, parameterized.TestCase):
     def test_damaged_first_file(self):
         damage_first_record(self.train_files[0])
         self._assert_one_line(rf"^file {self.train_files[0]} is damaged \(.*; 0 record\(s\) "
-                              r"readable before it\); re-create it, or pass "
-                              r"--skip_corrupt_records")
+                              r"readable before it\); re-create it, or set "
+                              r"skip_corrupt_records=true")
 
     def test_not_a_tfrecord_file(self):
         path = os.path.join(self.directory, "notes.txt")

@@ -119,7 +119,8 @@ class DataCheckErrorTest(_SmallShapes, parameterized.TestCase):
         directory, result = self._check_records(
             ("train-0", [image_example()] * 2 + [image_example(label=int64_feature(3))]))
         self.assert_one_line_error(result, f"file {directory}/train-0, record 2 (from 0): "
-                                           "image/class/label=3 is outside [0, num_classes=3)",
+                                           "image/class/label=3 is outside [0, 3) "
+                                           "(--num_classes=3)",
                                    "--num_classes=4")
 
     def test_files_left_empty_by_skip_corrupt_records(self):

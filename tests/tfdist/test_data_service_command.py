@@ -18,13 +18,14 @@ class ExposureTest(unittest.TestCase):
     def test_names_every_port_and_interface(self):
         addresses = ["grpc://127.0.0.1:5050", "127.0.0.1:6001", "127.0.0.1:6002"]
         with mock.patch.object(network, "exposed_interfaces", return_value=["eth0"]):
-            self.assertEqual(data_service_command._exposure(addresses), (  # pylint: disable=protected-access
+            exposure = data_service_command._exposure(addresses)  # pylint: disable=protected-access
+            self.assertEqual(exposure, (
                 "TensorFlow binds every interface (0.0.0.0 and [::]), so port(s) 5050, 6001, 6002 "
                 "accept unauthenticated connections through eth0; firewall them on an untrusted "
                 "network"))
         with mock.patch.object(network, "exposed_interfaces", return_value=[]):
-            self.assertIn("connections through loopback only",
-                          data_service_command._exposure(addresses))  # pylint: disable=protected-access
+            exposure = data_service_command._exposure(addresses)  # pylint: disable=protected-access
+            self.assertIn("connections through loopback only", exposure)
 
 
 @pytest.mark.multiprocess

@@ -134,7 +134,7 @@ class ResultNotSavedTest(unittest.TestCase):
         self.assertEqual(status, 2)
         self.assertIn("tfdist: one_device on 1 replica(s), 1 epoch(s) of 2 steps in 3.0s: "
                       "loss=0.5000", stdout.getvalue())
-        self.assertEqual(stderr.getvalue(), "tfdist train: error: metrics_json='/x/m.json': "
+        self.assertEqual(stderr.getvalue(), "tfdist train: error: --metrics_json='/x/m.json': "
                                             "could not write the summary (No space left on "
                                             "device); ...\n")
 

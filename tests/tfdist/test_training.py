@@ -99,7 +99,7 @@ class BuiltInJobTest(_PolicyReset, parameterized.TestCase):
     def test_batch_that_does_not_split_over_replicas(self):
         with self.assertRaisesRegex(
                 InputConfigError, r"global_batch_size=5 does not split evenly over 2 replicas.*"
-                                  r"--global_batch_size=4 or 6"):
+                                  r"e.g. global_batch_size=4 or 6"):
             tfdist.setup(_config(self.data_dir, global_batch_size=5, strategy=_MIRRORED))
 
     def test_whole_epoch_steps_come_from_the_split_size(self):
