@@ -157,8 +157,8 @@ def _steps(config: RunConfig, train_examples: int | None):
         return _whole_batches(train_examples, global_batch, "train_examples"), \
             "train_examples", None
     if config.input.source_kind is SourceKind.PYTHON:
-        raise ConfigError(f"steps_per_epoch: dataset={config.input.dataset!r} does not say how "
-                          "many examples it has; pass --steps_per_epoch=N.")
+        raise ConfigError(f"dataset={config.input.dataset!r} does not say how many training "
+                          "examples it has; set steps_per_epoch=N.")
     info = input_pipelines.prepare(config.input)
     return (_whole_batches(info.num_examples["train"], global_batch, f"dataset {info.name}"),
             f"dataset={config.input.dataset}", info)
@@ -168,7 +168,7 @@ def _whole_batches(examples: int, global_batch: int, source: str) -> int:
     steps = examples // global_batch
     if steps == 0:
         raise ConfigError(f"global_batch_size={global_batch} is larger than the {examples} "
-                          f"training examples of {source}; lower it or set --steps_per_epoch.")
+                          f"training examples of {source}; lower it or set steps_per_epoch=N.")
     return steps
 
 

@@ -42,6 +42,6 @@ class NoDispatcherTest(absltest.TestCase):
         self.assertNotIn("Traceback", result.stderr)
         self.assertLen(result.stderr.strip().splitlines(), 1, result.stderr)
         self.assertRegex(result.stderr.splitlines()[-1],
-                         rf"^tfdist train: error: tf_data_service='{address}': no dispatcher "
+                         rf"^tfdist train: error: --tf_data_service='{address}': no dispatcher "
                          r"answered there within 20 s \(last try: connection refused\); start one "
                          r"with `tfdist data serve --port=\d+`, or fix the address\.$")

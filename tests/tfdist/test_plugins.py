@@ -69,6 +69,14 @@ def broken_records(split):
         parsed = tf.io.parse_example(serialized, {"x": tf.io.FixedLenFeature([4], tf.float32)})
         return parsed["x"], parsed["x"]
     return tfdist.Records(RECORDS, parse)
+
+
+def good_records(split):
+    def parse(serialized):
+        parsed = tf.io.parse_example(serialized, {"x": tf.io.FixedLenFeature([4], tf.float32),
+                                                  "y": tf.io.FixedLenFeature([], tf.int64)})
+        return parsed["x"], parsed["y"]
+    return tfdist.Records(GOOD, parse) if split == "train" else None
 '''
 _BROKEN = "raise RuntimeError('boom at import')\n"
 
@@ -85,8 +93,17 @@ class PluginsTest(unittest.TestCase):
             writer.write(tf.train.Example(features=tf.train.Features(feature={
                 "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[1]))}))
                 .SerializeToString())
+        good = os.path.join(self.tmp, "good-{index}.tfrecord")  # 4 files of 8 examples.
+        for index in range(4):
+            with tf.io.TFRecordWriter(good.format(index=index)) as writer:
+                for position in range(8):
+                    writer.write(tf.train.Example(features=tf.train.Features(feature={
+                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=[index] * 4)),
+                        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[position]))}))
+                        .SerializeToString())
         for name, text in (("user_models", _MODELS),
-                           ("user_data", _DATA.replace("RECORDS", repr(records))),
+                           ("user_data", _DATA.replace("RECORDS", repr(records))
+                            .replace("GOOD", repr(good.replace("{index}", "*")))),
                            ("user_broken", _BROKEN)):
             with open(os.path.join(self.tmp, f"{name}.py"), "w", encoding="utf-8") as module:
                 module.write(textwrap.dedent(text))
@@ -111,6 +128,20 @@ class PluginsTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         self.assertIn("tfdist: one_device on 1 replica(s), 3 epoch(s) of 5 steps", result.stdout)
 
+    def test_data_check_counts_a_users_records(self):
+        env = {"PYTHONPATH": self.tmp}
+        sharded = run_tfdist("data", "check", "--dataset=python:user_data:good_records",
+                             "--num_workers=2", "--replicas_per_worker=2",
+                             "--global_batch_size=4", extra_env=env)
+        self.assertEqual(sharded.returncode, 0, sharded.stderr[-3000:])
+        self.assertIn("split train: 32 examples; 2 worker(s) x 2 replica(s)", sharded.stdout)
+        self.assertIn("ok: every example read exactly once", sharded.stdout)
+        unsharded = run_tfdist("data", "check", "--dataset=python:user_data:good_records",
+                               "--num_workers=2", "--global_batch_size=4", "--autoshard=off",
+                               extra_env=env)
+        self.assertEqual(unsharded.returncode, 1, unsharded.stderr[-3000:])
+        self.assertIn("FAIL: 32 example(s) read more than once", unsharded.stdout)
+
     def test_bad_plugins_are_one_line_each(self):
         cases = [
             (["--model=user_broken:build"],
@@ -122,7 +153,8 @@ class PluginsTest(unittest.TestCase):
             (["--model=user_models:keras3_model"], "not a tf-keras model; build it with "
                                                    "tf.keras (with TF_USE_LEGACY_KERAS=1)"),
             (["--dataset=python:user_data:fits", "--model=user_models:tabular"],
-             "steps_per_epoch: dataset='python:user_data:fits' does not say how many examples"),
+             "--dataset='python:user_data:fits' does not say how many training examples it "
+             "has; set --steps_per_epoch=N."),
             (["--dataset=python:user_data:too_wide", "--model=user_models:tabular",
               "--steps_per_epoch=2", "--global_batch_size=32"],
              "train_data: its batches do not fit model 'tabular'"),
