@@ -142,6 +142,10 @@ def _as_enum(field: str, value, enum_type: type[enum.Enum]):
 class InputConfig:
     """Options for `input_pipelines.dataset_fn`.
 
+    Example:
+      >>> InputConfig(dataset="tfrecord:/data/{split}-*", num_classes=1000, image_size=224,
+      ...             global_batch_size=1024, autoshard="file", preprocess_on="device")
+
     Attributes:
       dataset: `shapes` (the built-in 10-class image dataset, generated locally), `synthetic`
         (one random batch repeated: compute throughput without input cost),

@@ -19,6 +19,7 @@ class StrategyConfigError(ValueError):
 
 
 class StrategyKind(str, enum.Enum):
+    """The strategies `--strategy` names; `auto` picks one from the cluster and devices."""
     AUTO = "auto"
     ONE_DEVICE = "one_device"
     MIRRORED = "mirrored"
@@ -113,6 +114,10 @@ def check_seconds(field: str, value: float, fix: str,
 @dataclasses.dataclass(frozen=True)
 class StrategyConfig:
     """Options for `strategies.build`. Field names match the `tfdist train` flags.
+
+    Example:
+      >>> StrategyConfig(strategy="multi_worker_mirrored", collective="nccl",
+      ...                allreduce_dtype="bfloat16", collective_timeout_s=300)
 
     Attributes:
       strategy: which strategy; `auto` picks one from the cluster and the local devices.

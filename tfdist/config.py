@@ -29,6 +29,7 @@ class KerasFlavourError(ConfigError):
 
 
 class Precision(str, enum.Enum):
+    """The Keras mixed-precision policy (`--mixed_precision`)."""
     FLOAT32 = "float32"
     MIXED_FLOAT16 = "mixed_float16"
     MIXED_BFLOAT16 = "mixed_bfloat16"
@@ -53,6 +54,10 @@ class TrainConfig:
     `steps_per_epoch=None` covers the training split once per epoch; `validation_steps=None`
     reads the whole validation split. With `model_dir`, a backup is written every epoch or every
     `backup_every` steps, and a restarted job resumes from it.
+
+    Example:
+      >>> tfdist.TrainConfig(model="my_project.models:build", epochs=5,
+      ...                    mixed_precision="mixed_bfloat16", metrics_json="/tmp/m.json")
     """
     model: str = ModelName.SMALL_CNN.value
     epochs: int = 3
@@ -91,6 +96,7 @@ class TrainConfig:
 
 
 class OptimizerName(str, enum.Enum):
+    """The optimizers `--optimizer` names (`momentum` and `nesterov` are SGD with momentum)."""
     SGD = "sgd"
     MOMENTUM = "momentum"
     NESTEROV = "nesterov"
@@ -132,10 +138,14 @@ class OptimizerConfig:
     `global_batch_size / base_batch_size` (`lr_scaling`); warmup rises from `learning_rate` to
     the peak over `warmup_epochs`; `lr_schedule` then decays from the peak until training ends
     (`TrainConfig.epochs`), at `lr_step_boundaries` (epochs from the start) by `lr_step_factor`
-    for `step`. Gradients,
-    after the all-reduce: clipped to global norm `clip_norm`, given Gaussian noise of variance
-    `gradient_noise_eta / (1 + t) ** gradient_noise_gamma`, and averaged over
-    `grad_accum_steps` micro-batches per update.
+    for `step`. Gradients, after the all-reduce: clipped to global norm `clip_norm`, given
+    Gaussian noise of variance `gradient_noise_eta / (1 + t) ** gradient_noise_gamma`, and
+    averaged over `grad_accum_steps` micro-batches per update.
+
+    Example (Goyal et al.'s recipe: linear scaling from 256, 5 warmup epochs, step decay):
+      >>> tfdist.OptimizerConfig(optimizer="momentum", learning_rate=0.1, lr_scaling="linear",
+      ...                        base_batch_size=256, warmup_epochs=5, lr_schedule="step",
+      ...                        lr_step_boundaries=(30, 60, 80))
     """
     optimizer: OptimizerName = OptimizerName.ADAM
     learning_rate: float = 3e-3
@@ -283,6 +293,15 @@ class RunConfig:
       optimizer: the optimizer and its schedule, which spans `train.epochs`.
       cluster: the validated TF_CONFIG, or None for a single-process job.
       show_tf_logs: keep TensorFlow's start-up and C++ logs (hidden by default).
+
+    Example (a run without flags; `tfdist.config_from_flags` builds one from them):
+      >>> config = tfdist.RunConfig(
+      ...     strategy=tfdist.StrategyConfig(strategy="mirrored", num_cpu_devices=2),
+      ...     input=tfdist.InputConfig(global_batch_size=256),
+      ...     train=tfdist.TrainConfig(epochs=10, model_dir="/tmp/run"),
+      ...     optimizer=tfdist.OptimizerConfig(optimizer="momentum", learning_rate=0.1,
+      ...                                      lr_scaling="linear", warmup_epochs=2),
+      ...     cluster=strategies.from_environment())  # TF_CONFIG's cluster, or None
     """
     strategy: StrategyConfig = StrategyConfig()
     input: InputConfig = InputConfig()

@@ -34,7 +34,8 @@ from tfdist.keras_flavour import require_tf_keras
 
 
 class Role(str, enum.Enum):
-    """What this process does in its cluster."""
+    """What this process does in its cluster (`Plan.role`); `fit` acts on it, e.g.
+    `plan.role is tfdist.Role.EVALUATE` on the evaluator task."""
     TRAIN = "train"  # The only process, a mirrored worker or chief, or the PS coordinator.
     SERVE = "serve"  # A parameter-server `worker` or `ps` task: runs a server until the end.
     EVALUATE = "evaluate"  # The `evaluator` task: evaluates each checkpoint the chief writes.
@@ -43,6 +44,12 @@ class Role(str, enum.Enum):
 @dataclasses.dataclass(frozen=True)
 class Plan:
     """What one process of a run does, computed once by `setup`.
+
+    Example:
+      >>> plan = tfdist.setup(config, train_examples=50_000)
+      >>> if plan.role is tfdist.Role.TRAIN and plan.writes_results:
+      ...     print(plan.task, plan.num_replicas, plan.per_replica_batch_size)
+      chief:0 8 32
 
     Attributes:
       config: the run's configuration.

@@ -62,7 +62,12 @@ def fit(plan: Plan, *, validate: bool = True,
 
 def train(config: RunConfig) -> dict:
     """Runs this task's part of the `tfdist train` run `config` describes; returns `fit`'s
-    summary (see `tfdist.fit`)."""
+    summary (see `tfdist.fit`).
+
+    Example:
+      >>> summary = tfdist.train(tfdist.RunConfig(train=tfdist.TrainConfig(epochs=1)))
+      >>> print(summary["final"]["val_accuracy"], summary["examples_per_sec"])
+    """
     # The user's modules are imported first, so a broken one fails before data is prepared.
     models.model_function(config.train.model)
     if config.input.source_kind is SourceKind.PYTHON:
