@@ -130,7 +130,9 @@ class PlanTest(_PolicyReset):
 
     def test_a_python_dataset_needs_steps(self):
         config = RunConfig(input=InputConfig(dataset="python:my_data:splits"))
-        with self.assertRaisesRegex(ConfigError, r"^steps_per_epoch: .*--steps_per_epoch=N\.$"):
+        with self.assertRaisesRegex(ConfigError, r"^dataset='python:my_data:splits' does not "
+                                                 r"say how many training examples it has; set "
+                                                 r"steps_per_epoch=N\.$"):
             tfdist.setup(config)
 
 
