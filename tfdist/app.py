@@ -26,12 +26,12 @@ USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfig
 def import_tensorflow() -> None:
     """Imports TensorFlow, hiding its start-up logs unless `--tf_logs` was given."""
     from tfdist import flags  # pylint: disable=import-outside-toplevel
-    tf_import.import_tensorflow(flags.FLAGS.is_parsed() and flags.show_tf_logs())
+    tf_import.import_tensorflow(flags.show_tf_logs())
 
 
 def define_flags() -> None:
     """Defines tfdist's training flags (strategy, precision, input, optimizer, cluster,
-    output) in absl's FLAGS and lists them in this program's `--help`, beside its own flags.
+    output) as absl flags and lists them in this program's `--help`, beside its own flags.
 
     Call at import time of your main module, before `app.run` (or `tfdist.run`) parses argv.
 

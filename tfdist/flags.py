@@ -567,8 +567,8 @@ def probe_timeout_s() -> float | None:
 
 
 def show_tf_logs() -> bool:
-    """`--tf_logs`."""
-    return _TF_LOGS.value
+    """`--tf_logs`; False before argv is parsed (a library caller's program without flags)."""
+    return FLAGS.is_parsed() and _TF_LOGS.value
 
 
 def help_text(command: str) -> str:
