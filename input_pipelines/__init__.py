@@ -47,6 +47,12 @@ def device_preprocessing():
     return preprocessing.DevicePreprocessing(name="device_preprocessing")
 
 
+def device_preprocess(images, *, training: bool, compute_dtype: str):
+    """`device_preprocessing` as a function of a uint8 batch, for a step of one's own."""
+    from input_pipelines import preprocessing
+    return preprocessing.preprocess(images, training=training, compute_dtype=compute_dtype)
+
+
 def dataset_fn(config: InputConfig, read: ReadOptions):
     """Returns a `DatasetFn` (InputContext -> tf.data.Dataset of per-replica (image, label)
     batches) of the image dataset's split `read.split`, for `distribute_datasets_from_function`

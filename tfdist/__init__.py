@@ -7,14 +7,13 @@ under the plan's strategy, or serves or evaluates when this task of the cluster 
 training loops use `CustomLoop`.
 
 Importing tfdist selects tf-keras (Keras 2) as TensorFlow's Keras when TensorFlow is not imported
-yet (see ARCHITECTURE.md); nothing here imports TensorFlow at import time.
+yet and the environment has not chosen (see ARCHITECTURE.md); `--keras=3` trains Keras 3 models
+(README "Keras 2 or 3"). Nothing here imports TensorFlow at import time.
 """
 
-import os
-import sys
+from tfdist import keras_env
 
-if "tensorflow" not in sys.modules:
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+keras_env.default_to_tf_keras()
 
 # pylint: disable=wrong-import-position,import-outside-toplevel
 from input_pipelines import InputConfig

@@ -23,10 +23,11 @@ EXIT_USAGE = 2
 USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError)
 
 
-def import_tensorflow() -> None:
-    """Imports TensorFlow, hiding its start-up logs unless `--tf_logs` was given."""
+def import_tensorflow(keras: int | None = None) -> None:
+    """Imports TensorFlow, hiding its start-up logs unless `--tf_logs` was given, with
+    `tf.keras` the flavour `keras` when given."""
     from tfdist import flags  # pylint: disable=import-outside-toplevel
-    tf_import.import_tensorflow(flags.show_tf_logs())
+    tf_import.import_tensorflow(flags.show_tf_logs(), keras)
 
 
 def define_flags() -> None:
@@ -69,7 +70,7 @@ def config_from_flags() -> RunConfig:
     """
     from tfdist import flags  # pylint: disable=import-outside-toplevel
     config = flags.run_config(cluster_from_flags())
-    import_tensorflow()
+    import_tensorflow(config.train.keras)
     return config
 
 

@@ -51,7 +51,7 @@ def _train() -> int:
     config = tfdist_flags.run_config(app.cluster_from_flags())
     paths.check(config)  # Before TensorFlow's seconds of start-up; `setup` checks again.
     plugins.check_findable(dataset=config.input.dataset, model=config.train.model)
-    import_tensorflow(config.show_tf_logs)
+    import_tensorflow(config.show_tf_logs, config.train.keras)
     # pylint: disable-next=import-outside-toplevel
     from tfdist import summary, train_command, training
     try:
@@ -69,7 +69,8 @@ def _doctor() -> int:
     from tfdist import doctor
     return doctor.main(tfdist_flags.tf_config(), tfdist_flags.strategy_config(),
                        show_tf_logs=tfdist_flags.show_tf_logs(),
-                       probe_timeout_s=tfdist_flags.probe_timeout_s())
+                       probe_timeout_s=tfdist_flags.probe_timeout_s(),
+                       keras=tfdist_flags.keras())
 
 
 def _data_check() -> int:

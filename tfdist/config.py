@@ -16,6 +16,7 @@ from strategies import StrategyConfig
 from strategies.config import check_int
 from strategies.config import coerce_enum
 
+KERAS_VERSIONS = ("2", "3")
 MAX_COUNT = (1 << 31) - 1  # Steps, epochs and other counts TensorFlow keeps in int32 or more.
 _MAX_FLOAT32 = 3.4028234663852886e38
 
@@ -51,6 +52,8 @@ class TrainConfig:
     """How to train: model, epochs, precision and where results go.
 
     `model` is a built-in model (`ModelName`) or a user's model function as MODULE:FUNCTION.
+    `keras` is the Keras the model is written in: 2 (tf-keras, `tf.keras` with
+    TF_USE_LEGACY_KERAS=1) or 3 (`import keras`, README "Keras 2 or 3").
     `steps_per_epoch=None` covers the training split once per epoch; `validation_steps=None`
     reads the whole validation split. With `model_dir`, a backup is written every epoch or every
     `backup_every` steps, and a restarted job resumes from it.
@@ -69,6 +72,7 @@ class TrainConfig:
     backup_every: str = "epoch"
     metrics_json: str | None = None
     seed: int = 0
+    keras: int = 2
 
     def __post_init__(self):
         if isinstance(self.model, ModelName):
@@ -88,6 +92,10 @@ class TrainConfig:
             if value is not None:
                 check_int(field, value, 1, MAX_COUNT, "e.g. 3", error=ConfigError)
         check_int("seed", self.seed, 0, MAX_SEED, "e.g. 0", error=ConfigError)
+        if str(self.keras) not in KERAS_VERSIONS:
+            raise ConfigError(f"keras={self.keras!r} is not a Keras tfdist trains with; use "
+                              "keras=2 (tf-keras) or keras=3 (`import keras`).")
+        object.__setattr__(self, "keras", int(self.keras))
         if self.backup_every != "epoch" and not (self.backup_every.isdigit() and
                                                  0 < int(self.backup_every) <= MAX_COUNT):
             raise ConfigError(f"backup_every={self.backup_every!r} is neither 'epoch' nor a "
@@ -320,6 +328,10 @@ class RunConfig:
                 "accumulation; use mixed_bfloat16 or float32.")
         check_peak_learning_rate(self.optimizer,
                                  self.input.global_batch_size * self.optimizer.grad_accum_steps)
+        if self.train.keras == 3 and self.train.backup_every != "epoch":
+            raise ConfigError(f"backup_every={self.train.backup_every!r} with keras=3: tfdist's "
+                              "Keras 3 step backs up at the end of each epoch; use "
+                              "backup_every=epoch, or shorter epochs (steps_per_epoch=N).")
 
     @property
     def writes_results(self) -> bool:

@@ -4,8 +4,8 @@ scope, distributed input from a dataset function, a loss scaled by the global ba
 gradient transforms of `tfdist.gradients` (all-reduce dtype, clipping, noise, accumulation)
 and mixed-precision loss scaling in `minimize`, and checkpoints that resume.
 
-Runs under one_device, mirrored and multi_worker_mirrored; parameter server trains through
-`tfdist.fit`.
+Runs tf-keras models under one_device, mirrored and multi_worker_mirrored; parameter server,
+and Keras 3 models (`--keras=3`), train through `tfdist.fit`.
 """
 
 import os
@@ -45,6 +45,10 @@ class CustomLoop:
 
     def __init__(self, plan: Plan, model: Callable[[], tf_keras.Model],
                  optimizer: tf_keras.optimizers.Optimizer | None = None):
+        if plan.config.train.keras == 3:
+            raise ConfigError("keras=3: CustomLoop trains tf-keras models with tf-keras' "
+                              "optimizer; train a Keras 3 model through tfdist.fit, or write "
+                              "the loop with keras=2.")
         if plan.role is not Role.TRAIN or plan.kind is StrategyKind.PARAMETER_SERVER:
             raise ConfigError(f"strategy={plan.kind.value} ({plan.task}): CustomLoop runs under "
                               "one_device, mirrored and multi_worker_mirrored; train through "

@@ -1,8 +1,8 @@
 """`tfdist doctor`: checks TF_CONFIG and this machine before a cluster job starts.
 
-Prints the cluster, this task's role, the local devices, the strategy `auto` would pick and
-what this machine's network exposes (TensorFlow's servers listen on every interface). Exits 0 when
-sound; a problem is raised as a one-line error (the CLI exits 2). `--probe` adds a bounded network
+Prints the cluster, this task's role, the local devices, the Keras it trains with, the strategy
+`auto` would pick and what this machine's network exposes (TensorFlow's servers listen on every
+interface). Exits 0 when sound; a problem is raised as a one-line error (the CLI exits 2). `--probe` adds a bounded network
 check of every task (exit 1 when a peer cannot be resolved or reached).
 """
 
@@ -102,8 +102,25 @@ def _probe(cluster: ClusterConfig | None, config: StrategyConfig, timeout_s: flo
     return not report.problems
 
 
+def _keras_line(keras: int) -> str:
+    """Which Keras this task trains with.
+
+    Raises:
+      KerasFlavourError: this process cannot train that Keras (one line says what to do).
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tfdist import keras_flavour  # pylint: disable=import-outside-toplevel
+    keras_flavour.require(keras)
+    version = keras_flavour.api(keras).__version__
+    if keras == 2:
+        return (f"keras: tf-keras {version} (--keras=2): models are built with tf.keras "
+                f"({tf.keras.__name__}) and trained with Keras' fit")
+    return (f"keras: Keras {version} (--keras=3): models are built with `import keras` and "
+            f"trained with tfdist's own distributed step; tf.keras is {tf.keras.__name__}")
+
+
 def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
-         probe_timeout_s: float | None = None) -> int:
+         probe_timeout_s: float | None = None, keras: int = 2) -> int:
     """Checks `tf_config` (else the TF_CONFIG environment variable) and prints the report;
     with `probe_timeout_s`, also probes the cluster's network (exit 1 on a problem found).
 
@@ -115,8 +132,9 @@ def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
     else:
         cluster, source = strategies.from_environment(), "from the environment"
     print("\n".join(_cluster_lines(cluster, source)), flush=True)
-    import_tensorflow(show_tf_logs)
+    import_tensorflow(show_tf_logs, keras)
     print("\n".join(_device_lines(config)), flush=True)
+    print(_keras_line(keras), flush=True)
     print(_strategy_line(config, cluster))
     network = _network_line(cluster)
     if network:

@@ -43,6 +43,8 @@ from strategies.config import MAX_PACK_MIB
 from strategies.config import MAX_REPLICA_DEVICES
 from strategies.config import MAX_TIMEOUT_S
 from strategies.config import is_duration
+from tfdist import keras_env
+from tfdist.config import KERAS_VERSIONS
 from tfdist.config import ModelName
 from tfdist.config import Precision
 from tfdist.config import RunConfig
@@ -194,6 +196,11 @@ _EPOCHS = flags.DEFINE_integer("epochs", 3, "Training epochs.",
                                lower_bound=1, upper_bound=MAX_COUNT)
 _SEED = flags.DEFINE_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
                              lower_bound=0, upper_bound=MAX_SEED)
+_KERAS = flags.DEFINE_enum(
+    "keras", str(keras_env.environment_choice()), KERAS_VERSIONS,
+    "The Keras models are written in: 2 (tf-keras) or 3 (`import keras`); the default follows "
+    "TF_USE_LEGACY_KERAS (unset: 2). launch: the Keras `tf.keras` is in every task; doctor: "
+    "check this task for it.")
 _TRAIN = _group(
     flags.DEFINE_string("model", ModelName.SMALL_CNN.value,
                         f"Model to train: a built-in one ({', '.join(_choices(ModelName))}) or "
@@ -217,7 +224,8 @@ _TRAIN = _group(
                         "With --model_dir: back up training state every epoch or every N steps, "
                         "so a restarted job resumes where it stopped."),
     flags.DEFINE_string("metrics_json", None, "Write the run summary as JSON to this path."),
-    _SEED)
+    _SEED,
+    _KERAS)
 # OptimizerConfig's fields (README "Large-batch training").
 _OPTIMIZER = _group(
     flags.DEFINE_enum("optimizer", "adam", _choices(OptimizerName), "Optimizer."),
@@ -404,11 +412,12 @@ def define_cli_flags() -> None:
         num_workers))
     _BENCHMARK.update(_define_benchmark_flags(), **_group(json_path))
     tasks = _group(num_workers, _NUM_PS, _CHIEF, evaluator)
-    _LAUNCH.update(tasks, **_define_launch_flags())
+    keras = _group(_KERAS)
+    _LAUNCH.update(tasks, **_define_launch_flags(), **keras)
     _MANIFEST.update(tasks, **_define_manifest_flags())
     # --log_dir is absl.logging's; launch writes DIR/<type>-<index>.log there.
     FLAGS["log_dir"].help = "launch: write each task's output to DIR/<type>-<index>.log."
-    _DOCTOR.update(_define_doctor_flags())
+    _DOCTOR.update(_define_doctor_flags(), **keras)
     COMMAND_FLAGS.update({
         "doctor": {**_STRATEGY, **_DOCTOR, **_group(_TF_LOGS)},
         "data check": {**_SOURCE, **_group(_SEED), **_DATA_CHECK, **_group(_TF_LOGS)},
@@ -528,6 +537,11 @@ def data_check_options() -> tuple[int, int, str | None]:
 def data_serve_options() -> tuple[int, int]:
     """`tfdist data serve`'s (port, num_workers)."""
     return _DATA_SERVE["port"].value, _DATA_SERVE["num_workers"].value
+
+
+def keras() -> int:
+    """The parsed --keras."""
+    return int(_KERAS.value)
 
 
 def launch_config(command: list[str]) -> LaunchConfig:

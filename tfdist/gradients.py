@@ -36,11 +36,28 @@ class GradientTransforms:
     seed: int = 0
 
 
-def _all_reduce(wire_dtype: tf.DType, grads: list[tf.Tensor]) -> list[tf.Tensor]:
-    """Sums `grads` over the replicas in `wire_dtype`, returning them in their own dtypes."""
+def all_reduce(wire_dtype: tf.DType, grads: list[tf.Tensor]) -> list[tf.Tensor]:
+    """Sums `grads` over the replicas in `wire_dtype`, returning them in their own dtypes (call
+    in a replica context)."""
     wire = [tf.cast(grad, wire_dtype) for grad in grads]
     summed = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, wire)
     return [tf.cast(total, grad.dtype) for total, grad in zip(summed, grads)]
+
+
+def add_noise(grads: list[tf.Tensor], transforms: GradientTransforms, *, updates: tf.Tensor,
+              draw: tf.Tensor) -> list[tf.Tensor]:
+    """`grads` plus Gaussian noise of variance eta / (1 + updates) ** gamma (times the
+    accumulation steps: see above), drawn from a stateless generator seeded by `draw` (an int64
+    step count), so that every replica adds the same noise."""
+    variance = (transforms.noise_eta * transforms.accum_steps /
+                (1.0 + tf.cast(updates, tf.float32)) ** transforms.noise_gamma)
+    noisy = []
+    for index, grad in enumerate(grads):
+        seed = tf.stack([tf.constant(transforms.seed * _NOISE_SEED_STRIDE + index, tf.int64),
+                         tf.cast(draw, tf.int64)])
+        noise = tf.random.stateless_normal(tf.shape(grad), seed, dtype=tf.float32)
+        noisy.append(grad + tf.cast(tf.sqrt(variance) * noise, grad.dtype))
+    return noisy
 
 
 @functools.cache
@@ -74,7 +91,7 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
                 reduced = [grad for grad, _ in super().aggregate_gradients(
                     [(grad, grads_and_vars[index][1]) for grad, index in zip(grads, present)])]
             else:
-                reduced = _all_reduce(wire_dtype, grads)
+                reduced = all_reduce(wire_dtype, grads)
             if transforms.clip_norm:
                 reduced, _ = tf.clip_by_global_norm(reduced, transforms.clip_norm)
             if transforms.noise_eta:
@@ -85,18 +102,9 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
             return result
 
         def _add_noise(self, grads: list[tf.Tensor]) -> list[tf.Tensor]:
-            updates = tf.cast(self.iterations, tf.float32)
-            variance = (transforms.noise_eta * accum_steps /
-                        (1.0 + updates) ** transforms.noise_gamma)
             # One draw per step: each update, or each micro-batch when accumulating.
             draw = self._micro_batches if accum_steps > 1 else tf.cast(self.iterations, tf.int64)
-            noisy = []
-            for index, grad in enumerate(grads):
-                seed = tf.stack([tf.constant(transforms.seed * _NOISE_SEED_STRIDE + index,
-                                             tf.int64), draw])
-                noise = tf.random.stateless_normal(tf.shape(grad), seed, dtype=tf.float32)
-                noisy.append(grad + tf.cast(tf.sqrt(variance) * noise, grad.dtype))
-            return noisy
+            return add_noise(grads, transforms, updates=self.iterations, draw=draw)
 
         def _apply_weight_decay(self, variables):
             if accum_steps == 1:

@@ -15,6 +15,37 @@ LearningRateSchedule = tf_keras.optimizers.schedules.LearningRateSchedule
 _MODES = ("scale", "clip")
 
 
+def trust_ratio(variable, gradient: tf.Tensor, *, eeta: float, weight_decay: float,
+                epsilon: float, clip: bool) -> tf.Tensor:
+    """eeta * ||w|| / (||g|| + weight_decay * ||w|| + epsilon): 1 where ||w|| or ||g|| is 0,
+    at most 1 when `clip`."""
+    dtype = gradient.dtype
+    w_norm = tf.norm(variable)
+    g_norm = tf.norm(gradient)
+    denominator = g_norm + tf.cast(weight_decay, dtype) * w_norm + tf.cast(epsilon, dtype)
+    ratio = tf.cast(eeta, dtype) * tf.math.divide_no_nan(w_norm, denominator)
+    trust = tf.where(tf.logical_and(w_norm > 0, g_norm > 0), ratio, tf.ones([], dtype))
+    return tf.minimum(trust, 1) if clip else trust
+
+
+def check_options(*, momentum: float, weight_decay: float, eeta: float, mode: str,
+                  exclude: tuple[str, ...], epsilon: float) -> None:
+    """Raises ValueError, naming the option, unless LARS can run with these."""
+    if mode not in _MODES:
+        raise ValueError(f"LARS mode={mode!r} is invalid: use 'scale' or 'clip'.")
+    if eeta <= 0:
+        raise ValueError(f"LARS eeta={eeta} is invalid: use a value > 0.")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"LARS momentum={momentum} is invalid: use a value in [0, 1).")
+    if weight_decay < 0:
+        raise ValueError(f"LARS weight_decay={weight_decay} is invalid: use a value >= 0.")
+    if epsilon < 0:
+        raise ValueError(f"LARS epsilon={epsilon} is invalid: use a value >= 0.")
+    if isinstance(exclude, str):
+        raise ValueError(f"LARS exclude={exclude!r} is a string: pass a tuple of patterns, "
+                         f"e.g. ({exclude!r},).")
+
+
 @tf_keras.saving.register_keras_serializable(package="tfdist")
 class LARS(tf_keras.optimizers.Optimizer):
     """Layer-wise Adaptive Rate Scaling, on the tf-keras (v2.11+) optimizer base.
@@ -44,19 +75,8 @@ class LARS(tf_keras.optimizers.Optimizer):
                  weight_decay: float = 0.0, eeta: float = 0.001, mode: str = "scale",
                  exclude: tuple[str, ...] = DEFAULT_EXCLUDE, epsilon: float = 0.0,
                  name: str = "LARS", **kwargs):
-        if mode not in _MODES:
-            raise ValueError(f"LARS mode={mode!r} is invalid: use 'scale' or 'clip'.")
-        if eeta <= 0:
-            raise ValueError(f"LARS eeta={eeta} is invalid: use a value > 0.")
-        if not 0 <= momentum < 1:
-            raise ValueError(f"LARS momentum={momentum} is invalid: use a value in [0, 1).")
-        if weight_decay < 0:
-            raise ValueError(f"LARS weight_decay={weight_decay} is invalid: use a value >= 0.")
-        if epsilon < 0:
-            raise ValueError(f"LARS epsilon={epsilon} is invalid: use a value >= 0.")
-        if isinstance(exclude, str):
-            raise ValueError(f"LARS exclude={exclude!r} is a string: pass a tuple of patterns, "
-                             f"e.g. ({exclude!r},).")
+        check_options(momentum=momentum, weight_decay=weight_decay, eeta=eeta, mode=mode,
+                      exclude=exclude, epsilon=epsilon)
         # The base class's decoupled weight decay stays off (None): LARS applies its own.
         super().__init__(name=name, weight_decay=None, **kwargs)
         self._learning_rate = self._build_learning_rate(learning_rate)
@@ -88,16 +108,10 @@ class LARS(tf_keras.optimizers.Optimizer):
         velocity = self.velocities[self._index_dict[var_key]]
         local_rate = tf.cast(self.learning_rate, dtype)
         if var_key not in self._excluded:
-            weight_decay = tf.cast(self._lars_weight_decay, dtype)
-            w_norm = tf.norm(variable)
-            g_norm = tf.norm(gradient)
-            denominator = g_norm + weight_decay * w_norm + tf.cast(self.epsilon, dtype)
-            ratio = tf.cast(self.eeta, dtype) * tf.math.divide_no_nan(w_norm, denominator)
-            trust = tf.where(tf.logical_and(w_norm > 0, g_norm > 0), ratio, tf.ones([], dtype))
-            if self.mode == "clip":
-                trust = tf.minimum(trust, 1)
-            local_rate = local_rate * trust
-            gradient = gradient + weight_decay * variable
+            local_rate = local_rate * trust_ratio(
+                variable, gradient, eeta=self.eeta, weight_decay=self._lars_weight_decay,
+                epsilon=self.epsilon, clip=self.mode == "clip")
+            gradient = gradient + tf.cast(self._lars_weight_decay, dtype) * variable
         velocity.assign(tf.cast(self.momentum, dtype) * velocity + local_rate * gradient)
         variable.assign_sub(velocity)
 

@@ -37,8 +37,10 @@ import portpicker
 
 import strategies
 from strategies import ClusterConfig
+from tfdist import keras_env
 from tfdist import network
 from tfdist import paths
+from tfdist.config import KERAS_VERSIONS
 from tfdist.config import ConfigError
 
 HOST = "127.0.0.1"
@@ -91,6 +93,8 @@ class LaunchConfig:
       max_restarts: how many times a failed task (or group) is restarted.
       timeout_s: stop every task and fail after this long; None waits for the job to end.
       network: which network the tasks run on (see `Network`).
+      keras: the Keras `tf.keras` is in every task (2: tf-keras, 3: Keras 3), through
+        TF_USE_LEGACY_KERAS.
     """
     command: tuple[str, ...]
     num_workers: int = 1
@@ -101,6 +105,7 @@ class LaunchConfig:
     max_restarts: int = 0
     timeout_s: float | None = None
     network: Network = Network.AUTO
+    keras: int = 2
 
     def __post_init__(self):
         if not self.command:
@@ -118,6 +123,10 @@ class LaunchConfig:
             raise LaunchError(f"network={self.network!r} is not understood; pass 'auto', "
                               "'isolated' or 'host'.")
         object.__setattr__(self, "network", Network(self.network))
+        if str(self.keras) not in KERAS_VERSIONS:
+            raise LaunchError(f"keras={self.keras!r} is not a Keras tfdist trains with; pass "
+                              "2 (tf-keras) or 3 (Keras 3).")
+        object.__setattr__(self, "keras", int(self.keras))
 
     @property
     def num_tasks(self) -> int:
@@ -355,8 +364,8 @@ def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str]) -> lis
     lock = threading.Lock()
     tasks = []
     for job, index in _task_names(cluster):
-        env = dict(os.environ, TF_CONFIG=cluster.for_task(job, index).to_json())
-        env.setdefault("TF_USE_LEGACY_KERAS", "1")
+        env = dict(os.environ, TF_CONFIG=cluster.for_task(job, index).to_json(),
+                   **keras_env.environment(config.keras))
         log_path = os.path.join(config.log_dir, f"{job}-{index}.log") if config.log_dir else None
         tasks.append(_Task(f"{job}:{index}", argv, env, log_path, lock))
     return tasks

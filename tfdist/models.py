@@ -1,6 +1,7 @@
-"""Model functions: the built-in ones (tf-keras layers, no weight downloads) and users' own,
-named as `--model=MODULE:FUNCTION`; both are called the same way, inside the strategy scope:
-`function(input_shape=(height, width, channels), num_classes=N)`."""
+"""Model functions: the built-in ones (no weight downloads) and users' own, named as
+`--model=MODULE:FUNCTION`; both are called the same way, inside the strategy scope:
+`function(input_shape=(height, width, channels), num_classes=N)`. The built-in ones take the
+Keras module to build with as `keras=` (tf-keras by default, Keras 3 under `--keras=3`)."""
 
 from typing import Callable
 
@@ -9,20 +10,21 @@ import tf_keras
 from tfdist import plugins
 from tfdist.config import ConfigError
 from tfdist.config import ModelName
-from tfdist.keras_flavour import require_tf_keras_model
+from tfdist import keras_flavour
 from tfdist.precision import check_output_dtype
 
 ModelFn = Callable[..., tf_keras.Model]
 
 
-def small_cnn(*, input_shape: tuple[int, int, int], num_classes: int) -> tf_keras.Model:
+def small_cnn(*, input_shape: tuple[int, int, int], num_classes: int,
+              keras=tf_keras) -> tf_keras.Model:
     """Three conv blocks and a softmax head: learns the built-in dataset in a few epochs on CPU.
 
     Takes images normalised to [-1, 1] (`input_pipelines` preprocessing) in any float dtype.
     """
-    layers = tf_keras.layers
-    return tf_keras.Sequential([
-        layers.Input(input_shape, dtype=tf_keras.mixed_precision.global_policy().compute_dtype),
+    layers = keras.layers
+    return keras.Sequential([
+        layers.Input(input_shape, dtype=keras.mixed_precision.global_policy().compute_dtype),
         layers.Conv2D(32, 3, padding="same", activation="relu"),
         layers.MaxPooling2D(),
         layers.Conv2D(64, 3, padding="same", activation="relu"),
@@ -34,9 +36,8 @@ def small_cnn(*, input_shape: tuple[int, int, int], num_classes: int) -> tf_kera
     ], name=ModelName.SMALL_CNN.value)
 
 
-def _residual_block(inputs, filters: int, stride: int):
+def _residual_block(layers, inputs, filters: int, stride: int):
     """Two 3x3 convolutions with batch norm and a shortcut (He et al. 2016, CIFAR variant)."""
-    layers = tf_keras.layers
     outputs = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False)(inputs)
     outputs = layers.Activation("relu")(layers.BatchNormalization()(outputs))
     outputs = layers.Conv2D(filters, 3, padding="same", use_bias=False)(outputs)
@@ -47,28 +48,30 @@ def _residual_block(inputs, filters: int, stride: int):
     return layers.Activation("relu")(layers.Add()([outputs, inputs]))
 
 
-def resnet20(*, input_shape: tuple[int, int, int], num_classes: int) -> tf_keras.Model:
+def resnet20(*, input_shape: tuple[int, int, int], num_classes: int,
+             keras=tf_keras) -> tf_keras.Model:
     """ResNet-20 for 32x32 images: 3 stages of 3 residual blocks, 16/32/64 filters."""
-    layers = tf_keras.layers
-    inputs = layers.Input(input_shape,
-                          dtype=tf_keras.mixed_precision.global_policy().compute_dtype)
+    layers = keras.layers
+    inputs = layers.Input(input_shape, dtype=keras.mixed_precision.global_policy().compute_dtype)
     outputs = layers.Conv2D(16, 3, padding="same", use_bias=False)(inputs)
     outputs = layers.Activation("relu")(layers.BatchNormalization()(outputs))
     for stage, filters in enumerate((16, 32, 64)):
         for block in range(3):
-            outputs = _residual_block(outputs, filters, 2 if stage and not block else 1)
+            outputs = _residual_block(layers, outputs, filters,
+                                      2 if stage and not block else 1)
     outputs = layers.Dense(num_classes)(layers.GlobalAveragePooling2D()(outputs))
     outputs = layers.Activation("softmax", dtype="float32")(outputs)
-    return tf_keras.Model(inputs, outputs, name=ModelName.RESNET20.value)
+    return keras.Model(inputs, outputs, name=ModelName.RESNET20.value)
 
 
-def resnet50(*, input_shape: tuple[int, int, int], num_classes: int) -> tf_keras.Model:
-    """ResNet-50 (tf-keras applications' layers, random weights) for 224x224 images."""
-    body = tf_keras.applications.ResNet50(weights=None, include_top=False, pooling="avg",
-                                          input_shape=input_shape)
-    outputs = tf_keras.layers.Dense(num_classes)(body.output)
-    outputs = tf_keras.layers.Activation("softmax", dtype="float32")(outputs)
-    return tf_keras.Model(body.input, outputs, name=ModelName.RESNET50.value)
+def resnet50(*, input_shape: tuple[int, int, int], num_classes: int,
+             keras=tf_keras) -> tf_keras.Model:
+    """ResNet-50 (Keras applications' layers, random weights) for 224x224 images."""
+    body = keras.applications.ResNet50(weights=None, include_top=False, pooling="avg",
+                                       input_shape=input_shape)
+    outputs = keras.layers.Dense(num_classes)(body.output)
+    outputs = keras.layers.Activation("softmax", dtype="float32")(outputs)
+    return keras.Model(body.input, outputs, name=ModelName.RESNET50.value)
 
 
 MODELS: dict[str, ModelFn] = {ModelName.SMALL_CNN.value: small_cnn,
@@ -85,27 +88,29 @@ def model_function(model: str) -> ModelFn:
     return MODELS.get(model) or plugins.load("model", model, model)
 
 
-def check_model(model, source: str) -> tf_keras.Model:
-    """Returns `model` (what `source` built) when it is a tf-keras model whose outputs are
-    float32.
+def check_model(model, source: str, keras: int = 2) -> tf_keras.Model:
+    """Returns `model` (what `source` built) when it is a model of Keras `keras` whose outputs
+    are float32.
 
     Raises:
-      ConfigError: anything else, in one line that names `source`; a Keras 3 model gets the
-        Keras-flavour message (KerasFlavourError).
+      ConfigError: anything else, in one line that names `source`; a model of the other Keras
+        gets the Keras-flavour message (KerasFlavourError).
     """
-    if type(model).__module__.startswith("keras"):  # Keras 3 (`import keras`).
-        require_tf_keras_model(model)
-    if not isinstance(model, tf_keras.Model):
+    keras_flavour.require_model(model, keras, source)
+    if not isinstance(model, keras_flavour.api(keras).Model):
+        example = "tf.keras.Sequential([...])" if keras == 2 else "keras.Sequential([...])"
         raise ConfigError(f"{source} returned a {type(model).__module__}.{type(model).__name__}, "
-                          "not a tf-keras model; return a tf.keras.Model (e.g. "
-                          "tf.keras.Sequential([...])).")
-    require_tf_keras_model(model)
+                          f"not a {'tf-keras' if keras == 2 else 'Keras 3'} model; return a "
+                          f"Keras model (e.g. {example}).")
     check_output_dtype(model)
     return model
 
 
-def build(model: str, input_shape: tuple[int, int, int], num_classes: int) -> tf_keras.Model:
-    """Builds `--model` for images of `input_shape` under the current dtype policy; call inside
-    `strategy.scope()`."""
-    built = model_function(model)(input_shape=tuple(input_shape), num_classes=num_classes)
-    return check_model(built, f"model={model!r}")
+def build(model: str, input_shape: tuple[int, int, int], num_classes: int,
+          keras: int = 2) -> tf_keras.Model:
+    """Builds `--model` for images of `input_shape` under the current dtype policy, in Keras
+    `keras` when it is a built-in one; call inside `strategy.scope()`."""
+    function = model_function(model)
+    options = {"keras": keras_flavour.api(keras)} if model in MODELS else {}
+    built = function(input_shape=tuple(input_shape), num_classes=num_classes, **options)
+    return check_model(built, f"model={model!r}", keras)

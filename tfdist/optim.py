@@ -76,9 +76,10 @@ def learning_rate_schedule(config: OptimizerConfig, global_batch_size: int,
         step_factor=config.lr_step_factor)
 
 
-def _optimizer_class(config: OptimizerConfig) -> tuple[type, dict]:
-    """The tf-keras class for `config.optimizer` and its options besides the rate."""
-    optimizers = tf_keras.optimizers
+def optimizer_class(config: OptimizerConfig, optimizers=tf_keras.optimizers,
+                    lars_class: type = LARS) -> tuple[type, dict]:
+    """The class for `config.optimizer` among `optimizers` (tf-keras' or Keras 3's, whose LARS
+    is `lars_class`) and its options besides the rate."""
     decay = {"weight_decay": config.weight_decay} if config.weight_decay else {}
     return {
         OptimizerName.SGD: (optimizers.SGD, decay),
@@ -88,7 +89,7 @@ def _optimizer_class(config: OptimizerConfig) -> tuple[type, dict]:
         OptimizerName.ADAM: (optimizers.Adam, decay),
         OptimizerName.ADAMW: (optimizers.AdamW, {"weight_decay": config.weight_decay}),
         OptimizerName.RMSPROP: (optimizers.RMSprop, decay),
-        OptimizerName.LARS: (LARS, {"momentum": config.momentum,
+        OptimizerName.LARS: (lars_class, {"momentum": config.momentum,
                                     "weight_decay": config.weight_decay,
                                     "eeta": config.lars_eeta, "mode": config.lars_mode.value,
                                     "exclude": config.lars_exclude}),
@@ -102,12 +103,25 @@ def build_optimizer(config: OptimizerConfig, global_batch_size: int, steps_per_e
     """A fresh tf-keras optimizer with `learning_rate_schedule`'s rate and `config`'s gradient
     clipping, noise and accumulation; its all-reduce runs in `allreduce_dtype`. Call inside
     `strategy.scope()`. `steps_per_epoch` counts training steps (micro-batches)."""
-    optimizer_class, options = _optimizer_class(config)
-    transforms = GradientTransforms(
+    base_class, options = optimizer_class(config)
+    schedule = update_schedule(config, global_batch_size, steps_per_epoch, epochs)
+    return with_transforms(base_class, gradient_transforms(config, allreduce_dtype, seed))(
+        schedule, **options)
+
+
+def gradient_transforms(config: OptimizerConfig, allreduce_dtype: WireDtype,
+                        seed: int) -> GradientTransforms:
+    """`config`'s clipping, noise and accumulation, with the all-reduce in `allreduce_dtype`."""
+    return GradientTransforms(
         wire_dtype=allreduce_dtype, clip_norm=config.clip_norm,
         noise_eta=config.gradient_noise_eta, noise_gamma=config.gradient_noise_gamma,
         accum_steps=config.grad_accum_steps, seed=seed)
+
+
+def update_schedule(config: OptimizerConfig, global_batch_size: int, steps_per_epoch: int,
+                    epochs: int) -> WarmupSchedule:
+    """The rate per optimizer update when an update takes `grad_accum_steps` training steps
+    (micro-batches) of `global_batch_size` examples each."""
     updates_per_epoch = max(steps_per_epoch // config.grad_accum_steps, 1)
-    schedule = learning_rate_schedule(config, global_batch_size * config.grad_accum_steps,
-                                      updates_per_epoch, epochs)
-    return with_transforms(optimizer_class, transforms)(schedule, **options)
+    return learning_rate_schedule(config, global_batch_size * config.grad_accum_steps,
+                                  updates_per_epoch, epochs)

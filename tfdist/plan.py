@@ -3,8 +3,9 @@ returns. Everything downstream (fit, the evaluator, the summary) reads the plan 
 of it again.
 
 Order of the process-wide work:
-1. Keras flavour: tf-keras, selected when tfdist is imported (checked here).
-2. The mixed-precision policy, before any model is built.
+1. Keras flavour (`--keras`): tf-keras, selected when tfdist is imported, or Keras 3 (checked
+   here).
+2. The mixed-precision policy of that Keras, before any model is built.
 3. The strategy (its first act splits the CPU into logical devices, before any other op runs),
    with the collective-timeout watchdog while multi-worker peers join.
 4. Seeds (Python, NumPy, TensorFlow).
@@ -18,7 +19,6 @@ import sys
 import time
 
 import tensorflow as tf
-import tf_keras
 
 import input_pipelines
 import strategies
@@ -28,9 +28,9 @@ from strategies import TaskType
 from tfdist import paths
 from tfdist import precision
 from tfdist import join_deadline
+from tfdist import keras_flavour
 from tfdist.config import ConfigError
 from tfdist.config import RunConfig
-from tfdist.keras_flavour import require_tf_keras
 
 
 class Role(str, enum.Enum):
@@ -199,8 +199,9 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     """
     started_s = time.perf_counter()
     paths.check(config)
-    require_tf_keras()
-    precision.apply_policy(config.train.mixed_precision)
+    keras_flavour.require(config.train.keras)
+    keras = keras_flavour.api(config.train.keras)
+    precision.apply_policy(config.train.mixed_precision, keras)
     kind = strategies.resolve_kind(config.strategy.strategy, config.cluster,
                                    strategies.num_replica_devices(config.strategy))
     role = _role(config, kind)
@@ -212,7 +213,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
         input_pipelines.check_dispatcher(config.input)  # Before the job's first log line.
         strategy = _build_strategy(config, kind)
         _announce_ignored_options(config, kind)
-    tf_keras.utils.set_random_seed(config.train.seed)
+    keras.utils.set_random_seed(config.train.seed)
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     per_replica = input_pipelines.per_replica_batch_size(config.input.global_batch_size,
                                                          num_replicas)
@@ -220,7 +221,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
         _steps(config, train_examples)
     placement = None if role is Role.SERVE else input_pipelines.resolve_placement(
         config.input, num_gpus=_num_gpu_replicas(strategy, config),
-        compute_dtype=tf_keras.mixed_precision.global_policy().compute_dtype)
+        compute_dtype=keras.mixed_precision.global_policy().compute_dtype)
     return Plan(config=config, role=role, task=_task(config), kind=kind, strategy=strategy,
                 num_replicas=num_replicas, num_workers=_num_workers(kind, config),
                 per_replica_batch_size=per_replica, steps_per_epoch=steps,

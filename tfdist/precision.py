@@ -19,9 +19,10 @@ def _has_fast_fp16_gpu() -> bool:
     return False
 
 
-def apply_policy(precision: Precision) -> None:
-    """Sets the global Keras dtype policy; warns when float16 cannot run fast here."""
-    tf_keras.mixed_precision.set_global_policy(precision.value)
+def apply_policy(precision: Precision, keras=tf_keras) -> None:
+    """Sets the global dtype policy of the Keras module `keras`; warns when float16 cannot run
+    fast here."""
+    keras.mixed_precision.set_global_policy(precision.value)
     if precision is Precision.MIXED_FLOAT16 and not _has_fast_fp16_gpu():
         logging.warning(
             "mixed_precision=mixed_float16 needs a GPU of compute capability 7.0 or newer to run "
@@ -38,8 +39,9 @@ def wrap_optimizer(optimizer: tf_keras.optimizers.Optimizer,
 
 def check_output_dtype(model: tf_keras.Model) -> None:
     """Raises ConfigError unless every model output is float32 (stable softmax and loss)."""
-    for output in model.outputs or ():  # A subclassed model may not know its outputs yet.
-        if output.dtype != tf.float32:
+    for output in getattr(model, "outputs", None) or ():  # Subclassed: maybe not known yet.
+        dtype = tf.as_dtype(output.dtype)  # Keras 3 names dtypes as strings.
+        if dtype != tf.float32:
             raise ConfigError(
-                f"model output {output.name!r} is {output.dtype.name}; under mixed precision the "
+                f"model output {output.name!r} is {dtype.name}; under mixed precision the "
                 "last activation must stay float32: give it dtype=\"float32\".")

@@ -5,6 +5,8 @@ import contextlib
 import os
 import sys
 
+from tfdist import keras_env
+
 
 @contextlib.contextmanager
 def _stderr_silenced():
@@ -20,12 +22,15 @@ def _stderr_silenced():
         os.close(saved)
 
 
-def import_tensorflow(show_logs: bool) -> None:
-    """Imports TensorFlow once, quietly unless `show_logs`.
+def import_tensorflow(show_logs: bool, keras: int | None = None) -> None:
+    """Imports TensorFlow once, quietly unless `show_logs`, with `tf.keras` the flavour
+    `keras` (2 or 3) when given.
 
     Quiet hides TF's C++ logs, errors included (failures still surface as Python exceptions),
     and its Python logger below ERROR.
     """
+    if keras is not None:
+        keras_env.select(keras)
     if show_logs or "tensorflow" in sys.modules:
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

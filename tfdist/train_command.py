@@ -29,7 +29,8 @@ METRICS = ("accuracy",)
 def _image_model(plan: Plan):
     """`--model` for `config.input`'s images, as a function for `fit` to call in the scope."""
     info = training.dataset_info(plan, plan.config.input)
-    return lambda: models.build(plan.config.train.model, info.image_shape, info.num_classes)
+    return lambda: models.build(plan.config.train.model, info.image_shape, info.num_classes,
+                                plan.config.train.keras)
 
 
 def _python_data(plan: Plan):
@@ -56,7 +57,7 @@ def fit(plan: Plan, *, validate: bool = True,
         model, train_data, validation_data = _image_model(plan), plan.config.input, \
             training.DEFAULT
     return training.fit(plan, model, train_data, validation_data if validate else None,
-                        loss=tf_keras.losses.SparseCategoricalCrossentropy(),
+                        loss="sparse_categorical_crossentropy",
                         metrics=list(METRICS), callbacks=callbacks)
 
 

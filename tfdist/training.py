@@ -22,6 +22,7 @@ from input_pipelines import InputConfig
 from input_pipelines import Records
 from strategies import StrategyKind
 from tfdist import evaluator
+from tfdist import keras_flavour
 from tfdist import models
 from tfdist import optim
 from tfdist import paths
@@ -183,27 +184,42 @@ def _compile(plan: Plan, model: tf_keras.Model, loss, metrics) -> None:
 def build_model(plan: Plan, model, *, data: Data, loss=None, metrics=None) -> tf_keras.Model:
     """The model `fit` trains: `model` (built in `plan.strategy.scope()`), or what the function
     `model` returns when called there with no arguments; compiled as `fit` says."""
-    scope = plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
-    with scope:
-        if isinstance(model, tf_keras.Model):
-            _check_built_in_scope(plan, model)
-        else:
-            if not callable(model):
-                raise ConfigError(f"model is a {type(model).__name__}; pass a tf-keras model or "
-                                  "a function that builds one.")
-            model = models.check_model(model(), f"model function {_name(model)}")
-        model = _with_device_preprocessing(plan, model, data)
+    with strategy_scope(plan):
+        model = _with_device_preprocessing(plan, checked_model(plan, model), data)
         _compile(plan, model, loss, metrics)
     _log_sharding(plan, model)
     return model
 
 
-def _check_built_in_scope(plan: Plan, model: tf_keras.Model) -> None:
-    models.check_model(model, "model")
+def strategy_scope(plan: Plan):
+    """The plan's strategy's scope; none without a strategy (the evaluator)."""
+    return plan.strategy.scope() if plan.strategy is not None else contextlib.nullcontext()
+
+
+def checked_model(plan: Plan, model):
+    """`model`, or what the function `model` returns (call in `strategy_scope`), once it is
+    a model of the plan's Keras with float32 outputs, built in the scope."""
+    if isinstance(model, tf_keras.Model) or keras_flavour.is_keras3(model):
+        _check_built_in_scope(plan, model)
+        return model
+    if not callable(model):
+        raise ConfigError(f"model is a {type(model).__name__}; pass a Keras model or a function "
+                          "that builds one.")
+    return models.check_model(model(), f"model function {name_of(model)}",
+                              plan.config.train.keras)
+
+
+def _check_built_in_scope(plan: Plan, model) -> None:
+    """Raises ConfigError unless `model` is a model of the plan's Keras, built in the plan's
+    strategy's scope."""
+    models.check_model(model, "model", plan.config.train.keras)
     if plan.strategy is None:
         return
+    # A Keras 3 variable holds its tf.Variable as `value`.
+    variables = [variable.value for variable in model.variables] \
+        if plan.config.train.keras == 3 else model.variables
     if not all(plan.strategy.extended.variable_created_in_scope(variable)
-               for variable in model.variables):
+               for variable in variables):
         raise ConfigError(f"model {model.name!r} was built outside plan.strategy.scope(); pass a "
                           "function that builds it (fit calls it in the scope), or build it "
                           "inside `with plan.strategy.scope():`.")
@@ -237,7 +253,8 @@ def _log_sharding(plan: Plan, model: tf_keras.Model) -> None:
               file=sys.stderr, flush=True)
 
 
-def _name(function) -> str:
+def name_of(function) -> str:
+    """MODULE:QUALNAME of a user's function."""
     return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
 
 
@@ -247,7 +264,7 @@ def _describe(data: Data) -> str:
         return data.dataset
     if isinstance(data, Records):
         return f"records:{data.files if isinstance(data.files, str) else len(data.files)}"
-    return _name(data)
+    return name_of(data)
 
 
 def _output_callbacks(model_dir: str | None,
@@ -283,6 +300,42 @@ def _misfit(error: ValueError) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _explained(plan: Plan, train_data: Data, model):
+    """Turns a damaged record or a batch that does not fit the model into one line."""
+    try:
+        yield
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
+        _explain(plan, train_data, error)
+        raise
+    except ValueError as error:
+        line = _misfit(error)
+        if line is None:
+            raise
+        raise ConfigError(f"train_data: its batches do not fit model {model.name!r} ({line}); "
+                          "make the dataset yield what the model takes.") from None
+
+
+def _keras3_fit(plan: Plan, model, train_data: Data, validation_data, validation_steps,
+                loss, metrics, callbacks):
+    """(the model, the summary's training part) for a Keras 3 model, trained by tfdist's own
+    step (`tfdist.keras3_training`)."""
+    from tfdist import keras3_training  # pylint: disable=import-outside-toplevel  (Keras 3)
+    keras_model = keras3_training.build_model(plan, model, loss=loss, metrics=metrics)
+    validation = None
+    if validation_data is not None:
+        validation = (dataset_fn(plan, validation_data, "validation", training=False),
+                      _validation_steps(plan, validation_data, validation_steps))
+    model_dir = plan.config.train.model_dir
+    with _explained(plan, train_data, keras_model):
+        trained = keras3_training.fit(
+            plan, keras_model, dataset_fn(plan, train_data, "train", training=True),
+            validation, options=_input_options(plan),
+            history_path=model_dir and os.path.join(model_dir, HISTORY_JSON),
+            callbacks=callbacks)
+    return keras_model, trained
+
+
 def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_data,
                validation_steps: int | None,
                callbacks: Sequence[tf_keras.callbacks.Callback]) -> dict:
@@ -300,20 +353,11 @@ def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_d
                           plan, validation_data, "validation", training=False)),
                       "validation_steps": _validation_steps(plan, validation_data,
                                                             validation_steps)}
-    try:
+    with _explained(plan, train_data, model):
         model.fit(train, epochs=config.train.epochs, steps_per_epoch=plan.steps_per_epoch,
                   callbacks=[timer, epochs, *callbacks,
                              *_output_callbacks(model_dir, config.train.backup_every)],
                   verbose=2, **validation)
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
-        _explain(plan, train_data, error)
-        raise
-    except ValueError as error:
-        line = _misfit(error)
-        if line is None:
-            raise
-        raise ConfigError(f"train_data: its batches do not fit model {model.name!r} ({line}); "
-                          "make the dataset yield what the model takes.") from None
     history = epochs.history()
     return {"final": {name: values[-1] for name, values in history.items()},
             "history": history, "examples_per_sec": timer.examples_per_sec(),
@@ -413,9 +457,13 @@ def fit(plan: Plan, model, train_data: Data | None = None,
     with contextlib.ExitStack() as stack:
         if plan.config.train.model_dir and plan.writes_results:
             stack.enter_context(paths.owned_model_dir(plan.config.train.model_dir))
-        keras_model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
-        trained = _keras_fit(plan, keras_model, train_data, validation_data, validation_steps,
-                             callbacks)
+        if plan.config.train.keras == 3:
+            keras_model, trained = _keras3_fit(plan, model, train_data, validation_data,
+                                               validation_steps, loss, metrics, callbacks)
+        else:
+            keras_model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
+            trained = _keras_fit(plan, keras_model, train_data, validation_data,
+                                 validation_steps, callbacks)
         summary = _summary(plan, keras_model, train_data, trained)
         _write_summary(plan, summary)
     return summary
@@ -427,9 +475,16 @@ def _evaluate(plan: Plan, model, validation_data, validation_steps, loss, metric
         raise ConfigError("the evaluator task has no validation data: pass validation_data to "
                           "fit (or a dataset with a validation split), or launch without "
                           "--evaluator.")
-    keras_model = build_model(plan, model, data=validation_data, loss=loss, metrics=metrics)
     data = dataset_fn(plan, validation_data, "validation", training=False)
-    results = evaluator.evaluate_checkpoints(
+    if plan.config.train.keras == 3:
+        # pylint: disable-next=import-outside-toplevel
+        from tfdist import keras3_evaluator, keras3_training
+        keras_model = keras3_training.build_model(plan, model, loss=loss, metrics=metrics)
+        evaluate_checkpoints = keras3_evaluator.evaluate_checkpoints
+    else:
+        keras_model = build_model(plan, model, data=validation_data, loss=loss, metrics=metrics)
+        evaluate_checkpoints = evaluator.evaluate_checkpoints
+    results = evaluate_checkpoints(
         plan.config, keras_model, data(tf.distribute.InputContext()),
         steps=_validation_steps(plan, validation_data, validation_steps),
         checkpoint_dir=os.path.join(plan.config.train.model_dir or "", CHECKPOINTS_DIR))

@@ -150,8 +150,10 @@ class PluginsTest(unittest.TestCase):
             (["--model=user_models:nope"], "has no 'nope'; check the name after the colon."),
             (["--model=user_models:not_a_model"],
              "model='user_models:not_a_model' returned a builtins.int, not a tf-keras model"),
-            (["--model=user_models:keras3_model"], "not a tf-keras model; build it with "
-                                                   "tf.keras (with TF_USE_LEGACY_KERAS=1)"),
+            (["--model=user_models:keras3_model"],
+             "model='user_models:keras3_model' built a Keras 3 model (keras.src.models."
+             "sequential.Sequential, from `import keras`); train it with --keras=3, or build it "
+             "with tf.keras (with TF_USE_LEGACY_KERAS=1) or tf_keras."),
             (["--dataset=python:user_data:fits", "--model=user_models:tabular"],
              "--dataset='python:user_data:fits' does not say how many training examples it "
              "has; set --steps_per_epoch=N."),

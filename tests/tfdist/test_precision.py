@@ -11,10 +11,8 @@ from absl.testing import parameterized
 from tfdist import models
 from tfdist import precision
 from tfdist.config import ConfigError
-from tfdist.config import KerasFlavourError
 from tfdist.config import ModelName
 from tfdist.config import Precision
-from tfdist.keras_flavour import require_tf_keras_model
 
 
 class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
@@ -72,13 +70,14 @@ class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
 
 class KerasFlavourTest(tf.test.TestCase):
 
-    def test_non_tf_keras_model_is_rejected(self):
-        with self.assertRaisesRegex(KerasFlavourError, r"not a tf-keras model.*bare `import keras`"):
-            require_tf_keras_model(tf.Module())
+    def test_non_keras_model_is_rejected(self):
+        with self.assertRaisesRegex(ConfigError, r"model returned a .*Module, not a tf-keras "
+                                                 r"model; return a Keras model"):
+            models.check_model(tf.Module(), "model")
 
     def test_keras_3_tf_keras_is_rejected_with_one_line(self):
         code = ("import os; os.environ.pop('TF_USE_LEGACY_KERAS', None); import tensorflow; "
-                "from tfdist.keras_flavour import require_tf_keras; require_tf_keras()")
+                "from tfdist.keras_flavour import require; require(2)")
         env = {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"}
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 env=env, timeout=120, check=False)
