@@ -61,6 +61,19 @@ class ExamplesTest(unittest.TestCase):
                          ("multi_worker_mirrored", 2, 2))
         self.assertGreaterEqual(summary["final"]["val_accuracy"], 0.9)
 
+    def test_tutorial_model_in_keras_3_under_multi_worker_mirrored(self):
+        # The same program: under `launch --keras=3` its tf.keras is Keras 3, which Keras 3's
+        # own fit cannot train under this strategy; tfdist's Keras 3 step does.
+        path = os.path.join(self.tmp, "mwm3.json")
+        result = _run(*_launch("--num_workers=2", "--keras=3"), "--", sys.executable,
+                      _example("keras_multi_worker.py"), "--epochs=2",
+                      f"--metrics_json={path}", cwd=self.tmp)
+        summary = self._metrics(result, path)
+        self.assertEqual((summary["strategy"], summary["num_replicas"]),
+                         ("multi_worker_mirrored", 2))
+        self.assertIn("[worker:0] tfdist: Keras 3 step: ", result.stdout)
+        self.assertGreaterEqual(summary["final"]["val_accuracy"], 0.9)
+
     def test_keras_model_under_parameter_server_with_an_evaluator(self):
         path, model_dir = os.path.join(self.tmp, "ps.json"), os.path.join(self.tmp, "model")
         result = _run(*_launch("--num_workers=2", "--num_ps=1", "--chief", "--evaluator"), "--",

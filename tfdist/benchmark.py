@@ -8,8 +8,9 @@ starts. Per configuration:
   step_time_s           median, min and max of the timed steps
   scaling_efficiency    throughput(N) / (N x throughput(1)), same data (needs 1 in --replicas)
   input_bound_ratio     throughput(real) / throughput(synthetic), same replicas
-  overhead_ratio        synthetic only: tfdist's median step time / a plain tf-keras script's,
-                        both timed in the same process, alternating
+  overhead_ratio        synthetic only: tfdist's median step time / a plain Keras script's
+                        (tf-keras, or Keras 3's own fit under --keras=3), both timed in the
+                        same process, alternating
 """
 
 import json

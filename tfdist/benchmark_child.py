@@ -1,6 +1,7 @@
 """One `tfdist benchmark` configuration, measured in a fresh process (the replica count is set
 before TensorFlow starts): per-step times of tfdist's `fit`, and with `--overhead` those of a
-plain tf-keras script, alternating in the same process.
+plain Keras script (tf-keras, or Keras 3's own fit under `--keras=3`), alternating in the same
+process.
 
 Run by `tfdist.benchmark` as `python -m tfdist.benchmark_child SPEC_JSON`; prints one JSON line:
 {"tfdist": [step seconds...], "plain": [...] (with overhead), "global_batch_size": N,
@@ -23,6 +24,7 @@ import tensorflow as tf
 import tf_keras
 
 from input_pipelines import sources
+from tfdist import keras_flavour
 from tfdist import models
 from tfdist import train_command
 from tfdist.plan import setup
@@ -53,17 +55,19 @@ def _tfdist_steps(plan, steps: int) -> list[float]:
 
 def _plain_steps(config, strategy, steps: int) -> list[float]:
     """The same model, strategy and synthetic batch, as TF's distributed-training guide writes
-    it: build and compile in `strategy.scope()`, then `model.fit` on a `tf.data.Dataset`."""
+    it: build and compile in `strategy.scope()`, then `model.fit` on a `tf.data.Dataset` (Keras
+    3's own fit under `--keras=3`)."""
     info = sources.synthetic_info(config.input)
     batch = config.input.global_batch_size
     images = tf.random.uniform((batch, *info.image_shape), -1, 1, seed=config.train.seed)
     labels = tf.random.uniform((batch,), 0, info.num_classes, tf.int64, seed=config.train.seed)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
+    keras = keras_flavour.api(config.train.keras)
     with strategy.scope():
-        model = models.build(config.train.model, info.image_shape, info.num_classes)
-        model.compile(optimizer=tf_keras.optimizers.Adam(config.optimizer.learning_rate),
-                      loss=tf_keras.losses.SparseCategoricalCrossentropy(),
-                      metrics=["accuracy"])
+        model = models.build(config.train.model, info.image_shape, info.num_classes,
+                             config.train.keras)
+        model.compile(optimizer=keras.optimizers.Adam(config.optimizer.learning_rate),
+                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     timer = StepTimer()
     model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=[timer], verbose=0)
     return timer.seconds

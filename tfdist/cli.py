@@ -22,9 +22,9 @@ commands:
            built-in shapes dataset (generated locally on first use)
   benchmark
            measure examples/s, scaling efficiency over --replicas, the input-bound ratio
-           (real vs synthetic data) and tfdist's overhead against plain tf-keras
-  doctor   check TF_CONFIG and this machine before a cluster job starts: role, devices, and
-           the strategy `auto` would pick
+           (real vs synthetic data) and tfdist's overhead against plain Keras
+  doctor   check TF_CONFIG and this machine before a cluster job starts: role, devices, the
+           Keras it trains with (--keras) and the strategy `auto` would pick
   data check
            read one epoch as N simulated workers would and report the sharding plan, examples
            per worker, duplicates and missing examples (exit 1 unless each is read once)

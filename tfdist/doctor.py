@@ -113,10 +113,11 @@ def _keras_line(keras: int) -> str:
     keras_flavour.require(keras)
     version = keras_flavour.api(keras).__version__
     if keras == 2:
-        return (f"keras: tf-keras {version} (--keras=2): models are built with tf.keras "
-                f"({tf.keras.__name__}) and trained with Keras' fit")
+        return (f"keras: tf-keras {version} (--keras=2): models are built with tf.keras or "
+                "tf_keras and trained with Keras' fit")
+    tf_keras_is = "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "Keras 3"
     return (f"keras: Keras {version} (--keras=3): models are built with `import keras` and "
-            f"trained with tfdist's own distributed step; tf.keras is {tf.keras.__name__}")
+            f"trained with tfdist's own distributed step; tf.keras is {tf_keras_is} here")
 
 
 def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,

@@ -327,8 +327,9 @@ def _define_benchmark_flags() -> _Holders:
         flags.DEFINE_integer("timed_steps", 20, "benchmark: timed steps per configuration.",
                              lower_bound=1, upper_bound=MAX_COUNT),
         flags.DEFINE_integer("overhead_rounds", 2,
-                             "benchmark: synthetic runs of tfdist and of a plain tf-keras "
-                             "script, alternating, for overhead_ratio; 0 skips the comparison.",
+                             "benchmark: synthetic runs of tfdist and of a plain Keras script "
+                             "(Keras 3's fit under --keras=3), alternating, for overhead_ratio; "
+                             "0 skips the comparison.",
                              lower_bound=0, upper_bound=MAX_COUNT),
         flags.DEFINE_string("plot", None,
                             "benchmark: write a PNG of throughput and efficiency vs replicas "

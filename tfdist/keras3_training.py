@@ -311,20 +311,27 @@ class _Runner:
         return self.coordinator.create_per_worker_dataset(
             lambda: self.strategy.distribute_datasets_from_function(noting_spec))
 
-    def run(self, function, iterator, count: int) -> None:
-        """`count` steps of `function` (train or evaluate), `steps_per_execution` per call."""
+    def run(self, function, iterator, count: int, callbacks=None) -> None:
+        """`count` steps of `function` (train or evaluate), `steps_per_execution` per call,
+        each call between `callbacks`' `on_train_batch_begin` and `_end` (under parameter
+        server: when it is scheduled)."""
         chunk = self.plan.config.train.steps_per_execution
         for start in range(0, count, chunk):
-            args = (iterator, tf.constant(min(chunk, count - start), tf.int64))
+            steps = min(chunk, count - start)
+            if callbacks is not None:
+                callbacks.on_train_batch_begin(start)
+            args = (iterator, tf.constant(steps, tf.int64))
             if self.coordinator is None:
                 function(*args)
             else:
                 self.coordinator.schedule(function, args=args)
+            if callbacks is not None:
+                callbacks.on_train_batch_end(start + steps - 1)
         if self.coordinator is not None:
             self.coordinator.join()
 
-    def train(self, iterator, count: int) -> None:
-        self.run(self._train, iterator, count)
+    def train(self, iterator, count: int, callbacks) -> None:
+        self.run(self._train, iterator, count, callbacks)
 
     def evaluate(self, dataset, count: int) -> None:
         self.run(self._evaluate, iter(dataset), count)
@@ -393,7 +400,8 @@ def fit(plan: Plan, model: keras.Model, train_fn: DatasetFn, validation: tuple |
         callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict:
     """Trains the compiled Keras 3 `model` on `train_fn`'s data, validating each epoch on
     `validation` ((dataset function, steps) or None); returns the summary's training part,
-    as `tfdist.fit` does for tf-keras models."""
+    as `tfdist.fit` does for tf-keras models. `callbacks` see the train's, epochs' and
+    `steps_per_execution` batches' beginnings and ends."""
     config = plan.config
     runner = _Runner(plan, options)
     train_iterator = iter(runner.dataset(train_fn))
@@ -410,7 +418,7 @@ def fit(plan: Plan, model: keras.Model, train_fn: DatasetFn, validation: tuple |
         for callback in (timer, history, user_callbacks):
             callback.on_epoch_begin(epoch)
         steps.reset_metrics()
-        runner.train(train_iterator, plan.steps_per_epoch)
+        runner.train(train_iterator, plan.steps_per_epoch, user_callbacks)
         timer.on_test_begin()
         logs = steps.logs()
         if validation_data is not None:

@@ -64,6 +64,11 @@ class BadInputTest(parameterized.TestCase):
         ("unknown_collective", ["train", "--collective=gloo"], "--collective=gloo"),
         ("unknown_precision", ["train", "--mixed_precision=fp8"], "--mixed_precision=fp8"),
         ("unknown_optimizer", ["train", "--optimizer=lamb"], "--optimizer=lamb"),
+        ("unknown_keras", ["train", "--keras=4"], "--keras=4"),
+        ("keras_3_step_backups", ["train", "--keras=3", "--backup_every=50",
+                                  "--model_dir=/tmp/tfdist-unused"],
+         "--backup_every='50' with --keras=3"),
+        ("launch_unknown_keras", ["launch", "--keras=2.1", "--", "train"], "--keras=2.1"),
         ("unknown_model", ["train", "--model=vgg"], "model='vgg'"),
         ("malformed_dataset", ["train", "--dataset=Not A Name"], "dataset='Not A Name'"),
         ("tfrecord_without_classes", ["train", "--dataset=tfrecord:/x/*"], "--num_classes"),
@@ -126,9 +131,15 @@ class BadInputTest(parameterized.TestCase):
         self.assert_usage_error(result, "TF_CONFIG cluster.worker[0]", '"localhost"')
 
     @pytest.mark.multiprocess
-    def test_keras_3_is_refused(self):
-        result = run_tfdist("train", extra_env={"TF_USE_LEGACY_KERAS": "0"})
-        self.assert_usage_error(result, "tf.keras is Keras 3", "set TF_USE_LEGACY_KERAS=1")
+    def test_keras_follows_the_environment_unless_named(self):
+        quick = ("--epochs=1", "--steps_per_epoch=2", "--validation_steps=1")
+        chose_3 = run_tfdist("train", *quick, extra_env={"TF_USE_LEGACY_KERAS": "0"})
+        self.assertEqual(chose_3.returncode, 0, chose_3.stderr[-2000:])
+        self.assertIn("tfdist: Keras 3 step: 2 optimizer updates", chose_3.stderr)
+        named_2 = run_tfdist("train", "--keras=2", *quick,
+                             extra_env={"TF_USE_LEGACY_KERAS": "0"})
+        self.assertEqual(named_2.returncode, 0, named_2.stderr[-2000:])
+        self.assertNotIn("Keras 3 step", named_2.stderr)
 
     def test_flagfile_is_read(self):
         path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "bad.flags")

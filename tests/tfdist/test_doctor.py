@@ -23,6 +23,21 @@ class StrategyLineTest(parameterized.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("strategy: auto picks parameter_server (1 coordinator, 2 worker(s), 1 ps, "
                       "1 local replica device(s))", result.stdout)
+        self.assertIn("keras: tf-keras 2.21.", result.stdout)
+
+
+class KerasLineTest(parameterized.TestCase):
+
+    def test_says_which_keras_the_task_trains_with(self):
+        for keras, expected in (("2", "keras: tf-keras 2.21.0 (--keras=2): models are built "
+                                      "with tf.keras or tf_keras and trained with Keras' fit"),
+                                ("3", "keras: Keras 3.15.1 (--keras=3): models are built with "
+                                      "`import keras` and trained with tfdist's own "
+                                      "distributed step; tf.keras is Keras 3 here")):
+            with self.subTest(keras=keras):
+                result = run_tfdist("doctor", f"--keras={keras}")
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn(expected, result.stdout)
 
 
 class NetworkLineTest(parameterized.TestCase):

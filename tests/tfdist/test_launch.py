@@ -74,6 +74,14 @@ class SupervisionTest(_Scratch, unittest.TestCase):
         with open(os.path.join(logs, "worker-1.log"), encoding="utf-8") as log:
             self.assertEqual(log.read(), "task worker 1 keras 1\n")
 
+    def test_every_task_gets_the_keras_launch_names(self):
+        script = self.script(_FLAKY_TASK.replace('task["index"] == 1', "False"))
+        result = run_tfdist("launch", "--num_workers=2", "--keras=3", "--", sys.executable,
+                            script, self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for index in (0, 1):  # TF_USE_LEGACY_KERAS=0: tf.keras is Keras 3.
+            self.assertIn(f"[worker:{index}] task worker {index} keras 0", result.stdout)
+
     def test_failed_worker_restarts_the_group(self):
         result = run_tfdist("launch", "--num_workers=2", "--max_restarts=1", "--",
                             sys.executable, self.script(_FLAKY_TASK), self.dir)
