@@ -418,8 +418,10 @@ def fit(plan: Plan, model, train_data: Data | None = None,
 
     Args:
       plan: from `tfdist.setup`.
-      model: a tf-keras model built in `plan.strategy.scope()`, or a function of no arguments
-        that builds one (called in the scope: the safe choice on every task).
+      model: a Keras model of the flavour `--keras` names (tf-keras, or Keras 3 trained by
+        tfdist's own step: `tfdist.keras3_training`) built in `plan.strategy.scope()`, or a
+        function of no arguments that builds one (called in the scope: the safe choice on
+        every task).
       train_data: a dataset function (InputContext -> tf.data.Dataset of per-replica
         (features, labels) batches), a `tfdist.Records` (your files and parse_fn through
         tfdist's pipeline), or an `InputConfig`; None reads `plan.config.input`.
@@ -431,7 +433,8 @@ def fit(plan: Plan, model, train_data: Data | None = None,
         (`--optimizer`, schedule, warmup, LARS, clipping, accumulation; loss scaling under
         mixed_float16). A compiled model keeps its own.
       callbacks: added to tfdist's (backup and restore, per-epoch checkpoints and TensorBoard
-        under `--model_dir`, throughput).
+        under `--model_dir`, throughput); under `--keras=3` they see the train's, epochs' and
+        batches' (one per `steps_per_execution` call) beginnings and ends.
 
     Returns:
       The run summary `tfdist train` prints and writes to `--metrics_json` (the chief writes
