@@ -31,7 +31,7 @@ and each epoch's weights in `checkpoints/epoch-NNN` for the evaluator (`tfdist.k
 import os
 import shutil
 import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 import keras
 import tensorflow as tf
@@ -45,7 +45,6 @@ from tfdist import optim
 from tfdist import training
 from tfdist.callbacks import EpochHistory
 from tfdist.callbacks import ThroughputTimer
-from tfdist.config import ConfigError
 from tfdist.config import Precision
 from tfdist.plan import Plan
 
@@ -54,7 +53,6 @@ INITIAL_LOSS_SCALE = 2.0 ** 15
 LOSS_SCALE_GROWTH_STEPS = 2000  # Finite steps before the scale doubles.
 _ONE_COPY = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_WRITE,
              "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA}
-DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
 
 def _skip_keras_all_reduce(optimizer: keras.optimizers.Optimizer) -> None:
@@ -82,9 +80,7 @@ def build_model(plan: Plan, model, *, loss, metrics) -> keras.Model:
     with training.strategy_scope(plan):
         model = training.checked_model(plan, model)
         if not model.compiled:
-            if loss is None:
-                raise ConfigError("loss: the model is not compiled; pass fit(..., loss=..., "
-                                  "metrics=[...]), or compile the model yourself.")
+            training.require_loss(loss)
             model.compile(optimizer=keras3_optim.build_optimizer(
                 config.optimizer, plan.global_batch_size, plan.steps_per_epoch,
                 config.train.epochs), loss=loss, metrics=metrics)
@@ -302,7 +298,7 @@ class _Runner:
 
         self._train, self._evaluate = train, evaluate
 
-    def dataset(self, dataset_fn: DatasetFn):
+    def dataset(self, dataset_fn: training.DatasetFn):
         """The distributed dataset of `dataset_fn`: per worker under parameter server."""
         def noting_spec(context: tf.distribute.InputContext) -> tf.data.Dataset:
             dataset = dataset_fn(context)
@@ -399,7 +395,7 @@ class _Checkpoints:
             shutil.rmtree(os.path.join(self.model_dir, BACKUP_DIR), ignore_errors=True)
 
 
-def fit(plan: Plan, model: keras.Model, train_fn: DatasetFn, validation: tuple | None, *,
+def fit(plan: Plan, model: keras.Model, train_fn: training.DatasetFn, validation: tuple | None, *,
         options: tf.distribute.InputOptions, history_path: str | None,
         callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict:
     """Trains the compiled Keras 3 `model` on `train_fn`'s data, validating each epoch on

@@ -170,13 +170,18 @@ def tfdist_optimizer(plan: Plan) -> tf_keras.optimizers.Optimizer:
         config.train.mixed_precision)
 
 
+def require_loss(loss) -> None:
+    """Raises ConfigError when an uncompiled model comes without a loss to compile it with."""
+    if loss is None:
+        raise ConfigError("loss: the model is not compiled; pass fit(..., loss=..., "
+                          "metrics=[...]), or compile the model yourself.")
+
+
 def _compile(plan: Plan, model: tf_keras.Model, loss, metrics) -> None:
     """Compiles an uncompiled `model` with `loss`, `metrics` and tfdist's optimizer."""
     if model.compiled_loss is not None:  # Keras adds loss scaling under mixed_float16.
         return
-    if loss is None:
-        raise ConfigError("loss: the model is not compiled; pass fit(..., loss=..., "
-                          "metrics=[...]), or compile the model yourself.")
+    require_loss(loss)
     model.compile(optimizer=tfdist_optimizer(plan), loss=loss, metrics=metrics,
                   steps_per_execution=plan.config.train.steps_per_execution)
 
