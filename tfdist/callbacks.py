@@ -8,6 +8,8 @@ import time
 import tensorflow as tf
 import tf_keras
 
+from tfdist import gradients
+from tfdist import noise_scale
 from tfdist import summary
 from tfdist.config import ConfigError
 
@@ -50,6 +52,57 @@ class ThroughputTimer(tf_keras.callbacks.Callback):
         more."""
         timed = self.epoch_train_s[1:] or self.epoch_train_s
         return self._examples_per_epoch * len(timed) / sum(timed)
+
+
+class NoiseScaleLog(tf_keras.callbacks.Callback):
+    """Puts the gradient noise scale the model's optimizer measured (`tfdist.noise_scale`) into
+    each epoch's logs as `noise_scale`, for the callbacks after it (the history and metrics
+    JSON, TensorBoard's `epoch_noise_scale`), says it in a log line, and at the end of
+    training compares it with the global batch.
+
+    Runs on every worker: under multi-worker mirrored, reading the averages is a collective.
+    """
+
+    def __init__(self, *, global_batch_size: int):
+        """`global_batch_size`: examples per update (micro-batches included)."""
+        super().__init__()
+        self._global_batch_size = global_batch_size
+        self._last: float | None = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        measured = gradients.noise_scale(self.model.optimizer)
+        if measured is None:
+            return
+        if measured["noise_scale"] is None:
+            print(f"tfdist: epoch {epoch + 1}: gradient noise scale not measurable yet (the "
+                  f"|G|² estimate is {measured['gradient_sq']:.3g}: so far the gradient is all "
+                  "noise)", file=sys.stderr, flush=True)
+            return
+        self._last = measured["noise_scale"]
+        if logs is not None:
+            logs["noise_scale"] = self._last
+        print(f"tfdist: epoch {epoch + 1}: gradient noise scale B_simple={self._last:.4g} "
+              f"(|G|²={measured['gradient_sq']:.3g}, tr(Σ)={measured['trace']:.3g}; moving "
+              f"averages over the last ~{1 / (1 - noise_scale.DECAY):.0f} steps)",
+              file=sys.stderr, flush=True)
+
+    def on_train_end(self, logs=None):
+        if self._last is not None:
+            print(f"tfdist: {advice(self._last, self._global_batch_size)}", file=sys.stderr,
+                  flush=True)
+
+
+def advice(noise_scale: float, global_batch_size: int) -> str:
+    """What the last noise scale says about scaling this job's global batch."""
+    said = (f"the gradient noise scale ends at B_simple={noise_scale:.0f} examples (about this "
+            f"job's critical batch); it trains with a global batch of {global_batch_size}")
+    if global_batch_size < noise_scale / 2:
+        return (f"{said}: a global batch up to about {noise_scale:.0f} (more replicas or a "
+                "larger per-replica batch) should still cut the steps nearly in proportion.")
+    if global_batch_size > 2 * noise_scale:
+        return (f"{said}: past that, a larger batch buys few fewer steps; more replicas would "
+                "mostly add cost.")
+    return f"{said}: near it, more replicas buy less than proportionally fewer steps."
 
 
 class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):

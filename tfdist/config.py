@@ -148,7 +148,9 @@ class OptimizerConfig:
     (`TrainConfig.epochs`), at `lr_step_boundaries` (epochs from the start) by `lr_step_factor`
     for `step`. Gradients, after the all-reduce: clipped to global norm `clip_norm`, given
     Gaussian noise of variance `gradient_noise_eta / (1 + t) ** gradient_noise_gamma`, and
-    averaged over `grad_accum_steps` micro-batches per update.
+    averaged over `grad_accum_steps` micro-batches per update. `measure_noise_scale` measures
+    the gradient noise scale (`tfdist.noise_scale`), which needs 2+ replicas in sync or
+    `grad_accum_steps` > 1.
 
     Example (Goyal et al.'s recipe: linear scaling from 256, 5 warmup epochs, step decay):
       >>> tfdist.OptimizerConfig(optimizer="momentum", learning_rate=0.1, lr_scaling="linear",
@@ -169,6 +171,7 @@ class OptimizerConfig:
     grad_accum_steps: int = 1
     gradient_noise_eta: float = 0.0
     gradient_noise_gamma: float = 0.55
+    measure_noise_scale: bool = False
     lars_eeta: float = 0.001
     lars_mode: LarsMode = LarsMode.SCALE
     lars_exclude: tuple[str, ...] = DEFAULT_LARS_EXCLUDE
@@ -328,10 +331,16 @@ class RunConfig:
                 "accumulation; use mixed_bfloat16 or float32.")
         check_peak_learning_rate(self.optimizer,
                                  self.input.global_batch_size * self.optimizer.grad_accum_steps)
+        self._check_noise_scale()
         if self.train.keras == 3 and self.train.backup_every != "epoch":
             raise ConfigError(f"backup_every={self.train.backup_every!r} with keras=3: tfdist's "
                               "Keras 3 step backs up at the end of each epoch; use "
                               "backup_every=epoch, or shorter epochs (steps_per_epoch=N).")
+
+    def _check_noise_scale(self) -> None:
+        if self.optimizer.measure_noise_scale and self.train.keras == 3:
+            raise ConfigError("measure_noise_scale=True with keras=3: tfdist's Keras 3 step does not "
+                              "measure it yet; measure with keras=2 (same model in tf-keras).")
 
     @property
     def writes_results(self) -> bool:

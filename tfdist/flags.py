@@ -258,6 +258,11 @@ _OPTIMIZER = _group(
                   "Add Gaussian noise of variance eta / (1 + t)^gamma to the all-reduced "
                   "gradients (t = updates so far); 0 adds none."),
     _define_float("gradient_noise_gamma", 0.55, "Annealing exponent of --gradient_noise_eta."),
+    flags.DEFINE_boolean("measure_noise_scale", False,
+                         "Measure the gradient noise scale B_simple (about the critical batch "
+                         "size) from the replicas' own gradients, or from the micro-batches with "
+                         "--grad_accum_steps > 1; logged per epoch and kept in the metrics "
+                         "JSON as noise_scale (README \"How far can this job scale?\")."),
     _define_float("lars_eeta", 0.001, "lars: trust coefficient."),
     flags.DEFINE_enum("lars_mode", "scale", _choices(LarsMode),
                       "lars: scale the rate by the trust ratio, or clip the ratio at 1 (LARC)."),

@@ -13,6 +13,10 @@ hook, so they see the summed gradients; 4 runs in the cross-replica update
 (`_distributed_apply_gradients_fn`, tf-keras 2.21's) where a `tf.cond` may hold the update.
 With K > 1, steps 1-3 apply to each micro-batch; the noise is drawn K times larger in
 variance, so that the mean of K draws has the variance above.
+
+With `noise_scale_batch` set, `aggregate_gradients` also measures the gradient noise scale
+(`tfdist.noise_scale`) from the gradients before and after step 1, before clipping and noise:
+read it with `noise_scale(optimizer)`.
 """
 
 import dataclasses
@@ -21,6 +25,8 @@ import functools
 import tensorflow as tf
 
 from strategies import WireDtype
+from tfdist.noise_scale import NoiseScale
+from tfdist.noise_scale import squared_norm
 
 _NOISE_SEED_STRIDE = 1_000_003  # Keeps per-variable noise seeds apart.
 
@@ -34,6 +40,7 @@ class GradientTransforms:
     noise_gamma: float = 0.55
     accum_steps: int = 1
     seed: int = 0
+    noise_scale_batch: int = 0  # The global batch of one (micro-)batch; 0: not measured.
 
 
 def all_reduce(wire_dtype: tf.DType, grads: list[tf.Tensor]) -> list[tf.Tensor]:
@@ -70,9 +77,12 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
 
     class Transformed(optimizer_class):
         """`optimizer_class` whose gradients go through `tfdist.gradients`' steps."""
+        measures_noise_scale = bool(transforms.noise_scale_batch)
 
         def build(self, var_list):
             super().build(var_list)
+            if transforms.noise_scale_batch and not hasattr(self, "_noise_scale"):
+                self._noise_scale = NoiseScale()
             if accum_steps == 1 or getattr(self, "_accumulators", None) is not None:
                 return
             self._accumulators = {
@@ -92,6 +102,9 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
                     [(grad, grads_and_vars[index][1]) for grad, index in zip(grads, present)])]
             else:
                 reduced = all_reduce(wire_dtype, grads)
+            if transforms.noise_scale_batch:
+                self._measure_noise_scale(grads, reduced,
+                                          [grads_and_vars[index][1] for index in present])
             if transforms.clip_norm:
                 reduced, _ = tf.clip_by_global_norm(reduced, transforms.clip_norm)
             if transforms.noise_eta:
@@ -100,6 +113,37 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
             for index, grad in zip(present, reduced):
                 result[index] = (grad, grads_and_vars[index][1])
             return result
+
+        def _measure_noise_scale(self, local: list[tf.Tensor], reduced: list[tf.Tensor],
+                                 variables: list) -> None:
+            """Replicas: this replica's gradient against the all-reduced one. One replica: a
+            micro-batch's against the mean of the update's micro-batches."""
+            replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+            batch = transforms.noise_scale_batch
+            if replicas > 1:
+                self._noise_scale.observe(
+                    small_sq=replicas ** 2 * squared_norm(local),
+                    big_sq=squared_norm(reduced),
+                    small_batch=batch / replicas, big_batch=batch)
+                return
+            small_sq = squared_norm(reduced)
+            pending = self._noise_scale.pending_small_sq
+
+            def observe():
+                mean = [self._accumulators[self._var_key(var)] + grad / accum_steps
+                        for grad, var in zip(reduced, variables)]
+                self._noise_scale.observe(
+                    small_sq=(pending + small_sq) / accum_steps,
+                    big_sq=squared_norm(mean),
+                    small_batch=batch, big_batch=batch * accum_steps)
+                pending.assign(0.0)
+                return tf.constant(True)
+
+            def hold():
+                pending.assign_add(small_sq)
+                return tf.constant(False)
+
+            tf.cond((self._micro_batches + 1) % accum_steps == 0, observe, hold)
 
         def _add_noise(self, grads: list[tf.Tensor]) -> list[tf.Tensor]:
             # One draw per step: each update, or each micro-batch when accumulating.
@@ -150,3 +194,17 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
 
     Transformed.__name__ = Transformed.__qualname__ = optimizer_class.__name__
     return Transformed
+
+
+def noise_scale(optimizer) -> dict[str, float | None] | None:
+    """The gradient noise scale `optimizer` measured so far (`NoiseScale.result`), through a
+    loss-scale wrapper; None when it does not measure or has not stepped yet."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    tracker = getattr(inner, "_noise_scale", None)
+    return tracker.result() if tracker is not None else None
+
+
+def measures_noise_scale(optimizer) -> bool:
+    """Whether `optimizer` (through a loss-scale wrapper) measures the gradient noise scale."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    return getattr(type(inner), "measures_noise_scale", False)

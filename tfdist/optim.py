@@ -105,17 +105,20 @@ def build_optimizer(config: OptimizerConfig, global_batch_size: int, steps_per_e
     `strategy.scope()`. `steps_per_epoch` counts training steps (micro-batches)."""
     base_class, options = optimizer_class(config)
     schedule = update_schedule(config, global_batch_size, steps_per_epoch, epochs)
-    return with_transforms(base_class, gradient_transforms(config, allreduce_dtype, seed))(
-        schedule, **options)
+    transforms = gradient_transforms(config, allreduce_dtype, seed,
+                                     global_batch_size=global_batch_size)
+    return with_transforms(base_class, transforms)(schedule, **options)
 
 
-def gradient_transforms(config: OptimizerConfig, allreduce_dtype: WireDtype,
-                        seed: int) -> GradientTransforms:
-    """`config`'s clipping, noise and accumulation, with the all-reduce in `allreduce_dtype`."""
+def gradient_transforms(config: OptimizerConfig, allreduce_dtype: WireDtype, seed: int, *,
+                        global_batch_size: int = 0) -> GradientTransforms:
+    """`config`'s clipping, noise and accumulation, with the all-reduce in `allreduce_dtype`,
+    and the noise-scale measurement when `config` asks for it (of `global_batch_size`)."""
     return GradientTransforms(
         wire_dtype=allreduce_dtype, clip_norm=config.clip_norm,
         noise_eta=config.gradient_noise_eta, noise_gamma=config.gradient_noise_gamma,
-        accum_steps=config.grad_accum_steps, seed=seed)
+        accum_steps=config.grad_accum_steps, seed=seed,
+        noise_scale_batch=global_batch_size if config.measure_noise_scale else 0)
 
 
 def update_schedule(config: OptimizerConfig, global_batch_size: int, steps_per_epoch: int,

@@ -179,6 +179,26 @@ def _whole_batches(examples: int, global_batch: int, source: str) -> int:
     return steps
 
 
+def _check_noise_scale_strategy(config: RunConfig, kind: StrategyKind) -> None:
+    """Raises ConfigError when `--measure_noise_scale` meets a strategy without in-sync
+    replicas."""
+    if config.optimizer.measure_noise_scale and kind is StrategyKind.PARAMETER_SERVER:
+        raise ConfigError(
+            "measure_noise_scale=True with strategy=parameter_server: each update there is one "
+            "worker's gradient, with no larger batch to compare it with; measure under mirrored "
+            "or multi_worker_mirrored (same model and global batch).")
+
+
+def _check_noise_scale_replicas(config: RunConfig, kind: StrategyKind, num_replicas: int) -> None:
+    """Raises ConfigError when `--measure_noise_scale` has no two batch sizes to compare."""
+    if (config.optimizer.measure_noise_scale and num_replicas == 1 and
+            config.optimizer.grad_accum_steps == 1):
+        raise ConfigError(
+            f"measure_noise_scale=True with 1 replica under strategy={kind.value}: it compares "
+            "small- and large-batch gradients; train on 2+ replicas (e.g. --strategy=mirrored "
+            "--num_cpu_devices=2) or with --grad_accum_steps=2 or more.")
+
+
 def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     """Sets this process up for `config` and returns its frozen `Plan`.
 
@@ -211,10 +231,13 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     strategy = None
     if role is Role.TRAIN:
         input_pipelines.check_dispatcher(config.input)  # Before the job's first log line.
+        _check_noise_scale_strategy(config, kind)
         strategy = _build_strategy(config, kind)
         _announce_ignored_options(config, kind)
     keras.utils.set_random_seed(config.train.seed)
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    if role is Role.TRAIN:
+        _check_noise_scale_replicas(config, kind, num_replicas)
     per_replica = input_pipelines.per_replica_batch_size(config.input.global_batch_size,
                                                          num_replicas)
     steps, steps_from, info = (0, "serving task", None) if role is Role.SERVE else \

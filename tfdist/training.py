@@ -22,6 +22,7 @@ from input_pipelines import InputConfig
 from input_pipelines import Records
 from strategies import StrategyKind
 from tfdist import evaluator
+from tfdist import gradients
 from tfdist import keras_flavour
 from tfdist import models
 from tfdist import optim
@@ -31,6 +32,7 @@ from tfdist import ps_task
 from tfdist import summary as run_summary
 from tfdist.callbacks import BackupAndRestore
 from tfdist.callbacks import EpochHistory
+from tfdist.callbacks import NoiseScaleLog
 from tfdist.callbacks import ThroughputTimer
 from tfdist.config import ConfigError
 from tfdist.plan import Plan
@@ -162,12 +164,11 @@ def _with_device_preprocessing(plan: Plan, model: tf_keras.Model,
 def tfdist_optimizer(plan: Plan) -> tf_keras.optimizers.Optimizer:
     """The optimizer recipe of `plan.config.optimizer`, with loss scaling under float16."""
     config = plan.config
-    return precision.wrap_optimizer(
-        optim.build_optimizer(config.optimizer, plan.global_batch_size, plan.steps_per_epoch,
-                              config.train.epochs,
-                              allreduce_dtype=config.strategy.allreduce_dtype,
-                              seed=config.train.seed),
-        config.train.mixed_precision)
+    optimizer = optim.build_optimizer(config.optimizer, plan.global_batch_size,
+                                      plan.steps_per_epoch, config.train.epochs,
+                                      allreduce_dtype=config.strategy.allreduce_dtype,
+                                      seed=config.train.seed)
+    return precision.wrap_optimizer(optimizer, config.train.mixed_precision)
 
 
 def require_loss(loss) -> None:
@@ -341,6 +342,18 @@ def _keras3_fit(plan: Plan, model, train_data: Data, validation_data, validation
     return keras_model, trained
 
 
+def _noise_scale_log(plan: Plan, model: tf_keras.Model) -> list[NoiseScaleLog]:
+    """The noise-scale log under `--measure_noise_scale`, once `model`'s optimizer measures."""
+    if not plan.config.optimizer.measure_noise_scale:
+        return []
+    if not gradients.measures_noise_scale(model.optimizer):
+        raise ConfigError(f"measure_noise_scale: model {model.name!r} came compiled with its own "
+                          "optimizer, which does not measure it; pass the model uncompiled "
+                          "(fit(..., loss=..., metrics=[...])) to train with tfdist's.")
+    return [NoiseScaleLog(global_batch_size=plan.global_batch_size *
+                          plan.config.optimizer.grad_accum_steps)]
+
+
 def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_data,
                validation_steps: int | None,
                callbacks: Sequence[tf_keras.callbacks.Callback]) -> dict:
@@ -360,7 +373,7 @@ def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_d
                                                             validation_steps)}
     with _explained(plan, train_data, model):
         model.fit(train, epochs=config.train.epochs, steps_per_epoch=plan.steps_per_epoch,
-                  callbacks=[timer, epochs, *callbacks,
+                  callbacks=[timer, *_noise_scale_log(plan, model), epochs, *callbacks,
                              *_output_callbacks(model_dir, config.train.backup_every)],
                   verbose=2, **validation)
     history = epochs.history()

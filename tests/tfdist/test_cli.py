@@ -116,6 +116,8 @@ class BadInputTest(parameterized.TestCase):
         ("accumulation_with_float16", ["train", "--grad_accum_steps=2",
                                        "--mixed_precision=mixed_float16"],
          "--grad_accum_steps=2 with --mixed_precision=mixed_float16"),
+        ("noise_scale_with_keras_3", ["train", "--measure_noise_scale", "--keras=3"],
+         "--measure_noise_scale=True with --keras=3"),
         ("compression_on_one_device", ["train", "--strategy=one_device",
                                        "--allreduce_dtype=bfloat16"],
          "allreduce_dtype=bfloat16"),
@@ -154,6 +156,10 @@ class BadInputTest(parameterized.TestCase):
          "strategy=parameter_server needs ps tasks"),
         ("multi_worker_with_ps", ["--strategy=multi_worker_mirrored"], _PS_CLUSTER,
          "strategy=multi_worker_mirrored cannot use the cluster's 1 ps"),
+        ("noise_scale_on_one_replica", ["--measure_noise_scale"], None,
+         "--measure_noise_scale=True with 1 replica under --strategy=one_device"),
+        ("noise_scale_under_parameter_server", ["--measure_noise_scale"], _PS_CLUSTER,
+         "--measure_noise_scale=True with --strategy=parameter_server"),
     )
     @pytest.mark.multiprocess
     def test_rejected_after_tensorflow_starts(self, args, tf_config, expected):

@@ -25,7 +25,16 @@ class TrainEndToEndTest(parameterized.TestCase):
         self.metrics = str(tmp_path / "out" / "metrics.json")
 
     def test_default_job_on_two_replicas_learns_and_reports(self):
-        self._train_and_check()
+        result = self._train_and_check("--measure_noise_scale")
+        with open(self.metrics, encoding="utf-8") as metrics_file:
+            noise_scales = json.load(metrics_file)["history"]["noise_scale"]
+        logged = re.findall(r"epoch ([0-9]+): gradient noise scale B_simple=([0-9.e+]+)",
+                            result.stderr)
+        self.assertEqual([int(epoch) for epoch, _ in logged], [1, 2, 3])
+        for recorded, (_, printed) in zip(noise_scales, logged):
+            self.assertGreater(recorded, 0)
+            self.assertAlmostEqual(recorded / float(printed), 1.0, places=3)
+        self.assertIn("tfdist: the gradient noise scale ends at B_simple=", result.stderr)
 
     def test_preprocessing_on_the_replica_devices_learns(self):
         result = self._train_and_check("--preprocess_on=device")
