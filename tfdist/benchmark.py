@@ -11,6 +11,10 @@ starts. Per configuration:
   overhead_ratio        synthetic only: tfdist's median step time / a plain Keras script's
                         (tf-keras, or Keras 3's own fit under --keras=3), both timed in the
                         same process, alternating
+  noise_scale           with --measure_noise_scale, on 2+ replicas: the gradient noise scale
+                        B_simple after the timed steps (`tfdist.noise_scale`)
+  noise_scale_overhead  its cost: median step time with the measurement / without, alternating
+                        in the same process
 """
 
 import json
@@ -74,6 +78,10 @@ def _figures(measured: dict, data: str) -> dict:
     if data == "synthetic" and measured["plain"]:
         figures["overhead_ratio"] = statistics.median(steps) / statistics.median(
             measured["plain"])
+    if "noise_scale" in measured:
+        figures["noise_scale"] = measured["noise_scale"]
+        figures["noise_scale_overhead"] = statistics.median(steps) / statistics.median(
+            measured["without_noise_scale"])
     return figures
 
 
@@ -92,16 +100,23 @@ def _add_ratios(results: list[dict]) -> None:
 
 
 def _table(results: list[dict]) -> str:
+    noise = any("noise_scale" in entry for entry in results)
     header = (f"{'replicas':>8} {'data':>9} {'examples/s':>11} {'min':>9} {'max':>9} "
-              f"{'step ms':>8} {'efficiency':>10} {'input-bound':>11} {'overhead':>8}")
+              f"{'step ms':>8} {'efficiency':>10} {'input-bound':>11} {'overhead':>8}" +
+              (f" {'B_simple':>9} {'its cost':>8}" if noise else ""))
     lines = [header]
     for entry in results:
         rate, step = entry["examples_per_sec"], entry["step_time_s"]["median"]
         optional = [f"{entry[key]:.3f}" if key in entry else "-"
-                    for key in ("scaling_efficiency", "input_bound_ratio", "overhead_ratio")]
-        lines.append(f"{entry['replicas']:>8} {entry['data']:>9} {rate['median']:>11.1f} "
-                     f"{rate['min']:>9.1f} {rate['max']:>9.1f} {step * 1000:>8.1f} "
-                     f"{optional[0]:>10} {optional[1]:>11} {optional[2]:>8}")
+                    for key in ("scaling_efficiency", "input_bound_ratio", "overhead_ratio",
+                                "noise_scale_overhead")]
+        line = (f"{entry['replicas']:>8} {entry['data']:>9} {rate['median']:>11.1f} "
+                f"{rate['min']:>9.1f} {rate['max']:>9.1f} {step * 1000:>8.1f} "
+                f"{optional[0]:>10} {optional[1]:>11} {optional[2]:>8}")
+        if noise:
+            measured = entry.get("noise_scale")
+            line += f" {'-' if measured is None else f'{measured:.4g}':>9} {optional[3]:>8}"
+        lines.append(line)
     return "\n".join(lines)
 
 

@@ -3,9 +3,13 @@ before TensorFlow starts): per-step times of tfdist's `fit`, and with `--overhea
 plain Keras script (tf-keras, or Keras 3's own fit under `--keras=3`), alternating in the same
 process.
 
+With `--measure_noise_scale` (on 2+ replicas or micro-batches) the rounds also alternate
+tfdist's `fit` without the measurement, so its cost is timed in the same process.
+
 Run by `tfdist.benchmark` as `python -m tfdist.benchmark_child SPEC_JSON`; prints one JSON line:
 {"tfdist": [step seconds...], "plain": [...] (with overhead), "global_batch_size": N,
-"num_replicas": R}. SPEC_JSON: {"train_args": [tfdist train flags], "warmup_steps": W,
+"num_replicas": R, and when measured "noise_scale": B_simple after the last round,
+"without_noise_scale": [step seconds...]}. SPEC_JSON: {"train_args": [tfdist train flags], "warmup_steps": W,
 "timed_steps": T, "overhead_rounds": K}.
 """
 
@@ -23,6 +27,7 @@ import_tensorflow(show_logs=False)
 import tensorflow as tf
 import tf_keras
 
+import strategies
 from input_pipelines import sources
 from tfdist import keras_flavour
 from tfdist import models
@@ -45,12 +50,28 @@ class StepTimer(tf_keras.callbacks.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def _tfdist_steps(plan, steps: int) -> list[float]:
-    """tfdist's `fit`, as `tfdist train` calls it, without validation."""
+def _tfdist_steps(plan, steps: int) -> tuple[list[float], dict]:
+    """tfdist's `fit`, as `tfdist train` calls it, without validation: (step times, its
+    summary)."""
     timer = StepTimer()
-    train_command.fit(plan, validate=False, callbacks=[timer])
+    summary = train_command.fit(plan, validate=False, callbacks=[timer])
     assert len(timer.seconds) == steps, (len(timer.seconds), steps)
-    return timer.seconds
+    return timer.seconds, summary
+
+
+def _without_noise_scale(plan):
+    """`plan` with the noise-scale measurement off."""
+    config = plan.config
+    return dataclasses.replace(plan, config=dataclasses.replace(
+        config, optimizer=dataclasses.replace(config.optimizer, measure_noise_scale=False)))
+
+
+def _measures_noise_scale(config) -> bool:
+    """`--measure_noise_scale` where it has two batch sizes to compare (not on 1 replica
+    without micro-batches, which a sweep from 1 replica includes)."""
+    return config.optimizer.measure_noise_scale and (
+        strategies.num_replica_devices(config.strategy) > 1 or
+        config.optimizer.grad_accum_steps > 1)
 
 
 def _plain_steps(config, strategy, steps: int) -> list[float]:
@@ -80,12 +101,19 @@ def measure(spec: dict) -> dict:
     config = tfdist_flags.run_config(None)
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, epochs=1, steps_per_epoch=steps, model_dir=None, metrics_json=None))
-    plan = setup(config)
+    measuring = _measures_noise_scale(config)
+    plan = setup(config if measuring else dataclasses.replace(
+        config, optimizer=dataclasses.replace(config.optimizer, measure_noise_scale=False)))
     timed = slice(spec["warmup_steps"], None)
     result = {"global_batch_size": plan.global_batch_size,
               "num_replicas": plan.num_replicas, "tfdist": [], "plain": []}
     for _ in range(max(spec["overhead_rounds"], 1)):
-        result["tfdist"] += _tfdist_steps(plan, steps)[timed]
+        seconds, summary = _tfdist_steps(plan, steps)
+        result["tfdist"] += seconds[timed]
+        if measuring:
+            result["noise_scale"] = summary["history"].get("noise_scale", [None])[-1]
+            result.setdefault("without_noise_scale", []).extend(
+                _tfdist_steps(_without_noise_scale(plan), steps)[0][timed])
         if spec["overhead_rounds"]:
             result["plain"] += _plain_steps(config, plan.strategy, steps)[timed]
     return result

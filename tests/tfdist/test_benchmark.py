@@ -69,6 +69,17 @@ class FiguresTest(unittest.TestCase):
                                                        "max": 320.0})
         self.assertAlmostEqual(figures["overhead_ratio"], 2.0)
         self.assertNotIn("overhead_ratio", benchmark._figures(measured, "real"))
+        self.assertNotIn("noise_scale", figures)
+
+    def test_noise_scale_and_its_cost(self):
+        measured = {"global_batch_size": 32, "tfdist": [0.4, 0.1, 0.2], "plain": [],
+                    "noise_scale": 300.0, "without_noise_scale": [0.1, 0.2, 0.25]}
+        figures = benchmark._figures(measured, "synthetic")
+        self.assertEqual(figures["noise_scale"], 300.0)
+        self.assertAlmostEqual(figures["noise_scale_overhead"], 1.0)
+        table = benchmark._table([{"replicas": 2, "data": "synthetic", **figures}])
+        self.assertIn("B_simple", table)
+        self.assertIn("300", table.splitlines()[1])
 
     def test_efficiency_and_input_bound_ratio(self):
         results = [{"replicas": replicas, "data": data, "examples_per_sec": {"median": rate}}
