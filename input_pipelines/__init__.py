@@ -26,6 +26,17 @@ from input_pipelines.config import per_replica_batch_size
 from input_pipelines.user_records import Records
 
 
+def builtin_examples(split: str, num_examples: int | None = None):
+    """The built-in dataset's `split` ("train" or "validation") as NumPy arrays (uint8 images,
+    int64 labels), drawn in memory as `prepare` writes them; `num_examples` draws that many
+    from the split's seed instead (a larger split of the same kind of images)."""
+    from input_pipelines import shapes
+    builder = shapes.TfdistShapes
+    size, seed = {"train": (builder.TRAIN_SIZE, builder.TRAIN_SEED),
+                  "validation": (builder.VALIDATION_SIZE, builder.VALIDATION_SEED)}[split]
+    return shapes.draw_examples(num_examples or size, seed)
+
+
 def prepare(config: InputConfig):
     """Makes the dataset ready to read (generating the built-in one once); returns its
     `DatasetInfo`."""

@@ -1,21 +1,24 @@
-"""Large-batch experiment: which parts of the recipe recover the small-batch accuracy?
+"""The large-batch recipe where it should work: below the critical batch, and LARS where it is
+meant to help.
 
-Trains the small CNN on the built-in dataset for the same number of epochs, each run a fresh
-`tfdist train --strategy=mirrored --num_cpu_devices=2` process:
+Every run is a fresh `tfdist train --strategy=mirrored --num_cpu_devices=2` process with the
+same seed and a cosine decay after warmup.
 
-  small          global batch 64, momentum SGD at --learning_rate (the reference)
-  large plain    a --factor times larger batch, same rate
-  large linear   the larger batch, rate scaled linearly (Goyal et al. 2017)
-  large warmup   scaled rate reached by --warmup_epochs of gradual warmup
-  large LARS     LARS (You et al. 2017) with the scaled rate and the same warmup; LARS' rate is
-                 multiplied by each layer's trust ratio (~eeta x ||w|| / ||g||), so it takes its
-                 own base rates, one run each (--lars_learning_rates)
+  recipe (small CNN, --epochs):
+    small         global batch --small_batch, momentum SGD at --learning_rate (for
+                  --base_batch_size, scaled linearly to the small batch): the reference
+    below knee    --below_batch (under the critical batch `batch_scaling_study.py` measures),
+                  rate scaled linearly, --warmup_epochs of gradual warmup (Goyal et al. 2017)
+    above knee    --above_batch, the same recipe: past the knee, where the old experiment
+                  (16x the batch) found that no recipe recovers the accuracy in as many epochs
+  LARS (ResNet-20, batch normalisation, --resnet_epochs at --resnet_batch):
+    momentum SGD  rate scaled linearly, warmup, weight decay 5e-4
+    LARS          You et al. 2017, the same schedule and weight decay, per --lars_learning_rates
 
-Every run uses the same seed and decays the rate by cosine after warmup. Writes a markdown
-table (final and best validation accuracy, wall time) and a PNG plot of validation accuracy per
-epoch; needs matplotlib (`pip install -e .[plot]`).
+Writes OUT_DIR/large_batch.{md,json,png} (validation accuracy per epoch; the plot needs
+matplotlib: `pip install -e .[plot]`).
 
-    python scripts/large_batch_experiment.py [--epochs=10] [--factor=16] [--out_dir=docs]
+    python scripts/large_batch_experiment.py [--epochs=5] [--below_batch=256] [--out_dir=docs]
 """
 
 import argparse
@@ -29,73 +32,78 @@ from train_runs import train_and_read_metrics
 _TIMEOUT_S = 3600
 
 
-def _runs(args: argparse.Namespace) -> list[tuple[str, list[str]]]:
-    small, large = args.small_batch, args.small_batch * args.factor
-    common = [f"--base_batch_size={small}", "--lr_schedule=cosine"]
-    sgd = ["--optimizer=momentum", f"--learning_rate={args.learning_rate}"]
+def _runs(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
+    """(group, name, tfdist train flags) of every run."""
+    sgd = ["--optimizer=momentum", f"--learning_rate={args.learning_rate}",
+           f"--base_batch_size={args.base_batch_size}", "--lr_scaling=linear",
+           "--lr_schedule=cosine"]
     warmup = [f"--warmup_epochs={args.warmup_epochs}"]
+    recipe = ["--model=small_cnn", f"--epochs={args.epochs}"]
+    resnet = ["--model=resnet20", f"--epochs={args.resnet_epochs}",
+              f"--global_batch_size={args.resnet_batch}", "--weight_decay=5e-4",
+              "--lr_scaling=linear",
+              f"--base_batch_size={args.base_batch_size}", "--lr_schedule=cosine", *warmup]
     return [
-        (f"small ({small})", [f"--global_batch_size={small}", *sgd, *common]),
-        (f"large ({large}) plain", [f"--global_batch_size={large}", *sgd, *common]),
-        (f"large ({large}) linear scaling", [f"--global_batch_size={large}", *sgd, *common,
-                                              "--lr_scaling=linear"]),
-        (f"large ({large}) scaling + warmup", [f"--global_batch_size={large}", *sgd, *common,
-                                                "--lr_scaling=linear", *warmup]),
+        ("recipe", f"small ({args.small_batch})",
+         [*recipe, f"--global_batch_size={args.small_batch}", *sgd]),
+        ("recipe", f"below knee ({args.below_batch}) scaling + warmup",
+         [*recipe, f"--global_batch_size={args.below_batch}", *sgd, *warmup]),
+        ("recipe", f"above knee ({args.above_batch}) scaling + warmup",
+         [*recipe, f"--global_batch_size={args.above_batch}", *sgd, *warmup]),
+        ("resnet20", f"ResNet-20 ({args.resnet_batch}) momentum SGD",
+         [*resnet, "--optimizer=momentum", f"--learning_rate={args.resnet_learning_rate}"]),
     ] + [
-        (f"large ({large}) LARS (rate {rate:g}) + scaling + warmup",
-         [f"--global_batch_size={large}", "--optimizer=lars", f"--learning_rate={rate}",
-          *common, "--lr_scaling=linear", *warmup])
+        ("resnet20", f"ResNet-20 ({args.resnet_batch}) LARS (rate {rate:g})",
+         [*resnet, "--optimizer=lars", f"--learning_rate={rate}"])
         for rate in args.lars_learning_rates
     ]
 
 
-def _train(flags: list[str], epochs: int, seed: int) -> dict:
-    """One `tfdist train` run; returns its metrics JSON (with per-epoch history)."""
-    metrics, _ = train_and_read_metrics(["--strategy=mirrored", "--num_cpu_devices=2",
-                                         f"--epochs={epochs}", f"--seed={seed}", *flags],
-                                        timeout_s=_TIMEOUT_S)
-    return metrics
-
-
-def _table(results: dict[str, dict], command: str) -> str:
+def _table(results: list[dict], command: str) -> str:
     lines = [f"Command: `{command}`", "",
-             "| run | final val_accuracy | best val_accuracy | final val_loss | train s |",
-             "| --- | ---: | ---: | ---: | ---: |"]
-    for name, summary in results.items():
-        history = summary["history"]
-        lines.append(f"| {name} | {history['val_accuracy'][-1]:.4f} | "
-                     f"{max(history['val_accuracy']):.4f} | {history['val_loss'][-1]:.4f} | "
-                     f"{summary['wall_s']:.0f} |")
+             "| run | updates | final val_accuracy | best val_accuracy | final val_loss | "
+             "wall s |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for run in results:
+        history = run["metrics"]["history"]
+        lines.append(f"| {run['name']} | {run['metrics']['steps']} | "
+                     f"{history['val_accuracy'][-1]:.4f} | {max(history['val_accuracy']):.4f} | "
+                     f"{history['val_loss'][-1]:.4f} | {run['wall_s']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
-def _plot(results: dict[str, dict], path: str) -> None:
+def _plot(results: list[dict], path: str) -> None:
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
-    figure, axes = pyplot.subplots(figsize=(8, 5))
-    for name, summary in results.items():
-        accuracy = summary["history"]["val_accuracy"]
-        axes.plot(range(1, len(accuracy) + 1), accuracy, marker="o", label=name)
-    axes.set_xlabel("epoch")
-    axes.set_ylabel("validation accuracy")
-    axes.set_title("Large-batch recipe on the built-in dataset (small CNN)")
-    axes.grid(alpha=0.3)
-    axes.legend()
+    groups = {"recipe": "Linear scaling + warmup, small CNN",
+              "resnet20": "LARS against momentum SGD, ResNet-20"}
+    figure, axes = pyplot.subplots(1, len(groups), figsize=(12, 4.5))
+    for panel, (group, title) in zip(axes, groups.items()):
+        for run in (run for run in results if run["group"] == group):
+            accuracy = run["metrics"]["history"]["val_accuracy"]
+            panel.plot(range(1, len(accuracy) + 1), accuracy, marker="o", label=run["name"])
+        panel.set(xlabel="epoch", ylabel="validation accuracy", title=title)
+        panel.grid(alpha=0.3)
+        panel.legend(fontsize=8)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--epochs", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--small_batch", type=int, default=64)
-    parser.add_argument("--factor", type=int, default=16)
+    parser.add_argument("--below_batch", type=int, default=256)
+    parser.add_argument("--above_batch", type=int, default=2048)
     parser.add_argument("--learning_rate", type=float, default=0.025)
-    parser.add_argument("--lars_learning_rates", default="1.0,0.1,0.02",
+    parser.add_argument("--base_batch_size", type=int, default=64)
+    parser.add_argument("--warmup_epochs", type=float, default=1.0)
+    parser.add_argument("--resnet_epochs", type=int, default=3)
+    parser.add_argument("--resnet_batch", type=int, default=512)
+    parser.add_argument("--resnet_learning_rate", type=float, default=0.025)
+    parser.add_argument("--lars_learning_rates", default="1.0",
                         type=lambda text: [float(rate) for rate in text.split(",")],
                         help="one LARS run per base rate")
-    parser.add_argument("--warmup_epochs", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out_dir", default="docs")
     args = parser.parse_args()
@@ -104,18 +112,23 @@ def main() -> None:
     except ImportError:
         raise SystemExit("large_batch_experiment: matplotlib is missing; install it with "
                          "`pip install -e .[plot]`.") from None
-    results = {}
-    for name, flags in _runs(args):
-        start = time.perf_counter()
-        results[name] = _train(flags, args.epochs, args.seed)
-        accuracy = results[name]["history"]["val_accuracy"]
+    results, started = [], time.perf_counter()
+    for group, name, flags in _runs(args):
+        metrics, wall_s = train_and_read_metrics(
+            ["--strategy=mirrored", "--num_cpu_devices=2", f"--seed={args.seed}", *flags],
+            timeout_s=_TIMEOUT_S)
+        results.append({"group": group, "name": name, "flags": flags, "metrics": metrics,
+                        "wall_s": wall_s})
+        accuracy = metrics["history"]["val_accuracy"]
         print(f"{name}: final val_accuracy {accuracy[-1]:.4f}, best {max(accuracy):.4f} "
-              f"({time.perf_counter() - start:.0f} s)", flush=True)
-    command = "python scripts/large_batch_experiment.py " + " ".join(sys.argv[1:])
+              f"({wall_s:.0f} s)", flush=True)
+    command = ("python scripts/large_batch_experiment.py " + " ".join(sys.argv[1:])).strip()
+    os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "large_batch.md"), "w", encoding="utf-8") as table:
-        table.write(_table(results, command.strip()))
+        table.write(_table(results, command))
+        table.write(f"\n{(time.perf_counter() - started) / 60:.0f} min in all.\n")
     with open(os.path.join(args.out_dir, "large_batch.json"), "w", encoding="utf-8") as raw:
-        json.dump(results, raw, indent=2)
+        json.dump({"command": command, "runs": results}, raw, indent=1)
         raw.write("\n")
     _plot(results, os.path.join(args.out_dir, "large_batch.png"))
 

@@ -38,14 +38,15 @@ from tfdist.config import OptimizerName
 __version__ = "0.1.0"
 __all__ = [
     "define_flags", "config_from_flags", "run", "setup", "fit", "dataset_fn", "CustomLoop",
-    "train", "Plan", "Role", "Records", "RunConfig", "StrategyConfig", "InputConfig",
-    "TrainConfig", "OptimizerConfig", "StrategyKind", "ModelName", "OptimizerName", "Precision",
-    "ConfigError", "StrategyConfigError", "ClusterConfigError", "InputConfigError",
+    "train", "gradient_noise_scale", "Plan", "Role", "Records", "RunConfig", "StrategyConfig",
+    "InputConfig", "TrainConfig", "OptimizerConfig", "StrategyKind", "ModelName", "OptimizerName",
+    "Precision", "ConfigError", "StrategyConfigError", "ClusterConfigError", "InputConfigError",
     "USER_ERRORS",
 ]
 _LAZY = {"setup": "tfdist.plan", "Plan": "tfdist.plan", "Role": "tfdist.plan",
          "fit": "tfdist.training", "dataset_fn": "tfdist.training",
-         "CustomLoop": "tfdist.custom_loop", "train": "tfdist.train_command"}
+         "CustomLoop": "tfdist.custom_loop", "train": "tfdist.train_command",
+         "gradient_noise_scale": "tfdist.gradients"}
 
 
 def __getattr__(name: str):

@@ -4,11 +4,11 @@ import json
 import os
 import sys
 import time
+from typing import Callable
 
 import tensorflow as tf
 import tf_keras
 
-from tfdist import gradients
 from tfdist import noise_scale
 from tfdist import summary
 from tfdist.config import ConfigError
@@ -55,7 +55,7 @@ class ThroughputTimer(tf_keras.callbacks.Callback):
 
 
 class NoiseScaleLog(tf_keras.callbacks.Callback):
-    """Puts the gradient noise scale the model's optimizer measured (`tfdist.noise_scale`) into
+    """Puts the gradient noise scale measured so far (`tfdist.noise_scale`) into
     each epoch's logs as `noise_scale`, for the callbacks after it (the history and metrics
     JSON, TensorBoard's `epoch_noise_scale`), says it in a log line, and at the end of
     training compares it with the global batch.
@@ -63,14 +63,16 @@ class NoiseScaleLog(tf_keras.callbacks.Callback):
     Runs on every worker: under multi-worker mirrored, reading the averages is a collective.
     """
 
-    def __init__(self, *, global_batch_size: int):
-        """`global_batch_size`: examples per update (micro-batches included)."""
+    def __init__(self, read: Callable[[], dict | None], *, global_batch_size: int):
+        """`read`: the measurement so far (`NoiseScale.result`); `global_batch_size`: examples
+        per update (micro-batches included)."""
         super().__init__()
+        self._read = read
         self._global_batch_size = global_batch_size
         self._last: float | None = None
 
     def on_epoch_end(self, epoch, logs=None):
-        measured = gradients.noise_scale(self.model.optimizer)
+        measured = self._read()
         if measured is None:
             return
         if measured["noise_scale"] is None:

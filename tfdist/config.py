@@ -331,16 +331,10 @@ class RunConfig:
                 "accumulation; use mixed_bfloat16 or float32.")
         check_peak_learning_rate(self.optimizer,
                                  self.input.global_batch_size * self.optimizer.grad_accum_steps)
-        self._check_noise_scale()
         if self.train.keras == 3 and self.train.backup_every != "epoch":
             raise ConfigError(f"backup_every={self.train.backup_every!r} with keras=3: tfdist's "
                               "Keras 3 step backs up at the end of each epoch; use "
                               "backup_every=epoch, or shorter epochs (steps_per_epoch=N).")
-
-    def _check_noise_scale(self) -> None:
-        if self.optimizer.measure_noise_scale and self.train.keras == 3:
-            raise ConfigError("measure_noise_scale=True with keras=3: tfdist's Keras 3 step does not "
-                              "measure it yet; measure with keras=2 (same model in tf-keras).")
 
     @property
     def writes_results(self) -> bool:

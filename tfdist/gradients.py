@@ -16,7 +16,7 @@ variance, so that the mean of K draws has the variance above.
 
 With `noise_scale_batch` set, `aggregate_gradients` also measures the gradient noise scale
 (`tfdist.noise_scale`) from the gradients before and after step 1, before clipping and noise:
-read it with `noise_scale(optimizer)`.
+read it with `gradient_noise_scale(optimizer)`.
 """
 
 import dataclasses
@@ -26,7 +26,6 @@ import tensorflow as tf
 
 from strategies import WireDtype
 from tfdist.noise_scale import NoiseScale
-from tfdist.noise_scale import squared_norm
 
 _NOISE_SEED_STRIDE = 1_000_003  # Keeps per-variable noise seeds apart.
 
@@ -116,34 +115,16 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
 
         def _measure_noise_scale(self, local: list[tf.Tensor], reduced: list[tf.Tensor],
                                  variables: list) -> None:
-            """Replicas: this replica's gradient against the all-reduced one. One replica: a
-            micro-batch's against the mean of the update's micro-batches."""
-            replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+            """2+ replicas: this replica's gradient against the all-reduced one. One replica:
+            each micro-batch's against the update's mean."""
             batch = transforms.noise_scale_batch
-            if replicas > 1:
-                self._noise_scale.observe(
-                    small_sq=replicas ** 2 * squared_norm(local),
-                    big_sq=squared_norm(reduced),
-                    small_batch=batch / replicas, big_batch=batch)
+            if tf.distribute.get_replica_context().num_replicas_in_sync > 1:
+                self._noise_scale.observe_replicas(local, reduced, global_batch=batch)
                 return
-            small_sq = squared_norm(reduced)
-            pending = self._noise_scale.pending_small_sq
-
-            def observe():
-                mean = [self._accumulators[self._var_key(var)] + grad / accum_steps
-                        for grad, var in zip(reduced, variables)]
-                self._noise_scale.observe(
-                    small_sq=(pending + small_sq) / accum_steps,
-                    big_sq=squared_norm(mean),
-                    small_batch=batch, big_batch=batch * accum_steps)
-                pending.assign(0.0)
-                return tf.constant(True)
-
-            def hold():
-                pending.assign_add(small_sq)
-                return tf.constant(False)
-
-            tf.cond((self._micro_batches + 1) % accum_steps == 0, observe, hold)
+            self._noise_scale.observe_micro_batch(
+                reduced, [self._accumulators[self._var_key(var)] for var in variables],
+                last=(self._micro_batches + 1) % accum_steps == 0, global_batch=batch,
+                accum_steps=accum_steps)
 
         def _add_noise(self, grads: list[tf.Tensor]) -> list[tf.Tensor]:
             # One draw per step: each update, or each micro-batch when accumulating.
@@ -196,7 +177,7 @@ def with_transforms(optimizer_class: type, transforms: GradientTransforms) -> ty
     return Transformed
 
 
-def noise_scale(optimizer) -> dict[str, float | None] | None:
+def gradient_noise_scale(optimizer) -> dict[str, float | None] | None:
     """The gradient noise scale `optimizer` measured so far (`NoiseScale.result`), through a
     loss-scale wrapper; None when it does not measure or has not stepped yet."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)

@@ -44,7 +44,9 @@ from tfdist import keras3_optim
 from tfdist import optim
 from tfdist import training
 from tfdist.callbacks import EpochHistory
+from tfdist.callbacks import NoiseScaleLog
 from tfdist.callbacks import ThroughputTimer
+from tfdist.noise_scale import NoiseScale
 from tfdist.config import Precision
 from tfdist.plan import Plan
 
@@ -117,7 +119,8 @@ class _Steps:
         self.strategy, self.model = plan.strategy, model
         self.optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
         self.transforms = optim.gradient_transforms(
-            config.optimizer, config.strategy.allreduce_dtype, config.train.seed)
+            config.optimizer, config.strategy.allreduce_dtype, config.train.seed,
+            global_batch_size=plan.global_batch_size)
         self.preprocess_dtype = plan.placement.compute_dtype \
             if plan.placement is not None and plan.placement.on_device else None
         with self.strategy.scope():
@@ -132,6 +135,7 @@ class _Steps:
             self.accumulators = [self._accumulator(variable)
                                  for variable in model.trainable_variables] \
                 if self.transforms.accum_steps > 1 else []
+            self.noise_scale = NoiseScale() if self.transforms.noise_scale_batch else None
         _skip_keras_all_reduce(self.optimizer)
         # pylint: disable-next=protected-access
         _add_atomically([self.optimizer._iterations, *model.metrics_variables,
@@ -188,7 +192,7 @@ class _Steps:
     def _summed(self, grads: list) -> list:
         """Step 2: the gradients summed over the replicas, unscaled, clipped and noised."""
         present = [index for index, grad in enumerate(grads) if grad is not None]
-        values = [grads[index] for index in present]
+        values = local = [grads[index] for index in present]
         if self.transforms.wire_dtype is WireDtype.FLOAT32:
             values = tf.distribute.get_replica_context().all_reduce(
                 tf.distribute.ReduceOp.SUM, values)
@@ -197,6 +201,9 @@ class _Steps:
                                           [tf.convert_to_tensor(value) for value in values])
         if self.loss_scale is not None:
             values = [value / tf.cast(self.loss_scale.scale, value.dtype) for value in values]
+            local = [value / tf.cast(self.loss_scale.scale, value.dtype) for value in local]
+        if self.noise_scale is not None:
+            self._measure_noise_scale(local, values, present)
         if self.transforms.clip_norm:
             values, _ = tf.clip_by_global_norm(values, self.transforms.clip_norm)
         if self.transforms.noise_eta:
@@ -208,6 +215,18 @@ class _Steps:
         for index, value in zip(present, values):
             summed[index] = value
         return summed
+
+    def _measure_noise_scale(self, local: list, summed: list, present: list[int]) -> None:
+        """As `tfdist.gradients` measures it for tf-keras optimizers (replica context)."""
+        local = [tf.convert_to_tensor(value) for value in local]
+        batch = self.transforms.noise_scale_batch
+        if self.strategy.num_replicas_in_sync > 1:
+            self.noise_scale.observe_replicas(local, summed, global_batch=batch)
+            return
+        steps = self.transforms.accum_steps
+        self.noise_scale.observe_micro_batch(
+            summed, [self.accumulators[index] for index in present],
+            last=(self.micro_batches + 1) % steps == 0, global_batch=batch, accum_steps=steps)
 
     def _update(self, strategy: tf.distribute.Strategy, grads: list, finite) -> None:
         """Step 3 with loss scaling or accumulation (cross-replica context)."""
@@ -412,6 +431,9 @@ def fit(plan: Plan, model: keras.Model, train_fn: training.DatasetFn, validation
     timer = ThroughputTimer(global_batch_size=plan.global_batch_size,
                             steps_per_epoch=plan.steps_per_epoch)
     history = EpochHistory(history_path, writes=plan.writes_results)
+    update_batch = plan.global_batch_size * config.optimizer.grad_accum_steps
+    noise_logs = [NoiseScaleLog(steps.noise_scale.result, global_batch_size=update_batch)] \
+        if steps.noise_scale else []
     user_callbacks = keras.callbacks.CallbackList(list(callbacks), model=model)
     user_callbacks.on_train_begin()
     for epoch in range(checkpoints.restore(), config.train.epochs):
@@ -428,13 +450,15 @@ def fit(plan: Plan, model: keras.Model, train_fn: training.DatasetFn, validation
         checkpoints.save(epoch + 1)
         shown = " - ".join(f"{name}: {value:.4f}" for name, value in logs.items())
         print(f"Epoch {epoch + 1}/{config.train.epochs} - {shown}", flush=True)
-        for callback in (timer, history, user_callbacks):
+        for callback in (timer, *noise_logs, history, user_callbacks):
             callback.on_epoch_end(epoch, logs)
-    user_callbacks.on_train_end()
+    for callback in (*noise_logs, user_callbacks):
+        callback.on_train_end()
     checkpoints.finished()
     print(f"tfdist: Keras 3 step: {int(steps.optimizer.iterations.numpy())} optimizer updates",
           file=sys.stderr, flush=True)
     epochs = history.history()
     return {"final": {name: values[-1] for name, values in epochs.items()},
             "history": epochs, "examples_per_sec": timer.examples_per_sec(),
+            "epoch_train_s": timer.epoch_train_s,
             "resumed_from_epoch": history.resumed_from_epoch}

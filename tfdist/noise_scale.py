@@ -74,6 +74,34 @@ class NoiseScale(tf.Module):
             averaged = DECAY * variable + (1.0 - DECAY) * tf.cast(value, tf.float32)
             variable.assign(tf.where(finite, averaged, variable))
 
+    def observe_replicas(self, local: list, reduced: list, *, global_batch: int) -> None:
+        """One step's estimates from this replica's gradients (`local`, Keras' share: 1 /
+        replicas of its batch's mean gradient) and their all-reduced sum (replica context)."""
+        replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+        self.observe(small_sq=replicas ** 2 * squared_norm(local), big_sq=squared_norm(reduced),
+                     small_batch=global_batch / replicas, big_batch=global_batch)
+
+    def observe_micro_batch(self, grads: list, accumulated: list, *, last, global_batch: int,
+                            accum_steps: int) -> None:
+        """Holds one micro-batch's |G_small|² (`grads`, all-reduced); on the `last` micro-batch
+        of an update, observes them against the update's mean gradient (`accumulated`: the
+        earlier micro-batches' gradients / `accum_steps`, summed)."""
+        small_sq = squared_norm(grads)
+
+        def observe():
+            mean = [total + grad / accum_steps for total, grad in zip(accumulated, grads)]
+            self.observe(small_sq=(self.pending_small_sq + small_sq) / accum_steps,
+                         big_sq=squared_norm(mean), small_batch=global_batch,
+                         big_batch=global_batch * accum_steps)
+            self.pending_small_sq.assign(0.0)
+            return tf.constant(True)
+
+        def hold():
+            self.pending_small_sq.assign_add(small_sq)
+            return tf.constant(False)
+
+        tf.cond(last, observe, hold)
+
     def result(self) -> dict[str, float | None] | None:
         """{"noise_scale": B_simple, "gradient_sq": |G|², "trace": tr(Σ)} from the averages so
         far (read in cross-replica context: the mean over replicas), or None before any step.

@@ -350,7 +350,8 @@ def _noise_scale_log(plan: Plan, model: tf_keras.Model) -> list[NoiseScaleLog]:
         raise ConfigError(f"measure_noise_scale: model {model.name!r} came compiled with its own "
                           "optimizer, which does not measure it; pass the model uncompiled "
                           "(fit(..., loss=..., metrics=[...])) to train with tfdist's.")
-    return [NoiseScaleLog(global_batch_size=plan.global_batch_size *
+    return [NoiseScaleLog(lambda: gradients.gradient_noise_scale(model.optimizer),
+                          global_batch_size=plan.global_batch_size *
                           plan.config.optimizer.grad_accum_steps)]
 
 
@@ -379,6 +380,7 @@ def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_d
     history = epochs.history()
     return {"final": {name: values[-1] for name, values in history.items()},
             "history": history, "examples_per_sec": timer.examples_per_sec(),
+            "epoch_train_s": timer.epoch_train_s,
             "resumed_from_epoch": epochs.resumed_from_epoch}
 
 

@@ -116,8 +116,6 @@ class BadInputTest(parameterized.TestCase):
         ("accumulation_with_float16", ["train", "--grad_accum_steps=2",
                                        "--mixed_precision=mixed_float16"],
          "--grad_accum_steps=2 with --mixed_precision=mixed_float16"),
-        ("noise_scale_with_keras_3", ["train", "--measure_noise_scale", "--keras=3"],
-         "--measure_noise_scale=True with --keras=3"),
         ("compression_on_one_device", ["train", "--strategy=one_device",
                                        "--allreduce_dtype=bfloat16"],
          "allreduce_dtype=bfloat16"),

@@ -1,18 +1,27 @@
 """The gradient noise scale: McCandlish et al.'s estimators against NumPy on gradients of known
-covariance, and the optimizer's measurement on 2 replicas and over micro-batches."""
+covariance, the optimizer's measurement on 2 replicas and over micro-batches, and `fit`'s
+per-epoch figures in both Kerases."""
 
 import functools
+import math
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
+from absl.testing import parameterized
 
+import tfdist
 from tfdist import gradients
 from tfdist import noise_scale
 from tfdist import precision
 from tfdist.config import Precision
 from tfdist.gradients import GradientTransforms
 from tfdist.gradients import with_transforms
+from tests.tfdist.test_keras3 import keras3_tabular_model
+from tests.tfdist.test_training import _MIRRORED
+from tests.tfdist.test_training import _config
+from tests.tfdist.test_training import tabular_dataset_fn
+from tests.tfdist.test_training import tabular_model
 
 
 class EstimatorTest(tf.test.TestCase):
@@ -102,7 +111,7 @@ class OptimizerTest(tf.test.TestCase):
         small_sq = np.mean([np.square(2 * grad).sum() for grad in handed])
         big_sq = np.square(handed[0] + handed[1]).sum()
         gradient_sq, trace = noise_scale.estimates(small_sq, big_sq, 4, 8)
-        measured = gradients.noise_scale(optimizer)
+        measured = gradients.gradient_noise_scale(optimizer)
         self.assertAllClose([measured["gradient_sq"], measured["trace"]], [gradient_sq, trace])
         self.assertAllClose(measured["noise_scale"], trace / gradient_sq)
         self.assertTrue(gradients.measures_noise_scale(optimizer))
@@ -117,10 +126,31 @@ class OptimizerTest(tf.test.TestCase):
         small_sq = np.mean([np.square(grad).sum() for grad in micro])
         big_sq = np.square(np.mean(micro, axis=0)).sum()
         gradient_sq, trace = noise_scale.estimates(small_sq, big_sq, 16, 32)
-        measured = gradients.noise_scale(optimizer)
+        measured = gradients.gradient_noise_scale(optimizer)
         self.assertAllClose([measured["gradient_sq"], measured["trace"]], [gradient_sq, trace])
         optimizer.apply_gradients([(tf.constant(micro[0], tf.float32), variable)])
-        self.assertEqual(gradients.noise_scale(optimizer), measured)  # Half an update.
+        self.assertEqual(gradients.gradient_noise_scale(optimizer), measured)  # Half an update.
+
+
+class FitTest(tf.test.TestCase, parameterized.TestCase):
+    """`fit` puts B_simple into every epoch's history, in either Keras."""
+
+    @parameterized.named_parameters(
+        ("tf_keras_mirrored", 2, _MIRRORED, 1), ("keras3_mirrored", 3, _MIRRORED, 1),
+        ("tf_keras_micro_batches", 2, {"strategy": "one_device"}, 2),
+        ("keras3_micro_batches", 3, {"strategy": "one_device"}, 2))
+    def test_each_epoch_has_a_noise_scale(self, keras, strategy, accum_steps):
+        plan = tfdist.setup(_config(
+            strategy=strategy, keras=keras, epochs=2, steps_per_epoch=20,
+            optimizer=tfdist.OptimizerConfig(measure_noise_scale=True,
+                                             grad_accum_steps=accum_steps)))
+        model = keras3_tabular_model if keras == 3 else tabular_model
+        summary = tfdist.fit(plan, model, tabular_dataset_fn(16), None,
+                             loss="sparse_categorical_crossentropy")
+        noise_scales = summary["history"]["noise_scale"]
+        self.assertLen(noise_scales, 2)
+        self.assertTrue(all(math.isfinite(value) and value > 0 for value in noise_scales),
+                        noise_scales)
 
 
 if __name__ == "__main__":
