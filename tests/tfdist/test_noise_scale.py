@@ -152,6 +152,18 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
         self.assertTrue(all(math.isfinite(value) and value > 0 for value in noise_scales),
                         noise_scales)
 
+    def test_tensorboard_gets_it_as_a_scalar(self):
+        model_dir = self.create_tempdir().full_path
+        plan = tfdist.setup(_config(
+            strategy=_MIRRORED, epochs=1, steps_per_epoch=10, model_dir=model_dir,
+            optimizer=tfdist.OptimizerConfig(measure_noise_scale=True)))
+        tfdist.fit(plan, tabular_model, tabular_dataset_fn(16), None,
+                   loss="sparse_categorical_crossentropy")
+        tags = {value.tag for path in tf.io.gfile.glob(f"{model_dir}/logs/train/*")
+                for event in tf.compat.v1.train.summary_iterator(path)
+                for value in event.summary.value}
+        self.assertIn("epoch_noise_scale", tags)
+
 
 if __name__ == "__main__":
     tf.test.main()
