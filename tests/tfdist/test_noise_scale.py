@@ -4,6 +4,7 @@ per-epoch figures in both Kerases."""
 
 import functools
 import math
+import tempfile
 
 import numpy as np
 import tensorflow as tf
@@ -153,7 +154,7 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
                         noise_scales)
 
     def test_tensorboard_gets_it_as_a_scalar(self):
-        model_dir = self.create_tempdir().full_path
+        model_dir = self.enterContext(tempfile.TemporaryDirectory())
         plan = tfdist.setup(_config(
             strategy=_MIRRORED, epochs=1, steps_per_epoch=10, model_dir=model_dir,
             optimizer=tfdist.OptimizerConfig(measure_noise_scale=True)))
