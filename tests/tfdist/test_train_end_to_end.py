@@ -13,7 +13,7 @@ from tests.tfdist.cli_runner import run_tfdist
 _MIN_VAL_ACCURACY = 0.8
 _EXPECTED_KEYS = {"strategy", "num_replicas", "num_workers", "global_batch_size",
                   "per_replica_batch_size", "mixed_precision", "epochs", "steps", "final",
-                  "history", "examples_per_sec", "wall_s"}
+                  "history", "examples_per_sec", "epoch_train_s", "wall_s"}
 
 
 @pytest.mark.multiprocess
@@ -63,6 +63,8 @@ class TrainEndToEndTest(parameterized.TestCase):
         for recorded, printed in zip(metrics["history"]["val_accuracy"], logged):
             self.assertAlmostEqual(recorded, printed, places=4)
         self.assertGreater(metrics["examples_per_sec"], 0)
+        self.assertLen(metrics["epoch_train_s"], 3)
+        self.assertTrue(all(seconds > 0 for seconds in metrics["epoch_train_s"]))
         summary = result.stdout.strip().splitlines()[-1]
         self.assertIn("mirrored on 2 replica(s)", summary)
         self.assertIn("val_accuracy=", summary)
