@@ -2,13 +2,16 @@
 buying fewer steps, and does the gradient noise scale say so in advance?
 
 For each global batch (powers of 2), the small CNN trains on the built-in dataset (in memory,
-no augmentation) under mirrored over 2 CPU replicas, with momentum SGD whose rate is scaled
-linearly from `--base_rate` at `--base_batch`, times each factor of `--rate_factors`, reached
-by `--warmup_steps` of gradual warmup and then constant. Each run evaluates the validation
-split at steps 2^(k/4) and stops at the first evaluation at or above `--target`; a run stops
-early once it has taken more steps than the best of its batch, or diverges. Each batch keeps
-its best rate. tfdist's optimizer measures the gradient noise scale B_simple in every run
-(`--measure_noise_scale`, 2 replicas); the study reports it where the target is reached.
+no augmentation) under mirrored over 2 CPU replicas, with momentum SGD at a constant rate
+reached by `--warmup_steps` of gradual warmup. Each run evaluates the validation split at steps
+2^(k/4) and stops at the first evaluation at or above `--target`. The rate is searched on a
+factor-2 grid per batch, linear scaling first: the first batch starts at `--base_rate`, each
+next one at twice the previous batch's best rate; then half that; then on in the better
+direction while it improves, at most `--max_runs` runs. A run also stops once it has taken as
+many steps as the best run of its batch, when it falls `--prune_margin` behind the best's
+accuracy at the same step (past half the best's steps), or when it diverges. tfdist's optimizer
+measures the gradient noise scale B_simple in every run (`--measure_noise_scale`, 2 replicas);
+the study reports it where the target is reached.
 
 McCandlish et al.'s model S(B) = S_min (1 + B_crit / B) is fitted to the steps of the best
 runs: B_crit is the measured knee, compared with B_simple. Writes
@@ -44,12 +47,13 @@ def _evaluation_steps(limit: int) -> list[int]:
 
 
 def _plan_for(plan, batch: int, rate: float, args: argparse.Namespace, train_examples: int):
-    """`plan` with the global batch `batch` and its rate (momentum SGD, linear scaling from
-    `--base_batch`, warmup in steps, then constant), measuring the noise scale."""
+    """`plan` with the global batch `batch` and momentum SGD at `rate`, measuring the noise
+    scale. Warmup (tfdist's, from the rate linearly scaled down to `--base_batch` up to `rate`)
+    lasts `--warmup_steps`; the rate then stays constant."""
     steps_per_epoch = max(train_examples // batch, 1)
     epochs = math.ceil(args.max_examples / batch / steps_per_epoch) + 1
     optimizer = tfdist.OptimizerConfig(
-        optimizer="momentum", learning_rate=rate, lr_scaling="linear",
+        optimizer="momentum", learning_rate=rate * args.base_batch / batch, lr_scaling="linear",
         base_batch_size=args.base_batch, warmup_epochs=args.warmup_steps / steps_per_epoch,
         measure_noise_scale=True)
     config = dataclasses.replace(
@@ -72,7 +76,7 @@ def _dataset_fn(images, labels, seed: int, global_batch: int):
     return dataset_fn
 
 
-def _train_to_target(plan, train, validation, args, best_steps: int | None) -> dict:
+def _train_to_target(plan, train, validation, args, best: dict | None) -> dict:
     """One run: steps to `--target` (None if not reached), the accuracy curve, the noise scale
     where the target was reached, and why it stopped."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
@@ -109,8 +113,9 @@ def _train_to_target(plan, train, validation, args, best_steps: int | None) -> d
                    for start in range(0, len(labels), _EVALUATE_BATCH)) / len(labels)
 
     limit = args.max_examples // plan.global_batch_size
-    if best_steps is not None:
-        limit = min(limit, best_steps - 1)
+    if best is not None:
+        limit = min(limit, best["steps"] - 1)
+    best_curve = dict(best["curve"]) if best else {}
     done, curve, started = 0, [], time.perf_counter()
     for at in _evaluation_steps(limit):
         loss = loop.run(step, batches, at - done)
@@ -127,9 +132,39 @@ def _train_to_target(plan, train, validation, args, best_steps: int | None) -> d
             return {"steps": at, "curve": curve, "stopped": "target",
                     "noise_scale": measured.get("noise_scale"),
                     "seconds": time.perf_counter() - started}
-    capped = best_steps is not None and limit == best_steps - 1
+        if best and 2 * at >= best["steps"] and \
+                curve[-1][1] < best_curve.get(at, 0.0) - args.prune_margin:
+            return {"steps": None, "curve": curve, "stopped": "behind the best",
+                    "seconds": time.perf_counter() - started}
+    capped = best is not None and limit == best["steps"] - 1
     return {"steps": None, "curve": curve, "seconds": time.perf_counter() - started,
             "stopped": "slower than the best" if capped else "limit"}
+
+
+def _search_rate(first_rate: float, train_at, max_runs: int) -> list[dict]:
+    """Runs `train_at(rate, best run so far)` at `first_rate`, at half of it, then on in the
+    better direction (x2 or /2) while that improves, at most `max_runs` runs; returns them."""
+    runs: list[dict] = []
+
+    def steps(run: dict) -> float:
+        return run["steps"] or math.inf
+
+    def run_at(rate: float) -> dict:
+        best = min(runs, key=steps, default=None)
+        run = train_at(rate, best if best and best["steps"] else None)
+        run["rate"] = rate
+        runs.append(run)
+        return run
+
+    first, half = run_at(first_rate), run_at(first_rate / 2)
+    factor = 2.0 if steps(first) < steps(half) else 0.5
+    rate, last = (first_rate * 2, first) if factor == 2.0 else (first_rate / 4, half)
+    while len(runs) < max_runs:
+        run = run_at(rate)
+        if steps(run) >= steps(last):
+            break
+        rate, last = rate * factor, run
+    return runs
 
 
 def _fit_knee(batches: list[int], steps: list[int]) -> tuple[float, float]:
@@ -202,10 +237,12 @@ def main() -> None:
     parser.add_argument("--batches", type=_numbers,
                         default=[16, 32, 64, 128, 256, 512, 1024, 2048])
     parser.add_argument("--target", type=float, default=0.95)
-    parser.add_argument("--base_rate", type=float, default=0.01)
-    parser.add_argument("--base_batch", type=int, default=16)
-    parser.add_argument("--rate_factors", type=lambda text: _numbers(text, float),
-                        default=[1.0, 2.0, 0.5, 4.0, 0.25])
+    parser.add_argument("--base_rate", type=float, default=0.04,
+                        help="the first batch's first rate")
+    parser.add_argument("--base_batch", type=int, default=16,
+                        help="warmup starts at the rate scaled linearly down to this batch")
+    parser.add_argument("--max_runs", type=int, default=3, help="rates tried per batch")
+    parser.add_argument("--prune_margin", type=float, default=0.1)
     parser.add_argument("--warmup_steps", type=int, default=10)
     parser.add_argument("--max_examples", type=int, default=400_000)
     parser.add_argument("--train_examples", type=int, default=None,
@@ -221,20 +258,21 @@ def main() -> None:
     train = input_pipelines.builtin_examples("train", args.train_examples)
     validation = input_pipelines.builtin_examples("validation")
     report = {"target": args.target, "batches": {}}
+    first_rate = args.base_rate
     for batch in args.batches:
-        entry = report["batches"][str(batch)] = {"runs": []}
-        for factor in args.rate_factors:
-            rate = args.base_rate * factor
-            best = entry.get("best")
-            run = _train_to_target(_plan_for(plan, batch, rate, args, len(train[1])), train,
-                                   validation, args, best and best["steps"])
-            run["rate"] = rate * batch / args.base_batch
-            entry["runs"].append(run)
-            if run["steps"] is not None:
-                entry["best"] = run
+        def train_at(rate, best, batch=batch):
+            return _train_to_target(_plan_for(plan, batch, rate, args, len(train[1])), train,
+                                    validation, args, best)
+        runs = _search_rate(first_rate, train_at, args.max_runs)
+        for run in runs:
             print(f"batch {batch} rate {run['rate']:.4g}: {run['steps'] or run['stopped']} "
                   f"steps, B_simple {run.get('noise_scale')}, {run['seconds']:.0f} s",
                   flush=True)
+        reached = [run for run in runs if run["steps"]]
+        entry = report["batches"][str(batch)] = {"runs": runs}
+        if reached:
+            entry["best"] = min(reached, key=lambda run: run["steps"])
+        first_rate = 2 * entry["best"]["rate"] if reached else 2 * first_rate
     reached = [(int(batch), entry["best"]) for batch, entry in report["batches"].items()
                if entry.get("best")]
     s_min, b_crit = _fit_knee([batch for batch, _ in reached],
