@@ -1,5 +1,5 @@
-"""The large-batch recipe where it should work: below the critical batch, and LARS where it is
-meant to help.
+"""The large-batch recipe below, at and past the critical batch, and LARS where it is meant
+to help.
 
 Every run is a fresh `tfdist train --strategy=mirrored --num_cpu_devices=2` process with the
 same seed and a cosine decay after warmup.
@@ -7,18 +7,20 @@ same seed and a cosine decay after warmup.
   recipe (small CNN, --epochs):
     small         global batch --small_batch, momentum SGD at --learning_rate (for
                   --base_batch_size, scaled linearly to the small batch): the reference
-    below knee    --below_batch (under the critical batch `batch_scaling_study.py` measures),
-                  rate scaled linearly, --warmup_epochs of gradual warmup (Goyal et al. 2017)
-    above knee    --above_batch, the same recipe: past the knee, where the old experiment
-                  (16x the batch) found that no recipe recovers the accuracy in as many epochs
+    large         each of --large_batches, rate scaled linearly, --warmup_epochs of gradual
+                  warmup (Goyal et al. 2017): at, and well past, the critical batch that
+                  `batch_scaling_study.py` measures
   LARS (ResNet-20, batch normalisation, --resnet_epochs at --resnet_batch):
-    momentum SGD  rate scaled linearly, warmup, weight decay 5e-4
-    LARS          You et al. 2017, the same schedule and weight decay, per --lars_learning_rates
+    momentum SGD  --resnet_learning_rate at --resnet_base_batch, scaled linearly, warmup,
+                  weight decay 5e-4
+    LARS          You et al. 2017, the same scaling, schedule and weight decay, one run per
+                  base rate of --lars_learning_rates (its rate is multiplied by each layer's
+                  trust ratio, eeta x ||w|| / ||g||, so it takes rates of its own)
 
 Writes OUT_DIR/large_batch.{md,json,png} (validation accuracy per epoch; the plot needs
 matplotlib: `pip install -e .[plot]`).
 
-    python scripts/large_batch_experiment.py [--epochs=5] [--below_batch=256] [--out_dir=docs]
+    python scripts/large_batch_experiment.py [--epochs=3] [--large_batches=64,256,1024]
 """
 
 import argparse
@@ -41,15 +43,16 @@ def _runs(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     recipe = ["--model=small_cnn", f"--epochs={args.epochs}"]
     resnet = ["--model=resnet20", f"--epochs={args.resnet_epochs}",
               f"--global_batch_size={args.resnet_batch}", "--weight_decay=5e-4",
-              "--lr_scaling=linear",
-              f"--base_batch_size={args.base_batch_size}", "--lr_schedule=cosine", *warmup]
+              "--lr_scaling=linear", f"--base_batch_size={args.resnet_base_batch}",
+              "--lr_schedule=cosine", f"--warmup_epochs={args.resnet_warmup_epochs}"]
     return [
         ("recipe", f"small ({args.small_batch})",
          [*recipe, f"--global_batch_size={args.small_batch}", *sgd]),
-        ("recipe", f"below knee ({args.below_batch}) scaling + warmup",
-         [*recipe, f"--global_batch_size={args.below_batch}", *sgd, *warmup]),
-        ("recipe", f"above knee ({args.above_batch}) scaling + warmup",
-         [*recipe, f"--global_batch_size={args.above_batch}", *sgd, *warmup]),
+    ] + [
+        ("recipe", f"{batch} ({batch // args.small_batch}x) scaling + warmup",
+         [*recipe, f"--global_batch_size={batch}", *sgd, *warmup])
+        for batch in args.large_batches
+    ] + [
         ("resnet20", f"ResNet-20 ({args.resnet_batch}) momentum SGD",
          [*resnet, "--optimizer=momentum", f"--learning_rate={args.resnet_learning_rate}"]),
     ] + [
@@ -91,17 +94,22 @@ def _plot(results: list[dict], path: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--small_batch", type=int, default=64)
-    parser.add_argument("--below_batch", type=int, default=256)
-    parser.add_argument("--above_batch", type=int, default=2048)
-    parser.add_argument("--learning_rate", type=float, default=0.025)
-    parser.add_argument("--base_batch_size", type=int, default=64)
-    parser.add_argument("--warmup_epochs", type=float, default=1.0)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--small_batch", type=int, default=16)
+    parser.add_argument("--large_batches", default="64,256,1024",
+                        type=lambda text: [int(batch) for batch in text.split(",")],
+                        help="one recipe run per global batch")
+    parser.add_argument("--learning_rate", type=float, default=0.04,
+                        help="momentum SGD's rate at --base_batch_size (the study's best at 16)")
+    parser.add_argument("--base_batch_size", type=int, default=16)
+    parser.add_argument("--warmup_epochs", type=float, default=0.5)
     parser.add_argument("--resnet_epochs", type=int, default=3)
     parser.add_argument("--resnet_batch", type=int, default=512)
-    parser.add_argument("--resnet_learning_rate", type=float, default=0.025)
-    parser.add_argument("--lars_learning_rates", default="1.0",
+    parser.add_argument("--resnet_learning_rate", type=float, default=0.1,
+                        help="momentum SGD's rate at --resnet_base_batch (He et al.'s 0.1)")
+    parser.add_argument("--resnet_base_batch", type=int, default=256)
+    parser.add_argument("--resnet_warmup_epochs", type=float, default=1.0)
+    parser.add_argument("--lars_learning_rates", default="1.0,4.0",
                         type=lambda text: [float(rate) for rate in text.split(",")],
                         help="one LARS run per base rate")
     parser.add_argument("--seed", type=int, default=0)
