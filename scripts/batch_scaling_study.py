@@ -9,7 +9,8 @@ factor-2 grid per batch, linear scaling first: the first batch starts at `--base
 next one at twice the previous batch's best rate; then half that; then on in the better
 direction while it improves, at most `--max_runs` runs. A run also stops once it has taken as
 many steps as the best run of its batch, when it falls `--prune_margin` behind the best's
-accuracy at the same step (past half the best's steps), or when it diverges. tfdist's optimizer
+accuracy at the same step (past half the best's steps), when its accuracy has stalled (no new
+high in the last 3/4 of its steps, from step 64), or when it diverges. tfdist's optimizer
 measures the gradient noise scale B_simple in every run (`--measure_noise_scale`, 2 replicas);
 the study reports it where the target is reached.
 
@@ -34,6 +35,8 @@ import tfdist
 import input_pipelines
 
 _EVALUATE_BATCH = 1000
+# A run stops as stalled from this step on once its accuracy has not risen for 4x the steps.
+_STALL_STEPS = 64
 
 
 def _evaluation_steps(limit: int) -> list[int]:
@@ -135,6 +138,10 @@ def _train_to_target(plan, train, validation, args, best: dict | None) -> dict:
         if best and 2 * at >= best["steps"] and \
                 curve[-1][1] < best_curve.get(at, 0.0) - args.prune_margin:
             return {"steps": None, "curve": curve, "stopped": "behind the best",
+                    "seconds": time.perf_counter() - started}
+        peak_step = max(curve, key=lambda point: point[1])[0]
+        if at >= max(_STALL_STEPS, 4 * peak_step):
+            return {"steps": None, "curve": curve, "stopped": "stalled",
                     "seconds": time.perf_counter() - started}
     capped = best is not None and limit == best["steps"] - 1
     return {"steps": None, "curve": curve, "seconds": time.perf_counter() - started,
