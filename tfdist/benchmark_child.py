@@ -59,11 +59,10 @@ def _tfdist_steps(plan, steps: int) -> tuple[list[float], dict]:
     return timer.seconds, summary
 
 
-def _without_noise_scale(plan):
-    """`plan` with the noise-scale measurement off."""
-    config = plan.config
-    return dataclasses.replace(plan, config=dataclasses.replace(
-        config, optimizer=dataclasses.replace(config.optimizer, measure_noise_scale=False)))
+def _without_noise_scale(config):
+    """`config` with the noise-scale measurement off."""
+    return dataclasses.replace(
+        config, optimizer=dataclasses.replace(config.optimizer, measure_noise_scale=False))
 
 
 def _measures_noise_scale(config) -> bool:
@@ -102,8 +101,7 @@ def measure(spec: dict) -> dict:
     config = dataclasses.replace(config, train=dataclasses.replace(
         config.train, epochs=1, steps_per_epoch=steps, model_dir=None, metrics_json=None))
     measuring = _measures_noise_scale(config)
-    plan = setup(config if measuring else dataclasses.replace(
-        config, optimizer=dataclasses.replace(config.optimizer, measure_noise_scale=False)))
+    plan = setup(config if measuring else _without_noise_scale(config))
     timed = slice(spec["warmup_steps"], None)
     result = {"global_batch_size": plan.global_batch_size,
               "num_replicas": plan.num_replicas, "tfdist": [], "plain": []}
@@ -113,7 +111,8 @@ def measure(spec: dict) -> dict:
         if measuring:
             result["noise_scale"] = summary["history"].get("noise_scale", [None])[-1]
             result.setdefault("without_noise_scale", []).extend(
-                _tfdist_steps(_without_noise_scale(plan), steps)[0][timed])
+                _tfdist_steps(dataclasses.replace(plan, config=_without_noise_scale(config)),
+                              steps)[0][timed])
         if spec["overhead_rounds"]:
             result["plain"] += _plain_steps(config, plan.strategy, steps)[timed]
     return result

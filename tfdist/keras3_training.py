@@ -200,9 +200,9 @@ class _Steps:
             values = gradients.all_reduce(tf.as_dtype(self.transforms.wire_dtype.value),
                                           [tf.convert_to_tensor(value) for value in values])
         if self.loss_scale is not None:
-            values = [value / tf.cast(self.loss_scale.scale, value.dtype) for value in values]
-            local = [value / tf.cast(self.loss_scale.scale, value.dtype) for value in local]
+            values = self._unscaled(values)
         if self.noise_scale is not None:
+            local = self._unscaled(local) if self.loss_scale is not None else local
             self._measure_noise_scale(local, values, present)
         if self.transforms.clip_norm:
             values, _ = tf.clip_by_global_norm(values, self.transforms.clip_norm)
@@ -215,6 +215,9 @@ class _Steps:
         for index, value in zip(present, values):
             summed[index] = value
         return summed
+
+    def _unscaled(self, values: list) -> list:
+        return [value / tf.cast(self.loss_scale.scale, value.dtype) for value in values]
 
     def _measure_noise_scale(self, local: list, summed: list, present: list[int]) -> None:
         """As `tfdist.gradients` measures it for tf-keras optimizers (replica context)."""
