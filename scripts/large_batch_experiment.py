@@ -1,8 +1,9 @@
 """The large-batch recipe below, at and past the critical batch, and LARS where it is meant
 to help.
 
-Every run is a fresh `tfdist train --strategy=mirrored --num_cpu_devices=2` process with the
-same seed and a cosine decay after warmup.
+Every run is a fresh `tfdist train --strategy=mirrored --num_cpu_devices=2
+--measure_noise_scale` process with the same seed and a cosine decay after warmup; the table
+shows the gradient noise scale B_simple of each run's last epoch.
 
   recipe (small CNN, --epochs):
     small         global batch --small_batch, momentum SGD at --learning_rate (for
@@ -62,15 +63,23 @@ def _runs(args: argparse.Namespace) -> list[tuple[str, str, list[str]]]:
     ]
 
 
+def _last_noise_scale(history: dict) -> str:
+    """The last epoch's B_simple, or "-" where it was not measured (a step with |G|^2 <= 0)."""
+    measured = [value for value in history.get("noise_scale", []) if value is not None]
+    return f"{measured[-1]:.0f}" if measured else "-"
+
+
 def _table(results: list[dict], command: str) -> str:
     lines = [f"Command: `{command}`", "",
              "| run | updates | final val_accuracy | best val_accuracy | final val_loss | "
-             "wall s |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+             "final accuracy (training) | B_simple | wall s |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for run in results:
         history = run["metrics"]["history"]
         lines.append(f"| {run['name']} | {run['metrics']['steps']} | "
                      f"{history['val_accuracy'][-1]:.4f} | {max(history['val_accuracy']):.4f} | "
-                     f"{history['val_loss'][-1]:.4f} | {run['wall_s']:.0f} |")
+                     f"{history['val_loss'][-1]:.4f} | {history['accuracy'][-1]:.4f} | "
+                     f"{_last_noise_scale(history)} | {run['wall_s']:.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -103,12 +112,12 @@ def main() -> None:
                         help="momentum SGD's rate at --base_batch_size (the study's best at 16)")
     parser.add_argument("--base_batch_size", type=int, default=16)
     parser.add_argument("--warmup_epochs", type=float, default=0.5)
-    parser.add_argument("--resnet_epochs", type=int, default=3)
+    parser.add_argument("--resnet_epochs", type=int, default=10)
     parser.add_argument("--resnet_batch", type=int, default=512)
     parser.add_argument("--resnet_learning_rate", type=float, default=0.1,
                         help="momentum SGD's rate at --resnet_base_batch (He et al.'s 0.1)")
     parser.add_argument("--resnet_base_batch", type=int, default=256)
-    parser.add_argument("--resnet_warmup_epochs", type=float, default=1.0)
+    parser.add_argument("--resnet_warmup_epochs", type=float, default=2.0)
     parser.add_argument("--lars_learning_rates", default="1.0,4.0",
                         type=lambda text: [float(rate) for rate in text.split(",")],
                         help="one LARS run per base rate")
@@ -123,7 +132,8 @@ def main() -> None:
     results, started = [], time.perf_counter()
     for group, name, flags in _runs(args):
         metrics, wall_s = train_and_read_metrics(
-            ["--strategy=mirrored", "--num_cpu_devices=2", f"--seed={args.seed}", *flags],
+            ["--strategy=mirrored", "--num_cpu_devices=2", "--measure_noise_scale",
+             f"--seed={args.seed}", *flags],
             timeout_s=_TIMEOUT_S)
         results.append({"group": group, "name": name, "flags": flags, "metrics": metrics,
                         "wall_s": wall_s})
