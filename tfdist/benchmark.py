@@ -24,6 +24,7 @@ import subprocess
 import sys
 from typing import Sequence
 
+from tfdist import plotting
 from tfdist import summary as run_summary
 from tfdist.config import ConfigError
 
@@ -71,7 +72,8 @@ def _figures(measured: dict, data: str) -> dict:
     batch = measured["global_batch_size"]
     steps = measured["tfdist"]
     step_time = _spread(steps)
-    figures = {"examples_per_sec": {"median": batch / step_time["median"],
+    figures = {"global_batch_size": batch,
+               "examples_per_sec": {"median": batch / step_time["median"],
                                     "min": batch / step_time["max"],
                                     "max": batch / step_time["min"]},
                "step_time_s": step_time}
@@ -120,25 +122,9 @@ def _table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _pyplot(path: str):
-    """matplotlib's pyplot, drawing to files: an optional dependency (the `plot` extra).
-
-    Raises:
-      ConfigError: matplotlib is not installed.
-    """
-    try:
-        import matplotlib  # pylint: disable=import-outside-toplevel
-        matplotlib.use("Agg")
-        from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
-    except ImportError:
-        raise ConfigError(f"plot={path} needs matplotlib, which is not installed; install it "
-                          "with `pip install -e '.[plot]'` or drop --plot.") from None
-    return pyplot
-
-
 def plot(results: list[dict], path: str) -> None:
     """Throughput and scaling efficiency against replicas, one line per data kind."""
-    pyplot = _pyplot(path)
+    pyplot = plotting.pyplot(path)
     figure, (throughput, efficiency) = pyplot.subplots(1, 2, figsize=(10, 4))
     for kind in DATA_KINDS:
         entries = [entry for entry in results if entry["data"] == kind]
@@ -165,14 +151,15 @@ def main(train_args: list[str], *, replicas: list[int], data: list[str], warmup_
          num_gpus: int) -> int:
     """Runs the sweep, prints a progress line per configuration and the table; returns 0."""
     if plot_path:
-        _pyplot(plot_path)  # Before a sweep of minutes, not after it.
+        plotting.pyplot(plot_path)  # Before a sweep of minutes, not after it.
     configurations = [(count, kind) for count in replicas for kind in data]
-    results = []
+    results, trainable_parameters = [], None
     for number, (count, kind) in enumerate(configurations, 1):
         measured = _measure(_child_args(train_args, count, kind, num_gpus),
                             warmup_steps=warmup_steps, timed_steps=timed_steps,
                             overhead_rounds=overhead_rounds if kind == "synthetic" else 0)
         entry = {"replicas": count, "data": kind, **_figures(measured, kind)}
+        trainable_parameters = measured["trainable_parameters"]
         results.append(entry)
         print(f"tfdist benchmark: [{number}/{len(configurations)}] replicas={count} data={kind}: "
               f"{entry['examples_per_sec']['median']:.1f} examples/s, step "
@@ -182,6 +169,7 @@ def main(train_args: list[str], *, replicas: list[int], data: list[str], warmup_
     if json_path:
         run_summary.write_json(json_path, {"configurations": results,
                                            "train_args": train_args,
+                                           "trainable_parameters": trainable_parameters,
                                            "warmup_steps": warmup_steps,
                                            "timed_steps": timed_steps})
     if plot_path:

@@ -8,9 +8,9 @@ tfdist's `fit` without the measurement, so its cost is timed in the same process
 
 Run by `tfdist.benchmark` as `python -m tfdist.benchmark_child SPEC_JSON`; prints one JSON line:
 {"tfdist": [step seconds...], "plain": [...] (with overhead), "global_batch_size": N,
-"num_replicas": R, and when measured "noise_scale": B_simple after the last round,
-"without_noise_scale": [step seconds...]}. SPEC_JSON: {"train_args": [tfdist train flags], "warmup_steps": W,
-"timed_steps": T, "overhead_rounds": K}.
+"num_replicas": R, "trainable_parameters": P, and when measured "noise_scale": B_simple after
+the last round, "without_noise_scale": [step seconds...]}. SPEC_JSON: {"train_args": [tfdist
+train flags], "warmup_steps": W, "timed_steps": T, "overhead_rounds": K}.
 """
 
 import dataclasses
@@ -107,6 +107,7 @@ def measure(spec: dict) -> dict:
               "num_replicas": plan.num_replicas, "tfdist": [], "plain": []}
     for _ in range(max(spec["overhead_rounds"], 1)):
         seconds, summary = _tfdist_steps(plan, steps)
+        result["trainable_parameters"] = summary["trainable_parameters"]
         result["tfdist"] += seconds[timed]
         if measuring:
             result["noise_scale"] = summary["history"].get("noise_scale", [None])[-1]

@@ -397,6 +397,8 @@ def _summary(plan: Plan, model: tf_keras.Model, data: Data, trained: dict) -> di
         "mixed_precision": config.train.mixed_precision.value,
         "dataset": _describe(data),
         "model": model.name,
+        "trainable_parameters": sum(math.prod(weight.shape)
+                                    for weight in model.trainable_weights),
         "epochs": config.train.epochs,
         "steps_per_epoch": plan.steps_per_epoch,
         "steps": plan.steps_per_epoch * config.train.epochs,
