@@ -4,10 +4,11 @@ throughput between 2 processes against raw loopback TCP, all in one run.
   raw TCP     one process streams a 64 MiB buffer to another over a loopback socket; the
               ceiling for moving gradient bytes between two processes on this machine.
   all-reduce  2 processes, each a MultiWorkerMirroredStrategy worker (ring collectives over
-              gRPC), sum 64 MiB of float32 gradients: as one tensor or as 64 tensors of 1 MiB
+              gRPC), sum 64 MiB of float32 gradients (and 4 KiB, whose time is about the
+              latency of the ring's messages): as one tensor or as 64 tensors of 1 MiB
               with several pack sizes (CommunicationOptions.bytes_per_pack), and compressed
               for the wire (cast to bfloat16 or float16 before the all-reduce, back after, as
-              Horovod's fp16 compression). Throughput = 64 MiB of float32 gradients / time per
+              Horovod's fp16 compression). Throughput = the float32 gradient bytes / time per
               all-reduce; a 2-worker ring sends and receives about that many bytes per worker.
   training    `tfdist train --strategy=multi_worker_mirrored` on the built-in dataset, one
               worker against `tfdist launch --num_workers=2` (plain, with bfloat16 all-reduce,
@@ -38,16 +39,17 @@ PAYLOAD_BYTES = 64 * MIB
 WARMUP = 2
 REPS = 5
 _TIMEOUT_S = 600
-# (name, number of tensors, wire dtype, bytes_per_pack; 0 lets TF choose)
+# (name, float32 bytes, number of tensors, wire dtype, bytes_per_pack; 0 lets TF choose)
 ALLREDUCE_CASES = (
-    ("1 x 64 MiB float32", 1, "float32", 0),
-    ("1 x 64 MiB bfloat16 on the wire", 1, "bfloat16", 0),
-    ("1 x 64 MiB float16 on the wire", 1, "float16", 0),
-    ("64 x 1 MiB float32, pack auto", 64, "float32", 0),
-    ("64 x 1 MiB float32, pack 4 MiB", 64, "float32", 4 * MIB),
-    ("64 x 1 MiB float32, pack 16 MiB", 64, "float32", 16 * MIB),
-    ("64 x 1 MiB float32, pack 64 MiB", 64, "float32", 64 * MIB),
-    ("64 x 1 MiB bfloat16, pack 16 MiB", 64, "bfloat16", 16 * MIB),
+    ("1 x 64 MiB float32", PAYLOAD_BYTES, 1, "float32", 0),
+    ("1 x 64 MiB bfloat16 on the wire", PAYLOAD_BYTES, 1, "bfloat16", 0),
+    ("1 x 64 MiB float16 on the wire", PAYLOAD_BYTES, 1, "float16", 0),
+    ("64 x 1 MiB float32, pack auto", PAYLOAD_BYTES, 64, "float32", 0),
+    ("64 x 1 MiB float32, pack 4 MiB", PAYLOAD_BYTES, 64, "float32", 4 * MIB),
+    ("64 x 1 MiB float32, pack 16 MiB", PAYLOAD_BYTES, 64, "float32", 16 * MIB),
+    ("64 x 1 MiB float32, pack 64 MiB", PAYLOAD_BYTES, 64, "float32", 64 * MIB),
+    ("64 x 1 MiB bfloat16, pack 16 MiB", PAYLOAD_BYTES, 64, "bfloat16", 16 * MIB),
+    ("1 x 4 KiB float32 (latency)", 4096, 1, "float32", 0),
 )
 
 GLOBAL_BATCH_SIZE = 128  # tfdist train's default.
@@ -88,9 +90,9 @@ def tcp_bytes_per_sec(num_bytes: int = PAYLOAD_BYTES, reps: int = REPS + WARMUP)
     return num_bytes / statistics.median(times[WARMUP:])
 
 
-def _allreduce_worker(output_path: str) -> None:
-    """One worker of the all-reduce benchmark (TF_CONFIG set by the parent); worker 0 writes
-    {case: seconds per all-reduce} to `output_path`."""
+def _allreduce_worker(output_path: str, names: list[str]) -> None:
+    """One worker of the all-reduce benchmark (TF_CONFIG set by the parent): the cases named
+    `names`; worker 0 writes {case: seconds per all-reduce} to `output_path`."""
     import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     from tfdist.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
@@ -100,8 +102,10 @@ def _allreduce_worker(output_path: str) -> None:
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
         timeout_seconds=_TIMEOUT_S))
     results = {}
-    for name, num_tensors, wire_dtype, bytes_per_pack in ALLREDUCE_CASES:
-        size = PAYLOAD_BYTES // 4 // num_tensors
+    for name, num_bytes, num_tensors, wire_dtype, bytes_per_pack in ALLREDUCE_CASES:
+        if name not in names:
+            continue
+        size = num_bytes // 4 // num_tensors
         tensors = [tf.random.uniform([size]) for _ in range(num_tensors)]
         options = communication(bytes_per_pack=bytes_per_pack)
 
@@ -125,8 +129,10 @@ def _allreduce_worker(output_path: str) -> None:
             json.dump(results, output)
 
 
-def allreduce_seconds() -> dict[str, float]:
-    """Runs the all-reduce cases on 2 worker processes; returns seconds per all-reduce."""
+def allreduce_seconds(names: list[str] | None = None) -> dict[str, float]:
+    """Runs the all-reduce cases named `names` (default: all) on 2 worker processes; returns
+    seconds per all-reduce."""
+    names = names or [case[0] for case in ALLREDUCE_CASES]
     import portpicker  # pylint: disable=import-outside-toplevel
     ports = [portpicker.pick_unused_port() for _ in range(2)]
     workers = [f"127.0.0.1:{port}" for port in ports]
@@ -137,7 +143,8 @@ def allreduce_seconds() -> dict[str, float]:
             tf_config = json.dumps({"cluster": {"worker": workers},
                                     "task": {"type": "worker", "index": index}})
             processes.append(subprocess.Popen(  # pylint: disable=consider-using-with
-                [sys.executable, __file__, "--_allreduce_worker", output],
+                [sys.executable, __file__, "--_allreduce_worker", output,
+                 "--_allreduce_cases", json.dumps(names)],
                 env=dict(os.environ, TF_CONFIG=tf_config, TF_USE_LEGACY_KERAS="1")))
         for process in processes:
             if process.wait(timeout=_TIMEOUT_S) != 0:
@@ -164,17 +171,20 @@ def main() -> None:
     parser.add_argument("--steps_per_epoch", type=int, default=20)
     parser.add_argument("--skip_training", action="store_true")
     parser.add_argument("--_allreduce_worker", help=argparse.SUPPRESS)
+    parser.add_argument("--_allreduce_cases", help=argparse.SUPPRESS, type=json.loads)
     args = parser.parse_args()
     if args._allreduce_worker:  # pylint: disable=protected-access
-        _allreduce_worker(args._allreduce_worker)  # pylint: disable=protected-access
+        _allreduce_worker(args._allreduce_worker,  # pylint: disable=protected-access
+                          args._allreduce_cases)  # pylint: disable=protected-access
         return
     figures: dict = {"payload_mib": PAYLOAD_BYTES // MIB}
     tcp = tcp_bytes_per_sec()
     figures["tcp_mib_per_s"] = tcp / MIB
     print(f"raw loopback TCP, one process to another: {tcp / MIB:,.0f} MiB/s")
     figures["allreduce"] = {}
+    payloads = {case[0]: case[1] for case in ALLREDUCE_CASES}
     for name, seconds in allreduce_seconds().items():
-        rate = PAYLOAD_BYTES / seconds
+        rate = payloads[name] / seconds
         figures["allreduce"][name] = {"seconds": seconds, "mib_per_s": rate / MIB,
                                       "fraction_of_tcp": rate / tcp}
         print(f"all-reduce {name:34s} {seconds * 1000:8.1f} ms  {rate / MIB:8,.0f} MiB/s  "

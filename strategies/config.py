@@ -9,6 +9,7 @@ from typing import TypeVar
 # logical CPUs); 512 logical CPU devices were measured to start in 1.4 s.
 MAX_REPLICA_DEVICES = 1024
 MAX_PACK_MIB = 1 << 20  # 1 TiB.
+MAX_GPU_MEMORY_MIB = 1 << 24  # 16 TiB: more than any GPU holds.
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
 MAX_PARTITION_BYTES = 1 << 40
 MAX_SHARDS = 1 << 16
@@ -124,6 +125,10 @@ class StrategyConfig:
       num_gpus: GPUs each worker uses; None uses every visible GPU.
       num_cpu_devices: logical devices the host CPU is split into, so that N replicas run on a
         CPU-only machine (mirrored only).
+      num_logical_gpus: logical GPUs the first GPU is split into, so that N replicas run on one
+        physical GPU (mirrored only; their all-reduce is hierarchical copy, as NCCL needs
+        distinct GPUs).
+      logical_gpu_memory_mib: the memory each logical GPU may take.
       all_reduce: MirroredStrategy's cross-device reduction.
       num_packs: gradient packs for `nccl`/`hierarchical_copy` all-reduce.
       collective: MultiWorkerMirroredStrategy's collective implementation.
@@ -137,6 +142,8 @@ class StrategyConfig:
     strategy: StrategyKind = StrategyKind.AUTO
     num_gpus: int | None = None
     num_cpu_devices: int = 1
+    num_logical_gpus: int = 1
+    logical_gpu_memory_mib: int = 8192
     all_reduce: AllReduce = AllReduce.AUTO
     num_packs: int = 1
     collective: Collective = Collective.AUTO
@@ -163,6 +170,10 @@ class StrategyConfig:
                       "pass 0 for CPU only, or leave it unset to use every visible GPU")
         check_int("num_cpu_devices", self.num_cpu_devices, 1, MAX_REPLICA_DEVICES,
                   "e.g. 2 for two CPU replicas")
+        check_int("num_logical_gpus", self.num_logical_gpus, 1, MAX_REPLICA_DEVICES,
+                  "e.g. 2 for two replicas on one GPU")
+        check_int("logical_gpu_memory_mib", self.logical_gpu_memory_mib, 1, MAX_GPU_MEMORY_MIB,
+                  "e.g. 8192, with num_logical_gpus x that within the GPU's memory")
         check_int("allreduce_pack_mib", self.allreduce_pack_mib, 0, MAX_PACK_MIB,
                   "pass a size in MiB, or 0 to let TensorFlow choose")
         check_int("num_packs", self.num_packs, 1, MAX_REPLICA_DEVICES, "e.g. 1 or 2")
@@ -173,8 +184,19 @@ class StrategyConfig:
             raise StrategyConfigError(
                 f"num_cpu_devices={self.num_cpu_devices} with num_gpus={self.num_gpus}: replicas "
                 "run on GPUs or on split CPUs, not both; set one of them.")
+        if self.num_logical_gpus > 1 and (self.num_cpu_devices > 1 or self.num_gpus not in
+                                          (None, 1)):
+            other = (f"num_cpu_devices={self.num_cpu_devices}" if self.num_cpu_devices > 1
+                     else f"num_gpus={self.num_gpus}")
+            raise StrategyConfigError(
+                f"num_logical_gpus={self.num_logical_gpus} with {other}: logical GPUs split one "
+                "GPU; drop one of them.")
 
     def _check_options_fit_strategy(self) -> None:
+        if self.num_logical_gpus > 1 and self.all_reduce is AllReduce.NCCL:
+            raise StrategyConfigError(
+                f"all_reduce=nccl with num_logical_gpus={self.num_logical_gpus}: NCCL needs "
+                "distinct physical GPUs; use all_reduce=auto or hierarchical_copy.")
         if self.num_packs != 1 and self.all_reduce not in (AllReduce.NCCL,
                                                            AllReduce.HIERARCHICAL_COPY):
             raise StrategyConfigError(
@@ -195,6 +217,7 @@ class StrategyConfig:
             "variable_partition": (self.variable_partition.kind != "none",
                                    (StrategyKind.PARAMETER_SERVER,)),
             "num_cpu_devices": (self.num_cpu_devices > 1, (StrategyKind.MIRRORED,)),
+            "num_logical_gpus": (self.num_logical_gpus > 1, (StrategyKind.MIRRORED,)),
             "allreduce_dtype": (self.allreduce_dtype is not WireDtype.FLOAT32,
                                 (StrategyKind.MIRRORED, StrategyKind.MULTI_WORKER_MIRRORED)),
             "allreduce_pack_mib": (bool(self.allreduce_pack_mib),

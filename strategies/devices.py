@@ -6,28 +6,44 @@ from strategies.config import StrategyConfig
 from strategies.config import StrategyConfigError
 
 
-def configure(config: StrategyConfig) -> None:
-    """Splits the host CPU into `config.num_cpu_devices` logical devices (idempotent).
-
-    Must run before TensorFlow executes its first op; later, the runtime's devices are fixed.
-    """
-    if config.num_cpu_devices == 1:
-        return
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    wanted = [tf.config.LogicalDeviceConfiguration()] * config.num_cpu_devices
-    current = tf.config.get_logical_device_configuration(cpu)
+def _split(field: str, count: int, device, wanted: list) -> None:
+    """Splits the physical `device` into `wanted` logical devices, unless it already is."""
+    current = tf.config.get_logical_device_configuration(device)
     if current is not None and len(current) == len(wanted):
         return
     try:
-        tf.config.set_logical_device_configuration(cpu, wanted)
+        tf.config.set_logical_device_configuration(device, wanted)
     except RuntimeError:
         raise StrategyConfigError(
-            f"num_cpu_devices={config.num_cpu_devices} came too late: TensorFlow has already "
-            "started; call strategies.configure_local_devices(config) before any op runs.") from None
+            f"{field}={count} came too late: TensorFlow has already started; call "
+            "strategies.configure_local_devices(config) before any op runs.") from None
+
+
+def configure(config: StrategyConfig) -> None:
+    """Splits the host CPU into `config.num_cpu_devices` logical devices, or the first GPU into
+    `config.num_logical_gpus` (idempotent).
+
+    Must run before TensorFlow executes its first op; later, the runtime's devices are fixed.
+    """
+    if config.num_cpu_devices > 1:
+        _split("num_cpu_devices", config.num_cpu_devices, tf.config.list_physical_devices("CPU")[0],
+               [tf.config.LogicalDeviceConfiguration()] * config.num_cpu_devices)
+    if config.num_logical_gpus > 1:
+        gpus = tf.config.list_physical_devices("GPU")
+        if not gpus:
+            raise StrategyConfigError(
+                f"num_logical_gpus={config.num_logical_gpus} needs a GPU, and this machine shows "
+                f"none; use num_cpu_devices={config.num_logical_gpus} to split the CPU instead.")
+        memory = tf.config.LogicalDeviceConfiguration(memory_limit=config.logical_gpu_memory_mib)
+        _split("num_logical_gpus", config.num_logical_gpus, gpus[0],
+               [memory] * config.num_logical_gpus)
 
 
 def num_gpus(config: StrategyConfig) -> int:
-    """Returns how many GPUs this process uses: `num_gpus` of the visible ones, or all."""
+    """Returns how many GPUs this process uses: its logical GPUs when it splits one, else
+    `num_gpus` of the visible ones, or all."""
+    if config.num_logical_gpus > 1:
+        return config.num_logical_gpus
     visible = len(tf.config.list_physical_devices("GPU"))
     wanted = visible if config.num_gpus is None else config.num_gpus
     if wanted > visible:

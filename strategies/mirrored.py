@@ -11,9 +11,12 @@ from strategies.config import StrategyConfigError
 
 def _cross_device_ops(config: StrategyConfig,
                       devices: list[str]) -> tf.distribute.CrossDeviceOps | None:
-    """Returns the all-reduce `config` asks for; None lets TensorFlow choose."""
+    """Returns the all-reduce `config` asks for; None lets TensorFlow choose. Logical GPUs of
+    one physical GPU get hierarchical copy: NCCL, TensorFlow's choice for GPUs, needs distinct
+    ones."""
     if config.all_reduce is AllReduce.AUTO:
-        return None
+        return (tf.distribute.HierarchicalCopyAllReduce() if config.num_logical_gpus > 1
+                else None)
     if config.all_reduce is AllReduce.REDUCTION_TO_ONE_DEVICE:
         return tf.distribute.ReductionToOneDevice()
     if not all("GPU" in device for device in devices):

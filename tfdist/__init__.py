@@ -23,6 +23,7 @@ from strategies import ClusterConfigError
 from strategies import StrategyConfig
 from strategies import StrategyConfigError
 from strategies import StrategyKind
+from tfdist import cost_model
 from tfdist.app import USER_ERRORS
 from tfdist.app import config_from_flags
 from tfdist.app import define_flags
@@ -41,7 +42,7 @@ __all__ = [
     "train", "gradient_noise_scale", "Plan", "Role", "Records", "RunConfig", "StrategyConfig",
     "InputConfig", "TrainConfig", "OptimizerConfig", "StrategyKind", "ModelName", "OptimizerName",
     "Precision", "ConfigError", "StrategyConfigError", "ClusterConfigError", "InputConfigError",
-    "USER_ERRORS",
+    "USER_ERRORS", "cost_model",
 ]
 _LAZY = {"setup": "tfdist.plan", "Plan": "tfdist.plan", "Role": "tfdist.plan",
          "fit": "tfdist.training", "dataset_fn": "tfdist.training",

@@ -23,6 +23,8 @@ commands:
   benchmark
            measure examples/s, scaling efficiency over --replicas, the input-bound ratio
            (real vs synthetic data) and tfdist's overhead against plain Keras
+  plan     predict step time, examples/s and scaling efficiency on clusters of GPU nodes
+           (links, all-reduce, overlap, input) from what a benchmark on one box measured
   doctor   check TF_CONFIG and this machine before a cluster job starts: role, devices, the
            Keras it trains with (--keras) and the strategy `auto` would pick
   data check
@@ -108,6 +110,15 @@ def _benchmark() -> int:
     return benchmark.main(train_args, num_gpus=num_gpus, **options)
 
 
+def _plan() -> int:
+    options = tfdist_flags.plan_options()
+    plugins.check_findable(dataset="", model=options["model"])
+    paths.check_output_file("json", options["json"])
+    paths.check_output_file("plot", options["plot"])
+    from tfdist import plan_command  # pylint: disable=import-outside-toplevel
+    return plan_command.main(options)
+
+
 def _launch(command: list[str]) -> int:
     from tfdist import launch  # pylint: disable=import-outside-toplevel
     config = tfdist_flags.launch_config(command)
@@ -125,7 +136,7 @@ def _manifest(command: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"train": _train, "benchmark": _benchmark, "doctor": _doctor,
+COMMANDS = {"train": _train, "benchmark": _benchmark, "plan": _plan, "doctor": _doctor,
             "data check": _data_check,
             "data serve": _data_serve, "launch": _launch, "manifest": _manifest}
 _TAKES_A_COMMAND = ("launch", "manifest")

@@ -37,6 +37,9 @@ def _device_lines(config: StrategyConfig) -> list[str]:
     lines += [f"  {gpu.name}: {tf.config.experimental.get_device_details(gpu)}" for gpu in gpus]
     if config.num_cpu_devices > 1:
         lines.append(f"  host CPU split into {config.num_cpu_devices} logical devices")
+    if config.num_logical_gpus > 1:
+        lines.append(f"  GPU 0 split into {config.num_logical_gpus} logical GPUs of "
+                     f"{config.logical_gpu_memory_mib} MiB")
     return lines
 
 

@@ -7,7 +7,8 @@ the config it feeds. Two kinds:
   --tf_logs) are defined when this module is imported, so a user's own absl program takes them:
   `adopt_train_flags` lists them in its `--help`, and `run_config` turns them into a `RunConfig`
   once `app.run` has parsed argv.
-- The flags of tfdist's other commands (benchmark, data check and serve, launch, manifest, doctor)
+- The flags of tfdist's other commands (benchmark, plan, data check and serve, launch, manifest,
+  doctor)
   are defined by `define_cli_flags`, which only `tfdist`'s `main` calls: names such as --name,
   --port or --format would collide with a user's own flags.
 
@@ -39,6 +40,7 @@ from strategies import Collective
 from strategies import StrategyConfig
 from strategies import StrategyKind
 from strategies import WireDtype
+from strategies.config import MAX_GPU_MEMORY_MIB
 from strategies.config import MAX_PACK_MIB
 from strategies.config import MAX_REPLICA_DEVICES
 from strategies.config import MAX_TIMEOUT_S
@@ -51,6 +53,7 @@ from tfdist.config import RunConfig
 from tfdist.config import TrainConfig
 from tfdist.launch import LaunchConfig
 from tfdist.launch import Network
+from tfdist import cost_model
 from tfdist.config import DEFAULT_LARS_EXCLUDE
 from tfdist.config import LarsMode
 from tfdist.config import LrScaling
@@ -120,6 +123,13 @@ _STRATEGY = _group(
                          "Split the host CPU into N logical devices, so N replicas run on a "
                          "CPU-only machine (mirrored).",
                          lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+    flags.DEFINE_integer("num_logical_gpus", 1,
+                         "Split the first GPU into N logical GPUs, so N replicas run on one GPU "
+                         "(mirrored; all-reduce by hierarchical copy, as NCCL needs distinct "
+                         "GPUs).", lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+    flags.DEFINE_integer("logical_gpu_memory_mib", 8192,
+                         "Memory of each logical GPU of --num_logical_gpus, in MiB.",
+                         lower_bound=1, upper_bound=MAX_GPU_MEMORY_MIB),
     flags.DEFINE_enum("all_reduce", "auto", _choices(AllReduce),
                       "Mirrored cross-device all-reduce."),
     flags.DEFINE_integer("num_packs", 1, "Gradient packs for nccl/hierarchical_copy all-reduce.",
@@ -303,6 +313,7 @@ _DATA_SERVE: _Holders = {}
 _LAUNCH: _Holders = {}
 _MANIFEST: _Holders = {}
 _DOCTOR: _Holders = {}
+_PLAN: _Holders = {}
 
 
 def adopt_train_flags() -> None:
@@ -335,10 +346,75 @@ def _define_benchmark_flags() -> _Holders:
                              "benchmark: synthetic runs of tfdist and of a plain Keras script "
                              "(Keras 3's fit under --keras=3), alternating, for overhead_ratio; "
                              "0 skips the comparison.",
-                             lower_bound=0, upper_bound=MAX_COUNT),
-        flags.DEFINE_string("plot", None,
-                            "benchmark: write a PNG of throughput and efficiency vs replicas "
-                            "(needs matplotlib: pip install -e '.[plot]')."))
+                             lower_bound=0, upper_bound=MAX_COUNT))
+
+
+def _define_positive_float(name: str, default: float | None, text: str) -> flags.FlagHolder:
+    holder = _define_float(name, default, text)
+    flags.register_validator(holder, lambda value: value is None or value > 0,
+                             message="must be a number above 0")
+    return holder
+
+
+def _define_plan_flags() -> _Holders:
+    """Plan's own flags (--json and --plot are `define_cli_flags'`)."""
+    intra, inter = list(cost_model.INTRA_NODE_LINKS), list(cost_model.INTER_NODE_LINKS)
+    overlap = _define_float(
+        "overlap", 0.0, "plan: the share of the backward pass the gradient exchange runs "
+                        "behind, 0 (after the whole backward pass: TensorFlow's one pack) to 1.")
+    backward = _define_float("backward_fraction", 2 / 3,
+                             "plan: the backward pass's share of the step's compute time.")
+    for holder in (overlap, backward):
+        flags.register_validator(holder, lambda value: 0 <= value <= 1,
+                                 message="must lie in [0, 1]")
+    return _group(
+        flags.DEFINE_string("from_benchmark", None,
+                            "plan: a `tfdist benchmark --json` file (with 1 in --replicas): its "
+                            "1-replica synthetic step time, batch, trainable parameters and "
+                            "train flags are the workload; flags given here override them."),
+        _define_positive_float("compute_ms", None,
+                               "plan: one replica's step time (forward and backward) at "
+                               "--per_replica_batch_size on its own device, in ms."),
+        flags.DEFINE_integer("per_replica_batch_size", None,
+                             "plan: examples per replica per step.",
+                             lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
+        _define_positive_float("gradient_mib", None,
+                               "plan: float32 gradient MiB per step; unset counts --model's "
+                               "trainable parameters (or takes the benchmark's)."),
+        flags.DEFINE_integer("gpus_per_node", 8, "plan: GPUs in each node.",
+                             lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+        flags.DEFINE_list("nodes", ["1", "2", "4", "8", "16", "32", "64"],
+                          "plan: node counts to predict."),
+        flags.DEFINE_enum("intra_link", "nvlink3", intra,
+                          "plan: the link between GPUs inside a node (docs/PLANNING.md)."),
+        flags.DEFINE_enum("inter_link", "roce25", inter,
+                          "plan: each node's network link (docs/PLANNING.md)."),
+        flags.DEFINE_bool("gpudirect_rdma", False,
+                          "plan: GPUs reach the network without host memory (needs an RDMA "
+                          "link: roce25 or ib_*)."),
+        flags.DEFINE_enum("host_pcie", "pcie4", ["pcie3", "pcie4", "pcie5"],
+                          "plan: the GPUs' link to host memory, which traffic between nodes "
+                          "crosses twice without --gpudirect_rdma."),
+        _define_positive_float("intra_gbps", None, "plan: override --intra_link's Gbit/s."),
+        _define_positive_float("intra_latency_us", None,
+                               "plan: override --intra_link's latency in µs."),
+        _define_positive_float("inter_gbps", None, "plan: override --inter_link's Gbit/s."),
+        _define_positive_float("inter_latency_us", None,
+                               "plan: override --inter_link's latency in µs."),
+        flags.DEFINE_enum("allreduce", "ring", ["ring", "hierarchical"],
+                          "plan: one ring through every GPU, or reduce inside nodes, all-reduce "
+                          "between them, broadcast inside them."),
+        overlap, backward,
+        flags.DEFINE_integer("host_cores_per_node", None,
+                             "plan: host cores for the input pipeline on each node; unset: as "
+                             "many as it needs (the table says how many).",
+                             lower_bound=1, upper_bound=MAX_THREADS),
+        _define_positive_float("host_examples_per_core", None,
+                               "plan: examples/s one host core's pipeline delivers with "
+                               "preprocessing on the host (scripts/benchmark_input.py)."),
+        _define_positive_float("decode_examples_per_core", None,
+                               "plan: the same with preprocessing on the device (the host "
+                               "only decodes and batches)."))
 
 
 def _define_launch_flags() -> _Holders:
@@ -405,7 +481,11 @@ def define_cli_flags() -> None:
     evaluator = flags.DEFINE_bool("evaluator", False,
                                   "launch: start an evaluator task; manifest: add one.")
     json_path = flags.DEFINE_string(
-        "json", None, "data check, benchmark: also write the report as JSON to this path.")
+        "json", None, "data check, benchmark, plan: also write the report as JSON to this path.")
+    plot_path = flags.DEFINE_string(
+        "plot", None, "benchmark: write a PNG of throughput and efficiency vs replicas; plan: of "
+                      "efficiency and step time vs GPUs (needs matplotlib: pip install -e "
+                      "'.[plot]').")
     _DATA_CHECK.update(_group(
         num_workers,
         flags.DEFINE_integer("replicas_per_worker", 1,
@@ -416,7 +496,8 @@ def define_cli_flags() -> None:
         flags.DEFINE_integer("port", 5050, "data serve: port of the tf.data service dispatcher.",
                              lower_bound=1, upper_bound=65535),
         num_workers))
-    _BENCHMARK.update(_define_benchmark_flags(), **_group(json_path))
+    _BENCHMARK.update(_define_benchmark_flags(), **_group(json_path, plot_path))
+    _PLAN.update(_define_plan_flags(), **_group(json_path, plot_path))
     tasks = _group(num_workers, _NUM_PS, _CHIEF, evaluator)
     keras = _group(_KERAS)
     _LAUNCH.update(tasks, **_define_launch_flags(), **keras)
@@ -430,6 +511,9 @@ def define_cli_flags() -> None:
         "data serve": {**_DATA_SERVE, **_group(_TF_LOGS)},
         "benchmark": {**_STRATEGY, **_INPUT, **_TRAIN, **_OPTIMIZER, **_BENCHMARK,
                       **_group(_TF_LOGS)},
+        "plan": {**_PLAN, **_group(_TRAIN["model"], _SOURCE["image_size"],
+                                   _SOURCE["num_classes"], _TRAIN["mixed_precision"],
+                                   _STRATEGY["allreduce_dtype"], _NUM_PS, _KERAS, _TF_LOGS)},
         "launch": _LAUNCH,
         "manifest": _MANIFEST,
     })
@@ -532,6 +616,24 @@ def benchmark_train_args() -> list[str]:
     """The `tfdist train` flags given to `tfdist benchmark`, as command-line arguments."""
     return [holder.serialize() for name, holder in COMMAND_FLAGS["benchmark"].items()
             if name not in _BENCHMARK and holder.present]
+
+
+def plan_options() -> dict:
+    """`tfdist plan`'s flags by name, `nodes` as integers (checked), and `given`: the names of
+    the flags set on the command line (they override a benchmark's figures).
+
+    Raises:
+      UsageError: a node count that is not an integer from 1 to 4096.
+    """
+    options = {name: holder.value for name, holder in COMMAND_FLAGS["plan"].items()}
+    nodes = options["nodes"]
+    if not nodes or not all(count.isdigit() and 0 < int(count) <= _MAX_TASKS
+                            for count in nodes):
+        raise UsageError(f"nodes={','.join(nodes)!r} is not a list of integers from 1 to "
+                         f"{_MAX_TASKS}; write e.g. --nodes=1,2,4,8.")
+    options["nodes"] = sorted({int(count) for count in nodes})
+    options["given"] = {name for name, holder in COMMAND_FLAGS["plan"].items() if holder.present}
+    return options
 
 
 def data_check_options() -> tuple[int, int, str | None]:

@@ -51,6 +51,8 @@ class BuildTest(tf.test.TestCase, parameterized.TestCase):
         ("collective_nccl_on_cpu", dict(strategy="multi_worker_mirrored", collective="nccl"),
          r"collective=nccl needs GPUs"),
         ("missing_gpus", dict(num_gpus=1), r"num_gpus=1 but this machine shows 0 GPU"),
+        ("logical_gpus_without_a_gpu", dict(num_logical_gpus=2),
+         r"num_logical_gpus=2 needs a GPU, and this machine shows none; use num_cpu_devices=2"),
         ("ps_without_cluster", dict(strategy="parameter_server"), r"needs ps tasks"),
         ("late_cpu_split", dict(num_cpu_devices=3), r"num_cpu_devices=3 came too late"),
     )

@@ -65,6 +65,16 @@ class StrategyConfigTest(parameterized.TestCase):
         ("negative_pack", dict(allreduce_pack_mib=-1), r"allreduce_pack_mib=-1 is not an integer from 0"),
         ("pack_on_mirrored", dict(strategy="mirrored", allreduce_pack_mib=16),
          r"allreduce_pack_mib=16 applies to strategy=multi_worker_mirrored, not mirrored"),
+        ("zero_logical_gpus", dict(num_logical_gpus=0), r"num_logical_gpus=0 is not an integer"),
+        ("zero_gpu_memory", dict(logical_gpu_memory_mib=0), r"logical_gpu_memory_mib=0 is not"),
+        ("logical_gpus_and_cpus", dict(num_logical_gpus=2, num_cpu_devices=2),
+         r"num_logical_gpus=2 with num_cpu_devices=2"),
+        ("logical_gpus_of_several", dict(num_logical_gpus=2, num_gpus=2),
+         r"num_logical_gpus=2 with num_gpus=2: logical GPUs split one GPU"),
+        ("nccl_on_logical_gpus", dict(num_logical_gpus=2, all_reduce="nccl"),
+         r"all_reduce=nccl with num_logical_gpus=2: NCCL needs distinct physical GPUs"),
+        ("logical_gpus_on_mwms", dict(strategy="multi_worker_mirrored", num_logical_gpus=2),
+         r"num_logical_gpus=2 applies to strategy=mirrored"),
     )
     def test_rejects(self, kwargs, message):
         with self.assertRaisesRegex(StrategyConfigError, message) as raised:

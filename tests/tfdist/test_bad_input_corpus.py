@@ -53,6 +53,8 @@ _STRINGS = {
     "name": ("My_Job", "", "a" * 64),
     "plot": ("{dir}", "/proc/plot.png"),
     "replicas": ("0", "x", "", HUGE, "-1"),
+    "nodes": ("0", "x", "", HUGE, "-1", "1,,2"),
+    "from_benchmark": ("{dir}", "{file}", "/nowhere/bench.json"),
     "data": ("fake", ""),
     "tf_config": ("{worker", "[]", json.dumps({"cluster": {"worker": ["localhost:2222",
                                                                      "127.0.0.1:2222"]},
@@ -79,6 +81,7 @@ _COMMAND_ARGS = {
     "data serve": ([], []),
     "launch": ([], ["--", sys.executable, "-c", "pass"]),
     "manifest": (["--image=img"], ["--", "train"]),
+    "plan": (["--compute_ms=100", "--per_replica_batch_size=32", "--gradient_mib=1"], []),
 }
 _BAD_CLUSTERS = {
     "not_json": ("{worker", "TF_CONFIG"),

@@ -1,0 +1,109 @@
+"""`tfdist plan`'s cost model against this machine: the predicted step time of 1, 2 and 4
+multi-worker processes on 127.0.0.1 against the measured one, all in one run.
+
+The model's inputs, each measured here:
+  compute(N)  `tfdist benchmark --replicas=N --data=synthetic`: one process whose N replicas
+              share this host's cores, as N worker processes do, with no network between them
+  link        all-reduce between 2 processes over loopback (`benchmark_cluster.py`): the
+              bandwidth from 64 MiB, the latency of a message from 4 KiB
+  gradients   4 x the model's trainable parameters (the benchmark reports them)
+Predicted step: compute(N) + ring all-reduce of the gradients over N processes on that link
+(`tfdist.cost_model`, overlap 0: TensorFlow all-reduces after the backward pass).
+Measured step: global batch / examples/s of `tfdist train --strategy=multi_worker_mirrored
+--dataset=synthetic` over N processes (`tfdist launch`), epochs after the first.
+
+    python scripts/check_plan_local.py [--processes=1,2,4] [--json=PATH]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+from benchmark_cluster import ALLREDUCE_CASES
+from benchmark_cluster import allreduce_seconds
+from train_runs import train_and_read_metrics
+
+from tfdist import cost_model
+
+_TIMEOUT_S = 1200
+_BANDWIDTH_CASE, _LATENCY_CASE = "1 x 64 MiB float32", "1 x 4 KiB float32 (latency)"
+
+
+def loopback_link() -> cost_model.Link:
+    """The 2-process ring's link: t(S) = S / bandwidth + 2 x latency, from two sizes."""
+    seconds = allreduce_seconds([_BANDWIDTH_CASE, _LATENCY_CASE])
+    sizes = {case[0]: case[1] for case in ALLREDUCE_CASES}
+    large, small = sizes[_BANDWIDTH_CASE], sizes[_LATENCY_CASE]
+    bytes_per_s = (large - small) / (seconds[_BANDWIDTH_CASE] - seconds[_LATENCY_CASE])
+    latency_s = max(seconds[_LATENCY_CASE] - small / bytes_per_s, 0.0) / 2
+    return cost_model.Link("loopback", bytes_per_s / cost_model.GBIT_PER_S, latency_s * 1e6)
+
+
+def benchmarked_step(model: str, replicas: int, batch: int, steps: int) -> tuple[float, int]:
+    """(median step seconds, trainable parameters) of `replicas` replicas in one process."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "benchmark.json")
+        subprocess.run([sys.executable, "-m", "tfdist", "benchmark", f"--model={model}",
+                        f"--replicas={replicas}", "--data=synthetic", "--overhead_rounds=0",
+                        f"--global_batch_size={batch * replicas}", f"--timed_steps={steps}",
+                        f"--json={path}"], check=True, timeout=_TIMEOUT_S,
+                       stdout=subprocess.DEVNULL)
+        with open(path, encoding="utf-8") as file:
+            report = json.load(file)
+    return report["configurations"][0]["step_time_s"]["median"], report["trainable_parameters"]
+
+
+def measured_step(model: str, processes: int, batch: int, steps: int) -> float:
+    """Seconds per step of `processes` multi-worker processes (epochs after the first)."""
+    train = [f"--model={model}", "--strategy=multi_worker_mirrored", "--dataset=synthetic",
+             f"--global_batch_size={batch * processes}", "--epochs=2",
+             f"--steps_per_epoch={steps}", "--validation_steps=1", "--collective_timeout_s=600"]
+    launch = [f"--num_workers={processes}", f"--timeout_s={_TIMEOUT_S}"]
+    metrics, _ = train_and_read_metrics(train, timeout_s=_TIMEOUT_S,
+                                        launch_flags=launch if processes > 1 else None)
+    return batch * processes / metrics["examples_per_sec"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--processes", default=[1, 2, 4],
+                        type=lambda text: [int(count) for count in text.split(",")])
+    parser.add_argument("--model", default="small_cnn")
+    parser.add_argument("--per_replica_batch", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=30, help="timed steps per measurement")
+    parser.add_argument("--json", help="write the figures to this file")
+    args = parser.parse_args()
+    link = loopback_link()
+    print(f"loopback all-reduce link: {link.gbit_per_s:.2f} Gbit/s, {link.latency_us:.0f} µs "
+          "per message", flush=True)
+    rows = []
+    for count in args.processes:
+        compute_s, parameters = benchmarked_step(args.model, count, args.per_replica_batch,
+                                                 args.steps)
+        exchange_s = cost_model.ring_allreduce_s(4 * parameters, count, link)
+        measured = measured_step(args.model, count, args.per_replica_batch, args.steps)
+        rows.append({"processes": count, "compute_s": compute_s, "exchange_s": exchange_s,
+                     "predicted_s": compute_s + exchange_s, "measured_s": measured,
+                     "ratio": (compute_s + exchange_s) / measured})
+        print(f"{count} process(es): predicted {rows[-1]['predicted_s'] * 1000:.1f} ms "
+              f"(compute {compute_s * 1000:.1f} + all-reduce {exchange_s * 1000:.1f}), "
+              f"measured {measured * 1000:.1f} ms: {rows[-1]['ratio']:.2f}x", flush=True)
+    print("\n| processes | compute ms | all-reduce ms | predicted ms | measured ms | "
+          "predicted / measured |\n| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(f"| {row['processes']} | {row['compute_s'] * 1000:.1f} | "
+              f"{row['exchange_s'] * 1000:.1f} | {row['predicted_s'] * 1000:.1f} | "
+              f"{row['measured_s'] * 1000:.1f} | {row['ratio']:.2f} |")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as output:
+            json.dump({"model": args.model, "per_replica_batch": args.per_replica_batch,
+                       "link": {"gbit_per_s": link.gbit_per_s, "latency_us": link.latency_us},
+                       "trainable_parameters": parameters, "rows": rows}, output, indent=1)
+            output.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The GPU proof kit: every GPU path of tfdist run once, each figure into one JSON.
+
+On a GPU machine (in under 8 minutes on one GPU):
+  doctor              `tfdist doctor`: devices, Keras, the strategy auto picks
+  default_job         `tfdist train` on the GPU (one_device): val_accuracy, examples/s
+  mirrored_logical    mirrored over 2 logical GPUs split from GPU 0 (hierarchical copy)
+  mirrored_nccl       mirrored over 2 physical GPUs with NCCL, when there are 2 or more
+  mixed_float16       the default job under mixed_float16 with loss scaling: finite loss
+  preprocess_host / preprocess_device
+                      `tfdist benchmark` on real data with preprocessing on the host against
+                      on the device: examples/s, and host-to-device bytes per second (the
+                      batch's bytes: float32 images from the host, uint8 to the device)
+  resnet50            `tfdist benchmark --model=resnet50 --image_size=224` on synthetic and
+                      real data with device preprocessing: input_bound_ratio (goal >= 0.95)
+  plan                `tfdist plan --from_benchmark` on the ResNet-50 figures
+Without a GPU it says so in one line, runs doctor and exits 0. Exit 1 when a step failed.
+
+    bash scripts/gpu_check.sh [OUT_DIR]    # writes OUT_DIR/gpu_check.json (default: .)
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+_STEP_TIMEOUT_S = 300
+_BUDGET_S = 8 * 60
+_IMAGE_BYTES = 32 * 32 * 3  # The built-in dataset's images.
+
+
+def _run(name: str, args: list[str], report: dict, started: float) -> dict | None:
+    """Runs `python -m tfdist ARGS`; records status, seconds and the tail of its output under
+    report["steps"][name]; returns the JSON the step wrote to {json}, if any."""
+    if time.perf_counter() - started > _BUDGET_S:
+        report["steps"][name] = {"skipped": "over the 8-minute budget"}
+        return None
+    with tempfile.TemporaryDirectory() as scratch:
+        path = os.path.join(scratch, "out.json")
+        command = [arg.replace("{json}", path) for arg in args]
+        begun = time.perf_counter()
+        try:
+            result = subprocess.run([sys.executable, "-m", "tfdist", *command], text=True,
+                                    capture_output=True, timeout=_STEP_TIMEOUT_S, check=False)
+            status, output = result.returncode, result.stdout + result.stderr
+        except subprocess.TimeoutExpired as error:
+            status, output = "timeout", str(error.stdout or "")
+        step = {"command": "tfdist " + " ".join(args), "status": status,
+                "seconds": round(time.perf_counter() - begun, 1),
+                "output_tail": output.strip().splitlines()[-8:]}
+        report["steps"][name] = step
+        print(f"gpu_check: {name}: status {status} in {step['seconds']} s", flush=True)
+        if status == 0 and os.path.exists(path):
+            with open(path, encoding="utf-8") as file:
+                return json.load(file)
+    return None
+
+
+def _visible_gpus() -> int:
+    probe = subprocess.run(
+        [sys.executable, "-c", "import tfdist.tf_import as t; t.import_tensorflow(False); "
+         "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"],
+        capture_output=True, text=True, timeout=_STEP_TIMEOUT_S, check=True)
+    return int(probe.stdout.strip().splitlines()[-1])
+
+
+def _train_figures(metrics: dict | None) -> dict:
+    if not metrics:
+        return {}
+    return {"val_accuracy": metrics["final"].get("val_accuracy"),
+            "loss": metrics["final"].get("loss"), "examples_per_sec": metrics["examples_per_sec"],
+            "num_replicas": metrics["num_replicas"]}
+
+
+def _benchmark_figures(report: dict | None, data: str) -> dict:
+    if not report:
+        return {}
+    entry = next(entry for entry in report["configurations"] if entry["data"] == data)
+    return {"examples_per_sec": entry["examples_per_sec"]["median"],
+            "input_bound_ratio": entry.get("input_bound_ratio")}
+
+
+def main(out_dir: str) -> int:
+    started = time.perf_counter()
+    report = {"steps": {}}
+    gpus = report["gpus"] = _visible_gpus()
+    _run("doctor", ["doctor"], report, started)
+    if not gpus:
+        print("gpu_check: no GPU visible to TensorFlow; ran doctor only, every GPU check "
+              "skipped.")
+    else:
+        train = ["train", "--metrics_json={json}"]
+        report["default_job"] = _train_figures(_run("default_job", train, report, started))
+        report["mirrored_logical"] = _train_figures(_run(
+            "mirrored_logical", [*train, "--strategy=mirrored", "--num_logical_gpus=2",
+                                 "--epochs=1"], report, started))
+        if gpus > 1:
+            report["mirrored_nccl"] = _train_figures(_run(
+                "mirrored_nccl", [*train, "--strategy=mirrored", "--num_gpus=2",
+                                  "--all_reduce=nccl", "--epochs=1"], report, started))
+        report["mixed_float16"] = _train_figures(_run(
+            "mixed_float16", [*train, "--mixed_precision=mixed_float16"], report, started))
+        bench = ["benchmark", "--replicas=1", "--overhead_rounds=0", "--json={json}"]
+        for where, value_bytes in (("host", 4), ("device", 1)):
+            figures = _benchmark_figures(_run(
+                f"preprocess_{where}", [*bench, "--data=real", f"--preprocess_on={where}"],
+                report, started), "real")
+            if figures:
+                figures["host_to_device_bytes_per_s"] = (figures["examples_per_sec"] *
+                                                         _IMAGE_BYTES * value_bytes)
+            report[f"preprocess_{where}"] = figures
+        resnet = _run("resnet50", [*bench, "--model=resnet50", "--image_size=224",
+                                   "--global_batch_size=64", "--data=synthetic,real",
+                                   "--preprocess_on=device", "--timed_steps=20"],
+                      report, started)
+        report["resnet50"] = {"synthetic": _benchmark_figures(resnet, "synthetic"),
+                              "real": _benchmark_figures(resnet, "real")}
+        if resnet:
+            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
+                json.dump(resnet, file)
+            _run("plan", ["plan", f"--from_benchmark={file.name}", "--gpus_per_node=8",
+                          "--intra_link=nvlink4", "--inter_link=ib_ndr", "--gpudirect_rdma",
+                          "--json={json}"], report, started)
+            os.unlink(file.name)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, "gpu_check.json")
+    with open(path, "w", encoding="utf-8") as file:
+        json.dump(report, file, indent=1)
+        file.write("\n")
+    failed = [name for name, step in report["steps"].items()
+              if step.get("status") not in (0, None)]
+    print(f"gpu_check: wrote {path} after {report['seconds']} s" +
+          (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "."))

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The GPU proof kit (README "GPU proof kit"): runs every GPU path of tfdist once and writes
+# OUT_DIR/gpu_check.json; without a GPU, says so and runs doctor only. See scripts/gpu_check.py.
+#   bash scripts/gpu_check.sh [OUT_DIR]
+set -euo pipefail
+out_dir=$(realpath -m "${1:-.}")
+cd "$(dirname "$0")/.."
+exec python scripts/gpu_check.py "$out_dir"
