@@ -371,7 +371,8 @@ def _define_plan_flags() -> _Holders:
         flags.DEFINE_string("from_benchmark", None,
                             "plan: a `tfdist benchmark --json` file (with 1 in --replicas): its "
                             "1-replica synthetic step time, batch, trainable parameters and "
-                            "train flags are the workload; flags given here override them."),
+                            "train flags are the workload; flags given here override them (the "
+                            "step time scales with --per_replica_batch_size)."),
         _define_positive_float("compute_ms", None,
                                "plan: one replica's step time (forward and backward) at "
                                "--per_replica_batch_size on its own device, in ms."),

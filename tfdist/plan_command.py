@@ -118,8 +118,11 @@ def inputs(options: dict) -> Inputs:
                            options["num_classes"] or 10))
     precision = pick("mixed_precision", _train_flag(train_args, "mixed_precision"),
                      options["mixed_precision"])
-    compute_ms = pick("compute_ms", benchmark["compute_s"] * 1000 if benchmark else None)
     batch = pick("per_replica_batch_size", benchmark.get("batch"))
+    measured_ms = benchmark["compute_s"] * 1000 if benchmark else None
+    if measured_ms and batch and benchmark["batch"]:  # Per-example compute held constant.
+        measured_ms *= batch / benchmark["batch"]
+    compute_ms = pick("compute_ms", measured_ms)
     missing = [name for name, value in (("compute_ms", compute_ms),
                                         ("per_replica_batch_size", batch)) if value is None]
     if missing:

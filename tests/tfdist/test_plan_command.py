@@ -76,7 +76,7 @@ class PlanTest(unittest.TestCase):
         workload = report["workload"]
         self.assertEqual((workload["compute_s"], workload["per_replica_batch"],
                           workload["gradient_bytes"], workload["compute_dtype_bytes"]),
-                         (0.25, 16, 4 * 262144, 2))
+                         (0.125, 16, 4 * 262144, 2))  # The 32-example step, scaled to 16.
         self.assertEqual(report["sources"]["per_replica_batch_size"], "flag")
         self.assertEqual(report["sources"]["compute_ms"], "benchmark")
         self.assertEqual(report["model"], "resnet20")
