@@ -12,6 +12,8 @@ import json
 import math
 import sys
 
+from input_pipelines.config import MAX_IMAGE_SIZE
+from input_pipelines.config import MAX_NUM_CLASSES
 from tfdist import cost_model
 from tfdist import plotting
 from tfdist import summary as run_summary
@@ -33,15 +35,40 @@ class Inputs:
     model: str
 
 
-def _train_flag(train_args: list[str], name: str) -> str | None:
-    """The value of `--name=` in a benchmark's train flags, or None."""
-    values = [arg.split("=", 1)[1] for arg in train_args if arg.startswith(f"--{name}=")]
-    return values[-1] if values else None
+def _count_up_to(highest: int):
+    """A converter of text to an integer in [1, highest]; ValueError otherwise."""
+    def convert(text: str) -> int:
+        if not text.isdigit() or not 0 < int(text) <= highest:
+            raise ValueError(text)
+        return int(text)
+    return convert
+
+
+def _train_flags(train_args: list[str], path: str, fix: str) -> dict:
+    """The train flags of a benchmark that `plan` takes (model, image_size, num_classes,
+    mixed_precision), checked.
+
+    Raises:
+      ConfigError: a value those flags do not take.
+    """
+    convert = {"model": str, "image_size": _count_up_to(MAX_IMAGE_SIZE),
+               "num_classes": _count_up_to(MAX_NUM_CLASSES),
+               "mixed_precision": lambda value: Precision(value).value}
+    found = {}
+    for arg in train_args:
+        name, _, value = arg[2:].partition("=")
+        if name in convert:
+            try:
+                found[name] = convert[name](value)
+            except ValueError:
+                raise ConfigError(f"from_benchmark={path!r} has the train flag {arg!r}, which "
+                                  f"tfdist train does not take; {fix}.") from None
+    return found
 
 
 def read_benchmark(path: str) -> dict:
     """The figures `plan` takes from a `tfdist benchmark --json` file: compute_s, batch,
-    trainable_parameters (None from a file of an older tfdist), and its train flags.
+    trainable_parameters (None from a file of an older tfdist), and the train flags it takes.
 
     Raises:
       ConfigError: a file that cannot be read, is not such a JSON, or has no 1-replica
@@ -61,7 +88,8 @@ def read_benchmark(path: str) -> dict:
                       if entry["replicas"] == 1 and entry["data"] == "synthetic")
         step_s = float(single["step_time_s"]["median"])
         batch = int(single.get("global_batch_size") or 0)
-        train_args = [str(arg) for arg in report.get("train_args", [])]
+        train_args = [str(arg) for arg in report.get("train_args", [])
+                      if str(arg).startswith("--")]
     except (KeyError, TypeError, ValueError, StopIteration, AttributeError):
         raise ConfigError(f"from_benchmark={path!r} has no 1-replica synthetic configuration; "
                           f"{fix}.") from None
@@ -71,7 +99,7 @@ def read_benchmark(path: str) -> dict:
         raise ConfigError(f"from_benchmark={path!r} holds a step time, batch or parameter count "
                           f"that is not a positive number; {fix}.")
     return {"compute_s": step_s, "batch": batch or None, "trainable_parameters": parameters,
-            "train_args": train_args}
+            "flags": _train_flags(train_args, path, fix)}
 
 
 def _count_parameters(model: str, image_size: int, num_classes: int, keras: int) -> int:
@@ -102,7 +130,7 @@ def inputs(options: dict) -> Inputs:
     """
     given, sources = options["given"], {}
     benchmark = read_benchmark(options["from_benchmark"]) if options["from_benchmark"] else {}
-    train_args = benchmark.get("train_args", [])
+    measured = benchmark.get("flags", {})
 
     def pick(name: str, from_benchmark, default=None):
         if name in given or from_benchmark is None:
@@ -111,12 +139,11 @@ def inputs(options: dict) -> Inputs:
         sources[name] = "benchmark"
         return from_benchmark
 
-    model = pick("model", _train_flag(train_args, "model"), options["model"])
-    image_size = int(pick("image_size", _train_flag(train_args, "image_size"),
-                          options["image_size"] or _BUILT_IN_IMAGE_SIZE.get(model, 32)))
-    num_classes = int(pick("num_classes", _train_flag(train_args, "num_classes"),
-                           options["num_classes"] or 10))
-    precision = pick("mixed_precision", _train_flag(train_args, "mixed_precision"),
+    model = pick("model", measured.get("model"), options["model"])
+    image_size = pick("image_size", measured.get("image_size"),
+                      options["image_size"] or _BUILT_IN_IMAGE_SIZE.get(model, 32))
+    num_classes = pick("num_classes", measured.get("num_classes"), options["num_classes"] or 10)
+    precision = pick("mixed_precision", measured.get("mixed_precision"),
                      options["mixed_precision"])
     batch = pick("per_replica_batch_size", benchmark.get("batch"))
     measured_ms = benchmark["compute_s"] * 1000 if benchmark else None

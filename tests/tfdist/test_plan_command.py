@@ -99,6 +99,8 @@ class PlanTest(unittest.TestCase):
         _benchmark_report(benchmark, configurations=[{"replicas": 2, "data": "synthetic"}])
         old = os.path.join(self.dir, "old.json")
         _benchmark_report(old, trainable_parameters=-3)
+        odd = os.path.join(self.dir, "odd.json")
+        _benchmark_report(odd, train_args=["--image_size=big"])
         cases = (
             (["--compute_ms=100"], "per_replica_batch_size"),
             (["--per_replica_batch_size=8"], "compute_ms"),
@@ -106,6 +108,7 @@ class PlanTest(unittest.TestCase):
              "--gpudirect_rdma=True with --inter_link=eth100"),
             ([f"--from_benchmark={benchmark}"], "has no 1-replica synthetic configuration"),
             ([f"--from_benchmark={old}"], "not a positive number"),
+            ([f"--from_benchmark={odd}"], "the train flag '--image_size=big'"),
             ([f"--from_benchmark={self.dir}"], "cannot be read (Is a directory)"),
             ([*WORKLOAD, "--overlap=1.5"], "--overlap"),
             ([*WORKLOAD, "--nodes=2,x"], "--nodes"),
