@@ -290,7 +290,8 @@ _SLURM_PORT_BASE = flags.DEFINE_integer(
     lower_bound=1, upper_bound=65535)
 _NUM_PS = flags.DEFINE_integer(
     "num_ps", 0, "Parameter-server (ps) tasks: of the Slurm job (cluster_resolver=slurm), or "
-                 "that `tfdist launch` starts or `tfdist manifest` describes.",
+                 "that `tfdist launch` starts or `tfdist manifest` describes; plan: exchange "
+                 "through N ps tasks instead of all-reduce.",
     lower_bound=0, upper_bound=_MAX_TASKS)
 _CHIEF = flags.DEFINE_bool(
     "chief", False, "A chief task (the parameter-server coordinator): in the Slurm job "

@@ -251,7 +251,7 @@ def advice(plan_inputs: Inputs, nodes: list[int]) -> list[str]:
     scale = (f"scale up first: {gpus} GPUs on {cluster.intra.name} reach "
              f"{one_node['scaling_efficiency']:.2f}, {where} over {cluster.inter.name} "
              f"{_efficiencies(rows)}"
-             if one_node["scaling_efficiency"] - rows[0]["scaling_efficiency"] > 0.02 else
+             if one_node["scaling_efficiency"] - rows[-1]["scaling_efficiency"] > 0.02 else
              f"scaling out costs little here: {gpus} GPUs on one node reach "
              f"{one_node['scaling_efficiency']:.2f}, {where} {_efficiencies(rows)}")
     lines = [scale + "."]
