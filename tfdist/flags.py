@@ -350,10 +350,11 @@ def _define_benchmark_flags() -> _Holders:
                              lower_bound=0, upper_bound=MAX_COUNT))
 
 
-def _define_positive_float(name: str, default: float | None, text: str) -> flags.FlagHolder:
-    holder = _define_float(name, default, text)
-    flags.register_validator(holder, lambda value: value is None or value > 0,
-                             message="must be a number above 0")
+def _define_measure(name: str, text: str, lowest: float, highest: float) -> flags.FlagHolder:
+    """A float flag of a physical quantity, unset by default, in [lowest, highest]."""
+    holder = _define_float(name, None, text)
+    flags.register_validator(holder, lambda value: value is None or lowest <= value <= highest,
+                             message=f"must lie in [{lowest:g}, {highest:,.0f}]")
     return holder
 
 
@@ -374,15 +375,14 @@ def _define_plan_flags() -> _Holders:
                             "1-replica synthetic step time, batch, trainable parameters and "
                             "train flags are the workload; flags given here override them (the "
                             "step time scales with --per_replica_batch_size)."),
-        _define_positive_float("compute_ms", None,
-                               "plan: one replica's step time (forward and backward) at "
-                               "--per_replica_batch_size on its own device, in ms."),
+        _define_measure("compute_ms", "plan: one replica's step time (forward and backward) "
+                        "at --per_replica_batch_size on its own device, in ms.", 1e-3, 1e9),
         flags.DEFINE_integer("per_replica_batch_size", None,
                              "plan: examples per replica per step.",
                              lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
-        _define_positive_float("gradient_mib", None,
-                               "plan: float32 gradient MiB per step; unset counts --model's "
-                               "trainable parameters (or takes the benchmark's)."),
+        _define_measure("gradient_mib", "plan: float32 gradient MiB per step; unset counts "
+                        "--model's trainable parameters (or takes the benchmark's).",
+                        1e-6, 2.0 ** 30),
         flags.DEFINE_integer("gpus_per_node", 8, "plan: GPUs in each node.",
                              lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
         flags.DEFINE_list("nodes", ["1", "2", "4", "8", "16", "32", "64"],
@@ -397,12 +397,12 @@ def _define_plan_flags() -> _Holders:
         flags.DEFINE_enum("host_pcie", "pcie4", ["pcie3", "pcie4", "pcie5"],
                           "plan: the GPUs' link to host memory, which traffic between nodes "
                           "crosses twice without --gpudirect_rdma."),
-        _define_positive_float("intra_gbps", None, "plan: override --intra_link's Gbit/s."),
-        _define_positive_float("intra_latency_us", None,
-                               "plan: override --intra_link's latency in µs."),
-        _define_positive_float("inter_gbps", None, "plan: override --inter_link's Gbit/s."),
-        _define_positive_float("inter_latency_us", None,
-                               "plan: override --inter_link's latency in µs."),
+        _define_measure("intra_gbps", "plan: override --intra_link's Gbit/s.", 1e-3, 1e6),
+        _define_measure("intra_latency_us", "plan: override --intra_link's latency in µs.",
+                        1e-3, 1e9),
+        _define_measure("inter_gbps", "plan: override --inter_link's Gbit/s.", 1e-3, 1e6),
+        _define_measure("inter_latency_us", "plan: override --inter_link's latency in µs.",
+                        1e-3, 1e9),
         flags.DEFINE_enum("allreduce", "ring", ["ring", "hierarchical"],
                           "plan: one ring through every GPU, or reduce inside nodes, all-reduce "
                           "between them, broadcast inside them."),
@@ -411,12 +411,11 @@ def _define_plan_flags() -> _Holders:
                              "plan: host cores for the input pipeline on each node; unset: as "
                              "many as it needs (the table says how many).",
                              lower_bound=1, upper_bound=MAX_THREADS),
-        _define_positive_float("host_examples_per_core", None,
-                               "plan: examples/s one host core's pipeline delivers with "
-                               "preprocessing on the host (scripts/benchmark_input.py)."),
-        _define_positive_float("decode_examples_per_core", None,
-                               "plan: the same with preprocessing on the device (the host "
-                               "only decodes and batches)."))
+        _define_measure("host_examples_per_core", "plan: examples/s one host core's pipeline "
+                        "delivers with preprocessing on the host (scripts/benchmark_input.py).",
+                        1e-3, 1e9),
+        _define_measure("decode_examples_per_core", "plan: the same with preprocessing on the "
+                        "device (the host only decodes and batches).", 1e-3, 1e9))
 
 
 def _define_launch_flags() -> _Holders:
