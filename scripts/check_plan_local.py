@@ -2,25 +2,24 @@
 multi-worker processes on 127.0.0.1 against the measured one, all in one run.
 
 The model's inputs, each measured here:
-  compute(N)  `tfdist benchmark --replicas=N --data=synthetic`: one process whose N replicas
-              share this host's cores, as N worker processes do, with no network between them
+  compute(N)  N independent 1-worker `tfdist train --strategy=multi_worker_mirrored
+              --dataset=synthetic` processes at once: each step as the job's workers compute
+              it, sharing this host's cores as they do, with no network between them (the
+              slowest process counts: a synchronous step waits for it)
   link        all-reduce between 2 processes over loopback (`benchmark_cluster.py`): the
               bandwidth from 64 MiB, the latency of a message from 4 KiB
-  gradients   4 x the model's trainable parameters (the benchmark reports them)
+  gradients   4 x the model's trainable parameters (the run summary reports them)
 Predicted step: compute(N) + ring all-reduce of the gradients over N processes on that link
 (`tfdist.cost_model`, overlap 0: TensorFlow all-reduces after the backward pass).
 Measured step: global batch / examples/s of `tfdist train --strategy=multi_worker_mirrored
---dataset=synthetic` over N processes (`tfdist launch`), epochs after the first.
+--dataset=synthetic` over N processes (`tfdist launch`), the second epoch.
 
     python scripts/check_plan_local.py [--processes=1,2,4] [--json=PATH]
 """
 
 import argparse
+import concurrent.futures
 import json
-import os
-import subprocess
-import sys
-import tempfile
 
 from benchmark_cluster import ALLREDUCE_CASES
 from benchmark_cluster import allreduce_seconds
@@ -42,29 +41,34 @@ def loopback_link() -> cost_model.Link:
     return cost_model.Link("loopback", bytes_per_s / cost_model.GBIT_PER_S, latency_s * 1e6)
 
 
-def benchmarked_step(model: str, replicas: int, batch: int, steps: int) -> tuple[float, int]:
-    """(median step seconds, trainable parameters) of `replicas` replicas in one process."""
-    with tempfile.TemporaryDirectory() as scratch:
-        path = os.path.join(scratch, "benchmark.json")
-        subprocess.run([sys.executable, "-m", "tfdist", "benchmark", f"--model={model}",
-                        f"--replicas={replicas}", "--data=synthetic", "--overhead_rounds=0",
-                        f"--global_batch_size={batch * replicas}", f"--timed_steps={steps}",
-                        f"--json={path}"], check=True, timeout=_TIMEOUT_S,
-                       stdout=subprocess.DEVNULL)
-        with open(path, encoding="utf-8") as file:
-            report = json.load(file)
-    return report["configurations"][0]["step_time_s"]["median"], report["trainable_parameters"]
+def _step_s(metrics: dict) -> float:
+    return metrics["global_batch_size"] / metrics["examples_per_sec"]
+
+
+def _train(model: str, replicas: int, batch: int, steps: int, flags: list[str],
+           launch: list[str] | None = None) -> dict:
+    """The metrics of `tfdist train` on synthetic data, `replicas` x `batch` examples a step."""
+    train = [f"--model={model}", "--dataset=synthetic", f"--global_batch_size={batch * replicas}",
+             "--epochs=2", f"--steps_per_epoch={steps}", "--validation_steps=1", *flags]
+    metrics, _ = train_and_read_metrics(train, timeout_s=_TIMEOUT_S, launch_flags=launch)
+    return metrics
+
+
+def compute_step(model: str, processes: int, batch: int, steps: int) -> tuple[float, int]:
+    """(seconds per step of the slowest, trainable parameters) of `processes` independent
+    1-worker jobs run at once."""
+    flags = ["--strategy=multi_worker_mirrored"]
+    with concurrent.futures.ThreadPoolExecutor(processes) as pool:
+        runs = list(pool.map(lambda _: _train(model, 1, batch, steps, flags), range(processes)))
+    return max(_step_s(metrics) for metrics in runs), runs[0]["trainable_parameters"]
 
 
 def measured_step(model: str, processes: int, batch: int, steps: int) -> float:
     """Seconds per step of `processes` multi-worker processes (epochs after the first)."""
-    train = [f"--model={model}", "--strategy=multi_worker_mirrored", "--dataset=synthetic",
-             f"--global_batch_size={batch * processes}", "--epochs=2",
-             f"--steps_per_epoch={steps}", "--validation_steps=1", "--collective_timeout_s=600"]
     launch = [f"--num_workers={processes}", f"--timeout_s={_TIMEOUT_S}"]
-    metrics, _ = train_and_read_metrics(train, timeout_s=_TIMEOUT_S,
-                                        launch_flags=launch if processes > 1 else None)
-    return batch * processes / metrics["examples_per_sec"]
+    return _step_s(_train(model, processes, batch, steps,
+                          ["--strategy=multi_worker_mirrored", "--collective_timeout_s=600"],
+                          launch if processes > 1 else None))
 
 
 def main() -> None:
@@ -73,7 +77,8 @@ def main() -> None:
                         type=lambda text: [int(count) for count in text.split(",")])
     parser.add_argument("--model", default="small_cnn")
     parser.add_argument("--per_replica_batch", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=30, help="timed steps per measurement")
+    parser.add_argument("--steps", type=int, default=40,
+                        help="steps per epoch; the second of 2 epochs is timed")
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     link = loopback_link()
@@ -81,8 +86,8 @@ def main() -> None:
           "per message", flush=True)
     rows = []
     for count in args.processes:
-        compute_s, parameters = benchmarked_step(args.model, count, args.per_replica_batch,
-                                                 args.steps)
+        compute_s, parameters = compute_step(args.model, count, args.per_replica_batch,
+                                             args.steps)
         exchange_s = cost_model.ring_allreduce_s(4 * parameters, count, link)
         measured = measured_step(args.model, count, args.per_replica_batch, args.steps)
         rows.append({"processes": count, "compute_s": compute_s, "exchange_s": exchange_s,
