@@ -184,7 +184,7 @@ def inputs(options: dict) -> Inputs:
         wire_dtype=options["allreduce_dtype"], num_ps=options["num_ps"],
         host_cores_per_node=options["host_cores_per_node"],
         host_pcie=cost_model.INTRA_NODE_LINKS[options["host_pcie"]])
-    described = model if sources["model"] != "default" or "parameters" in sources[
+    described = model if benchmark or sources["model"] != "default" or "parameters" in sources[
         "gradient_mib"] else "workload"
     return Inputs(workload, cluster, sources, described)
 
