@@ -102,11 +102,13 @@ def read_benchmark(path: str) -> dict:
             "flags": _train_flags(train_args, path, fix)}
 
 
-def _count_parameters(model: str, image_size: int, num_classes: int, keras: int) -> int:
-    """`model`'s trainable parameters, built on the CPU (TensorFlow starts here)."""
+def _count_parameters(model: str, image_size: int, num_classes: int, options: dict) -> int:
+    """`model`'s trainable parameters, built on the CPU (TensorFlow starts here, quietly unless
+    --tf_logs)."""
     # pylint: disable=import-outside-toplevel
     from tfdist.tf_import import import_tensorflow
-    import_tensorflow(show_logs=False, keras=keras)
+    keras = int(options["keras"])
+    import_tensorflow(options["tf_logs"], keras)
     import tensorflow as tf
     from tfdist import models
     with tf.device("/cpu:0"):
@@ -161,7 +163,7 @@ def inputs(options: dict) -> Inputs:
     elif parameters and "model" not in given:
         gradient_bytes, sources["gradient_mib"] = 4 * parameters, "benchmark"
     else:
-        gradient_bytes = 4 * _count_parameters(model, image_size, num_classes, options["keras"])
+        gradient_bytes = 4 * _count_parameters(model, image_size, num_classes, options)
         sources["gradient_mib"] = f"{model}'s trainable parameters"
     inter = _link(cost_model.INTER_NODE_LINKS, options["inter_link"], options["inter_gbps"],
                   options["inter_latency_us"])
