@@ -280,10 +280,11 @@ def _plot(rows: list[dict], path: str) -> None:
         bottom = [low + high for low, high in zip(bottom, heights)]
     times.plot(labels, [row["input_s"] * 1000 for row in rows], "k--", marker="x",
                label="input (overlapped)")
-    times.set(xlabel="GPUs", ylabel="ms per step", title="step time")
+    highest = max(max(bottom), *(row["input_s"] * 1000 for row in rows))
+    times.set(xlabel="GPUs", ylabel="ms per step", title="step time", ylim=(0, highest * 1.4))
     for axes in (efficiency, times):
         axes.grid(alpha=0.3)
-    times.legend()
+    times.legend(loc="upper left")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
 
