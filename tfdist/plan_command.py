@@ -155,8 +155,9 @@ def inputs(options: dict) -> Inputs:
     missing = [name for name, value in (("compute_ms", compute_ms),
                                         ("per_replica_batch_size", batch)) if value is None]
     if missing:
-        raise ConfigError(f"plan needs {' and '.join(missing)}: give them, or from_benchmark="
-                          "FILE from `tfdist benchmark --replicas=1 --data=synthetic --json=FILE`.")
+        raise ConfigError(f"plan needs {' and '.join('--' + name for name in missing)}: pass "
+                          f"{'it' if len(missing) == 1 else 'them'}, or from_benchmark=FILE from "
+                          "`tfdist benchmark --replicas=1 --data=synthetic --json=FILE`.")
     parameters = benchmark.get("trainable_parameters")
     if options["gradient_mib"] is not None:
         gradient_bytes, sources["gradient_mib"] = options["gradient_mib"] * MIB, "flag"
