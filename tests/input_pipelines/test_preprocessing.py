@@ -4,6 +4,7 @@ the same distribution of inputs."""
 import numpy as np
 import tensorflow as tf
 import tf_keras
+from tensorflow.python.framework import kernels
 
 import input_pipelines
 from input_pipelines import InputConfig
@@ -25,6 +26,23 @@ def _histogram_distance(first: np.ndarray, second: np.ndarray) -> float:
     def histogram(values):
         return np.histogram(values, bins=20, range=(-1, 1))[0] / values.size
     return float(np.abs(histogram(first) - histogram(second)).sum() / 2)
+
+
+def _ops_without_gpu_kernel(graph: tf.Graph, scope: str) -> list[str]:
+    """`type(dtypes)` of each op under SCOPE that TensorFlow has no GPU kernel for: on a GPU
+    such an op runs on the host, with a copy of its inputs there and of its outputs back.
+    DEFAULT kernels (int32 index arithmetic, in host memory) serve every device."""
+    missing = []
+    for op in graph.get_operations():
+        if scope not in op.name:
+            continue
+        gpu_kernels = [kernel for kernel in kernels.get_registered_kernels_for_op(op.type).kernel
+                       if kernel.device_type in ("GPU", "DEFAULT")]
+        if not any(all(op.get_attr(constraint.name).as_datatype_enum
+                       in constraint.allowed_values.list.type
+                       for constraint in kernel.constraint) for kernel in gpu_kernels):
+            missing.append(f"{op.type}({', '.join(str(t.dtype.name) for t in op.inputs)})")
+    return sorted(set(missing))
 
 
 class PlacementTest(tf.test.TestCase):
@@ -62,6 +80,16 @@ class PlacementTest(tf.test.TestCase):
         self.assertCountEqual(devices, ["CPU:0", "CPU:1"])
         replica_1_ops = " ".join(devices["CPU:1"])
         self.assertIn("replica_1", replica_1_ops)
+
+    def test_every_device_preprocessing_op_has_a_gpu_kernel(self):
+        # Found on an H200 (docs/PERFORMANCE.md): GatherV2 has no GPU kernel for uint8, so
+        # the crop and flip ran on the host and device preprocessing was slower than host.
+        for dtype in ("float32", "mixed_float16", "mixed_bfloat16"):
+            layer = preprocessing.DevicePreprocessing(
+                name="device_preprocessing", dtype=tf_keras.mixed_precision.Policy(dtype))
+            step = tf.function(lambda batch, layer=layer: layer(batch, training=True))
+            graph = step.get_concrete_function(tf.TensorSpec([8, 32, 32, 3], tf.uint8)).graph
+            self.assertEqual(_ops_without_gpu_kernel(graph, "device_preprocessing"), [], dtype)
 
     def test_host_and_device_give_the_same_distribution(self):
         images = _images()
