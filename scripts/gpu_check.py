@@ -6,18 +6,22 @@ On a GPU machine (in under 8 minutes on one GPU):
   mirrored_logical    mirrored over 2 logical GPUs split from GPU 0 (hierarchical copy)
   mirrored_nccl       mirrored over 2 physical GPUs with NCCL, when there are 2 or more
   mixed_float16       the default job under mixed_float16 with loss scaling: finite loss
+                      (mirrored_logical and mixed_float16 train the default 3 epochs)
   preprocess_host / preprocess_device
                       `tfdist benchmark` on real data with preprocessing on the host against
                       on the device: examples/s, and host-to-device bytes per second (the
                       batch's bytes: float32 images from the host, uint8 to the device)
   resnet50            `tfdist benchmark --model=resnet50 --image_size=224` on synthetic and
                       real data with device preprocessing: input_bound_ratio (goal >= 0.95)
+  resnet50_mixed_float16
+                      the same on synthetic data under mixed_float16 at batch 128
   plan                `tfdist plan --from_benchmark` on the ResNet-50 figures
 Without a GPU it says so in one line, runs doctor and exits 0. Exit 1 when a step failed.
 
     bash scripts/gpu_check.sh [OUT_DIR]    # writes OUT_DIR/gpu_check.json (default: .)
 """
 
+import functools
 import json
 import os
 import subprocess
@@ -30,9 +34,20 @@ _BUDGET_S = 8 * 60
 _IMAGE_BYTES = 32 * 32 * 3  # The built-in dataset's images.
 
 
-def _run(name: str, args: list[str], report: dict, started: float) -> dict | None:
+def _save(report: dict, path: str) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as file:
+        json.dump(report, file, indent=1)
+        file.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def _run(name: str, args: list[str], report: dict, started: float, path: str) -> dict | None:
     """Runs `python -m tfdist ARGS`; records status, seconds and the tail of its output under
-    report["steps"][name]; returns the JSON the step wrote to {json}, if any."""
+    report["steps"][name]; returns the JSON the step wrote to {json}, if any. Saves the report
+    to PATH first, so a run cut short keeps every figure measured before it."""
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    _save(report, path)
     if time.perf_counter() - started > _BUDGET_S:
         report["steps"][name] = {"skipped": "over the 8-minute budget"}
         return None
@@ -84,51 +99,52 @@ def _benchmark_figures(report: dict | None, data: str) -> dict:
 def main(out_dir: str) -> int:
     started = time.perf_counter()
     report = {"steps": {}}
+    path = os.path.join(out_dir, "gpu_check.json")
+    run = functools.partial(_run, report=report, started=started, path=path)
     gpus = report["gpus"] = _visible_gpus()
-    _run("doctor", ["doctor"], report, started)
+    run("doctor", ["doctor"])
     if not gpus:
         print("gpu_check: no GPU visible to TensorFlow; ran doctor only, every GPU check "
               "skipped.")
     else:
         train = ["train", "--metrics_json={json}"]
-        report["default_job"] = _train_figures(_run("default_job", train, report, started))
-        report["mirrored_logical"] = _train_figures(_run(
-            "mirrored_logical", [*train, "--strategy=mirrored", "--num_logical_gpus=2",
-                                 "--epochs=1"], report, started))
+        report["default_job"] = _train_figures(run("default_job", train))
+        report["mirrored_logical"] = _train_figures(run(
+            "mirrored_logical", [*train, "--strategy=mirrored", "--num_logical_gpus=2"]))
         if gpus > 1:
-            report["mirrored_nccl"] = _train_figures(_run(
+            report["mirrored_nccl"] = _train_figures(run(
                 "mirrored_nccl", [*train, "--strategy=mirrored", "--num_gpus=2",
-                                  "--all_reduce=nccl", "--epochs=1"], report, started))
-        report["mixed_float16"] = _train_figures(_run(
-            "mixed_float16", [*train, "--mixed_precision=mixed_float16"], report, started))
+                                  "--all_reduce=nccl", "--epochs=1"]))
+        report["mixed_float16"] = _train_figures(run(
+            "mixed_float16", [*train, "--mixed_precision=mixed_float16"]))
         bench = ["benchmark", "--replicas=1", "--overhead_rounds=0", "--json={json}"]
         for where, value_bytes in (("host", 4), ("device", 1)):
-            figures = _benchmark_figures(_run(
-                f"preprocess_{where}", [*bench, "--data=real", f"--preprocess_on={where}"],
-                report, started), "real")
+            figures = _benchmark_figures(run(
+                f"preprocess_{where}", [*bench, "--data=real", f"--preprocess_on={where}"]),
+                "real")
             if figures:
                 figures["host_to_device_bytes_per_s"] = (figures["examples_per_sec"] *
                                                          _IMAGE_BYTES * value_bytes)
             report[f"preprocess_{where}"] = figures
-        resnet = _run("resnet50", [*bench, "--model=resnet50", "--image_size=224",
-                                   "--global_batch_size=64", "--data=synthetic,real",
-                                   "--preprocess_on=device", "--timed_steps=20"],
-                      report, started)
+        resnet = run("resnet50", [*bench, "--model=resnet50", "--image_size=224",
+                                  "--global_batch_size=64", "--data=synthetic,real",
+                                  "--preprocess_on=device", "--timed_steps=20"])
         report["resnet50"] = {"synthetic": _benchmark_figures(resnet, "synthetic"),
                               "real": _benchmark_figures(resnet, "real")}
+        report["resnet50_mixed_float16"] = _benchmark_figures(run(
+            "resnet50_mixed_float16", [*bench, "--model=resnet50", "--image_size=224",
+                                       "--global_batch_size=128", "--data=synthetic",
+                                       "--mixed_precision=mixed_float16", "--timed_steps=20"]),
+            "synthetic")
         if resnet:
             with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
                 json.dump(resnet, file)
-            _run("plan", ["plan", f"--from_benchmark={file.name}", "--gpus_per_node=8",
-                          "--intra_link=nvlink4", "--inter_link=ib_ndr", "--gpudirect_rdma",
-                          "--json={json}"], report, started)
+            run("plan", ["plan", f"--from_benchmark={file.name}", "--gpus_per_node=8",
+                         "--intra_link=nvlink4", "--inter_link=ib_ndr", "--gpudirect_rdma",
+                         "--json={json}"])
             os.unlink(file.name)
     report["seconds"] = round(time.perf_counter() - started, 1)
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, "gpu_check.json")
-    with open(path, "w", encoding="utf-8") as file:
-        json.dump(report, file, indent=1)
-        file.write("\n")
+    _save(report, path)
     failed = [name for name, step in report["steps"].items()
               if step.get("status") not in (0, None)]
     print(f"gpu_check: wrote {path} after {report['seconds']} s" +

@@ -5,4 +5,4 @@
 set -euo pipefail
 out_dir=$(realpath -m "${1:-.}")
 cd "$(dirname "$0")/.."
-exec python scripts/gpu_check.py "$out_dir"
+exec "${PYTHON:-python3}" scripts/gpu_check.py "$out_dir"
