@@ -62,6 +62,13 @@ def kind_of(strategy) -> StrategyKind:
     return factory.kind_of(strategy)
 
 
+def replica_devices_of(strategy) -> tuple[str, ...]:
+    """Returns the devices a built strategy's replicas run on (one_device's default strategy
+    included, which lists none itself)."""
+    from strategies import one_device  # pylint: disable=import-outside-toplevel
+    return one_device.replica_devices(strategy)
+
+
 def num_replica_devices(config: StrategyConfig) -> int:
     """Returns how many replicas this process can hold under `config`: GPUs, else logical CPUs."""
     from strategies import devices  # pylint: disable=import-outside-toplevel

@@ -152,7 +152,7 @@ def _num_gpu_replicas(strategy: tf.distribute.Strategy | None, config: RunConfig
     process would use."""
     if strategy is None:
         return 0 if config.strategy.num_gpus == 0 else len(tf.config.list_logical_devices("GPU"))
-    return sum("GPU" in device.upper() for device in strategy.extended.worker_devices)
+    return sum("GPU" in device.upper() for device in strategies.replica_devices_of(strategy))
 
 
 def _steps(config: RunConfig, train_examples: int | None):

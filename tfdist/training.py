@@ -18,6 +18,7 @@ import tensorflow as tf
 import tf_keras
 
 import input_pipelines
+import strategies
 from input_pipelines import InputConfig
 from input_pipelines import Records
 from strategies import StrategyKind
@@ -68,10 +69,11 @@ def _input_options(plan: Plan) -> tf.distribute.InputOptions:
     measured on the default job over 2 CPU replicas, 2x the examples/s of the strategy's shared
     multi-device iterator, and `fit` returns 0.05 s after its last epoch instead of 21-90 s (with
     TF 2.21 that iterator's teardown waits out a tf.data autotuner's sleep). Other strategies
-    skip the per-device prefetch buffer, which copies nothing on a CPU; one_device still shows
-    a ~20 s wait after the last epoch (docs/PERFORMANCE.md).
+    skip the per-device prefetch buffer, which copies nothing on a CPU. (one_device on a machine
+    without GPUs runs under the default strategy, which takes the dataset as it is, with no
+    such wait: `strategies.one_device`.)
     """
-    if any("GPU" in device for device in plan.strategy.extended.worker_devices):
+    if any("GPU" in device for device in strategies.replica_devices_of(plan.strategy)):
         return tf.distribute.InputOptions()
     if plan.kind is StrategyKind.MIRRORED:
         return tf.distribute.InputOptions(

@@ -45,6 +45,15 @@ class BuildTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual([device.split("/")[-1] for device in strategy.extended.worker_devices],
                          ["device:CPU:0", "device:CPU:1"])
 
+    def test_one_device_without_gpus_is_the_default_strategy(self):
+        # No distributed iterator, so no teardown wait after fit (strategies/one_device.py).
+        strategy = strategies.build(StrategyConfig(strategy="one_device"))
+        self.assertIs(strategy, tf.distribute.get_strategy())
+        self.assertEqual(strategies.replica_devices_of(strategy)[0].split("/")[-1],
+                         "device:CPU:0")
+        mirrored = strategies.build(StrategyConfig(strategy="mirrored", num_cpu_devices=2))
+        self.assertLen(strategies.replica_devices_of(mirrored), 2)
+
     @parameterized.named_parameters(
         ("nccl_on_cpu", dict(strategy="mirrored", num_cpu_devices=2, all_reduce="nccl"),
          r"all_reduce=nccl needs GPUs"),
