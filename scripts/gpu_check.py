@@ -117,7 +117,7 @@ def main(out_dir: str) -> int:
                                   "--all_reduce=nccl", "--epochs=1"]))
         report["mixed_float16"] = _train_figures(run(
             "mixed_float16", [*train, "--mixed_precision=mixed_float16"]))
-        bench = ["benchmark", "--replicas=1", "--overhead_rounds=0", "--json={json}"]
+        bench = ["benchmark", "--replicas=1", "--rounds=1", "--nooverhead", "--json={json}"]
         for where, value_bytes in (("host", 4), ("device", 1)):
             figures = _benchmark_figures(run(
                 f"preprocess_{where}", [*bench, "--data=real", f"--preprocess_on={where}"]),

@@ -1,18 +1,20 @@
 """One `tfdist benchmark` configuration, measured in a fresh process (the replica count is set
 before TensorFlow starts): per-step times of tfdist's `fit`, and with `--overhead` those of a
-plain Keras script (tf-keras, or Keras 3's own fit under `--keras=3`), alternating in the same
-process.
+plain Keras script (tf-keras, or Keras 3's own fit under `--keras=3`) in the same strategy's
+scope and with no strategy at all, alternating in the same process.
 
 With `--measure_noise_scale` (on 2+ replicas or micro-batches) the rounds also alternate
 tfdist's `fit` without the measurement, so its cost is timed in the same process.
 
 Run by `tfdist.benchmark` as `python -m tfdist.benchmark_child SPEC_JSON`; prints one JSON line:
-{"tfdist": [step seconds...], "plain": [...] (with overhead), "global_batch_size": N,
-"num_replicas": R, "trainable_parameters": P, and when measured "noise_scale": B_simple after
-the last round, "without_noise_scale": [step seconds...]}. SPEC_JSON: {"train_args": [tfdist
-train flags], "warmup_steps": W, "timed_steps": T, "overhead_rounds": K}.
+{"tfdist": [[step seconds of round 1...], ...], "plain": [[...], ...] and "no_strategy" (with
+overhead; the latter at one replica's batch), "global_batch_size": N, "num_replicas": R,
+"trainable_parameters": P, and when measured "noise_scale": B_simple after the last round,
+"without_noise_scale": [[...], ...]}. SPEC_JSON: {"train_args": [tfdist train flags],
+"warmup_steps": W, "timed_steps": T, "rounds": K, "overhead": true|false}.
 """
 
+import contextlib
 import dataclasses
 import json
 import sys
@@ -73,17 +75,16 @@ def _measures_noise_scale(config) -> bool:
         config.optimizer.grad_accum_steps > 1)
 
 
-def _plain_steps(config, strategy, steps: int) -> list[float]:
-    """The same model, strategy and synthetic batch, as TF's distributed-training guide writes
-    it: build and compile in `strategy.scope()`, then `model.fit` on a `tf.data.Dataset` (Keras
-    3's own fit under `--keras=3`)."""
+def _plain_steps(config, strategy, steps: int, batch: int) -> list[float]:
+    """The same model and a synthetic batch of BATCH examples, as TF's distributed-training
+    guide writes it: build and compile in `strategy.scope()` (no scope when STRATEGY is None),
+    then `model.fit` on a `tf.data.Dataset` (Keras 3's own fit under `--keras=3`)."""
     info = sources.synthetic_info(config.input)
-    batch = config.input.global_batch_size
     images = tf.random.uniform((batch, *info.image_shape), -1, 1, seed=config.train.seed)
     labels = tf.random.uniform((batch,), 0, info.num_classes, tf.int64, seed=config.train.seed)
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
     keras = keras_flavour.api(config.train.keras)
-    with strategy.scope():
+    with strategy.scope() if strategy else contextlib.nullcontext():
         model = models.build(config.train.model, info.image_shape, info.num_classes,
                              config.train.keras)
         model.compile(optimizer=keras.optimizers.Adam(config.optimizer.learning_rate),
@@ -104,18 +105,22 @@ def measure(spec: dict) -> dict:
     plan = setup(config if measuring else _without_noise_scale(config))
     timed = slice(spec["warmup_steps"], None)
     result = {"global_batch_size": plan.global_batch_size,
-              "num_replicas": plan.num_replicas, "tfdist": [], "plain": []}
-    for _ in range(max(spec["overhead_rounds"], 1)):
+              "num_replicas": plan.num_replicas, "tfdist": [], "plain": [],
+              "no_strategy": []}
+    for _ in range(spec["rounds"]):
         seconds, summary = _tfdist_steps(plan, steps)
         result["trainable_parameters"] = summary["trainable_parameters"]
-        result["tfdist"] += seconds[timed]
+        result["tfdist"].append(seconds[timed])
         if measuring:
             result["noise_scale"] = summary["history"].get("noise_scale", [None])[-1]
-            result.setdefault("without_noise_scale", []).extend(
+            result.setdefault("without_noise_scale", []).append(
                 _tfdist_steps(dataclasses.replace(plan, config=_without_noise_scale(config)),
                               steps)[0][timed])
-        if spec["overhead_rounds"]:
-            result["plain"] += _plain_steps(config, plan.strategy, steps)[timed]
+        if spec["overhead"]:
+            result["plain"].append(_plain_steps(config, plan.strategy, steps,
+                                                plan.global_batch_size)[timed])
+            result["no_strategy"].append(_plain_steps(
+                config, None, steps, plan.global_batch_size // plan.num_replicas)[timed])
     return result
 
 

@@ -341,13 +341,16 @@ def _define_benchmark_flags() -> _Holders:
         flags.DEFINE_integer("warmup_steps", 5,
                              "benchmark: untimed steps first (tracing, warm-up).",
                              lower_bound=1, upper_bound=MAX_COUNT),
-        flags.DEFINE_integer("timed_steps", 20, "benchmark: timed steps per configuration.",
+        flags.DEFINE_integer("timed_steps", 20, "benchmark: timed steps per round.",
                              lower_bound=1, upper_bound=MAX_COUNT),
-        flags.DEFINE_integer("overhead_rounds", 2,
-                             "benchmark: synthetic runs of tfdist and of a plain Keras script "
-                             "(Keras 3's fit under --keras=3), alternating, for overhead_ratio; "
-                             "0 skips the comparison.",
-                             lower_bound=0, upper_bound=MAX_COUNT))
+        flags.DEFINE_integer("rounds", 3,
+                             "benchmark: timed rounds per configuration; figures are medians "
+                             "over rounds, with their spread.",
+                             lower_bound=1, upper_bound=MAX_COUNT),
+        flags.DEFINE_boolean("overhead", True,
+                             "benchmark: on synthetic data, each round also times a plain "
+                             "Keras script in the strategy's scope and with no strategy "
+                             "(overhead_ratio, overhead_vs_no_strategy)."))
 
 
 def _define_measure(name: str, text: str, lowest: float, highest: float) -> flags.FlagHolder:
@@ -609,7 +612,8 @@ def benchmark_options() -> dict:
     return {"replicas": sorted({int(count) for count in replicas}),
             "data": [kind for kind in ("synthetic", "real") if kind in data],
             "warmup_steps": options["warmup_steps"], "timed_steps": options["timed_steps"],
-            "overhead_rounds": options["overhead_rounds"], "json_path": options["json"],
+            "rounds": options["rounds"], "overhead": options["overhead"],
+            "json_path": options["json"],
             "plot_path": options["plot"]}
 
 

@@ -28,7 +28,7 @@ class ShortSweepTest(unittest.TestCase):
             report_path, plot_path = (os.path.join(scratch, name)
                                       for name in ("report.json", "plot.png"))
             result = run_tfdist("benchmark", "--replicas=1,2", "--warmup_steps=3",
-                                "--timed_steps=10", "--overhead_rounds=1",
+                                "--timed_steps=10", "--rounds=2",
                                 "--global_batch_size=32", f"--data_dir={self.data_dir}",
                                 f"--json={report_path}", f"--plot={plot_path}", timeout_s=600)
             self.assertEqual(result.returncode, 0, result.stderr[-3000:])
@@ -51,29 +51,43 @@ class ShortSweepTest(unittest.TestCase):
             # measured real data at 1.54x synthetic: such spreads are issue 16's subject.)
             self.assertTrue(0.2 < entry["scaling_efficiency"] < 1.5, entry)
             self.assertTrue(0.05 < entry["input_bound_ratio"] < 2.0, entry)
+            self.assertEqual(entry["rounds"], 2)
             self.assertEqual("overhead_ratio" in entry, data == "synthetic")
+            self.assertEqual("overhead_vs_no_strategy" in entry, data == "synthetic")
             if data == "synthetic":
                 self.assertTrue(0.2 < entry["overhead_ratio"] < 5, entry)
+                # Per replica: 2 CPU replicas share the cores one plain step has.
+                self.assertTrue(0.2 < entry["overhead_vs_no_strategy"] < 5 * replicas, entry)
+            for key in ("scaling_efficiency", "input_bound_ratio"):
+                low, high = entry[f"{key}_spread"]
+                self.assertTrue(low <= entry[key] <= high, (key, entry))
         self.assertEqual(entries[1, "synthetic"]["scaling_efficiency"], 1.0)
 
 
 class FiguresTest(unittest.TestCase):
     """The arithmetic, on step times whose figures are worked out by hand."""
 
-    def test_throughput_spread_and_overhead(self):
-        measured = {"global_batch_size": 32, "tfdist": [0.4, 0.1, 0.2],
-                    "plain": [0.1, 0.2, 0.1, 0.1]}
+    def test_figures_are_medians_over_rounds_with_their_spread(self):
+        measured = {"global_batch_size": 32,
+                    "tfdist": [[0.4, 0.1, 0.2], [0.1, 0.1, 0.1], [0.4, 0.4, 0.3]],
+                    "plain": [[0.1, 0.1], [0.1, 0.1], [0.2, 0.2]],
+                    "no_strategy": [[0.1], [0.05], [0.4]]}
         figures = benchmark._figures(measured, "synthetic")
+        self.assertEqual(figures["rounds"], 3)
         self.assertEqual(figures["step_time_s"], {"median": 0.2, "min": 0.1, "max": 0.4})
         self.assertEqual(figures["examples_per_sec"], {"median": 160.0, "min": 80.0,
                                                        "max": 320.0})
+        # Per round 2.0, 1.0, 2.0 against plain; 2.0, 2.0, 1.0 against no strategy.
         self.assertAlmostEqual(figures["overhead_ratio"], 2.0)
+        self.assertEqual(figures["overhead_ratio_spread"], [1.0, 2.0])
+        self.assertAlmostEqual(figures["overhead_vs_no_strategy"], 2.0)
+        self.assertEqual(figures["overhead_vs_no_strategy_spread"], [1.0, 2.0])
         self.assertNotIn("overhead_ratio", benchmark._figures(measured, "real"))
         self.assertNotIn("noise_scale", figures)
 
     def test_noise_scale_and_its_cost(self):
-        measured = {"global_batch_size": 32, "tfdist": [0.4, 0.1, 0.2], "plain": [],
-                    "noise_scale": 300.0, "without_noise_scale": [0.1, 0.2, 0.25]}
+        measured = {"global_batch_size": 32, "tfdist": [[0.4, 0.1, 0.2]], "plain": [],
+                    "noise_scale": 300.0, "without_noise_scale": [[0.1, 0.2, 0.25]]}
         figures = benchmark._figures(measured, "synthetic")
         self.assertEqual(figures["noise_scale"], 300.0)
         self.assertAlmostEqual(figures["noise_scale_overhead"], 1.0)
@@ -81,8 +95,9 @@ class FiguresTest(unittest.TestCase):
         self.assertIn("B_simple", table)
         self.assertIn("300", table.splitlines()[1])
 
-    def test_efficiency_and_input_bound_ratio(self):
-        results = [{"replicas": replicas, "data": data, "examples_per_sec": {"median": rate}}
+    def test_efficiency_and_input_bound_ratio_with_their_widest_spread(self):
+        results = [{"replicas": replicas, "data": data, "rounds": 2,
+                    "examples_per_sec": {"median": rate, "min": rate * 0.9, "max": rate * 1.1}}
                    for replicas, data, rate in ((1, "synthetic", 100.0), (2, "synthetic", 150.0),
                                                 (1, "real", 50.0), (2, "real", 60.0))]
         benchmark._add_ratios(results)
@@ -91,6 +106,23 @@ class FiguresTest(unittest.TestCase):
         self.assertAlmostEqual(figures[2, "real"]["scaling_efficiency"], 0.6)
         self.assertAlmostEqual(figures[1, "real"]["input_bound_ratio"], 0.5)
         self.assertAlmostEqual(figures[2, "real"]["input_bound_ratio"], 0.4)
+        low, high = figures[2, "real"]["input_bound_ratio_spread"]
+        self.assertAlmostEqual(low, 0.4 * 0.9 / 1.1)
+        self.assertAlmostEqual(high, 0.4 * 1.1 / 0.9)
+
+    def test_a_spread_wider_than_the_effect_is_named(self):
+        entries = [{"replicas": 1, "data": "synthetic", "rounds": 3,
+                    "overhead_vs_no_strategy": 1.03,
+                    "overhead_vs_no_strategy_spread": [0.97, 1.12],
+                    "overhead_ratio": 1.30, "overhead_ratio_spread": [1.25, 1.35]}]
+        lines = benchmark.noisy_figures(entries)
+        self.assertEqual(len(lines), 1)
+        self.assertIn("overhead_vs_no_strategy 1.030 spans 0.970-1.120 over 3 rounds", lines[0])
+        self.assertIn("1.030±.075", benchmark._table([{**entries[0], "global_batch_size": 8,
+                                                      "examples_per_sec": {"median": 1,
+                                                                           "min": 1, "max": 1},
+                                                      "step_time_s": {"median": 1}}]))
+        self.assertEqual(benchmark.noisy_figures([{**entries[0], "rounds": 1}]), [])
 
 
 class BadBenchmarkInputTest(parameterized.TestCase):
@@ -111,5 +143,5 @@ class BadBenchmarkInputTest(parameterized.TestCase):
             with self.assertRaisesRegex(ConfigError, r"plot=out.png needs matplotlib.*"
                                                      r"pip install -e '.\[plot\]'"):
                 benchmark.main([], replicas=[1], data=["synthetic"], warmup_steps=1,
-                               timed_steps=1, overhead_rounds=0, json_path=None,
+                               timed_steps=1, rounds=1, overhead=False, json_path=None,
                                plot_path="out.png", num_gpus=0)

@@ -17,7 +17,7 @@ _ROOT = pathlib.Path(__file__).resolve().parents[2]
 # A `tensorflow` that fails to import (see cli_runner.py): the user's program must not need it.
 _NO_TENSORFLOW = pathlib.Path(__file__).with_name("no_tensorflow")
 _CLI_ONLY = ("num_workers", "replicas_per_worker", "json", "replicas", "data", "warmup_steps",
-             "timed_steps", "overhead_rounds", "plot", "port", "evaluator", "max_restarts",
+             "timed_steps", "rounds", "overhead", "plot", "port", "evaluator", "max_restarts",
              "network", "timeout_s", "format", "name", "image", "restart_policy", "time_limit",
              "gpus_per_task", "probe", "probe_timeout_s", "tf_config")
 _USER_PROGRAM = """\
