@@ -38,6 +38,10 @@ LABEL = "label"
 ID = "id"
 _POSITION_BITS = 32  # An example without a stored id is identified as file << 32 | position.
 _MAX_READERS = 8
+# Consecutive records taken from one file before the interleave moves to the next. Measured on
+# the built-in dataset's training pipeline, 2 cores, 192,000 examples each: 32 read 164k and
+# 149k examples/s against 134k and 132k with 1 (the shuffle buffer downstream mixes them).
+_READ_BLOCK = 32
 _DECODE_PARALLELISM = 32  # Images decoded concurrently within a batch: 1.35x the default 10.
 
 
@@ -116,7 +120,7 @@ def read_records(config: InputConfig, files: tuple[str, ...], plan: sharding.Sha
     dataset = dataset.interleave(
         lambda index, path: _read_file(index, path, skip_corrupt=config.skip_corrupt_records,
                                        tag_positions=tag_positions),
-        cycle_length=min(len(plan.file_indices), _MAX_READERS), block_length=1,
+        cycle_length=min(len(plan.file_indices), _MAX_READERS), block_length=_READ_BLOCK,
         num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     if plan.keeps_every_nth:
         dataset = dataset.shard(plan.num_pipelines, plan.pipeline_id)
