@@ -8,8 +8,10 @@ throughput between 2 processes against raw loopback TCP, all in one run.
               latency of the ring's messages): as one tensor or as 64 tensors of 1 MiB
               with several pack sizes (CommunicationOptions.bytes_per_pack), and compressed
               for the wire (cast to bfloat16 or float16 before the all-reduce, back after, as
-              Horovod's fp16 compression). Throughput = the float32 gradient bytes / time per
-              all-reduce; a 2-worker ring sends and receives about that many bytes per worker.
+              Horovod's fp16 compression); in tfdist's chunks of at most 4 MiB
+              (strategies.ring_chunks) and, for comparison, in TF's default one subdivision.
+              Throughput = the float32 gradient bytes / time per all-reduce; a 2-worker ring
+              sends and receives about that many bytes per worker.
   training    `tfdist train --strategy=multi_worker_mirrored` on the built-in dataset, one
               worker against `tfdist launch --num_workers=2` (plain, with bfloat16 all-reduce,
               with 16 MiB packs), same global batch of 128; examples/s of the epochs after the
@@ -39,17 +41,20 @@ PAYLOAD_BYTES = 64 * MIB
 WARMUP = 2
 REPS = 5
 _TIMEOUT_S = 600
-# (name, float32 bytes, number of tensors, wire dtype, bytes_per_pack; 0 lets TF choose)
+# (name, float32 bytes, number of tensors, wire dtype, bytes_per_pack (0 lets TF choose),
+# max_subdivs_per_device (None: tfdist's, strategies.ring_chunks; -1: TF's one subdivision))
 ALLREDUCE_CASES = (
-    ("1 x 64 MiB float32", PAYLOAD_BYTES, 1, "float32", 0),
-    ("1 x 64 MiB bfloat16 on the wire", PAYLOAD_BYTES, 1, "bfloat16", 0),
-    ("1 x 64 MiB float16 on the wire", PAYLOAD_BYTES, 1, "float16", 0),
-    ("64 x 1 MiB float32, pack auto", PAYLOAD_BYTES, 64, "float32", 0),
-    ("64 x 1 MiB float32, pack 4 MiB", PAYLOAD_BYTES, 64, "float32", 4 * MIB),
-    ("64 x 1 MiB float32, pack 16 MiB", PAYLOAD_BYTES, 64, "float32", 16 * MIB),
-    ("64 x 1 MiB float32, pack 64 MiB", PAYLOAD_BYTES, 64, "float32", 64 * MIB),
-    ("64 x 1 MiB bfloat16, pack 16 MiB", PAYLOAD_BYTES, 64, "bfloat16", 16 * MIB),
-    ("1 x 4 KiB float32 (latency)", 4096, 1, "float32", 0),
+    ("1 x 64 MiB float32", PAYLOAD_BYTES, 1, "float32", 0, None),
+    ("1 x 64 MiB float32, TF's 1 subdivision", PAYLOAD_BYTES, 1, "float32", 0, -1),
+    ("1 x 64 MiB bfloat16 on the wire", PAYLOAD_BYTES, 1, "bfloat16", 0, None),
+    ("1 x 64 MiB bfloat16, TF's 1 subdivision", PAYLOAD_BYTES, 1, "bfloat16", 0, -1),
+    ("1 x 64 MiB float16 on the wire", PAYLOAD_BYTES, 1, "float16", 0, None),
+    ("64 x 1 MiB float32, pack auto", PAYLOAD_BYTES, 64, "float32", 0, None),
+    ("64 x 1 MiB float32, pack 4 MiB", PAYLOAD_BYTES, 64, "float32", 4 * MIB, None),
+    ("64 x 1 MiB float32, pack 16 MiB", PAYLOAD_BYTES, 64, "float32", 16 * MIB, None),
+    ("64 x 1 MiB float32, pack 64 MiB", PAYLOAD_BYTES, 64, "float32", 64 * MIB, None),
+    ("64 x 1 MiB bfloat16, pack 16 MiB", PAYLOAD_BYTES, 64, "bfloat16", 16 * MIB, None),
+    ("1 x 4 KiB float32 (latency)", 4096, 1, "float32", 0, None),
 )
 
 GLOBAL_BATCH_SIZE = 128  # tfdist train's default.
@@ -97,14 +102,18 @@ def _allreduce_worker(output_path: str, names: list[str]) -> None:
     from tfdist.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from strategies import ring_chunks  # pylint: disable=import-outside-toplevel
+    ring_chunks.apply()  # As tfdist's multi_worker_mirrored does.
     communication = tf.distribute.experimental.CommunicationOptions
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
         timeout_seconds=_TIMEOUT_S))
-    results = {}
-    for name, num_bytes, num_tensors, wire_dtype, bytes_per_pack in ALLREDUCE_CASES:
+    results, tfdist_subdivs = {}, ring_chunks.MAX_SUBDIVS_PER_DEVICE
+    for name, num_bytes, num_tensors, wire_dtype, bytes_per_pack, subdivs in ALLREDUCE_CASES:
         if name not in names:
             continue
+        # Read when the all-reduce is traced, below.
+        ring_chunks.MAX_SUBDIVS_PER_DEVICE = tfdist_subdivs if subdivs is None else subdivs
         size = num_bytes // 4 // num_tensors
         tensors = [tf.random.uniform([size]) for _ in range(num_tensors)]
         options = communication(bytes_per_pack=bytes_per_pack)

@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from strategies import ring_chunks
 from strategies.cluster import ClusterConfig
 from strategies.config import Collective
 from strategies.config import StrategyConfig
@@ -20,7 +21,8 @@ def build(config: StrategyConfig, cluster: ClusterConfig | None, *,
     """Returns a MultiWorkerMirroredStrategy for this task of `cluster` (None: one worker).
 
     `collective_timeout_s` bounds every collective, so a lost peer raises instead of hanging;
-    `allreduce_pack_mib` sizes the packs gradients are all-reduced in.
+    `allreduce_pack_mib` sizes the packs gradients are all-reduced in, and the ring moves each
+    pack in overlapping chunks of at most 4 MiB (`strategies.ring_chunks`).
     """
     if config.collective is Collective.NCCL and not num_gpus:
         raise StrategyConfigError(
@@ -29,5 +31,6 @@ def build(config: StrategyConfig, cluster: ClusterConfig | None, *,
         implementation=_IMPLEMENTATIONS[config.collective],
         timeout_seconds=config.collective_timeout_s,
         bytes_per_pack=config.allreduce_pack_mib * 1024 * 1024)
+    ring_chunks.apply()
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=cluster_resolver(cluster), communication_options=options)
