@@ -116,8 +116,10 @@ def _add_ratios(results: list[dict]) -> None:
     rate = {(entry["replicas"], entry["data"]): entry["examples_per_sec"] for entry in results}
     for entry in results:
         own, one = entry["examples_per_sec"], rate.get((1, entry["data"]))
-        if one:
-            count = entry["replicas"]
+        count = entry["replicas"]
+        if count == 1:  # The reference: 1.0 by definition.
+            entry["scaling_efficiency"], entry["scaling_efficiency_spread"] = 1.0, [1.0, 1.0]
+        elif one:
             entry["scaling_efficiency"] = own["median"] / (count * one["median"])
             entry["scaling_efficiency_spread"] = [own["min"] / (count * one["max"]),
                                                   own["max"] / (count * one["min"])]

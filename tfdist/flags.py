@@ -343,7 +343,7 @@ def _define_benchmark_flags() -> _Holders:
                              lower_bound=1, upper_bound=MAX_COUNT),
         flags.DEFINE_integer("timed_steps", 20, "benchmark: timed steps per round.",
                              lower_bound=1, upper_bound=MAX_COUNT),
-        flags.DEFINE_integer("rounds", 3,
+        flags.DEFINE_integer("rounds", 7,
                              "benchmark: timed rounds per configuration; figures are medians "
                              "over rounds, with their spread.",
                              lower_bound=1, upper_bound=MAX_COUNT),
