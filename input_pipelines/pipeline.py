@@ -159,8 +159,8 @@ def _decode_images(encoded: tf.Tensor, source: Source) -> tf.Tensor:
                      fn_output_signature=tf.TensorSpec(source.info.image_shape, tf.uint8))
 
 
-def _parse_batch(source: Source, serialized: tf.Tensor,
-                 position_ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
+def parse_and_decode(source: Source, serialized: tf.Tensor,
+                     position_ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
     """Parses and decodes one batch of records into {image uint8, label[, id]}; the id is the
     stored one, else `position_ids` when given."""
     features = tf.io.parse_example(serialized, source.features)
@@ -254,7 +254,7 @@ def _host_work(source: Source, read: ReadOptions,
                records: tuple[tf.Tensor, ...]) -> dict[str, tf.Tensor]:
     """Everything the host does to one batch of images, in one map: parse, decode and, when
     placed on the host, preprocess."""
-    batch = _parse_batch(source, *records)
+    batch = parse_and_decode(source, *records)
     if not read.placement.on_device:
         batch[IMAGE] = preprocessing.preprocess_on_host(
             batch[IMAGE], training=read.training, compute_dtype=read.placement.compute_dtype)

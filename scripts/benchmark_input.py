@@ -14,12 +14,14 @@ Each pipeline is timed in a fresh child process, one after the other, so that no
 another's threads or memory (measured: tfdist's pipeline ran 30% slower right after the naive one
 in the same process). Prints examples/s of each, tfdist/naive and tfdist/parse_only, and with
 --json=PATH writes naive_eps, tfdist_eps, parse_only_eps, speedup_vs_naive,
-fraction_of_parse_only.
+fraction_of_parse_only. --stages also times tfdist's pipeline cut after each of its steps and
+writes what each adds per example under "stages".
 
-    python scripts/benchmark_input.py [--json=PATH] [--examples=N] [--data_dir=DIR]
+    python scripts/benchmark_input.py [--json=PATH] [--examples=N] [--data_dir=DIR] [--stages]
 """
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -77,6 +79,21 @@ def _parse_only(config: InputConfig, source: sources.Source) -> tf.data.Dataset:
             tf.data.AUTOTUNE)
 
 
+def _stage(config: InputConfig, source: sources.Source, last: str) -> tf.data.Dataset:
+    """tfdist's training pipeline up to and including stage `last` (see `STAGES`)."""
+    files = source.files[sources.TRAIN]
+    plan = pipeline.shard_plan(config, len(files), _SINGLE_PIPELINE, training=True)
+    records = pipeline.read_records(config, files, plan, shuffle_seed=config.seed)
+    if last != "read":
+        records = records.shuffle(config.shuffle_buffer_size, seed=config.seed)
+    batches = records.repeat().batch(_GLOBAL_BATCH_SIZE, drop_remainder=True)
+    work = {"parse": lambda serialized: tf.io.parse_example(serialized, source.features),
+            "decode": lambda serialized: pipeline.parse_and_decode(source, serialized)}.get(last)
+    if work:
+        batches = batches.map(work, num_parallel_calls=tf.data.AUTOTUNE)
+    return batches.with_options(pipeline.options(config)).prefetch(tf.data.AUTOTUNE)
+
+
 def _tfdist(config: InputConfig) -> tf.data.Dataset:
     read = ReadOptions(split=sources.TRAIN, training=True, placement=Placement(PreprocessOn.HOST))
     return pipeline.examples(config, read, _SINGLE_PIPELINE, announce=False).prefetch(
@@ -95,10 +112,14 @@ def _examples_per_sec(dataset: tf.data.Dataset, num_examples: int) -> float:
     return num_batches * _GLOBAL_BATCH_SIZE / (time.perf_counter() - start)
 
 
+# With --stages: tfdist's training pipeline cut after each of its steps, in order; the last
+# step (augment and normalise on the host) makes it the whole `tfdist` pipeline.
+STAGES = ("read", "shuffle", "parse", "decode")
 _PIPELINES = {
     "naive": lambda config, source: _naive(source),
     "tfdist": lambda config, source: _tfdist(config),
     "parse_only": _parse_only,
+    **{f"stage_{name}": functools.partial(_stage, last=name) for name in STAGES},
 }
 _CHILD_TIMEOUT_S = 600
 
@@ -114,12 +135,30 @@ def _measure_in_child(pipeline_name: str, args: argparse.Namespace) -> float:
     return float(output.strip().splitlines()[-1])
 
 
+def _stages(args: argparse.Namespace, tfdist_eps: float) -> dict:
+    """Examples/s after each step and the microseconds per example each step adds."""
+    rates = {name: _measure_in_child(f"stage_{name}", args) for name in STAGES}
+    rates["augment_normalise"] = tfdist_eps
+    stages, before = {}, 0.0
+    for name, rate in rates.items():
+        cost = 1e6 / rate
+        stages[name] = {"eps": round(rate), "added_us_per_example": round(cost - before, 2)}
+        before = cost
+        print(f"  + {name:18s} {rate:>10,.0f} examples/s  {stages[name]['added_us_per_example']:+6.2f}"
+              " us/example")
+    return stages
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the figures to this path")
     parser.add_argument("--examples", type=int, default=200_000,
                         help="examples to time per pipeline (default: 20 epochs, 1-2 s at tfdist's rate)")
     parser.add_argument("--data_dir", help="TFDS data dir of the built-in dataset")
+    parser.add_argument("--stages", action="store_true",
+                        help="also time tfdist's pipeline cut after each step (read, shuffle, "
+                             "parse, decode; then augment and normalise) and the cost per "
+                             "example each step adds")
     parser.add_argument("--pipeline", choices=sorted(_PIPELINES),
                         help="time only this pipeline, here, and print its examples/s")
     args = parser.parse_args()
@@ -135,11 +174,13 @@ def main() -> None:
         print(f"{name}: {figures[name]:,.0f} examples/s")
     print(f"tfdist/naive (b/a): {figures['speedup_vs_naive']:.2f}x; tfdist/parse_only (b/c): "
           f"{figures['fraction_of_parse_only']:.2f}")
+    stages = _stages(args, figures["tfdist_eps"]) if args.stages else None
     if args.json:
         with open(args.json, "w", encoding="utf-8") as json_file:
             json.dump({"cpu_count": os.cpu_count(), "examples": args.examples,
                        "global_batch_size": _GLOBAL_BATCH_SIZE,
-                       **{name: round(value, 2) for name, value in figures.items()}},
+                       **{name: round(value, 2) for name, value in figures.items()},
+                       **({"stages": stages} if stages else {})},
                       json_file, indent=2)
 
 
