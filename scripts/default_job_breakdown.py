@@ -1,0 +1,154 @@
+"""Where the default job's wall time goes, over several runs in a row.
+
+Each run is a fresh process doing what `tfdist train` with no flags does (`setup`, then `fit`),
+with a Keras callback that stamps every phase: Python and TensorFlow's import, `setup` (the
+strategy, and the built-in dataset, generated in the first run only when --fresh_data), model
+build and compile up to the first batch, the first step (tracing), the other training steps
+(input and compute), validation, the rest of each epoch (callbacks, iterators), the teardown
+after the last epoch until `fit` returns, and the process's exit. Prints each run's line and the
+min/median/max of each phase; --json writes them.
+
+    python scripts/default_job_breakdown.py [--runs=5] [--json=PATH] [--fresh_data]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+_TIMEOUT_S = 600
+
+
+def _child(data_dir: str) -> None:
+    """One default-job run, stamped; prints its phases as one JSON line."""
+    started = time.perf_counter()
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    from tfdist.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
+    import_tensorflow(show_logs=False)
+    # pylint: disable=import-outside-toplevel
+    import tf_keras
+    from tfdist import flags as tfdist_flags
+    from tfdist import train_command
+    from tfdist.plan import setup
+    imported = time.perf_counter()
+
+    class Stamps(tf_keras.callbacks.Callback):
+        """perf_counter at each event Keras reports."""
+
+        def __init__(self):
+            super().__init__()
+            self.events: list[tuple[str, float]] = []
+
+        def _stamp(self, name):
+            self.events.append((name, time.perf_counter()))
+
+        def on_train_begin(self, logs=None):
+            self._stamp("train_begin")
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._stamp("epoch_begin")
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._stamp("batch_begin")
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._stamp("batch_end")
+
+        def on_test_begin(self, logs=None):
+            self._stamp("test_begin")
+
+        def on_test_end(self, logs=None):
+            self._stamp("test_end")
+
+        def on_epoch_end(self, epoch, logs=None):
+            self._stamp("epoch_end")
+
+        def on_train_end(self, logs=None):
+            self._stamp("train_end")
+
+    tfdist_flags.parse("train", ["tfdist", f"--data_dir={data_dir}"])
+    plan = setup(tfdist_flags.run_config(None))
+    set_up = time.perf_counter()
+    stamps = Stamps()
+    summary = train_command.fit(plan, callbacks=[stamps])
+    fitted = time.perf_counter()
+    phases = {"import_s": imported - started, "setup_s": set_up - imported}
+    phases.update(_fit_phases(stamps.events, set_up, fitted))
+    phases["val_accuracy"] = summary["final"]["val_accuracy"]
+    print(json.dumps(phases), flush=True)
+
+
+def _fit_phases(events: list[tuple[str, float]], fit_called: float, fit_returned: float) -> dict:
+    """Splits `fit`'s time between the stamped events."""
+    at = {}
+    for name, moment in events:
+        at.setdefault(name, []).append(moment)
+    steps = [end - begin for begin, end in zip(at["batch_begin"], at["batch_end"])]
+    validation = sum(end - begin for begin, end in zip(at["test_begin"], at["test_end"]))
+    epochs = sum(end - begin for begin, end in zip(at["epoch_begin"], at["epoch_end"]))
+    return {"build_and_compile_s": at["train_begin"][0] - fit_called,
+            "first_step_s": steps[0], "other_steps_s": sum(steps[1:]),
+            "validation_s": validation,
+            "epoch_rest_s": epochs - sum(steps) - validation,
+            "between_epochs_s": (at["epoch_begin"][0] - at["train_begin"][0]) + sum(
+                begin - end for begin, end in zip(at["epoch_begin"][1:], at["epoch_end"])),
+            "teardown_s": fit_returned - at["train_end"][0],
+            "fit_s": fit_returned - fit_called}
+
+
+def _run(data_dir: str) -> dict:
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", data_dir],
+                            capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        raise SystemExit(f"default_job_breakdown: a run failed:\n{result.stderr[-2000:]}")
+    phases = json.loads(result.stdout.strip().splitlines()[-1])
+    accounted = sum(value for key, value in phases.items()
+                    if key.endswith("_s") and key != "fit_s")
+    phases["exit_and_rest_s"] = wall - accounted
+    phases["wall_s"] = wall
+    return phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--json", help="write every run's phases and their spread here")
+    parser.add_argument("--fresh_data", action="store_true",
+                        help="start from an empty data dir (the first run generates the data)")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        _child(args.child)
+        return
+    with tempfile.TemporaryDirectory() as data_dir:
+        if not args.fresh_data:
+            _run(data_dir)  # Generates the data, untimed.
+        runs = []
+        for number in range(1, args.runs + 1):
+            runs.append(_run(data_dir))
+            print(f"run {number}: " + ", ".join(f"{key} {value:.2f}"
+                                                 for key, value in runs[-1].items()), flush=True)
+    spread = {key: {"min": min(run[key] for run in runs),
+                    "median": statistics.median(run[key] for run in runs),
+                    "max": max(run[key] for run in runs)} for key in runs[0]}
+    for key, figures in spread.items():
+        print(f"{key:>20}: min {figures['min']:.2f}  median {figures['median']:.2f}  "
+              f"max {figures['max']:.2f}")
+    walls = spread["wall_s"]
+    print(f"wall: max/min {walls['max'] / walls['min']:.3f} over {len(runs)} runs")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as json_file:
+            json.dump({"cpu_count": os.cpu_count(), "runs": runs, "spread": spread}, json_file,
+                      indent=1)
+            json_file.write("\n")
+
+
+if __name__ == "__main__":
+    main()
