@@ -79,7 +79,8 @@ class ResumeTest(parameterized.TestCase):
         self.assertTrue(os.listdir(os.path.join(self.model_dir, "logs", "train")))
 
     def test_a_second_run_on_the_same_model_dir_is_refused(self):
-        first = _start(*self.args, "--strategy=one_device")
+        # Long enough to outlive the second run's start (3 short epochs end within seconds).
+        first = _start(*self.args, "--strategy=one_device", "--steps_per_epoch=100000")
         try:
             self.assertIn("Epoch 1/", _read_until(first, "Epoch 1/"))
             result = run_tfdist("train", *self.args, "--strategy=one_device")
