@@ -68,23 +68,14 @@ def _naive(source: sources.Source) -> tf.data.Dataset:
     return dataset.map(parse_and_preprocess).repeat().batch(_GLOBAL_BATCH_SIZE)
 
 
-def _parse_only(config: InputConfig, source: sources.Source) -> tf.data.Dataset:
-    """tfdist's reading (parallel interleave, batched parse) without decode or augmentation."""
+def _stage(config: InputConfig, source: sources.Source, last: str, *,
+           shuffle: bool = True) -> tf.data.Dataset:
+    """tfdist's training pipeline up to and including stage `last` (see `STAGES`); with
+    `shuffle=False` no example shuffle (the file order is shuffled either way)."""
     files = source.files[sources.TRAIN]
     plan = pipeline.shard_plan(config, len(files), _SINGLE_PIPELINE, training=True)
     records = pipeline.read_records(config, files, plan, shuffle_seed=config.seed)
-    return records.repeat().batch(_GLOBAL_BATCH_SIZE).map(
-        lambda serialized: tf.io.parse_example(serialized, source.features),
-        num_parallel_calls=tf.data.AUTOTUNE).with_options(pipeline.options(config)).prefetch(
-            tf.data.AUTOTUNE)
-
-
-def _stage(config: InputConfig, source: sources.Source, last: str) -> tf.data.Dataset:
-    """tfdist's training pipeline up to and including stage `last` (see `STAGES`)."""
-    files = source.files[sources.TRAIN]
-    plan = pipeline.shard_plan(config, len(files), _SINGLE_PIPELINE, training=True)
-    records = pipeline.read_records(config, files, plan, shuffle_seed=config.seed)
-    if last != "read":
+    if shuffle and last != "read":
         records = records.shuffle(config.shuffle_buffer_size, seed=config.seed)
     batches = records.repeat().batch(_GLOBAL_BATCH_SIZE, drop_remainder=True)
     work = {"parse": lambda serialized: tf.io.parse_example(serialized, source.features),
@@ -118,7 +109,8 @@ STAGES = ("read", "shuffle", "parse", "decode")
 _PIPELINES = {
     "naive": lambda config, source: _naive(source),
     "tfdist": lambda config, source: _tfdist(config),
-    "parse_only": _parse_only,
+    # tfdist's reading (parallel interleave, batched parse), no shuffle, decode or augmentation.
+    "parse_only": functools.partial(_stage, last="parse", shuffle=False),
     **{f"stage_{name}": functools.partial(_stage, last=name) for name in STAGES},
 }
 _CHILD_TIMEOUT_S = 600

@@ -20,13 +20,15 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tfdist import summary  # noqa: E402  pylint: disable=wrong-import-position
+
 _TIMEOUT_S = 600
 
 
 def _child(data_dir: str) -> None:
     """One default-job run, stamped; prints its phases as one JSON line."""
     started = time.perf_counter()
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     from tfdist.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
@@ -144,10 +146,8 @@ def main() -> None:
     walls = spread["wall_s"]
     print(f"wall: max/min {walls['max'] / walls['min']:.3f} over {len(runs)} runs")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as json_file:
-            json.dump({"cpu_count": os.cpu_count(), "runs": runs, "spread": spread}, json_file,
-                      indent=1)
-            json_file.write("\n")
+        summary.write_json(args.json, {"cpu_count": os.cpu_count(), "runs": runs,
+                                       "spread": spread})
 
 
 if __name__ == "__main__":

@@ -29,17 +29,12 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tfdist import summary  # noqa: E402  pylint: disable=wrong-import-position
+
 _STEP_TIMEOUT_S = 300
 _BUDGET_S = 8 * 60
 _IMAGE_BYTES = 32 * 32 * 3  # The built-in dataset's images.
-
-
-def _save(report: dict, path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as file:
-        json.dump(report, file, indent=1)
-        file.write("\n")
-    os.replace(path + ".tmp", path)
 
 
 def _run(name: str, args: list[str], report: dict, started: float, path: str) -> dict | None:
@@ -47,7 +42,7 @@ def _run(name: str, args: list[str], report: dict, started: float, path: str) ->
     report["steps"][name]; returns the JSON the step wrote to {json}, if any. Saves the report
     to PATH first, so a run cut short keeps every figure measured before it."""
     report["seconds"] = round(time.perf_counter() - started, 1)
-    _save(report, path)
+    summary.write_json(path, report)
     if time.perf_counter() - started > _BUDGET_S:
         report["steps"][name] = {"skipped": "over the 8-minute budget"}
         return None
@@ -144,7 +139,7 @@ def main(out_dir: str) -> int:
                          "--json={json}"])
             os.unlink(file.name)
     report["seconds"] = round(time.perf_counter() - started, 1)
-    _save(report, path)
+    summary.write_json(path, report)
     failed = [name for name, step in report["steps"].items()
               if step.get("status") not in (0, None)]
     print(f"gpu_check: wrote {path} after {report['seconds']} s" +
