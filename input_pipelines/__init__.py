@@ -122,3 +122,21 @@ def start_service(port: int, num_workers: int):
     returns the running cluster (`.address`, `.worker_addresses`, `.stop()`)."""
     from input_pipelines import service
     return service.start(port, num_workers)
+
+
+def profile_stages(dataset, *, num_elements: int, warmup_elements: int = 10,
+                   logdir: str | None = None):
+    """Takes `num_elements` from any `tf.data.Dataset` (yours too) under TensorFlow's profiler
+    and returns a `StageProfile`: the trace time of each tf.data transformation and each op run
+    in its map functions (`.stage_s`, `.per_element_us(stage)`). `logdir` keeps the trace."""
+    from input_pipelines import stage_profile
+    return stage_profile.profile_stages(dataset, num_elements=num_elements,
+                                        warmup_elements=warmup_elements, logdir=logdir)
+
+
+def read_trace(logdir: str):
+    """Trace seconds and event counts per stage (see `profile_stages`) of the newest trace that
+    `tf.profiler.experimental.start(logdir)` ... `stop()` wrote, around any code (`model.fit`
+    steps too: the ops of the step show as stages)."""
+    from input_pipelines import stage_profile
+    return stage_profile.read_trace(logdir)
