@@ -10,20 +10,28 @@ over the same number of examples after the same warm-up, on this machine:
   parse_only  the I/O floor: the same files read by tfdist's parallel interleave and parsed, but
               nothing decoded or augmented.
 
-Each pipeline is timed in a fresh child process, one after the other, so that none inherits
-another's threads or memory (measured: tfdist's pipeline ran 30% slower right after the naive one
-in the same process). Prints examples/s of each, tfdist/naive and tfdist/parse_only, and with
---json=PATH writes naive_eps, tfdist_eps, parse_only_eps, speedup_vs_naive,
-fraction_of_parse_only. --stages also times tfdist's pipeline cut after each of its steps and
-writes what each adds per example under "stages".
+Each pipeline is timed in a fresh child process, so that none inherits another's threads or
+memory (measured: tfdist's pipeline ran 30% slower right after the naive one in the same
+process). A round times the three one after the other; --rounds repeats that, and each figure
+is the median over rounds: examples/s of each pipeline, and the ratios tfdist/naive and
+tfdist/parse_only as the median of the rounds' ratios, with their [min, max] over the rounds
+(a 2-core machine's speed drifts from one child to the next: measured, parse_only alone ranged
+214k-337k examples/s over 15 children). --json=PATH writes naive_eps, tfdist_eps,
+parse_only_eps, speedup_vs_naive, fraction_of_parse_only and `<ratio>_spread`. --stages also
+times tfdist's pipeline cut after each of its steps and writes what each adds per example under
+"stages". --trace also runs tfdist's pipeline under TensorFlow's profiler and writes, under
+"trace", the trace time of each tf.data transformation and each op per example
+(`input_pipelines.profile_stages`).
 
-    python scripts/benchmark_input.py [--json=PATH] [--examples=N] [--data_dir=DIR] [--stages]
+    python scripts/benchmark_input.py [--json=PATH] [--rounds=3] [--examples=N]
+        [--data_dir=DIR] [--stages] [--trace]
 """
 
 import argparse
 import functools
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -39,9 +47,11 @@ from input_pipelines import InputConfig
 from input_pipelines import Placement
 from input_pipelines import PreprocessOn
 from input_pipelines import ReadOptions
+from input_pipelines import profile_stages
 from input_pipelines import pipeline
 from input_pipelines import preprocessing
 from input_pipelines import sources
+from tfdist import summary
 
 _GLOBAL_BATCH_SIZE = 128
 _WARMUP_BATCHES = 10
@@ -114,17 +124,23 @@ _PIPELINES = {
     **{f"stage_{name}": functools.partial(_stage, last=name) for name in STAGES},
 }
 _CHILD_TIMEOUT_S = 600
+_TRACE_BATCHES = 200
+_TRACE_MIN_US = 0.1  # Stages under this many microseconds per example are left out.
 
 
-def _measure_in_child(pipeline_name: str, args: argparse.Namespace) -> float:
-    """Runs this script with --pipeline=NAME in a fresh process; returns its examples/s."""
-    command = [sys.executable, __file__, f"--pipeline={pipeline_name}",
-               f"--examples={args.examples}"]
+def _child_output(args: argparse.Namespace, *flags: str) -> str:
+    """Runs this script in a fresh process with `flags`; returns its last line of output."""
+    command = [sys.executable, __file__, f"--examples={args.examples}", *flags]
     if args.data_dir:
         command.append(f"--data_dir={args.data_dir}")
     output = subprocess.run(command, check=True, capture_output=True, text=True,
                             timeout=_CHILD_TIMEOUT_S).stdout
-    return float(output.strip().splitlines()[-1])
+    return output.strip().splitlines()[-1]
+
+
+def _measure_in_child(pipeline_name: str, args: argparse.Namespace) -> float:
+    """Examples/s of `pipeline_name`, timed in a fresh process."""
+    return float(_child_output(args, f"--pipeline={pipeline_name}"))
 
 
 def _stages(args: argparse.Namespace, tfdist_eps: float) -> dict:
@@ -141,39 +157,90 @@ def _stages(args: argparse.Namespace, tfdist_eps: float) -> dict:
     return stages
 
 
+def _trace(config: InputConfig, source: sources.Source) -> dict:
+    """tfdist's pipeline under the profiler: trace microseconds per example of each stage."""
+    profile = profile_stages(_tfdist(config), num_elements=_TRACE_BATCHES,
+                             warmup_elements=_WARMUP_BATCHES)
+    examples = profile.num_elements * _GLOBAL_BATCH_SIZE
+    per_example = {stage: round(1e6 * seconds / examples, 2)
+                   for stage, seconds in profile.stage_s.items()}
+    return {"examples": examples, "wall_us_per_example": round(1e6 * profile.wall_s / examples, 2),
+            "stage_us_per_example": {stage: value for stage, value in per_example.items()
+                                     if value >= _TRACE_MIN_US}}
+
+
+def _rounds(args: argparse.Namespace) -> dict:
+    """Each pipeline's median examples/s over `args.rounds` rounds, and each ratio as the median
+    of the rounds' ratios with its [min, max]."""
+    measured = [{name: _measure_in_child(name, args) for name in ("naive", "tfdist", "parse_only")}
+                for _ in range(args.rounds)]
+    figures = {f"{name}_eps": statistics.median(round_[name] for round_ in measured)
+               for name in measured[0]}
+    for ratio, baseline in (("speedup_vs_naive", "naive"), ("fraction_of_parse_only", "parse_only")):
+        values = [round_["tfdist"] / round_[baseline] for round_ in measured]
+        figures[ratio] = statistics.median(values)
+        figures[f"{ratio}_spread"] = [round(min(values), 3), round(max(values), 3)]
+    figures["rounds_eps"] = [{name: round(rate) for name, rate in round_.items()}
+                             for round_ in measured]
+    return figures
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive integer")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the figures to this path")
-    parser.add_argument("--examples", type=int, default=200_000,
-                        help="examples to time per pipeline (default: 20 epochs, 1-2 s at tfdist's rate)")
+    parser.add_argument("--rounds", type=_positive, default=3,
+                        help="rounds of the three pipelines; figures are medians over rounds")
+    parser.add_argument("--examples", type=_positive, default=400_000,
+                        help="examples to time per pipeline (default: 40 epochs, 2-3 s at "
+                             "tfdist's rate)")
     parser.add_argument("--data_dir", help="TFDS data dir of the built-in dataset")
     parser.add_argument("--stages", action="store_true",
                         help="also time tfdist's pipeline cut after each step (read, shuffle, "
                              "parse, decode; then augment and normalise) and the cost per "
                              "example each step adds")
+    parser.add_argument("--trace", action="store_true",
+                        help="also profile tfdist's pipeline: trace time per example of each "
+                             "tf.data transformation and op")
     parser.add_argument("--pipeline", choices=sorted(_PIPELINES),
                         help="time only this pipeline, here, and print its examples/s")
+    parser.add_argument("--trace_here", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     config = InputConfig(data_dir=args.data_dir, global_batch_size=_GLOBAL_BATCH_SIZE)
     source = sources.source(config)  # Prepares the dataset before any timing.
+    if args.trace_here:
+        print(json.dumps(_trace(config, source)))
+        return
     if args.pipeline:
         print(_examples_per_sec(_PIPELINES[args.pipeline](config, source), args.examples))
         return
-    figures = {f"{name}_eps": _measure_in_child(name, args) for name in _PIPELINES}
-    figures["speedup_vs_naive"] = figures["tfdist_eps"] / figures["naive_eps"]
-    figures["fraction_of_parse_only"] = figures["tfdist_eps"] / figures["parse_only_eps"]
+    figures = _rounds(args)
     for name in ("naive_eps", "tfdist_eps", "parse_only_eps"):
-        print(f"{name}: {figures[name]:,.0f} examples/s")
-    print(f"tfdist/naive (b/a): {figures['speedup_vs_naive']:.2f}x; tfdist/parse_only (b/c): "
-          f"{figures['fraction_of_parse_only']:.2f}")
+        print(f"{name}: {figures[name]:,.0f} examples/s (median of {args.rounds} rounds)")
+    for ratio, label in (("speedup_vs_naive", "tfdist/naive"),
+                         ("fraction_of_parse_only", "tfdist/parse_only")):
+        low, high = figures[f"{ratio}_spread"]
+        print(f"{label}: {figures[ratio]:.2f} (rounds {low:.2f}-{high:.2f})")
     stages = _stages(args, figures["tfdist_eps"]) if args.stages else None
+    trace = json.loads(_child_output(args, "--trace_here")) if args.trace else None
+    if trace:
+        print(f"trace of tfdist's pipeline, {trace['wall_us_per_example']:.2f} us/example of wall "
+              "time under the profiler; each stage's trace time per example:")
+        for stage, value in trace["stage_us_per_example"].items():
+            print(f"  {stage:36s} {value:6.2f} us/example")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as json_file:
-            json.dump({"cpu_count": os.cpu_count(), "examples": args.examples,
-                       "global_batch_size": _GLOBAL_BATCH_SIZE,
-                       **{name: round(value, 2) for name, value in figures.items()},
-                       **({"stages": stages} if stages else {})},
-                      json_file, indent=2)
+        summary.write_json(args.json, {
+            "cpu_count": os.cpu_count(), "examples": args.examples, "rounds": args.rounds,
+            "global_batch_size": _GLOBAL_BATCH_SIZE,
+            **{name: round(value, 2) if isinstance(value, float) else value
+               for name, value in figures.items()},
+            **({"stages": stages} if stages else {}), **({"trace": trace} if trace else {})})
 
 
 if __name__ == "__main__":

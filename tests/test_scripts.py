@@ -10,6 +10,8 @@ import sys
 import tempfile
 import unittest
 
+import pytest
+
 _SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
 
 
@@ -89,3 +91,41 @@ class GpuCheckTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def test_benchmark_input_reports_medians_with_spreads_and_a_trace(small_shapes_data_dir,
+                                                                   tmp_path):
+    json_path = tmp_path / "input.json"
+    subprocess.run([sys.executable, os.path.join(_SCRIPTS, "benchmark_input.py"),
+                    f"--data_dir={small_shapes_data_dir}", "--rounds=2", "--examples=1280",
+                    "--trace", f"--json={json_path}"], check=True, capture_output=True,
+                   timeout=600)
+    figures = json.loads(json_path.read_text())
+    assert figures["rounds"] == 2 and len(figures["rounds_eps"]) == 2
+    for ratio, baseline in (("speedup_vs_naive", "naive"), ("fraction_of_parse_only", "parse_only")):
+        per_round = sorted(round_["tfdist"] / round_[baseline] for round_ in figures["rounds_eps"])
+        low, high = figures[f"{ratio}_spread"]
+        assert low == pytest.approx(per_round[0], rel=0.01)
+        assert high == pytest.approx(per_round[1], rel=0.01)
+        assert low <= figures[ratio] <= high
+    assert {"TFRecord", "ParseExampleV2", "XLA"} <= set(figures["trace"]["stage_us_per_example"])
+
+
+def test_benchmark_input_refuses_zero_rounds():
+    result = subprocess.run([sys.executable, os.path.join(_SCRIPTS, "benchmark_input.py"),
+                             "--rounds=0"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 2
+    assert "--rounds: 0 is not a positive integer" in result.stderr
+
+
+def test_the_breakdown_divides_trace_time_by_the_traced_steps():
+    breakdown = _script("default_job_breakdown")
+    steps = breakdown._TRACED_STEPS  # pylint: disable=protected-access
+    events = [("epoch_begin", 0.0)] + [("batch_begin", 1.0 + step) for step in range(steps + 5)]
+    events.insert(steps + 3, ("trace_stopped", 1.0 + steps + 1.5))
+    trace = breakdown._per_step(  # pylint: disable=protected-access
+        {"Conv2D": 0.004 * steps, "Tiny": 0.00001 * steps}, events)
+    assert trace["stage_ms_per_step"] == {"Conv2D": 4.0}
+    # From the begin of the first traced step (the steps-th before the stop) to the stop.
+    assert trace["wall_ms_per_step"] == pytest.approx(1e3 * (steps + 2.5 - 3.0) / steps)
