@@ -42,12 +42,14 @@ __all__ = [
     "train", "gradient_noise_scale", "Plan", "Role", "Records", "RunConfig", "StrategyConfig",
     "InputConfig", "TrainConfig", "OptimizerConfig", "StrategyKind", "ModelName", "OptimizerName",
     "Precision", "ConfigError", "StrategyConfigError", "ClusterConfigError", "InputConfigError",
-    "USER_ERRORS", "cost_model",
+    "USER_ERRORS", "cost_model", "profile_stages", "read_trace",
 ]
 _LAZY = {"setup": "tfdist.plan", "Plan": "tfdist.plan", "Role": "tfdist.plan",
          "fit": "tfdist.training", "dataset_fn": "tfdist.training",
          "CustomLoop": "tfdist.custom_loop", "train": "tfdist.train_command",
-         "gradient_noise_scale": "tfdist.gradients"}
+         "gradient_noise_scale": "tfdist.gradients",
+         "profile_stages": "input_pipelines",
+         "read_trace": "input_pipelines"}
 
 
 def __getattr__(name: str):

@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 import input_pipelines
+import tfdist
 from input_pipelines import stage_profile
 
 
@@ -16,6 +17,7 @@ from input_pipelines import stage_profile
     ("ParseExample/ParseExampleV2:ParseExampleV2", "ParseExampleV2"),
     ("DecodeRaw:DecodeRaw", "DecodeRaw"),
     (" Sub", "Sub"),
+    ("EagerLocalExecute: IteratorGetNext", "IteratorGetNext"),
     ("ExecutorState::Process", "ExecutorState::Process"),
 ])
 def test_an_event_belongs_to_its_transformation_or_op_type(event_name, stage):
@@ -40,7 +42,7 @@ def test_exclusive_time_is_the_duration_less_nested_events_and_xla_takes_its_chi
 def test_a_pipeline_profile_names_its_transformations_and_ops():
     dataset = tf.data.Dataset.range(1_000_000).batch(256).map(
         lambda values: tf.strings.as_string(values), num_parallel_calls=2).prefetch(2)
-    profile = input_pipelines.profile_stages(dataset, num_elements=50, warmup_elements=2)
+    profile = tfdist.profile_stages(dataset, num_elements=50, warmup_elements=2)
     assert profile.num_elements == 50 and profile.wall_s > 0
     assert {"ParallelMapV2", "BatchV2", "AsString"} <= set(profile.stage_s)
     assert profile.per_element_us("AsString") > 0
