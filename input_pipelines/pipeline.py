@@ -6,14 +6,19 @@ Order of operations, and why:
      an example id is wanted and the dataset stores none)
   -> every N-th record when sharding by data (reading is deterministic before this point)
   -> cache (records, optional) -> shuffle + repeat (training)
-  -> batch per replica -> one parallel map per batch: parse the whole batch at once (image
-     datasets: decode its images, and preprocess them when placed on the host; `Records`: the
-     user's parse_fn)
+  -> batch per replica (image datasets training from small images: several batches at once)
+  -> one parallel map per batch: parse the whole batch at once (image datasets: decode its
+     images, and preprocess them when placed on the host; `Records`: the user's parse_fn)
+  -> (several batches at once: split back into per-replica batches)
   -> tf.data service (optional, training) -> prefetch.
-Batching before parsing and mapping keeps tf.data's fixed per-element cost off every example.
+Batching before parsing and mapping keeps tf.data's fixed per-element cost off every example;
+mapping several small batches per call keeps the map's fixed cost per call (running its graph,
+launching the XLA-compiled preprocessing: about 0.2 ms) off every batch.
 `batches` is that pipeline for any TFRecord files and parse function; `examples` reads image
 datasets with it."""
 
+import functools
+import math
 import sys
 from typing import Any
 from typing import Callable
@@ -43,6 +48,14 @@ _MAX_READERS = 8
 # 149k examples/s against 134k and 132k with 1 (the shuffle buffer downstream mixes them).
 _READ_BLOCK = 32
 _DECODE_PARALLELISM = 32  # Images decoded concurrently within a batch: 1.35x the default 10.
+# Several per-replica batches go through one map call while together they hold at most this
+# many bytes of decoded pixels, and at most `_MAX_BATCHES_PER_CALL` of them. Measured on the
+# built-in dataset, 2 cores, batches of 128 32x32x3 images: XLA-compiled augmentation took 3.8-4.0
+# us of CPU per example at 128 per call, 2.2-2.9 at 512; the whole training pipeline was faster
+# with 4 batches per call in 5 of 6 paired rounds (170k-186k examples/s against 146k-167k in a
+# quiet period).
+_MAX_BYTES_PER_CALL = 4 << 20
+_MAX_BATCHES_PER_CALL = 4
 
 
 def log(line: str) -> None:
@@ -193,17 +206,53 @@ def _describe(config: InputConfig, plan: sharding.ShardPlan, training: bool,
             f"({config.tf_data_service_mode.value}): {each}")
 
 
+def batches_per_call(per_replica_batch_size: int, bytes_per_example: int | None) -> int:
+    """How many per-replica batches one map call parses and preprocesses (see
+    `_MAX_BYTES_PER_CALL`); 1 when the bytes of an example are not known."""
+    if not bytes_per_example:
+        return 1
+    fitting = _MAX_BYTES_PER_CALL // (per_replica_batch_size * bytes_per_example)
+    return max(1, min(_MAX_BATCHES_PER_CALL, fitting))
+
+
+def _split(calls: int, batch_size: int, element: Any) -> tf.data.Dataset:
+    """One map call's element of `calls * batch_size` examples as `calls` batches, in order.
+    The slices share the element's memory where aligned (tf.data copies only unaligned ones)."""
+    return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(
+        lambda tensor: tf.reshape(tensor, [calls, batch_size, *tensor.shape[1:]]), element))
+
+
+def map_batches(records: tf.data.Dataset, batch_size: int, parse_batch: Callable[..., Any], *,
+                drop_remainder: bool, calls: int = 1,
+                deterministic: bool | None = None) -> tf.data.Dataset:
+    """`records` in batches of `batch_size`, each made into an element by `parse_batch` in a
+    parallel map; with `calls` > 1 (only when dropping the remainder), `calls` batches go
+    through each map call and are split back, in order."""
+    if calls > 1 and not drop_remainder:
+        raise ValueError(f"calls={calls} needs drop_remainder=True: a partial last batch "
+                         "cannot be split evenly")
+    dataset = records.batch(batch_size * calls, drop_remainder=drop_remainder)
+    dataset = dataset.map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=deterministic)
+    if calls > 1:
+        dataset = dataset.flat_map(functools.partial(_split, calls, batch_size))
+    return dataset
+
+
 def batches(config: InputConfig, read: ReadOptions, files: tuple[str, ...],
             context: tf.distribute.InputContext, parse_batch: Callable[..., Any], *,
             job_name: str, repeat: bool = True, announce: bool = True,
-            tag_positions: bool = False) -> tf.data.Dataset:
+            tag_positions: bool = False, bytes_per_example: int | None = None
+            ) -> tf.data.Dataset:
     """This pipeline's share of `files` (the split `read.split` of a dataset), as per-replica
     batches of serialized records that one parallel map turns into elements: `parse_batch`
     receives the batch of records and, with `tag_positions`, their position ids (see
     `_read_file`).
 
     Training data is shuffled and, if `repeat`, repeated; the last partial batch is dropped only
-    when training data repeats (so nothing is lost); evaluation data keeps its tail. `announce`
+    when training data repeats (so nothing is lost); evaluation data keeps its tail. Repeating
+    training data whose parsed examples hold `bytes_per_example` goes through the map several
+    batches per call (`batches_per_call`): the same batches, in the same order. `announce`
     logs the sharding plan. Training data goes through the tf.data service, when one is set, as
     the job `job_name`.
 
@@ -239,11 +288,12 @@ def batches(config: InputConfig, read: ReadOptions, files: tuple[str, ...],
         dataset = dataset.cache()
     if shuffled:
         dataset = dataset.shuffle(config.shuffle_buffer_size, seed=config.seed)
+    calls = 1
     if training and repeat:
         dataset = dataset.repeat()
-    dataset = dataset.batch(batch_size, drop_remainder=training and repeat)
-    dataset = dataset.map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=config.deterministic)
+        calls = batches_per_call(batch_size, bytes_per_example)
+    dataset = map_batches(dataset, batch_size, parse_batch, drop_remainder=training and repeat,
+                          calls=calls, deterministic=config.deterministic)
     if _uses_service(config, training):
         dataset = service.distribute(dataset, config.tf_data_service,
                                      config.tf_data_service_mode, job_name=job_name)
@@ -276,7 +326,8 @@ def examples(config: InputConfig, read: ReadOptions, context: tf.distribute.Inpu
     dataset = batches(config, read, source.files[read.split], context,
                       lambda *records: _host_work(source, read, records),
                       job_name=f"tfdist-{source.info.name}-{read.split}", repeat=repeat,
-                      announce=announce, tag_positions=with_ids and not source.id_key)
+                      announce=announce, tag_positions=with_ids and not source.id_key,
+                      bytes_per_example=math.prod(source.info.image_shape))
     if announce and read.training:
         log(read.placement.describe(source.info.image_shape))
     return dataset

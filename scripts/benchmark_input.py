@@ -7,8 +7,9 @@ over the same number of examples after the same warm-up, on this machine:
               reader, a per-example map (parse, decode the raw bytes, augment with tf.image's
               per-image ops, normalise), batch; no interleave, no parallel map, no prefetch.
   tfdist      tfdist's training pipeline with augmentation on the host (`--preprocess_on=host`).
-  parse_only  the I/O floor: the same files read by tfdist's parallel interleave and parsed, but
-              nothing decoded or augmented.
+  parse_only  the I/O floor: the same files read by tfdist's parallel interleave, batched and
+              parsed as tfdist's pipeline does (several batches per map call), but nothing
+              decoded or augmented.
 
 Each pipeline is timed in a fresh child process, so that none inherits another's threads or
 memory (measured: tfdist's pipeline ran 30% slower right after the naive one in the same
@@ -18,8 +19,8 @@ tfdist/parse_only as the median of the rounds' ratios, with their [min, max] ove
 (a 2-core machine's speed drifts from one child to the next: measured, parse_only alone ranged
 214k-337k examples/s over 15 children). --json=PATH writes naive_eps, tfdist_eps,
 parse_only_eps, speedup_vs_naive, fraction_of_parse_only and `<ratio>_spread`. --stages also
-times tfdist's pipeline cut after each of its steps and writes what each adds per example under
-"stages". --trace also runs tfdist's pipeline under TensorFlow's profiler and writes, under
+times, in every round, tfdist's pipeline cut after each of its steps and writes what each adds
+per example (from the medians) under "stages". --trace also runs tfdist's pipeline under TensorFlow's profiler and writes, under
 "trace", the trace time of each tf.data transformation and each op per example
 (`input_pipelines.profile_stages`).
 
@@ -30,6 +31,7 @@ times tfdist's pipeline cut after each of its steps and writes what each adds pe
 import argparse
 import functools
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -87,11 +89,14 @@ def _stage(config: InputConfig, source: sources.Source, last: str, *,
     records = pipeline.read_records(config, files, plan, shuffle_seed=config.seed)
     if shuffle and last != "read":
         records = records.shuffle(config.shuffle_buffer_size, seed=config.seed)
-    batches = records.repeat().batch(_GLOBAL_BATCH_SIZE, drop_remainder=True)
     work = {"parse": lambda serialized: tf.io.parse_example(serialized, source.features),
             "decode": lambda serialized: pipeline.parse_and_decode(source, serialized)}.get(last)
-    if work:
-        batches = batches.map(work, num_parallel_calls=tf.data.AUTOTUNE)
+    if work:  # Batched and mapped as tfdist's pipeline does, several batches per map call.
+        calls = pipeline.batches_per_call(_GLOBAL_BATCH_SIZE, math.prod(source.info.image_shape))
+        batches = pipeline.map_batches(records.repeat(), _GLOBAL_BATCH_SIZE, work,
+                                       drop_remainder=True, calls=calls)
+    else:
+        batches = records.repeat().batch(_GLOBAL_BATCH_SIZE, drop_remainder=True)
     return batches.with_options(pipeline.options(config)).prefetch(tf.data.AUTOTUNE)
 
 
@@ -143,10 +148,10 @@ def _measure_in_child(pipeline_name: str, args: argparse.Namespace) -> float:
     return float(_child_output(args, f"--pipeline={pipeline_name}"))
 
 
-def _stages(args: argparse.Namespace, tfdist_eps: float) -> dict:
-    """Examples/s after each step and the microseconds per example each step adds."""
-    rates = {name: _measure_in_child(f"stage_{name}", args) for name in STAGES}
-    rates["augment_normalise"] = tfdist_eps
+def _stages(figures: dict) -> dict:
+    """Median examples/s after each step and the microseconds per example each step adds."""
+    rates = {name: figures[f"stage_{name}_eps"] for name in STAGES}
+    rates["augment_normalise"] = figures["tfdist_eps"]
     stages, before = {}, 0.0
     for name, rate in rates.items():
         cost = 1e6 / rate
@@ -170,9 +175,11 @@ def _trace(config: InputConfig, source: sources.Source) -> dict:
 
 
 def _rounds(args: argparse.Namespace) -> dict:
-    """Each pipeline's median examples/s over `args.rounds` rounds, and each ratio as the median
-    of the rounds' ratios with its [min, max]."""
-    measured = [{name: _measure_in_child(name, args) for name in ("naive", "tfdist", "parse_only")}
+    """Each pipeline's (and with --stages each stage's) median examples/s over `args.rounds`
+    rounds, and each ratio as the median of the rounds' ratios with its [min, max]."""
+    names = ["naive", "tfdist", "parse_only"] + (
+        [f"stage_{name}" for name in STAGES] if args.stages else [])
+    measured = [{name: _measure_in_child(name, args) for name in names}
                 for _ in range(args.rounds)]
     figures = {f"{name}_eps": statistics.median(round_[name] for round_ in measured)
                for name in measured[0]}
@@ -227,7 +234,7 @@ def main() -> None:
                          ("fraction_of_parse_only", "tfdist/parse_only")):
         low, high = figures[f"{ratio}_spread"]
         print(f"{label}: {figures[ratio]:.2f} (rounds {low:.2f}-{high:.2f})")
-    stages = _stages(args, figures["tfdist_eps"]) if args.stages else None
+    stages = _stages(figures) if args.stages else None
     trace = json.loads(_child_output(args, "--trace_here")) if args.trace else None
     if trace:
         print(f"trace of tfdist's pipeline, {trace['wall_us_per_example']:.2f} us/example of wall "

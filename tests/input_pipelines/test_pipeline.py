@@ -7,6 +7,7 @@ TFRecord files written here in the ImageNet layout.
 import dataclasses
 import io
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -170,6 +171,19 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         self.assertFalse(dataset.options().deterministic)
         self.assertEqual(next(iter(dataset))["image"].shape, (32, 32, 32, 3))
 
+    def test_several_batches_per_map_call_give_the_same_batches_in_the_same_order(self):
+        def training_batches(max_calls: int) -> list[dict]:
+            config = dataclasses.replace(self.config, deterministic=True)
+            with mock.patch.object(pipeline, "_MAX_BATCHES_PER_CALL", max_calls):
+                dataset = pipeline.examples(config, _read("train", True), _context(),
+                                            with_ids=True)
+            return list(dataset.take(25).as_numpy_iterator())  # 25 x 32 > one epoch's 640.
+        one, several = training_batches(1), training_batches(4)
+        self.assertTrue(all(batch["image"].shape == (32, 32, 32, 3) for batch in several))
+        for first, second in zip(one, several, strict=True):
+            self.assertAllEqual(first["id"], second["id"])
+            self.assertAllEqual(first["image"], second["image"])  # uint8, no augmentation yet.
+
     def test_dataset_fn_yields_supervised_pairs(self):
         make = input_pipelines.dataset_fn(self.config, _read("train", True))
         images, labels = next(iter(make(_context())))
@@ -277,3 +291,28 @@ class TfdsSourceTest(tf.test.TestCase):
         self.assertEqual((info.num_classes, info.image_shape), (10, (32, 32, 3)))
         report = input_pipelines.check_coverage(config, num_workers=2, replicas_per_worker=1)
         self.assertTrue(report.exactly_once, report.lines())
+
+
+@pytest.mark.parametrize("per_replica_batch_size, bytes_per_example, calls", [
+    (128, 32 * 32 * 3, 4),        # The built-in dataset: 4 batches, 1.5 MiB of pixels.
+    (64, 224 * 224 * 3, 1),       # ImageNet-sized: one batch is already 9.2 MiB.
+    (512, 32 * 32 * 3, 2),        # 1.5 MiB a batch: two fit under 4 MiB.
+    (2048, 32 * 32 * 3, 1),       # One batch over the bound still goes through, alone.
+    (128, None, 1),               # A user's records: their parsed size is not known.
+])
+def test_batches_per_call_fill_at_most_4_mib_and_4_batches(per_replica_batch_size,
+                                                           bytes_per_example, calls):
+    assert pipeline.batches_per_call(per_replica_batch_size, bytes_per_example) == calls
+
+
+def test_map_batches_splits_back_in_order_and_refuses_a_partial_last_batch():
+    records = tf.data.Dataset.range(40)
+    parse = lambda values: {"value": values * 10, "square": values * values}  # noqa: E731
+    grouped = pipeline.map_batches(records, 4, parse, drop_remainder=True, calls=3,
+                                   deterministic=True)
+    batches = list(grouped.as_numpy_iterator())
+    assert [list(batch["value"]) for batch in batches] == [
+        [10 * value for value in range(start, start + 4)] for start in range(0, 36, 4)]
+    assert grouped.element_spec["value"].shape == (4,)
+    with pytest.raises(ValueError, match="calls=3 needs drop_remainder=True"):
+        pipeline.map_batches(records, 4, parse, drop_remainder=False, calls=3)
