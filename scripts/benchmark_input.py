@@ -24,7 +24,7 @@ per example (from the medians) under "stages". --trace also runs tfdist's pipeli
 "trace", the trace time of each tf.data transformation and each op per example
 (`input_pipelines.profile_stages`).
 
-    python scripts/benchmark_input.py [--json=PATH] [--rounds=3] [--examples=N]
+    python scripts/benchmark_input.py [--json=PATH] [--rounds=5] [--examples=N]
         [--data_dir=DIR] [--stages] [--trace]
 """
 
@@ -202,7 +202,7 @@ def _positive(text: str) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the figures to this path")
-    parser.add_argument("--rounds", type=_positive, default=3,
+    parser.add_argument("--rounds", type=_positive, default=5,
                         help="rounds of the three pipelines; figures are medians over rounds")
     parser.add_argument("--examples", type=_positive, default=400_000,
                         help="examples to time per pipeline (default: 40 epochs, 2-3 s at "
