@@ -56,12 +56,11 @@ class StageProfile:
 
 def stage_name(event_name: str) -> str:
     """The stage an event belongs to (see the module docstring)."""
-    event_name = event_name.strip()
     if event_name.startswith("Iterator::"):
         return _INDEX.sub("", event_name.rsplit("::", 1)[-1])
-    if ":" in event_name and "::" not in event_name:  # An op: "scope/Name:OpType".
-        return event_name.rsplit(":", 1)[-1]
-    return event_name
+    if ":" in event_name and "::" not in event_name:  # "scope/Name:OpType", "Eager...: Op".
+        return event_name.rsplit(":", 1)[-1].strip()
+    return event_name.strip()
 
 
 def _exclusive_times(events: list[tuple[int, int, str]]
