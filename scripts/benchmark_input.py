@@ -13,16 +13,16 @@ over the same number of examples after the same warm-up, on this machine:
 
 Each pipeline is timed in a fresh child process, so that none inherits another's threads or
 memory (measured: tfdist's pipeline ran 30% slower right after the naive one in the same
-process). A round times the three one after the other; --rounds repeats that, and each figure
-is the median over rounds: examples/s of each pipeline, and the ratios tfdist/naive and
+process). A round times each pipeline once, one after the other; --rounds repeats that, and each
+figure is the median over rounds: examples/s of each pipeline, and the ratios tfdist/naive and
 tfdist/parse_only as the median of the rounds' ratios, with their [min, max] over the rounds
 (a 2-core machine's speed drifts from one child to the next: measured, parse_only alone ranged
 214k-337k examples/s over 15 children). --json=PATH writes naive_eps, tfdist_eps,
 parse_only_eps, speedup_vs_naive, fraction_of_parse_only and `<ratio>_spread`. --stages also
 times, in every round, tfdist's pipeline cut after each of its steps and writes what each adds
-per example (from the medians) under "stages". --trace also runs tfdist's pipeline under TensorFlow's profiler and writes, under
-"trace", the trace time of each tf.data transformation and each op per example
-(`input_pipelines.profile_stages`).
+per example (from the medians) under "stages". --trace also runs tfdist's pipeline under
+TensorFlow's profiler and writes, under "trace", the trace time of each tf.data transformation
+and each op per example (`input_pipelines.profile_stages`).
 
     python scripts/benchmark_input.py [--json=PATH] [--rounds=5] [--examples=N]
         [--data_dir=DIR] [--stages] [--trace]
@@ -162,7 +162,7 @@ def _stages(figures: dict) -> dict:
     return stages
 
 
-def _trace(config: InputConfig, source: sources.Source) -> dict:
+def _trace(config: InputConfig) -> dict:
     """tfdist's pipeline under the profiler: trace microseconds per example of each stage."""
     profile = profile_stages(_tfdist(config), num_elements=_TRACE_BATCHES,
                              warmup_elements=_WARMUP_BATCHES)
@@ -183,7 +183,8 @@ def _rounds(args: argparse.Namespace) -> dict:
                 for _ in range(args.rounds)]
     figures = {f"{name}_eps": statistics.median(round_[name] for round_ in measured)
                for name in measured[0]}
-    for ratio, baseline in (("speedup_vs_naive", "naive"), ("fraction_of_parse_only", "parse_only")):
+    for ratio, baseline in (("speedup_vs_naive", "naive"),
+                            ("fraction_of_parse_only", "parse_only")):
         values = [round_["tfdist"] / round_[baseline] for round_ in measured]
         figures[ratio] = statistics.median(values)
         figures[f"{ratio}_spread"] = [round(min(values), 3), round(max(values), 3)]
@@ -222,7 +223,7 @@ def main() -> None:
     config = InputConfig(data_dir=args.data_dir, global_batch_size=_GLOBAL_BATCH_SIZE)
     source = sources.source(config)  # Prepares the dataset before any timing.
     if args.trace_here:
-        print(json.dumps(_trace(config, source)))
+        print(json.dumps(_trace(config)))
         return
     if args.pipeline:
         print(_examples_per_sec(_PIPELINES[args.pipeline](config, source), args.examples))

@@ -141,13 +141,14 @@ def _run(data_dir: str, trace_dir: str | None = None) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--child", data_dir]
     if trace_dir:
         command.append(f"--trace_dir={trace_dir}")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False)
+    result = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S,
+                            check=False)
     wall = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit(f"default_job_breakdown: a run failed:\n{result.stderr[-2000:]}")
     phases = json.loads(result.stdout.strip().splitlines()[-1])
     accounted = sum(value for key, value in phases.items()
-                    if key.endswith("_s") and key != "fit_s" and key != "trace")
+                    if key.endswith("_s") and key != "fit_s")
     phases["exit_and_rest_s"] = wall - accounted
     phases["wall_s"] = wall
     return phases

@@ -102,7 +102,8 @@ def test_benchmark_input_reports_medians_with_spreads_and_a_trace(small_shapes_d
                    timeout=600)
     figures = json.loads(json_path.read_text())
     assert figures["rounds"] == 2 and len(figures["rounds_eps"]) == 2
-    for ratio, baseline in (("speedup_vs_naive", "naive"), ("fraction_of_parse_only", "parse_only")):
+    for ratio, baseline in (("speedup_vs_naive", "naive"),
+                            ("fraction_of_parse_only", "parse_only")):
         per_round = sorted(round_["tfdist"] / round_[baseline] for round_ in figures["rounds_eps"])
         low, high = figures[f"{ratio}_spread"]
         assert low == pytest.approx(per_round[0], rel=0.01)
