@@ -16,9 +16,15 @@ from unittest import mock
 
 from absl.testing import parameterized
 import portpicker
+import pytest
 import tensorflow as tf
 
+from input_pipelines import InputConfig
+from input_pipelines import Placement
+from input_pipelines import PreprocessOn
+from input_pipelines import ReadOptions
 from input_pipelines import dispatcher
+from input_pipelines import pipeline
 from input_pipelines import service
 from input_pipelines.config import InputConfigError
 from input_pipelines.config import ServiceMode
@@ -291,3 +297,26 @@ class ExactlyOnceTest(tf.test.TestCase):
     def test_parallel_epochs_reads_every_id_once_per_service_worker(self):
         [counts] = _read_ids(self._distribute(ServiceMode.PARALLEL_EPOCHS))
         self.assertEqual(counts, collections.Counter(list(range(_NUM_IDS)) * _NUM_WORKERS))
+
+
+@pytest.mark.parametrize("mode", list(ServiceMode))
+def test_training_batches_mapped_several_per_call_cross_the_service_whole(small_shapes_data_dir,
+                                                                          mode):
+    # 32 examples of 3 KB per replica: 4 batches per map call, split back before the service.
+    cluster = service.start(portpicker.pick_unused_port(), _NUM_WORKERS)
+    try:
+        config = InputConfig(data_dir=small_shapes_data_dir, global_batch_size=32,
+                             tf_data_service=cluster.address, tf_data_service_mode=mode)
+        read = ReadOptions(split="train", training=True, placement=Placement(PreprocessOn.HOST))
+        dataset = pipeline.examples(config, read, tf.distribute.InputContext(), announce=False)
+        assert pipeline.batches_per_call(32, 32 * 32 * 3) == 4
+        assert dataset.element_spec["image"].shape == (32, 32, 32, 3)
+        batches = []
+        thread = threading.Thread(target=lambda: batches.extend(
+            dataset.take(25).as_numpy_iterator()), daemon=True)  # 25 x 32 > 640, one epoch.
+        thread.start()
+        thread.join(_READ_TIMEOUT_S)
+        assert not thread.is_alive(), f"reading took over {_READ_TIMEOUT_S} s"
+        assert [batch["label"].shape for batch in batches] == [(32,)] * 25
+    finally:
+        cluster.stop()
