@@ -55,6 +55,7 @@ def _child(data_dir: str, trace_dir: str | None) -> None:
         def __init__(self):
             super().__init__()
             self.events: list[tuple[str, float]] = []
+            self.epoch = 0
 
         def _stamp(self, name):
             self.events.append((name, time.perf_counter()))
@@ -63,6 +64,7 @@ def _child(data_dir: str, trace_dir: str | None) -> None:
             self._stamp("train_begin")
 
         def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
             self._stamp("epoch_begin")
 
         def on_train_batch_begin(self, batch, logs=None):
@@ -77,8 +79,7 @@ def _child(data_dir: str, trace_dir: str | None) -> None:
                 self._stamp("trace_stopped")
 
         def _traced_step(self, batch, step):
-            epochs_begun = sum(name == "epoch_begin" for name, _ in self.events)
-            return batch == step and epochs_begun == _TRACED_EPOCH + 1
+            return self.epoch == _TRACED_EPOCH and batch == step
 
         def on_test_begin(self, logs=None):
             self._stamp("test_begin")
