@@ -1,18 +1,19 @@
 """`tfdist benchmark`: throughput, scaling efficiency, input-bound ratio and toolkit overhead.
 
-Each configuration (replica count x synthetic or real data) runs in a fresh process
+Each configuration (replica count x synthetic or real data) runs in a process of its own
 (`tfdist.benchmark_child`), since the number of logical CPU devices is fixed when TensorFlow
-starts. Per configuration:
-
-Each configuration runs --rounds times in its process; a round's figure is the median of its
-timed steps, and each figure below is the median over rounds with its spread (min, max; for a
-ratio `<ratio>_spread`). A ratio whose spread is wider than its distance from 1 is named after
-the table: that difference is noise.
+starts. The processes live for the whole sweep, and each of --rounds rounds times every
+configuration once, one after the other (`tfdist.benchmark_rounds`). A round's figure is the
+median of its timed steps; each figure below is the median over rounds with its spread (min,
+max; for a ratio `<ratio>_spread`), and each ratio the median of its per-round ratios, so that
+both sides of a ratio come from the same round. A ratio whose spread is wider than its distance
+from 1 is named after the table: that difference is noise.
 
   examples_per_sec      global batch / step time
   step_time_s           median, min and max of the rounds' median step times
-  scaling_efficiency    throughput(N) / (N x throughput(1)), same data (needs 1 in --replicas)
-  input_bound_ratio     throughput(real) / throughput(synthetic), same replicas
+  scaling_efficiency    throughput(N) / (N x throughput(1)), same data and round (needs 1 in
+                        --replicas)
+  input_bound_ratio     throughput(real) / throughput(synthetic), same replicas and round
   overhead_ratio        synthetic only: tfdist's median step time / a plain Keras script's
                         in the same strategy's scope (tf-keras, or Keras 3's own fit under
                         --keras=3), both timed in the same process, alternating
@@ -27,19 +28,15 @@ the table: that difference is noise.
                         in the same process
 """
 
-import json
-import os
 import statistics
-import subprocess
 import sys
 from typing import Sequence
 
+from tfdist import benchmark_rounds
 from tfdist import plotting
 from tfdist import summary as run_summary
-from tfdist.config import ConfigError
 
 DATA_KINDS = ("synthetic", "real")
-_CHILD_TIMEOUT_S = 3600
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:
@@ -63,27 +60,6 @@ def _child_args(train_args: list[str], replicas: int, data: str, num_gpus: int) 
     return args
 
 
-def _single_machine_env() -> dict[str, str]:
-    """The benchmark runs on this machine alone: no TF_CONFIG for the children."""
-    env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
-    env.setdefault("TF_USE_LEGACY_KERAS", "1")
-    return env
-
-
-def _measure(train_args: list[str], *, warmup_steps: int, timed_steps: int, rounds: int,
-             overhead: bool) -> dict:
-    spec = {"train_args": train_args, "warmup_steps": warmup_steps,
-            "timed_steps": timed_steps, "rounds": rounds, "overhead": overhead}
-    result = subprocess.run([sys.executable, "-m", "tfdist.benchmark_child", json.dumps(spec)],
-                            capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S,
-                            check=False, env=_single_machine_env())
-    if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ConfigError(f"benchmark configuration `tfdist train {' '.join(train_args)}` "
-                          f"failed: {last}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def _round_medians(rounds: list[list[float]]) -> list[float]:
     return [statistics.median(steps) for steps in rounds]
 
@@ -98,6 +74,7 @@ def _figures(measured: dict, data: str) -> dict:
                "examples_per_sec": {"median": batch / step_time["median"],
                                     "min": batch / step_time["max"],
                                     "max": batch / step_time["min"]},
+               "rounds_examples_per_sec": [batch / step for step in steps],
                "step_time_s": step_time}
     baselines = {"overhead_ratio": "plain", "overhead_vs_no_strategy": "no_strategy"}
     if "noise_scale" in measured:
@@ -111,23 +88,22 @@ def _figures(measured: dict, data: str) -> dict:
 
 
 def _add_ratios(results: list[dict]) -> None:
-    """Fills scaling_efficiency and input_bound_ratio from the measured throughputs, with their
-    widest [min, max] over the rounds of the two configurations compared."""
-    rate = {(entry["replicas"], entry["data"]): entry["examples_per_sec"] for entry in results}
+    """Fills scaling_efficiency and input_bound_ratio from the throughputs of the same rounds:
+    the median of the per-round ratios, with their [min, max]."""
+    rates = {(entry["replicas"], entry["data"]): entry["rounds_examples_per_sec"]
+             for entry in results}
     for entry in results:
-        own, one = entry["examples_per_sec"], rate.get((1, entry["data"]))
+        own, one = entry["rounds_examples_per_sec"], rates.get((1, entry["data"]))
         count = entry["replicas"]
         if count == 1:  # The reference: 1.0 by definition.
             entry["scaling_efficiency"], entry["scaling_efficiency_spread"] = 1.0, [1.0, 1.0]
         elif one:
-            entry["scaling_efficiency"] = own["median"] / (count * one["median"])
-            entry["scaling_efficiency_spread"] = [own["min"] / (count * one["max"]),
-                                                  own["max"] / (count * one["min"])]
-        synthetic, real = (rate.get((entry["replicas"], kind)) for kind in DATA_KINDS)
+            entry["scaling_efficiency"], entry["scaling_efficiency_spread"] = _ratio(
+                own, [count * rate for rate in one])
+        synthetic, real = (rates.get((entry["replicas"], kind)) for kind in DATA_KINDS)
         if synthetic and real:
-            entry["input_bound_ratio"] = real["median"] / synthetic["median"]
-            entry["input_bound_ratio_spread"] = [real["min"] / synthetic["max"],
-                                                 real["max"] / synthetic["min"]]
+            entry["input_bound_ratio"], entry["input_bound_ratio_spread"] = _ratio(
+                real, synthetic)
 
 
 _RATIOS = ("scaling_efficiency", "input_bound_ratio", "overhead_ratio",
@@ -211,17 +187,19 @@ def main(train_args: list[str], *, replicas: list[int], data: list[str], warmup_
     if plot_path:
         plotting.pyplot(plot_path)  # Before a sweep of minutes, not after it.
     configurations = [(count, kind) for count in replicas for kind in data]
-    results, trainable_parameters = [], None
-    for number, (count, kind) in enumerate(configurations, 1):
-        measured = _measure(_child_args(train_args, count, kind, num_gpus),
-                            warmup_steps=warmup_steps, timed_steps=timed_steps, rounds=rounds,
-                            overhead=overhead and kind == "synthetic")
+    measured_all = benchmark_rounds.run(
+        [{"train_args": _child_args(train_args, count, kind, num_gpus),
+          "warmup_steps": warmup_steps, "timed_steps": timed_steps,
+          "overhead": overhead and kind == "synthetic"} for count, kind in configurations],
+        benchmark_rounds.child_env(num_gpus), rounds=rounds)
+    results = []
+    for number, ((count, kind), measured) in enumerate(zip(configurations, measured_all), 1):
         entry = {"replicas": count, "data": kind, **_figures(measured, kind)}
-        trainable_parameters = measured["trainable_parameters"]
         results.append(entry)
         print(f"tfdist benchmark: [{number}/{len(configurations)}] replicas={count} data={kind}: "
               f"{entry['examples_per_sec']['median']:.1f} examples/s, step "
               f"{entry['step_time_s']['median'] * 1000:.1f} ms", file=sys.stderr, flush=True)
+    trainable_parameters = measured_all[-1]["trainable_parameters"]
     _add_ratios(results)
     print(_table(results))
     for line in noisy_figures(results):

@@ -1,22 +1,28 @@
-"""One `tfdist benchmark` configuration, measured in a fresh process (the replica count is set
-before TensorFlow starts): per-step times of tfdist's `fit`, and with `--overhead` those of a
-plain Keras script (tf-keras, or Keras 3's own fit under `--keras=3`) in the same strategy's
-scope and with no strategy at all, alternating in the same process.
+"""One `tfdist benchmark` configuration in a process of its own (the replica count is set
+before TensorFlow starts), timing one round whenever its parent asks: per-step times of
+tfdist's `fit`, and with `--overhead` those of a plain Keras script (tf-keras, or Keras 3's own
+fit under `--keras=3`) in the same strategy's scope and with no strategy at all, alternating in
+the same process.
 
-With `--measure_noise_scale` (on 2+ replicas or micro-batches) the rounds also alternate
-tfdist's `fit` without the measurement, so its cost is timed in the same process.
+With `--measure_noise_scale` (on 2+ replicas or micro-batches) each round also times tfdist's
+`fit` without the measurement, so its cost is timed in the same process.
 
-Run by `tfdist.benchmark` as `python -m tfdist.benchmark_child SPEC_JSON`; prints one JSON line:
-{"tfdist": [[step seconds of round 1...], ...], "plain": [[...], ...] and "no_strategy" (with
-overhead; the latter at one replica's batch), "global_batch_size": N, "num_replicas": R,
-"trainable_parameters": P, and when measured "noise_scale": B_simple after the last round,
-"without_noise_scale": [[...], ...]}. SPEC_JSON: {"train_args": [tfdist train flags],
-"warmup_steps": W, "timed_steps": T, "rounds": K, "overhead": true|false}.
+Run by `tfdist.benchmark` as `python -m tfdist.benchmark_child SPEC_JSON`, where SPEC_JSON is
+{"train_args": [tfdist train flags], "warmup_steps": W, "timed_steps": T, "overhead": true|false}.
+Its standard output carries only this protocol, one JSON line per message (anything else the
+process prints goes to standard error):
+  - once set up: {"global_batch_size": N, "num_replicas": R};
+  - for each line `round` on standard input, that round's timed step seconds:
+    {"tfdist": [...], "trainable_parameters": P}, with "plain" and "no_strategy" (with
+    overhead; the latter at one replica's batch), and when measured "noise_scale" (B_simple
+    after the round) and "without_noise_scale": [...].
+It exits when its standard input closes.
 """
 
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 import time
 
@@ -94,35 +100,61 @@ def _plain_steps(config, strategy, steps: int, batch: int) -> list[float]:
     return timer.seconds
 
 
-def measure(spec: dict) -> dict:
-    """Times `spec`'s configuration; see the module docstring."""
-    tfdist_flags.parse("train", ["tfdist", *spec["train_args"]])
-    steps = spec["warmup_steps"] + spec["timed_steps"]
-    config = tfdist_flags.run_config(None)
-    config = dataclasses.replace(config, train=dataclasses.replace(
-        config.train, epochs=1, steps_per_epoch=steps, model_dir=None, metrics_json=None))
-    measuring = _measures_noise_scale(config)
-    plan = setup(config if measuring else _without_noise_scale(config))
-    timed = slice(spec["warmup_steps"], None)
-    result = {"global_batch_size": plan.global_batch_size,
-              "num_replicas": plan.num_replicas, "tfdist": [], "plain": [],
-              "no_strategy": []}
-    for _ in range(spec["rounds"]):
-        seconds, summary = _tfdist_steps(plan, steps)
-        result["trainable_parameters"] = summary["trainable_parameters"]
-        result["tfdist"].append(seconds[timed])
-        if measuring:
+class Configuration:
+    """One configuration, set up once, timed round by round."""
+
+    def __init__(self, spec: dict):
+        tfdist_flags.parse("train", ["tfdist", *spec["train_args"]])
+        self._steps = spec["warmup_steps"] + spec["timed_steps"]
+        self._timed = slice(spec["warmup_steps"], None)
+        self._overhead = spec["overhead"]
+        config = tfdist_flags.run_config(None)
+        self._config = dataclasses.replace(config, train=dataclasses.replace(
+            config.train, epochs=1, steps_per_epoch=self._steps, model_dir=None,
+            metrics_json=None))
+        self._measuring = _measures_noise_scale(self._config)
+        self._plan = setup(self._config if self._measuring
+                           else _without_noise_scale(self._config))
+
+    def description(self) -> dict:
+        return {"global_batch_size": self._plan.global_batch_size,
+                "num_replicas": self._plan.num_replicas}
+
+    def round(self) -> dict:
+        """Times one round; see the module docstring."""
+        plan, config, timed = self._plan, self._config, self._timed
+        seconds, summary = _tfdist_steps(plan, self._steps)
+        result = {"tfdist": seconds[timed],
+                  "trainable_parameters": summary["trainable_parameters"]}
+        if self._measuring:
             result["noise_scale"] = summary["history"].get("noise_scale", [None])[-1]
-            result.setdefault("without_noise_scale", []).append(
-                _tfdist_steps(dataclasses.replace(plan, config=_without_noise_scale(config)),
-                              steps)[0][timed])
-        if spec["overhead"]:
-            result["plain"].append(_plain_steps(config, plan.strategy, steps,
-                                                plan.global_batch_size)[timed])
-            result["no_strategy"].append(_plain_steps(
-                config, None, steps, plan.global_batch_size // plan.num_replicas)[timed])
-    return result
+            result["without_noise_scale"] = _tfdist_steps(
+                dataclasses.replace(plan, config=_without_noise_scale(config)),
+                self._steps)[0][timed]
+        if self._overhead:
+            result["plain"] = _plain_steps(config, plan.strategy, self._steps,
+                                           plan.global_batch_size)[timed]
+            result["no_strategy"] = _plain_steps(
+                config, None, self._steps, plan.global_batch_size // plan.num_replicas)[timed]
+        return result
+
+
+def serve(spec: dict) -> None:
+    """Sets `spec`'s configuration up and times a round per `round` line on standard input."""
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # Stray prints stay off the protocol.
+
+    def send(message: dict) -> None:
+        protocol.write(json.dumps(message) + "\n")
+        protocol.flush()
+
+    configuration = Configuration(spec)
+    send(configuration.description())
+    for line in sys.stdin:
+        if line.strip() != "round":
+            raise ValueError(f"benchmark child: unknown request {line.strip()!r}")
+        send(configuration.round())
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure(json.loads(sys.argv[1]))), flush=True)
+    serve(json.loads(sys.argv[1]))

@@ -77,6 +77,7 @@ class FiguresTest(unittest.TestCase):
         self.assertEqual(figures["step_time_s"], {"median": 0.2, "min": 0.1, "max": 0.4})
         self.assertEqual(figures["examples_per_sec"], {"median": 160.0, "min": 80.0,
                                                        "max": 320.0})
+        self.assertEqual(figures["rounds_examples_per_sec"], [160.0, 320.0, 80.0])
         # Per round 2.0, 1.0, 2.0 against plain; 2.0, 2.0, 1.0 against no strategy.
         self.assertAlmostEqual(figures["overhead_ratio"], 2.0)
         self.assertEqual(figures["overhead_ratio_spread"], [1.0, 2.0])
@@ -95,20 +96,24 @@ class FiguresTest(unittest.TestCase):
         self.assertIn("B_simple", table)
         self.assertIn("300", table.splitlines()[1])
 
-    def test_efficiency_and_input_bound_ratio_with_their_widest_spread(self):
-        results = [{"replicas": replicas, "data": data, "rounds": 2,
-                    "examples_per_sec": {"median": rate, "min": rate * 0.9, "max": rate * 1.1}}
-                   for replicas, data, rate in ((1, "synthetic", 100.0), (2, "synthetic", 150.0),
-                                                (1, "real", 50.0), (2, "real", 60.0))]
+    def test_efficiency_and_input_bound_ratio_pair_the_same_rounds(self):
+        rounds = {(1, "synthetic"): [100.0, 200.0, 100.0], (2, "synthetic"): [150.0, 200.0, 180.0],
+                  (1, "real"): [50.0, 100.0, 90.0], (2, "real"): [60.0, 200.0, 90.0]}
+        results = [{"replicas": replicas, "data": data, "rounds": 3,
+                    "rounds_examples_per_sec": rates}
+                   for (replicas, data), rates in rounds.items()]
         benchmark._add_ratios(results)
         figures = {(entry["replicas"], entry["data"]): entry for entry in results}
+        # Per round 0.75, 0.5, 0.9: the slow first round of 1 replica pairs with 2's.
         self.assertAlmostEqual(figures[2, "synthetic"]["scaling_efficiency"], 0.75)
-        self.assertAlmostEqual(figures[2, "real"]["scaling_efficiency"], 0.6)
+        self.assertEqual(figures[2, "synthetic"]["scaling_efficiency_spread"], [0.5, 0.9])
+        self.assertEqual(figures[1, "synthetic"]["scaling_efficiency"], 1.0)
+        # Per round 0.5, 0.5, 0.9 (1 replica); 0.4, 1.0, 0.5 (2 replicas).
         self.assertAlmostEqual(figures[1, "real"]["input_bound_ratio"], 0.5)
-        self.assertAlmostEqual(figures[2, "real"]["input_bound_ratio"], 0.4)
-        low, high = figures[2, "real"]["input_bound_ratio_spread"]
-        self.assertAlmostEqual(low, 0.4 * 0.9 / 1.1)
-        self.assertAlmostEqual(high, 0.4 * 1.1 / 0.9)
+        self.assertAlmostEqual(figures[1, "synthetic"]["input_bound_ratio"], 0.5)
+        self.assertEqual(figures[1, "real"]["input_bound_ratio_spread"], [0.5, 0.9])
+        self.assertAlmostEqual(figures[2, "real"]["input_bound_ratio"], 0.5)
+        self.assertEqual(figures[2, "real"]["input_bound_ratio_spread"], [0.4, 1.0])
 
     def test_a_spread_wider_than_the_effect_is_named(self):
         entries = [{"replicas": 1, "data": "synthetic", "rounds": 3,
