@@ -19,7 +19,7 @@ ALLOWED = {
 }
 FLAG_MODULES = {"tfdist/flags.py", "tfdist/cli.py"}
 ENVIRON_MODULES = {"strategies/cluster.py", "strategies/__init__.py", "input_pipelines/__init__.py",
-                   "tfdist/launch.py", "tfdist/benchmark.py",  # Their children's environments.
+                   "tfdist/launch.py", "tfdist/benchmark_rounds.py",  # Their children's environments.
                    "tfdist/keras_env.py", "tfdist/tf_import.py"}
 # Keras 3 (`import keras`) is imported only by modules whose name says so, and by the switch
 # between the flavours (ARCHITECTURE.md "Keras flavour").
