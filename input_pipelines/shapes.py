@@ -19,6 +19,8 @@ import numpy as np
 from absl import logging
 import tensorflow_datasets as tfds
 
+from input_pipelines.config import InputConfigError
+
 NAME = "tfdist_shapes"
 IMAGE_SHAPE = (32, 32, 3)
 
@@ -279,18 +281,33 @@ def prepare(data_dir: str) -> tfds.core.DatasetBuilder:
     """Returns the `tfdist_shapes` builder, generating and writing the data on first use.
 
     Several processes may call this at once on the same `data_dir`: a file lock in `data_dir`
-    lets one of them generate the data while the others wait, then load it. Never touches the
-    network (TFDS's GCS lookups are off by default and disabled here too).
+    lets one of them generate the data while the others wait, then load it. Data already there
+    is loaded without the lock, so `data_dir` may then be read-only. Never touches the network
+    (TFDS's GCS lookups are off by default and disabled here too).
 
     Args:
         data_dir: TFDS data directory to write the dataset to or load it from.
 
     Returns:
         The prepared builder; read it with `builder.as_dataset(...)`.
+
+    Raises:
+        InputConfigError: the data is not there and cannot be written there.
     """
-    os.makedirs(data_dir, exist_ok=True)
     tfds.disable_progress_bar()
-    with _exclusive_lock(os.path.join(data_dir, _LOCK_FILE_NAME)), tfds_chatter_hidden():
+    with tfds_chatter_hidden():
+        builder = TfdistShapes(data_dir=data_dir)
+        if builder.is_prepared():  # TFDS moves a finished dataset into place: it is complete.
+            return builder
+    with contextlib.ExitStack() as stack:
+        try:
+            os.makedirs(data_dir, exist_ok=True)
+            stack.enter_context(_exclusive_lock(os.path.join(data_dir, _LOCK_FILE_NAME)))
+        except OSError as error:
+            raise InputConfigError(f"data_dir={data_dir!r}: the built-in dataset is not there "
+                                   f"and cannot be written there ({error.strerror or error}); "
+                                   "pass a directory you may write.") from None
+        stack.enter_context(tfds_chatter_hidden())
         builder = TfdistShapes(data_dir=data_dir)
         if not builder.is_prepared():
             print(f"tfdist: generating the built-in dataset {NAME} in {builder.data_dir} "

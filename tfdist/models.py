@@ -122,6 +122,9 @@ def build(model: str, input_shape: tuple[int, int, int], num_classes: int,
     """Builds `--model` for images of `input_shape` under the current dtype policy, in Keras
     `keras` when it is a built-in one; call inside `strategy.scope()`."""
     function = model_function(model)
-    options = {"keras": keras_flavour.api(keras)} if model in MODELS else {}
-    built = function(input_shape=tuple(input_shape), num_classes=num_classes, **options)
+    arguments = {"input_shape": tuple(input_shape), "num_classes": num_classes}
+    if model in MODELS:
+        built = function(**arguments, keras=keras_flavour.api(keras))
+    else:
+        built = plugins.call("model", model, function, **arguments)
     return check_model(built, f"model={model!r}", keras)

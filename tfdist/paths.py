@@ -65,10 +65,12 @@ def check(config: RunConfig) -> None:
 
 def check_input_dir(field: str, path: str | None) -> None:
     """Checks that `path` (when given), or the nearest part of it that exists, is a directory;
-    it may not exist yet (`--data_dir`: the built-in dataset is generated there).
+    it may not exist yet (`--data_dir`: the built-in dataset is generated there), and then it
+    must be one this process can make. An existing one may be read-only.
 
     Raises:
-      ConfigError: `path` lies under a file, or is one.
+      ConfigError: `path` lies under a file, or is one; or it does not exist and cannot be
+        made here.
     """
     if not path:
         return
@@ -76,6 +78,8 @@ def check_input_dir(field: str, path: str | None) -> None:
     if not os.path.isdir(existing):
         raise ConfigError(f"{field}={path!r}: {existing} is a file, not a directory; pass a "
                           "directory.")
+    if not os.path.isdir(path):
+        _check_creatable(field, path, directory=True)
 
 
 def check_output_dir(field: str, path: str | None) -> None:

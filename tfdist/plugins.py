@@ -3,6 +3,7 @@ imported when a run starts; every failure is one line that names the flag and th
 
 import importlib
 import importlib.util
+from typing import Any
 from typing import Callable
 
 from input_pipelines.config import PYTHON_PREFIX
@@ -74,6 +75,25 @@ def load(field: str, value: str, spec: str) -> Callable:
     return function
 
 
+def call(field: str, value: str, function: Callable, *args, **kwargs) -> Any:
+    """`function(*args, **kwargs)`, the user's function that `--field=value` names.
+
+    Raises:
+      ConfigError: the call failed (a signature that does not take these arguments, or an
+        error inside it), in one line that names the flag, the arguments and the error.
+    """
+    try:
+        return function(*args, **kwargs)
+    except ConfigError:
+        raise
+    except Exception as error:  # pylint: disable=broad-except  (the user's function)
+        # `name value`, not `name=value`, which the CLI would show as one of its flags.
+        shown = ", ".join([*map(repr, args), *(f"{name} {argument!r}"
+                                                for name, argument in kwargs.items())])
+        raise ConfigError(f"{field}={value!r}: calling it{' with ' if shown else ''}{shown} "
+                          f"failed: {first_line(error)}; fix the function.") from None
+
+
 def dataset_function(dataset: str) -> Callable:
     """The user's FUNCTION of `--dataset=python:MODULE:FUNCTION`, imported (see `load`)."""
     return load("dataset", dataset, dataset[len(PYTHON_PREFIX):])
@@ -89,11 +109,7 @@ def dataset_splits(dataset: str) -> dict:
     function = dataset_function(dataset)
     splits = {}
     for split in ("train", "validation"):
-        try:
-            splits[split] = function(split)
-        except Exception as error:  # pylint: disable=broad-except  (the user's function)
-            raise ConfigError(f"dataset={dataset!r}: calling it with split={split!r} failed: "
-                              f"{first_line(error)}; fix the function.") from None
+        splits[split] = call("dataset", dataset, function, split)
     if splits["train"] is None:
         raise ConfigError(f"dataset={dataset!r} returned None for split 'train'; return a "
                           "dataset function or a tfdist.Records.")

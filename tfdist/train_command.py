@@ -8,6 +8,7 @@ and "validation", a dataset function (InputContext -> tf.data.Dataset of per-rep
 uncompiled model is compiled for classification (sparse categorical cross-entropy, accuracy).
 """
 
+import functools
 from typing import Sequence
 
 import tf_keras
@@ -41,8 +42,9 @@ def _python_data(plan: Plan):
                           f"dataset={config.input.dataset!r} name your own model as "
                           "--model=MODULE:FUNCTION.")
     splits = plugins.dataset_splits(config.input.dataset)
-    model_function = models.model_function(config.train.model)
-    return model_function, splits["train"], splits["validation"]
+    build = functools.partial(plugins.call, "model", config.train.model,
+                              models.model_function(config.train.model))
+    return build, splits["train"], splits["validation"]
 
 
 def fit(plan: Plan, *, validate: bool = True,

@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from input_pipelines import shapes
+from input_pipelines.config import InputConfigError
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TRAIN_SIZE = 240
@@ -146,6 +147,21 @@ class PrepareTest(_TempDataDir, tf.test.TestCase):
                          first.info.splits["train"].num_examples)
         self.assertEqual(sorted(_shard_files(self.data_dir, "train")), files)
         self.assertEqual([os.path.getmtime(path) for path in files], modified)
+
+    def test_prepared_data_loads_without_writing(self):
+        shapes.prepare(self.data_dir)
+        with mock.patch.object(shapes, "_exclusive_lock", side_effect=PermissionError(13, "no")):
+            builder = shapes.prepare(self.data_dir)  # As from a read-only directory.
+        self.assertEqual(builder.info.splits["train"].num_examples, _TRAIN_SIZE)
+
+    def test_a_directory_it_cannot_write_is_one_line(self):
+        for data_dir in ("/proc", "/proc/tfdist_data"):  # /proc refuses new entries, even root's.
+            with self.subTest(data_dir=data_dir):
+                with self.assertRaisesRegex(InputConfigError,
+                                            rf"^data_dir='{data_dir}': the built-in dataset is "
+                                            r"not there and cannot be written there \(.*\); "
+                                            r"pass a directory you may write\.$"):
+                    shapes.prepare(data_dir)
 
 
 @pytest.mark.multiprocess

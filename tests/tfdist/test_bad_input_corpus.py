@@ -42,7 +42,7 @@ _STRINGS = {
                 "python:mod", "python:my mod:fn", "python:no_such_module_x:fn"),
     "model": ("vgg", "", "a:", ":build", "my module:build", "no_such_module_x:build",
               "no_such_package_x.models:build"),
-    "data_dir": ("{file}", "{file}/sub"),
+    "data_dir": ("{file}", "{file}/sub", "/proc/tfdist_data"),
     "image": ("", "a b"),
     "json": ("{dir}", "{file}/report.json", "/proc/report.json"),
     "lars_exclude": ("[unclosed", "(?P<x"),

@@ -67,6 +67,13 @@ class CheckTest(parameterized.TestCase):
     def test_a_data_directory_to_be_made_is_fine(self):
         paths.check_input_dir("data_dir", os.path.join(self.dir, "new", "dir"))
 
+    def test_a_data_directory_that_cannot_be_made(self):
+        # /proc refuses every new entry, even root's.
+        with self.assertRaisesRegex(ConfigError, r"^data_dir='/proc/tfdist_data': cannot write "
+                                                 r"in /proc \(.*\); pass a path you may write\.$"):
+            paths.check_input_dir("data_dir", "/proc/tfdist_data")
+        paths.check_input_dir("data_dir", "/proc")  # It exists: reading it needs no writes.
+
     def test_paths_to_be_made_pass(self):
         paths.check(_config(model_dir=os.path.join(self.dir, "new", "model"),
                             metrics_json=os.path.join(self.dir, "new", "m.json")))

@@ -148,9 +148,18 @@ class PluginsTest(unittest.TestCase):
              "model='user_broken:build': importing user_broken failed: RuntimeError: boom at "
              "import; fix the module."),
             (["--model=user_models:nope"], "has no 'nope'; check the name after the colon."),
-            (["--model=user_models:not_a_model"],
+            (["--model=user_models:tabular", "--dataset=synthetic"],
+             "model='user_models:tabular': calling it with input_shape (32, 32, 3), "
+             "num_classes 10 failed: TypeError: tabular() got an unexpected keyword argument "
+             "'input_shape'; fix the function."),
+            (["--dataset=python:user_data:fits", "--model=user_models:small_cnn",
+              "--steps_per_epoch=2"],
+             "model='user_models:small_cnn': calling it failed: TypeError: small_cnn() missing "
+             "2 required keyword-only arguments: 'input_shape' and 'num_classes'; fix the "
+             "function."),
+            (["--model=user_models:not_a_model", "--dataset=synthetic"],
              "model='user_models:not_a_model' returned a builtins.int, not a tf-keras model"),
-            (["--model=user_models:keras3_model"],
+            (["--model=user_models:keras3_model", "--dataset=synthetic"],
              "model='user_models:keras3_model' built a Keras 3 model (keras.src.models."
              "sequential.Sequential, from `import keras`); train it with --keras=3, or build it "
              "with tf.keras (with TF_USE_LEGACY_KERAS=1) or tf_keras."),
