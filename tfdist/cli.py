@@ -41,6 +41,7 @@ commands:
 
 tfdist_flags.define_cli_flags()  # The commands' own flags, beside the train flags.
 EXIT_USAGE = app.EXIT_USAGE
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C.
 USER_ERRORS = (*app.USER_ERRORS, tfdist_flags.UsageError)
 
 
@@ -196,6 +197,9 @@ def main(argv: list[str]) -> int:
             else COMMANDS[command]()
     except USER_ERRORS as error:
         return _fail(command, error)
+    except KeyboardInterrupt:  # Ctrl-C: the user knows why; one line, not a traceback.
+        print(f"tfdist {command}: interrupted.", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def run() -> None:

@@ -1,20 +1,37 @@
 """The CLI's contract: fast help, and every bad input as one stderr line with exit status 2."""
 
+import contextlib
+import io
 import json
 import os
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 import pytest
 from absl.testing import parameterized
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
+from tfdist import cli
 
 _PS_CLUSTER = json.dumps({"cluster": {"chief": ["127.0.0.1:2001"], "worker": ["127.0.0.1:2002"],
                                       "ps": ["127.0.0.1:2003"]},
                           "task": {"type": "chief", "index": 0}})
+
+
+class InterruptTest(unittest.TestCase):
+
+    def test_ctrl_c_is_one_line_and_status_130(self):
+        def interrupted():
+            raise KeyboardInterrupt
+        stderr = io.StringIO()
+        with mock.patch.dict(cli.COMMANDS, {"doctor": interrupted}), \
+                contextlib.redirect_stderr(stderr):
+            status = cli.main(["tfdist", "doctor"])
+        self.assertEqual(status, 130)
+        self.assertEqual(stderr.getvalue(), "tfdist doctor: interrupted.\n")
 
 
 class HelpTest(unittest.TestCase):
