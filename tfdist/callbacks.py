@@ -127,7 +127,16 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
                     "install tf-keras==2.21.* or use --strategy=mirrored.")
             self._supported_strategies = (*self._supported_strategies,
                                           tf.distribute.OneDeviceStrategy)
-        super().on_train_begin(logs)
+        try:
+            super().on_train_begin(logs)
+        except (ValueError, tf.errors.OpError) as error:  # A backup of another model.
+            lines = str(error).strip().splitlines()
+            raise ConfigError(
+                f"model_dir={os.path.dirname(self.backup_dir)!r}: its backup was left by an "
+                "interrupted run that does not match this one "
+                f"({lines[0] if lines else type(error).__name__}); resume it with that run's "
+                f"--model and flags, or pass another --model_dir (or delete {self.backup_dir})."
+            ) from None
 
 
 class EpochHistory(tf_keras.callbacks.Callback):
