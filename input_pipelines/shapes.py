@@ -308,6 +308,8 @@ def prepare(data_dir: str) -> tfds.core.DatasetBuilder:
                                    f"and cannot be written there ({error.strerror or error}); "
                                    "pass a directory you may write.") from None
         stack.enter_context(tfds_chatter_hidden())
+        # Built again under the lock: another process may have generated the data meanwhile,
+        # and a builder reads what is there when it is made.
         builder = TfdistShapes(data_dir=data_dir)
         if not builder.is_prepared():
             print(f"tfdist: generating the built-in dataset {NAME} in {builder.data_dir} "

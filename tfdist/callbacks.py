@@ -129,11 +129,11 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
                                           tf.distribute.OneDeviceStrategy)
         try:
             super().on_train_begin(logs)
-        except (ValueError, tf.errors.OpError) as error:  # A backup of another model.
+        except (ValueError, tf.errors.OpError) as error:  # Another model's, or damaged.
             lines = str(error).strip().splitlines()
             raise ConfigError(
-                f"model_dir={os.path.dirname(self.backup_dir)!r}: its backup was left by an "
-                "interrupted run that does not match this one "
+                f"model_dir={os.path.dirname(self.backup_dir)!r}: the backup an interrupted run "
+                "left there cannot be restored into this one "
                 f"({lines[0] if lines else type(error).__name__}); resume it with that run's "
                 f"--model and flags, or pass another --model_dir (or delete {self.backup_dir})."
             ) from None

@@ -91,9 +91,9 @@ class ResumeTest(parameterized.TestCase):
         self.assertNotIn("Traceback", result.stderr)
         last = result.stderr.strip().splitlines()[-1]
         self.assertTrue(last.startswith(
-            f"tfdist train: error: --model_dir={self.model_dir!r}: its backup was left by an "
-            "interrupted run that does not match this one (Received incompatible tensor with "
-            "shape"), last)
+            f"tfdist train: error: --model_dir={self.model_dir!r}: the backup an interrupted "
+            "run left there cannot be restored into this one (Received incompatible tensor "
+            "with shape"), last)
         self.assertIn("resume it with that run's --model and flags, or pass another "
                       "--model_dir", last)
 
