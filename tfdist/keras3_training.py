@@ -39,6 +39,7 @@ import tensorflow as tf
 import input_pipelines
 from strategies import StrategyKind
 from strategies import WireDtype
+from tfdist import fit_guards
 from tfdist import gradients
 from tfdist import keras3_optim
 from tfdist import optim
@@ -426,7 +427,10 @@ def fit(plan: Plan, model: keras.Model, train_fn: training.DatasetFn, validation
     `steps_per_execution` batches' beginnings and ends."""
     config = plan.config
     runner = _Runner(plan, options)
-    train_iterator = iter(runner.dataset(train_fn))
+    train_batches = fit_guards.BatchCounts(train_fn)
+    train_iterator = iter(runner.dataset(train_batches))
+    fit_guards.require_enough(train_batches, steps_per_epoch=plan.steps_per_epoch,
+                              epochs=config.train.epochs, new_iterator_each_epoch=False)
     validation_data = validation and runner.dataset(validation[0])
     steps = _Steps(plan, model, runner.element_spec)
     runner.bind(steps)
@@ -434,6 +438,8 @@ def fit(plan: Plan, model: keras.Model, train_fn: training.DatasetFn, validation
     timer = ThroughputTimer(global_batch_size=plan.global_batch_size,
                             steps_per_epoch=plan.steps_per_epoch)
     history = EpochHistory(history_path, writes=plan.writes_results)
+    finite_loss = fit_guards.FiniteLoss(config.optimizer.learning_rate)
+    finite_loss.set_model(model)
     update_batch = plan.global_batch_size * config.optimizer.grad_accum_steps
     noise_logs = [NoiseScaleLog(steps.noise_scale.result, global_batch_size=update_batch)] \
         if steps.noise_scale else []
@@ -450,6 +456,7 @@ def fit(plan: Plan, model: keras.Model, train_fn: training.DatasetFn, validation
             steps.reset_metrics()
             runner.evaluate(validation_data, validation[1])
             logs.update(steps.logs("val_"))
+        finite_loss.on_epoch_end(epoch, logs)  # Before saving: a diverged epoch is not.
         checkpoints.save(epoch + 1)
         shown = " - ".join(f"{name}: {value:.4f}" for name, value in logs.items())
         print(f"Epoch {epoch + 1}/{config.train.epochs} - {shown}", flush=True)

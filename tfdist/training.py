@@ -23,6 +23,7 @@ from input_pipelines import InputConfig
 from input_pipelines import Records
 from strategies import StrategyKind
 from tfdist import evaluator
+from tfdist import fit_guards
 from tfdist import gradients
 from tfdist import keras_flavour
 from tfdist import models
@@ -51,6 +52,7 @@ DEFAULT = "default"  # `validation_data`: the validation split of an input confi
 # Keras' words for a batch that does not fit the model (raised while tracing the first step).
 _MISFIT_WORDS = ("is incompatible with the layer", "expects", "are incompatible",
                  "Incompatible shapes", "Missing data for input")
+_KERAS_NO_BATCH = "Empty logs"  # Keras' words for an epoch whose first step found no batch.
 
 
 class ResultNotSaved(ConfigError):
@@ -110,7 +112,7 @@ def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> Dataset
         raise ConfigError(f"{split} data is a {type(data).__name__}; pass a dataset function "
                           "(InputContext -> tf.data.Dataset), a tfdist.Records or an "
                           "InputConfig.")
-    return data
+    return fit_guards.returning_dataset(data, f"{split} data")
 
 
 def dataset_info(plan: Plan, data: InputConfig) -> input_pipelines.DatasetInfo:
@@ -213,7 +215,7 @@ def checked_model(plan: Plan, model):
     if not callable(model):
         raise ConfigError(f"model is a {type(model).__name__}; pass a Keras model or a function "
                           "that builds one.")
-    return models.check_model(model(), f"model function {name_of(model)}",
+    return models.check_model(model(), f"model function {fit_guards.name_of(model)}",
                               plan.config.train.keras)
 
 
@@ -261,18 +263,13 @@ def _log_sharding(plan: Plan, model: tf_keras.Model) -> None:
               file=sys.stderr, flush=True)
 
 
-def name_of(function) -> str:
-    """MODULE:QUALNAME of a user's function."""
-    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
-
-
 def _describe(data: Data) -> str:
     """A name for the summary's `dataset`."""
     if isinstance(data, InputConfig):
         return data.dataset
     if isinstance(data, Records):
         return f"records:{data.files if isinstance(data.files, str) else len(data.files)}"
-    return name_of(data)
+    return fit_guards.name_of(data)
 
 
 def _output_callbacks(model_dir: str | None,
@@ -310,13 +307,19 @@ def _misfit(error: ValueError) -> str | None:
 
 @contextlib.contextmanager
 def _explained(plan: Plan, train_data: Data, model):
-    """Turns a damaged record or a batch that does not fit the model into one line."""
+    """Turns a damaged record, a batch that does not fit the model or a step that fails on it,
+    and training data with no batch or that runs out into one line."""
     try:
         yield
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as error:
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
+            tf.errors.UnimplementedError) as error:  # The last: e.g. a cast from strings.
         _explain(plan, train_data, error)
-        raise
+        raise fit_guards.step_failure(error, model.name) from error
+    except tf.errors.OutOfRangeError as error:
+        raise fit_guards.ran_out() from error
     except ValueError as error:
+        if _KERAS_NO_BATCH in str(error):
+            raise fit_guards.no_batch(model.name) from error
         line = _misfit(error)
         if line is None:
             raise
@@ -367,7 +370,11 @@ def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_d
     model_dir = config.train.model_dir
     epochs = EpochHistory(model_dir and os.path.join(model_dir, HISTORY_JSON),
                           writes=plan.writes_results)
-    train = _distribute(plan, dataset_fn(plan, train_data, "train", training=True))
+    train_batches = fit_guards.BatchCounts(dataset_fn(plan, train_data, "train", training=True))
+    train = _distribute(plan, train_batches)
+    fit_guards.require_enough(train_batches, steps_per_epoch=plan.steps_per_epoch,
+                              epochs=config.train.epochs,
+                              new_iterator_each_epoch=isinstance(train, tf.data.Dataset))
     validation = {}
     if validation_data is not None:
         validation = {"validation_data": _distribute(plan, dataset_fn(
@@ -376,7 +383,8 @@ def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_d
                                                             validation_steps)}
     with _explained(plan, train_data, model):
         model.fit(train, epochs=config.train.epochs, steps_per_epoch=plan.steps_per_epoch,
-                  callbacks=[timer, *_noise_scale_log(plan, model), epochs, *callbacks,
+                  callbacks=[timer, fit_guards.FiniteLoss(config.optimizer.learning_rate),
+                             *_noise_scale_log(plan, model), epochs, *callbacks,
                              *_output_callbacks(model_dir, config.train.backup_every)],
                   verbose=2, **validation)
     history = epochs.history()

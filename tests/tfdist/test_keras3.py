@@ -21,6 +21,7 @@ from tfdist.config import OptimizerConfig
 from tfdist.config import TrainConfig
 from tests.tfdist.test_training import _FEATURES
 from tests.tfdist.test_training import _MIRRORED
+from tests.tfdist.test_training import _arrays_dataset_fn
 from tests.tfdist.test_training import _config
 from tests.tfdist.test_training import tabular_dataset_fn
 from tests.tfdist.test_training import tabular_model
@@ -157,6 +158,36 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
         for epoch in ("epoch-001", "epoch-002", "epoch-003"):
             self.assertIn(f"{epoch}.index", checkpoints)
         self.assertFalse(os.path.exists(os.path.join(model_dir, "backup")))  # Finished.
+
+
+    def test_a_loss_that_diverges_stops_before_the_epoch_is_saved(self):
+        model_dir = self.get_temp_dir()
+        plan = tfdist.setup(_config(keras=3, epochs=2, steps_per_epoch=4, model_dir=model_dir))
+        features = np.full((64, _FEATURES), np.nan, "float32")
+        with self.assertRaisesRegex(ConfigError, r"^loss: training diverged in epoch 1 "):
+            tfdist.fit(plan, lambda: keras.Sequential([keras.layers.Input((_FEATURES,)),
+                                                       keras.layers.Dense(2, "softmax")]),
+                       _arrays_dataset_fn(features, np.zeros(64, "int64")), None, loss=_LOSS)
+        self.assertFalse(os.path.exists(os.path.join(model_dir, "checkpoints")))
+
+    def test_training_data_that_runs_out(self):
+        plan = tfdist.setup(_config(keras=3, epochs=3, steps_per_epoch=2))
+        features, labels = np.zeros((64, _FEATURES), "float32"), np.zeros(64, "int64")
+        with self.assertRaisesRegex(ConfigError, r"^train_data: an input pipeline holds 4 "
+                                                 r"batches but the run takes 2 steps x 3 epochs"):
+            tfdist.fit(plan, keras3_tabular_model,
+                       _arrays_dataset_fn(features, labels, repeat=False), None, loss=_LOSS)
+
+
+    def test_uncounted_training_data_that_runs_out(self):
+        plan = tfdist.setup(_config(keras=3, epochs=3, steps_per_epoch=2))
+        features, labels = np.zeros((64, _FEATURES), "float32"), np.zeros(64, "int64")
+        filtered = _arrays_dataset_fn(features, labels, repeat=False)
+        with self.assertRaisesRegex(ConfigError, r"^train_data: it ran out of batches before the "
+                                                 r"run's last step; end the dataset with"):
+            tfdist.fit(plan, keras3_tabular_model,
+                       lambda context: filtered(context).filter(lambda x, y: True), None,
+                       loss=_LOSS)
 
 
 class Keras3OptimizerTest(tf.test.TestCase):

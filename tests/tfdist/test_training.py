@@ -214,6 +214,92 @@ class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
             tfdist.fit(self._plan(), tabular_model, 3, loss="mse")
 
 
+def _arrays_dataset_fn(features, labels, *, repeat: bool = True):
+    """A dataset function over the whole arrays, in batches of 16."""
+    def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        del context
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+        return (dataset.repeat() if repeat else dataset).batch(16, drop_remainder=True)
+    return make
+
+
+def _linear_model() -> tf_keras.Model:
+    """A model that passes NaN inputs on to its loss (a ReLU turns them into zeros)."""
+    return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES,)),
+                                tf_keras.layers.Dense(2, activation="softmax")], name="linear")
+
+
+class FitGuardsTest(_PolicyReset):
+    """Runs that ended in a traceback, or with status 0 having done something else than asked,
+    stop with one line (`tfdist.fit_guards`)."""
+
+    def _fit(self, train_data, validation_data=None, model=tabular_model, **config):
+        plan = tfdist.setup(_config(global_batch_size=16, **config), train_examples=64)
+        return tfdist.fit(plan, model, train_data, validation_data=validation_data,
+                          loss="sparse_categorical_crossentropy")
+
+    def test_a_dataset_function_that_returns_no_dataset(self):
+        with self.assertRaisesRegex(ConfigError, r"^train data: dataset function .*<lambda> "
+                                                 r"returned a NoneType, not a tf.data.Dataset"):
+            self._fit(lambda context: None)
+
+    def test_labels_the_loss_cannot_take(self):
+        features, _ = _tabular(64, seed=1)
+        with self.assertRaisesRegex(ConfigError, r"^train_data: model 'tabular' failed on one of "
+                                                 r"its batches \(InvalidArgumentError: Received a "
+                                                 r"label value of 7 .*\); make the dataset"):
+            self._fit(_arrays_dataset_fn(features, np.full(64, 7)))
+
+    def test_validation_labels_the_loss_cannot_take(self):
+        features, labels = _tabular(64, seed=1)
+        with self.assertRaisesRegex(ConfigError, r"^validation_data: model 'tabular' failed on"):
+            self._fit(_arrays_dataset_fn(features, labels),
+                      _arrays_dataset_fn(features, np.full(64, 7), repeat=False))
+
+    def test_features_of_strings(self):
+        features, labels = _tabular(64, seed=1)
+        with self.assertRaisesRegex(ConfigError, r"^train_data: model 'tabular' failed on one of "
+                                                 r"its batches \(UnimplementedError: Cast string"):
+            self._fit(_arrays_dataset_fn(features.astype(str), labels))
+
+    def test_training_data_that_runs_out(self):
+        features, labels = _tabular(64, seed=1)  # 4 batches; the run takes 2 x 3.
+        with self.assertRaisesRegex(ConfigError, r"^train_data: an input pipeline holds 4 "
+                                                 r"batches but the run takes 2 steps x 3 epochs = "
+                                                 r"6 of them; end the dataset with \.repeat\(\)"):
+            self._fit(_arrays_dataset_fn(features, labels, repeat=False), epochs=3)
+
+    def test_training_data_of_one_epoch_is_read_again_without_a_strategy(self):
+        features, labels = _tabular(32, seed=1)  # 2 batches: one epoch, read afresh each epoch.
+        result = self._fit(_arrays_dataset_fn(features, labels, repeat=False), epochs=3)
+        self.assertLen(result["history"]["loss"], 3)
+
+    def test_training_data_of_one_epoch_runs_out_under_a_strategy(self):
+        features, labels = _tabular(64, seed=1)  # Each replica's pipeline: 4 batches of 16.
+        with self.assertRaisesRegex(ConfigError, r"holds 4 batches but the run takes 4 steps x "
+                                                 r"2 epochs = 8"):
+            self._fit(_arrays_dataset_fn(features, labels, repeat=False), epochs=2,
+                      steps_per_epoch=4, strategy=_MIRRORED)
+
+    def test_a_loss_that_diverges(self):
+        features, labels = _tabular(64, seed=1)
+        model_dir = self.get_temp_dir()
+        with self.assertRaisesRegex(ConfigError, r"^loss: training diverged in epoch 1 \(loss "
+                                                 r"nan\); its checkpoint was not written\. Lower "
+                                                 r"the learning rate \(--learning_rate=0.003, "):
+            self._fit(_arrays_dataset_fn(features * np.nan, labels), model=_linear_model,
+                      model_dir=model_dir)
+        self.assertFalse(tf.io.gfile.exists(os.path.join(model_dir, "checkpoints")))
+
+    def test_a_validation_loss_that_is_not_finite(self):
+        features, labels = _tabular(64, seed=1)
+        with self.assertRaisesRegex(ConfigError, r"^val_loss: nan after epoch 1, while the "
+                                                 r"training loss and the weights are finite"):
+            self._fit(_arrays_dataset_fn(features, labels),
+                      _arrays_dataset_fn(features * np.nan, labels, repeat=False),
+                      model=_linear_model)
+
+
 class CustomLoopTest(_PolicyReset):
 
     def test_a_loop_learns_and_resumes_from_its_checkpoint(self):

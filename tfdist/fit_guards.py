@@ -1,0 +1,142 @@
+"""Checks around Keras `fit` for runs that would otherwise fail late with a traceback, or end
+with status 0 having done something other than what was asked: a dataset function that returns
+no dataset, training data that runs out before the run's last step (Keras only logs a warning
+and stops), a training step that fails on a batch, and a loss that is no longer finite (Keras
+trains on, and saves, NaN weights)."""
+
+import math
+import textwrap
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+from tfdist.config import ConfigError
+
+_COMPLAINT_CHARS = 200  # TensorFlow's complaint is cut here (label errors list every label).
+
+
+def name_of(function) -> str:
+    """MODULE:QUALNAME of a user's function."""
+    return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
+
+
+def returning_dataset(function: Callable, field: str) -> Callable:
+    """The user's dataset function `function`, checked to return a `tf.data.Dataset`."""
+    def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        dataset = function(context)
+        if not isinstance(dataset, tf.data.Dataset):
+            raise ConfigError(
+                f"{field}: dataset function {name_of(function)} returned a "
+                f"{type(dataset).__name__}, not a tf.data.Dataset; return the dataset of "
+                "per-replica (features, labels) batches.")
+        return dataset
+    return dataset_fn
+
+
+class BatchCounts:
+    """A dataset function that notes, for each input pipeline it makes, how many batches the
+    pipeline holds (when tf.data knows: not for an infinite or filtered dataset) and how many
+    replicas it feeds, for `require_enough`."""
+
+    def __init__(self, function: Callable):
+        self._function = function
+        self.pipelines: list[tuple[int, int]] = []  # (batches, replicas fed)
+
+    def __call__(self, context: tf.distribute.InputContext) -> tf.data.Dataset:
+        dataset = self._function(context)
+        batches = tf.get_static_value(dataset.cardinality())
+        if batches is not None and batches >= 0:
+            replicas = max(1, context.num_replicas_in_sync // context.num_input_pipelines)
+            self.pipelines.append((int(batches), replicas))
+        return dataset
+
+
+def require_enough(counts: BatchCounts, *, steps_per_epoch: int, epochs: int,
+                   new_iterator_each_epoch: bool) -> None:
+    """Raises ConfigError when a pipeline `counts` noted runs out before the run's last step.
+
+    Keras reads a distributed dataset with one iterator for the whole run, so each pipeline
+    must hold every epoch's batches; a dataset that is not distributed (the default strategy)
+    it reads afresh each epoch when it holds exactly one epoch (`new_iterator_each_epoch`).
+    """
+    for batches, replicas in counts.pipelines:
+        epoch = steps_per_epoch * replicas
+        if batches >= epoch * epochs or (new_iterator_each_epoch and batches == epoch):
+            continue
+        takes = f"{steps_per_epoch} steps x {epochs} epochs" + (
+            f" x {replicas} replicas it feeds" if replicas > 1 else "")
+        raise ConfigError(
+            f"train_data: an input pipeline holds {batches} batches but the run takes {takes} = "
+            f"{epoch * epochs} of them; end the dataset with .repeat() (or lower --epochs or "
+            "--steps_per_epoch).")
+
+
+def complaint(error: tf.errors.OpError) -> str:
+    """TensorFlow's complaint in `error`, in one line: the last line of its message before the
+    failing node's name, without the traceback of where the op was defined."""
+    lines = [line.strip() for line in error.message.splitlines()]
+    node = next((i for i, line in enumerate(lines) if line.startswith("[[")), len(lines))
+    said = [line for line in lines[:node] if line and not line.startswith("File ")]
+    text = said[-1] if said else error.message
+    return textwrap.shorten(f"{type(error).__name__}: {text}", _COMPLAINT_CHARS,
+                            placeholder=" ...")
+
+
+def step_failure(error: tf.errors.OpError, model_name: str) -> ConfigError:
+    """The one-line error for a training or validation step that failed reading or taking a
+    batch (an error in the step's own input or ops, not a damaged file tfdist can name)."""
+    field = "validation_data" if "test_function" in error.message else "train_data"
+    if isinstance(error, tf.errors.DataLossError):
+        return ConfigError(f"{field}: reading it failed ({complaint(error)}); check its files.")
+    return ConfigError(f"{field}: model {model_name!r} failed on one of its batches "
+                       f"({complaint(error)}); make the dataset yield what the model takes.")
+
+
+def ran_out() -> ConfigError:
+    """The one-line error for training data that ran out, uncounted, before the last step
+    (tfdist's own Keras 3 step raises it; tf-keras' `fit` stops early instead)."""
+    return ConfigError("train_data: it ran out of batches before the run's last step; end the "
+                       "dataset with .repeat() (or lower --epochs or --steps_per_epoch).")
+
+
+def no_batch(model_name: str) -> ConfigError:
+    """The one-line error for an epoch whose first step found no batch (Keras' "Empty logs")."""
+    return ConfigError(f"train_data: it gave model {model_name!r} no batch for an epoch's first "
+                       "step (an empty dataset, or fewer examples than one batch with "
+                       "drop_remainder=True); make it yield batches, and end it with .repeat().")
+
+
+class FiniteLoss(tf_keras.callbacks.Callback):
+    """Stops the run with a one-line ConfigError when an epoch ends with a loss (or validation
+    loss) that is NaN or infinite. Put it before the callbacks that save: the diverged epoch is
+    then neither backed up nor checkpointed (a backup of the last good epoch stays)."""
+
+    def __init__(self, learning_rate: float):
+        super().__init__()
+        self._learning_rate = learning_rate
+
+    def _diverged(self, loss: float) -> str | None:
+        """What shows that training diverged, if it did."""
+        if not math.isfinite(loss):
+            return f"loss {loss}"
+        if not all(np.isfinite(weights).all() for weights in self.model.get_weights()):
+            return "weights not all finite"
+        return None
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        loss, val_loss = logs.get("loss", 0.0), logs.get("val_loss", 0.0)
+        if math.isfinite(loss) and math.isfinite(val_loss):
+            return
+        sign = self._diverged(loss)
+        if sign:
+            raise ConfigError(
+                f"loss: training diverged in epoch {epoch + 1} ({sign}); its checkpoint was "
+                "not written. Lower the learning rate "
+                f"(--learning_rate={self._learning_rate:g}, unless the model came compiled with "
+                "its own optimizer), or check train_data for NaN or infinite values.")
+        raise ConfigError(
+            f"val_loss: {val_loss} after epoch {epoch + 1}, while the training loss and the "
+            "weights are finite; check validation_data for NaN or infinite values.")
