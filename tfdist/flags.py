@@ -34,6 +34,7 @@ from input_pipelines.config import MAX_IMAGE_SIZE
 from input_pipelines.config import MAX_NUM_CLASSES
 from input_pipelines.config import MAX_SEED
 from input_pipelines.config import MAX_THREADS
+from input_pipelines.config import PYTHON_PREFIX
 from strategies import AllReduce
 from strategies import ClusterConfig
 from strategies import Collective
@@ -598,7 +599,8 @@ def benchmark_options() -> dict:
 
     Raises:
       UsageError: a replica count that is not an integer from 1 to MAX_REPLICA_DEVICES, an
-        unknown data kind.
+        unknown data kind, synthetic data asked for a `python:` dataset (by default such a
+        sweep runs real data only).
     """
     options = _values(_BENCHMARK)
     replicas, data = options["replicas"], options["data"]
@@ -609,6 +611,12 @@ def benchmark_options() -> dict:
     if not data or set(data) - {"synthetic", "real"}:
         raise UsageError(f"data={','.join(data)!r} is not understood; use synthetic, real or "
                          "synthetic,real.")
+    dataset = _INPUT["dataset"].value
+    if dataset.startswith(PYTHON_PREFIX) and "synthetic" in data:
+        if _BENCHMARK["data"].present:
+            raise UsageError(f"data=synthetic: --dataset={dataset} brings its own model and data, "
+                             "which synthetic images do not fit; pass --data=real.")
+        data = ["real"]  # The default sweep, less what such a dataset cannot run.
     return {"replicas": sorted({int(count) for count in replicas}),
             "data": [kind for kind in ("synthetic", "real") if kind in data],
             "warmup_steps": options["warmup_steps"], "timed_steps": options["timed_steps"],

@@ -164,6 +164,15 @@ class FlagsTest(unittest.TestCase):
         options = tfdist_flags.benchmark_options()
         self.assertEqual((options["replicas"], options["json_path"]), ([1, 2], "/tmp/b.json"))
 
+    def test_benchmark_of_a_python_dataset_sweeps_real_data_only(self):
+        _parse("benchmark", "--dataset=python:my_data:splits")
+        self.assertEqual(tfdist_flags.benchmark_options()["data"], ["real"])
+        _parse("benchmark", "--dataset=python:my_data:splits", "--data=synthetic,real")
+        with self.assertRaisesRegex(tfdist_flags.UsageError,
+                                    r"^data=synthetic: --dataset=python:my_data:splits brings its "
+                                    r"own model and data, .*; pass --data=real\.$"):
+            tfdist_flags.benchmark_options()
+
     def test_slurm_layout(self):
         _parse("train", "--num_ps=1")
         with self.assertRaisesRegex(tfdist_flags.UsageError, "--num_ps describes a Slurm"):
