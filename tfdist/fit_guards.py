@@ -111,11 +111,17 @@ def no_batch(model_name: str) -> ConfigError:
 class FiniteLoss(tf_keras.callbacks.Callback):
     """Stops the run with a one-line ConfigError when an epoch ends with a loss (or validation
     loss) that is NaN or infinite. Put it before the callbacks that save: the diverged epoch is
-    then neither backed up nor checkpointed (a backup of the last good epoch stays)."""
+    then neither backed up nor checkpointed (a backup of the last good epoch stays).
 
-    def __init__(self, learning_rate: float):
+    With `weights_every_epoch` it also reads the weights at every epoch's end: workers of a
+    multi-worker run log their own losses, but hold the same weights, so they all stop at the
+    same epoch (one that stopped alone would leave the others waiting in a collective).
+    """
+
+    def __init__(self, learning_rate: float, *, weights_every_epoch: bool = False):
         super().__init__()
         self._learning_rate = learning_rate
+        self._weights_every_epoch = weights_every_epoch
 
     def _diverged(self, loss: float) -> str | None:
         """What shows that training diverged, if it did."""
@@ -128,9 +134,12 @@ class FiniteLoss(tf_keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         loss, val_loss = logs.get("loss", 0.0), logs.get("val_loss", 0.0)
-        if math.isfinite(loss) and math.isfinite(val_loss):
+        finite = math.isfinite(loss) and math.isfinite(val_loss)
+        if finite and not self._weights_every_epoch:
             return
         sign = self._diverged(loss)
+        if finite and not sign:
+            return
         if sign:
             raise ConfigError(
                 f"loss: training diverged in epoch {epoch + 1} ({sign}); its checkpoint was "

@@ -438,7 +438,7 @@ def fit(plan: Plan, model: keras.Model, train_fn: training.DatasetFn, validation
     timer = ThroughputTimer(global_batch_size=plan.global_batch_size,
                             steps_per_epoch=plan.steps_per_epoch)
     history = EpochHistory(history_path, writes=plan.writes_results)
-    finite_loss = fit_guards.FiniteLoss(config.optimizer.learning_rate)
+    finite_loss = training.finite_loss(plan)
     finite_loss.set_model(model)
     update_batch = plan.global_batch_size * config.optimizer.grad_accum_steps
     noise_logs = [NoiseScaleLog(steps.noise_scale.result, global_batch_size=update_batch)] \

@@ -360,6 +360,12 @@ def _noise_scale_log(plan: Plan, model: tf_keras.Model) -> list[NoiseScaleLog]:
                           plan.config.optimizer.grad_accum_steps)]
 
 
+def finite_loss(plan: Plan) -> fit_guards.FiniteLoss:
+    """The divergence check; multi-worker mirrored workers judge by the weights they share."""
+    return fit_guards.FiniteLoss(plan.config.optimizer.learning_rate, weights_every_epoch=(
+        plan.num_workers > 1 and plan.kind is StrategyKind.MULTI_WORKER_MIRRORED))
+
+
 def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_data,
                validation_steps: int | None,
                callbacks: Sequence[tf_keras.callbacks.Callback]) -> dict:
@@ -383,7 +389,7 @@ def _keras_fit(plan: Plan, model: tf_keras.Model, train_data: Data, validation_d
                                                             validation_steps)}
     with _explained(plan, train_data, model):
         model.fit(train, epochs=config.train.epochs, steps_per_epoch=plan.steps_per_epoch,
-                  callbacks=[timer, fit_guards.FiniteLoss(config.optimizer.learning_rate),
+                  callbacks=[timer, finite_loss(plan),
                              *_noise_scale_log(plan, model), epochs, *callbacks,
                              *_output_callbacks(model_dir, config.train.backup_every)],
                   verbose=2, **validation)

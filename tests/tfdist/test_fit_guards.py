@@ -1,7 +1,14 @@
 """`tfdist.fit_guards` on its own: TensorFlow's complaint in one line, and the batches a run
 takes (`fit` under each guard: tests/tfdist/test_training.py, FitGuardsTest)."""
 
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
 import tensorflow as tf
+import tf_keras
 
 from tfdist import fit_guards
 from tfdist.config import ConfigError
@@ -77,3 +84,75 @@ class RequireEnoughTest(tf.test.TestCase):
             counts = fit_guards.BatchCounts(lambda context, dataset=dataset: dataset)
             counts(tf.distribute.InputContext())
             self.assertEqual(counts.pipelines, [])
+
+
+class FiniteLossTest(tf.test.TestCase):
+
+    def _guard(self, weights_every_epoch: bool, weight: float):
+        model = tf_keras.Sequential([tf_keras.layers.Input((1,)), tf_keras.layers.Dense(1)])
+        model.set_weights([np.full((1, 1), weight, "float32"), np.zeros(1, "float32")])
+        guard = fit_guards.FiniteLoss(0.1, weights_every_epoch=weights_every_epoch)
+        guard.set_model(model)
+        return guard
+
+    def test_a_worker_with_a_finite_loss_stops_on_the_weights_it_shares(self):
+        self._guard(False, np.nan).on_epoch_end(0, {"loss": 1.0})  # Not read: no verdict.
+        with self.assertRaisesRegex(ConfigError, r"^loss: training diverged in epoch 3 \(weights "
+                                                 r"not all finite\)"):
+            self._guard(True, np.nan).on_epoch_end(2, {"loss": 1.0})
+        self._guard(True, 1.0).on_epoch_end(2, {"loss": 1.0, "val_loss": 2.0})
+
+    def test_an_infinite_loss(self):
+        with self.assertRaisesRegex(ConfigError, r"^loss: training diverged in epoch 1 \(loss "
+                                                 r"inf\); .*--learning_rate=0\.1, "):
+            self._guard(False, 1.0).on_epoch_end(0, {"loss": float("inf")})
+
+
+# A user's program whose second worker reads only NaN features.
+_NAN_ON_ONE_WORKER = '''
+import tfdist
+
+tfdist.define_flags()
+
+
+def build_model():
+    import tensorflow as tf
+    return tf.keras.Sequential([tf.keras.layers.Input((8,)),
+                                tf.keras.layers.Dense(4, activation="softmax")])
+
+
+def dataset_fn(context):
+    import tensorflow as tf
+    features = tf.random.uniform((256, 8)) * (float("nan") if context.input_pipeline_id else 1.0)
+    labels = tf.random.uniform((256,), 0, 4, tf.int64)
+    return tf.data.Dataset.from_tensor_slices((features, labels)).repeat().batch(
+        context.get_per_replica_batch_size(32))
+
+
+def main(argv):
+    plan = tfdist.setup(tfdist.config_from_flags(), train_examples=32)
+    tfdist.fit(plan, build_model, dataset_fn, validation_data=None,
+               loss="sparse_categorical_crossentropy")
+
+
+if __name__ == "__main__":
+    tfdist.run(main)
+'''
+
+
+@pytest.mark.multiprocess
+class DivergenceUnderMultiWorkerTest(tf.test.TestCase):
+
+    def test_every_worker_stops_at_the_same_epoch(self):
+        script = os.path.join(self.get_temp_dir(), "nan_on_one_worker.py")
+        with open(script, "w", encoding="utf-8") as file:
+            file.write(_NAN_ON_ONE_WORKER)
+        result = subprocess.run(
+            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--timeout_s=240",
+             "--", sys.executable, script, "--epochs=3", "--global_batch_size=32",
+             "--collective_timeout_s=120"],
+            capture_output=True, text=True, timeout=300, check=False)
+        self.assertEqual(result.returncode, 2, result.stderr[-3000:])
+        self.assertRegex(result.stdout + result.stderr,
+                         r"\] .*: error: loss: training diverged in epoch 1 ")
+        self.assertNotIn("Epoch 2/3", result.stdout + result.stderr)
