@@ -46,9 +46,14 @@ def _count(dataset: tf.data.Dataset) -> int:
 
 
 def _reason(error: tf.errors.OpError) -> str:
-    """TensorFlow's complaint in `error`: its first line without the function, iterator and op
-    names around it."""
-    reason = error.message.split("\n")[0].split("}}")[-1].split("[Op:")[0]
+    """TensorFlow's complaint in `error`, without the function, iterator and op names around
+    it: its first line, or, in an error from a traced step ("Graph execution error:"), the last
+    line before the failing node's name, past the traceback of where the op was defined."""
+    lines = [line.strip() for line in error.message.splitlines()]
+    node = next((i for i, line in enumerate(lines) if line.startswith("[[")), len(lines))
+    said = [line for line in lines[:node] if line and not line.startswith("File ")]
+    reason = (said[-1] if lines[0].endswith("execution error:") and said else lines[0])
+    reason = reason.split("}}")[-1].split("[Op:")[0]
     return re.sub(r"^.*Iterator::[\w:]+: ", "", reason).strip().rstrip(".")
 
 
@@ -236,22 +241,24 @@ def raise_if_undecodable(files: list[str] | tuple[str, ...], image_key: str, cha
 
 # In every error raised while getting the next input element: eagerly, in `fit`, distributed.
 _FROM_INPUT = "IteratorGetNext"
+_COMPLAINT_CHARS = 200  # A complaint is cut here (a label error lists every label).
 
 
-def _complaint(error: Exception) -> str:
-    """`error` in one line: its type and first line; for an error that AutoGraph re-raised from
-    traced user code, the line naming it (its message starts with "in user code:")."""
+def complaint(error: Exception) -> str:
+    """`error` in one line of at most `_COMPLAINT_CHARS`: its type and first line (see `_reason`
+    for TensorFlow's errors); for an error that AutoGraph re-raised from traced user code, the
+    line naming it (its message starts with "in user code:")."""
     name = type(error).__name__
-    if isinstance(error, tf.errors.OpError):
-        return f"{name}: {_reason(error)}"
     lines = [line.strip() for line in str(error).strip().splitlines()]
     named = [line for line in lines if line.startswith(f"{name}: ")]
-    return named[-1] if named else f"{name}: {lines[0]}" if lines else name
+    line = f"{name}: {_reason(error)}" if isinstance(error, tf.errors.OpError) else \
+        named[-1] if named else f"{name}: {lines[0]}" if lines else name
+    return line if len(line) <= _COMPLAINT_CHARS else line[:_COMPLAINT_CHARS - 4].rstrip() + " ..."
 
 
 def _parse_error(path: str, position: int, error: Exception) -> InputConfigError:
     return InputConfigError(
-        f"file {path}, record {position} (from 0): parse_fn fails on it ({_complaint(error)}); "
+        f"file {path}, record {position} (from 0): parse_fn fails on it ({complaint(error)}); "
         f"check parse_fn against the records in {path}.")
 
 

@@ -5,16 +5,14 @@ and stops), a training step that fails on a batch, and a loss that is no longer 
 trains on, and saves, NaN weights)."""
 
 import math
-import textwrap
 from typing import Callable
 
 import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from input_pipelines import records
 from tfdist.config import ConfigError
-
-_COMPLAINT_CHARS = 200  # TensorFlow's complaint is cut here (label errors list every label).
 
 
 def name_of(function) -> str:
@@ -73,25 +71,16 @@ def require_enough(counts: BatchCounts, *, steps_per_epoch: int, epochs: int,
             "--steps_per_epoch).")
 
 
-def complaint(error: tf.errors.OpError) -> str:
-    """TensorFlow's complaint in `error`, in one line: the last line of its message before the
-    failing node's name, without the traceback of where the op was defined."""
-    lines = [line.strip() for line in error.message.splitlines()]
-    node = next((i for i, line in enumerate(lines) if line.startswith("[[")), len(lines))
-    said = [line for line in lines[:node] if line and not line.startswith("File ")]
-    text = said[-1] if said else error.message
-    return textwrap.shorten(f"{type(error).__name__}: {text}", _COMPLAINT_CHARS,
-                            placeholder=" ...")
-
-
 def step_failure(error: tf.errors.OpError, model_name: str) -> ConfigError:
     """The one-line error for a training or validation step that failed reading or taking a
     batch (an error in the step's own input or ops, not a damaged file tfdist can name)."""
     field = "validation_data" if "test_function" in error.message else "train_data"
     if isinstance(error, tf.errors.DataLossError):
-        return ConfigError(f"{field}: reading it failed ({complaint(error)}); check its files.")
+        return ConfigError(f"{field}: reading it failed ({records.complaint(error)}); check its "
+                           "files.")
     return ConfigError(f"{field}: model {model_name!r} failed on one of its batches "
-                       f"({complaint(error)}); make the dataset yield what the model takes.")
+                       f"({records.complaint(error)}); make the dataset yield what the model "
+                       "takes.")
 
 
 def ran_out() -> ConfigError:

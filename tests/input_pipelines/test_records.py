@@ -230,3 +230,32 @@ class ExplainInputErrorTest(_Files, parameterized.TestCase):
         self._write("train-0", [image_example()] * 2)
         error = error_type(None, None, "Incompatible shapes: [4,10] vs. [4,3]")
         self.assertIsNone(input_pipelines.explain_input_error(self._config(), error))
+
+
+# The shape of the message `model.fit` raises when an op of the step fails.
+GRAPH_ERROR = """Graph execution error:
+
+Detected at node sparse_categorical_crossentropy/Loss defined at (most recent call last):
+  File "train.py", line 9, in <module>
+
+  File "losses.py", line 2454, in sparse_categorical_crossentropy
+
+Received a label value of 9 which is outside the valid range of [0, 4).  Label values: {labels}
+\t [[{{{{node sparse_categorical_crossentropy/Loss}}}}]] [Op:__inference_train_function_557]"""
+
+
+class ComplaintTest(tf.test.TestCase):
+    """`records.complaint` on the error `model.fit` raises when an op of a step fails."""
+
+    def test_the_line_before_the_node_without_the_traceback(self):
+        error = tf.errors.InvalidArgumentError(None, None, GRAPH_ERROR.format(labels="9 9"))
+        self.assertEqual(records.complaint(error),
+                         "InvalidArgumentError: Received a label value of 9 which is outside the "
+                         "valid range of [0, 4).  Label values: 9 9")
+
+    def test_a_long_complaint_is_cut(self):
+        error = tf.errors.InvalidArgumentError(None, None,
+                                               GRAPH_ERROR.format(labels=" ".join(["9"] * 512)))
+        complaint = records.complaint(error)
+        self.assertLessEqual(len(complaint), 200)
+        self.assertTrue(complaint.endswith("9 9 ..."), complaint)
