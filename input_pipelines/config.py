@@ -28,6 +28,7 @@ MAX_IMAGE_SIZE = 8192  # One 8192x8192 RGB image is 201 MB.
 MAX_BUFFER_SIZE = (1 << 31) - 1
 MAX_THREADS = 1024
 MAX_SEED = (1 << 32) - 1  # NumPy's limit.
+MAX_NUM_EXAMPLES = 1 << 40  # About 10^12: far more than any dataset on disk holds.
 LABEL_BYTES = 8  # int64
 _COMPUTE_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 _LIMITS = {"global_batch_size": (1, MAX_GLOBAL_BATCH_SIZE),

@@ -12,8 +12,8 @@ from typing import Sequence
 from input_pipelines import file_lists
 from input_pipelines.config import SPLIT_PLACEHOLDER
 from input_pipelines.config import InputConfigError
+from input_pipelines.config import MAX_NUM_EXAMPLES
 
-MAX_NUM_EXAMPLES = 1 << 40  # About 10^12: far more than any dataset on disk holds.
 _FILES_FIX = "pass a glob such as '/data/{split}-*.tfrecord' or a list of TFRecord paths"
 
 # From a 1-D string tensor of serialized records (one per-replica batch) to (features, labels).

@@ -12,12 +12,56 @@ import tensorflow as tf
 import tf_keras
 
 from input_pipelines import records
+from strategies.config import check_int
+from tfdist.config import MAX_COUNT
 from tfdist.config import ConfigError
+
+# Metric names Keras resolves from the loss, not by `metrics.get`.
+_METRICS_BY_LOSS = ("accuracy", "acc", "crossentropy", "ce")
+_EXAMPLES = {"loss": "sparse_categorical_crossentropy", "metric": "accuracy"}
 
 
 def name_of(function) -> str:
     """MODULE:QUALNAME of a user's function."""
     return f"{getattr(function, '__module__', '?')}:{getattr(function, '__qualname__', function)}"
+
+
+def check_arguments(validation_steps, callbacks) -> list:
+    """`fit`'s `validation_steps` checked, and its `callbacks` as a list (None: none), each
+    checked to be a Keras callback."""
+    if validation_steps is not None:
+        check_int("validation_steps", validation_steps, 1, MAX_COUNT,
+                  "pass the batches each validation runs, or None for one pass", error=ConfigError)
+    callbacks = list(callbacks or ())
+    for index, callback in enumerate(callbacks):
+        if not all(hasattr(callback, name) for name in ("set_model", "on_epoch_end")):
+            raise ConfigError(f"callbacks[{index}] is a {type(callback).__name__}, not a Keras "
+                              "callback; pass instances of tf_keras.callbacks.Callback "
+                              "(keras.callbacks.Callback under --keras=3).")
+    return callbacks
+
+
+def check_compile_names(keras_module, loss, metrics) -> None:
+    """Raises ConfigError when `loss`, or a metric of `metrics`, is a name that `keras_module`
+    (tf_keras or Keras 3) does not know; Keras itself says so only while tracing the first
+    step, in a traceback."""
+    if isinstance(loss, str):
+        _known("loss", "loss", loss, keras_module.losses.get)
+    for metric in tf.nest.flatten(metrics):
+        if isinstance(metric, str) and metric not in _METRICS_BY_LOSS:
+            _known("metrics", "metric", metric, keras_module.metrics.get)
+
+
+def _known(field: str, kind: str, name: str, get: Callable) -> None:
+    """Raises ConfigError naming `field` unless `get` (Keras' lookup of a `kind`) knows `name`."""
+    try:
+        found = get(name)
+    except ValueError:
+        found = None
+    if not callable(found):  # tf_keras' metrics.get returns an unknown name as it is.
+        raise ConfigError(f"{field}: Keras knows no {kind} named {name!r}; pass a {kind} name "
+                          f"(e.g. {_EXAMPLES[kind]!r}), a function or a Keras {kind} "
+                          "object.")
 
 
 def returning_dataset(function: Callable, field: str) -> Callable:

@@ -83,7 +83,7 @@ def build_model(plan: Plan, model, *, loss, metrics) -> keras.Model:
     with training.strategy_scope(plan):
         model = training.checked_model(plan, model)
         if not model.compiled:
-            training.require_loss(loss)
+            training.check_compile_arguments(keras, loss, metrics)
             model.compile(optimizer=keras3_optim.build_optimizer(
                 config.optimizer, plan.global_batch_size, plan.steps_per_epoch,
                 config.train.epochs), loss=loss, metrics=metrics)

@@ -23,8 +23,10 @@ import tensorflow as tf
 import input_pipelines
 import strategies
 from input_pipelines import SourceKind
+from input_pipelines.config import MAX_NUM_EXAMPLES
 from strategies import StrategyKind
 from strategies import TaskType
+from strategies.config import check_int
 from tfdist import paths
 from tfdist import precision
 from tfdist import join_deadline
@@ -158,6 +160,9 @@ def _num_gpu_replicas(strategy: tf.distribute.Strategy | None, config: RunConfig
 def _steps(config: RunConfig, train_examples: int | None):
     """(steps_per_epoch, where it came from, the prepared dataset's info or None)."""
     global_batch = config.input.global_batch_size
+    if train_examples is not None:
+        check_int("train_examples", train_examples, 1, MAX_NUM_EXAMPLES,
+                  "pass the number of your training examples, or None", error=ConfigError)
     if config.train.steps_per_epoch:
         return config.train.steps_per_epoch, "--steps_per_epoch", None
     if train_examples is not None:

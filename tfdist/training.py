@@ -175,18 +175,20 @@ def tfdist_optimizer(plan: Plan) -> tf_keras.optimizers.Optimizer:
     return precision.wrap_optimizer(optimizer, config.train.mixed_precision)
 
 
-def require_loss(loss) -> None:
-    """Raises ConfigError when an uncompiled model comes without a loss to compile it with."""
+def check_compile_arguments(keras_module, loss, metrics) -> None:
+    """Raises ConfigError when an uncompiled model comes without a loss to compile it with, or
+    with a loss or metric name that `keras_module` (tf_keras or Keras 3) does not know."""
     if loss is None:
         raise ConfigError("loss: the model is not compiled; pass fit(..., loss=..., "
                           "metrics=[...]), or compile the model yourself.")
+    fit_guards.check_compile_names(keras_module, loss, metrics)
 
 
 def _compile(plan: Plan, model: tf_keras.Model, loss, metrics) -> None:
     """Compiles an uncompiled `model` with `loss`, `metrics` and tfdist's optimizer."""
     if model.compiled_loss is not None:  # Keras adds loss scaling under mixed_float16.
         return
-    require_loss(loss)
+    check_compile_arguments(tf_keras, loss, metrics)
     model.compile(optimizer=tfdist_optimizer(plan), loss=loss, metrics=metrics,
                   steps_per_execution=plan.config.train.steps_per_execution)
 
@@ -488,6 +490,7 @@ def fit(plan: Plan, model, train_data: Data | None = None,
       not fit, a damaged record file, a metrics JSON that cannot be written (ResultNotSaved).
     """
     train_data = plan.config.input if train_data is None else train_data
+    callbacks = fit_guards.check_arguments(validation_steps, callbacks)
     if plan.role is Role.SERVE:
         ps_task.serve(plan.config.cluster)
         return {"task": plan.task, "role": plan.role.value}

@@ -179,6 +179,11 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
                        _arrays_dataset_fn(features, labels, repeat=False), None, loss=_LOSS)
 
 
+    def test_a_loss_name_keras_3_does_not_know(self):
+        plan = tfdist.setup(_config(keras=3))
+        with self.assertRaisesRegex(ConfigError, r"^loss: Keras knows no loss named 'nope'; "):
+            tfdist.fit(plan, keras3_tabular_model, tabular_dataset_fn(16), None, loss="nope")
+
     def test_uncounted_training_data_that_runs_out(self):
         plan = tfdist.setup(_config(keras=3, epochs=3, steps_per_epoch=2))
         features, labels = np.zeros((64, _FEATURES), "float32"), np.zeros(64, "int64")

@@ -238,6 +238,30 @@ class FitGuardsTest(_PolicyReset):
         return tfdist.fit(plan, model, train_data, validation_data=validation_data,
                           loss="sparse_categorical_crossentropy")
 
+    def test_a_count_of_training_examples_that_is_not_one(self):
+        for count in (0, -5, 1.5, "100", True, float("nan"), 10**30):
+            with self.subTest(count=count):
+                with self.assertRaisesRegex(ConfigError, rf"^train_examples={count!r} is not an "
+                                                         r"integer from 1 to 1099511627776; "):
+                    tfdist.setup(_config(steps_per_epoch=None), train_examples=count)
+
+    def test_bad_arguments_of_fit(self):
+        features, labels = _tabular(64, seed=1)
+        data = _arrays_dataset_fn(features, labels)
+        for arguments, error in (
+                (dict(validation_steps=0), r"^validation_steps=0 is not an integer from 1 to "),
+                (dict(validation_steps=1.5), r"^validation_steps=1.5 is not an integer from 1 "),
+                (dict(callbacks=[tf_keras.callbacks.History(), 42]),
+                 r"^callbacks\[1\] is a int, not a Keras callback; pass instances of "),
+                (dict(loss="not_a_loss"), r"^loss: Keras knows no loss named 'not_a_loss'; "),
+                (dict(metrics=["accuracy", "nope"]), r"^metrics: Keras knows no metric named "
+                                                     r"'nope'; pass a metric name")):
+            with self.subTest(arguments=arguments):
+                plan = tfdist.setup(_config(global_batch_size=16), train_examples=64)
+                with self.assertRaisesRegex(ConfigError, error):
+                    tfdist.fit(plan, tabular_model, data, validation_data=data,
+                               **{"loss": "sparse_categorical_crossentropy", **arguments})
+
     def test_a_dataset_function_that_returns_no_dataset(self):
         with self.assertRaisesRegex(ConfigError, r"^train data: dataset function .*<lambda> "
                                                  r"returned a NoneType, not a tf.data.Dataset"):
