@@ -130,13 +130,18 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
         try:
             super().on_train_begin(logs)
         except (ValueError, tf.errors.OpError) as error:  # Another model's, or damaged.
-            lines = str(error).strip().splitlines()
-            raise ConfigError(
-                f"model_dir={os.path.dirname(self.backup_dir)!r}: the backup an interrupted run "
-                "left there cannot be restored into this one "
-                f"({lines[0] if lines else type(error).__name__}); resume it with that run's "
-                f"--model and flags, or pass another --model_dir (or delete {self.backup_dir})."
-            ) from None
+            raise unrestorable(os.path.dirname(self.backup_dir), "the backup an interrupted run",
+                               self.backup_dir, error) from None
+
+
+def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> ConfigError:
+    """The one-line error for what `left` in `model_dir` (at `path`) that restoring into this
+    run's model failed on with `error`: another model's, or damaged."""
+    lines = str(error).strip().splitlines()
+    return ConfigError(
+        f"model_dir={model_dir!r}: {left} left there cannot be restored into this one "
+        f"({lines[0] if lines else type(error).__name__}); resume it with that run's --model and "
+        f"flags, or pass another --model_dir (or delete {path}).")
 
 
 class EpochHistory(tf_keras.callbacks.Callback):

@@ -16,9 +16,14 @@ import tensorflow as tf
 import tf_keras
 
 from strategies import StrategyKind
+from strategies.config import check_int
+from tfdist import fit_guards
+from tfdist.callbacks import unrestorable
+from tfdist.config import MAX_COUNT
 from tfdist.config import ConfigError
 from tfdist.plan import Plan
 from tfdist.plan import Role
+from tfdist.training import checked_model
 from tfdist.training import dataset_fn
 from tfdist.training import tfdist_optimizer
 
@@ -26,8 +31,9 @@ CHECKPOINTS_DIR = "loop_checkpoints"  # Under --model_dir.
 
 
 class CustomLoop:
-    """Builds `model` (a function of no arguments, called in the strategy's scope) and tfdist's
-    optimizer (`--optimizer` and the large-batch recipe) unless `optimizer` is given.
+    """Builds `model` (a function of no arguments, called in the strategy's scope; or a model
+    built in that scope) and tfdist's optimizer (`--optimizer` and the large-batch recipe)
+    unless `optimizer` is given.
 
     Example:
       >>> loop = tfdist.CustomLoop(plan, build_model)
@@ -56,7 +62,7 @@ class CustomLoop:
         self.plan = plan
         self.strategy = plan.strategy
         with self.strategy.scope():
-            self.model = model()
+            self.model = checked_model(plan, model)
             self.optimizer = optimizer or tfdist_optimizer(plan)
             self._epoch = tf.Variable(0, trainable=False, dtype=tf.int64)
         self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
@@ -86,6 +92,7 @@ class CustomLoop:
         """Runs `step_fn(*batch)` on every replica for `steps` batches of `dataset` (one
         iterator per dataset, kept across calls) in one `tf.function`; returns the mean over
         the steps of the replicas' summed return values (the global loss, with `scale_loss`)."""
+        check_int("steps", steps, 1, MAX_COUNT, "pass e.g. plan.steps_per_epoch", error=ConfigError)
         iterator = self._iterators.setdefault(id(dataset), iter(dataset))
         if step_fn not in self._loops:
             @tf.function
@@ -97,7 +104,10 @@ class CustomLoop:
                                                           axis=None), tf.float32)
                 return total / tf.cast(steps, tf.float32)
             self._loops[step_fn] = loop
-        return float(self._loops[step_fn](iterator, tf.constant(steps, tf.int64)))
+        try:
+            return float(self._loops[step_fn](iterator, tf.constant(steps, tf.int64)))
+        except tf.errors.OutOfRangeError:
+            raise fit_guards.ran_out("dataset") from None
 
     def _checkpoint_dir(self) -> str | None:
         """Under `--model_dir` for the chief; a temporary copy for the other workers, since
@@ -123,12 +133,18 @@ class CustomLoop:
         latest = model_dir and tf.train.latest_checkpoint(os.path.join(model_dir,
                                                                        CHECKPOINTS_DIR))
         if manager is not None and latest:
-            self._checkpoint.restore(latest)
+            try:
+                self._checkpoint.restore(latest)
+            except (ValueError, tf.errors.OpError) as error:  # Another model's, or damaged.
+                raise unrestorable(model_dir, "the checkpoint a loop", manager.directory,
+                                   error) from None
         return int(self._epoch.numpy())
 
     def save(self, epochs_done: int) -> None:
         """Checkpoints the model, optimizer and `epochs_done` (every worker must call it); only
         the chief's copy stays. Without `--model_dir`, does nothing."""
+        check_int("epochs_done", epochs_done, 0, MAX_COUNT, "pass the epochs completed",
+                  error=ConfigError)
         manager = self._manager_or_none()
         if manager is None:
             return

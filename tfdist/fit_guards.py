@@ -127,10 +127,11 @@ def step_failure(error: tf.errors.OpError, model_name: str) -> ConfigError:
                        "takes.")
 
 
-def ran_out() -> ConfigError:
+def ran_out(field: str = "train_data") -> ConfigError:
     """The one-line error for training data that ran out, uncounted, before the last step
-    (tfdist's own Keras 3 step raises it; tf-keras' `fit` stops early instead)."""
-    return ConfigError("train_data: it ran out of batches before the run's last step; end the "
+    (tfdist's own Keras 3 step and `CustomLoop.run` raise it; tf-keras' `fit` stops early
+    instead)."""
+    return ConfigError(f"{field}: it ran out of batches before the run's last step; end the "
                        "dataset with .repeat() (or lower --epochs or --steps_per_epoch).")
 
 
