@@ -69,6 +69,7 @@ def config_from_flags() -> RunConfig:
       ConfigError (and the packages' config errors): a bad flag value or TF_CONFIG, one line.
     """
     from tfdist import flags  # pylint: disable=import-outside-toplevel
+    flags.require_parsed("config_from_flags")
     config = flags.run_config(cluster_from_flags())
     import_tensorflow(config.train.keras)
     return config

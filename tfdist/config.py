@@ -195,9 +195,11 @@ class OptimizerConfig:
         numbers.update({f"lr_step_boundaries[{index}]": epoch
                         for index, epoch in enumerate(self.lr_step_boundaries)})
         for field, value in numbers.items():
-            if value is not None and not (math.isfinite(value) and abs(value) <= _MAX_FLOAT32):
+            if value is not None and not (isinstance(value, (int, float)) and
+                                          not isinstance(value, bool) and
+                                          math.isfinite(value) and abs(value) <= _MAX_FLOAT32):
                 raise ConfigError(
-                    f"{field}={value} is not a finite number (within float32's range); pass "
+                    f"{field}={value!r} is not a finite number (within float32's range); pass "
                     f"e.g. {_FLOAT_EXAMPLES[field.split('[')[0]]}.")
 
     def _check_ranges(self) -> None:
@@ -322,6 +324,13 @@ class RunConfig:
     show_tf_logs: bool = False
 
     def __post_init__(self):
+        for field, kind in (("strategy", StrategyConfig), ("input", InputConfig),
+                            ("train", TrainConfig), ("optimizer", OptimizerConfig),
+                            ("cluster", ClusterConfig)):
+            value = getattr(self, field)
+            if not (isinstance(value, kind) or (field == "cluster" and value is None)):
+                raise ConfigError(f"{field} is a {type(value).__name__}, not a {kind.__name__}; "
+                                  f"pass a {kind.__name__}(...).")
         check_schedule_fits(self.optimizer, self.train.epochs)
         if (self.optimizer.grad_accum_steps > 1 and
                 self.train.mixed_precision is Precision.MIXED_FLOAT16):

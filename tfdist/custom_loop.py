@@ -23,6 +23,7 @@ from tfdist.config import MAX_COUNT
 from tfdist.config import ConfigError
 from tfdist.plan import Plan
 from tfdist.plan import Role
+from tfdist.plan import require_plan
 from tfdist.training import checked_model
 from tfdist.training import dataset_fn
 from tfdist.training import tfdist_optimizer
@@ -51,6 +52,7 @@ class CustomLoop:
 
     def __init__(self, plan: Plan, model: Callable[[], tf_keras.Model],
                  optimizer: tf_keras.optimizers.Optimizer | None = None):
+        require_plan(plan)
         if plan.config.train.keras == 3:
             raise ConfigError("keras=3: CustomLoop trains tf-keras models with tf-keras' "
                               "optimizer; train a Keras 3 model through tfdist.fit, or write "

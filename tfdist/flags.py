@@ -47,6 +47,7 @@ from strategies.config import MAX_REPLICA_DEVICES
 from strategies.config import MAX_TIMEOUT_S
 from strategies.config import is_duration
 from tfdist import keras_env
+from tfdist.config import ConfigError
 from tfdist.config import KERAS_VERSIONS
 from tfdist.config import ModelName
 from tfdist.config import Precision
@@ -699,6 +700,14 @@ def tf_config() -> str | None:
 def probe_timeout_s() -> float | None:
     """`--probe_timeout_s` when `--probe` is given, else None (no probing)."""
     return _DOCTOR["probe_timeout_s"].value if _DOCTOR["probe"].value else None
+
+
+def require_parsed(caller: str) -> None:
+    """Raises ConfigError when argv is not parsed yet, so `caller` cannot read the flags."""
+    if not FLAGS.is_parsed():
+        raise ConfigError(f"{caller}: the flags are not parsed yet; call it in the main that "
+                          "tfdist.run(main) runs (after tfdist.define_flags()), or build a "
+                          "tfdist.RunConfig(...) yourself.")
 
 
 def show_tf_logs() -> bool:

@@ -204,6 +204,13 @@ def _check_noise_scale_replicas(config: RunConfig, kind: StrategyKind, num_repli
             "--num_cpu_devices=2) or with --grad_accum_steps=2 or more.")
 
 
+def require_plan(plan) -> None:
+    """Raises ConfigError unless `plan` is a `Plan` (what `setup` returns)."""
+    if not isinstance(plan, Plan):
+        raise ConfigError(f"plan is a {type(plan).__name__}, not a Plan; pass what "
+                          "tfdist.setup(config) returned.")
+
+
 def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     """Sets this process up for `config` and returns its frozen `Plan`.
 
@@ -223,6 +230,9 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
       cluster cannot run, unwritable output paths.
     """
     started_s = time.perf_counter()
+    if not isinstance(config, RunConfig):
+        raise ConfigError(f"config is a {type(config).__name__}, not a RunConfig; pass "
+                          "tfdist.config_from_flags() or a tfdist.RunConfig(...).")
     paths.check(config)
     keras_flavour.require(config.train.keras)
     keras = keras_flavour.api(config.train.keras)

@@ -39,6 +39,7 @@ from tfdist.callbacks import ThroughputTimer
 from tfdist.config import ConfigError
 from tfdist.plan import Plan
 from tfdist.plan import Role
+from tfdist.plan import require_plan
 
 CHECKPOINTS_DIR = "checkpoints"  # Under --model_dir: one weights checkpoint per epoch.
 CHECKPOINT_PREFIX = "epoch-"
@@ -101,6 +102,7 @@ def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> Dataset
       ...                           "train", training=True)
       >>> batches = plan.strategy.distribute_datasets_from_function(train)
     """
+    require_plan(plan)
     if isinstance(data, (InputConfig, Records)):
         read = input_pipelines.ReadOptions(
             split=split, training=training, placement=plan.placement,
@@ -489,6 +491,7 @@ def fit(plan: Plan, model, train_data: Data | None = None,
       ConfigError (and the packages' config errors), one line each: a model or data that does
       not fit, a damaged record file, a metrics JSON that cannot be written (ResultNotSaved).
     """
+    require_plan(plan)
     train_data = plan.config.input if train_data is None else train_data
     callbacks = fit_guards.check_arguments(validation_steps, callbacks)
     if plan.role is Role.SERVE:

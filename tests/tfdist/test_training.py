@@ -3,11 +3,13 @@ user's own model and data (dataset function, `tfdist.Records`), with the errors 
 
 import math
 import os
+from unittest import mock
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
+from absl import flags
 from absl.testing import parameterized
 
 import tfdist
@@ -322,6 +324,43 @@ class FitGuardsTest(_PolicyReset):
             self._fit(_arrays_dataset_fn(features, labels),
                       _arrays_dataset_fn(features * np.nan, labels, repeat=False),
                       model=_linear_model)
+
+
+class ApiArgumentsTest(_PolicyReset):
+    """The public API's entry points given what they cannot take: one line each."""
+
+    @pytest.fixture(autouse=True)
+    def _data_dir(self, shapes_data_dir):
+        self.data_dir = shapes_data_dir
+
+    def test_configs_of_the_wrong_kind(self):
+        with self.assertRaisesRegex(ConfigError, r"^strategy is a dict, not a StrategyConfig; "):
+            RunConfig(strategy={"strategy": "mirrored"})
+        with self.assertRaisesRegex(ConfigError, r"^learning_rate='0.1' is not a finite number"):
+            OptimizerConfig(learning_rate="0.1")
+        with self.assertRaisesRegex(ConfigError, r"^config is a NoneType, not a RunConfig; "):
+            tfdist.setup(None)
+
+    def test_something_else_than_a_plan(self):
+        for call in (lambda: tfdist.fit(None, tabular_model),
+                     lambda: tfdist.dataset_fn({}, tabular_dataset_fn(16), "train",
+                                               training=True),
+                     lambda: tfdist.CustomLoop("plan", tabular_model)):
+            with self.assertRaisesRegex(ConfigError, r"^plan is a \w+, not a Plan; pass what "
+                                                     r"tfdist.setup\(config\) returned\.$"):
+                call()
+
+    def test_a_split_the_dataset_does_not_have(self):
+        plan = tfdist.setup(_config(data_dir=self.data_dir))
+        with self.assertRaisesRegex(InputConfigError, r"^split='test': dataset='shapes' has no "
+                                                      r"such split; pass one of 'train', "):
+            tfdist.dataset_fn(plan, plan.config.input, "test", training=False)
+
+    def test_the_config_from_flags_before_they_are_parsed(self):
+        with mock.patch.object(flags.FlagValues, "is_parsed", return_value=False):
+            with self.assertRaisesRegex(ConfigError, r"^config_from_flags: the flags are not "
+                                                     r"parsed yet; call it in the main that "):
+                tfdist.config_from_flags()
 
 
 class CustomLoopTest(_PolicyReset):
