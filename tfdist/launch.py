@@ -47,6 +47,7 @@ HOST = "127.0.0.1"
 EXIT_TIMEOUT = 124
 _POLL_S = 0.2
 _STOP_GRACE_S = 15.0
+_STRAGGLER_NOTICE_S = 60.0
 _TRAIN = "train"
 # A tfdist command that passes a URL (--tf_data_service=grpc://..., --model_dir=gs://...) or
 # --download needs this machine's network: `auto` does not isolate such a job.
@@ -387,12 +388,36 @@ def _stop_all(tasks: list[_Task]) -> None:
             task.stop()
 
 
+class _Stragglers:
+    """Says once, in a line, when tasks the job waits for still run `_STRAGGLER_NOTICE_S`
+    after the first task finished: in a synchronous job, a task stuck or left behind, which
+    would otherwise keep the launcher waiting without a word."""
+
+    def __init__(self):
+        self._first_done_s: float | None = None
+        self._said = False
+
+    def notice(self, done: set[str], waiting_for: list[str], *, timed: bool) -> None:
+        if not done or not waiting_for or self._said:
+            return
+        now = time.monotonic()
+        self._first_done_s = self._first_done_s or now
+        if now - self._first_done_s < _STRAGGLER_NOTICE_S:
+            return
+        self._said = True
+        print(f"tfdist launch: still waiting for {', '.join(waiting_for)}, "
+              f"{_STRAGGLER_NOTICE_S:.0f} s after {', '.join(sorted(done))} exited 0"
+              f"{'' if timed else ', with no time limit (--timeout_s=S bounds the job)'}",
+              file=sys.stderr, flush=True)
+
+
 def _supervise(config: LaunchConfig, tasks: list[_Task]) -> int:
     """Waits for the job, restarting failed tasks; returns the launcher's exit status."""
     start = time.monotonic()
     deadline = None if config.timeout_s is None else start + config.timeout_s
     restarts = 0
     done: set[str] = set()
+    straggling = _Stragglers()
     while True:
         if deadline is not None and time.monotonic() > deadline:
             _stop_all(tasks)
@@ -421,7 +446,10 @@ def _supervise(config: LaunchConfig, tasks: list[_Task]) -> int:
             done.difference_update(member.name for member in group)
             for member in group:
                 member.start()
-        if all(task.name in done for task in tasks if _is_primary(task, config)):
+        waiting_for = [task.name for task in tasks
+                       if _is_primary(task, config) and task.name not in done]
+        straggling.notice(done, waiting_for, timed=deadline is not None)
+        if not waiting_for:
             stopped = [task.name for task in tasks if task.poll() is None]
             _stop_all(tasks)
             print(f"tfdist launch: job done: {len(done)} task(s) exited 0"

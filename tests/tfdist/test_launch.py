@@ -112,6 +112,21 @@ class SupervisionTest(_Scratch, unittest.TestCase):
         self.assertLess(time.monotonic() - start, 60)
 
 
+class StragglerNoticeTest(unittest.TestCase):
+
+    def test_said_once_a_minute_after_the_first_task_finished(self):
+        line = ("tfdist launch: still waiting for worker:1, 60 s after worker:0 exited 0, with no "
+                "time limit (--timeout_s=S bounds the job)\n")
+        stragglers, stderr = launch._Stragglers(), io.StringIO()
+        with contextlib.redirect_stderr(stderr), mock.patch.object(time, "monotonic") as clock:
+            for now, done, said in ((0.0, set(), ""), (5.0, {"worker:0"}, ""),
+                                    (64.0, {"worker:0"}, ""), (65.0, {"worker:0"}, line),
+                                    (200.0, {"worker:0"}, line)):
+                clock.return_value = now
+                stragglers.notice(done, ["worker:1"], timed=False)
+                self.assertEqual(stderr.getvalue(), said, now)
+
+
 class BadLaunchTest(_Scratch, parameterized.TestCase):
 
     @parameterized.named_parameters(
