@@ -6,7 +6,6 @@ from typing import Callable
 import tensorflow as tf
 
 from input_pipelines import pipeline
-from input_pipelines import sources
 from input_pipelines.config import InputConfig
 from input_pipelines.config import InputConfigError
 from input_pipelines.config import ReadOptions
@@ -32,19 +31,14 @@ def dataset_fn(config: InputConfig, read: ReadOptions) -> DatasetFn:
     and repeated; evaluation data is read once in order and keeps its last partial batch.
 
     Raises:
-      InputConfigError: `read.placement` is None, the dataset has no split `read.split`, or
-        cannot be prepared (`sources.source`).
+      InputConfigError: `read.placement` is None; when a pipeline is made, the dataset has
+        no split `read.split` or cannot be prepared (`pipeline.examples`).
     """
     if read.placement is None:
         raise InputConfigError(
             f"placement=None: dataset={config.dataset!r} is an image dataset and needs to know "
             "where preprocessing runs; pass ReadOptions(placement=input_pipelines."
             "resolve_placement(config, num_gpus=...)).")
-    if config.source_kind is not SourceKind.SYNTHETIC:
-        splits = sources.source(config).files
-        if read.split not in splits:
-            raise InputConfigError(f"split={read.split!r}: dataset={config.dataset!r} has no such "
-                                   f"split; pass one of {', '.join(map(repr, splits))}.")
 
     def make_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
         if config.source_kind is SourceKind.SYNTHETIC:

@@ -32,6 +32,7 @@ from input_pipelines import sharding
 from input_pipelines import sources
 from input_pipelines.config import AutoShard
 from input_pipelines.config import InputConfig
+from input_pipelines.config import InputConfigError
 from input_pipelines.config import Placement
 from input_pipelines.config import ReadOptions
 from input_pipelines.config import ServiceMode
@@ -323,6 +324,9 @@ def examples(config: InputConfig, read: ReadOptions, context: tf.distribute.Inpu
     position).
     """
     source = sources.source(config)
+    if read.split not in source.files:
+        raise InputConfigError(f"split={read.split!r}: dataset={config.dataset!r} has no such "
+                               f"split; pass one of {', '.join(map(repr, source.files))}.")
     dataset = batches(config, read, source.files[read.split], context,
                       lambda *records: _host_work(source, read, records),
                       job_name=f"tfdist-{source.info.name}-{read.split}", repeat=repeat,

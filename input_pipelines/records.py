@@ -52,7 +52,8 @@ def _reason(error: tf.errors.OpError) -> str:
     lines = [line.strip() for line in error.message.splitlines()]
     node = next((i for i, line in enumerate(lines) if line.startswith("[[")), len(lines))
     said = [line for line in lines[:node] if line and not line.startswith("File ")]
-    reason = (said[-1] if lines[0].endswith("execution error:") and said else lines[0])
+    first = lines[0] if lines else ""
+    reason = said[-1] if first.endswith("execution error:") and said else first
     reason = reason.split("}}")[-1].split("[Op:")[0]
     return re.sub(r"^.*Iterator::[\w:]+: ", "", reason).strip().rstrip(".")
 

@@ -135,8 +135,8 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
 
 
 def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> ConfigError:
-    """The one-line error for what `left` in `model_dir` (at `path`) that restoring into this
-    run's model failed on with `error`: another model's, or damaged."""
+    """The one-line error for a backup or checkpoint at `path` in `model_dir` (`left`: what left
+    it) that fails with `error` to restore into this run's model: another model's, or damaged."""
     lines = str(error).strip().splitlines()
     return ConfigError(
         f"model_dir={model_dir!r}: {left} left there cannot be restored into this one "

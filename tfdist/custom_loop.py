@@ -94,7 +94,8 @@ class CustomLoop:
         """Runs `step_fn(*batch)` on every replica for `steps` batches of `dataset` (one
         iterator per dataset, kept across calls) in one `tf.function`; returns the mean over
         the steps of the replicas' summed return values (the global loss, with `scale_loss`)."""
-        check_int("steps", steps, 1, MAX_COUNT, "pass e.g. plan.steps_per_epoch", error=ConfigError)
+        check_int("steps", steps, 1, MAX_COUNT, "pass e.g. plan.steps_per_epoch",
+                  error=ConfigError)
         iterator = self._iterators.setdefault(id(dataset), iter(dataset))
         if step_fn not in self._loops:
             @tf.function

@@ -21,8 +21,8 @@ class StepFailureTest(tf.test.TestCase):
         failure = fit_guards.step_failure(tf.errors.InvalidArgumentError(None, None, message),
                                           "tabular")
         self.assertStartsWith(str(failure), "validation_data: model 'tabular' failed on one ")
-        lost = fit_guards.step_failure(tf.errors.DataLossError(None, None, "corrupted record at 12"),
-                                       "tabular")
+        lost = fit_guards.step_failure(
+            tf.errors.DataLossError(None, None, "corrupted record at 12"), "tabular")
         self.assertEqual(str(lost), "train_data: reading it failed (DataLossError: corrupted "
                                     "record at 12); check its files.")
 

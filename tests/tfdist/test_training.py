@@ -354,7 +354,8 @@ class ApiArgumentsTest(_PolicyReset):
         plan = tfdist.setup(_config(data_dir=self.data_dir))
         with self.assertRaisesRegex(InputConfigError, r"^split='test': dataset='shapes' has no "
                                                       r"such split; pass one of 'train', "):
-            tfdist.dataset_fn(plan, plan.config.input, "test", training=False)
+            tfdist.dataset_fn(plan, plan.config.input, "test", training=False)(
+                tf.distribute.InputContext())
 
     def test_the_config_from_flags_before_they_are_parsed(self):
         with mock.patch.object(flags.FlagValues, "is_parsed", return_value=False):
