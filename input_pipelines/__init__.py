@@ -12,25 +12,25 @@ if "tensorflow" not in sys.modules:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 # pylint: disable=wrong-import-position,import-outside-toplevel
-from input_pipelines.config import DATASET_FORMS
-from input_pipelines.config import AutoShard
-from input_pipelines.config import DatasetInfo
-from input_pipelines.config import InputConfig
-from input_pipelines.config import InputConfigError
-from input_pipelines.config import Placement
-from input_pipelines.config import PreprocessOn
-from input_pipelines.config import ReadOptions
-from input_pipelines.config import ServiceMode
-from input_pipelines.config import SourceKind
-from input_pipelines.config import per_replica_batch_size
-from input_pipelines.user_records import Records
+from .config import DATASET_FORMS
+from .config import AutoShard
+from .config import DatasetInfo
+from .config import InputConfig
+from .config import InputConfigError
+from .config import Placement
+from .config import PreprocessOn
+from .config import ReadOptions
+from .config import ServiceMode
+from .config import SourceKind
+from .config import per_replica_batch_size
+from .user_records import Records
 
 
 def builtin_examples(split: str, num_examples: int | None = None):
     """The built-in dataset's `split` ("train" or "validation") as NumPy arrays (uint8 images,
     int64 labels), drawn in memory as `prepare` writes them; `num_examples` draws that many
     from the split's seed instead (a larger split of the same kind of images)."""
-    from input_pipelines import shapes
+    from . import shapes
     builder = shapes.TfdistShapes
     size, seed = {"train": (builder.TRAIN_SIZE, builder.TRAIN_SEED),
                   "validation": (builder.VALIDATION_SIZE, builder.VALIDATION_SEED)}[split]
@@ -40,27 +40,27 @@ def builtin_examples(split: str, num_examples: int | None = None):
 def prepare(config: InputConfig):
     """Makes the dataset ready to read (generating the built-in one once); returns its
     `DatasetInfo`."""
-    from input_pipelines import sources
+    from . import sources
     return sources.info(config)
 
 
 def resolve_placement(config: InputConfig, *, num_gpus: int, compute_dtype: str = "float32"):
     """Where preprocessing runs (`--preprocess_on`, `auto` = device when there are GPUs); returns
     a `Placement`."""
-    from input_pipelines import preprocessing
+    from . import preprocessing
     return preprocessing.resolve_placement(config.preprocess_on, num_gpus=num_gpus,
                                            compute_dtype=compute_dtype)
 
 
 def device_preprocessing():
     """The Keras layer that preprocesses uint8 batches inside each replica's step."""
-    from input_pipelines import preprocessing
+    from . import preprocessing
     return preprocessing.DevicePreprocessing(name="device_preprocessing")
 
 
 def device_preprocess(images, *, training: bool, compute_dtype: str):
     """`device_preprocessing` as a function of a uint8 batch, for a step of one's own."""
-    from input_pipelines import preprocessing
+    from . import preprocessing
     return preprocessing.preprocess(images, training=training, compute_dtype=compute_dtype)
 
 
@@ -69,7 +69,7 @@ def dataset_fn(config: InputConfig, read: ReadOptions):
     batches) of the image dataset's split `read.split`, for `distribute_datasets_from_function`
     or parameter-server per-worker datasets (`read.independent_order=True`); `read.placement`
     is required."""
-    from input_pipelines import datasets
+    from . import datasets
     return datasets.dataset_fn(config, read)
 
 
@@ -79,7 +79,7 @@ def records_dataset_fn(records: Records, config: InputConfig, read: ReadOptions)
     TFRecord files; sharding, shuffling, batching and the tf.data service follow `config`.
     Parses the first record once, now: raises a one-line InputConfigError naming the file when
     no file matches, a file is damaged, or `parse_fn` fails on it."""
-    from input_pipelines import datasets
+    from . import datasets
     return datasets.records_dataset_fn(records, config, read)
 
 
@@ -87,7 +87,7 @@ def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker
                    records: Records | None = None):
     """Reads one training epoch as each simulated worker, of `records` when given, else of the
     image dataset `config.dataset`; returns a `CoverageReport`."""
-    from input_pipelines import coverage
+    from . import coverage
     return coverage.check_coverage(config, num_workers=num_workers,
                                    replicas_per_worker=replicas_per_worker, records=records)
 
@@ -97,7 +97,7 @@ def explain_input_error(config: InputConfig, error: Exception) -> None:
     (tf.errors.DataLossError, tf.errors.InvalidArgumentError)` around `model.fit`): raises the
     one-line InputConfigError naming the damaged file, or the record whose image does not
     decode, when there is one; else returns, and the caller re-raises `error`."""
-    from input_pipelines import sources
+    from . import sources
     sources.explain_read_error(config, error)
 
 
@@ -105,14 +105,14 @@ def explain_records_error(records: Records, split: str, error: Exception) -> Non
     """`explain_input_error` for `records`: raises the one-line InputConfigError naming the
     damaged file, or the first record of `split` that `records.parse_fn` fails on (parsing the
     split until one fails), when there is one; else returns, and the caller re-raises `error`."""
-    from input_pipelines import records as record_checks
+    from . import records as record_checks
     record_checks.explain_parse_error(records.paths(split), records.parse_fn, error)
 
 
 def check_dispatcher(config: InputConfig) -> None:
     """With `config.tf_data_service`, waits up to 20 s for its dispatcher to answer, else raises
     InputConfigError in one line (TensorFlow itself would wait forever). Pure Python."""
-    from input_pipelines import dispatcher
+    from . import dispatcher
     if config.tf_data_service:
         dispatcher.check_dispatcher(config.tf_data_service)
 
@@ -120,7 +120,7 @@ def check_dispatcher(config: InputConfig) -> None:
 def start_service(port: int, num_workers: int):
     """Starts a tf.data service dispatcher on `port` and `num_workers` workers on 127.0.0.1;
     returns the running cluster (`.address`, `.worker_addresses`, `.stop()`)."""
-    from input_pipelines import service
+    from . import service
     return service.start(port, num_workers)
 
 
@@ -129,7 +129,7 @@ def profile_stages(dataset, *, num_elements: int, warmup_elements: int = 10,
     """Takes `num_elements` from any `tf.data.Dataset` (yours too) under TensorFlow's profiler
     and returns a `StageProfile`: the trace time of each tf.data transformation and each op run
     in its map functions (`.stage_s`, `.per_element_us(stage)`). `logdir` keeps the trace."""
-    from input_pipelines import stage_profile
+    from . import stage_profile
     return stage_profile.profile_stages(dataset, num_elements=num_elements,
                                         warmup_elements=warmup_elements, logdir=logdir)
 
@@ -138,5 +138,5 @@ def read_trace(logdir: str):
     """Trace seconds and event counts per stage (see `profile_stages`) of the newest trace that
     `tf.profiler.experimental.start(logdir)` ... `stop()` wrote, around any code (`model.fit`
     steps too: the ops of the step show as stages)."""
-    from input_pipelines import stage_profile
+    from . import stage_profile
     return stage_profile.read_trace(logdir)

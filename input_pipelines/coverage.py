@@ -12,16 +12,16 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
-from input_pipelines import pipeline
-from input_pipelines import sources
-from input_pipelines.config import InputConfig
-from input_pipelines.config import InputConfigError
-from input_pipelines.config import Placement
-from input_pipelines.config import PreprocessOn
-from input_pipelines.config import ReadOptions
-from input_pipelines.config import SourceKind
-from input_pipelines.records import explain_parse_error
-from input_pipelines.user_records import Records
+from . import pipeline
+from . import sources
+from .config import InputConfig
+from .config import InputConfigError
+from .config import Placement
+from .config import PreprocessOn
+from .config import ReadOptions
+from .config import SourceKind
+from .records import explain_parse_error
+from .user_records import Records
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,13 +5,13 @@ from typing import Callable
 
 import tensorflow as tf
 
-from input_pipelines import pipeline
-from input_pipelines.config import InputConfig
-from input_pipelines.config import InputConfigError
-from input_pipelines.config import ReadOptions
-from input_pipelines.config import SourceKind
-from input_pipelines.records import check_parse_fn
-from input_pipelines.user_records import Records
+from . import pipeline
+from .config import InputConfig
+from .config import InputConfigError
+from .config import ReadOptions
+from .config import SourceKind
+from .records import check_parse_fn
+from .user_records import Records
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 

@@ -7,8 +7,8 @@ training silently; `check_dispatcher` bounds that wait.
 import socket
 import time
 
-from input_pipelines.config import InputConfigError
-from input_pipelines.config import parse_service_address
+from .config import InputConfigError
+from .config import parse_service_address
 
 DISPATCHER_WAIT_S = 20.0  # How long a dispatcher may take to accept a connection.
 _RETRY_S = 1.0

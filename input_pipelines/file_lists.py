@@ -4,8 +4,8 @@ file. Pure Python, shared by `tfrecord:` sources and user `Records`."""
 import glob
 import os
 
-from input_pipelines.config import SPLIT_PLACEHOLDER
-from input_pipelines.config import InputConfigError
+from .config import SPLIT_PLACEHOLDER
+from .config import InputConfigError
 
 
 def match(pattern: str, split: str) -> tuple[str, ...]:

@@ -25,19 +25,19 @@ from typing import Callable
 
 import tensorflow as tf
 
-from input_pipelines import preprocessing
-from input_pipelines import records
-from input_pipelines import service
-from input_pipelines import sharding
-from input_pipelines import sources
-from input_pipelines.config import AutoShard
-from input_pipelines.config import InputConfig
-from input_pipelines.config import InputConfigError
-from input_pipelines.config import Placement
-from input_pipelines.config import ReadOptions
-from input_pipelines.config import ServiceMode
-from input_pipelines.config import per_replica_batch_size
-from input_pipelines.sources import Source
+from . import preprocessing
+from . import records
+from . import service
+from . import sharding
+from . import sources
+from .config import AutoShard
+from .config import InputConfig
+from .config import InputConfigError
+from .config import Placement
+from .config import ReadOptions
+from .config import ServiceMode
+from .config import per_replica_batch_size
+from .sources import Source
 
 IMAGE = "image"
 LABEL = "label"

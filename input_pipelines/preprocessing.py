@@ -13,8 +13,8 @@ gathers instead.
 import tensorflow as tf
 import tf_keras
 
-from input_pipelines.config import Placement
-from input_pipelines.config import PreprocessOn
+from .config import Placement
+from .config import PreprocessOn
 
 CROP_PADDING = 4
 MAX_BRIGHTNESS_DELTA = 0.125  # Of the full 0-255 range.

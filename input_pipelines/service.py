@@ -9,13 +9,13 @@ import socket
 import portpicker
 import tensorflow as tf
 
-from input_pipelines.config import InputConfigError
-from input_pipelines.config import HOST_PATTERN
-from input_pipelines.config import SERVICE_PROTOCOL
-from input_pipelines.config import ServiceMode
-from input_pipelines.config import parse_service_address
-from input_pipelines.dispatcher import DISPATCHER_WAIT_S
-from input_pipelines.dispatcher import check_dispatcher
+from .config import InputConfigError
+from .config import HOST_PATTERN
+from .config import SERVICE_PROTOCOL
+from .config import ServiceMode
+from .config import parse_service_address
+from .dispatcher import DISPATCHER_WAIT_S
+from .dispatcher import check_dispatcher
 
 _SHARDING = {
     ServiceMode.DISTRIBUTED_EPOCH: tf.data.experimental.service.ShardingPolicy.DYNAMIC,

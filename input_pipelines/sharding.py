@@ -6,8 +6,8 @@ what `tf.distribute` builds one of per `InputContext`: one per worker, or one pe
 
 import dataclasses
 
-from input_pipelines.config import AutoShard
-from input_pipelines.config import InputConfigError
+from .config import AutoShard
+from .config import InputConfigError
 
 
 def _ordinal(number: int) -> str:

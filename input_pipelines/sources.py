@@ -15,15 +15,15 @@ import sys
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from input_pipelines import file_lists
-from input_pipelines import records
-from input_pipelines import shapes
-from input_pipelines.config import SPLIT_PLACEHOLDER
-from input_pipelines.config import TFRECORD_PREFIX
-from input_pipelines.config import DatasetInfo
-from input_pipelines.config import InputConfig
-from input_pipelines.config import InputConfigError
-from input_pipelines.config import SourceKind
+from . import file_lists
+from . import records
+from . import shapes
+from .config import SPLIT_PLACEHOLDER
+from .config import TFRECORD_PREFIX
+from .config import DatasetInfo
+from .config import InputConfig
+from .config import InputConfigError
+from .config import SourceKind
 
 TRAIN = "train"
 VALIDATION = "validation"

@@ -9,10 +9,10 @@ from typing import Any
 from typing import Callable
 from typing import Sequence
 
-from input_pipelines import file_lists
-from input_pipelines.config import SPLIT_PLACEHOLDER
-from input_pipelines.config import InputConfigError
-from input_pipelines.config import MAX_NUM_EXAMPLES
+from . import file_lists
+from .config import SPLIT_PLACEHOLDER
+from .config import InputConfigError
+from .config import MAX_NUM_EXAMPLES
 
 _FILES_FIX = "pass a glob such as '/data/{split}-*.tfrecord' or a list of TFRecord paths"
 

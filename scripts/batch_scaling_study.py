@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 import tfdist
-import input_pipelines
+from tfdist import input_pipelines
 
 _EVALUATE_BATCH = 1000
 # A run stops as stalled from this step on once its accuracy has not risen for 4x the steps.
@@ -84,7 +84,7 @@ def _train_to_target(plan, train, validation, args, best: dict | None) -> dict:
     where the target was reached, and why it stopped."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     import tf_keras  # pylint: disable=import-outside-toplevel
-    from tfdist import models  # pylint: disable=import-outside-toplevel
+    from tfdist.training import models  # pylint: disable=import-outside-toplevel
 
     def build():
         return models.build("small_cnn", (32, 32, 3), 10)

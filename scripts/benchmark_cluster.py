@@ -99,10 +99,10 @@ def _allreduce_worker(output_path: str, names: list[str]) -> None:
     """One worker of the all-reduce benchmark (TF_CONFIG set by the parent): the cases named
     `names`; worker 0 writes {case: seconds per all-reduce} to `output_path`."""
     import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    from tfdist.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
+    from tfdist.runtime.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from strategies import ring_chunks  # pylint: disable=import-outside-toplevel
+    from tfdist.strategies import ring_chunks  # pylint: disable=import-outside-toplevel
     ring_chunks.apply()  # As tfdist's multi_worker_mirrored does.
     communication = tf.distribute.experimental.CommunicationOptions
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication(

@@ -39,21 +39,21 @@ import sys
 import time
 
 import tfdist  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfdist.tf_import import import_tensorflow
+from tfdist.runtime.tf_import import import_tensorflow
 
 import_tensorflow(show_logs=False)
 # pylint: disable=wrong-import-position
 import tensorflow as tf
 
-from input_pipelines import InputConfig
-from input_pipelines import Placement
-from input_pipelines import PreprocessOn
-from input_pipelines import ReadOptions
-from input_pipelines import profile_stages
-from input_pipelines import pipeline
-from input_pipelines import preprocessing
-from input_pipelines import sources
-from tfdist import summary
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import Placement
+from tfdist.input_pipelines import PreprocessOn
+from tfdist.input_pipelines import ReadOptions
+from tfdist.input_pipelines import profile_stages
+from tfdist.input_pipelines import pipeline
+from tfdist.input_pipelines import preprocessing
+from tfdist.input_pipelines import sources
+from tfdist.training import summary
 
 _GLOBAL_BATCH_SIZE = 128
 _WARMUP_BATCHES = 10

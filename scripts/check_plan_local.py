@@ -10,7 +10,7 @@ The model's inputs, each measured here:
               bandwidth from 64 MiB, the latency of a message from 4 KiB
   gradients   4 x the model's trainable parameters (the run summary reports them)
 Predicted step: compute(N) + ring all-reduce of the gradients over N processes on that link
-(`tfdist.cost_model`, overlap 0: TensorFlow all-reduces after the backward pass).
+(`tfdist.cluster.cost_model`, overlap 0: TensorFlow all-reduces after the backward pass).
 Measured step: global batch / examples/s of `tfdist train --strategy=multi_worker_mirrored
 --dataset=synthetic` over N processes (`tfdist launch`), the second epoch.
 
@@ -25,7 +25,7 @@ from benchmark_cluster import ALLREDUCE_CASES
 from benchmark_cluster import allreduce_seconds
 from train_runs import train_and_read_metrics
 
-from tfdist import cost_model
+from tfdist.cluster import cost_model
 
 _TIMEOUT_S = 1200
 _BANDWIDTH_CASE, _LATENCY_CASE = "1 x 64 MiB float32", "1 x 4 KiB float32 (latency)"

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tfdist import summary  # noqa: E402  pylint: disable=wrong-import-position
+from tfdist.training import summary  # noqa: E402  pylint: disable=wrong-import-position
 
 _TIMEOUT_S = 600
 _TRACED_EPOCH, _FIRST_TRACED_STEP, _TRACED_STEPS = 1, 10, 40
@@ -38,15 +38,15 @@ def _child(data_dir: str, trace_dir: str | None) -> None:
     `_TRACED_STEPS` steps of epoch `_TRACED_EPOCH` there and adds "trace"."""
     started = time.perf_counter()
     import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    from tfdist.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
+    from tfdist.runtime.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
     # pylint: disable=import-outside-toplevel
     import tensorflow as tf
     import tf_keras
-    import input_pipelines
-    from tfdist import flags as tfdist_flags
-    from tfdist import train_command
-    from tfdist.plan import setup
+    from tfdist import input_pipelines
+    from tfdist.commands import flags as tfdist_flags
+    from tfdist.training import from_config as train_command
+    from tfdist.runtime.setup import setup
     imported = time.perf_counter()
 
     class Stamps(tf_keras.callbacks.Callback):

@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tfdist import summary  # noqa: E402  pylint: disable=wrong-import-position
+from tfdist.training import summary  # noqa: E402  pylint: disable=wrong-import-position
 
 _STEP_TIMEOUT_S = 300
 _BUDGET_S = 8 * 60
@@ -69,7 +69,7 @@ def _run(name: str, args: list[str], report: dict, started: float, path: str) ->
 
 def _visible_gpus() -> int:
     probe = subprocess.run(
-        [sys.executable, "-c", "import tfdist.tf_import as t; t.import_tensorflow(False); "
+        [sys.executable, "-c", "import tfdist.runtime.tf_import as t; t.import_tensorflow(False); "
          "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"],
         capture_output=True, text=True, timeout=_STEP_TIMEOUT_S, check=True)
     return int(probe.stdout.strip().splitlines()[-1])

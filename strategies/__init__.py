@@ -12,21 +12,21 @@ if "tensorflow" not in sys.modules:
     os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 # pylint: disable=wrong-import-position
-from strategies.cluster import ClusterConfig
-from strategies.cluster import ClusterConfigError
-from strategies.cluster import Task
-from strategies.cluster import TaskType
-from strategies.cluster import from_environment
-from strategies.cluster import make_cluster
-from strategies.cluster import parse_tf_config
-from strategies.config import AllReduce
-from strategies.config import Collective
-from strategies.config import StrategyConfig
-from strategies.config import StrategyConfigError
-from strategies.config import StrategyKind
-from strategies.config import VariablePartition
-from strategies.config import WireDtype
-from strategies.selection import resolve_kind
+from .cluster import ClusterConfig
+from .cluster import ClusterConfigError
+from .cluster import Task
+from .cluster import TaskType
+from .cluster import from_environment
+from .cluster import make_cluster
+from .cluster import parse_tf_config
+from .config import AllReduce
+from .config import Collective
+from .config import StrategyConfig
+from .config import StrategyConfigError
+from .config import StrategyKind
+from .config import VariablePartition
+from .config import WireDtype
+from .selection import resolve_kind
 
 
 def build(config: StrategyConfig, cluster: ClusterConfig | None = None):
@@ -40,36 +40,36 @@ def build(config: StrategyConfig, cluster: ClusterConfig | None = None):
     Raises:
         StrategyConfigError: the config does not fit the cluster or the machine.
     """
-    from strategies import factory  # pylint: disable=import-outside-toplevel
+    from . import factory  # pylint: disable=import-outside-toplevel
     return factory.build(config, cluster)
 
 
 def configure_local_devices(config: StrategyConfig) -> None:
     """Splits the host CPU into `config.num_cpu_devices` logical devices; before any op runs."""
-    from strategies import devices  # pylint: disable=import-outside-toplevel
+    from . import devices  # pylint: disable=import-outside-toplevel
     devices.configure(config)
 
 
 def start_server(cluster: ClusterConfig):
     """Starts the `tf.distribute.Server` a parameter-server worker or ps task runs."""
-    from strategies import server  # pylint: disable=import-outside-toplevel
+    from . import server  # pylint: disable=import-outside-toplevel
     return server.start_server(cluster)
 
 
 def kind_of(strategy) -> StrategyKind:
     """Returns which `StrategyKind` a built strategy is (e.g. what `auto` resolved to)."""
-    from strategies import factory  # pylint: disable=import-outside-toplevel
+    from . import factory  # pylint: disable=import-outside-toplevel
     return factory.kind_of(strategy)
 
 
 def replica_devices_of(strategy) -> tuple[str, ...]:
     """Returns the devices a built strategy's replicas run on (one_device's default strategy
     included, which lists none itself)."""
-    from strategies import one_device  # pylint: disable=import-outside-toplevel
+    from . import one_device  # pylint: disable=import-outside-toplevel
     return one_device.replica_devices(strategy)
 
 
 def num_replica_devices(config: StrategyConfig) -> int:
     """Returns how many replicas this process can hold under `config`: GPUs, else logical CPUs."""
-    from strategies import devices  # pylint: disable=import-outside-toplevel
+    from . import devices  # pylint: disable=import-outside-toplevel
     return devices.num_replica_devices(config)

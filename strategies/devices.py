@@ -2,8 +2,8 @@
 
 import tensorflow as tf
 
-from strategies.config import StrategyConfig
-from strategies.config import StrategyConfigError
+from .config import StrategyConfig
+from .config import StrategyConfigError
 
 
 def _split(field: str, count: int, device, wanted: list) -> None:

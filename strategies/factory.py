@@ -2,15 +2,15 @@
 
 import tensorflow as tf
 
-from strategies import devices
-from strategies import mirrored
-from strategies import multi_worker
-from strategies import one_device
-from strategies import parameter_server
-from strategies.cluster import ClusterConfig
-from strategies.config import StrategyConfig
-from strategies.config import StrategyKind
-from strategies.selection import resolve_kind
+from . import devices
+from . import mirrored
+from . import multi_worker
+from . import one_device
+from . import parameter_server
+from .cluster import ClusterConfig
+from .config import StrategyConfig
+from .config import StrategyKind
+from .selection import resolve_kind
 
 
 def build(config: StrategyConfig, cluster: ClusterConfig | None) -> tf.distribute.Strategy:

@@ -4,9 +4,9 @@ import functools
 
 import tensorflow as tf
 
-from strategies.config import AllReduce
-from strategies.config import StrategyConfig
-from strategies.config import StrategyConfigError
+from .config import AllReduce
+from .config import StrategyConfig
+from .config import StrategyConfigError
 
 
 def _cross_device_ops(config: StrategyConfig,

@@ -2,12 +2,12 @@
 
 import tensorflow as tf
 
-from strategies import ring_chunks
-from strategies.cluster import ClusterConfig
-from strategies.config import Collective
-from strategies.config import StrategyConfig
-from strategies.config import StrategyConfigError
-from strategies.resolver import cluster_resolver
+from . import ring_chunks
+from .cluster import ClusterConfig
+from .config import Collective
+from .config import StrategyConfig
+from .config import StrategyConfigError
+from .resolver import cluster_resolver
 
 _IMPLEMENTATIONS = {
     Collective.AUTO: tf.distribute.experimental.CommunicationImplementation.AUTO,

@@ -6,12 +6,12 @@ Only the coordinator (the chief) builds this strategy; worker and ps tasks run a
 
 import tensorflow as tf
 
-from strategies.cluster import ClusterConfig
-from strategies.cluster import TaskType
-from strategies.config import StrategyConfig
-from strategies.config import StrategyConfigError
-from strategies.config import VariablePartition
-from strategies.resolver import cluster_resolver
+from .cluster import ClusterConfig
+from .cluster import TaskType
+from .config import StrategyConfig
+from .config import StrategyConfigError
+from .config import VariablePartition
+from .resolver import cluster_resolver
 
 _MIN_SHARD_BYTES = 256 << 10
 

@@ -2,8 +2,8 @@
 
 import tensorflow as tf
 
-from strategies.cluster import ClusterConfig
-from strategies.cluster import TaskType
+from .cluster import ClusterConfig
+from .cluster import TaskType
 
 
 def cluster_resolver(cluster: ClusterConfig | None) -> tf.distribute.cluster_resolver.ClusterResolver:

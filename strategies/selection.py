@@ -1,8 +1,8 @@
 """Which strategy a job runs: `auto` resolved, and explicit choices checked against the cluster."""
 
-from strategies.cluster import ClusterConfig
-from strategies.config import StrategyConfigError
-from strategies.config import StrategyKind
+from .cluster import ClusterConfig
+from .config import StrategyConfigError
+from .config import StrategyKind
 
 _SINGLE_PROCESS_KINDS = (StrategyKind.ONE_DEVICE, StrategyKind.MIRRORED)
 

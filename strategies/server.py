@@ -2,8 +2,8 @@
 
 import tensorflow as tf
 
-from strategies.cluster import ClusterConfig
-from strategies.resolver import cluster_resolver
+from .cluster import ClusterConfig
+from .resolver import cluster_resolver
 
 
 def start_server(cluster: ClusterConfig) -> tf.distribute.Server:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from strategies.cluster import ClusterConfig
-from strategies.cluster import ClusterConfigError
-from strategies.cluster import parse_tf_config
+from .cluster import ClusterConfig
+from .cluster import ClusterConfigError
+from .cluster import parse_tf_config
 
 _PREFIX = "Slurm cluster"
 _SRUN_FIX = ("start each task with srun inside a Slurm allocation (sbatch or salloc), e.g. "

@@ -7,13 +7,13 @@ TensorFlow state (collectives, remote clusters) run in subprocesses instead.
 import pytest
 
 import tfdist  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-import strategies
+from tfdist import strategies
 
 NUM_TEST_CPU_DEVICES = 2
 
 
 def pytest_sessionstart(session):  # pylint: disable=unused-argument
-    from tfdist.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
+    from tfdist.runtime.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
     strategies.configure_local_devices(
         strategies.StrategyConfig(num_cpu_devices=NUM_TEST_CPU_DEVICES))
@@ -34,7 +34,7 @@ def small_shapes_data_dir(tmp_path_factory):
     """A data dir holding the built-in dataset shrunk to 640 train and 160 validation examples
     (8 files per split, as the full one), prepared once per test session."""
     from unittest import mock  # pylint: disable=import-outside-toplevel
-    from input_pipelines import shapes  # pylint: disable=import-outside-toplevel
+    from tfdist.input_pipelines import shapes  # pylint: disable=import-outside-toplevel
     data_dir = str(tmp_path_factory.mktemp("small_shapes"))
     with mock.patch.multiple(shapes.TfdistShapes, TRAIN_SIZE=SMALL_TRAIN_SIZE,
                              VALIDATION_SIZE=SMALL_VALIDATION_SIZE):

@@ -11,30 +11,30 @@ yet and the environment has not chosen (see ARCHITECTURE.md); `--keras=3` trains
 (README "Keras 2 or 3"). Nothing here imports TensorFlow at import time.
 """
 
-from tfdist import keras_env
+from tfdist.runtime import keras_env
 
 keras_env.default_to_tf_keras()
 
 # pylint: disable=wrong-import-position,import-outside-toplevel
-from input_pipelines import InputConfig
-from input_pipelines import InputConfigError
-from input_pipelines import Records
-from strategies import ClusterConfigError
-from strategies import StrategyConfig
-from strategies import StrategyConfigError
-from strategies import StrategyKind
-from tfdist import cost_model
-from tfdist.app import USER_ERRORS
-from tfdist.app import config_from_flags
-from tfdist.app import define_flags
-from tfdist.app import run
-from tfdist.config import ConfigError
-from tfdist.config import ModelName
-from tfdist.config import Precision
-from tfdist.config import RunConfig
-from tfdist.config import TrainConfig
-from tfdist.config import OptimizerConfig
-from tfdist.config import OptimizerName
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import InputConfigError
+from tfdist.input_pipelines import Records
+from tfdist.strategies import ClusterConfigError
+from tfdist.strategies import StrategyConfig
+from tfdist.strategies import StrategyConfigError
+from tfdist.strategies import StrategyKind
+from tfdist.cluster import cost_model
+from tfdist.commands.app import USER_ERRORS
+from tfdist.commands.app import config_from_flags
+from tfdist.commands.app import define_flags
+from tfdist.commands.app import run
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import ModelName
+from tfdist.runtime.config import Precision
+from tfdist.runtime.config import RunConfig
+from tfdist.runtime.config import TrainConfig
+from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.config import OptimizerName
 
 __version__ = "0.1.0"
 __all__ = [
@@ -44,12 +44,12 @@ __all__ = [
     "Precision", "ConfigError", "StrategyConfigError", "ClusterConfigError", "InputConfigError",
     "USER_ERRORS", "cost_model", "profile_stages", "read_trace",
 ]
-_LAZY = {"setup": "tfdist.plan", "Plan": "tfdist.plan", "Role": "tfdist.plan",
-         "fit": "tfdist.training", "dataset_fn": "tfdist.training",
-         "CustomLoop": "tfdist.custom_loop", "train": "tfdist.train_command",
-         "gradient_noise_scale": "tfdist.gradients",
-         "profile_stages": "input_pipelines",
-         "read_trace": "input_pipelines"}
+_LAZY = {"setup": "tfdist.runtime.setup", "Plan": "tfdist.runtime.setup", "Role": "tfdist.runtime.setup",
+         "fit": "tfdist.training.fit", "dataset_fn": "tfdist.training.fit",
+         "CustomLoop": "tfdist.training.custom_loop", "train": "tfdist.training.from_config",
+         "gradient_noise_scale": "tfdist.optim.gradients",
+         "profile_stages": "tfdist.input_pipelines",
+         "read_trace": "tfdist.input_pipelines"}
 
 
 def __getattr__(name: str):
@@ -57,6 +57,6 @@ def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'tfdist' has no attribute {name!r}")
     import importlib
-    from tfdist.app import import_tensorflow
+    from tfdist.commands.app import import_tensorflow
     import_tensorflow()  # Quietly, unless --tf_logs.
     return getattr(importlib.import_module(_LAZY[name]), name)

@@ -1,6 +1,6 @@
 """`python -m tfdist` runs the `tfdist` command."""
 
-from tfdist.cli import run
+from tfdist.commands.cli import run
 
 if __name__ == "__main__":
     run()

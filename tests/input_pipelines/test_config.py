@@ -5,13 +5,13 @@ import unittest
 
 from absl.testing import parameterized
 
-from input_pipelines import InputConfig
-from input_pipelines import InputConfigError
-from input_pipelines import Placement
-from input_pipelines import PreprocessOn
-from input_pipelines import ReadOptions
-from input_pipelines import per_replica_batch_size
-from input_pipelines.config import SourceKind
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import InputConfigError
+from tfdist.input_pipelines import Placement
+from tfdist.input_pipelines import PreprocessOn
+from tfdist.input_pipelines import ReadOptions
+from tfdist.input_pipelines import per_replica_batch_size
+from tfdist.input_pipelines.config import SourceKind
 
 
 class InputConfigTest(parameterized.TestCase):

@@ -15,14 +15,14 @@ import tensorflow as tf
 from absl.testing import parameterized
 from PIL import Image
 
-import input_pipelines
-from input_pipelines import InputConfig
-from input_pipelines import InputConfigError
-from input_pipelines import Placement
-from input_pipelines import PreprocessOn
-from input_pipelines import ReadOptions
-from input_pipelines import coverage
-from input_pipelines import pipeline
+from tfdist import input_pipelines
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import InputConfigError
+from tfdist.input_pipelines import Placement
+from tfdist.input_pipelines import PreprocessOn
+from tfdist.input_pipelines import ReadOptions
+from tfdist.input_pipelines import coverage
+from tfdist.input_pipelines import pipeline
 from tests.conftest import SMALL_TRAIN_SIZE
 from tests.conftest import SMALL_VALIDATION_SIZE
 

@@ -6,11 +6,11 @@ import tensorflow as tf
 import tf_keras
 from tensorflow.python.framework import kernels
 
-import input_pipelines
-from input_pipelines import InputConfig
-from input_pipelines import Placement
-from input_pipelines import PreprocessOn
-from input_pipelines import preprocessing
+from tfdist import input_pipelines
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import Placement
+from tfdist.input_pipelines import PreprocessOn
+from tfdist.input_pipelines import preprocessing
 
 _NUM_IMAGES = 4096
 

@@ -12,14 +12,14 @@ import tensorflow as tf
 from absl.testing import parameterized
 from PIL import Image
 
-import input_pipelines
-from input_pipelines import InputConfig
-from input_pipelines import InputConfigError
-from input_pipelines import Placement
-from input_pipelines import PreprocessOn
-from input_pipelines import ReadOptions
-from input_pipelines import pipeline
-from input_pipelines import records
+from tfdist import input_pipelines
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import InputConfigError
+from tfdist.input_pipelines import Placement
+from tfdist.input_pipelines import PreprocessOn
+from tfdist.input_pipelines import ReadOptions
+from tfdist.input_pipelines import pipeline
+from tfdist.input_pipelines import records
 
 IMAGE_KEY = "image/encoded"
 LABEL_KEY = "image/class/label"

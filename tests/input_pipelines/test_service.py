@@ -19,16 +19,16 @@ import portpicker
 import pytest
 import tensorflow as tf
 
-from input_pipelines import InputConfig
-from input_pipelines import Placement
-from input_pipelines import PreprocessOn
-from input_pipelines import ReadOptions
-from input_pipelines import dispatcher
-from input_pipelines import pipeline
-from input_pipelines import service
-from input_pipelines.config import InputConfigError
-from input_pipelines.config import ServiceMode
-from input_pipelines.config import parse_service_address
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import Placement
+from tfdist.input_pipelines import PreprocessOn
+from tfdist.input_pipelines import ReadOptions
+from tfdist.input_pipelines import dispatcher
+from tfdist.input_pipelines import pipeline
+from tfdist.input_pipelines import service
+from tfdist.input_pipelines.config import InputConfigError
+from tfdist.input_pipelines.config import ServiceMode
+from tfdist.input_pipelines.config import parse_service_address
 
 _NUM_FILES = 6
 _NUM_IDS = 60

@@ -16,8 +16,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from input_pipelines import shapes
-from input_pipelines.config import InputConfigError
+from tfdist.input_pipelines import shapes
+from tfdist.input_pipelines.config import InputConfigError
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TRAIN_SIZE = 240
@@ -29,7 +29,7 @@ _NUM_CLASSES = 10
 _PREPARE_SCRIPT = textwrap.dedent(f"""
     import sys
     import time
-    from input_pipelines import shapes
+    from tfdist.input_pipelines import shapes
 
     def draw_slowly(num_examples, seed, draw=shapes.draw_examples):
         print("drew", file=sys.__stdout__, flush=True)

@@ -4,9 +4,9 @@ import unittest
 
 from absl.testing import parameterized
 
-from input_pipelines import AutoShard
-from input_pipelines import InputConfigError
-from input_pipelines import sharding
+from tfdist.input_pipelines import AutoShard
+from tfdist.input_pipelines import InputConfigError
+from tfdist.input_pipelines import sharding
 
 
 def _plans(policy: AutoShard, num_files: int, num_pipelines: int) -> list[sharding.ShardPlan]:

@@ -5,9 +5,9 @@ import tempfile
 import pytest
 import tensorflow as tf
 
-import input_pipelines
+from tfdist import input_pipelines
 import tfdist
-from input_pipelines import stage_profile
+from tfdist.input_pipelines import stage_profile
 
 
 @pytest.mark.parametrize("event_name, stage", [

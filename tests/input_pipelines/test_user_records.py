@@ -15,16 +15,16 @@ import pytest
 import tensorflow as tf
 from absl.testing import parameterized
 
-import input_pipelines
-from input_pipelines import InputConfig
-from input_pipelines import InputConfigError
-from input_pipelines import Placement
-from input_pipelines import PreprocessOn
-from input_pipelines import ReadOptions
-from input_pipelines import Records
-from input_pipelines import pipeline
-from input_pipelines import records as record_checks
-from input_pipelines import service
+from tfdist import input_pipelines
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import InputConfigError
+from tfdist.input_pipelines import Placement
+from tfdist.input_pipelines import PreprocessOn
+from tfdist.input_pipelines import ReadOptions
+from tfdist.input_pipelines import Records
+from tfdist.input_pipelines import pipeline
+from tfdist.input_pipelines import records as record_checks
+from tfdist.input_pipelines import service
 from tests.input_pipelines.test_records import damage_first_record
 from tests.input_pipelines.test_records import float_feature
 from tests.input_pipelines.test_records import int64_feature

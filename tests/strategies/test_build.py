@@ -1,4 +1,4 @@
-"""strategies.build on CPU: one device, mirrored over 2 logical CPUs, single-worker multi-worker.
+"""tfdist.strategies.build on CPU: one device, mirrored over 2 logical CPUs, single-worker multi-worker.
 
 The session's conftest splits the CPU into 2 logical devices before any op runs.
 """
@@ -6,10 +6,10 @@ The session's conftest splits the CPU into 2 logical devices before any op runs.
 import tensorflow as tf
 from absl.testing import parameterized
 
-import strategies
-from strategies import StrategyConfig
-from strategies import StrategyConfigError
-from strategies import StrategyKind
+from tfdist import strategies
+from tfdist.strategies import StrategyConfig
+from tfdist.strategies import StrategyConfigError
+from tfdist.strategies import StrategyKind
 
 
 def _sum_of_replica_ids(strategy: tf.distribute.Strategy) -> int:
@@ -83,7 +83,7 @@ if __name__ == "__main__":
 class RingChunksTest(tf.test.TestCase):
 
     def test_all_reduces_without_their_own_subdivisions_take_ours(self):
-        from strategies import ring_chunks  # pylint: disable=import-outside-toplevel
+        from tfdist.strategies import ring_chunks  # pylint: disable=import-outside-toplevel
         from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel
         ring_chunks.apply()
         ring_chunks.apply()  # Once per process, however often strategies are built.

@@ -12,14 +12,14 @@ from unittest import mock
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from strategies import cluster
-from strategies.cluster import ClusterConfig
-from strategies.cluster import ClusterConfigError
-from strategies.cluster import Task
-from strategies.cluster import TaskType
-from strategies.cluster import from_environment
-from strategies.cluster import make_cluster
-from strategies.cluster import parse_tf_config
+from tfdist.strategies import cluster
+from tfdist.strategies.cluster import ClusterConfig
+from tfdist.strategies.cluster import ClusterConfigError
+from tfdist.strategies.cluster import Task
+from tfdist.strategies.cluster import TaskType
+from tfdist.strategies.cluster import from_environment
+from tfdist.strategies.cluster import make_cluster
+from tfdist.strategies.cluster import parse_tf_config
 
 _WORKER0 = {"type": "worker", "index": 0}
 _TWO_WORKERS = {"worker": ["host-a:2222", "host-b:2222"]}

@@ -3,12 +3,12 @@
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from strategies import StrategyConfig
-from strategies import StrategyConfigError
-from strategies import StrategyKind
-from strategies import VariablePartition
-from strategies import make_cluster
-from strategies import resolve_kind
+from tfdist.strategies import StrategyConfig
+from tfdist.strategies import StrategyConfigError
+from tfdist.strategies import StrategyKind
+from tfdist.strategies import VariablePartition
+from tfdist.strategies import make_cluster
+from tfdist.strategies import resolve_kind
 
 _PS_CLUSTER = make_cluster(num_workers=1, num_ps=1, chief=True, ports=[2001, 2002, 2003])
 _TWO_WORKERS = make_cluster(num_workers=2, ports=[2001, 2002])

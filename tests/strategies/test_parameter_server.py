@@ -17,7 +17,7 @@ _TIMEOUT_S = 180
 def _child() -> None:
     import portpicker  # pylint: disable=import-outside-toplevel
     import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
-    import strategies  # pylint: disable=import-outside-toplevel
+    from tfdist import strategies  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     ports = [portpicker.pick_unused_port() for _ in range(3)]
@@ -57,7 +57,7 @@ def _plan(cluster, data_dir: str):
     noise, accumulation)."""
     # pylint: disable=import-outside-toplevel
     import tfdist
-    from input_pipelines import InputConfig
+    from tfdist.input_pipelines import InputConfig
     config = tfdist.RunConfig(
         strategy=tfdist.StrategyConfig(strategy="parameter_server",
                                        variable_partition="max_shards:2"),
@@ -73,7 +73,7 @@ def _plan(cluster, data_dir: str):
 
 def _fit(plan) -> dict:
     """tfdist train's fit on the coordinator: DatasetCreator input, a few steps, validation."""
-    from tfdist import train_command  # pylint: disable=import-outside-toplevel
+    from tfdist.training import from_config as train_command  # pylint: disable=import-outside-toplevel
     result = train_command.fit(plan)
     return {"steps": result["steps"], "metrics": sorted(result["final"])}
 

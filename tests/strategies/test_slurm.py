@@ -13,10 +13,10 @@ from unittest import mock
 
 from absl.testing import parameterized
 
-from strategies.cluster import ClusterConfigError
-from strategies.cluster import Task
-from strategies.cluster import TaskType
-from strategies.slurm import cluster_from_slurm
+from tfdist.strategies.cluster import ClusterConfigError
+from tfdist.strategies.cluster import Task
+from tfdist.strategies.cluster import TaskType
+from tfdist.strategies.slurm import cluster_from_slurm
 
 _FAKE_SCONTROL = """#!/bin/bash
 # scontrol show hostnames n[1-2]: one host per line, as Slurm prints them.

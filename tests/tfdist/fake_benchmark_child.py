@@ -1,4 +1,4 @@
-"""A stand-in for `tfdist.benchmark_child` that speaks its protocol without TensorFlow, for
+"""A stand-in for `tfdist.commands.benchmark.child` that speaks its protocol without TensorFlow, for
 `test_benchmark_rounds`. Its spec: {"train_args": [NAME], "log": PATH, "fail_on_round": K,
 "hang_on_round": K}; each round appends `NAME PID` to the log and replies with its number."""
 

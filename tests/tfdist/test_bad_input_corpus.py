@@ -26,10 +26,10 @@ from tests.input_pipelines.test_records import image_example
 from tests.input_pipelines.test_records import write_records
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist import cli
-from tfdist import doctor
-from tfdist import flags as tfdist_flags
-from tfdist import launch
+from tfdist.commands import cli
+from tfdist.commands import doctor
+from tfdist.commands import flags as tfdist_flags
+from tfdist.cluster import launcher as launch
 
 HUGE = "99999999999999999999"
 _INTEGERS = ("nan", "inf", "1.5", "x", "", HUGE, "-" + HUGE)

@@ -12,8 +12,8 @@ from absl.testing import parameterized
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist import benchmark
-from tfdist.config import ConfigError
+from tfdist.commands.benchmark import sweep as benchmark
+from tfdist.runtime.config import ConfigError
 
 
 @pytest.mark.multiprocess

@@ -1,4 +1,4 @@
-"""`tfdist.benchmark_rounds`: configurations interleaved round by round in live processes,
+"""`tfdist.commands.benchmark.rounds`: configurations interleaved round by round in live processes,
 and what happens when one fails or goes silent (with a stand-in child, no TensorFlow)."""
 
 import os
@@ -6,8 +6,8 @@ import tempfile
 import unittest
 from unittest import mock
 
-from tfdist import benchmark_rounds
-from tfdist.config import ConfigError
+from tfdist.commands.benchmark import rounds as benchmark_rounds
+from tfdist.runtime.config import ConfigError
 
 
 class BenchmarkRoundsTest(unittest.TestCase):

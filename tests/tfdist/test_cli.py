@@ -14,7 +14,7 @@ from absl.testing import parameterized
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist import cli
+from tfdist.commands import cli
 
 _PS_CLUSTER = json.dumps({"cluster": {"chief": ["127.0.0.1:2001"], "worker": ["127.0.0.1:2002"],
                                       "ps": ["127.0.0.1:2003"]},

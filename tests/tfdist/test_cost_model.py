@@ -4,7 +4,7 @@ import dataclasses
 import math
 import unittest
 
-from tfdist import cost_model
+from tfdist.cluster import cost_model
 
 # 8 Gbit/s = 1e9 bytes/s per direction, 10 µs per message: round numbers to work by hand.
 LINK = cost_model.Link("test", 8, 10)

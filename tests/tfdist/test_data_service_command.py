@@ -9,8 +9,8 @@ import pytest
 from absl.testing import absltest
 
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist import data_service_command
-from tfdist import network
+from tfdist.commands import data_serve as data_service_command
+from tfdist.cluster import network
 
 
 class ExposureTest(unittest.TestCase):

@@ -5,10 +5,10 @@ from unittest import mock
 
 from absl.testing import parameterized
 
-import strategies
+from tfdist import strategies
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist import doctor
-from tfdist import network
+from tfdist.commands import doctor
+from tfdist.cluster import network
 
 _PS_CLUSTER = {"cluster": {"chief": ["127.0.0.1:2001"], "worker": ["127.0.0.1:2002",
                                                                   "127.0.0.1:2003"],

@@ -1,4 +1,4 @@
-"""`tfdist.fit_guards` on its own: the failed step's data named, the batches a run takes,
+"""`tfdist.training.guards` on its own: the failed step's data named, the batches a run takes,
 divergence (`fit` under each guard: tests/tfdist/test_training.py, FitGuardsTest)."""
 
 import os
@@ -11,8 +11,8 @@ import tensorflow as tf
 import tf_keras
 
 from tests.input_pipelines.test_records import GRAPH_ERROR
-from tfdist import fit_guards
-from tfdist.config import ConfigError
+from tfdist.training import guards as fit_guards
+from tfdist.runtime.config import ConfigError
 
 class StepFailureTest(tf.test.TestCase):
 

@@ -1,4 +1,4 @@
-"""tfdist.flags: train flags that users' absl programs take, CLI-only flags that only `tfdist`
+"""tfdist.commands.flags: train flags that users' absl programs take, CLI-only flags that only `tfdist`
 defines, every flag a FlagHolder of its group, and the checks on numbers."""
 
 import json
@@ -11,7 +11,7 @@ import unittest
 
 from absl import flags
 
-from tfdist import flags as tfdist_flags
+from tfdist.commands import flags as tfdist_flags
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 # A `tensorflow` that fails to import (see cli_runner.py): the user's program must not need it.
@@ -25,7 +25,7 @@ import json
 import sys
 
 from absl import app, flags
-from tfdist import flags as tfdist_flags
+from tfdist.commands import flags as tfdist_flags
 
 tfdist_flags.adopt_train_flags()
 _MINE = flags.DEFINE_integer("my_steps", 1, "mine")
@@ -53,7 +53,7 @@ def _parse(command: str, *args: str) -> None:
 
 
 class UserProgramTest(unittest.TestCase):
-    """A user's own absl program that imports tfdist.flags, run as a child without TensorFlow."""
+    """A user's own absl program that imports tfdist.commands.flags, run as a child without TensorFlow."""
 
     def run_program(self, *args: str) -> subprocess.CompletedProcess:
         directory = self.enterContext(tempfile.TemporaryDirectory())

@@ -7,11 +7,11 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
-from strategies import WireDtype
-from tfdist import precision
-from tfdist.config import Precision
-from tfdist.gradients import GradientTransforms
-from tfdist.gradients import with_transforms
+from tfdist.strategies import WireDtype
+from tfdist.runtime import precision
+from tfdist.runtime.config import Precision
+from tfdist.optim.gradients import GradientTransforms
+from tfdist.optim.gradients import with_transforms
 
 _ONE_PLUS = 1.0 + 2.0**-10  # bfloat16 keeps 8 bits of mantissa: it rounds this to 1.0.
 

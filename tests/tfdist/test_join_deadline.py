@@ -7,7 +7,7 @@ import textwrap
 import time
 import unittest
 
-from tfdist import join_deadline
+from tfdist.cluster import join_deadline
 
 
 class DeadlineTest(unittest.TestCase):
@@ -21,7 +21,7 @@ class DeadlineTest(unittest.TestCase):
     def test_stuck_process_is_killed_with_the_message_and_its_silent_peers(self):
         stuck = textwrap.dedent("""
             import time
-            from tfdist import join_deadline
+            from tfdist.cluster import join_deadline
             with join_deadline.deadline(1, "stuck: gave up", ["127.0.0.1:1"]):
                 time.sleep(60)
             print("not reached")

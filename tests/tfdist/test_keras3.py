@@ -11,14 +11,14 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tfdist
-from tfdist import keras3_optim
-from tfdist import keras_flavour
-from tfdist import lars
-from tfdist import optim
-from tfdist.config import ConfigError
-from tfdist.config import KerasFlavourError
-from tfdist.config import OptimizerConfig
-from tfdist.config import TrainConfig
+from tfdist.training.keras3 import optim as keras3_optim
+from tfdist.runtime import keras_flavour
+from tfdist.optim import lars
+from tfdist.optim import recipe as optim
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import KerasFlavourError
+from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.config import TrainConfig
 from tests.tfdist.test_training import _FEATURES
 from tests.tfdist.test_training import _MIRRORED
 from tests.tfdist.test_training import _arrays_dataset_fn

@@ -18,7 +18,8 @@ _TRAIN_CRASHING_ONCE = textwrap.dedent("""
     import json, os, sys
     import keras
     import numpy as np
-    from tfdist import cli, train_command
+    from tfdist.commands import cli
+    from tfdist.training import from_config as train_command
 
     marker, args = sys.argv[1], sys.argv[2:]
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]

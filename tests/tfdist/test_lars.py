@@ -5,7 +5,7 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
-from tfdist.lars import LARS
+from tfdist.optim.lars import LARS
 
 _KERNEL = np.float32([[1.0, -2.0, 0.5], [0.25, 3.0, -1.5]])
 _BIAS = np.float32([0.5, -0.25, 1.0])

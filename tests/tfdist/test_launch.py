@@ -24,12 +24,12 @@ import portpicker
 import pytest
 from absl.testing import parameterized
 
-import strategies
+from tfdist import strategies
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist import cli
-from tfdist import launch
-from tfdist import network
+from tfdist.commands import cli
+from tfdist.cluster import launcher as launch
+from tfdist.cluster import network
 
 # Prints its task from TF_CONFIG; fails on the first run of worker 1 (a marker file records it).
 _FLAKY_TASK = textwrap.dedent("""
@@ -275,7 +275,8 @@ _LISTENING_TASK = textwrap.dedent("""
 # Runs `launch.main` with LaunchConfig fields from argv[1] (JSON) and the command after them.
 _LAUNCH_DRIVER = textwrap.dedent("""
     import json, sys
-    from tfdist import cli, launch
+    from tfdist.commands import cli
+    from tfdist.cluster import launcher as launch
     fields = json.loads(sys.argv[1])
     config = launch.LaunchConfig(command=tuple(sys.argv[2:]), **fields)
     sys.exit(launch.main(config, tfdist_commands=cli.COMMANDS))
@@ -491,7 +492,8 @@ class ClusterLaunchTest(_Scratch, unittest.TestCase):
 _TRAIN_CRASHING_ONCE = textwrap.dedent("""
     import json, os, sys
     import tfdist
-    from tfdist import cli, training
+    from tfdist.commands import cli
+    from tfdist.training import fit as training
     import tensorflow as tf
     import tf_keras
 
@@ -574,7 +576,7 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
             import json, os, sys, time
             if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
                 time.sleep(600)
-            from tfdist import cli
+            from tfdist.commands import cli
             sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
         """))
         return run_tfdist("launch", "--num_workers=2", f"--timeout_s={timeout_s}", "--",

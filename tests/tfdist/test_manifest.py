@@ -1,4 +1,4 @@
-"""Tests for tfdist.manifest: the Kubeflow TFJob YAML and the Slurm sbatch script.
+"""Tests for tfdist.cluster.manifest: the Kubeflow TFJob YAML and the Slurm sbatch script.
 
 PyYAML is not a dependency, so the YAML is read back with `_read_yaml`, a reader for the block
 subset the emitter writes (written independently of it), and cross-checked with PyYAML when some
@@ -21,8 +21,8 @@ from absl.testing import parameterized
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist import manifest
-from tfdist.manifest import ManifestError
+from tfdist.cluster import manifest
+from tfdist.cluster.manifest import ManifestError
 
 _TRAIN_ARGS = ["--strategy=parameter_server", "--epochs=2", "--model_dir=/tmp/my run",
                "--dataset=tfrecord:/data/{split}-*", "yes", "it's \"quoted\" $HOME #x"]

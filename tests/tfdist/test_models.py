@@ -4,8 +4,8 @@ import numpy as np
 import tensorflow as tf
 from absl.testing import parameterized
 
-from tfdist import models
-from tfdist.config import ModelName
+from tfdist.training import models
+from tfdist.runtime.config import ModelName
 
 
 class ModelsTest(tf.test.TestCase, parameterized.TestCase):

@@ -1,10 +1,10 @@
-"""`tfdist.network`: which interfaces expose a port, and launch's loopback-only namespace."""
+"""`tfdist.cluster.network`: which interfaces expose a port, and launch's loopback-only namespace."""
 
 import subprocess
 import sys
 import unittest
 
-from tfdist import network
+from tfdist.cluster import network
 
 
 class InterfacesTest(unittest.TestCase):
@@ -21,7 +21,7 @@ class InterfacesTest(unittest.TestCase):
         self.addCleanup(namespace.close)
         result = subprocess.run(
             [*namespace.enter, sys.executable, "-c",
-             "from tfdist import network; print(network.exposed_interfaces(), "
+             "from tfdist.cluster import network; print(network.exposed_interfaces(), "
              "network.interface_flags('lo') & 1)"],
             capture_output=True, text=True, timeout=60, check=True)
         self.assertEqual(result.stdout, "[] 1\n")  # Loopback is up, and alone.

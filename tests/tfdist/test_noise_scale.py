@@ -12,12 +12,12 @@ import tf_keras
 from absl.testing import parameterized
 
 import tfdist
-from tfdist import gradients
-from tfdist import noise_scale
-from tfdist import precision
-from tfdist.config import Precision
-from tfdist.gradients import GradientTransforms
-from tfdist.gradients import with_transforms
+from tfdist.optim import gradients
+from tfdist.optim import noise_scale
+from tfdist.runtime import precision
+from tfdist.runtime.config import Precision
+from tfdist.optim.gradients import GradientTransforms
+from tfdist.optim.gradients import with_transforms
 from tests.tfdist.test_keras3 import keras3_tabular_model
 from tests.tfdist.test_training import _MIRRORED
 from tests.tfdist.test_training import _config

@@ -6,12 +6,12 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
-from tfdist import optim
-from tfdist.config import ConfigError
-from tfdist.config import OptimizerConfig
-from tfdist.config import RunConfig
-from tfdist.config import TrainConfig
-from tfdist.config import check_peak_learning_rate
+from tfdist.optim import recipe as optim
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.config import RunConfig
+from tfdist.runtime.config import TrainConfig
+from tfdist.runtime.config import check_peak_learning_rate
 
 _STEPS_PER_EPOCH = 10
 _EPOCHS = 5

@@ -11,13 +11,13 @@ from unittest import mock
 
 from absl.testing import parameterized
 
-from input_pipelines import InputConfig
-from strategies import make_cluster
-from tfdist import paths
-from tfdist import summary
-from tfdist.config import ConfigError
-from tfdist.config import RunConfig
-from tfdist.config import TrainConfig
+from tfdist.input_pipelines import InputConfig
+from tfdist.strategies import make_cluster
+from tfdist.runtime import paths
+from tfdist.training import summary
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import RunConfig
+from tfdist.runtime.config import TrainConfig
 
 
 def _config(**train) -> RunConfig:
@@ -126,7 +126,9 @@ class ResultNotSavedTest(unittest.TestCase):
 
     def test_the_summary_line_is_printed_before_the_one_line_error(self):
         # pylint: disable-next=import-outside-toplevel
-        from tfdist import cli, train_command, training
+        from tfdist.commands import cli
+        from tfdist.training import from_config as train_command
+        from tfdist.training import fit as training
         result = {"strategy": "one_device", "num_replicas": 1, "num_workers": 1, "epochs": 1,
                   "steps_per_epoch": 2, "wall_s": 3.0, "final": {"loss": 0.5},
                   "examples_per_sec": 9.0}

@@ -8,11 +8,11 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
-from tfdist import models
-from tfdist import precision
-from tfdist.config import ConfigError
-from tfdist.config import ModelName
-from tfdist.config import Precision
+from tfdist.training import models
+from tfdist.runtime import precision
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import ModelName
+from tfdist.runtime.config import Precision
 
 
 class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
@@ -77,7 +77,7 @@ class KerasFlavourTest(tf.test.TestCase):
 
     def test_keras_3_tf_keras_is_rejected_with_one_line(self):
         code = ("import os; os.environ.pop('TF_USE_LEGACY_KERAS', None); import tensorflow; "
-                "from tfdist.keras_flavour import require; require(2)")
+                "from tfdist.runtime.keras_flavour import require; require(2)")
         env = {"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "3"}
         result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 env=env, timeout=120, check=False)

@@ -1,4 +1,4 @@
-"""`tfdist.probe` against real sockets on 127.0.0.1: answering, closed, unresolvable, hanging."""
+"""`tfdist.cluster.probe` against real sockets on 127.0.0.1: answering, closed, unresolvable, hanging."""
 
 import socket
 import threading
@@ -8,8 +8,8 @@ from unittest import mock
 import portpicker
 from absl.testing import parameterized
 
-import strategies
-from tfdist import probe
+from tfdist import strategies
+from tfdist.cluster import probe
 
 _SHORT_S = 0.5
 _SLACK_S = 2.0  # The probe returns within timeout_s plus this.

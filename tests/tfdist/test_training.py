@@ -13,16 +13,16 @@ from absl import flags
 from absl.testing import parameterized
 
 import tfdist
-from input_pipelines import InputConfig
-from input_pipelines import InputConfigError
-from input_pipelines import PreprocessOn
-from strategies import StrategyConfig
-from tfdist import train_command
-from tfdist.config import ConfigError
-from tfdist.config import Precision
-from tfdist.config import RunConfig
-from tfdist.config import TrainConfig
-from tfdist.config import OptimizerConfig
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import InputConfigError
+from tfdist.input_pipelines import PreprocessOn
+from tfdist.strategies import StrategyConfig
+from tfdist.training import from_config as train_command
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import Precision
+from tfdist.runtime.config import RunConfig
+from tfdist.runtime.config import TrainConfig
+from tfdist.runtime.config import OptimizerConfig
 
 _MIRRORED = dict(strategy="mirrored", num_cpu_devices=2)
 _FEATURES = 6
@@ -233,7 +233,7 @@ def _linear_model() -> tf_keras.Model:
 
 class FitGuardsTest(_PolicyReset):
     """Runs that ended in a traceback, or with status 0 having done something else than asked,
-    stop with one line (`tfdist.fit_guards`)."""
+    stop with one line (`tfdist.training.guards`)."""
 
     def _fit(self, train_data, validation_data=None, model=tabular_model, **config):
         plan = tfdist.setup(_config(global_batch_size=16, **config), train_examples=64)

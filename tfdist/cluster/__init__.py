@@ -1,0 +1,1 @@
+"""What crosses machines: launcher, network isolation, probes, liveness, manifests, cost model."""

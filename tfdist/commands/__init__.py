@@ -1,0 +1,1 @@
+"""The command layer: argv, flags and one module per `tfdist` command."""

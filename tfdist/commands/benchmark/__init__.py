@@ -1,0 +1,1 @@
+"""`tfdist benchmark`: the sweep, its rounds and one configuration's process."""

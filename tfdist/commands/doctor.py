@@ -1,0 +1,150 @@
+"""`tfdist doctor`: checks TF_CONFIG and this machine before a cluster job starts.
+
+Prints the cluster, this task's role, the local devices, the Keras it trains with, the strategy
+`auto` would pick and what this machine's network exposes (TensorFlow's servers listen on every
+interface). Exits 0 when sound; a problem is raised as a one-line error (the CLI exits 2). `--probe` adds a bounded network
+check of every task (exit 1 when a peer cannot be resolved or reached).
+"""
+
+from tfdist import strategies
+from tfdist.strategies import ClusterConfig
+from tfdist.strategies import StrategyConfig
+from tfdist.strategies import StrategyKind
+from tfdist.strategies import TaskType
+from tfdist.cluster import network
+from tfdist.cluster import probe
+from tfdist.runtime.tf_import import import_tensorflow
+
+EXIT_PROBE_PROBLEMS = 1
+
+
+def _cluster_lines(cluster: ClusterConfig | None, source: str) -> list[str]:
+    if cluster is None:
+        return [f"TF_CONFIG: not set ({source}); this is a single-process job"]
+    lines = [f"TF_CONFIG: valid ({source})"]
+    lines += [f"  {job}: {', '.join(addresses)}" for job, addresses in cluster.jobs.items()]
+    task = cluster.task
+    address = cluster.task_address or "not listed (evaluators need no address)"
+    lines.append(f"this task: {task.type.value}:{task.index} at {address}"
+                 f"{' (chief: writes checkpoints and summaries)' if cluster.is_chief else ''}")
+    return lines
+
+
+def _device_lines(config: StrategyConfig) -> list[str]:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    gpus = tf.config.list_physical_devices("GPU")
+    lines = [f"local devices: {len(tf.config.list_physical_devices('CPU'))} CPU, {len(gpus)} GPU"]
+    lines += [f"  {gpu.name}: {tf.config.experimental.get_device_details(gpu)}" for gpu in gpus]
+    if config.num_cpu_devices > 1:
+        lines.append(f"  host CPU split into {config.num_cpu_devices} logical devices")
+    if config.num_logical_gpus > 1:
+        lines.append(f"  GPU 0 split into {config.num_logical_gpus} logical GPUs of "
+                     f"{config.logical_gpu_memory_mib} MiB")
+    return lines
+
+
+def _strategy_line(config: StrategyConfig, cluster: ClusterConfig | None) -> str:
+    replicas = strategies.num_replica_devices(config)
+    kind = strategies.resolve_kind(config.strategy, cluster, replicas)
+    chosen = "auto picks " if config.strategy is StrategyKind.AUTO else ""
+    return (f"strategy: {chosen}{kind.value} "
+            f"({_roles(kind, cluster)}, {replicas} local replica device(s))")
+
+
+def _roles(kind: StrategyKind, cluster: ClusterConfig | None) -> str:
+    """The tasks that train: under parameter_server the chief only coordinates."""
+    if cluster is None:
+        return "1 worker(s)"
+    if kind is StrategyKind.PARAMETER_SERVER:
+        return (f"{len(cluster.jobs.get('chief', ()))} coordinator, "
+                f"{len(cluster.jobs.get('worker', ()))} worker(s), {cluster.num_ps} ps")
+    return f"{cluster.num_workers} worker(s)"
+
+
+def _network_line(cluster: ClusterConfig | None) -> str | None:
+    """What this task's server, or else `tfdist launch`'s tasks, would expose; "warning: ..."
+    when reachable beyond loopback. None for an evaluator, which serves no port."""
+    interfaces = network.exposed_interfaces()
+    if cluster is None:
+        return _launch_network_line(interfaces)
+    if cluster.task.type is TaskType.EVALUATOR:
+        return None
+    port = cluster.task_address.rpartition(":")[2]
+    if not interfaces:
+        return (f"network: loopback only here, so this task's port {port} is reachable from "
+                "this network namespace alone")
+    return (f"warning: this task's gRPC server will listen on port {port} of every interface "
+            "(TensorFlow binds 0.0.0.0 and [::]), open without authentication through "
+            f"{', '.join(interfaces)}; run a one-machine job under `tfdist launch` (loopback-only "
+            f"network), else firewall port {port} to the cluster's hosts")
+
+
+def _launch_network_line(interfaces: list[str]) -> str:
+    """Whether `tfdist launch` can keep its tasks' ports off `interfaces` on this machine."""
+    refused = network.isolation_refusal()
+    if refused is None:
+        return ("network: `tfdist launch` runs its tasks in a network namespace with loopback "
+                "only here, so nothing else reaches their ports")
+    if not interfaces:
+        return "network: loopback only here, so nothing else reaches tasks' ports"
+    return (f"warning: `tfdist launch` cannot isolate its tasks here ({refused}), so their ports "
+            f"would accept unauthenticated connections through {', '.join(interfaces)} "
+            "(TensorFlow binds every interface); run as root or allow unprivileged user "
+            "namespaces, or firewall the ports")
+
+
+def _probe(cluster: ClusterConfig | None, config: StrategyConfig, timeout_s: float) -> bool:
+    """Prints the network probe of `cluster`; returns whether it found no problems."""
+    if cluster is None:
+        print("probe: nothing to probe in a single-process job")
+        return True
+    report = probe.probe(cluster, timeout_s=timeout_s,
+                         collective_timeout_s=config.collective_timeout_s)
+    print("\n".join(report.lines + [f"warning: {line}" for line in report.warnings] +
+                    [f"problem: {line}" for line in report.problems]), flush=True)
+    return not report.problems
+
+
+def _keras_line(keras: int) -> str:
+    """Which Keras this task trains with.
+
+    Raises:
+      KerasFlavourError: this process cannot train that Keras (one line says what to do).
+    """
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tfdist.runtime import keras_flavour  # pylint: disable=import-outside-toplevel
+    keras_flavour.require(keras)
+    version = keras_flavour.api(keras).__version__
+    if keras == 2:
+        return (f"keras: tf-keras {version} (--keras=2): models are built with tf.keras or "
+                "tf_keras and trained with Keras' fit")
+    tf_keras_is = "tf-keras" if tf.keras.__name__.startswith("tf_keras") else "Keras 3"
+    return (f"keras: Keras {version} (--keras=3): models are built with `import keras` and "
+            f"trained with tfdist's own distributed step; tf.keras is {tf_keras_is} here")
+
+
+def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
+         probe_timeout_s: float | None = None, keras: int = 2) -> int:
+    """Checks `tf_config` (else the TF_CONFIG environment variable) and prints the report;
+    with `probe_timeout_s`, also probes the cluster's network (exit 1 on a problem found).
+
+    Raises:
+      ClusterConfigError, StrategyConfigError: the first problem found, in one line.
+    """
+    if tf_config is not None:
+        cluster, source = strategies.parse_tf_config(tf_config), "from --tf_config"
+    else:
+        cluster, source = strategies.from_environment(), "from the environment"
+    print("\n".join(_cluster_lines(cluster, source)), flush=True)
+    import_tensorflow(show_tf_logs, keras)
+    print("\n".join(_device_lines(config)), flush=True)
+    print(_keras_line(keras), flush=True)
+    print(_strategy_line(config, cluster))
+    network = _network_line(cluster)
+    if network:
+        print(network, flush=True)
+    if probe_timeout_s is not None and not _probe(cluster, config, probe_timeout_s):
+        print("the probe found problems (above)")
+        return EXIT_PROBE_PROBLEMS
+    print("ok: no problems found")
+    return 0

@@ -1,0 +1,1 @@
+"""The optimizer recipe: schedules, LARS, the gradient path, the gradient noise scale."""

@@ -1,0 +1,67 @@
+"""The Keras a run trains with (`--keras`): its module, and guards that the process and the
+model match it.
+
+2 is tf-keras, which fits under every strategy and is selected when tfdist is imported; 3 is
+Keras 3 (`import keras`), which tfdist trains with its own distributed step
+(`tfdist.training.keras3.step`), written for one Keras 3 version and guarded to it.
+"""
+
+import tensorflow as tf
+import tf_keras
+
+from tfdist.runtime.config import KerasFlavourError
+
+KERAS3_CHECKED = "3.15."  # The Keras 3 release tfdist's Keras 3 step was written and tested for.
+
+
+def api(keras: int):
+    """The Keras module of flavour `keras`: `tf_keras` (2) or `keras` (3, imported on first
+    use: a tf-keras run never pays for it)."""
+    if keras == 2:
+        return tf_keras
+    import keras as keras3  # pylint: disable=import-outside-toplevel
+    return keras3
+
+
+def require(keras: int) -> None:
+    """Raises KerasFlavourError unless this process can train Keras `keras` models."""
+    if keras == 2:
+        _require_tf_keras()
+        return
+    version = api(3).__version__
+    if not version.startswith(KERAS3_CHECKED):
+        raise KerasFlavourError(
+            f"keras=3: tfdist's Keras 3 training step was written for keras {KERAS3_CHECKED}x and "
+            f"keras {version} is installed; pip install 'keras=={KERAS3_CHECKED}*', or use "
+            "keras=2.")
+
+
+def _require_tf_keras() -> None:
+    """Raises KerasFlavourError unless `tf.keras` is tf-keras."""
+    if not tf.keras.__name__.startswith("tf_keras"):
+        raise KerasFlavourError(
+            "tf.keras is Keras 3 here because TensorFlow was imported before tfdist (or "
+            "TF_USE_LEGACY_KERAS is not 1); set TF_USE_LEGACY_KERAS=1 in the environment, or "
+            "import tfdist before tensorflow, or train it as keras=3.")
+
+
+def is_keras3(model) -> bool:
+    """Whether `model` was built with Keras 3 (`import keras`)."""
+    return type(model).__module__.startswith("keras") and \
+        isinstance(model, api(3).Model)
+
+
+def require_model(model, keras: int, source: str = "model") -> None:
+    """Raises KerasFlavourError unless `model` (what `source` built) is a model of flavour
+    `keras`."""
+    if keras == 2 and is_keras3(model):
+        raise KerasFlavourError(
+            f"{source} built a Keras 3 model ({type(model).__module__}.{type(model).__name__}, "
+            "from `import keras`); train it with keras=3, or build it with tf.keras (with "
+            "TF_USE_LEGACY_KERAS=1) or tf_keras.")
+    if keras == 3 and isinstance(model, tf_keras.Model):
+        raise KerasFlavourError(
+            f"{source} built a tf-keras model ({type(model).__name__}) but keras=3; build it "
+            "with `import keras` (Keras 3), or train it with keras=2.")
+    if keras == 2:
+        _require_tf_keras()

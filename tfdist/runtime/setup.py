@@ -1,0 +1,267 @@
+"""`setup`: a process's set-up for one run, done once and in order, and the frozen `Plan` it
+returns. Everything downstream (fit, the evaluator, the summary) reads the plan and derives none
+of it again.
+
+Order of the process-wide work:
+1. Keras flavour (`--keras`): tf-keras, selected when tfdist is imported, or Keras 3 (checked
+   here).
+2. The mixed-precision policy of that Keras, before any model is built.
+3. The strategy (its first act splits the CPU into logical devices, before any other op runs),
+   with the collective-timeout watchdog while multi-worker peers join.
+4. Seeds (Python, NumPy, TensorFlow).
+5. The dataset of `config.input`, prepared (the built-in one generated once) when the plan
+   takes its steps per epoch from it.
+"""
+
+import dataclasses
+import enum
+import sys
+import time
+
+import tensorflow as tf
+
+from tfdist import input_pipelines
+from tfdist import strategies
+from tfdist.input_pipelines import SourceKind
+from tfdist.input_pipelines.config import MAX_NUM_EXAMPLES
+from tfdist.strategies import StrategyKind
+from tfdist.strategies import TaskType
+from tfdist.strategies.config import check_int
+from tfdist.runtime import paths
+from tfdist.runtime import precision
+from tfdist.cluster import join_deadline
+from tfdist.runtime import keras_flavour
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import RunConfig
+
+
+class Role(str, enum.Enum):
+    """What this process does in its cluster (`Plan.role`); `fit` acts on it, e.g.
+    `plan.role is tfdist.Role.EVALUATE` on the evaluator task."""
+    TRAIN = "train"  # The only process, a mirrored worker or chief, or the PS coordinator.
+    SERVE = "serve"  # A parameter-server `worker` or `ps` task: runs a server until the end.
+    EVALUATE = "evaluate"  # The `evaluator` task: evaluates each checkpoint the chief writes.
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What one process of a run does, computed once by `setup`.
+
+    Example:
+      >>> plan = tfdist.setup(config, train_examples=50_000)
+      >>> if plan.role is tfdist.Role.TRAIN and plan.writes_results:
+      ...     print(plan.task, plan.num_replicas, plan.per_replica_batch_size)
+      chief:0 8 32
+
+    Attributes:
+      config: the run's configuration.
+      role: this task's `Role`; `task` names it ("chief:0", "worker:1", or "local").
+      kind: the strategy `--strategy` resolved to in this cluster.
+      strategy: the built strategy (training tasks only; None when serving or evaluating).
+      num_replicas: replicas that train in sync (1 for serving or evaluating tasks).
+      num_workers: processes that run training steps (under parameter server, the workers).
+      per_replica_batch_size: examples per replica per step.
+      steps_per_epoch: training steps per epoch; `steps_from` says where that number came from.
+      placement: where image preprocessing runs (from the strategy's replica devices).
+      dataset_info: `config.input`'s dataset when it was prepared, else None.
+      started_s: `time.perf_counter()` when set-up began (the summary's `wall_s` counts from it).
+    """
+    config: RunConfig
+    role: Role
+    task: str
+    kind: StrategyKind
+    strategy: tf.distribute.Strategy | None
+    num_replicas: int
+    num_workers: int
+    per_replica_batch_size: int
+    steps_per_epoch: int
+    steps_from: str
+    placement: input_pipelines.Placement | None
+    dataset_info: input_pipelines.DatasetInfo | None
+    started_s: float
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.config.input.global_batch_size
+
+    @property
+    def updates_per_epoch(self) -> int:
+        """Optimizer updates per epoch: steps over `--grad_accum_steps` micro-batches."""
+        return self.steps_per_epoch // self.config.optimizer.grad_accum_steps
+
+    @property
+    def writes_results(self) -> bool:
+        """Whether this task writes the run's results: the chief, or the only process."""
+        return self.config.writes_results
+
+
+def _task(config: RunConfig) -> str:
+    cluster = config.cluster
+    return "local" if cluster is None else f"{cluster.task.type.value}:{cluster.task.index}"
+
+
+def _role(config: RunConfig, kind: StrategyKind) -> Role:
+    cluster = config.cluster
+    if cluster is None:
+        return Role.TRAIN
+    if cluster.task.type is TaskType.EVALUATOR:
+        return Role.EVALUATE
+    if kind is StrategyKind.PARAMETER_SERVER and cluster.task.type in (TaskType.WORKER,
+                                                                       TaskType.PS):
+        return Role.SERVE
+    return Role.TRAIN
+
+
+def _num_workers(kind: StrategyKind, config: RunConfig) -> int:
+    """Processes that run training steps: the cluster's workers (PS: not the coordinator)."""
+    if config.cluster is None:
+        return 1
+    if kind is StrategyKind.PARAMETER_SERVER:
+        return len(config.cluster.jobs.get("worker", ()))
+    return config.cluster.num_workers
+
+
+def _build_strategy(config: RunConfig, kind: StrategyKind) -> tf.distribute.Strategy:
+    """The strategy; a multi-worker task that joins peers waits at most
+    `--collective_timeout_s` for them (`tfdist.cluster.join_deadline` says why it takes a process)."""
+    cluster = config.cluster
+    if cluster is None or cluster.num_workers < 2 or kind is not StrategyKind.MULTI_WORKER_MIRRORED:
+        return strategies.build(config.strategy, cluster)
+    task = _task(config)
+    timeout_s = config.strategy.collective_timeout_s
+    if timeout_s is None:
+        print(f"tfdist: {task} waiting for all {cluster.num_workers} workers to join, without a "
+              "time limit (set --collective_timeout_s to bound it)", file=sys.stderr, flush=True)
+        return strategies.build(config.strategy, cluster)
+    peers = [address for job in ("chief", "worker") for address in cluster.jobs.get(job, ())
+             if address != cluster.task_address]
+    message = (f"tfdist train: error: {task} waited {timeout_s:g} s (--collective_timeout_s) "
+               f"for the other {cluster.num_workers - 1} worker(s) to join; start every task, "
+               "check them with `tfdist doctor --probe`, or raise --collective_timeout_s.")
+    with join_deadline.deadline(timeout_s, message, peers):
+        return strategies.build(config.strategy, cluster)
+
+
+def _announce_ignored_options(config: RunConfig, kind: StrategyKind) -> None:
+    """Says which strategy options the strategy `auto` picked does not use."""
+    for ignored in config.strategy.ignored_by(kind):
+        print(f"tfdist: --{ignored} (auto picked {kind.value}), so it has no effect",
+              file=sys.stderr, flush=True)
+
+
+def _num_gpu_replicas(strategy: tf.distribute.Strategy | None, config: RunConfig) -> int:
+    """GPUs among the replicas' devices; without a strategy (the evaluator), the GPUs this
+    process would use."""
+    if strategy is None:
+        return 0 if config.strategy.num_gpus == 0 else len(tf.config.list_logical_devices("GPU"))
+    return sum("GPU" in device.upper() for device in strategies.replica_devices_of(strategy))
+
+
+def _steps(config: RunConfig, train_examples: int | None):
+    """(steps_per_epoch, where it came from, the prepared dataset's info or None)."""
+    global_batch = config.input.global_batch_size
+    if train_examples is not None:
+        check_int("train_examples", train_examples, 1, MAX_NUM_EXAMPLES,
+                  "pass the number of your training examples, or None", error=ConfigError)
+    if config.train.steps_per_epoch:
+        return config.train.steps_per_epoch, "--steps_per_epoch", None
+    if train_examples is not None:
+        return _whole_batches(train_examples, global_batch, "train_examples"), \
+            "train_examples", None
+    if config.input.source_kind is SourceKind.PYTHON:
+        raise ConfigError(f"dataset={config.input.dataset!r} does not say how many training "
+                          "examples it has; set steps_per_epoch=N.")
+    info = input_pipelines.prepare(config.input)
+    return (_whole_batches(info.num_examples["train"], global_batch, f"dataset {info.name}"),
+            f"dataset={config.input.dataset}", info)
+
+
+def _whole_batches(examples: int, global_batch: int, source: str) -> int:
+    steps = examples // global_batch
+    if steps == 0:
+        raise ConfigError(f"global_batch_size={global_batch} is larger than the {examples} "
+                          f"training examples of {source}; lower it or set steps_per_epoch=N.")
+    return steps
+
+
+def _check_noise_scale_strategy(config: RunConfig, kind: StrategyKind) -> None:
+    """Raises ConfigError when `--measure_noise_scale` meets a strategy without in-sync
+    replicas."""
+    if config.optimizer.measure_noise_scale and kind is StrategyKind.PARAMETER_SERVER:
+        raise ConfigError(
+            "measure_noise_scale=True with strategy=parameter_server: each update there is one "
+            "worker's gradient, with no larger batch to compare it with; measure under mirrored "
+            "or multi_worker_mirrored (same model and global batch).")
+
+
+def _check_noise_scale_replicas(config: RunConfig, kind: StrategyKind, num_replicas: int) -> None:
+    """Raises ConfigError when `--measure_noise_scale` has no two batch sizes to compare."""
+    if (config.optimizer.measure_noise_scale and num_replicas == 1 and
+            config.optimizer.grad_accum_steps == 1):
+        raise ConfigError(
+            f"measure_noise_scale=True with 1 replica under strategy={kind.value}: it compares "
+            "small- and large-batch gradients; train on 2+ replicas (e.g. --strategy=mirrored "
+            "--num_cpu_devices=2) or with --grad_accum_steps=2 or more.")
+
+
+def require_plan(plan) -> None:
+    """Raises ConfigError unless `plan` is a `Plan` (what `setup` returns)."""
+    if not isinstance(plan, Plan):
+        raise ConfigError(f"plan is a {type(plan).__name__}, not a Plan; pass what "
+                          "tfdist.setup(config) returned.")
+
+
+def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
+    """Sets this process up for `config` and returns its frozen `Plan`.
+
+    Call once per process, before TensorFlow runs any op (the CPU split needs that) and before
+    building a model. `train_examples` is the size of your own training data, when you train
+    on your own data without `--steps_per_epoch`; with neither, the steps per epoch come from
+    `config.input`'s dataset, which is then prepared (the built-in one generated once).
+
+    Example:
+      >>> plan = tfdist.setup(tfdist.config_from_flags(), train_examples=60_000)
+      >>> plan.kind, plan.num_replicas, plan.per_replica_batch_size
+      (<StrategyKind.MIRRORED: 'mirrored'>, 2, 64)
+
+    Raises:
+      ConfigError (and the packages' config errors): input that does not fit this machine or
+      cluster, in one line: a batch that does not split over the replicas, a strategy the
+      cluster cannot run, unwritable output paths.
+    """
+    started_s = time.perf_counter()
+    if not isinstance(config, RunConfig):
+        raise ConfigError(f"config is a {type(config).__name__}, not a RunConfig; pass "
+                          "tfdist.config_from_flags() or a tfdist.RunConfig(...).")
+    paths.check(config)
+    keras_flavour.require(config.train.keras)
+    keras = keras_flavour.api(config.train.keras)
+    precision.apply_policy(config.train.mixed_precision, keras)
+    kind = strategies.resolve_kind(config.strategy.strategy, config.cluster,
+                                   strategies.num_replica_devices(config.strategy))
+    role = _role(config, kind)
+    if role is Role.EVALUATE and not config.train.model_dir:
+        raise ConfigError("the evaluator task needs --model_dir=DIR, the chief's --model_dir, "
+                          "to find the checkpoints it evaluates.")
+    strategy = None
+    if role is Role.TRAIN:
+        input_pipelines.check_dispatcher(config.input)  # Before the job's first log line.
+        _check_noise_scale_strategy(config, kind)
+        strategy = _build_strategy(config, kind)
+        _announce_ignored_options(config, kind)
+    keras.utils.set_random_seed(config.train.seed)
+    num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
+    if role is Role.TRAIN:
+        _check_noise_scale_replicas(config, kind, num_replicas)
+    per_replica = input_pipelines.per_replica_batch_size(config.input.global_batch_size,
+                                                         num_replicas)
+    steps, steps_from, info = (0, "serving task", None) if role is Role.SERVE else \
+        _steps(config, train_examples)
+    placement = None if role is Role.SERVE else input_pipelines.resolve_placement(
+        config.input, num_gpus=_num_gpu_replicas(strategy, config),
+        compute_dtype=keras.mixed_precision.global_policy().compute_dtype)
+    return Plan(config=config, role=role, task=_task(config), kind=kind, strategy=strategy,
+                num_replicas=num_replicas, num_workers=_num_workers(kind, config),
+                per_replica_batch_size=per_replica, steps_per_epoch=steps,
+                steps_from=steps_from, placement=placement, dataset_info=info,
+                started_s=started_s)

@@ -1,0 +1,1 @@
+"""Training: fit, CustomLoop, callbacks, guards, evaluator, ps task, built-in models, summary."""

@@ -1,0 +1,189 @@
+"""Keras callbacks tfdist adds to every fit."""
+
+import json
+import os
+import sys
+import time
+from typing import Callable
+
+import tensorflow as tf
+import tf_keras
+
+from tfdist.optim import noise_scale
+from tfdist.training import summary
+from tfdist.runtime.config import ConfigError
+
+# tf-keras versions whose BackupAndRestore was checked to work under OneDeviceStrategy.
+_ONE_DEVICE_BACKUP_CHECKED = ("2.21.",)
+
+
+class ThroughputTimer(tf_keras.callbacks.Callback):
+    """Times each epoch's training steps, validation excluded.
+
+    Runs on the coordinator (parameter server) or on every worker (mirrored strategies).
+    """
+
+    def __init__(self, *, global_batch_size: int, steps_per_epoch: int):
+        super().__init__()
+        self._steps_per_epoch = steps_per_epoch
+        self._examples_per_epoch = global_batch_size * steps_per_epoch
+        self._epoch_start = 0.0
+        self._train_end: float | None = None
+        self.epoch_train_s: list[float] = []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = time.perf_counter()
+        self._train_end = None
+
+    def on_test_begin(self, logs=None):
+        if self._train_end is None:
+            self._train_end = time.perf_counter()
+
+    def on_epoch_end(self, epoch, logs=None):
+        end = self._train_end or time.perf_counter()
+        seconds = end - self._epoch_start
+        self.epoch_train_s.append(seconds)
+        print(f"tfdist: epoch {epoch + 1}: {self._examples_per_epoch / seconds:.0f} examples/s, "
+              f"{1000 * seconds / self._steps_per_epoch:.1f} ms/step (training steps only)",
+              file=sys.stderr, flush=True)
+
+    def examples_per_sec(self) -> float:
+        """Training examples/s; the first epoch (tracing, warm-up) is left out when there are
+        more."""
+        timed = self.epoch_train_s[1:] or self.epoch_train_s
+        return self._examples_per_epoch * len(timed) / sum(timed)
+
+
+class NoiseScaleLog(tf_keras.callbacks.Callback):
+    """Puts the gradient noise scale measured so far (`tfdist.optim.noise_scale`) into
+    each epoch's logs as `noise_scale`, for the callbacks after it (the history and metrics
+    JSON, TensorBoard's `epoch_noise_scale`), says it in a log line, and at the end of
+    training compares it with the global batch.
+
+    Runs on every worker: under multi-worker mirrored, reading the averages is a collective.
+    """
+
+    def __init__(self, read: Callable[[], dict | None], *, global_batch_size: int):
+        """`read`: the measurement so far (`NoiseScale.result`); `global_batch_size`: examples
+        per update (micro-batches included)."""
+        super().__init__()
+        self._read = read
+        self._global_batch_size = global_batch_size
+        self._last: float | None = None
+
+    def on_epoch_end(self, epoch, logs=None):
+        measured = self._read()
+        if measured is None:
+            return
+        if measured["noise_scale"] is None:
+            print(f"tfdist: epoch {epoch + 1}: gradient noise scale not measurable yet (the "
+                  f"|G|² estimate is {measured['gradient_sq']:.3g}: so far the gradient is all "
+                  "noise)", file=sys.stderr, flush=True)
+            return
+        self._last = measured["noise_scale"]
+        if logs is not None:
+            logs["noise_scale"] = self._last
+        print(f"tfdist: epoch {epoch + 1}: gradient noise scale B_simple={self._last:.4g} "
+              f"(|G|²={measured['gradient_sq']:.3g}, tr(Σ)={measured['trace']:.3g}; moving "
+              f"averages over the last ~{1 / (1 - noise_scale.DECAY):.0f} steps)",
+              file=sys.stderr, flush=True)
+
+    def on_train_end(self, logs=None):
+        if self._last is not None:
+            print(f"tfdist: {advice(self._last, self._global_batch_size)}", file=sys.stderr,
+                  flush=True)
+
+
+def advice(noise_scale: float, global_batch_size: int) -> str:
+    """What the last noise scale says about scaling this job's global batch. B_simple tends to
+    fall below the critical batch (3.4x below the knee the batch-scaling study measured,
+    docs/PERFORMANCE.md), so "past it" starts at 4x."""
+    said = (f"the gradient noise scale ends at B_simple={noise_scale:.0f} examples (about this "
+            f"job's critical batch); it trains with a global batch of {global_batch_size}")
+    if global_batch_size < noise_scale / 2:
+        return (f"{said}: a global batch up to about {noise_scale:.0f} (more replicas or a "
+                "larger per-replica batch) should still cut the steps nearly in proportion.")
+    if global_batch_size > 4 * noise_scale:
+        return (f"{said}: past that, a larger batch buys few fewer steps; more replicas would "
+                "mostly add cost.")
+    return f"{said}: near it, more replicas buy less than proportionally fewer steps."
+
+
+class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
+    """tf-keras' backup and restore, under OneDeviceStrategy too.
+
+    tf-keras 2.21 refuses OneDeviceStrategy in `on_train_begin` (it is missing from the private
+    `_supported_strategies`), though the backup needs nothing that strategy lacks: a one_device
+    run killed in epoch 2 resumes there (tests/tfdist/test_model_dir.py). The private attribute
+    is extended only for the tf-keras versions where that was checked.
+    """
+
+    def on_train_begin(self, logs=None):
+        if isinstance(self.model.distribute_strategy, tf.distribute.OneDeviceStrategy):
+            if not tf_keras.__version__.startswith(_ONE_DEVICE_BACKUP_CHECKED):
+                raise ConfigError(
+                    f"model_dir under strategy=one_device was checked with tf-keras "
+                    f"{'/'.join(_ONE_DEVICE_BACKUP_CHECKED)}x, not {tf_keras.__version__}; "
+                    "install tf-keras==2.21.* or use --strategy=mirrored.")
+            self._supported_strategies = (*self._supported_strategies,
+                                          tf.distribute.OneDeviceStrategy)
+        try:
+            super().on_train_begin(logs)
+        except (ValueError, tf.errors.OpError) as error:  # Another model's, or damaged.
+            raise unrestorable(os.path.dirname(self.backup_dir), "the backup an interrupted run",
+                               self.backup_dir, error) from None
+
+
+def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> ConfigError:
+    """The one-line error for a backup or checkpoint at `path` in `model_dir` (`left`: what left
+    it) that fails with `error` to restore into this run's model: another model's, or damaged."""
+    lines = str(error).strip().splitlines()
+    return ConfigError(
+        f"model_dir={model_dir!r}: {left} left there cannot be restored into this one "
+        f"({lines[0] if lines else type(error).__name__}); resume it with that run's --model and "
+        f"flags, or pass another --model_dir (or delete {path}).")
+
+
+class EpochHistory(tf_keras.callbacks.Callback):
+    """Every epoch's logs, across restarts: a resumed fit starts at a later epoch, so the epochs
+    before it come from the file earlier attempts wrote (`path`, written by the chief only).
+
+    Attributes:
+      resumed_from_epoch: the first epoch (from 0) this attempt ran, when it is not 0.
+    """
+
+    def __init__(self, path: str | None, *, writes: bool):
+        super().__init__()
+        self._path, self._writes = path, writes
+        self._epochs: dict[int, dict[str, float]] = {}
+        self.resumed_from_epoch: int | None = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.resumed_from_epoch is not None or self._epochs or epoch == 0:
+            return
+        self.resumed_from_epoch = epoch
+        self._epochs = {index: logs for index, logs in self._earlier().items() if index < epoch}
+        print(f"tfdist: resuming at epoch {epoch + 1} from the backup an earlier run left in this "
+              "--model_dir; pass another --model_dir to start afresh", file=sys.stderr,
+              flush=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._epochs[epoch] = {name: float(value) for name, value in (logs or {}).items()}
+        if self._path and self._writes:
+            summary.write_json(self._path, {"epochs": {str(index): values for index, values
+                                                       in sorted(self._epochs.items())}})
+
+    def _earlier(self) -> dict[int, dict[str, float]]:
+        if not self._path or not os.path.exists(self._path):
+            return {}
+        with open(self._path, encoding="utf-8") as history_file:
+            return {int(index): values
+                    for index, values in json.load(history_file)["epochs"].items()}
+
+    def history(self) -> dict[str, list[float | None]]:
+        """Each metric's value per epoch, from the first epoch on; None where an earlier
+        attempt's record is missing."""
+        names = {name for logs in self._epochs.values() for name in logs}
+        epochs = range(max(self._epochs, default=-1) + 1)
+        return {name: [self._epochs.get(index, {}).get(name) for index in epochs]
+                for name in sorted(names)}

@@ -1,0 +1,158 @@
+"""`CustomLoop`: what a hand-written `strategy.run` training loop needs from tfdist, in the
+spirit of Orbit's StandardTrainer: the model and tfdist's optimizer built in the strategy's
+scope, distributed input from a dataset function, a loss scaled by the global batch, the
+gradient transforms of `tfdist.optim.gradients` (all-reduce dtype, clipping, noise, accumulation)
+and mixed-precision loss scaling in `minimize`, and checkpoints that resume.
+
+Runs tf-keras models under one_device, mirrored and multi_worker_mirrored; parameter server,
+and Keras 3 models (`--keras=3`), train through `tfdist.fit`.
+"""
+
+import os
+import shutil
+from typing import Callable
+
+import tensorflow as tf
+import tf_keras
+
+from tfdist.strategies import StrategyKind
+from tfdist.strategies.config import check_int
+from tfdist.training import guards as fit_guards
+from tfdist.training.callbacks import unrestorable
+from tfdist.runtime.config import MAX_COUNT
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.setup import Plan
+from tfdist.runtime.setup import Role
+from tfdist.runtime.setup import require_plan
+from tfdist.training.fit import checked_model
+from tfdist.training.fit import dataset_fn
+from tfdist.training.fit import tfdist_optimizer
+
+CHECKPOINTS_DIR = "loop_checkpoints"  # Under --model_dir.
+
+
+class CustomLoop:
+    """Builds `model` (a function of no arguments, called in the strategy's scope; or a model
+    built in that scope) and tfdist's optimizer (`--optimizer` and the large-batch recipe)
+    unless `optimizer` is given.
+
+    Example:
+      >>> loop = tfdist.CustomLoop(plan, build_model)
+      >>> batches = loop.distribute(train_dataset_fn)
+      >>> def step(features, labels):
+      ...     with tf.GradientTape() as tape:
+      ...         per_example = loss_fn(labels, loop.model(features, training=True))
+      ...         loss = loop.scale_loss(per_example)
+      ...     loop.minimize(loss, tape)
+      ...     return loss
+      >>> for epoch in range(loop.restore(), plan.config.train.epochs):
+      ...     mean_loss = loop.run(step, batches, plan.steps_per_epoch)
+      ...     loop.save(epoch + 1)
+    """
+
+    def __init__(self, plan: Plan, model: Callable[[], tf_keras.Model],
+                 optimizer: tf_keras.optimizers.Optimizer | None = None):
+        require_plan(plan)
+        if plan.config.train.keras == 3:
+            raise ConfigError("keras=3: CustomLoop trains tf-keras models with tf-keras' "
+                              "optimizer; train a Keras 3 model through tfdist.fit, or write "
+                              "the loop with keras=2.")
+        if plan.role is not Role.TRAIN or plan.kind is StrategyKind.PARAMETER_SERVER:
+            raise ConfigError(f"strategy={plan.kind.value} ({plan.task}): CustomLoop runs under "
+                              "one_device, mirrored and multi_worker_mirrored; train through "
+                              "tfdist.fit under parameter_server.")
+        self.plan = plan
+        self.strategy = plan.strategy
+        with self.strategy.scope():
+            self.model = checked_model(plan, model)
+            self.optimizer = optimizer or tfdist_optimizer(plan)
+            self._epoch = tf.Variable(0, trainable=False, dtype=tf.int64)
+        self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
+                                               epoch=self._epoch)
+        self._manager = None
+        self._iterators: dict[int, object] = {}
+        self._loops: dict[Callable, Callable] = {}
+
+    def distribute(self, data, split: str = "train", *, training: bool = True):
+        """The distributed dataset of `data` (a dataset function, `tfdist.Records` or an
+        `InputConfig`): each worker reads its share, batched per replica."""
+        return self.strategy.distribute_datasets_from_function(
+            dataset_fn(self.plan, data, split, training=training))
+
+    def scale_loss(self, per_example_loss: tf.Tensor) -> tf.Tensor:
+        """The replica's share of the global mean loss: summed over the replicas it is the
+        mean over the global batch (call in the step, on each replica)."""
+        return tf.nn.compute_average_loss(per_example_loss,
+                                          global_batch_size=self.plan.global_batch_size)
+
+    def minimize(self, loss: tf.Tensor, tape: tf.GradientTape) -> None:
+        """Gradients of `loss` (recorded on `tape`) applied to the model's trainable variables
+        through the optimizer: all-reduce, transforms and loss scaling included."""
+        self.optimizer.minimize(loss, self.model.trainable_variables, tape=tape)
+
+    def run(self, step_fn: Callable, dataset, steps: int) -> float:
+        """Runs `step_fn(*batch)` on every replica for `steps` batches of `dataset` (one
+        iterator per dataset, kept across calls) in one `tf.function`; returns the mean over
+        the steps of the replicas' summed return values (the global loss, with `scale_loss`)."""
+        check_int("steps", steps, 1, MAX_COUNT, "pass e.g. plan.steps_per_epoch",
+                  error=ConfigError)
+        iterator = self._iterators.setdefault(id(dataset), iter(dataset))
+        if step_fn not in self._loops:
+            @tf.function
+            def loop(iterator, steps):
+                total = tf.constant(0.0)
+                for _ in tf.range(steps):
+                    values = self.strategy.run(step_fn, args=next(iterator))
+                    total += tf.cast(self.strategy.reduce(tf.distribute.ReduceOp.SUM, values,
+                                                          axis=None), tf.float32)
+                return total / tf.cast(steps, tf.float32)
+            self._loops[step_fn] = loop
+        try:
+            return float(self._loops[step_fn](iterator, tf.constant(steps, tf.int64)))
+        except tf.errors.OutOfRangeError:
+            raise fit_guards.ran_out("dataset") from None
+
+    def _checkpoint_dir(self) -> str | None:
+        """Under `--model_dir` for the chief; a temporary copy for the other workers, since
+        every worker must take part in saving (TensorFlow's multi-worker guide)."""
+        model_dir = self.plan.config.train.model_dir
+        if not model_dir:
+            return None
+        if self.plan.writes_results:
+            return os.path.join(model_dir, CHECKPOINTS_DIR)
+        return os.path.join(model_dir, f"{CHECKPOINTS_DIR}-{self.plan.task.replace(':', '-')}")
+
+    def _manager_or_none(self) -> tf.train.CheckpointManager | None:
+        directory = self._checkpoint_dir()
+        if directory and self._manager is None:
+            self._manager = tf.train.CheckpointManager(self._checkpoint, directory, max_to_keep=2)
+        return self._manager
+
+    def restore(self) -> int:
+        """Restores the latest checkpoint under `--model_dir`, if any; returns the number of
+        epochs it had completed (0 without one), where the loop resumes."""
+        manager = self._manager_or_none()
+        model_dir = self.plan.config.train.model_dir
+        latest = model_dir and tf.train.latest_checkpoint(os.path.join(model_dir,
+                                                                       CHECKPOINTS_DIR))
+        if manager is not None and latest:
+            try:
+                self._checkpoint.restore(latest)
+            except (ValueError, tf.errors.OpError) as error:  # Another model's, or damaged.
+                raise unrestorable(model_dir, "the checkpoint a loop", manager.directory,
+                                   error) from None
+        return int(self._epoch.numpy())
+
+    def save(self, epochs_done: int) -> None:
+        """Checkpoints the model, optimizer and `epochs_done` (every worker must call it); only
+        the chief's copy stays. Without `--model_dir`, does nothing."""
+        check_int("epochs_done", epochs_done, 0, MAX_COUNT, "pass the epochs completed",
+                  error=ConfigError)
+        manager = self._manager_or_none()
+        if manager is None:
+            return
+        self._epoch.assign(epochs_done)
+        manager.save()
+        if not self.plan.writes_results:
+            shutil.rmtree(manager.directory, ignore_errors=True)
+            self._manager = None

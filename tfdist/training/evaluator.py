@@ -1,0 +1,74 @@
+"""The `evaluator` task (`tfdist.fit` on it): evaluates each new checkpoint the chief writes.
+
+tf-keras' `SidecarEvaluator` loads every new checkpoint in `--model_dir`/checkpoints and
+evaluates it on the whole validation split, on this task alone (no strategy). It stops after
+the last epoch's checkpoint, or when the chief has finished (or died) and no new checkpoint
+comes. Each result is printed and recorded in `--model_dir`/evaluations.json; TensorBoard logs
+go to `--model_dir`/logs/evaluator.
+"""
+
+import os
+import sys
+
+import tensorflow as tf
+import tf_keras
+
+from tfdist.training import summary as run_summary
+from tfdist.cluster.liveness import ChiefWatch
+from tfdist.cluster.liveness import chief_address
+from tfdist.runtime.config import RunConfig
+
+EVALUATIONS_JSON = "evaluations.json"
+
+
+class _Evaluator(tf_keras.utils.SidecarEvaluator):
+    """Stops waiting for checkpoints once the chief has finished: without this hook the
+    evaluator waits forever after a chief that died before its last epoch."""
+
+    def __init__(self, *args, watch: ChiefWatch, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._watch = watch
+
+    def _timeout_fn(self) -> bool:  # Called after 30 s without a new checkpoint.
+        return self._watch.finished
+
+
+class _Record(tf_keras.callbacks.Callback):
+    """Prints each evaluation and rewrites `path` with all results so far, by checkpoint."""
+
+    def __init__(self, checkpoint_dir: str, path: str):
+        super().__init__()
+        self._checkpoint_dir, self._path = checkpoint_dir, path
+        self._checkpoint = ""
+        self.results: dict[str, dict[str, float]] = {}
+
+    def on_test_begin(self, logs=None):
+        self._checkpoint = os.path.basename(tf.train.latest_checkpoint(self._checkpoint_dir))
+
+    def on_test_end(self, logs=None):
+        result = {name: float(value) for name, value in (logs or {}).items()}
+        self.results[self._checkpoint] = result
+        run_summary.write_json(self._path, self.results)
+        shown = " ".join(f"{name}={value:.4f}" for name, value in result.items())
+        print(f"tfdist evaluator: {self._checkpoint}: {shown}", flush=True)
+
+
+def evaluate_checkpoints(config: RunConfig, model: tf_keras.Model, data: tf.data.Dataset, *,
+                         steps: int | None, checkpoint_dir: str) -> dict[str, dict[str, float]]:
+    """Evaluates `model` (compiled) on `data` with each new checkpoint in `checkpoint_dir`
+    until the last epoch's; returns the results by checkpoint.
+
+    `config.train.model_dir` is set (`tfdist.setup` checks it for the evaluator task).
+    """
+    model_dir = config.train.model_dir
+    chief = chief_address(config.cluster)
+    print(f"tfdist: evaluator evaluating each new checkpoint in {checkpoint_dir} until epoch "
+          f"{config.train.epochs} or until the chief at {chief} finishes", file=sys.stderr,
+          flush=True)
+    record = _Record(checkpoint_dir, os.path.join(model_dir, EVALUATIONS_JSON))
+    _Evaluator(model, data, checkpoint_dir, steps=steps, max_evaluations=config.train.epochs,
+               callbacks=[record, tf_keras.callbacks.TensorBoard(
+                   os.path.join(model_dir, "logs", "evaluator"))],
+               watch=ChiefWatch(chief).start()).start()
+    print(f"tfdist: evaluator done after {len(record.results)} evaluation(s)", flush=True)
+    return record.results

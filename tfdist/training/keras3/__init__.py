@@ -1,0 +1,1 @@
+"""What only Keras 3 models need: tfdist's own distributed step, optimizer and evaluator."""
