@@ -1,17 +1,12 @@
 """tf.data input pipelines that shard across workers and replicas and batch per replica.
 
-Importing this package selects tf-keras as TensorFlow's Keras when TensorFlow is not imported yet
-(see ARCHITECTURE.md). Nothing here imports TensorFlow at import time; the functions below import
-the TensorFlow-backed modules on first call.
+A library of its own (installed as `tfdist.input_pipelines`): it imports nothing else of tfdist.
+Nothing here imports TensorFlow at import time; the functions below import the TensorFlow-backed
+modules on first call. The Keras flavour TensorFlow loads is tfdist's to choose, when `tfdist` is
+imported (`tfdist.runtime.keras_env`).
 """
 
-import os
-import sys
-
-if "tensorflow" not in sys.modules:
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-
-# pylint: disable=wrong-import-position,import-outside-toplevel
+# pylint: disable=import-outside-toplevel
 from .config import DATASET_FORMS
 from .config import AutoShard
 from .config import DatasetInfo

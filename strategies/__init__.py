@@ -1,17 +1,11 @@
 """tf.distribute strategies built from a typed config, and TF_CONFIG parsing.
 
-Importing this package selects the Keras flavour the toolkit runs on (tf-keras, see
-ARCHITECTURE.md) when TensorFlow is not imported yet. Nothing here imports TensorFlow at import
-time, so the CLI can validate input before paying for it.
+A library of its own (installed as `tfdist.strategies`): it imports nothing else of tfdist, and
+nothing here imports TensorFlow at import time, so the CLI can validate input before paying for
+it. The Keras flavour TensorFlow loads is tfdist's to choose, when `tfdist` is imported
+(`tfdist.runtime.keras_env`).
 """
 
-import os
-import sys
-
-if "tensorflow" not in sys.modules:
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-
-# pylint: disable=wrong-import-position
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
 from .cluster import Task
@@ -67,6 +61,18 @@ def replica_devices_of(strategy) -> tuple[str, ...]:
     included, which lists none itself)."""
     from . import one_device  # pylint: disable=import-outside-toplevel
     return one_device.replica_devices(strategy)
+
+
+def num_visible_gpus() -> int:
+    """Returns how many GPUs this machine shows TensorFlow."""
+    from . import devices  # pylint: disable=import-outside-toplevel
+    return len(devices.physical_gpus())
+
+
+def is_gpu(device: str) -> bool:
+    """Returns whether the device `device` names is a GPU."""
+    from . import devices  # pylint: disable=import-outside-toplevel
+    return devices.is_gpu(device)
 
 
 def num_replica_devices(config: StrategyConfig) -> int:

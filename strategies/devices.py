@@ -19,6 +19,18 @@ def _split(field: str, count: int, device, wanted: list) -> None:
             "strategies.configure_local_devices(config) before any op runs.") from None
 
 
+def physical_gpus() -> list:
+    """The GPUs this machine shows TensorFlow (`tf.config.PhysicalDevice`s): the one place that
+    asks, so that every answer to "are there GPUs here" agrees."""
+    return tf.config.list_physical_devices("GPU")
+
+
+def is_gpu(device: str) -> bool:
+    """Whether the device `device` names ("/job:worker/replica:0/task:1/device:GPU:0") is a
+    GPU: the one place that reads a device name's type."""
+    return tf.DeviceSpec.from_string(device).device_type == "GPU"
+
+
 def configure(config: StrategyConfig) -> None:
     """Splits the host CPU into `config.num_cpu_devices` logical devices, or the first GPU into
     `config.num_logical_gpus` (idempotent).
@@ -29,7 +41,7 @@ def configure(config: StrategyConfig) -> None:
         _split("num_cpu_devices", config.num_cpu_devices, tf.config.list_physical_devices("CPU")[0],
                [tf.config.LogicalDeviceConfiguration()] * config.num_cpu_devices)
     if config.num_logical_gpus > 1:
-        gpus = tf.config.list_physical_devices("GPU")
+        gpus = physical_gpus()
         if not gpus:
             raise StrategyConfigError(
                 f"num_logical_gpus={config.num_logical_gpus} needs a GPU, and this machine shows "
@@ -44,7 +56,7 @@ def num_gpus(config: StrategyConfig) -> int:
     `num_gpus` of the visible ones, or all."""
     if config.num_logical_gpus > 1:
         return config.num_logical_gpus
-    visible = len(tf.config.list_physical_devices("GPU"))
+    visible = len(physical_gpus())
     wanted = visible if config.num_gpus is None else config.num_gpus
     if wanted > visible:
         raise StrategyConfigError(

@@ -7,6 +7,7 @@ import tensorflow as tf
 from .config import AllReduce
 from .config import StrategyConfig
 from .config import StrategyConfigError
+from .devices import is_gpu
 
 
 def _cross_device_ops(config: StrategyConfig,
@@ -19,7 +20,7 @@ def _cross_device_ops(config: StrategyConfig,
                 else None)
     if config.all_reduce is AllReduce.REDUCTION_TO_ONE_DEVICE:
         return tf.distribute.ReductionToOneDevice()
-    if not all("GPU" in device for device in devices):
+    if not all(is_gpu(device) for device in devices):
         raise StrategyConfigError(
             f"all_reduce={config.all_reduce.value} needs GPUs, but the replicas are on "
             f"{', '.join(devices)}; use all_reduce=auto or reduction_to_one_device.")

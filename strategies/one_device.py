@@ -11,10 +11,13 @@ the GPU, and it can pin the replica to the CPU (`num_gpus=0`) where TF would pic
 
 import tensorflow as tf
 
+from .devices import is_gpu
+from .devices import physical_gpus
+
 
 def build(devices: list[str]) -> tf.distribute.Strategy:
     """Returns a strategy that places the single replica on `devices[0]`."""
-    if "CPU" in devices[0].upper() and not tf.config.list_logical_devices("GPU"):
+    if not (is_gpu(devices[0]) or physical_gpus()):
         return tf.distribute.get_strategy()
     return tf.distribute.OneDeviceStrategy(devices[0])
 
@@ -25,5 +28,4 @@ def replica_devices(strategy: tf.distribute.Strategy) -> tuple[str, ...]:
     try:
         return tuple(strategy.extended.worker_devices)
     except RuntimeError:  # The default strategy lists none.
-        gpus = tf.config.list_logical_devices("GPU")
-        return (gpus[0].name if gpus else tf.config.list_logical_devices("CPU")[0].name,)
+        return ("/device:GPU:0" if physical_gpus() else "/device:CPU:0",)

@@ -27,9 +27,9 @@ from tests.input_pipelines.test_records import write_records
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
 from tfdist.commands import cli
-from tfdist.commands import doctor
 from tfdist.commands import flags as tfdist_flags
 from tfdist.cluster import launcher as launch
+from tfdist.runtime import tf_import
 
 HUGE = "99999999999999999999"
 _INTEGERS = ("nan", "inf", "1.5", "x", "", HUGE, "-" + HUGE)
@@ -108,7 +108,7 @@ def _values(name: str) -> tuple[str, ...]:
         return _INTEGERS + ((str(lower - 1),) if lower is not None else ())
     if isinstance(parser, flags.FloatParser):
         return _FLOATS
-    if isinstance(parser, flags.EnumParser):
+    if isinstance(parser, (flags.EnumParser, flags.EnumClassParser)):
         return ("bogus", "")
     if isinstance(parser, flags.BooleanParser):
         return ("maybe",)
@@ -158,8 +158,7 @@ def _run_in_process(argv: list[str], tf_config: str | None = None) -> tuple[int,
         os.environ.pop("TF_CONFIG", None)
         if tf_config is not None:
             os.environ["TF_CONFIG"] = tf_config
-        for target, name in ((cli, "import_tensorflow"), (doctor, "import_tensorflow"),
-                             (launch, "_open_network")):
+        for target, name in ((tf_import, "import_tensorflow"), (launch, "_open_network")):
             stack.enter_context(mock.patch.object(target, name, reached))
         stack.enter_context(contextlib.redirect_stderr(stderr))
         stack.enter_context(contextlib.redirect_stdout(stdout))

@@ -12,7 +12,8 @@ from absl.testing import parameterized
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist.commands.benchmark import sweep as benchmark
+from tfdist.commands.benchmark import command as benchmark_command
+from tfdist.commands.benchmark import figures as benchmark
 from tfdist.runtime.config import ConfigError
 
 
@@ -72,7 +73,7 @@ class FiguresTest(unittest.TestCase):
                     "tfdist": [[0.4, 0.1, 0.2], [0.1, 0.1, 0.1], [0.4, 0.4, 0.3]],
                     "plain": [[0.1, 0.1], [0.1, 0.1], [0.2, 0.2]],
                     "no_strategy": [[0.1], [0.05], [0.4]]}
-        figures = benchmark._figures(measured, "synthetic")
+        figures = benchmark.figures(measured, "synthetic")
         self.assertEqual(figures["rounds"], 3)
         self.assertEqual(figures["step_time_s"], {"median": 0.2, "min": 0.1, "max": 0.4})
         self.assertEqual(figures["examples_per_sec"], {"median": 160.0, "min": 80.0,
@@ -83,16 +84,16 @@ class FiguresTest(unittest.TestCase):
         self.assertEqual(figures["overhead_ratio_spread"], [1.0, 2.0])
         self.assertAlmostEqual(figures["overhead_vs_no_strategy"], 2.0)
         self.assertEqual(figures["overhead_vs_no_strategy_spread"], [1.0, 2.0])
-        self.assertNotIn("overhead_ratio", benchmark._figures(measured, "real"))
+        self.assertNotIn("overhead_ratio", benchmark.figures(measured, "real"))
         self.assertNotIn("noise_scale", figures)
 
     def test_noise_scale_and_its_cost(self):
         measured = {"global_batch_size": 32, "tfdist": [[0.4, 0.1, 0.2]], "plain": [],
                     "noise_scale": 300.0, "without_noise_scale": [[0.1, 0.2, 0.25]]}
-        figures = benchmark._figures(measured, "synthetic")
+        figures = benchmark.figures(measured, "synthetic")
         self.assertEqual(figures["noise_scale"], 300.0)
         self.assertAlmostEqual(figures["noise_scale_overhead"], 1.0)
-        table = benchmark._table([{"replicas": 2, "data": "synthetic", **figures}])
+        table = benchmark.table([{"replicas": 2, "data": "synthetic", **figures}])
         self.assertIn("B_simple", table)
         self.assertIn("300", table.splitlines()[1])
 
@@ -102,7 +103,7 @@ class FiguresTest(unittest.TestCase):
         results = [{"replicas": replicas, "data": data, "rounds": 3,
                     "rounds_examples_per_sec": rates}
                    for (replicas, data), rates in rounds.items()]
-        benchmark._add_ratios(results)
+        benchmark.add_ratios(results)
         figures = {(entry["replicas"], entry["data"]): entry for entry in results}
         # Per round 0.75, 0.5, 0.9: the slow first round of 1 replica pairs with 2's.
         self.assertAlmostEqual(figures[2, "synthetic"]["scaling_efficiency"], 0.75)
@@ -123,7 +124,7 @@ class FiguresTest(unittest.TestCase):
         lines = benchmark.noisy_figures(entries)
         self.assertEqual(len(lines), 1)
         self.assertIn("overhead_vs_no_strategy 1.030 spans 0.970-1.120 over 3 rounds", lines[0])
-        self.assertIn("1.030±.075", benchmark._table([{**entries[0], "global_batch_size": 8,
+        self.assertIn("1.030±.075", benchmark.table([{**entries[0], "global_batch_size": 8,
                                                       "examples_per_sec": {"median": 1,
                                                                            "min": 1, "max": 1},
                                                       "step_time_s": {"median": 1}}]))
@@ -147,6 +148,7 @@ class BadBenchmarkInputTest(parameterized.TestCase):
         with mock.patch.dict(sys.modules, {"matplotlib": None}):
             with self.assertRaisesRegex(ConfigError, r"plot=out.png needs matplotlib.*"
                                                      r"pip install -e '.\[plot\]'"):
-                benchmark.main([], replicas=[1], data=["synthetic"], warmup_steps=1,
-                               timed_steps=1, rounds=1, overhead=False, json_path=None,
-                               plot_path="out.png", num_gpus=0)
+                benchmark_command.run(benchmark_command.Sweep(
+                    train_args=[], replicas=[1], data=["synthetic"], warmup_steps=1,
+                    timed_steps=1, rounds=1, overhead=False, json_path=None,
+                    plot_path="out.png"), num_gpus=0)

@@ -9,7 +9,7 @@ import pytest
 from absl.testing import absltest
 
 from tests.tfdist.cli_runner import run_tfdist
-from tfdist.commands import data_serve as data_service_command
+from tfdist.commands import data as data_service_command
 from tfdist.cluster import network
 
 

@@ -1,6 +1,8 @@
-"""tfdist.commands.flags: train flags that users' absl programs take, CLI-only flags that only `tfdist`
-defines, every flag a FlagHolder of its group, and the checks on numbers."""
+"""The command layer's flags: train flags that users' absl programs take, CLI-only flags that only
+`tfdist` defines, every flag a FlagHolder of its command, and the checks on numbers and between
+flags."""
 
+import io
 import json
 import os
 import pathlib
@@ -8,10 +10,18 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 from absl import flags
 
+from tfdist.commands import cli  # noqa: F401  (defines every command's flags)
+from tfdist.commands import data
+from tfdist.commands import doctor
 from tfdist.commands import flags as tfdist_flags
+from tfdist.commands import launch
+from tfdist.commands import manifest
+from tfdist.commands import train_flags
+from tfdist.commands.benchmark import command as benchmark
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 # A `tensorflow` that fails to import (see cli_runner.py): the user's program must not need it.
@@ -25,15 +35,16 @@ import json
 import sys
 
 from absl import app, flags
-from tfdist.commands import flags as tfdist_flags
+import tfdist
+from tfdist.commands import train_flags
 
-tfdist_flags.adopt_train_flags()
+tfdist.define_flags()
 _MINE = flags.DEFINE_integer("my_steps", 1, "mine")
 CLI_ONLY = {cli_only!r}
 
 
 def main(argv):
-    config = tfdist_flags.run_config(None)
+    config = train_flags.run_config(None)
     print(json.dumps({{
         "my_steps": _MINE.value, "strategy": config.strategy.strategy.value,
         "global_batch_size": config.input.global_batch_size, "model": config.train.model,
@@ -53,7 +64,8 @@ def _parse(command: str, *args: str) -> None:
 
 
 class UserProgramTest(unittest.TestCase):
-    """A user's own absl program that imports tfdist.commands.flags, run as a child without TensorFlow."""
+    """A user's own absl program that calls `tfdist.define_flags()`, run as a child without
+    TensorFlow."""
 
     def run_program(self, *args: str) -> subprocess.CompletedProcess:
         directory = self.enterContext(tempfile.TemporaryDirectory())
@@ -96,16 +108,10 @@ class FlagsTest(unittest.TestCase):
 
     def setUp(self):
         super().setUp()
-        tfdist_flags.define_cli_flags()
         self.addCleanup(tfdist_flags.FLAGS.unparse_flags)
 
-    def test_define_cli_flags_twice_is_a_no_op(self):
-        before = {command: dict(holders) for command, holders in
-                  tfdist_flags.COMMAND_FLAGS.items()}
-        tfdist_flags.define_cli_flags()
-        self.assertEqual(set(tfdist_flags.COMMAND_FLAGS), set(before))
-        for command, holders in before.items():
-            self.assertEqual(list(tfdist_flags.COMMAND_FLAGS[command]), list(holders))
+    def test_every_command_registers_its_flags(self):
+        self.assertEqual(set(tfdist_flags.COMMAND_FLAGS), set(cli.COMMANDS))
 
     def test_every_flag_is_a_holder_of_its_name(self):
         for command, holders in tfdist_flags.COMMAND_FLAGS.items():
@@ -148,7 +154,7 @@ class FlagsTest(unittest.TestCase):
     def test_run_config(self):
         _parse("train", "--strategy=mirrored", "--epochs=4", "--model=resnet20",
                "--lr_schedule=step", "--lr_step_boundaries=1,2", "--seed=9", "--tf_logs")
-        config = tfdist_flags.run_config(None)
+        config = train_flags.run_config(None)
         self.assertEqual(config.strategy.strategy.value, "mirrored")
         self.assertEqual(config.train.epochs, 4)
         self.assertEqual(config.train.model, "resnet20")
@@ -159,41 +165,53 @@ class FlagsTest(unittest.TestCase):
     def test_benchmark_passes_on_only_the_train_flags_given(self):
         _parse("benchmark", "--epochs=2", "--replicas=2,1", "--json=/tmp/b.json",
                "--lr_step_boundaries=1,2", "--tf_logs")
-        self.assertCountEqual(tfdist_flags.benchmark_train_args(),
+        sweep = benchmark.sweep_from_flags()
+        self.assertCountEqual(sweep.train_args,
                               ["--epochs=2", "--lr_step_boundaries=1,2", "--tf_logs"])
-        options = tfdist_flags.benchmark_options()
-        self.assertEqual((options["replicas"], options["json_path"]), ([1, 2], "/tmp/b.json"))
+        self.assertEqual((sweep.replicas, sweep.json_path), ([1, 2], "/tmp/b.json"))
 
     def test_benchmark_of_a_python_dataset_sweeps_real_data_only(self):
         _parse("benchmark", "--dataset=python:my_data:splits")
-        self.assertEqual(tfdist_flags.benchmark_options()["data"], ["real"])
-        _parse("benchmark", "--dataset=python:my_data:splits", "--data=synthetic,real")
-        with self.assertRaisesRegex(tfdist_flags.UsageError,
-                                    r"^data=synthetic: --dataset=python:my_data:splits brings its "
-                                    r"own model and data, .*; pass --data=real\.$"):
-            tfdist_flags.benchmark_options()
+        self.assertEqual(benchmark.sweep_from_flags().data, ["real"])
+        with self.assertRaisesRegex(flags.IllegalFlagValueError,
+                                    r"--data=synthetic: a python: dataset brings its own model "
+                                    r"and data, .*; pass --data=real$"):
+            _parse("benchmark", "--dataset=python:my_data:splits", "--data=synthetic,real")
 
-    def test_slurm_layout(self):
-        _parse("train", "--num_ps=1")
-        with self.assertRaisesRegex(tfdist_flags.UsageError, "--num_ps describes a Slurm"):
-            tfdist_flags.slurm_layout()
+    def test_slurm_layout_needs_the_slurm_resolver(self):
+        with self.assertRaisesRegex(flags.IllegalFlagValueError,
+                                    "num_ps=1, .*: given without --cluster_resolver=slurm"):
+            _parse("train", "--num_ps=1")
         _parse("train", "--cluster_resolver=slurm", "--num_ps=1", "--chief")
-        self.assertEqual(tfdist_flags.slurm_layout(),
-                         {"port_base": 8888, "num_ps": 1, "chief": True})
+        self.assertEqual((train_flags.NUM_PS.value, train_flags.CHIEF.value), (1, True))
+        _parse("launch", "--num_ps=1", "--chief")  # Launch's own cluster: no resolver.
 
     def test_command_options(self):
         _parse("launch", "--num_workers=3", "--num_ps=1", "--chief", "--timeout_s=60")
-        config = tfdist_flags.launch_config(["train"])
+        with mock.patch.object(launch.launcher, "main", return_value=0) as launched:
+            launch.main(["python"], tfdist_commands=cli.COMMANDS)
+        config = launched.call_args.args[0]
         self.assertEqual((config.num_workers, config.num_ps, config.chief, config.timeout_s),
                          (3, 1, True, 60.0))
+        self.assertEqual(dict(config.env), {"TF_USE_LEGACY_KERAS": "1"})
         _parse("manifest", "--image=img", "--num_workers=4")
-        self.assertEqual(tfdist_flags.manifest_options()["num_workers"], 4)
+        with mock.patch("sys.stdout", new_callable=io.StringIO) as stdout:
+            manifest.main(["train"])
+        self.assertIn("replicas: 4", stdout.getvalue())
         _parse("data check", "--num_workers=3", "--replicas_per_worker=2")
-        self.assertEqual(tfdist_flags.data_check_options(), (3, 2, None))
+        with mock.patch.object(data, "check_coverage", return_value=0) as checked, \
+                mock.patch.object(data.tf_import, "import_tensorflow"):
+            data.check_main()
+        self.assertEqual(checked.call_args.args[1:], (3, 2, None))
         _parse("data serve", "--port=6000")
-        self.assertEqual(tfdist_flags.data_serve_options(), (6000, 2))
+        with mock.patch.object(data, "serve", return_value=0) as served, \
+                mock.patch.object(data.tf_import, "import_tensorflow"):
+            data.serve_main()
+        served.assert_called_once_with(6000, 2)
         _parse("doctor", "--probe")
-        self.assertEqual(tfdist_flags.probe_timeout_s(), 5.0)
+        with mock.patch.object(doctor, "report", return_value=0) as reported:
+            doctor.main()
+        self.assertEqual(reported.call_args.kwargs["probe_timeout_s"], 5.0)
 
     def test_config_errors_are_worded_as_flags(self):
         self.assertEqual(

@@ -293,7 +293,7 @@ class ManifestCommandTest(unittest.TestCase):
         assert_one_line_error(self, run_tfdist("manifest", "--format=slurm"),
                               "manifest needs the train command after `--`")
         assert_one_line_error(self, run_tfdist("train", "--num_ps=1"),
-                              "--num_ps describes a Slurm cluster; add --cluster_resolver=slurm")
+                              "--num_ps=1, --chief=False: given without --cluster_resolver=slurm")
         outside_slurm = {name: "" for name in os.environ if name.startswith("SLURM_")}
         result = run_tfdist("train", "--cluster_resolver=slurm", extra_env=outside_slurm)
         assert_one_line_error(self, result, "Slurm cluster")

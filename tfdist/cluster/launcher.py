@@ -20,10 +20,8 @@ them. On a final failure it stops every task and exits with the failed task's st
 """
 
 import dataclasses
-import enum
 import math
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -36,12 +34,11 @@ from typing import TextIO
 import portpicker
 
 from tfdist import strategies
-from tfdist.strategies import ClusterConfig
-from tfdist.runtime import keras_env
+from tfdist.cluster import LaunchError
+from tfdist.cluster import capacity
 from tfdist.cluster import network
-from tfdist.runtime import paths
-from tfdist.runtime.config import KERAS_VERSIONS
-from tfdist.runtime.config import ConfigError
+from tfdist.cluster.network import Network
+from tfdist.strategies import ClusterConfig
 
 HOST = "127.0.0.1"
 EXIT_TIMEOUT = 124
@@ -54,32 +51,6 @@ _TRAIN = "train"
 _URL_MARK = "://"
 _DOWNLOAD = "--download"
 _FALSE = ("0", "f", "false")  # absl's spellings of a false boolean, lower-cased.
-# Measured with TF 2.21 on a 2-CPU machine (smaps_rollup, /proc/PID/status): each `tfdist train`
-# task, one_device or a multi_worker_mirrored worker, holds ~340 MiB of private memory plus
-# ~420 MiB of shared libraries that every task maps once, and runs ~130-180 threads (more with
-# more CPUs), each of which RLIMIT_NPROC counts.
-_TASK_PRIVATE_MIB = 340
-_SHARED_MIB = 420
-_TASK_THREADS = 180
-_CGROUP_MEMORY_MAX = "/sys/fs/cgroup/memory.max"
-
-
-class LaunchError(ConfigError):
-    """A launch that cannot start; the message is one line: input, value, fix."""
-
-
-class Network(str, enum.Enum):
-    """Which network the tasks run on; TensorFlow's servers listen on every interface of it.
-
-    AUTO: ISOLATED where this machine allows it, unless a tfdist command needs this machine's
-      network (it passes a URL, e.g. --tf_data_service=grpc://... or --model_dir=gs://..., or
-      --download); else HOST with a one-line warning.
-    ISOLATED: one network namespace with loopback only, shared by the tasks; fails if refused.
-    HOST: this machine's network: the tasks' ports are open on each of its interfaces.
-    """
-    AUTO = "auto"
-    ISOLATED = "isolated"
-    HOST = "host"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,8 +65,8 @@ class LaunchConfig:
       max_restarts: how many times a failed task (or group) is restarted.
       timeout_s: stop every task and fail after this long; None waits for the job to end.
       network: which network the tasks run on (see `Network`).
-      keras: the Keras `tf.keras` is in every task (2: tf-keras, 3: Keras 3), through
-        TF_USE_LEGACY_KERAS.
+      env: variables every task gets on top of this process's environment (`tfdist launch`
+        passes TF_USE_LEGACY_KERAS, the Keras `tf.keras` is in every task).
     """
     command: tuple[str, ...]
     num_workers: int = 1
@@ -106,7 +77,7 @@ class LaunchConfig:
     max_restarts: int = 0
     timeout_s: float | None = None
     network: Network = Network.AUTO
-    keras: int = 2
+    env: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self):
         if not self.command:
@@ -124,10 +95,6 @@ class LaunchConfig:
             raise LaunchError(f"network={self.network!r} is not understood; pass 'auto', "
                               "'isolated' or 'host'.")
         object.__setattr__(self, "network", Network(self.network))
-        if str(self.keras) not in KERAS_VERSIONS:
-            raise LaunchError(f"keras={self.keras!r} is not a Keras tfdist trains with; pass "
-                              "2 (tf-keras) or 3 (Keras 3).")
-        object.__setattr__(self, "keras", int(self.keras))
 
     @property
     def num_tasks(self) -> int:
@@ -158,119 +125,6 @@ def resolve_command(command: tuple[str, ...],
 
 def _is_tfdist(command: tuple[str, ...], tfdist_commands: Collection[str]) -> bool:
     return command[0] in {name.split()[0] for name in tfdist_commands}
-
-
-@dataclasses.dataclass(frozen=True)
-class MachineLimits:
-    """What bounds the number of TensorFlow tasks this machine can run at once.
-
-    Attributes:
-      memory_bytes: physical memory, or the cgroup's memory limit when lower.
-      memory_source: which of the two `memory_bytes` is, for messages.
-      max_threads: RLIMIT_NPROC's soft limit (Linux counts threads against it); None where it
-        does not apply (unlimited, or root).
-    """
-    memory_bytes: int
-    memory_source: str
-    max_threads: int | None
-
-    @classmethod
-    def of_this_machine(cls) -> "MachineLimits":
-        """Reads physical memory, cgroup v2's memory.max and RLIMIT_NPROC."""
-        memory, source = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "memory"
-        try:
-            with open(_CGROUP_MEMORY_MAX, encoding="utf-8") as limit_file:
-                limit = limit_file.read().strip()
-        except OSError:
-            limit = "max"
-        if limit.isdigit() and int(limit) < memory:
-            memory, source = int(limit), f"memory ({_CGROUP_MEMORY_MAX})"
-        threads = resource.getrlimit(resource.RLIMIT_NPROC)[0]
-        unlimited = threads == resource.RLIM_INFINITY or os.getuid() == 0
-        return cls(memory_bytes=memory, memory_source=source,
-                   max_threads=None if unlimited else threads)
-
-    def max_tasks(self) -> tuple[int, str]:
-        """How many tasks fit, and how that number was derived (one phrase, for messages)."""
-        by_memory = max(0, (self.memory_bytes >> 20) - _SHARED_MIB) // _TASK_PRIVATE_MIB
-        if self.max_threads is not None and self.max_threads // _TASK_THREADS < by_memory:
-            return (self.max_threads // _TASK_THREADS,
-                    f"RLIMIT_NPROC={self.max_threads} threads at ~{_TASK_THREADS} threads per "
-                    "TensorFlow task")
-        return by_memory, (f"{self.memory_bytes / 2**30:.1f} GiB of {self.memory_source} at "
-                           f"~{_TASK_PRIVATE_MIB} MiB per TensorFlow task plus {_SHARED_MIB} MiB "
-                           "shared")
-
-
-def check_capacity(config: LaunchConfig, limits: MachineLimits) -> None:
-    """Raises LaunchError when `config` has more tasks than `limits` allow."""
-    most, derivation = limits.max_tasks()
-    if config.num_tasks > most:
-        raise LaunchError(
-            f"num_workers={config.num_workers} makes {config.num_tasks} task(s) in all, more "
-            f"than this machine can run: at most {most}, from {derivation} (measured for "
-            "`tfdist train`); launch fewer tasks, or spread them over machines with "
-            "`tfdist manifest`.")
-
-
-def _network_flag(command: tuple[str, ...]) -> str | None:
-    """The first argument of a tfdist command that needs this machine's network, if any: a URL
-    (a tf.data service, a gs:// or s3:// path) or --download."""
-    for arg in command[1:]:
-        name, _, value = arg.partition("=")
-        if _URL_MARK in value or (name == _DOWNLOAD and value.lower() not in _FALSE):
-            return arg
-    return None
-
-
-def _open_network(config: LaunchConfig, cluster: ClusterConfig, *,
-                   tfdist: bool) -> network.Namespace | None:
-    """The tasks' network namespace, or None for this machine's network; prints one line that
-    says which ports can be reached from where (a warning when they are exposed by default).
-
-    Raises:
-      LaunchError: `network=isolated` on a machine that refuses a namespace.
-    """
-    ports = [int(address.rpartition(":")[2]) for job, addresses in cluster.jobs.items()
-             if job != "evaluator" for address in addresses]
-    if config.network is Network.HOST:
-        print(f"tfdist launch: network=host: {network.exposure(ports, network.exposed_interfaces())}",
-              flush=True)
-        return None
-    needed = _network_flag(config.command) if tfdist and config.network is Network.AUTO else None
-    if needed:
-        _warn_exposed(f"the command passes {needed}, which needs this machine's network",
-                      ports, "pass --network=isolated to keep them local (they then reach "
-                             "nothing outside their namespace)")
-        return None
-    try:
-        namespace = network.open_namespace()
-    except network.NoNamespace as refused:
-        if config.network is Network.ISOLATED:
-            raise LaunchError(
-                f"network=isolated: this machine refuses the tasks a network namespace "
-                f"({refused}); run as root or allow unprivileged user namespaces, or pass "
-                "--network=host (the tasks' ports are then open on every interface).") from None
-        _warn_exposed(f"could not isolate the tasks' network ({refused})", ports,
-                      "run as root or allow unprivileged user namespaces, or firewall these "
-                      "ports; --network=host accepts this without a warning")
-        return None
-    print(f"tfdist launch: network isolated: the tasks share a network namespace with loopback "
-          f"only, so port(s) {', '.join(map(str, ports))} are reachable from the tasks alone, "
-          "and the tasks cannot reach the network (--network=host shares this machine's); "
-          f"run a command among them with `{' '.join(namespace.enter)} COMMAND`", flush=True)
-    return namespace
-
-
-def _warn_exposed(reason: str, ports: list[int], fix: str) -> None:
-    """Says that the tasks run on this machine's network and what that exposes, in one line."""
-    interfaces = network.exposed_interfaces()
-    if interfaces:
-        print(f"tfdist launch: warning: {reason}: {network.exposure(ports, interfaces)}; {fix}.",
-              file=sys.stderr, flush=True)
-    else:
-        print(f"tfdist launch: network=host ({reason}): {network.exposure(ports, interfaces)}",
-              flush=True)
 
 
 def _pick_ports(num_tasks: int) -> list[int]:
@@ -365,8 +219,8 @@ def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str]) -> lis
     lock = threading.Lock()
     tasks = []
     for job, index in _task_names(cluster):
-        env = dict(os.environ, TF_CONFIG=cluster.for_task(job, index).to_json(),
-                   **keras_env.environment(config.keras))
+        env = dict(os.environ, **dict(config.env),
+                   TF_CONFIG=cluster.for_task(job, index).to_json())
         log_path = os.path.join(config.log_dir, f"{job}-{index}.log") if config.log_dir else None
         tasks.append(_Task(f"{job}:{index}", argv, env, log_path, lock))
     return tasks
@@ -463,7 +317,8 @@ def _supervise(config: LaunchConfig, tasks: list[_Task]) -> int:
 def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) -> int:
     """Checks the launch, starts every task and supervises the job; returns the exit status.
 
-    Every check runs before the first task starts.
+    Every check runs before the first task starts (the caller checks that `config.log_dir` can
+    be written).
 
     Args:
       config: what to start.
@@ -471,13 +326,12 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
         `cli.COMMANDS`).
 
     Raises:
-      LaunchError: the command is not runnable, the machine cannot run that many tasks, the log
-        directory is not writable, there are not enough free ports, or `network=isolated` is
-        refused.
+      LaunchError: the command is not runnable, the machine cannot run that many tasks, there
+        are not enough free ports, or `network=isolated` is refused.
     """
     argv = resolve_command(config.command, tfdist_commands)
-    check_capacity(config, MachineLimits.of_this_machine())
-    paths.check_output_dir("log_dir", config.log_dir)
+    capacity.check_capacity(num_workers=config.num_workers, num_tasks=config.num_tasks,
+                            limits=capacity.MachineLimits.of_this_machine())
     cluster = _cluster(config)
     namespace = _open_network(config, cluster,
                               tfdist=_is_tfdist(config.command, tfdist_commands))
@@ -487,6 +341,25 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
     finally:
         if namespace:
             namespace.close()
+
+
+def _open_network(config: LaunchConfig, cluster: ClusterConfig, *,
+                  tfdist: bool) -> network.Namespace | None:
+    """The tasks' network (`network.for_tasks`) for the ports the cluster's servers use."""
+    ports = [int(address.rpartition(":")[2]) for job, addresses in cluster.jobs.items()
+             if job != "evaluator" for address in addresses]
+    return network.for_tasks(config.network, ports,
+                             needs_host=_network_flag(config.command) if tfdist else None)
+
+
+def _network_flag(command: tuple[str, ...]) -> str | None:
+    """The first argument of a tfdist command that needs this machine's network, if any: a URL
+    (a tf.data service, a gs:// or s3:// path) or --download."""
+    for arg in command[1:]:
+        name, _, value = arg.partition("=")
+        if _URL_MARK in value or (name == _DOWNLOAD and value.lower() not in _FALSE):
+            return arg
+    return None
 
 
 def _run(config: LaunchConfig, tasks: list[_Task]) -> int:

@@ -27,7 +27,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdist.runtime.config import ConfigError
+from tfdist.cluster import ClusterError
 
 TFJOB_API_VERSION = "kubeflow.org/v1"
 TFJOB_CONTAINER_NAME = "tensorflow"  # The operator only manages a container of this name.
@@ -46,7 +46,7 @@ _YAML_WORDS = frozenset(("y", "n", "yes", "no", "true", "false", "on", "off", "n
 _YAML_FLOATS = {"inf": ".inf", "-inf": "-.inf", "nan": ".nan"}
 
 
-class ManifestError(ConfigError):
+class ManifestError(ClusterError):
     """A manifest argument is invalid; the message is one line: argument, value, fix."""
 
 
@@ -287,35 +287,3 @@ def _yaml_char(char: str) -> str:
         return char
     code = ord(char)
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def train_args_of(command: Sequence[str]) -> list[str]:
-    """The `tfdist train` flags of `tfdist manifest`'s command (`train ...`, or flags alone).
-
-    Raises:
-      ManifestError: no command.
-    """
-    if not command:
-        raise ManifestError("manifest needs the train command after `--`, e.g. `tfdist manifest "
-                            "--image=IMAGE --num_workers=2 -- train --strategy=auto`.")
-    return list(command)[1:] if list(command)[:1] == ["train"] else list(command)
-
-
-def from_options(train_args: Sequence[str], *, format: str, name: str,  # pylint: disable=redefined-builtin
-                 image: str | None, num_workers: int, num_ps: int, chief: bool,
-                 evaluator: bool, restart_policy: str, time_limit: str,
-                 gpus_per_task: int) -> str:
-    """The manifest `tfdist manifest` prints for `tfdist train <train_args>`.
-
-    Raises:
-      ManifestError: a TFJob without --image, or an invalid layout.
-    """
-    if format == "tfjob":
-        if not image:
-            raise ManifestError(f"image={image!r}: a TFJob runs a container image; pass "
-                                "--image=IMAGE (an image with tfdist installed).")
-        return tfjob(name=name, image=image, train_args=train_args, num_workers=num_workers,
-                     num_ps=num_ps, chief=chief, evaluator=evaluator,
-                     restart_policy=restart_policy)
-    return slurm(job_name=name, train_args=train_args, num_workers=num_workers, num_ps=num_ps,
-                 chief=chief, time_limit=time_limit, gpus_per_task=gpus_per_task)

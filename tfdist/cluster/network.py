@@ -11,6 +11,7 @@ util-linux's `unshare` and `nsenter`.
 """
 
 import dataclasses
+import enum
 import fcntl
 import select
 import shutil
@@ -18,6 +19,8 @@ import socket
 import struct
 import subprocess
 import sys
+
+from tfdist.cluster import LaunchError
 
 # Linux ioctls on an interface's flags (<linux/sockios.h>, <net/if.h>).
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
@@ -172,3 +175,66 @@ def _check_entered(namespace: Namespace) -> str:
 def _last_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+class Network(str, enum.Enum):
+    """Which network `tfdist launch`'s tasks run on; TensorFlow's servers listen on every
+    interface of it.
+
+    AUTO: ISOLATED where this machine allows it, unless a tfdist command needs this machine's
+      network (it passes a URL, e.g. --tf_data_service=grpc://... or --model_dir=gs://..., or
+      --download); else HOST with a one-line warning.
+    ISOLATED: one network namespace with loopback only, shared by the tasks; fails if refused.
+    HOST: this machine's network: the tasks' ports are open on each of its interfaces.
+    """
+    AUTO = "auto"
+    ISOLATED = "isolated"
+    HOST = "host"
+
+
+def for_tasks(mode: Network, ports: list[int], *, needs_host: str | None) -> Namespace | None:
+    """The launched tasks' network namespace, or None for this machine's network; prints one
+    line that says which of `ports` can be reached from where (a warning when they are exposed
+    by default). `needs_host`: the argument of the command that needs this machine's network
+    (under AUTO the tasks then share it), if any.
+
+    Raises:
+      LaunchError: `mode` ISOLATED on a machine that refuses a namespace.
+    """
+    if mode is Network.HOST:
+        print(f"tfdist launch: network=host: {exposure(ports, exposed_interfaces())}",
+              flush=True)
+        return None
+    if needs_host and mode is Network.AUTO:
+        _warn_exposed(f"the command passes {needs_host}, which needs this machine's network",
+                      ports, "pass --network=isolated to keep them local (they then reach "
+                             "nothing outside their namespace)")
+        return None
+    try:
+        namespace = open_namespace()
+    except NoNamespace as refused:
+        if mode is Network.ISOLATED:
+            raise LaunchError(
+                f"network=isolated: this machine refuses the tasks a network namespace "
+                f"({refused}); run as root or allow unprivileged user namespaces, or pass "
+                "--network=host (the tasks' ports are then open on every interface).") from None
+        _warn_exposed(f"could not isolate the tasks' network ({refused})", ports,
+                      "run as root or allow unprivileged user namespaces, or firewall these "
+                      "ports; --network=host accepts this without a warning")
+        return None
+    print(f"tfdist launch: network isolated: the tasks share a network namespace with loopback "
+          f"only, so port(s) {', '.join(map(str, ports))} are reachable from the tasks alone, "
+          "and the tasks cannot reach the network (--network=host shares this machine's); "
+          f"run a command among them with `{' '.join(namespace.enter)} COMMAND`", flush=True)
+    return namespace
+
+
+def _warn_exposed(reason: str, ports: list[int], fix: str) -> None:
+    """Says that the tasks run on this machine's network and what that exposes, in one line."""
+    interfaces = exposed_interfaces()
+    if interfaces:
+        print(f"tfdist launch: warning: {reason}: {exposure(ports, interfaces)}; {fix}.",
+              file=sys.stderr, flush=True)
+    else:
+        print(f"tfdist launch: network=host ({reason}): {exposure(ports, interfaces)}",
+              flush=True)

@@ -9,25 +9,30 @@ import sys
 from typing import Callable
 
 from absl import app as absl_app
+from absl import flags
 
-from tfdist import strategies
+from tfdist.cluster import ClusterError
 from tfdist.input_pipelines import InputConfigError
-from tfdist.strategies import ClusterConfigError
-from tfdist.strategies import StrategyConfigError
+from tfdist.runtime import tf_import
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
-from tfdist.runtime import tf_import
+from tfdist.strategies import ClusterConfigError
+from tfdist.strategies import StrategyConfigError
 
 EXIT_USAGE = 2
 # Every error that means "the input is wrong", each worded in one line that names the field.
-USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError)
+USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError,
+               ClusterError)
+
+# `define_flags` makes the train flags key flags of the module that calls it, not of this one.
+flags.disclaim_key_flags()
 
 
 def import_tensorflow(keras: int | None = None) -> None:
     """Imports TensorFlow, hiding its start-up logs unless `--tf_logs` was given, with
     `tf.keras` the flavour `keras` when given."""
-    from tfdist.commands import flags  # pylint: disable=import-outside-toplevel
-    tf_import.import_tensorflow(flags.show_tf_logs(), keras)
+    from tfdist.commands import train_flags  # pylint: disable=import-outside-toplevel
+    tf_import.import_tensorflow(train_flags.show_tf_logs(), keras)
 
 
 def define_flags() -> None:
@@ -42,19 +47,8 @@ def define_flags() -> None:
       >>> tfdist.define_flags()
       >>> _HIDDEN = flags.DEFINE_integer("hidden_units", 64, "My model's width.")
     """
-    from tfdist.commands import flags  # pylint: disable=import-outside-toplevel
-    flags.adopt_train_flags()
-
-
-def cluster_from_flags() -> strategies.ClusterConfig | None:
-    """The cluster from TF_CONFIG, or from the Slurm job step with --cluster_resolver=slurm."""
-    from tfdist.commands import flags  # pylint: disable=import-outside-toplevel
-    slurm = flags.slurm_layout()
-    if slurm is None:
-        return strategies.from_environment()
-    import_tensorflow()  # The Slurm resolver is TensorFlow's.
-    from tfdist.strategies import slurm as slurm_cluster  # pylint: disable=import-outside-toplevel
-    return slurm_cluster.cluster_from_slurm(**slurm)
+    from tfdist.commands import train_flags  # pylint: disable=import-outside-toplevel
+    flags.adopt_module_key_flags(train_flags)
 
 
 def config_from_flags() -> RunConfig:
@@ -68,9 +62,11 @@ def config_from_flags() -> RunConfig:
     Raises:
       ConfigError (and the packages' config errors): a bad flag value or TF_CONFIG, one line.
     """
-    from tfdist.commands import flags  # pylint: disable=import-outside-toplevel
-    flags.require_parsed("config_from_flags")
-    config = flags.run_config(cluster_from_flags())
+    # pylint: disable=import-outside-toplevel
+    from tfdist.commands import flags as flags_lib
+    from tfdist.commands import train_flags
+    flags_lib.require_parsed("config_from_flags")
+    config = train_flags.run_config(train_flags.cluster())
     import_tensorflow(config.train.keras)
     return config
 
@@ -83,14 +79,15 @@ def run(main: Callable[[list[str]], int | None]) -> None:
       >>> if __name__ == "__main__":
       ...     tfdist.run(main)
     """
-    from tfdist.commands import flags  # pylint: disable=import-outside-toplevel
+    from tfdist.commands import flags as flags_lib  # pylint: disable=import-outside-toplevel
     program = os.path.basename(sys.argv[0])
 
     def main_with_one_line_errors(argv: list[str]) -> int | None:
         try:
             return main(argv)
         except USER_ERRORS as error:
-            print(f"{program}: error: {flags.as_flags(str(error))}", file=sys.stderr, flush=True)
+            print(f"{program}: error: {flags_lib.as_flags(str(error))}", file=sys.stderr,
+                  flush=True)
             return EXIT_USAGE
 
     absl_app.run(main_with_one_line_errors)

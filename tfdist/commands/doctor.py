@@ -2,19 +2,36 @@
 
 Prints the cluster, this task's role, the local devices, the Keras it trains with, the strategy
 `auto` would pick and what this machine's network exposes (TensorFlow's servers listen on every
-interface). Exits 0 when sound; a problem is raised as a one-line error (the CLI exits 2). `--probe` adds a bounded network
-check of every task (exit 1 when a peer cannot be resolved or reached).
+interface). Exits 0 when sound; a problem is raised as a one-line error (the CLI exits 2).
+`--probe` adds a bounded network check of every task (exit 1 when a peer cannot be resolved or
+reached).
 """
 
+from absl import flags
+
 from tfdist import strategies
+from tfdist.cluster import network
+from tfdist.cluster import probe
+from tfdist.commands import flags as flags_lib
+from tfdist.commands import train_flags
+from tfdist.runtime import tf_import
 from tfdist.strategies import ClusterConfig
 from tfdist.strategies import StrategyConfig
 from tfdist.strategies import StrategyKind
 from tfdist.strategies import TaskType
-from tfdist.cluster import network
-from tfdist.cluster import probe
-from tfdist.runtime.tf_import import import_tensorflow
 
+_TF_CONFIG = flags.DEFINE_string("tf_config", None,
+                                 "TF_CONFIG JSON to check instead of the TF_CONFIG environment "
+                                 "variable.")
+_PROBE = flags.DEFINE_bool("probe", False,
+                           "doctor: also resolve every task's host, check that peers' ports "
+                           "answer (bounded by --probe_timeout_s) and warn about loopback "
+                           "addresses.")
+_PROBE_TIMEOUT_S = flags_lib.define_duration("probe_timeout_s", 5.0,
+                                             "doctor: how long --probe may take in all.")
+flags_lib.register("doctor", train_flags.STRATEGY,
+                   flags_lib.group(_TF_CONFIG, _PROBE, _PROBE_TIMEOUT_S, train_flags.KERAS,
+                                   train_flags.TF_LOGS))
 EXIT_PROBE_PROBLEMS = 1
 
 
@@ -123,7 +140,20 @@ def _keras_line(keras: int) -> str:
             f"trained with tfdist's own distributed step; tf.keras is {tf_keras_is} here")
 
 
-def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
+def main() -> int:
+    """Checks --tf_config (else the TF_CONFIG environment variable) and prints the report;
+    with --probe, also probes the cluster's network (exit 1 on a problem found).
+
+    Raises:
+      ClusterConfigError, StrategyConfigError: the first problem found, in one line.
+    """
+    return report(_TF_CONFIG.value, train_flags.strategy_config(),
+                  show_tf_logs=train_flags.TF_LOGS.value,
+                  probe_timeout_s=_PROBE_TIMEOUT_S.value if _PROBE.value else None,
+                  keras=train_flags.keras())
+
+
+def report(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
          probe_timeout_s: float | None = None, keras: int = 2) -> int:
     """Checks `tf_config` (else the TF_CONFIG environment variable) and prints the report;
     with `probe_timeout_s`, also probes the cluster's network (exit 1 on a problem found).
@@ -136,7 +166,7 @@ def main(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
     else:
         cluster, source = strategies.from_environment(), "from the environment"
     print("\n".join(_cluster_lines(cluster, source)), flush=True)
-    import_tensorflow(show_tf_logs, keras)
+    tf_import.import_tensorflow(show_tf_logs, keras)
     print("\n".join(_device_lines(config)), flush=True)
     print(_keras_line(keras), flush=True)
     print(_strategy_line(config, cluster))

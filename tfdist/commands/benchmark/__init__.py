@@ -1,1 +1,2 @@
-"""`tfdist benchmark`: the sweep, its rounds and one configuration's process."""
+"""`tfdist benchmark`: the command (`command`), its configurations' processes (`child`), timed in
+interleaved rounds (`rounds`), and the figures, table and plot made of them (`figures`)."""

@@ -7,7 +7,8 @@ the same process.
 With `--measure_noise_scale` (on 2+ replicas or micro-batches) each round also times tfdist's
 `fit` without the measurement, so its cost is timed in the same process.
 
-Run by `tfdist.commands.benchmark.sweep` as `python -m tfdist.commands.benchmark.child SPEC_JSON`, where SPEC_JSON is
+Run by `tfdist benchmark` (`rounds`) as `python -m tfdist.commands.benchmark.child SPEC_JSON`,
+where SPEC_JSON is
 {"train_args": [tfdist train flags], "warmup_steps": W, "timed_steps": T, "overhead": true|false}.
 Its standard output carries only this protocol, one JSON line per message (anything else the
 process prints goes to standard error):
@@ -26,8 +27,8 @@ import os
 import sys
 import time
 
-import tfdist  # noqa: F401  (selects tf-keras before TensorFlow is imported)
-from tfdist.commands import flags as tfdist_flags
+from tfdist.commands import flags as flags_lib
+from tfdist.commands import train_flags
 from tfdist.runtime.tf_import import import_tensorflow
 
 import_tensorflow(show_logs=False)
@@ -104,11 +105,11 @@ class Configuration:
     """One configuration, set up once, timed round by round."""
 
     def __init__(self, spec: dict):
-        tfdist_flags.parse("train", ["tfdist", *spec["train_args"]])
+        flags_lib.parse("train", ["tfdist", *spec["train_args"]])
         self._steps = spec["warmup_steps"] + spec["timed_steps"]
         self._timed = slice(spec["warmup_steps"], None)
         self._overhead = spec["overhead"]
-        config = tfdist_flags.run_config(None)
+        config = train_flags.run_config(None)
         self._config = dataclasses.replace(config, train=dataclasses.replace(
             config.train, epochs=1, steps_per_epoch=self._steps, model_dir=None,
             metrics_json=None))

@@ -112,12 +112,11 @@ def run(specs: Sequence[dict], env: dict[str, str], *, rounds: int) -> list[dict
 
 
 def child_env(num_gpus: int) -> dict[str, str]:
-    """The children's environment: this machine alone (no TF_CONFIG), tf-keras unless chosen
-    otherwise, and on GPUs memory that grows as needed, so that every configuration's process
-    fits on the GPUs at once (TensorFlow otherwise maps nearly all of a GPU's memory in the
-    first process)."""
+    """The children's environment: this machine alone (no TF_CONFIG; the Keras flavour this
+    process chose, in TF_USE_LEGACY_KERAS, stays), and on GPUs memory that grows as needed, so
+    that every configuration's process fits on the GPUs at once (TensorFlow otherwise maps
+    nearly all of a GPU's memory in the first process)."""
     env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
-    env.setdefault("TF_USE_LEGACY_KERAS", "1")
     if num_gpus:
         env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
     return env

@@ -1,10 +1,6 @@
-"""`tfdist benchmark`: throughput, scaling efficiency, input-bound ratio and toolkit overhead.
+"""The figures of `tfdist benchmark` from its configurations' rounds, and their table and plot.
 
-Each configuration (replica count x synthetic or real data) runs in a process of its own
-(`tfdist.commands.benchmark.child`), since the number of logical CPU devices is fixed when TensorFlow
-starts. The processes live for the whole sweep, and each of --rounds rounds times every
-configuration once, one after the other (`tfdist.commands.benchmark.rounds`). A round's figure is the
-median of its timed steps; each figure below is the median over rounds with its spread (min,
+A round's figure is the median of its timed steps; each figure below is the median over rounds with its spread (min,
 max; for a ratio `<ratio>_spread`), and each ratio the median of its per-round ratios, so that
 both sides of a ratio come from the same round. A ratio whose spread is wider than its distance
 from 1 is named after the table: that difference is noise.
@@ -29,12 +25,9 @@ from 1 is named after the table: that difference is noise.
 """
 
 import statistics
-import sys
 from typing import Sequence
 
-from tfdist.commands.benchmark import rounds as benchmark_rounds
 from tfdist.commands import plotting
-from tfdist.training import summary as run_summary
 
 DATA_KINDS = ("synthetic", "real")
 
@@ -49,22 +42,11 @@ def _ratio(numerators: Sequence[float], denominators: Sequence[float]) -> tuple[
     return statistics.median(ratios), [min(ratios), max(ratios)]
 
 
-def _child_args(train_args: list[str], replicas: int, data: str, num_gpus: int) -> list[str]:
-    """`tfdist train` flags of one configuration: N replicas on GPUs or split CPUs, under the
-    strategy `tfdist train` would pick (`auto`: one_device for 1, mirrored for more) unless
-    `--strategy` names one."""
-    args = list(train_args)
-    args.append(f"--num_gpus={replicas}" if num_gpus else f"--num_cpu_devices={replicas}")
-    if data == "synthetic":
-        args.append("--dataset=synthetic")
-    return args
-
-
 def _round_medians(rounds: list[list[float]]) -> list[float]:
     return [statistics.median(steps) for steps in rounds]
 
 
-def _figures(measured: dict, data: str) -> dict:
+def figures(measured: dict, data: str) -> dict:
     """Throughput and step time as the median of the rounds' medians with [min, max] over the
     rounds; each ratio the median of its per-round ratios, with `<ratio>_spread`."""
     batch = measured["global_batch_size"]
@@ -87,7 +69,7 @@ def _figures(measured: dict, data: str) -> dict:
     return figures
 
 
-def _add_ratios(results: list[dict]) -> None:
+def add_ratios(results: list[dict]) -> None:
     """Fills scaling_efficiency and input_bound_ratio from the throughputs of the same rounds:
     the median of the per-round ratios, with their [min, max]."""
     rates = {(entry["replicas"], entry["data"]): entry["rounds_examples_per_sec"]
@@ -137,7 +119,7 @@ def noisy_figures(results: list[dict]) -> list[str]:
     return lines
 
 
-def _table(results: list[dict]) -> str:
+def table(results: list[dict]) -> str:
     noise = any("noise_scale" in entry for entry in results)
     header = (f"{'replicas':>8} {'data':>9} {'examples/s':>11} {'min':>9} {'max':>9} "
               f"{'step ms':>8} {'efficiency':>11} {'input-bound':>11} {'overhead':>11} "
@@ -178,38 +160,3 @@ def plot(results: list[dict], path: str) -> None:
         axes.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-
-
-def main(train_args: list[str], *, replicas: list[int], data: list[str], warmup_steps: int,
-         timed_steps: int, rounds: int, overhead: bool, json_path: str | None,
-         plot_path: str | None, num_gpus: int) -> int:
-    """Runs the sweep, prints a progress line per configuration and the table; returns 0."""
-    if plot_path:
-        plotting.pyplot(plot_path)  # Before a sweep of minutes, not after it.
-    configurations = [(count, kind) for count in replicas for kind in data]
-    measured_all = benchmark_rounds.run(
-        [{"train_args": _child_args(train_args, count, kind, num_gpus),
-          "warmup_steps": warmup_steps, "timed_steps": timed_steps,
-          "overhead": overhead and kind == "synthetic"} for count, kind in configurations],
-        benchmark_rounds.child_env(num_gpus), rounds=rounds)
-    results = []
-    for number, ((count, kind), measured) in enumerate(zip(configurations, measured_all), 1):
-        entry = {"replicas": count, "data": kind, **_figures(measured, kind)}
-        results.append(entry)
-        print(f"tfdist benchmark: [{number}/{len(configurations)}] replicas={count} data={kind}: "
-              f"{entry['examples_per_sec']['median']:.1f} examples/s, step "
-              f"{entry['step_time_s']['median'] * 1000:.1f} ms", file=sys.stderr, flush=True)
-    trainable_parameters = measured_all[-1]["trainable_parameters"]
-    _add_ratios(results)
-    print(_table(results))
-    for line in noisy_figures(results):
-        print(line)
-    if json_path:
-        run_summary.write_json(json_path, {"configurations": results,
-                                           "train_args": train_args,
-                                           "trainable_parameters": trainable_parameters,
-                                           "warmup_steps": warmup_steps,
-                                           "timed_steps": timed_steps, "rounds": rounds})
-    if plot_path:
-        plot(results, plot_path)
-    return 0

@@ -1,22 +1,16 @@
-"""`tfdist plan`: what a job's step would cost on clusters this machine is not, from what this
-machine measured, by the cost model of `tfdist.cluster.cost_model` (docs/PLANNING.md).
-
-The workload (one replica's step time, its batch, the gradient bytes) comes from a `tfdist
-benchmark --json` file, from flags, or (gradients only) from counting `--model`'s trainable
-parameters. Prints a table per node count, then advice drawn from the same model; `--json`
-and `--plot` write the figures.
-"""
+"""What `tfdist plan` predicts from: the workload (one replica's step time, its batch, the
+gradient bytes) from a `tfdist benchmark --json` file, from flags, or (gradients only) from
+counting `--model`'s trainable parameters; the cluster from the link presets and flags; and what
+the cost model (`tfdist.cluster.cost_model`) makes of them: a table per node count and advice.
+A flag given on the command line beats the benchmark's figure, which beats the default."""
 
 import dataclasses
 import json
 import math
-import sys
 
 from tfdist.input_pipelines.config import MAX_IMAGE_SIZE
 from tfdist.input_pipelines.config import MAX_NUM_CLASSES
 from tfdist.cluster import cost_model
-from tfdist.commands import plotting
-from tfdist.training import summary as run_summary
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
 from tfdist.runtime.config import Precision
@@ -102,13 +96,13 @@ def read_benchmark(path: str) -> dict:
             "flags": _train_flags(train_args, path, fix)}
 
 
-def _count_parameters(model: str, image_size: int, num_classes: int, options: dict) -> int:
+def _count_parameters(model: str, image_size: int, num_classes: int, request) -> int:
     """`model`'s trainable parameters, built on the CPU (TensorFlow starts here, quietly unless
     --tf_logs)."""
     # pylint: disable=import-outside-toplevel
-    from tfdist.runtime.tf_import import import_tensorflow
-    keras = int(options["keras"])
-    import_tensorflow(options["tf_logs"], keras)
+    from tfdist.runtime import tf_import
+    keras = int(request.keras)
+    tf_import.import_tensorflow(request.tf_logs, keras)
     import tensorflow as tf
     from tfdist.training import models
     with tf.device("/cpu:0"):
@@ -123,30 +117,30 @@ def _link(presets: dict, name: str, gbps: float | None, latency_us: float | None
                                latency_us=latency_us or preset.latency_us)
 
 
-def inputs(options: dict) -> Inputs:
-    """The workload and cluster of `options` (`flags.plan_options()`), flags given on the
-    command line before the benchmark's figures, before defaults.
+def inputs(request) -> Inputs:
+    """The workload and cluster of `request`: flags given on the command line before the
+    benchmark's figures, before defaults.
 
     Raises:
       ConfigError: a figure missing from every source, --gpudirect_rdma over a TCP link.
     """
-    given, sources = options["given"], {}
-    benchmark = read_benchmark(options["from_benchmark"]) if options["from_benchmark"] else {}
+    given, sources = request.given, {}
+    benchmark = read_benchmark(request.from_benchmark) if request.from_benchmark else {}
     measured = benchmark.get("flags", {})
 
     def pick(name: str, from_benchmark, default=None):
         if name in given or from_benchmark is None:
             sources[name] = "flag" if name in given else "default"
-            return options[name] if name in given else default
+            return getattr(request, name) if name in given else default
         sources[name] = "benchmark"
         return from_benchmark
 
-    model = pick("model", measured.get("model"), options["model"])
+    model = pick("model", measured.get("model"), request.model)
     image_size = pick("image_size", measured.get("image_size"),
-                      options["image_size"] or _BUILT_IN_IMAGE_SIZE.get(model, 32))
-    num_classes = pick("num_classes", measured.get("num_classes"), options["num_classes"] or 10)
-    precision = pick("mixed_precision", measured.get("mixed_precision"),
-                     options["mixed_precision"])
+                      request.image_size or _BUILT_IN_IMAGE_SIZE.get(model, 32))
+    num_classes = pick("num_classes", measured.get("num_classes"), request.num_classes or 10)
+    precision = Precision(pick("mixed_precision", measured.get("mixed_precision"),
+                               request.mixed_precision))
     batch = pick("per_replica_batch_size", benchmark.get("batch"))
     measured_ms = benchmark["compute_s"] * 1000 if benchmark else None
     if measured_ms and batch and benchmark["batch"]:  # Per-example compute held constant.
@@ -159,34 +153,34 @@ def inputs(options: dict) -> Inputs:
                           f"{'it' if len(missing) == 1 else 'them'}, or from_benchmark=FILE from "
                           "`tfdist benchmark --replicas=1 --data=synthetic --json=FILE`.")
     parameters = benchmark.get("trainable_parameters")
-    if options["gradient_mib"] is not None:
-        gradient_bytes, sources["gradient_mib"] = options["gradient_mib"] * MIB, "flag"
+    if request.gradient_mib is not None:
+        gradient_bytes, sources["gradient_mib"] = request.gradient_mib * MIB, "flag"
     elif parameters and "model" not in given:
         gradient_bytes, sources["gradient_mib"] = 4 * parameters, "benchmark"
     else:
-        gradient_bytes = 4 * _count_parameters(model, image_size, num_classes, options)
+        gradient_bytes = 4 * _count_parameters(model, image_size, num_classes, request)
         sources["gradient_mib"] = f"{model}'s trainable parameters"
-    inter = _link(cost_model.INTER_NODE_LINKS, options["inter_link"], options["inter_gbps"],
-                  options["inter_latency_us"])
-    if options["gpudirect_rdma"] and not inter.rdma:
+    inter = _link(cost_model.INTER_NODE_LINKS, request.inter_link, request.inter_gbps,
+                  request.inter_latency_us)
+    if request.gpudirect_rdma and not inter.rdma:
         rdma = ", ".join(name for name, link in cost_model.INTER_NODE_LINKS.items() if link.rdma)
         raise ConfigError(f"gpudirect_rdma=True with inter_link={inter.name}: GPUDirect RDMA "
                           f"needs an RDMA link ({rdma}); drop --gpudirect_rdma or pick one.")
     workload = cost_model.Workload(
         compute_s=compute_ms / 1000, per_replica_batch=batch, gradient_bytes=gradient_bytes,
-        backward_fraction=options["backward_fraction"], overlap=options["overlap"],
+        backward_fraction=request.backward_fraction, overlap=request.overlap,
         example_pixels=image_size * image_size * 3,
-        compute_dtype_bytes=4 if precision == Precision.FLOAT32.value else 2,
-        host_examples_per_core=options["host_examples_per_core"] or math.inf,
-        decode_examples_per_core=options["decode_examples_per_core"] or math.inf)
+        compute_dtype_bytes=4 if precision is Precision.FLOAT32 else 2,
+        host_examples_per_core=request.host_examples_per_core or math.inf,
+        decode_examples_per_core=request.decode_examples_per_core or math.inf)
     cluster = cost_model.Cluster(
-        nodes=1, gpus_per_node=options["gpus_per_node"],
-        intra=_link(cost_model.INTRA_NODE_LINKS, options["intra_link"], options["intra_gbps"],
-                    options["intra_latency_us"]),
-        inter=inter, gpudirect_rdma=options["gpudirect_rdma"], allreduce=options["allreduce"],
-        wire_dtype=options["allreduce_dtype"], num_ps=options["num_ps"],
-        host_cores_per_node=options["host_cores_per_node"],
-        host_pcie=cost_model.INTRA_NODE_LINKS[options["host_pcie"]])
+        nodes=1, gpus_per_node=request.gpus_per_node,
+        intra=_link(cost_model.INTRA_NODE_LINKS, request.intra_link, request.intra_gbps,
+                    request.intra_latency_us),
+        inter=inter, gpudirect_rdma=request.gpudirect_rdma, allreduce=request.allreduce,
+        wire_dtype=request.allreduce_dtype.value, num_ps=request.num_ps,
+        host_cores_per_node=request.host_cores_per_node,
+        host_pcie=cost_model.INTRA_NODE_LINKS[request.host_pcie])
     described = model if benchmark or sources["model"] != "default" or "parameters" in sources[
         "gradient_mib"] else "workload"
     return Inputs(workload, cluster, sources, described)
@@ -266,31 +260,7 @@ def advice(plan_inputs: Inputs, nodes: list[int]) -> list[str]:
     return lines
 
 
-def _plot(rows: list[dict], path: str) -> None:
-    pyplot = plotting.pyplot(path)
-    figure, (efficiency, times) = pyplot.subplots(1, 2, figsize=(11, 4.2))
-    gpus = [row["gpus"] for row in rows]
-    efficiency.plot(gpus, [row["scaling_efficiency"] for row in rows], marker="o")
-    efficiency.set(xscale="log", xlabel="GPUs", ylabel="scaling efficiency", ylim=(0, 1.05),
-                   title="predicted scaling efficiency")
-    labels = [str(count) for count in gpus]
-    bottom = [0.0] * len(rows)
-    for key, name in (("compute_s", "compute"), ("exposed_exchange_s", "exposed exchange")):
-        heights = [row[key] * 1000 for row in rows]
-        times.bar(labels, heights, bottom=bottom, label=name)
-        bottom = [low + high for low, high in zip(bottom, heights)]
-    times.plot(labels, [row["input_s"] * 1000 for row in rows], "k--", marker="x",
-               label="input (overlapped)")
-    highest = max(max(bottom), *(row["input_s"] * 1000 for row in rows))
-    times.set(xlabel="GPUs", ylabel="ms per step", title="step time", ylim=(0, highest * 1.4))
-    for axes in (efficiency, times):
-        axes.grid(alpha=0.3)
-    times.legend(loc="upper left")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-
-
-def _describe(plan_inputs: Inputs) -> str:
+def describe(plan_inputs: Inputs) -> str:
     workload, cluster = plan_inputs.workload, plan_inputs.cluster
     where = ", ".join(f"{name} from {source}" for name, source in plan_inputs.sources.items()
                       if source != "default")
@@ -303,32 +273,3 @@ def _describe(plan_inputs: Inputs) -> str:
             f"{cluster.inter.name} ({cluster.inter.gbit_per_s:g} Gbit/s"
             f"{', GPUDirect RDMA' if cluster.gpudirect_rdma else ''}); {exchange}; overlap "
             f"{workload.overlap:g}" + (f" ({where})" if where else ""))
-
-
-def _finite(value):
-    """`value` with infinities (an unlimited input pipeline) as None, for JSON."""
-    if isinstance(value, dict):
-        return {key: _finite(item) for key, item in value.items()}
-    return None if isinstance(value, float) and math.isinf(value) else value
-
-
-def main(options: dict) -> int:
-    """Prints the description, table and advice; writes --json and --plot. Returns 0."""
-    if options["plot"]:
-        plotting.pyplot(options["plot"])  # Missing matplotlib, before any figure.
-    plan_inputs = inputs(options)
-    rows = predictions(plan_inputs, options["nodes"])
-    lines = advice(plan_inputs, options["nodes"])
-    print(_describe(plan_inputs))
-    print(table(rows))
-    for line in lines:
-        print(f"tfdist plan: {line}")
-    if options["json"]:
-        run_summary.write_json(options["json"], _finite({
-            "workload": dataclasses.asdict(plan_inputs.workload),
-            "cluster": dataclasses.asdict(plan_inputs.cluster), "sources": plan_inputs.sources,
-            "model": plan_inputs.model, "configurations": rows, "advice": lines}))
-    if options["plot"]:
-        _plot(rows, options["plot"])
-    sys.stdout.flush()
-    return 0

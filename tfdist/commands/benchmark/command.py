@@ -1,0 +1,167 @@
+"""`tfdist benchmark`: examples/s per replica count on synthetic and real data, scaling
+efficiency, the input-bound ratio and tfdist's overhead against a plain Keras script.
+
+Each configuration (replica count x synthetic or real data) runs in a process of its own
+(`child`), since the number of logical CPU devices is fixed when TensorFlow starts. The processes
+live for the whole sweep, and each of --rounds rounds times every configuration once, one after
+the other (`rounds`); `figures` turns the rounds into the table (its docstring defines each
+figure), `--json` and `--plot`.
+"""
+
+import dataclasses
+import sys
+
+from absl import flags
+
+from tfdist import strategies
+from tfdist.commands import cli_flags
+from tfdist.commands import flags as flags_lib
+from tfdist.commands import plotting
+from tfdist.commands import train_flags
+from tfdist.commands.benchmark import figures
+from tfdist.commands.benchmark import rounds as benchmark_rounds
+from tfdist.input_pipelines.config import PYTHON_PREFIX
+from tfdist.runtime import paths
+from tfdist.runtime import plugins
+from tfdist.runtime import tf_import
+from tfdist.runtime.config import MAX_COUNT
+from tfdist.runtime.config import ConfigError
+from tfdist.strategies.config import MAX_REPLICA_DEVICES
+from tfdist.training import summary as run_summary
+
+_REPLICAS = flags.DEFINE_list("replicas", ["1", "2"],
+                              "benchmark: replica counts to sweep (GPUs when present, else "
+                              "logical CPUs).")
+_DATA = flags.DEFINE_list("data", ["synthetic", "real"],
+                          "benchmark: synthetic (one batch, no input cost) and/or real "
+                          "(--dataset).")
+_WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", 5,
+                                     "benchmark: untimed steps first (tracing, warm-up).",
+                                     lower_bound=1, upper_bound=MAX_COUNT)
+_TIMED_STEPS = flags.DEFINE_integer("timed_steps", 20, "benchmark: timed steps per round.",
+                                    lower_bound=1, upper_bound=MAX_COUNT)
+_ROUNDS = flags.DEFINE_integer("rounds", 7,
+                               "benchmark: timed rounds per configuration; figures are medians "
+                               "over rounds, with their spread.",
+                               lower_bound=1, upper_bound=MAX_COUNT)
+_OVERHEAD = flags.DEFINE_boolean("overhead", True,
+                                 "benchmark: on synthetic data, each round also times a plain "
+                                 "Keras script in the strategy's scope and with no strategy "
+                                 "(overhead_ratio, overhead_vs_no_strategy).")
+flags_lib.register("benchmark", train_flags.STRATEGY, train_flags.INPUT, train_flags.TRAIN,
+                   train_flags.OPTIMIZER, flags_lib.group(
+                       _REPLICAS, _DATA, _WARMUP_STEPS, _TIMED_STEPS, _ROUNDS, _OVERHEAD,
+                       cli_flags.JSON, cli_flags.PLOT, train_flags.TF_LOGS))
+
+
+@flags.multi_flags_validator(
+    [_DATA.name, train_flags.SOURCE["dataset"].name],
+    message="--data=synthetic: a python: dataset brings its own model and data, which synthetic "
+            "images do not fit; pass --data=real")
+def _synthetic_needs_an_image_dataset(values: dict) -> bool:
+    """A `python:` dataset sweeps real data only; asking for synthetic data is an error (by
+    default such a sweep just leaves it out)."""
+    return not (values["dataset"].startswith(PYTHON_PREFIX) and "synthetic" in values["data"]
+                and _DATA.present)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """What one `tfdist benchmark` measures: `train_args` (the train flags given) in every
+    configuration of `replicas` x `data`."""
+    train_args: list[str]
+    replicas: list[int]
+    data: list[str]
+    warmup_steps: int
+    timed_steps: int
+    rounds: int
+    overhead: bool
+    json_path: str | None
+    plot_path: str | None
+
+
+def sweep_from_flags() -> Sweep:
+    """The parsed flags of `tfdist benchmark`, checked.
+
+    Raises:
+      UsageError: a replica count that is not an integer from 1 to MAX_REPLICA_DEVICES, an
+        unknown data kind.
+    """
+    replicas = flags_lib.counts(_REPLICAS.value, MAX_REPLICA_DEVICES)
+    if replicas is None:
+        raise flags_lib.UsageError(f"replicas={','.join(_REPLICAS.value)!r} is not a list of "
+                                   f"integers from 1 to {MAX_REPLICA_DEVICES}; write e.g. "
+                                   "--replicas=1,2,4.")
+    data = _DATA.value
+    if not data or set(data) - set(figures.DATA_KINDS):
+        raise flags_lib.UsageError(f"data={','.join(data)!r} is not understood; use synthetic, "
+                                   "real or synthetic,real.")
+    if train_flags.SOURCE["dataset"].value.startswith(PYTHON_PREFIX):
+        data = ["real"]  # The default sweep, less what such a dataset cannot run.
+    train = {name: holder for name, holder in flags_lib.COMMAND_FLAGS["benchmark"].items()
+             if name in flags_lib.COMMAND_FLAGS["train"]}
+    return Sweep(train_args=flags_lib.given(train), replicas=replicas,
+                 data=[kind for kind in figures.DATA_KINDS if kind in data],
+                 warmup_steps=_WARMUP_STEPS.value, timed_steps=_TIMED_STEPS.value,
+                 rounds=_ROUNDS.value, overhead=_OVERHEAD.value,
+                 json_path=cli_flags.JSON.value, plot_path=cli_flags.PLOT.value)
+
+
+def _child_args(train_args: list[str], replicas: int, data: str, num_gpus: int) -> list[str]:
+    """`tfdist train` flags of one configuration: N replicas on GPUs or split CPUs, under the
+    strategy `tfdist train` would pick (`auto`: one_device for 1, mirrored for more) unless
+    `--strategy` names one."""
+    args = list(train_args)
+    args.append(f"--num_gpus={replicas}" if num_gpus else f"--num_cpu_devices={replicas}")
+    if data == "synthetic":
+        args.append("--dataset=synthetic")
+    return args
+
+
+def main() -> int:
+    """Checks the flags, runs the sweep, prints a progress line per configuration and the table;
+    returns 0."""
+    sweep = sweep_from_flags()
+    config = train_flags.run_config(None)
+    paths.check(config)  # The train flags, before minutes of sweeping.
+    plugins.check_findable(dataset=config.input.dataset, model=config.train.model)
+    paths.check_output_file("json", sweep.json_path)
+    paths.check_output_file("plot", sweep.plot_path)
+    tf_import.import_tensorflow(train_flags.TF_LOGS.value)
+    num_gpus = strategies.num_visible_gpus()
+    if num_gpus and max(sweep.replicas) > num_gpus:
+        raise ConfigError(f"replicas={max(sweep.replicas)} needs that many GPUs, but "
+                          f"{num_gpus} are visible; lower --replicas.")
+    return run(sweep, num_gpus=num_gpus)
+
+
+def run(sweep: Sweep, *, num_gpus: int) -> int:
+    """Runs `sweep` on `num_gpus` GPUs (none: logical CPUs), prints its table; returns 0."""
+    if sweep.plot_path:
+        plotting.pyplot(sweep.plot_path)  # Before a sweep of minutes, not after it.
+    configurations = [(count, kind) for count in sweep.replicas for kind in sweep.data]
+    measured_all = benchmark_rounds.run(
+        [{"train_args": _child_args(sweep.train_args, count, kind, num_gpus),
+          "warmup_steps": sweep.warmup_steps, "timed_steps": sweep.timed_steps,
+          "overhead": sweep.overhead and kind == "synthetic"} for count, kind in configurations],
+        benchmark_rounds.child_env(num_gpus), rounds=sweep.rounds)
+    results = []
+    for number, ((count, kind), measured) in enumerate(zip(configurations, measured_all), 1):
+        entry = {"replicas": count, "data": kind, **figures.figures(measured, kind)}
+        results.append(entry)
+        print(f"tfdist benchmark: [{number}/{len(configurations)}] replicas={count} data={kind}: "
+              f"{entry['examples_per_sec']['median']:.1f} examples/s, step "
+              f"{entry['step_time_s']['median'] * 1000:.1f} ms", file=sys.stderr, flush=True)
+    figures.add_ratios(results)
+    print(figures.table(results))
+    for line in figures.noisy_figures(results):
+        print(line)
+    if sweep.json_path:
+        run_summary.write_json(sweep.json_path, {
+            "configurations": results, "train_args": sweep.train_args,
+            "trainable_parameters": measured_all[-1]["trainable_parameters"],
+            "warmup_steps": sweep.warmup_steps, "timed_steps": sweep.timed_steps,
+            "rounds": sweep.rounds})
+    if sweep.plot_path:
+        figures.plot(results, sweep.plot_path)
+    return 0

@@ -1,0 +1,1 @@
+"""`tfdist plan`: the cost planner (its command, and the workload and advice it prints)."""

@@ -1,0 +1,116 @@
+"""`tfdist data check` and `tfdist data serve`: the input side of a job, before and beside it.
+
+`data check` reads one epoch as `--num_workers` simulated workers would and reports the sharding
+plan, examples per worker, duplicates and missing examples: does every pipeline read each
+example exactly once? `data serve` runs a tf.data service dispatcher and its workers for
+`--tf_data_service`, until interrupted.
+"""
+
+import signal
+import threading
+
+from absl import flags
+
+from tfdist import input_pipelines
+from tfdist.cluster import network
+from tfdist.commands import cli_flags
+from tfdist.commands import flags as flags_lib
+from tfdist.commands import train_flags
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import Records
+from tfdist.input_pipelines import SourceKind
+from tfdist.runtime import paths
+from tfdist.runtime import plugins
+from tfdist.runtime import tf_import
+from tfdist.runtime.config import ConfigError
+from tfdist.strategies.config import MAX_REPLICA_DEVICES
+from tfdist.training import summary
+
+_REPLICAS_PER_WORKER = flags.DEFINE_integer("replicas_per_worker", 1,
+                                            "data check: replicas on each simulated worker.",
+                                            lower_bound=1, upper_bound=MAX_REPLICA_DEVICES)
+_PORT = flags.DEFINE_integer("port", 5050, "data serve: port of the tf.data service dispatcher.",
+                             lower_bound=1, upper_bound=65535)
+flags_lib.register("data check", train_flags.SOURCE, flags_lib.group(
+    train_flags.SEED, cli_flags.NUM_WORKERS, _REPLICAS_PER_WORKER, cli_flags.JSON,
+    train_flags.TF_LOGS))
+flags_lib.register("data serve", flags_lib.group(_PORT, cli_flags.NUM_WORKERS,
+                                                 train_flags.TF_LOGS))
+
+
+def check_main() -> int:
+    """`tfdist data check`: the flags' inputs checked before TensorFlow starts, then the report
+    (exit 1 unless each example is read exactly once)."""
+    config = train_flags.input_config("data check")
+    paths.check_input_dir("data_dir", config.data_dir)
+    plugins.check_findable(dataset=config.dataset)
+    paths.check_output_file("json", cli_flags.JSON.value)
+    tf_import.import_tensorflow(train_flags.TF_LOGS.value)
+    return check_coverage(config, cli_flags.NUM_WORKERS.value, _REPLICAS_PER_WORKER.value,
+                          cli_flags.JSON.value)
+
+
+def serve_main() -> int:
+    """`tfdist data serve`."""
+    tf_import.import_tensorflow(train_flags.TF_LOGS.value)
+    return serve(_PORT.value, cli_flags.NUM_WORKERS.value)
+
+
+EXIT_NOT_EXACTLY_ONCE = 1
+
+
+def check_coverage(config: InputConfig, num_workers: int, replicas_per_worker: int,
+         json_path: str | None) -> int:
+    """Prints the coverage report of `config`'s dataset, or of the `tfdist.Records` that its
+    `python:` dataset function returns for "train" (and writes it to `json_path`); 0 when each
+    example of one epoch is read exactly once, else 1.
+
+    Raises:
+      InputConfigError: the dataset, plan or batch size cannot work, in one line.
+    """
+    input_pipelines.per_replica_batch_size(config.global_batch_size,
+                                           num_workers * replicas_per_worker)
+    records = None
+    if config.source_kind is SourceKind.PYTHON:
+        records = plugins.dataset_splits(config.dataset)["train"]
+        if not isinstance(records, Records):
+            raise ConfigError(f"dataset={config.dataset!r} returns a "
+                              f"{type(records).__name__} for 'train'; data check counts the "
+                              "examples of a tfdist.Records (files and parse_fn), so return one.")
+    report = input_pipelines.check_coverage(config, num_workers=num_workers,
+                                            replicas_per_worker=replicas_per_worker,
+                                            records=records)
+    print("\n".join(report.lines()))
+    if json_path:
+        summary.write_json(json_path, report.as_dict())
+    return 0 if report.exactly_once else EXIT_NOT_EXACTLY_ONCE
+
+
+def serve(port: int, num_workers: int) -> int:
+    """Starts the dispatcher on `port` and `num_workers` workers on 127.0.0.1, prints the address
+    to pass as --tf_data_service and what the servers expose, and serves until SIGINT or SIGTERM;
+    returns 0."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    cluster = input_pipelines.start_service(port, num_workers)
+    try:
+        print(f"tfdist data serve: dispatcher at {cluster.address} with {num_workers} worker(s) "
+              f"({', '.join(cluster.worker_addresses)}); train with "
+              f"--tf_data_service={cluster.address}; "
+              f"{_exposure([cluster.address, *cluster.worker_addresses])}; Ctrl-C stops",
+              flush=True)
+        stop.wait()
+    finally:
+        cluster.stop()
+    return 0
+
+
+def _exposure(addresses: list[str]) -> str:
+    """What the servers at `addresses` expose: TensorFlow binds every interface, whatever host
+    they advertise, and the service must stay reachable from trainers, so it runs on this
+    machine's network (not in a namespace of its own, as `tfdist launch`'s tasks do)."""
+    ports = [int(address.rpartition(":")[2]) for address in addresses]
+    interfaces = network.exposed_interfaces()
+    fix = "; firewall them on an untrusted network" if interfaces else ""
+    return network.exposure(ports, interfaces) + fix

@@ -1,0 +1,31 @@
+"""`tfdist train`: the model and data its flags name, trained through the public API
+(`tfdist.train` of the flags' config), and the summary line on stdout."""
+
+from tfdist.commands import train_flags
+from tfdist.runtime import paths
+from tfdist.runtime import plugins
+from tfdist.runtime import tf_import
+
+
+def main() -> int:
+    """Checks the flags' paths and plug-ins before TensorFlow starts, trains this task's part of
+    the run and prints the summary line; returns 0.
+
+    Raises:
+      ConfigError (and the packages' config errors): bad input, in one line; ResultNotSaved
+        after the summary line when --metrics_json cannot be written.
+    """
+    config = train_flags.run_config(train_flags.cluster())
+    paths.check(config)  # Before TensorFlow's seconds of start-up; `setup` checks again.
+    plugins.check_findable(dataset=config.input.dataset, model=config.train.model)
+    tf_import.import_tensorflow(config.show_tf_logs, config.train.keras)
+    # pylint: disable-next=import-outside-toplevel
+    from tfdist.training import fit, from_config, summary
+    try:
+        result = from_config.train(config)
+    except fit.ResultNotSaved as error:
+        print(summary.format_line(error.summary), flush=True)
+        raise
+    if result["role"] == "train":
+        print(summary.format_line(result))
+    return 0

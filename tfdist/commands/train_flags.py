@@ -1,0 +1,330 @@
+"""The train flags: every option of `tfdist train`, which users' absl programs take too
+(`tfdist.define_flags`), and their conversion into one immutable `RunConfig` once argv is parsed.
+
+Defined when this module is imported, each a `FlagHolder` in the group of the config it feeds
+(strategy, input, training, optimizer, the Slurm cluster, --tf_logs). Pure Python: TensorFlow is
+imported after parsing.
+"""
+
+from absl import flags
+
+from tfdist.commands import flags as flags_lib
+from tfdist.input_pipelines import AutoShard
+from tfdist.input_pipelines import DATASET_FORMS
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import PreprocessOn
+from tfdist.input_pipelines import ServiceMode
+from tfdist.input_pipelines.config import MAX_BUFFER_SIZE
+from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
+from tfdist.input_pipelines.config import MAX_IMAGE_SIZE
+from tfdist.input_pipelines.config import MAX_NUM_CLASSES
+from tfdist.input_pipelines.config import MAX_SEED
+from tfdist.input_pipelines.config import MAX_THREADS
+from tfdist.runtime import keras_env
+from tfdist.runtime import tf_import
+from tfdist.runtime.config import DEFAULT_LARS_EXCLUDE
+from tfdist.runtime.config import KERAS_VERSIONS
+from tfdist.runtime.config import LarsMode
+from tfdist.runtime.config import LrScaling
+from tfdist.runtime.config import LrSchedule
+from tfdist.runtime.config import MAX_COUNT
+from tfdist.runtime.config import ModelName
+from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.config import OptimizerName
+from tfdist.runtime.config import Precision
+from tfdist.runtime.config import RunConfig
+from tfdist.runtime.config import TrainConfig
+from tfdist.strategies import AllReduce
+from tfdist.strategies import ClusterConfig
+from tfdist.strategies import Collective
+from tfdist.strategies import StrategyConfig
+from tfdist.strategies import StrategyKind
+from tfdist.strategies import WireDtype
+from tfdist.strategies import from_environment
+from tfdist.strategies.config import MAX_GPU_MEMORY_MIB
+from tfdist.strategies.config import MAX_PACK_MIB
+from tfdist.strategies.config import MAX_REPLICA_DEVICES
+
+FLAGS = flags.FLAGS
+
+STRATEGY = flags_lib.group(
+    flags_lib.define_enum("strategy", StrategyKind("auto"), StrategyKind,
+                      "tf.distribute strategy; auto picks parameter_server when TF_CONFIG has ps "
+                      "tasks, multi_worker_mirrored with several workers, mirrored with several "
+                      "local devices, else one_device."),
+    flags.DEFINE_integer("num_gpus", None, "GPUs per worker; unset uses every visible GPU.",
+                         lower_bound=0, upper_bound=MAX_REPLICA_DEVICES),
+    flags.DEFINE_integer("num_cpu_devices", 1,
+                         "Split the host CPU into N logical devices, so N replicas run on a "
+                         "CPU-only machine (mirrored).",
+                         lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+    flags.DEFINE_integer("num_logical_gpus", 1,
+                         "Split the first GPU into N logical GPUs, so N replicas run on one GPU "
+                         "(mirrored; all-reduce by hierarchical copy, as NCCL needs distinct "
+                         "GPUs).", lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+    flags.DEFINE_integer("logical_gpu_memory_mib", 8192,
+                         "Memory of each logical GPU of --num_logical_gpus, in MiB.",
+                         lower_bound=1, upper_bound=MAX_GPU_MEMORY_MIB),
+    flags_lib.define_enum("all_reduce", AllReduce("auto"), AllReduce,
+                      "Mirrored cross-device all-reduce."),
+    flags.DEFINE_integer("num_packs", 1, "Gradient packs for nccl/hierarchical_copy all-reduce.",
+                         lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+    flags_lib.define_enum("collective", Collective("auto"), Collective,
+                      "Multi-worker collective implementation."),
+    flags_lib.define_duration("collective_timeout_s", None,
+                     "Fail a multi-worker collective that takes longer than this, instead of "
+                     "hanging on a lost peer; unset waits forever."),
+    flags.DEFINE_string("variable_partition", "none",
+                        "Parameter-server variable sharding: none, min_size:<bytes> or "
+                        "max_shards:<n>."),
+    flags_lib.define_enum("allreduce_dtype", WireDtype("float32"), WireDtype,
+                      "Cast gradients to this dtype for the all-reduce between replicas and back "
+                      "after it (mirrored strategies): bfloat16 or float16 halve the bytes on the "
+                      "wire (docs/PERFORMANCE.md)."),
+    flags.DEFINE_integer("allreduce_pack_mib", 0,
+                         "Multi-worker: all-reduce gradients in packs of this many MiB; 0 lets "
+                         "TensorFlow choose.", lower_bound=0, upper_bound=MAX_PACK_MIB))
+# The records and their batching: what `tfdist data check` reads too.
+SOURCE = flags_lib.group(
+    flags.DEFINE_string("dataset", "shapes",
+                        f"Training data, one of {DATASET_FORMS}|python:MODULE:FUNCTION: shapes is "
+                        "the built-in 10-class image dataset, generated locally on first use; "
+                        "synthetic is one random batch repeated (compute throughput only); "
+                        "tfrecord:<glob> reads image/encoded and image/class/label ({split} in "
+                        "the glob becomes train and validation); python:MODULE:FUNCTION is a "
+                        "dataset function of yours (README \"Use tfdist from your own "
+                        "program\"); anything else is a prepared TFDS dataset."),
+    flags.DEFINE_string("data_dir", None,
+                        "Where prepared datasets live; unset uses $TFDS_DATA_DIR or "
+                        "~/tensorflow_datasets."),
+    flags.DEFINE_bool("download", False,
+                      "Let TFDS download and prepare a dataset that is not prepared (needs "
+                      "network)."),
+    flags.DEFINE_integer("num_classes", None, "Classes of a tfrecord: or synthetic dataset.",
+                         lower_bound=1, upper_bound=MAX_NUM_CLASSES),
+    flags.DEFINE_integer("image_size", None,
+                         "Resize images to this square size; unset keeps a TFDS dataset's size, "
+                         "224 for tfrecord:, 32 for synthetic.",
+                         lower_bound=1, upper_bound=MAX_IMAGE_SIZE),
+    flags.DEFINE_integer("global_batch_size", 128,
+                         "Examples per step over all replicas; must divide by the replica count.",
+                         lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
+    flags.DEFINE_integer("shuffle_buffer_size", 10_000,
+                         "Examples in the training shuffle buffer.",
+                         lower_bound=1, upper_bound=MAX_BUFFER_SIZE),
+    flags_lib.define_enum("autoshard", AutoShard("auto"), AutoShard,
+                      "How input pipelines divide the data: file (whole files each), data (every "
+                      "N-th example), off (all read everything), auto (file when there are "
+                      "enough files, else data)."),
+    flags.DEFINE_bool("cache", False, "Keep the records in memory after the first epoch."),
+    flags.DEFINE_bool("deterministic", None,
+                      "Produce input in a fixed order (--nodeterministic trades order for "
+                      "speed); unset keeps tf.data's default."),
+    flags.DEFINE_integer("datasets_num_private_threads", None,
+                         "Give each input pipeline a private thread pool of this size.",
+                         lower_bound=1, upper_bound=MAX_THREADS),
+    flags.DEFINE_bool("skip_corrupt_records", False,
+                      "Skip the rest of a damaged TFRecord file (logged and counted) instead of "
+                      "failing."))
+INPUT = {**SOURCE, **flags_lib.group(
+    flags_lib.define_enum("preprocess_on", PreprocessOn("auto"), PreprocessOn,
+                      "Where augmentation, normalisation and the cast run: host (tf.data), device "
+                      "(inside each replica's step; the host only decodes and batches uint8), "
+                      "auto (device when there are GPUs)."),
+    flags.DEFINE_string("tf_data_service", None,
+                        "grpc://host:port of a tf.data service dispatcher (see `tfdist data "
+                        "serve`) to run the input pipeline on."),
+    flags_lib.define_enum("tf_data_service_mode", ServiceMode("distributed_epoch"), ServiceMode,
+                      "distributed_epoch: service workers split each epoch, every example once; "
+                      "parallel_epochs: every service worker produces the whole epoch."))}
+EPOCHS = flags.DEFINE_integer("epochs", 3, "Training epochs.",
+                               lower_bound=1, upper_bound=MAX_COUNT)
+SEED = flags.DEFINE_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
+                             lower_bound=0, upper_bound=MAX_SEED)
+KERAS = flags.DEFINE_enum(
+    "keras", str(keras_env.environment_choice()), KERAS_VERSIONS,
+    "The Keras models are written in: 2 (tf-keras) or 3 (`import keras`); the default follows "
+    "TF_USE_LEGACY_KERAS (unset: 2). launch: the Keras `tf.keras` is in every task; doctor: "
+    "check this task for it.")
+TRAIN = flags_lib.group(
+    flags.DEFINE_string("model", ModelName.SMALL_CNN.value,
+                        f"Model to train: a built-in one ({', '.join([name.value for name in ModelName])}) or "
+                        "MODULE:FUNCTION, a model function of yours, imported when training "
+                        "starts (README \"Use tfdist from your own program\")."),
+    EPOCHS,
+    flags.DEFINE_integer("steps_per_epoch", None,
+                         "Steps per epoch; unset covers the training split once.",
+                         lower_bound=1, upper_bound=MAX_COUNT),
+    flags.DEFINE_integer("validation_steps", None,
+                         "Validation steps per epoch; unset reads the whole validation split.",
+                         lower_bound=1, upper_bound=MAX_COUNT),
+    flags.DEFINE_integer("steps_per_execution", 1,
+                         "Steps run per tf.function call; more cuts Python overhead per step.",
+                         lower_bound=1, upper_bound=MAX_COUNT),
+    flags_lib.define_enum("mixed_precision", Precision("float32"), Precision,
+                      "Dtype policy; mixed_float16 adds dynamic loss scaling."),
+    flags.DEFINE_string("model_dir", None,
+                        "Where checkpoints and TensorBoard logs go; unset keeps nothing."),
+    flags.DEFINE_string("backup_every", "epoch",
+                        "With --model_dir: back up training state every epoch or every N steps, "
+                        "so a restarted job resumes where it stopped."),
+    flags.DEFINE_string("metrics_json", None, "Write the run summary as JSON to this path."),
+    SEED,
+    KERAS)
+# OptimizerConfig's fields (README "Large-batch training").
+OPTIMIZER = flags_lib.group(
+    flags_lib.define_enum("optimizer", OptimizerName("adam"), OptimizerName, "Optimizer."),
+    flags_lib.define_float("learning_rate", 3e-3,
+                  "Base learning rate: the rate at --base_batch_size, where warmup starts."),
+    flags_lib.define_float("momentum", 0.9, "Momentum of momentum, nesterov and lars."),
+    flags_lib.define_float("weight_decay", 0.0,
+                  "Weight decay: decoupled for sgd/momentum/nesterov/adam/adamw/rmsprop, in the "
+                  "update for lars."),
+    flags_lib.define_enum("lr_scaling", LrScaling("none"), LrScaling,
+                      "Scale the peak rate with global batch / --base_batch_size: linear, or its "
+                      "square root."),
+    flags.DEFINE_integer("base_batch_size", 256, "The global batch --learning_rate is meant for.",
+                         lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
+    flags_lib.define_float("warmup_epochs", 0.0,
+                  "Rise linearly from --learning_rate to the scaled peak over these epochs."),
+    flags_lib.define_enum("lr_schedule", LrSchedule("constant"), LrSchedule,
+                      "Decay after warmup: constant, cosine to 0 at the end, or step."),
+    flags.DEFINE_list("lr_step_boundaries", [],
+                      "lr_schedule=step: epochs (from the start) at which the rate is multiplied "
+                      "by --lr_step_factor, e.g. 30,60,80."),
+    flags_lib.define_float("lr_step_factor", 0.1, "lr_schedule=step: factor at each boundary."),
+    flags_lib.define_float("clip_norm", None,
+                  "Clip the all-reduced gradients to this global norm; unset does not clip."),
+    flags.DEFINE_integer("grad_accum_steps", 1,
+                         "Apply one update per N micro-batches, with their mean gradient (an "
+                         "effective global batch N times larger).",
+                         lower_bound=1, upper_bound=MAX_COUNT),
+    flags_lib.define_float("gradient_noise_eta", 0.0,
+                  "Add Gaussian noise of variance eta / (1 + t)^gamma to the all-reduced "
+                  "gradients (t = updates so far); 0 adds none."),
+    flags_lib.define_float("gradient_noise_gamma", 0.55, "Annealing exponent of --gradient_noise_eta."),
+    flags.DEFINE_boolean("measure_noise_scale", False,
+                         "Measure the gradient noise scale B_simple (about the critical batch "
+                         "size) from the replicas' own gradients, or from the micro-batches with "
+                         "--grad_accum_steps > 1; logged per epoch and kept in the metrics "
+                         "JSON as noise_scale (README \"How far can this job scale?\")."),
+    flags_lib.define_float("lars_eeta", 0.001, "lars: trust coefficient."),
+    flags_lib.define_enum("lars_mode", LarsMode("scale"), LarsMode,
+                      "lars: scale the rate by the trust ratio, or clip the ratio at 1 (LARC)."),
+    flags.DEFINE_list("lars_exclude", list(DEFAULT_LARS_EXCLUDE),
+                      "lars: variables whose name matches one of these regular expressions get "
+                      "trust 1 and no weight decay."))
+CLUSTER_RESOLVER = flags.DEFINE_enum(
+    "cluster_resolver", "tf_config", ["tf_config", "slurm"],
+    "Read the cluster from TF_CONFIG, or from the Slurm job step (each task started by srun; "
+    "with --slurm_port_base, --num_ps and --chief as `tfdist manifest --format=slurm` writes "
+    "them).")
+SLURM_PORT_BASE = flags.DEFINE_integer(
+    "slurm_port_base", 8888,
+    "cluster_resolver=slurm: port of the first task on each Slurm node; the n-th uses base + n.",
+    lower_bound=1, upper_bound=65535)
+NUM_PS = flags.DEFINE_integer(
+    "num_ps", 0, "Parameter-server (ps) tasks: of the Slurm job (cluster_resolver=slurm), or "
+                 "that `tfdist launch` starts or `tfdist manifest` describes; plan: exchange "
+                 "through N ps tasks instead of all-reduce.",
+    lower_bound=0, upper_bound=flags_lib.MAX_TASKS)
+CHIEF = flags.DEFINE_bool(
+    "chief", False, "A chief task (the parameter-server coordinator): in the Slurm job "
+                    "(cluster_resolver=slurm), or that `tfdist launch` starts or `tfdist "
+                    "manifest` describes.")
+SLURM = flags_lib.group(SLURM_PORT_BASE, NUM_PS, CHIEF)  # Only with --cluster_resolver=slurm.
+TF_LOGS = flags.DEFINE_bool("tf_logs", False,
+                             "Show TensorFlow's start-up and C++ logs (hidden by default).")
+
+
+flags_lib.register("train", STRATEGY, INPUT, TRAIN, OPTIMIZER, flags_lib.group(CLUSTER_RESOLVER),
+                   SLURM, flags_lib.group(TF_LOGS))
+
+
+@flags.multi_flags_validator(
+    [CLUSTER_RESOLVER.name, *SLURM],
+    message="given without --cluster_resolver=slurm, whose cluster they describe; add it, or drop "
+            "them (TF_CONFIG describes the cluster otherwise)")
+def _slurm_flags_need_the_slurm_resolver(values: dict) -> bool:
+    """--slurm_port_base, --num_ps and --chief describe a Slurm job, in the commands that take
+    --cluster_resolver (launch and manifest take the last two for their own clusters)."""
+    if CLUSTER_RESOLVER.name not in flags_lib.COMMAND_FLAGS[flags_lib.parsing_for()]:
+        return True
+    return values[CLUSTER_RESOLVER.name] == "slurm" or not any(
+        holder.present for holder in SLURM.values())
+
+
+def strategy_config() -> StrategyConfig:
+    """The parsed strategy flags as a `StrategyConfig`."""
+    return StrategyConfig(**{name: holder.value for name, holder in STRATEGY.items()})
+
+
+def input_config(command: str = "train") -> InputConfig:
+    """The parsed input flags that `command` takes, as an `InputConfig`."""
+    return InputConfig(seed=SEED.value, **{name: holder.value for name, holder in INPUT.items()
+                                            if name in flags_lib.COMMAND_FLAGS[command]})
+
+
+def optimizer_config() -> OptimizerConfig:
+    """The parsed optimizer flags as an `OptimizerConfig`.
+
+    Raises:
+      UsageError: step boundaries that are not numbers.
+    """
+    values = {name: holder.value for name, holder in OPTIMIZER.items()}
+    try:
+        values["lr_step_boundaries"] = tuple(float(epoch)
+                                             for epoch in values["lr_step_boundaries"])
+    except ValueError:
+        raise flags_lib.UsageError(
+            f"lr_step_boundaries={','.join(values['lr_step_boundaries'])!r} is not a list of "
+            "epochs; write e.g. --lr_step_boundaries=30,60.") from None
+    values["lars_exclude"] = tuple(values["lars_exclude"])
+    return OptimizerConfig(**values)
+
+
+def run_config(cluster: ClusterConfig | None) -> RunConfig:
+    """The parsed train flags as one immutable `RunConfig`, once `flags_lib.parse` or a user
+    program's `app.run` has parsed argv."""
+    return RunConfig(
+        strategy=strategy_config(),
+        input=input_config(),
+        train=TrainConfig(**{name: holder.value for name, holder in TRAIN.items()}),
+        optimizer=optimizer_config(),
+        cluster=cluster,
+        show_tf_logs=TF_LOGS.value)
+
+
+def cluster() -> ClusterConfig | None:
+    """This task's cluster: from TF_CONFIG, or from the Slurm job step with
+    --cluster_resolver=slurm (TensorFlow's resolver: TensorFlow is imported then)."""
+    if CLUSTER_RESOLVER.value != "slurm":
+        return from_environment()
+    tf_import.import_tensorflow(show_tf_logs())
+    from tfdist.strategies import slurm  # pylint: disable=import-outside-toplevel
+    return slurm.cluster_from_slurm(port_base=SLURM_PORT_BASE.value, num_ps=NUM_PS.value,
+                                    chief=CHIEF.value)
+
+
+def check_train_args(args: list[str]) -> None:
+    """Parses `args` as `tfdist train` flags and builds their config, for commands that pass
+    train flags on (manifest, launch); FLAGS hold the train flags afterwards.
+
+    Raises:
+      UsageError, ConfigError and the other config errors: the first bad train flag.
+    """
+    try:
+        flags_lib.parse("train", ["tfdist", *args])
+    except flags.Error as error:
+        raise flags_lib.UsageError(f"train flags after `--`: {error}") from None
+    run_config(None)
+
+
+def keras() -> int:
+    """The parsed --keras."""
+    return int(KERAS.value)
+
+
+def show_tf_logs() -> bool:
+    """`--tf_logs`; False before argv is parsed (a library caller's program without flags)."""
+    return FLAGS.is_parsed() and TF_LOGS.value
