@@ -20,7 +20,13 @@ from .config import StrategyConfigError
 from .config import StrategyKind
 from .config import VariablePartition
 from .config import WireDtype
-from .selection import resolve_kind
+
+
+def ps_without_chief(num_ps: int, has_chief: bool) -> str | None:
+    """The rule that parameter-server tasks need a chief: None when a layout of `num_ps` ps tasks
+    keeps it, else the problem in words (for the caller's one-line error)."""
+    from . import cluster  # pylint: disable=import-outside-toplevel
+    return cluster.ps_without_chief(num_ps, has_chief)
 
 
 def build(config: StrategyConfig, cluster: ClusterConfig | None = None):
@@ -63,16 +69,34 @@ def replica_devices_of(strategy) -> tuple[str, ...]:
     return one_device.replica_devices(strategy)
 
 
-def num_visible_gpus() -> int:
-    """Returns how many GPUs this machine shows TensorFlow."""
+def kind_for(config: StrategyConfig, cluster: ClusterConfig | None = None) -> StrategyKind:
+    """Returns the strategy `config` resolves to in `cluster` on this machine (what `build`
+    builds: `auto` picked, an explicit choice checked against the cluster).
+
+    Raises:
+        StrategyConfigError: an explicit choice that the cluster cannot run.
+    """
+    from . import selection  # pylint: disable=import-outside-toplevel
+    return selection.kind_for(config, cluster)
+
+
+def visible_gpus() -> list:
+    """Returns the GPUs this machine shows TensorFlow (`tf.config.PhysicalDevice`s)."""
     from . import devices  # pylint: disable=import-outside-toplevel
-    return len(devices.physical_gpus())
+    return devices.physical_gpus()
 
 
 def is_gpu(device: str) -> bool:
     """Returns whether the device `device` names is a GPU."""
     from . import devices  # pylint: disable=import-outside-toplevel
     return devices.is_gpu(device)
+
+
+def num_gpus(config: StrategyConfig) -> int:
+    """Returns how many GPUs this process uses under `config` (its logical GPUs when it splits
+    one), 0 on a machine without."""
+    from . import devices  # pylint: disable=import-outside-toplevel
+    return devices.num_gpus(config)
 
 
 def num_replica_devices(config: StrategyConfig) -> int:

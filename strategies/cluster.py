@@ -189,6 +189,16 @@ def from_environment(environ: Mapping[str, str] | None = None) -> ClusterConfig 
     return parse_tf_config(value)
 
 
+def ps_without_chief(num_ps: int, has_chief: bool) -> str | None:
+    """The rule that parameter-server tasks need a chief, for every cluster tfdist reads or makes
+    (TF_CONFIG, a Slurm step, a launch, a manifest): None when a layout of `num_ps` ps tasks
+    keeps it, else the problem, in words each caller puts in its own one-line error."""
+    if num_ps and not has_chief:
+        return (f"{num_ps} ps task(s) but no chief, which coordinates ParameterServerStrategy "
+                "(workers and ps tasks only serve it)")
+    return None
+
+
 def make_cluster(*, num_workers: int, num_ps: int = 0, chief: bool = False,
                  evaluator: bool = False, ports: Sequence[int], host: str = "127.0.0.1",
                  task: tuple[str, int] | None = None) -> ClusterConfig:
@@ -259,10 +269,9 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     if len(evaluators) > 1:
         raise _error("cluster.evaluator", f"{_show(evaluators)} has {len(evaluators)} "
                      "evaluators", "keep one: TensorFlow runs at most one evaluator task")
-    if jobs.get("ps") and not chiefs:
-        raise _error("cluster", f"has {len(jobs['ps'])} ps task(s) but no chief",
-                     'add a "chief" job: the chief coordinates ParameterServerStrategy, while '
-                     "workers and ps tasks only serve it")
+    problem = ps_without_chief(len(jobs.get("ps", ())), bool(chiefs))
+    if problem:
+        raise _error("cluster", f"has {problem}", 'add a "chief" job')
     ordered = {job: tuple(jobs[job]) for job in _JOB_ORDER if jobs.get(job)}
     if not ordered:
         raise _error("cluster", f"{_show(raw)} has no addresses",

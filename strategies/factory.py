@@ -7,16 +7,16 @@ from . import mirrored
 from . import multi_worker
 from . import one_device
 from . import parameter_server
+from . import selection
 from .cluster import ClusterConfig
 from .config import StrategyConfig
 from .config import StrategyKind
-from .selection import resolve_kind
 
 
 def build(config: StrategyConfig, cluster: ClusterConfig | None) -> tf.distribute.Strategy:
     """See `strategies.build`."""
     replica_devices = devices.replica_devices(config)
-    kind = resolve_kind(config.strategy, cluster, len(replica_devices))
+    kind = selection.kind_for(config, cluster)
     if kind is StrategyKind.ONE_DEVICE:
         return one_device.build(replica_devices)
     if kind is StrategyKind.MIRRORED:

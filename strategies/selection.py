@@ -1,6 +1,7 @@
 """Which strategy a job runs: `auto` resolved, and explicit choices checked against the cluster."""
 
 from .cluster import ClusterConfig
+from .config import StrategyConfig
 from .config import StrategyConfigError
 from .config import StrategyKind
 
@@ -44,3 +45,10 @@ def resolve_kind(kind: StrategyKind, cluster: ClusterConfig | None,
             f"worker(s) and {num_ps} ps task(s); use strategy=multi_worker_mirrored, "
             "parameter_server or auto, or unset TF_CONFIG.")
     return kind
+
+
+def kind_for(config: StrategyConfig, cluster: ClusterConfig | None) -> StrategyKind:
+    """The strategy `config` resolves to in `cluster` on this machine: the one derivation that
+    `build`, tfdist's set-up and `tfdist doctor` all read."""
+    from . import devices  # pylint: disable=import-outside-toplevel  (TensorFlow)
+    return resolve_kind(config.strategy, cluster, devices.num_replica_devices(config))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from . import cluster as cluster_lib
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
 from .cluster import parse_tf_config
@@ -87,9 +88,9 @@ def _check_arguments(port_base: Any, num_ps: Any, chief: Any) -> None:
         raise _error(f"port_base={port_base!r} is not a port", "use an integer from 1 to 65535")
     if isinstance(num_ps, bool) or not isinstance(num_ps, int) or num_ps < 0:
         raise _error(f"num_ps={num_ps!r} is not a count", "pass 0 or more parameter servers")
-    if num_ps and not chief:
-        raise _error(f"num_ps={num_ps} needs a chief (the ParameterServerStrategy coordinator)",
-                     "pass chief=True")
+    problem = cluster_lib.ps_without_chief(num_ps, bool(chief))
+    if problem:
+        raise _error(f"num_ps={num_ps}: {problem}", "pass chief=True")
 
 
 def _resolver(jobs: dict[str, int] | None, port_base: int, rpc_layer: str):

@@ -45,9 +45,9 @@ __all__ = [
     "USER_ERRORS", "cost_model", "profile_stages", "read_trace",
 ]
 _LAZY = {"setup": "tfdist.runtime.setup", "Plan": "tfdist.runtime.setup", "Role": "tfdist.runtime.setup",
-         "fit": "tfdist.training.fit", "dataset_fn": "tfdist.training.fit",
-         "CustomLoop": "tfdist.training.custom_loop", "train": "tfdist.training.from_config",
-         "gradient_noise_scale": "tfdist.optim.gradients",
+         "fit": "tfdist.training.fit", "dataset_fn": "tfdist.training.data",
+         "CustomLoop": "tfdist.training.keras2.custom_loop", "train": "tfdist.training.from_config",
+         "gradient_noise_scale": "tfdist.optim.gradient_path",
          "profile_stages": "tfdist.input_pipelines",
          "read_trace": "tfdist.input_pipelines"}
 

@@ -117,7 +117,8 @@ class RejectTest(parameterized.TestCase):
         ("two_evaluators", _tf_config({"worker": ["w:1"], "evaluator": ["e:1", "e:2"]}),
          "cluster.evaluator", r'\["e:1", "e:2"\] has 2 evaluators; keep one'),
         ("ps_without_chief", _tf_config({"worker": ["w:1"], "ps": ["p:1"]}), "cluster",
-         r'has 1 ps task\(s\) but no chief; add a "chief" job'),
+         r'has 1 ps task\(s\) but no chief, which coordinates ParameterServerStrategy '
+         r'\(workers and ps tasks only serve it\); add a "chief" job'),
         ("rpc_layer_not_string", _tf_config(_TWO_WORKERS, rpc_layer=5), "rpc_layer",
          "5 is not a string"),
         ("value_truncated", _tf_config({"worker": "x" * 500}), "cluster.worker",

@@ -8,7 +8,7 @@ from tfdist.strategies import StrategyConfigError
 from tfdist.strategies import StrategyKind
 from tfdist.strategies import VariablePartition
 from tfdist.strategies import make_cluster
-from tfdist.strategies import resolve_kind
+from tfdist.strategies.selection import resolve_kind
 
 _PS_CLUSTER = make_cluster(num_workers=1, num_ps=1, chief=True, ports=[2001, 2002, 2003])
 _TWO_WORKERS = make_cluster(num_workers=2, ports=[2001, 2002])

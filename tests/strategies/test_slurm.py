@@ -117,7 +117,8 @@ class ClusterFromSlurmTest(parameterized.TestCase):
                                          r"worker; ask for at least 3 tasks", num_ps=1, chief=True)
 
     def test_ps_needs_a_chief(self):
-        self._assert_one_line_error(_step(0), r"num_ps=1 needs a chief.*chief=True", num_ps=1)
+        self._assert_one_line_error(_step(0), r"num_ps=1: 1 ps task\(s\) but no chief.*chief=True",
+                                    num_ps=1)
 
     def test_bad_port_base(self):
         self._assert_one_line_error(_step(0), r"port_base=0 is not a port", port_base=0)

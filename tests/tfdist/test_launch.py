@@ -135,7 +135,7 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
         ("empty_command", ["--num_workers=2", "--"], "launch needs a command after `--`"),
         ("not_executable", ["--", "no-such-program-xyz"],
          "command 'no-such-program-xyz' is not an executable file or on PATH"),
-        ("ps_without_chief", ["--num_ps=1", "--", "python"], "num_ps=1 needs a coordinator"),
+        ("ps_without_chief", ["--num_ps=1", "--", "python"], "num_ps=1: 1 ps task(s) but no chief"),
         ("negative_restarts", ["--max_restarts=-1", "--", "python"], "--max_restarts=-1"),
         # The flag or LaunchConfig (library users) rejects these; either names the value.
         ("nan_timeout", ["--timeout_s=nan", "--", "python"], "timeout_s=nan"),
@@ -493,7 +493,7 @@ _TRAIN_CRASHING_ONCE = textwrap.dedent("""
     import json, os, sys
     import tfdist
     from tfdist.commands import cli
-    from tfdist.training import fit as training
+    from tfdist.training.keras2 import fit as training
     import tensorflow as tf
     import tf_keras
 

@@ -12,12 +12,11 @@ import tf_keras
 from absl.testing import parameterized
 
 import tfdist
-from tfdist.optim import gradients
+from tfdist.optim import gradient_path
 from tfdist.optim import noise_scale
-from tfdist.runtime import precision
-from tfdist.runtime.config import Precision
-from tfdist.optim.gradients import GradientTransforms
-from tfdist.optim.gradients import with_transforms
+from tfdist.optim.gradient_path import GradientPath
+from tfdist.optim.gradient_path import GradientTransforms
+from tfdist.training.keras2 import step as tfdist_step
 from tests.tfdist.test_keras3 import keras3_tabular_model
 from tests.tfdist.test_training import _MIRRORED
 from tests.tfdist.test_training import _config
@@ -89,7 +88,9 @@ class OptimizerTest(tf.test.TestCase):
     """What tfdist's optimizer measures equals the estimators on the gradients it was given."""
 
     def _optimizer(self, **transforms) -> tf_keras.optimizers.Optimizer:
-        return with_transforms(tf_keras.optimizers.SGD, GradientTransforms(**transforms))(0.0)
+        optimizer = tf_keras.optimizers.SGD(0.0)
+        optimizer.gradient_path = GradientPath(GradientTransforms(**transforms))
+        return optimizer
 
     def test_two_replicas_compare_their_own_gradients_with_the_sum(self):
         # Keras divides each replica's loss by the replicas: a replica's gradient of the mean
@@ -97,40 +98,39 @@ class OptimizerTest(tf.test.TestCase):
         handed = [np.array([1.0, 2.0]), np.array([2.0, 1.0])]
         with _mirrored().scope():
             variable = tf.Variable(tf.zeros(2))
-            optimizer = precision.wrap_optimizer(self._optimizer(noise_scale_batch=8),
-                                                 Precision.FLOAT32)
+            optimizer = self._optimizer(noise_scale_batch=8)
 
         @tf.function
         def step():
             def replica_fn():
                 replica = tf.distribute.get_replica_context().replica_id_in_sync_group
                 grad = tf.gather(tf.constant(np.stack(handed), tf.float32), replica)
-                optimizer.apply_gradients([(grad, variable)])
+                tfdist_step.apply_gradients(optimizer, [grad], [variable])
             _mirrored().run(replica_fn)
 
         step()
         small_sq = np.mean([np.square(2 * grad).sum() for grad in handed])
         big_sq = np.square(handed[0] + handed[1]).sum()
         gradient_sq, trace = noise_scale.estimates(small_sq, big_sq, 4, 8)
-        measured = gradients.gradient_noise_scale(optimizer)
+        measured = gradient_path.gradient_noise_scale(optimizer)
         self.assertAllClose([measured["gradient_sq"], measured["trace"]], [gradient_sq, trace])
         self.assertAllClose(measured["noise_scale"], trace / gradient_sq)
-        self.assertTrue(gradients.measures_noise_scale(optimizer))
-        self.assertFalse(gradients.measures_noise_scale(self._optimizer()))
+        self.assertTrue(gradient_path.measures_noise_scale(optimizer))
+        self.assertFalse(gradient_path.measures_noise_scale(self._optimizer()))
 
     def test_micro_batches_compare_each_with_their_mean(self):
         optimizer = self._optimizer(noise_scale_batch=16, accum_steps=2)
         variable = tf.Variable(tf.zeros(2))
         micro = [np.array([1.0, 2.0]), np.array([3.0, -1.0])]
         for grad in micro:
-            optimizer.apply_gradients([(tf.constant(grad, tf.float32), variable)])
+            tfdist_step.apply_gradients(optimizer, [tf.constant(grad, tf.float32)], [variable])
         small_sq = np.mean([np.square(grad).sum() for grad in micro])
         big_sq = np.square(np.mean(micro, axis=0)).sum()
         gradient_sq, trace = noise_scale.estimates(small_sq, big_sq, 16, 32)
-        measured = gradients.gradient_noise_scale(optimizer)
+        measured = gradient_path.gradient_noise_scale(optimizer)
         self.assertAllClose([measured["gradient_sq"], measured["trace"]], [gradient_sq, trace])
-        optimizer.apply_gradients([(tf.constant(micro[0], tf.float32), variable)])
-        self.assertEqual(gradients.gradient_noise_scale(optimizer), measured)  # Half an update.
+        tfdist_step.apply_gradients(optimizer, [tf.constant(micro[0], tf.float32)], [variable])
+        self.assertEqual(gradient_path.gradient_noise_scale(optimizer), measured)  # Half an update.
 
 
 class FitTest(tf.test.TestCase, parameterized.TestCase):

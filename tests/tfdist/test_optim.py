@@ -6,12 +6,16 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
+import tfdist
+from tfdist.input_pipelines import InputConfig
 from tfdist.optim import recipe as optim
+from tfdist.optim.gradient_path import GradientTransforms
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.runtime.config import check_peak_learning_rate
+from tfdist.training.keras2 import fit as keras2_train
 
 _STEPS_PER_EPOCH = 10
 _EPOCHS = 5
@@ -78,7 +82,9 @@ class BuildOptimizerTest(tf.test.TestCase, parameterized.TestCase):
     def test_every_optimizer_builds_with_the_schedule(self, name, optimizer_class):
         config = OptimizerConfig(optimizer=name, learning_rate=0.1, weight_decay=1e-4,
                                  warmup_epochs=1)
-        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH, _EPOCHS)
+        optimizer = optim.build_optimizer(config, update_batch_size=256,
+                                          updates_per_epoch=_STEPS_PER_EPOCH, epochs=_EPOCHS,
+                                          transforms=GradientTransforms())
         self.assertIsInstance(optimizer, optimizer_class)
         variable = tf.Variable([1.0, 2.0])
         optimizer.apply_gradients([(tf.constant([0.5, 0.5]), variable)])
@@ -86,14 +92,19 @@ class BuildOptimizerTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_nesterov_and_momentum_use_the_momentum_flag(self):
         config = OptimizerConfig(optimizer="nesterov", momentum=0.8)
-        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH, _EPOCHS)
+        optimizer = optim.build_optimizer(config, update_batch_size=256,
+                                          updates_per_epoch=_STEPS_PER_EPOCH, epochs=_EPOCHS,
+                                          transforms=GradientTransforms())
         self.assertEqual((optimizer.momentum, optimizer.nesterov), (0.8, True))
 
     def test_accumulation_schedules_updates_on_the_effective_batch(self):
         config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=1,
                                  grad_accum_steps=2)
-        optimizer = optim.build_optimizer(config, 256, _STEPS_PER_EPOCH, _EPOCHS)
-        schedule = optimizer._learning_rate  # pylint: disable=protected-access
+        plan = tfdist.setup(RunConfig(
+            input=InputConfig(dataset="synthetic", global_batch_size=256, num_classes=2),
+            optimizer=config, train=TrainConfig(epochs=_EPOCHS, steps_per_epoch=10)))
+        self.assertEqual((plan.update_batch_size, plan.updates_per_epoch), (512, 5))
+        schedule = keras2_train.tfdist_optimizer(plan)._learning_rate  # pylint: disable=protected-access
         # 2 micro-batches of 256 per update: peak 0.2; 10 steps an epoch are 5 updates.
         self.assertEqual((schedule.peak, schedule.warmup_steps), (0.2, 5))
 

@@ -14,6 +14,7 @@ from absl.testing import parameterized
 from tfdist.input_pipelines import InputConfig
 from tfdist.strategies import make_cluster
 from tfdist.runtime import paths
+from tfdist.runtime.model_dir import ModelDir
 from tfdist.training import summary
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
@@ -88,14 +89,14 @@ class OwnedModelDirTest(unittest.TestCase):
 
     def test_second_owner_is_refused_in_one_line_naming_the_first(self):
         with tempfile.TemporaryDirectory() as model_dir:
-            with paths.owned_model_dir(model_dir):
+            with ModelDir(model_dir).owned():
                 with self.assertRaisesRegex(
                         ConfigError, rf"^model_dir='{model_dir}' is in use by another run \(pid "
                                      rf"{os.getpid()} on .* since .*\); wait for it to end or "
                                      r"stop it, or pass another --model_dir\.$"):
-                    with paths.owned_model_dir(model_dir):
+                    with ModelDir(model_dir).owned():
                         pass
-            with paths.owned_model_dir(model_dir):  # Released when the owner is done.
+            with ModelDir(model_dir).owned():  # Released when the owner is done.
                 pass
 
 

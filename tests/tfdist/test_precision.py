@@ -4,6 +4,7 @@ import subprocess
 import sys
 from unittest import mock
 
+import numpy as np
 import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
@@ -11,6 +12,10 @@ from absl.testing import parameterized
 from tfdist.training import models
 from tfdist.runtime import precision
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.config import RunConfig
+from tfdist.runtime.config import TrainConfig
+from tfdist.strategies import StrategyConfig
 from tfdist.runtime.config import ModelName
 from tfdist.runtime.config import Precision
 
@@ -33,12 +38,33 @@ class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(conv.variable_dtype, "float32")
         self.assertEqual(model.output.dtype, tf.float32)
 
-    def test_float16_gets_dynamic_loss_scaling(self):
-        optimizer = precision.wrap_optimizer(tf_keras.optimizers.SGD(0.1), Precision.MIXED_FLOAT16)
-        self.assertIsInstance(optimizer, tf_keras.mixed_precision.LossScaleOptimizer)
-        self.assertTrue(optimizer.dynamic)
-        plain = precision.wrap_optimizer(tf_keras.optimizers.SGD(0.1), Precision.MIXED_BFLOAT16)
-        self.assertNotIsInstance(plain, tf_keras.mixed_precision.LossScaleOptimizer)
+    def test_float16_keeps_gradients_too_small_for_float16(self):
+        """A loss of order 1e-9 gives the float16 layer gradients below float16's smallest
+        (6e-8), which reach it as 0 unless the loss is scaled first (by 2**15)."""
+        import tfdist  # pylint: disable=import-outside-toplevel
+        config = RunConfig(
+            strategy=StrategyConfig(strategy="one_device"),
+            optimizer=OptimizerConfig(optimizer="sgd", learning_rate=1e6),
+            train=TrainConfig(mixed_precision="mixed_float16", epochs=1, steps_per_epoch=1))
+        plan = tfdist.setup(config)
+
+        def build():
+            return tf_keras.Sequential([
+                tf_keras.Input((4,)), tf_keras.layers.Dense(4, use_bias=False, name="float16"),
+                tf_keras.layers.Dense(1, use_bias=False, dtype="float32")])
+
+        def data(context):
+            del context
+            return tf.data.Dataset.from_tensors((tf.ones((8, 4)), tf.zeros((8, 1)))).repeat()
+
+        tiny_loss = lambda labels, outputs: 1e-9 * tf.reduce_sum(outputs)  # noqa: E731
+        with plan.strategy.scope():
+            model = build()
+        before = model.get_layer("float16").kernel.numpy()
+        tfdist.fit(plan, model, data, None, loss=tiny_loss)
+        after = model.get_layer("float16").kernel.numpy()
+        self.assertEqual(model.get_layer("float16").compute_dtype, "float16")
+        self.assertTrue(np.all(np.abs(after - before) > 1e-4), after - before)
 
     def test_float16_without_a_fast_gpu_warns_once_in_one_line(self):
         with mock.patch.object(precision, "_has_fast_fp16_gpu", return_value=False):

@@ -15,7 +15,6 @@ from absl.testing import parameterized
 import tfdist
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import InputConfigError
-from tfdist.input_pipelines import PreprocessOn
 from tfdist.strategies import StrategyConfig
 from tfdist.training import from_config as train_command
 from tfdist.runtime.config import ConfigError
@@ -111,20 +110,6 @@ class BuiltInJobTest(_PolicyReset, parameterized.TestCase):
 
 
 class PlanTest(_PolicyReset):
-
-    def test_the_plan_is_derived_once(self):
-        config = _config(global_batch_size=32, strategy=_MIRRORED, steps_per_epoch=12,
-                         optimizer=OptimizerConfig(grad_accum_steps=3))
-        plan = tfdist.setup(config)
-        self.assertEqual((plan.kind.value, plan.role.value, plan.task), ("mirrored", "train",
-                                                                          "local"))
-        self.assertEqual((plan.num_replicas, plan.num_workers, plan.per_replica_batch_size),
-                         (2, 1, 16))
-        self.assertEqual((plan.steps_per_epoch, plan.updates_per_epoch, plan.steps_from),
-                         (12, 4, "--steps_per_epoch"))
-        self.assertIs(plan.placement.preprocess_on, PreprocessOn.HOST)  # CPU replicas.
-        with self.assertRaises(AttributeError):
-            plan.num_replicas = 3  # Frozen.
 
     def test_steps_from_the_size_of_the_users_data(self):
         plan = tfdist.setup(_config(steps_per_epoch=None), train_examples=1000)

@@ -83,9 +83,9 @@ class LaunchConfig:
         if not self.command:
             raise LaunchError("launch needs a command after `--`, e.g. `tfdist launch "
                               "--num_workers=2 -- train --strategy=multi_worker_mirrored`.")
-        if self.num_ps and not self.chief:
-            raise LaunchError(f"num_ps={self.num_ps} needs a coordinator: add --chief (the "
-                              "chief runs ParameterServerStrategy's fit).")
+        problem = strategies.ps_without_chief(self.num_ps, self.chief)
+        if problem:
+            raise LaunchError(f"num_ps={self.num_ps}: {problem}; add --chief.")
         if self.timeout_s is not None and not (math.isfinite(self.timeout_s)
                                                and self.timeout_s > 0):
             raise LaunchError(f"timeout_s={self.timeout_s} is not a number of seconds above 0; "

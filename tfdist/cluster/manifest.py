@@ -27,6 +27,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdist import strategies
 from tfdist.cluster import ClusterError
 
 TFJOB_API_VERSION = "kubeflow.org/v1"
@@ -182,8 +183,8 @@ def _check_layout(where: str, *, num_workers: int, num_ps: int, chief: bool) -> 
              "pass 0 or more parameter servers", problem="is not a count of 0 or more")
     _require(isinstance(chief, bool), f"{where} chief", chief, "pass True or False",
              problem="is not a bool")
-    _require(chief or not num_ps, f"{where} num_ps", num_ps, "add --chief",
-             problem="parameter servers need a chief (the ParameterServerStrategy coordinator)")
+    problem = strategies.ps_without_chief(num_ps, chief)
+    _require(not problem, f"{where} num_ps", num_ps, "add --chief", problem=f"means {problem}")
 
 
 def _check_k8s_name(field: str, name: Any) -> None:

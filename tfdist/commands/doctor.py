@@ -49,7 +49,7 @@ def _cluster_lines(cluster: ClusterConfig | None, source: str) -> list[str]:
 
 def _device_lines(config: StrategyConfig) -> list[str]:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    gpus = tf.config.list_physical_devices("GPU")
+    gpus = strategies.visible_gpus()
     lines = [f"local devices: {len(tf.config.list_physical_devices('CPU'))} CPU, {len(gpus)} GPU"]
     lines += [f"  {gpu.name}: {tf.config.experimental.get_device_details(gpu)}" for gpu in gpus]
     if config.num_cpu_devices > 1:
@@ -62,7 +62,7 @@ def _device_lines(config: StrategyConfig) -> list[str]:
 
 def _strategy_line(config: StrategyConfig, cluster: ClusterConfig | None) -> str:
     replicas = strategies.num_replica_devices(config)
-    kind = strategies.resolve_kind(config.strategy, cluster, replicas)
+    kind = strategies.kind_for(config, cluster)
     chosen = "auto picks " if config.strategy is StrategyKind.AUTO else ""
     return (f"strategy: {chosen}{kind.value} "
             f"({_roles(kind, cluster)}, {replicas} local replica device(s))")

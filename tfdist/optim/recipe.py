@@ -1,9 +1,11 @@
-"""Optimizers and the large-batch recipe: learning-rate scaling, warmup and decay, LARS, and
-gradient clipping, noise and accumulation (`tfdist.optim.gradients`), under every strategy.
+"""Optimizers and the large-batch recipe: learning-rate scaling, warmup and decay and LARS, for
+tf-keras and Keras 3 alike; what happens to the gradients before the update is the optimizer's
+`gradient_path` (`tfdist.optim.gradient_path`).
 
     schedule = learning_rate_schedule(config, global_batch_size=4096, steps_per_epoch=100,
                                       epochs=90)
-    optimizer = build_optimizer(config, global_batch_size=4096, steps_per_epoch=100, epochs=90)
+    optimizer = build_optimizer(config, global_batch_size=4096, steps_per_epoch=100, epochs=90,
+                                transforms=GradientTransforms())
 """
 
 import math
@@ -11,18 +13,13 @@ import math
 import tensorflow as tf
 import tf_keras
 
-from tfdist.strategies import WireDtype
-from tfdist.optim.gradients import GradientTransforms
-from tfdist.optim.gradients import with_transforms
+from tfdist.optim.gradient_path import GradientPath
+from tfdist.optim.gradient_path import GradientTransforms
 from tfdist.optim.lars import LARS
 from tfdist.runtime.config import LrSchedule
 from tfdist.runtime.config import OptimizerConfig
 from tfdist.runtime.config import OptimizerName
 from tfdist.runtime.config import peak_learning_rate
-
-__all__ = ["LARS", "OptimizerConfig", "OptimizerName", "WarmupSchedule", "build_optimizer",
-           "learning_rate_schedule", "peak_learning_rate"]
-
 
 class WarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from `initial` to `peak` over `warmup_steps`, then `decay` from the peak
@@ -76,8 +73,8 @@ def learning_rate_schedule(config: OptimizerConfig, global_batch_size: int,
         step_factor=config.lr_step_factor)
 
 
-def optimizer_class(config: OptimizerConfig, optimizers=tf_keras.optimizers,
-                    lars_class: type = LARS) -> tuple[type, dict]:
+def optimizer_class_for(config: OptimizerConfig, optimizers=tf_keras.optimizers,
+                        lars_class: type = LARS) -> tuple[type, dict]:
     """The class for `config.optimizer` among `optimizers` (tf-keras' or Keras 3's, whose LARS
     is `lars_class`) and its options besides the rate."""
     decay = {"weight_decay": config.weight_decay} if config.weight_decay else {}
@@ -96,35 +93,15 @@ def optimizer_class(config: OptimizerConfig, optimizers=tf_keras.optimizers,
     }[config.optimizer]
 
 
-def build_optimizer(config: OptimizerConfig, global_batch_size: int, steps_per_epoch: int,
-                    epochs: int, *,
-                    allreduce_dtype: WireDtype = WireDtype.FLOAT32,
-                    seed: int = 0) -> tf_keras.optimizers.Optimizer:
-    """A fresh tf-keras optimizer with `learning_rate_schedule`'s rate and `config`'s gradient
-    clipping, noise and accumulation; its all-reduce runs in `allreduce_dtype`. Call inside
-    `strategy.scope()`. `steps_per_epoch` counts training steps (micro-batches)."""
-    base_class, options = optimizer_class(config)
-    schedule = update_schedule(config, global_batch_size, steps_per_epoch, epochs)
-    transforms = gradient_transforms(config, allreduce_dtype, seed,
-                                     global_batch_size=global_batch_size)
-    return with_transforms(base_class, transforms)(schedule, **options)
-
-
-def gradient_transforms(config: OptimizerConfig, allreduce_dtype: WireDtype, seed: int, *,
-                        global_batch_size: int = 0) -> GradientTransforms:
-    """`config`'s clipping, noise and accumulation, with the all-reduce in `allreduce_dtype`,
-    and the noise-scale measurement when `config` asks for it (of `global_batch_size`)."""
-    return GradientTransforms(
-        wire_dtype=allreduce_dtype, clip_norm=config.clip_norm,
-        noise_eta=config.gradient_noise_eta, noise_gamma=config.gradient_noise_gamma,
-        accum_steps=config.grad_accum_steps, seed=seed,
-        noise_scale_batch=global_batch_size if config.measure_noise_scale else 0)
-
-
-def update_schedule(config: OptimizerConfig, global_batch_size: int, steps_per_epoch: int,
-                    epochs: int) -> WarmupSchedule:
-    """The rate per optimizer update when an update takes `grad_accum_steps` training steps
-    (micro-batches) of `global_batch_size` examples each."""
-    updates_per_epoch = max(steps_per_epoch // config.grad_accum_steps, 1)
-    return learning_rate_schedule(config, global_batch_size * config.grad_accum_steps,
-                                  updates_per_epoch, epochs)
+def build_optimizer(config: OptimizerConfig, *, update_batch_size: int, updates_per_epoch: int,
+                    epochs: int,
+                    transforms: GradientTransforms) -> tf_keras.optimizers.Optimizer:
+    """A fresh tf-keras optimizer with `learning_rate_schedule`'s rate per update (an update
+    of `update_batch_size` examples: `grad_accum_steps` micro-batches), carrying the gradient
+    path of `transforms` as `gradient_path` (its steps run in the training step; the optimizer
+    only updates the variables). Call inside `strategy.scope()`."""
+    optimizer_class, options = optimizer_class_for(config)
+    schedule = learning_rate_schedule(config, update_batch_size, updates_per_epoch, epochs)
+    optimizer = optimizer_class(schedule, **options)
+    optimizer.gradient_path = GradientPath(transforms)
+    return optimizer

@@ -338,12 +338,17 @@ class RunConfig:
                 f"grad_accum_steps={self.optimizer.grad_accum_steps} with "
                 "mixed_precision=mixed_float16: a skipped loss-scale step would upset the "
                 "accumulation; use mixed_bfloat16 or float32.")
-        check_peak_learning_rate(self.optimizer,
-                                 self.input.global_batch_size * self.optimizer.grad_accum_steps)
+        check_peak_learning_rate(self.optimizer, self.update_batch_size)
         if self.train.keras == 3 and self.train.backup_every != "epoch":
             raise ConfigError(f"backup_every={self.train.backup_every!r} with keras=3: tfdist's "
                               "Keras 3 step backs up at the end of each epoch; use "
                               "backup_every=epoch, or shorter epochs (steps_per_epoch=N).")
+
+    @property
+    def update_batch_size(self) -> int:
+        """Examples per optimizer update: the global batch times `grad_accum_steps` (the batch
+        the learning rate is scaled for)."""
+        return self.input.global_batch_size * self.optimizer.grad_accum_steps
 
     @property
     def writes_results(self) -> bool:

@@ -1,26 +1,15 @@
-"""The paths a run reads and writes: checked before training starts; the model dir owned while
-it trains.
-
-`check` finds a file where a directory belongs (or the reverse) and paths this process cannot
-write, so a run fails in one line before training instead of losing its result at the end.
-`owned_model_dir` makes a run the only one writing a `--model_dir`: a second run is refused
-while the first holds its lock, and the lock dies with the process that held it (a crashed run
-leaves nothing stuck). Pure Python.
+"""The paths a run reads and writes, checked before training starts: `check` finds a file where
+a directory belongs (or the reverse) and paths this process cannot write, so a run fails in one
+line before training instead of losing its result at the end. Pure Python. What is written
+under `--model_dir`, and its lock, is `model_dir`'s.
 """
 
-import contextlib
-import datetime
-import errno
-import fcntl
 import os
-import socket
 import tempfile
-from typing import Iterator
 
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 
-LOCK_FILE = ".tfdist.lock"
 
 
 def _nearest_existing(path: str) -> str:
@@ -102,38 +91,3 @@ def check_output_file(field: str, path: str | None) -> None:
     """
     if path:
         _check_creatable(field, path, directory=False)
-
-
-def _owner_line() -> str:
-    started = datetime.datetime.now().isoformat(timespec="seconds")
-    return f"pid {os.getpid()} on {socket.gethostname()} since {started}"
-
-
-@contextlib.contextmanager
-def owned_model_dir(model_dir: str) -> Iterator[None]:
-    """Holds `model_dir`'s lock for the block; the lock file says who holds it.
-
-    Raises:
-      ConfigError: another live run holds the lock.
-    """
-    os.makedirs(model_dir, exist_ok=True)
-    path = os.path.join(model_dir, LOCK_FILE)
-    with open(path, "a+", encoding="utf-8") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise
-            lock.seek(0)
-            owner = lock.read().strip() or "another process"
-            raise ConfigError(f"model_dir={model_dir!r} is in use by another run ({owner}); "
-                              "wait for it to end or stop it, or pass another --model_dir.") \
-                from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(_owner_line() + "\n")
-        lock.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -4,6 +4,8 @@ import tensorflow as tf
 import tf_keras
 from absl import logging
 
+from tfdist import strategies
+
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import Precision
 
@@ -12,7 +14,7 @@ _MIN_FP16_COMPUTE_CAPABILITY = (7, 0)
 
 def _has_fast_fp16_gpu() -> bool:
     """True when a visible GPU has Tensor Cores for float16 (compute capability >= 7.0)."""
-    for gpu in tf.config.list_physical_devices("GPU"):
+    for gpu in strategies.visible_gpus():
         capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
         if capability and tuple(capability) >= _MIN_FP16_COMPUTE_CAPABILITY:
             return True
@@ -27,14 +29,6 @@ def apply_policy(precision: Precision, keras=tf_keras) -> None:
         logging.warning(
             "mixed_precision=mixed_float16 needs a GPU of compute capability 7.0 or newer to run "
             "fast, and none is visible; expect it to be slower than float32 here.")
-
-
-def wrap_optimizer(optimizer: tf_keras.optimizers.Optimizer,
-                   precision: Precision) -> tf_keras.optimizers.Optimizer:
-    """Adds dynamic loss scaling for float16, so small gradients do not underflow."""
-    if precision is Precision.MIXED_FLOAT16:
-        return tf_keras.mixed_precision.LossScaleOptimizer(optimizer, dynamic=True)
-    return optimizer
 
 
 def check_output_dtype(model: tf_keras.Model) -> None:

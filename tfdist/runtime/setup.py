@@ -33,6 +33,7 @@ from tfdist.cluster import join_deadline
 from tfdist.runtime import keras_flavour
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
+from tfdist.runtime.model_dir import ModelDir
 
 
 class Role(str, enum.Enum):
@@ -59,6 +60,7 @@ class Plan:
       kind: the strategy `--strategy` resolved to in this cluster.
       strategy: the built strategy (training tasks only; None when serving or evaluating).
       num_replicas: replicas that train in sync (1 for serving or evaluating tasks).
+      num_gpu_replicas: those of them on a GPU (for the evaluator, the GPUs it would use).
       num_workers: processes that run training steps (under parameter server, the workers).
       per_replica_batch_size: examples per replica per step.
       steps_per_epoch: training steps per epoch; `steps_from` says where that number came from.
@@ -72,6 +74,7 @@ class Plan:
     kind: StrategyKind
     strategy: tf.distribute.Strategy | None
     num_replicas: int
+    num_gpu_replicas: int
     num_workers: int
     per_replica_batch_size: int
     steps_per_epoch: int
@@ -85,14 +88,25 @@ class Plan:
         return self.config.input.global_batch_size
 
     @property
+    def update_batch_size(self) -> int:
+        """Examples per optimizer update: the global batch times `--grad_accum_steps`."""
+        return self.config.update_batch_size
+
+    @property
     def updates_per_epoch(self) -> int:
-        """Optimizer updates per epoch: steps over `--grad_accum_steps` micro-batches."""
-        return self.steps_per_epoch // self.config.optimizer.grad_accum_steps
+        """Optimizer updates per epoch: steps over `--grad_accum_steps` micro-batches (at least
+        1, the learning-rate schedule's unit)."""
+        return max(self.steps_per_epoch // self.config.optimizer.grad_accum_steps, 1)
 
     @property
     def writes_results(self) -> bool:
         """Whether this task writes the run's results: the chief, or the only process."""
         return self.config.writes_results
+
+    @property
+    def model_dir(self) -> ModelDir | None:
+        """The layout of `--model_dir`; None without one."""
+        return ModelDir(self.config.train.model_dir) if self.config.train.model_dir else None
 
 
 def _task(config: RunConfig) -> str:
@@ -153,8 +167,8 @@ def _num_gpu_replicas(strategy: tf.distribute.Strategy | None, config: RunConfig
     """GPUs among the replicas' devices; without a strategy (the evaluator), the GPUs this
     process would use."""
     if strategy is None:
-        return 0 if config.strategy.num_gpus == 0 else len(tf.config.list_logical_devices("GPU"))
-    return sum("GPU" in device.upper() for device in strategies.replica_devices_of(strategy))
+        return strategies.num_gpus(config.strategy)
+    return sum(map(strategies.is_gpu, strategies.replica_devices_of(strategy)))
 
 
 def _steps(config: RunConfig, train_examples: int | None):
@@ -237,8 +251,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     keras_flavour.require(config.train.keras)
     keras = keras_flavour.api(config.train.keras)
     precision.apply_policy(config.train.mixed_precision, keras)
-    kind = strategies.resolve_kind(config.strategy.strategy, config.cluster,
-                                   strategies.num_replica_devices(config.strategy))
+    kind = strategies.kind_for(config.strategy, config.cluster)
     role = _role(config, kind)
     if role is Role.EVALUATE and not config.train.model_dir:
         raise ConfigError("the evaluator task needs --model_dir=DIR, the chief's --model_dir, "
@@ -257,11 +270,13 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
                                                          num_replicas)
     steps, steps_from, info = (0, "serving task", None) if role is Role.SERVE else \
         _steps(config, train_examples)
+    num_gpu_replicas = 0 if role is Role.SERVE else _num_gpu_replicas(strategy, config)
     placement = None if role is Role.SERVE else input_pipelines.resolve_placement(
-        config.input, num_gpus=_num_gpu_replicas(strategy, config),
+        config.input, num_gpus=num_gpu_replicas,
         compute_dtype=keras.mixed_precision.global_policy().compute_dtype)
     return Plan(config=config, role=role, task=_task(config), kind=kind, strategy=strategy,
-                num_replicas=num_replicas, num_workers=_num_workers(kind, config),
+                num_replicas=num_replicas, num_gpu_replicas=num_gpu_replicas,
+                num_workers=_num_workers(kind, config),
                 per_replica_batch_size=per_replica, steps_per_epoch=steps,
                 steps_from=steps_from, placement=placement, dataset_info=info,
                 started_s=started_s)

@@ -14,22 +14,23 @@ from typing import Sequence
 import tf_keras
 
 from tfdist.input_pipelines import SourceKind
-from tfdist.training import models
 from tfdist.runtime import plugins
-from tfdist.training import fit as training
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import Role
 from tfdist.runtime.setup import setup
+from tfdist.training import data
+from tfdist.training import fit as training
+from tfdist.training import models
 
 METRICS = ("accuracy",)
 
 
 def _image_model(plan: Plan):
     """`--model` for `config.input`'s images, as a function for `fit` to call in the scope."""
-    info = training.dataset_info(plan, plan.config.input)
+    info = data.dataset_info(plan, plan.config.input)
     return lambda: models.build(plan.config.train.model, info.image_shape, info.num_classes,
                                 plan.config.train.keras)
 
@@ -56,8 +57,7 @@ def fit(plan: Plan, *, validate: bool = True,
     if plan.config.input.source_kind is SourceKind.PYTHON:
         model, train_data, validation_data = _python_data(plan)
     else:
-        model, train_data, validation_data = _image_model(plan), plan.config.input, \
-            training.DEFAULT
+        model, train_data, validation_data = _image_model(plan), plan.config.input, data.DEFAULT
     return training.fit(plan, model, train_data, validation_data if validate else None,
                         loss="sparse_categorical_crossentropy",
                         metrics=list(METRICS), callbacks=callbacks)

@@ -4,6 +4,7 @@ no dataset, training data that runs out before the run's last step (Keras only l
 and stops), a training step that fails on a batch, and a loss that is no longer finite (Keras
 trains on, and saves, NaN weights)."""
 
+import contextlib
 import math
 from typing import Callable
 
@@ -12,13 +13,19 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist.input_pipelines import records
-from tfdist.strategies.config import check_int
 from tfdist.runtime.config import MAX_COUNT
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime.setup import Plan
+from tfdist.strategies import StrategyKind
+from tfdist.strategies.config import check_int
 
 # Metric names Keras resolves from the loss, not by `metrics.get`.
 _METRICS_BY_LOSS = ("accuracy", "acc", "crossentropy", "ce")
 _EXAMPLES = {"loss": "sparse_categorical_crossentropy", "metric": "accuracy"}
+# Keras' words for a batch that does not fit the model (raised while tracing the first step).
+_MISFIT_WORDS = ("is incompatible with the layer", "expects", "are incompatible",
+                 "Incompatible shapes", "Missing data for input")
+_KERAS_NO_BATCH = "Empty logs"  # Keras' words for an epoch whose first step found no batch.
 
 
 def name_of(function) -> str:
@@ -183,3 +190,40 @@ class FiniteLoss(tf_keras.callbacks.Callback):
         raise ConfigError(
             f"val_loss: {val_loss} after epoch {epoch + 1}, while the training loss and the "
             "weights are finite; check validation_data for NaN or infinite values.")
+
+
+def finite_loss(plan: Plan) -> FiniteLoss:
+    """The divergence check; multi-worker mirrored workers judge by the weights they share."""
+    return FiniteLoss(plan.config.optimizer.learning_rate, weights_every_epoch=(
+        plan.num_workers > 1 and plan.kind is StrategyKind.MULTI_WORKER_MIRRORED))
+
+
+def _misfit(error: ValueError) -> str | None:
+    """Keras' line saying a batch does not fit the model, if that is what `error` is."""
+    for line in str(error).splitlines():
+        if any(words in line for words in _MISFIT_WORDS):
+            return line.strip()
+    return None
+
+
+@contextlib.contextmanager
+def explained(model_name: str, explain: Callable[[Exception], None]):
+    """Turns a damaged record (`explain` names it, raising), a batch that does not fit model
+    `model_name` or a step that fails on it, and training data with no batch or that runs out
+    into one line, around either Keras' training."""
+    try:
+        yield
+    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
+            tf.errors.UnimplementedError) as error:  # The last: e.g. a cast from strings.
+        explain(error)
+        raise step_failure(error, model_name) from error
+    except tf.errors.OutOfRangeError as error:
+        raise ran_out() from error
+    except ValueError as error:
+        if _KERAS_NO_BATCH in str(error):
+            raise no_batch(model_name) from error
+        line = _misfit(error)
+        if line is None:
+            raise
+        raise ConfigError(f"train_data: its batches do not fit model {model_name!r} ({line}); "
+                          "make the dataset yield what the model takes.") from None

@@ -136,7 +136,7 @@ class Configuration:
             result["plain"] = _plain_steps(config, plan.strategy, self._steps,
                                            plan.global_batch_size)[timed]
             result["no_strategy"] = _plain_steps(
-                config, None, self._steps, plan.global_batch_size // plan.num_replicas)[timed]
+                config, None, self._steps, plan.per_replica_batch_size)[timed]
         return result
 
 

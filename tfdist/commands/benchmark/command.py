@@ -128,7 +128,7 @@ def main() -> int:
     paths.check_output_file("json", sweep.json_path)
     paths.check_output_file("plot", sweep.plot_path)
     tf_import.import_tensorflow(train_flags.TF_LOGS.value)
-    num_gpus = strategies.num_visible_gpus()
+    num_gpus = len(strategies.visible_gpus())
     if num_gpus and max(sweep.replicas) > num_gpus:
         raise ConfigError(f"replicas={max(sweep.replicas)} needs that many GPUs, but "
                           f"{num_gpus} are visible; lower --replicas.")

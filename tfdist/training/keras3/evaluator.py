@@ -12,12 +12,12 @@ import sys
 import keras
 import tensorflow as tf
 
-from tfdist.training import summary as run_summary
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import chief_address
 from tfdist.runtime.config import RunConfig
-from tfdist.training.evaluator import EVALUATIONS_JSON
-from tfdist.training.fit import CHECKPOINT_PREFIX
+from tfdist.runtime.model_dir import CHECKPOINT_PREFIX
+from tfdist.runtime.model_dir import ModelDir
+from tfdist.training import summary as run_summary
 
 POLL_S = 2.0  # Between looks for a new checkpoint.
 
@@ -31,11 +31,12 @@ def _written(checkpoint_dir: str) -> list[str]:
 
 
 def evaluate_checkpoints(config: RunConfig, model: keras.Model, data: tf.data.Dataset, *,
-                         steps: int | None, checkpoint_dir: str) -> dict[str, dict[str, float]]:
-    """Evaluates the compiled `model` on `data` with each checkpoint in `checkpoint_dir` until
-    the last epoch's; returns the results by checkpoint."""
+                         steps: int | None, model_dir: ModelDir) -> dict[str, dict[str, float]]:
+    """Evaluates the compiled `model` on `data` with each checkpoint the chief writes under
+    `model_dir`, until the last epoch's; returns the results by checkpoint."""
     chief = chief_address(config.cluster)
-    last = f"{CHECKPOINT_PREFIX}{config.train.epochs:03d}"
+    checkpoint_dir = model_dir.checkpoints
+    last = os.path.basename(model_dir.checkpoint(config.train.epochs))
     print(f"tfdist: evaluator evaluating each new checkpoint in {checkpoint_dir} until epoch "
           f"{config.train.epochs} or until the chief at {chief} finishes", file=sys.stderr,
           flush=True)
@@ -50,7 +51,7 @@ def evaluate_checkpoints(config: RunConfig, model: keras.Model, data: tf.data.Da
             weights.restore(os.path.join(checkpoint_dir, name)).expect_partial()
             result = model.evaluate(data, steps=steps, verbose=0, return_dict=True)
             results[name] = {metric: float(value) for metric, value in result.items()}
-            run_summary.write_json(os.path.join(config.train.model_dir, EVALUATIONS_JSON),
+            run_summary.write_json(model_dir.evaluations_json,
                                    results)
             shown = " ".join(f"{metric}={value:.4f}" for metric, value in results[name].items())
             print(f"tfdist evaluator: {name}: {shown}", flush=True)

@@ -2,8 +2,9 @@
 optimizer.
 
 Gradient all-reduce dtype, clipping, noise, accumulation and loss scaling are not the
-optimizer's here: tfdist's Keras 3 step applies them to the summed gradients
-(`tfdist.training.keras3.step`), so the optimizer only updates the variables.
+optimizer's: its `gradient_path` applies them in tfdist's Keras 3 step
+(`tfdist.training.keras3.step`), as in the tf-keras one, so the optimizer only updates the
+variables.
 """
 
 import re
@@ -13,6 +14,8 @@ import tensorflow as tf
 
 from tfdist.optim import lars
 from tfdist.optim import recipe as optim
+from tfdist.optim.gradient_path import GradientPath
+from tfdist.optim.gradient_path import GradientTransforms
 from tfdist.runtime.config import OptimizerConfig
 
 
@@ -74,10 +77,14 @@ class LARS(keras.optimizers.Optimizer):
                 "exclude": self.exclude, "epsilon": self.epsilon}
 
 
-def build_optimizer(config: OptimizerConfig, global_batch_size: int, steps_per_epoch: int,
-                    epochs: int) -> keras.optimizers.Optimizer:
-    """A fresh Keras 3 optimizer with `optim.learning_rate_schedule`'s rate per update (one
-    update per `grad_accum_steps` training steps). Call inside `strategy.scope()`."""
-    optimizer_class, options = optim.optimizer_class(config, keras.optimizers, LARS)
-    schedule = optim.update_schedule(config, global_batch_size, steps_per_epoch, epochs)
-    return optimizer_class(_Schedule(schedule), **options)
+def build_optimizer(config: OptimizerConfig, *, update_batch_size: int, updates_per_epoch: int,
+                    epochs: int, transforms: GradientTransforms) -> keras.optimizers.Optimizer:
+    """A fresh Keras 3 optimizer with `optim.learning_rate_schedule`'s rate per update,
+    carrying the gradient path of `transforms` as `gradient_path`, as
+    `tfdist.optim.recipe.build_optimizer` makes a tf-keras one. Call inside
+    `strategy.scope()`."""
+    optimizer_class, options = optim.optimizer_class_for(config, keras.optimizers, LARS)
+    schedule = optim.learning_rate_schedule(config, update_batch_size, updates_per_epoch, epochs)
+    optimizer = optimizer_class(_Schedule(schedule), **options)
+    optimizer.gradient_path = GradientPath(transforms)
+    return optimizer

@@ -4,28 +4,23 @@ Keras 3's `fit` on TensorFlow 2.21 (keras 3.15) fails under multi-worker mirrore
 (keras-team/keras#20585), does not support parameter server (keras-team/keras#18624), and under
 mirrored breaks with `steps_per_execution > 1` and gives NaN with mixed_float16 loss scaling.
 So tfdist runs the step itself, on the model's `compute_loss` and `compute_metrics` and the
-optimizer's `apply`. One training step:
-
-1. each replica: the forward pass, `compute_loss` (Keras divides it by the replicas), times the
-   loss scale under mixed_float16, and the gradients;
-2. in each replica, summed over the replicas in the all-reduce dtype, unscaled, clipped and
-   noised (`tfdist.optim.gradients`);
-3. the update: the optimizer's `apply` in each replica; with loss scaling or accumulation the
-   decision is taken once, in cross-replica context, as tf-keras' LossScaleOptimizer does (a
-   non-finite gradient skips the update and halves the scale; K micro-batches are averaged
-   into one update).
+optimizer's `apply`: in each replica the forward pass and `compute_loss` (Keras divides it by
+the replicas), then the gradient path of `tfdist.optim.gradient_path` that tf-keras models take
+too (loss scaling, the all-reduce, clipping, noise, accumulation), which hands the summed
+gradients to the optimizer's `apply`.
 
 Three Keras 3 internals are relied on, for the release `keras_flavour.KERAS3_CHECKED` names (the
 guard refuses others): `_symbolic_build` creates the metrics' and optimizer's variables before
-the first step, from the data's shapes; and `apply`'s own sum over the replicas is switched off
-on the optimizer tfdist trains with (`_skip_keras_all_reduce`), since step 2 has summed already;
+the first step, from the data's shapes; `apply`'s own sum over the replicas is switched off on
+the optimizer tfdist trains with (`_skip_keras_all_reduce`), since the path has summed already;
 and the update count and the metrics add atomically (`_add_atomically`).
 
 Under parameter server a ClusterCoordinator schedules `steps_per_execution` steps at a time on
-the workers. With `--model_dir`: a backup of the model, optimizer, loss scale and epochs done
-at the end of every epoch, in `backup/` (other workers write a temporary copy, since every
-worker must take part in saving), restored when a run restarts and deleted when it finishes;
-and each epoch's weights in `checkpoints/epoch-NNN` for the evaluator (`tfdist.training.keras3.evaluator`).
+the workers. With `--model_dir`: a backup of the model, optimizer, gradient path (loss scale,
+accumulators) and epochs done at the end of every epoch, in `backup/` (other workers write a
+temporary copy, since every worker must take part in saving), restored when a run restarts and
+deleted when it finishes; and each epoch's weights in `checkpoints/epoch-NNN` for the evaluator
+(`tfdist.training.keras3.evaluator`).
 """
 
 import os
@@ -38,22 +33,18 @@ import tensorflow as tf
 
 from tfdist import input_pipelines
 from tfdist.strategies import StrategyKind
-from tfdist.strategies import WireDtype
+from tfdist.optim.gradient_path import GradientPath
+from tfdist.training import data as training_data
 from tfdist.training import guards as fit_guards
-from tfdist.optim import gradients
+from tfdist.training import model as training_model
+from tfdist.training.data import Data
+from tfdist.training.data import DatasetFn
 from tfdist.training.keras3 import optim as keras3_optim
-from tfdist.optim import recipe as optim
-from tfdist.training import fit as training
 from tfdist.training.callbacks import EpochHistory
 from tfdist.training.callbacks import NoiseScaleLog
 from tfdist.training.callbacks import ThroughputTimer
-from tfdist.optim.noise_scale import NoiseScale
-from tfdist.runtime.config import Precision
 from tfdist.runtime.setup import Plan
 
-BACKUP_DIR = "backup"  # Under --model_dir, as tf-keras' backup.
-INITIAL_LOSS_SCALE = 2.0 ** 15
-LOSS_SCALE_GROWTH_STEPS = 2000  # Finite steps before the scale doubles.
 _ONE_COPY = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_WRITE,
              "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA}
 
@@ -75,53 +66,34 @@ def _add_atomically(variables) -> None:
             tf.cast(delta, variable.value.dtype))
 
 
-def build_model(plan: Plan, model, *, loss, metrics) -> keras.Model:
+def build_model(plan: Plan, model, *, data: Data, loss, metrics) -> keras.Model:
     """The Keras 3 model to train: `model` (built in `plan.strategy.scope()`) or what the
     function `model` returns when called there; compiled with tfdist's optimizer recipe,
-    `loss` and `metrics` unless it is compiled already."""
+    `loss` and `metrics` unless it is compiled already. (Device preprocessing of `data`'s
+    images runs in tfdist's step, so the model takes them as it is.)"""
+    del data
     config = plan.config
-    with training.strategy_scope(plan):
-        model = training.checked_model(plan, model)
+    with training_model.strategy_scope(plan):
+        model = training_model.checked_model(plan, model)
         if not model.compiled:
-            training.check_compile_arguments(keras, loss, metrics)
+            training_model.check_compile_arguments(keras, loss, metrics)
             model.compile(optimizer=keras3_optim.build_optimizer(
-                config.optimizer, plan.global_batch_size, plan.steps_per_epoch,
-                config.train.epochs), loss=loss, metrics=metrics)
+                config.optimizer, update_batch_size=plan.update_batch_size,
+                updates_per_epoch=plan.updates_per_epoch, epochs=config.train.epochs,
+                transforms=training_model.gradient_transforms(plan)), loss=loss, metrics=metrics)
     return model
-
-
-class _LossScale:
-    """Dynamic loss scaling, as tf-keras' LossScaleOptimizer: starts at 2**15, halves on a
-    step with non-finite gradients (whose update is skipped), doubles after
-    `LOSS_SCALE_GROWTH_STEPS` finite steps in a row. Create in the strategy's scope."""
-
-    def __init__(self):
-        self.scale = tf.Variable(INITIAL_LOSS_SCALE, name="loss_scale", **_ONE_COPY)
-        self.finite_steps = tf.Variable(0, dtype=tf.int64, name="finite_steps", **_ONE_COPY)
-
-    def after_finite_step(self) -> None:
-        """Cross-replica context."""
-        grow = self.finite_steps + 1 >= LOSS_SCALE_GROWTH_STEPS
-        self.scale.assign(tf.where(grow, self.scale * 2.0, self.scale))
-        self.finite_steps.assign(tf.where(grow, tf.constant(0, tf.int64),
-                                          self.finite_steps + 1))
-
-    def after_non_finite_step(self) -> None:
-        """Cross-replica context."""
-        self.scale.assign(tf.maximum(self.scale / 2.0, 1.0))
-        self.finite_steps.assign(0)
 
 
 class _Steps:
     """The distributed training and evaluation steps of one compiled Keras 3 model."""
 
     def __init__(self, plan: Plan, model: keras.Model, element_spec):
-        config = plan.config
         self.strategy, self.model = plan.strategy, model
         self.optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
-        self.transforms = optim.gradient_transforms(
-            config.optimizer, config.strategy.allreduce_dtype, config.train.seed,
-            global_batch_size=plan.global_batch_size)
+        # tfdist's optimizer carries its path; a model compiled with the user's own optimizer
+        # gets the run's.
+        self.path = getattr(self.optimizer, "gradient_path", None) or \
+            GradientPath(training_model.gradient_transforms(plan))
         self.preprocess_dtype = plan.placement.compute_dtype \
             if plan.placement is not None and plan.placement.on_device else None
         with self.strategy.scope():
@@ -129,23 +101,11 @@ class _Steps:
             model._symbolic_build(data_batch=self._model_spec(element_spec))
             self.optimizer.build(model.trainable_variables)
             self.loss_metric = keras.metrics.Mean(name="loss")
-            self.loss_scale = _LossScale() \
-                if config.train.mixed_precision is Precision.MIXED_FLOAT16 else None
-            self.micro_batches = tf.Variable(0, dtype=tf.int64, name="micro_batches",
-                                             **_ONE_COPY)
-            self.accumulators = [self._accumulator(variable)
-                                 for variable in model.trainable_variables] \
-                if self.transforms.accum_steps > 1 else []
-            self.noise_scale = NoiseScale() if self.transforms.noise_scale_batch else None
+            self.path.build([variable.value for variable in model.trainable_variables])
         _skip_keras_all_reduce(self.optimizer)
         # pylint: disable-next=protected-access
         _add_atomically([self.optimizer._iterations, *model.metrics_variables,
                          *self.loss_metric.variables])
-
-    def _accumulator(self, variable) -> tf.Variable:
-        with self.strategy.extended.colocate_vars_with(variable.value):
-            return tf.Variable(tf.zeros(variable.shape, variable.dtype), name="accumulated_mean",
-                               **_ONE_COPY)
 
     def _model_spec(self, element_spec):
         """The batches' spec as the model sees them (float images with device
@@ -176,103 +136,15 @@ class _Steps:
         return loss
 
     def train_replica(self, data) -> None:
-        """One training step on this replica's batch (replica context)."""
+        """One training step on this replica's batch (replica context): the forward pass, then
+        the gradient path, which hands the summed gradients to the optimizer's `apply`."""
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            loss = self._forward(data, training=True)
-            if self.loss_scale is not None:
-                loss = loss * tf.cast(self.loss_scale.scale, loss.dtype)
-        grads = self._summed(tape.gradient(loss, variables))
-        if self.loss_scale is None and self.transforms.accum_steps == 1:
-            self.optimizer.apply(grads, variables)
-            return
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(grad)))
-                                for grad in grads if grad is not None])
-        tf.distribute.get_replica_context().merge_call(self._update, args=(grads, finite))
-
-    def _summed(self, grads: list) -> list:
-        """Step 2: the gradients summed over the replicas, unscaled, clipped and noised."""
-        present = [index for index, grad in enumerate(grads) if grad is not None]
-        values = local = [grads[index] for index in present]
-        if self.transforms.wire_dtype is WireDtype.FLOAT32:
-            values = tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, values)
-        else:
-            values = gradients.all_reduce(tf.as_dtype(self.transforms.wire_dtype.value),
-                                          [tf.convert_to_tensor(value) for value in values])
-        if self.loss_scale is not None:
-            values = self._unscaled(values)
-        if self.noise_scale is not None:
-            local = self._unscaled(local) if self.loss_scale is not None else local
-            self._measure_noise_scale(local, values, present)
-        if self.transforms.clip_norm:
-            values, _ = tf.clip_by_global_norm(values, self.transforms.clip_norm)
-        if self.transforms.noise_eta:
-            draw = self.micro_batches if self.transforms.accum_steps > 1 else \
-                self.optimizer.iterations
-            values = gradients.add_noise(values, self.transforms,
-                                         updates=self.optimizer.iterations, draw=draw)
-        summed = list(grads)
-        for index, value in zip(present, values):
-            summed[index] = value
-        return summed
-
-    def _unscaled(self, values: list) -> list:
-        return [value / tf.cast(self.loss_scale.scale, value.dtype) for value in values]
-
-    def _measure_noise_scale(self, local: list, summed: list, present: list[int]) -> None:
-        """As `tfdist.optim.gradients` measures it for tf-keras optimizers (replica context)."""
-        local = [tf.convert_to_tensor(value) for value in local]
-        batch = self.transforms.noise_scale_batch
-        if self.strategy.num_replicas_in_sync > 1:
-            self.noise_scale.observe_replicas(local, summed, global_batch=batch)
-            return
-        steps = self.transforms.accum_steps
-        self.noise_scale.observe_micro_batch(
-            summed, [self.accumulators[index] for index in present],
-            last=(self.micro_batches + 1) % steps == 0, global_batch=batch, accum_steps=steps)
-
-    def _update(self, strategy: tf.distribute.Strategy, grads: list, finite) -> None:
-        """Step 3 with loss scaling or accumulation (cross-replica context)."""
-        finite = tf.reduce_all(strategy.experimental_local_results(finite))
-
-        def on_finite():
-            self._accumulate_or_apply(strategy, grads)
-            if self.loss_scale is not None:
-                self.loss_scale.after_finite_step()
-            return tf.constant(True)
-
-        def on_non_finite():
-            self.loss_scale.after_non_finite_step()
-            return tf.constant(False)
-
-        if self.loss_scale is None:
-            on_finite()
-        else:
-            tf.cond(finite, on_finite, on_non_finite)
-
-    def _accumulate_or_apply(self, strategy: tf.distribute.Strategy, grads: list) -> None:
-        variables = self.model.trainable_variables
-        steps = self.transforms.accum_steps
-        if steps == 1:
-            strategy.extended.call_for_each_replica(self.optimizer.apply,
-                                                    args=(grads, variables))
-            return
-        for grad, accumulator in zip(grads, self.accumulators):
-            if grad is not None:
-                strategy.extended.update(
-                    accumulator, lambda total, grad: total.assign_add(grad / steps),
-                    args=(grad,), group=False)
-        micro_batches = self.micro_batches.assign_add(1)
-
-        def apply():
-            strategy.extended.call_for_each_replica(
-                self.optimizer.apply, args=(list(self.accumulators), variables))
-            for accumulator in self.accumulators:
-                accumulator.assign(tf.zeros_like(accumulator))
-            return tf.constant(True)
-
-        tf.cond(micro_batches % steps == 0, apply, lambda: tf.constant(False))
+            loss = self.path.scale_loss(self._forward(data, training=True))
+        grads = self.path.reduce(tape.gradient(loss, variables),
+                                 updates=self.optimizer.iterations)
+        self.path.apply(grads, lambda reduced: self.optimizer.apply(reduced, variables),
+                        updates=self.optimizer.iterations)
 
     def evaluate_replica(self, data) -> None:
         """One evaluation step on this replica's batch: updates the loss and metrics."""
@@ -321,7 +193,7 @@ class _Runner:
 
         self._train, self._evaluate = train, evaluate
 
-    def dataset(self, dataset_fn: training.DatasetFn):
+    def dataset(self, dataset_fn: DatasetFn):
         """The distributed dataset of `dataset_fn`: per worker under parameter server."""
         def noting_spec(context: tf.distribute.InputContext) -> tf.data.Dataset:
             dataset = dataset_fn(context)
@@ -365,33 +237,24 @@ class _Checkpoints:
 
     def __init__(self, plan: Plan, steps: _Steps):
         self.plan = plan
-        self.model_dir = plan.config.train.model_dir
+        self.model_dir = plan.model_dir
         with plan.strategy.scope():
             self.epochs_done = tf.Variable(0, dtype=tf.int64, name="epochs_done", **_ONE_COPY)
-        state = {"model": steps.model, "optimizer": steps.optimizer,
-                 "epochs_done": self.epochs_done}
-        if steps.loss_scale is not None:
-            state.update(loss_scale=steps.loss_scale.scale,
-                         finite_steps=steps.loss_scale.finite_steps)
-        if steps.accumulators:
-            state.update(micro_batches=steps.micro_batches,
-                         accumulators=list(steps.accumulators))
-        self._backup = tf.train.Checkpoint(**state)
+        self._backup = tf.train.Checkpoint(model=steps.model, optimizer=steps.optimizer,
+                                           gradient_path=steps.path,
+                                           epochs_done=self.epochs_done)
         self._weights = tf.train.Checkpoint(model=steps.model)
 
-    def _directory(self, name: str) -> str:
-        """`name` under --model_dir for the task that writes results; a temporary directory
-        beside it for the other workers."""
-        directory = os.path.join(self.model_dir, name)
-        if self.plan.writes_results:
-            return directory
-        return f"{directory}-{self.plan.task.replace(':', '-')}.tmp"
+    def _directory(self, path: str) -> str:
+        """`path` under --model_dir for the task that writes results; a scratch copy for the
+        other workers."""
+        return path if self.plan.writes_results else self.model_dir.scratch(path, self.plan.task)
 
     def restore(self) -> int:
         """Restores the backup an earlier run left, if any; returns the epochs it had done."""
-        if not self.model_dir:
+        if self.model_dir is None:
             return 0
-        latest = tf.train.latest_checkpoint(os.path.join(self.model_dir, BACKUP_DIR))
+        latest = tf.train.latest_checkpoint(self.model_dir.backup)
         if latest:
             self._backup.restore(latest).assert_existing_objects_matched()
         return int(self.epochs_done.numpy())
@@ -399,34 +262,51 @@ class _Checkpoints:
     def save(self, epochs_done: int) -> None:
         """Backs up after `epochs_done` epochs and keeps that epoch's weights (every worker
         calls it; only the results writer's copy stays)."""
-        if not self.model_dir:
+        if self.model_dir is None:
             return
         self.epochs_done.assign(epochs_done)
-        backup = tf.train.CheckpointManager(self._backup, self._directory(BACKUP_DIR),
+        backup = tf.train.CheckpointManager(self._backup, self._directory(self.model_dir.backup),
                                             max_to_keep=1)
         backup.save(checkpoint_number=epochs_done)
-        weights = self._directory(training.CHECKPOINTS_DIR)
+        weights = self._directory(self.model_dir.checkpoints)
         self._weights.write(os.path.join(
-            weights, f"{training.CHECKPOINT_PREFIX}{epochs_done:03d}"))
+            weights, os.path.basename(self.model_dir.checkpoint(epochs_done))))
         if not self.plan.writes_results:
             shutil.rmtree(backup.directory, ignore_errors=True)
             shutil.rmtree(weights, ignore_errors=True)
 
     def finished(self) -> None:
         """The run is complete: a restart starts afresh (as tf-keras' BackupAndRestore)."""
-        if self.model_dir and self.plan.writes_results:
-            shutil.rmtree(os.path.join(self.model_dir, BACKUP_DIR), ignore_errors=True)
+        if self.model_dir is not None and self.plan.writes_results:
+            shutil.rmtree(self.model_dir.backup, ignore_errors=True)
 
 
-def fit(plan: Plan, model: keras.Model, train_fn: training.DatasetFn, validation: tuple | None, *,
-        options: tf.distribute.InputOptions, history_path: str | None,
-        callbacks: Sequence[keras.callbacks.Callback] = ()) -> dict:
+def train(plan: Plan, model, train_data: Data, validation_data: Data | None,
+          validation_steps: int | None, *, loss, metrics,
+          callbacks: Sequence[keras.callbacks.Callback]) -> tuple[keras.Model, dict]:
+    """(the model, the summary's training part) for a Keras 3 model: built as `build_model`
+    says and trained by tfdist's own loop, as `tfdist.fit` trains tf-keras models."""
+    model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
+    validation = None
+    if validation_data is not None:
+        validation = (training_data.dataset_fn(plan, validation_data, "validation",
+                                               training=False),
+                      training_data.validation_steps(plan, validation_data, validation_steps))
+    with fit_guards.explained(model.name,
+                              lambda error: training_data.explain(train_data, error)):
+        trained = _train_loop(plan, model, training_data.dataset_fn(
+            plan, train_data, "train", training=True), validation, callbacks=callbacks)
+    return model, trained
+
+
+def _train_loop(plan: Plan, model: keras.Model, train_fn: DatasetFn, validation: tuple | None,
+                *, callbacks: Sequence[keras.callbacks.Callback]) -> dict:
     """Trains the compiled Keras 3 `model` on `train_fn`'s data, validating each epoch on
-    `validation` ((dataset function, steps) or None); returns the summary's training part,
-    as `tfdist.fit` does for tf-keras models. `callbacks` see the train's, epochs' and
-    `steps_per_execution` batches' beginnings and ends."""
+    `validation` ((dataset function, steps) or None); returns the summary's training part.
+    `callbacks` see the train's, epochs' and `steps_per_execution` batches' beginnings and
+    ends."""
     config = plan.config
-    runner = _Runner(plan, options)
+    runner = _Runner(plan, training_data.input_options(plan))
     train_batches = fit_guards.BatchCounts(train_fn)
     train_iterator = iter(runner.dataset(train_batches))
     fit_guards.require_enough(train_batches, steps_per_epoch=plan.steps_per_epoch,
@@ -437,12 +317,13 @@ def fit(plan: Plan, model: keras.Model, train_fn: training.DatasetFn, validation
     checkpoints = _Checkpoints(plan, steps)
     timer = ThroughputTimer(global_batch_size=plan.global_batch_size,
                             steps_per_epoch=plan.steps_per_epoch)
-    history = EpochHistory(history_path, writes=plan.writes_results)
-    finite_loss = training.finite_loss(plan)
+    history = EpochHistory(plan.model_dir and plan.model_dir.history_json,
+                           writes=plan.writes_results)
+    finite_loss = fit_guards.finite_loss(plan)
     finite_loss.set_model(model)
-    update_batch = plan.global_batch_size * config.optimizer.grad_accum_steps
-    noise_logs = [NoiseScaleLog(steps.noise_scale.result, global_batch_size=update_batch)] \
-        if steps.noise_scale else []
+    noise_logs = [NoiseScaleLog(steps.path.noise_scale_so_far,
+                                global_batch_size=plan.update_batch_size)] \
+        if steps.path.transforms.noise_scale_batch else []
     user_callbacks = keras.callbacks.CallbackList(list(callbacks), model=model)
     user_callbacks.on_train_begin()
     for epoch in range(checkpoints.restore(), config.train.epochs):

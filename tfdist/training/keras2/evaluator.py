@@ -1,10 +1,11 @@
-"""The `evaluator` task (`tfdist.fit` on it): evaluates each new checkpoint the chief writes.
+"""The `evaluator` task for tf-keras models (`tfdist.fit` on it): evaluates each new checkpoint
+the chief writes.
 
 tf-keras' `SidecarEvaluator` loads every new checkpoint in `--model_dir`/checkpoints and
 evaluates it on the whole validation split, on this task alone (no strategy). It stops after
 the last epoch's checkpoint, or when the chief has finished (or died) and no new checkpoint
 comes. Each result is printed and recorded in `--model_dir`/evaluations.json; TensorBoard logs
-go to `--model_dir`/logs/evaluator.
+go to `--model_dir`/logs/evaluator (`tfdist.runtime.model_dir`).
 """
 
 import os
@@ -13,12 +14,11 @@ import sys
 import tensorflow as tf
 import tf_keras
 
-from tfdist.training import summary as run_summary
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import chief_address
 from tfdist.runtime.config import RunConfig
-
-EVALUATIONS_JSON = "evaluations.json"
+from tfdist.runtime.model_dir import ModelDir
+from tfdist.training import summary as run_summary
 
 
 class _Evaluator(tf_keras.utils.SidecarEvaluator):
@@ -54,21 +54,18 @@ class _Record(tf_keras.callbacks.Callback):
 
 
 def evaluate_checkpoints(config: RunConfig, model: tf_keras.Model, data: tf.data.Dataset, *,
-                         steps: int | None, checkpoint_dir: str) -> dict[str, dict[str, float]]:
-    """Evaluates `model` (compiled) on `data` with each new checkpoint in `checkpoint_dir`
-    until the last epoch's; returns the results by checkpoint.
-
-    `config.train.model_dir` is set (`tfdist.setup` checks it for the evaluator task).
-    """
-    model_dir = config.train.model_dir
+                         steps: int | None, model_dir: ModelDir) -> dict[str, dict[str, float]]:
+    """Evaluates `model` (compiled) on `data` with each new checkpoint the chief writes under
+    `model_dir` until the last epoch's; returns the results by checkpoint (`tfdist.setup`
+    requires a model dir for the evaluator task)."""
     chief = chief_address(config.cluster)
-    print(f"tfdist: evaluator evaluating each new checkpoint in {checkpoint_dir} until epoch "
-          f"{config.train.epochs} or until the chief at {chief} finishes", file=sys.stderr,
-          flush=True)
-    record = _Record(checkpoint_dir, os.path.join(model_dir, EVALUATIONS_JSON))
-    _Evaluator(model, data, checkpoint_dir, steps=steps, max_evaluations=config.train.epochs,
-               callbacks=[record, tf_keras.callbacks.TensorBoard(
-                   os.path.join(model_dir, "logs", "evaluator"))],
+    print(f"tfdist: evaluator evaluating each new checkpoint in {model_dir.checkpoints} until "
+          f"epoch {config.train.epochs} or until the chief at {chief} finishes",
+          file=sys.stderr, flush=True)
+    record = _Record(model_dir.checkpoints, model_dir.evaluations_json)
+    _Evaluator(model, data, model_dir.checkpoints, steps=steps,
+               max_evaluations=config.train.epochs,
+               callbacks=[record, tf_keras.callbacks.TensorBoard(model_dir.logs("evaluator"))],
                watch=ChiefWatch(chief).start()).start()
     print(f"tfdist: evaluator done after {len(record.results)} evaluation(s)", flush=True)
     return record.results

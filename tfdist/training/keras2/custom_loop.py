@@ -1,34 +1,32 @@
 """`CustomLoop`: what a hand-written `strategy.run` training loop needs from tfdist, in the
 spirit of Orbit's StandardTrainer: the model and tfdist's optimizer built in the strategy's
 scope, distributed input from a dataset function, a loss scaled by the global batch, the
-gradient transforms of `tfdist.optim.gradients` (all-reduce dtype, clipping, noise, accumulation)
-and mixed-precision loss scaling in `minimize`, and checkpoints that resume.
+gradient path of `tfdist.optim.gradient_path` (loss scaling, all-reduce dtype, clipping, noise,
+accumulation) in `minimize`, as `fit` trains, and checkpoints that resume.
 
 Runs tf-keras models under one_device, mirrored and multi_worker_mirrored; parameter server,
 and Keras 3 models (`--keras=3`), train through `tfdist.fit`.
 """
 
-import os
 import shutil
 from typing import Callable
 
 import tensorflow as tf
 import tf_keras
 
-from tfdist.strategies import StrategyKind
-from tfdist.strategies.config import check_int
-from tfdist.training import guards as fit_guards
-from tfdist.training.callbacks import unrestorable
 from tfdist.runtime.config import MAX_COUNT
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import Role
 from tfdist.runtime.setup import require_plan
-from tfdist.training.fit import checked_model
-from tfdist.training.fit import dataset_fn
-from tfdist.training.fit import tfdist_optimizer
-
-CHECKPOINTS_DIR = "loop_checkpoints"  # Under --model_dir.
+from tfdist.strategies import StrategyKind
+from tfdist.strategies.config import check_int
+from tfdist.training import guards as fit_guards
+from tfdist.training.callbacks import unrestorable
+from tfdist.training.data import dataset_fn
+from tfdist.training.keras2 import step
+from tfdist.training.keras2.fit import tfdist_optimizer
+from tfdist.training.model import checked_model
 
 
 class CustomLoop:
@@ -86,9 +84,13 @@ class CustomLoop:
                                           global_batch_size=self.plan.global_batch_size)
 
     def minimize(self, loss: tf.Tensor, tape: tf.GradientTape) -> None:
-        """Gradients of `loss` (recorded on `tape`) applied to the model's trainable variables
-        through the optimizer: all-reduce, transforms and loss scaling included."""
-        self.optimizer.minimize(loss, self.model.trainable_variables, tape=tape)
+        """Gradients of `loss` (recorded on `tape`) applied to the model's trainable variables:
+        through tfdist's gradient path (loss scaling, all-reduce, clipping, noise, accumulation;
+        `tfdist.optim.gradient_path`), as `fit` trains, or by your own optimizer's `minimize`."""
+        if getattr(self.optimizer, "gradient_path", None) is None:
+            self.optimizer.minimize(loss, self.model.trainable_variables, tape=tape)
+            return
+        step.minimize(self.optimizer, loss, tape, self.model.trainable_variables)
 
     def run(self, step_fn: Callable, dataset, steps: int) -> float:
         """Runs `step_fn(*batch)` on every replica for `steps` batches of `dataset` (one
@@ -113,14 +115,14 @@ class CustomLoop:
             raise fit_guards.ran_out("dataset") from None
 
     def _checkpoint_dir(self) -> str | None:
-        """Under `--model_dir` for the chief; a temporary copy for the other workers, since
+        """Under `--model_dir` for the chief; a scratch copy for the other workers, since
         every worker must take part in saving (TensorFlow's multi-worker guide)."""
-        model_dir = self.plan.config.train.model_dir
-        if not model_dir:
+        model_dir = self.plan.model_dir
+        if model_dir is None:
             return None
         if self.plan.writes_results:
-            return os.path.join(model_dir, CHECKPOINTS_DIR)
-        return os.path.join(model_dir, f"{CHECKPOINTS_DIR}-{self.plan.task.replace(':', '-')}")
+            return model_dir.loop_checkpoints
+        return model_dir.scratch(model_dir.loop_checkpoints, self.plan.task)
 
     def _manager_or_none(self) -> tf.train.CheckpointManager | None:
         directory = self._checkpoint_dir()
@@ -132,14 +134,13 @@ class CustomLoop:
         """Restores the latest checkpoint under `--model_dir`, if any; returns the number of
         epochs it had completed (0 without one), where the loop resumes."""
         manager = self._manager_or_none()
-        model_dir = self.plan.config.train.model_dir
-        latest = model_dir and tf.train.latest_checkpoint(os.path.join(model_dir,
-                                                                       CHECKPOINTS_DIR))
+        model_dir = self.plan.model_dir
+        latest = model_dir and tf.train.latest_checkpoint(model_dir.loop_checkpoints)
         if manager is not None and latest:
             try:
                 self._checkpoint.restore(latest)
             except (ValueError, tf.errors.OpError) as error:  # Another model's, or damaged.
-                raise unrestorable(model_dir, "the checkpoint a loop", manager.directory,
+                raise unrestorable(model_dir.root, "the checkpoint a loop", manager.directory,
                                    error) from None
         return int(self._epoch.numpy())
 

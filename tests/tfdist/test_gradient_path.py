@@ -1,4 +1,5 @@
-"""Gradient transforms after the all-reduce: wire dtype, clipping, noise, accumulation."""
+"""The gradient path, as tf-keras' step, Keras 3's and CustomLoop run it: the wire dtype,
+loss scaling, clipping, noise and accumulation, with a tf-keras optimizer applying the result."""
 
 import functools
 
@@ -7,17 +8,21 @@ import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
+from tfdist.optim.gradient_path import INITIAL_LOSS_SCALE
+from tfdist.optim.gradient_path import GradientPath
+from tfdist.optim.gradient_path import GradientTransforms
 from tfdist.strategies import WireDtype
-from tfdist.runtime import precision
-from tfdist.runtime.config import Precision
-from tfdist.optim.gradients import GradientTransforms
-from tfdist.optim.gradients import with_transforms
+from tfdist.training.keras2 import step
 
 _ONE_PLUS = 1.0 + 2.0**-10  # bfloat16 keeps 8 bits of mantissa: it rounds this to 1.0.
 
 
-def _sgd(transforms: GradientTransforms, **options) -> tf_keras.optimizers.Optimizer:
-    return with_transforms(tf_keras.optimizers.SGD, transforms)(1.0, **options)
+def _sgd(transforms: GradientTransforms, rate: float = 1.0,
+         **options) -> tf_keras.optimizers.Optimizer:
+    """SGD carrying the gradient path of `transforms`, as the optimizer recipe builds it."""
+    optimizer = tf_keras.optimizers.SGD(rate, **options)
+    optimizer.gradient_path = GradientPath(transforms)
+    return optimizer
 
 
 @functools.cache
@@ -36,29 +41,35 @@ class _Mirrored(tf.test.TestCase, parameterized.TestCase):
         return _mirrored()
 
     def _step_on_replicas(self, transforms: GradientTransforms, grad: list[float],
-                          mixed: Precision = Precision.FLOAT32) -> tf.Variable:
-        """One SGD step (rate 1) from 0 on 2 replicas whose gradients are `grad` and 2 x `grad`."""
+                          steps: int = 1) -> tf.Variable:
+        """`steps` SGD steps (rate 1) from 0 on 2 replicas whose gradients are `grad` and
+        2 x `grad`."""
         with self.strategy.scope():
             variable = tf.Variable(tf.zeros(len(grad)))
-            optimizer = precision.wrap_optimizer(_sgd(transforms), mixed)
+            optimizer = _sgd(transforms)
 
         @tf.function
-        def step():
+        def train():
             def replica_fn():
                 replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-                optimizer.apply_gradients(
-                    [(tf.constant(grad) * tf.cast(replica + 1, tf.float32), variable)])
+                step.apply_gradients(
+                    optimizer, [tf.constant(grad) * tf.cast(replica + 1, tf.float32)],
+                    [variable])
             self.strategy.run(replica_fn)
 
-        step()
+        for _ in range(steps):
+            train()
+        self.optimizer = optimizer
         return variable
 
 
 class WireDtypeTest(_Mirrored):
 
-    def _update(self, wire_dtype: WireDtype, mixed: Precision = Precision.FLOAT32):
-        variable = self._step_on_replicas(GradientTransforms(wire_dtype=wire_dtype),
-                                          [_ONE_PLUS, 3.0], mixed)
+    def _update(self, wire_dtype: WireDtype, *, loss_scaling: bool = False):
+        scale = INITIAL_LOSS_SCALE if loss_scaling else 1.0
+        variable = self._step_on_replicas(
+            GradientTransforms(wire_dtype=wire_dtype, loss_scaling=loss_scaling),
+            [_ONE_PLUS * scale, 3.0 * scale])
         return -variable.numpy()
 
     def test_float32_sums_exactly(self):
@@ -74,9 +85,32 @@ class WireDtypeTest(_Mirrored):
         self.assertNotEqual(expected, 3 * _ONE_PLUS)
         self.assertAllEqual(self._update(WireDtype.FLOAT16), [expected, 9.0])
 
-    def test_under_a_loss_scale_optimizer(self):
-        self.assertAllEqual(self._update(WireDtype.BFLOAT16, Precision.MIXED_FLOAT16),
-                            [3.0, 9.0])
+    def test_scaled_gradients_cross_the_wire_and_are_unscaled_after(self):
+        # Times 2**15, a power of two, bfloat16 rounds them as it rounds the unscaled ones.
+        self.assertAllEqual(self._update(WireDtype.BFLOAT16, loss_scaling=True), [3.0, 9.0])
+
+
+class LossScaleTest(_Mirrored):
+
+    def test_a_step_that_overflows_is_skipped_and_halves_the_scale(self):
+        variable = self._step_on_replicas(GradientTransforms(loss_scaling=True), [np.inf, 1.0])
+        path = self.optimizer.gradient_path
+        self.assertAllEqual(variable.numpy(), [0.0, 0.0])
+        self.assertEqual(float(path.loss_scale.numpy()), INITIAL_LOSS_SCALE / 2)
+        self.assertEqual(int(self.optimizer.iterations.numpy()), 1)  # Counted, as Keras does.
+
+    def test_finite_steps_update_and_count_towards_growth(self):
+        variable = self._step_on_replicas(GradientTransforms(loss_scaling=True),
+                                          [INITIAL_LOSS_SCALE, 0.0], steps=2)
+        self.assertAllEqual(-variable.numpy(), [6.0, 0.0])
+        self.assertEqual(int(self.optimizer.gradient_path.finite_steps.numpy()), 2)
+
+    def test_the_loss_is_scaled_before_backprop(self):
+        path = GradientPath(GradientTransforms(loss_scaling=True))
+        path.build([])
+        self.assertEqual(float(path.scale_loss(tf.constant(2.0))), 2.0 * INITIAL_LOSS_SCALE)
+        unscaled = GradientPath(GradientTransforms())
+        self.assertEqual(float(unscaled.scale_loss(tf.constant(2.0))), 2.0)
 
 
 class ClipAndNoiseTest(_Mirrored):
@@ -99,14 +133,36 @@ class ClipAndNoiseTest(_Mirrored):
         variable = tf.Variable(tf.zeros(size))
         optimizer.build([variable])
         optimizer.iterations.assign(updates_so_far)
-        optimizer.apply_gradients([(tf.zeros(size), variable)])
+        step.apply_gradients(optimizer, [tf.zeros(size)], [variable])
         expected_std = np.sqrt(eta / (1 + updates_so_far) ** gamma)
         self.assertAllClose(np.std(variable.numpy()), expected_std, rtol=0.01)
         self.assertAllClose(np.mean(variable.numpy()), 0.0, atol=0.01 * expected_std)
 
 
+class SparseGradientTest(_Mirrored):
+
+    def test_an_embeddings_gradient_stays_sparse_when_nothing_needs_every_value(self):
+        path = GradientPath(GradientTransforms(loss_scaling=True))
+        with self.strategy.scope():
+            path.build([])
+
+        @tf.function
+        def reduce():
+            def replica_fn():
+                sparse = tf.IndexedSlices(tf.ones((2, 3)) * INITIAL_LOSS_SCALE,
+                                          tf.constant([1, 4]), tf.constant([8, 3]))
+                return path.reduce([sparse], updates=tf.constant(0))
+            return self.strategy.run(replica_fn)
+
+        reduced = self.strategy.experimental_local_results(reduce())[0][0]
+        self.assertIsInstance(reduced, tf.IndexedSlices)
+        dense = tf.convert_to_tensor(reduced).numpy()
+        self.assertAllEqual(dense[[1, 4]], np.full((2, 3), 2.0))  # Summed, unscaled.
+
+
 class AccumulationTest(_Mirrored):
-    """K micro-batches, then one update with their mean: the same as one K-times larger batch."""
+    """K micro-batches, then one update with their mean: the same as one K-times larger batch,
+    through tf-keras' `fit` with tfdist's step."""
 
     def _fit(self, optimizer_class, options: dict, *, batch_size: int, accum_steps: int):
         features = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
@@ -114,8 +170,10 @@ class AccumulationTest(_Mirrored):
         with self.strategy.scope():
             tf_keras.utils.set_random_seed(1)
             model = tf_keras.Sequential([tf_keras.Input((3,)), tf_keras.layers.Dense(1)])
-            transforms = GradientTransforms(accum_steps=accum_steps)
-            model.compile(with_transforms(optimizer_class, transforms)(0.1, **options), "mse")
+            optimizer = optimizer_class(0.1, **options)
+            optimizer.gradient_path = GradientPath(GradientTransforms(accum_steps=accum_steps))
+            model.compile(optimizer, "mse")
+            step.install(model, optimizer)
         model.fit(features, targets, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
         return model.get_weights(), int(model.optimizer.iterations.numpy())
 

@@ -1,0 +1,171 @@
+"""tf-keras models (`--keras=2`, the default): built or checked in the strategy's scope, compiled
+with tfdist's optimizer recipe and step (`step`), and trained by Keras' own `fit` with tfdist's
+callbacks (throughput, divergence, the noise scale, history, backup and restore, per-epoch
+checkpoints, TensorBoard), on datasets distributed as each strategy takes them."""
+
+import re
+import sys
+from typing import Sequence
+
+import tensorflow as tf
+import tf_keras
+
+from tfdist import input_pipelines
+from tfdist.input_pipelines import InputConfig
+from tfdist.optim import gradient_path
+from tfdist.optim import recipe
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.setup import Plan
+from tfdist.strategies import StrategyKind
+from tfdist.training import data as training_data
+from tfdist.training import guards
+from tfdist.training import model as training_model
+from tfdist.training.callbacks import BackupAndRestore
+from tfdist.training.callbacks import EpochHistory
+from tfdist.training.callbacks import NoiseScaleLog
+from tfdist.training.callbacks import ThroughputTimer
+from tfdist.training.data import Data
+from tfdist.training.data import DatasetFn
+from tfdist.training.keras2 import step
+
+_SHARD_NAME = re.compile(r"(?P<name>.+)/part_(?P<part>[0-9]+)(:[0-9]+)?")
+
+
+def tfdist_optimizer(plan: Plan) -> tf_keras.optimizers.Optimizer:
+    """The tf-keras optimizer recipe of `plan.config.optimizer`, with its gradient path."""
+    return recipe.build_optimizer(
+        plan.config.optimizer, update_batch_size=plan.update_batch_size,
+        updates_per_epoch=plan.updates_per_epoch, epochs=plan.config.train.epochs,
+        transforms=training_model.gradient_transforms(plan))
+
+
+def _with_device_preprocessing(plan: Plan, model: tf_keras.Model,
+                               data: Data) -> tf_keras.Model:
+    """`model` behind an input of the dtype an image pipeline delivers: with preprocessing on
+    the device, uint8 images go through the preprocessing layer first (run in each replica's
+    step, on its device)."""
+    if not (isinstance(data, InputConfig) and plan.placement.on_device):
+        return model
+    images = tf_keras.Input(training_data.dataset_info(plan, data).image_shape, dtype="uint8",
+                            name="image")
+    return tf_keras.Model(images, model(input_pipelines.device_preprocessing()(images)),
+                          name=model.name)
+
+
+def _compile(plan: Plan, model: tf_keras.Model, loss, metrics) -> None:
+    """Compiles an uncompiled `model` with `loss`, `metrics`, tfdist's optimizer and step."""
+    if model.compiled_loss is not None:  # The user's own: Keras' step, loss scaling included.
+        return
+    training_model.check_compile_arguments(tf_keras, loss, metrics)
+    optimizer = tfdist_optimizer(plan)
+    model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
+                  steps_per_execution=plan.config.train.steps_per_execution)
+    step.install(model, optimizer)
+
+
+def build_model(plan: Plan, model, *, data: Data, loss=None, metrics=None) -> tf_keras.Model:
+    """The model `fit` trains: `model` (built in `plan.strategy.scope()`), or what the function
+    `model` returns when called there with no arguments; compiled as `fit` says."""
+    with training_model.strategy_scope(plan):
+        model = _with_device_preprocessing(plan, training_model.checked_model(plan, model),
+                                           data)
+        _compile(plan, model, loss, metrics)
+    _log_sharding(plan, model)
+    return model
+
+
+def _ps_task(device: str) -> str:
+    """"ps:1" from "/job:ps/replica:0/task:1/device:CPU:0"."""
+    fields = dict(part.split(":", 1) for part in device.split("/") if ":" in part)
+    return f"{fields.get('job', '?')}:{fields.get('task', '?')}"
+
+
+def _log_sharding(plan: Plan, model: tf_keras.Model) -> None:
+    """Under parameter server, says which ps task holds which rows of each sharded variable
+    (`--variable_partition`), one line per variable; Keras lists the shards as variables
+    named `<name>/part_<i>`."""
+    if plan.kind is not StrategyKind.PARAMETER_SERVER:
+        return
+    sharded: dict[str, list] = {}
+    for variable in model.variables:
+        match = _SHARD_NAME.fullmatch(variable.name)
+        if match:
+            sharded.setdefault(match["name"], []).append((int(match["part"]), variable))
+    for name, parts in sharded.items():
+        row, placed, size = 0, [], 0
+        for _, shard in sorted(parts, key=lambda part: part[0]):
+            placed.append(f"rows {row}-{row + shard.shape[0] - 1} on {_ps_task(shard.device)}")
+            row += shard.shape[0]
+            size += shard.shape.num_elements() * shard.dtype.size
+        print(f"tfdist: variable {name} {row}x{'x'.join(map(str, parts[0][1].shape[1:]))} "
+              f"({size / 2**20:.1f} MiB) in {len(parts)} shards: {', '.join(placed)}",
+              file=sys.stderr, flush=True)
+
+
+def _distribute(plan: Plan, dataset_fn: DatasetFn):
+    """Per-worker datasets: Keras' coordinator path under PS, else the strategy's own."""
+    if plan.kind is StrategyKind.PARAMETER_SERVER:
+        return tf_keras.utils.experimental.DatasetCreator(dataset_fn)
+    return plan.strategy.distribute_datasets_from_function(
+        dataset_fn, options=training_data.input_options(plan))
+
+
+def _output_callbacks(plan: Plan) -> list[tf_keras.callbacks.Callback]:
+    """Backup and restore, per-epoch checkpoints and TensorBoard logs under `--model_dir`;
+    tf-keras keeps non-chief copies temporary."""
+    model_dir, backup_every = plan.model_dir, plan.config.train.backup_every
+    if model_dir is None:
+        return []
+    return [
+        BackupAndRestore(model_dir.backup, save_freq="epoch" if backup_every == "epoch"
+                         else int(backup_every)),
+        tf_keras.callbacks.ModelCheckpoint(model_dir.checkpoint("{epoch:03d}"),
+                                           save_weights_only=True),
+        tf_keras.callbacks.TensorBoard(model_dir.logs()),
+    ]
+
+
+def _noise_scale_log(plan: Plan, model: tf_keras.Model) -> list[NoiseScaleLog]:
+    """The noise-scale log under `--measure_noise_scale`, once `model`'s optimizer measures."""
+    if not plan.config.optimizer.measure_noise_scale:
+        return []
+    if not gradient_path.measures_noise_scale(model.optimizer):
+        raise ConfigError(f"measure_noise_scale: model {model.name!r} came compiled with its own "
+                          "optimizer, which does not measure it; pass the model uncompiled "
+                          "(fit(..., loss=..., metrics=[...])) to train with tfdist's.")
+    return [NoiseScaleLog(lambda: gradient_path.gradient_noise_scale(model.optimizer),
+                          global_batch_size=plan.update_batch_size)]
+
+
+def train(plan: Plan, model, train_data: Data, validation_data: Data | None,
+          validation_steps: int | None, *, loss, metrics,
+          callbacks: Sequence[tf_keras.callbacks.Callback]) -> tuple[tf_keras.Model, dict]:
+    """(the model, the summary's training part): `model.fit` with tfdist's callbacks."""
+    model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
+    config = plan.config
+    timer = ThroughputTimer(global_batch_size=plan.global_batch_size,
+                            steps_per_epoch=plan.steps_per_epoch)
+    epochs = EpochHistory(plan.model_dir and plan.model_dir.history_json,
+                          writes=plan.writes_results)
+    train_batches = guards.BatchCounts(
+        training_data.dataset_fn(plan, train_data, "train", training=True))
+    train_set = _distribute(plan, train_batches)
+    guards.require_enough(train_batches, steps_per_epoch=plan.steps_per_epoch,
+                          epochs=config.train.epochs,
+                          new_iterator_each_epoch=isinstance(train_set, tf.data.Dataset))
+    validation = {}
+    if validation_data is not None:
+        validation = {"validation_data": _distribute(plan, training_data.dataset_fn(
+                          plan, validation_data, "validation", training=False)),
+                      "validation_steps": training_data.validation_steps(
+                          plan, validation_data, validation_steps)}
+    with guards.explained(model.name, lambda error: training_data.explain(train_data, error)):
+        model.fit(train_set, epochs=config.train.epochs, steps_per_epoch=plan.steps_per_epoch,
+                  callbacks=[timer, guards.finite_loss(plan), *_noise_scale_log(plan, model),
+                             epochs, *callbacks, *_output_callbacks(plan)],
+                  verbose=2, **validation)
+    history = epochs.history()
+    return model, {"final": {name: values[-1] for name, values in history.items()},
+                   "history": history, "examples_per_sec": timer.examples_per_sec(),
+                   "epoch_train_s": timer.epoch_train_s,
+                   "resumed_from_epoch": epochs.resumed_from_epoch}
