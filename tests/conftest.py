@@ -1,8 +1,14 @@
-"""Test-session setup: tf-keras, and the host CPU split into 2 logical devices before any op.
+"""Test-session setup: tf-keras, and the host CPU split into 2 logical devices before any op;
+and the rule that only tests marked `multiprocess` start processes.
 
 In-process tests that need 2 replicas use "/cpu:0" and "/cpu:1"; tests that change process-wide
-TensorFlow state (collectives, remote clusters) run in subprocesses instead.
+TensorFlow state (collectives, remote clusters) run in subprocesses instead, marked
+`multiprocess`, so that `pytest -m "not multiprocess"` starts none.
 """
+
+import _posixsubprocess
+import os
+import subprocess
 
 import pytest
 
@@ -17,6 +23,31 @@ def pytest_sessionstart(session):  # pylint: disable=unused-argument
     import_tensorflow(show_logs=False)
     strategies.configure_local_devices(
         strategies.StrategyConfig(num_cpu_devices=NUM_TEST_CPU_DEVICES))
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_where_marked(request, monkeypatch):
+    """Fails a test that starts a process without the `multiprocess` marker (the start is
+    refused; the test fails at its end even if the code under test caught the refusal)."""
+    if request.node.get_closest_marker("multiprocess") is not None:
+        yield
+        return
+    started = []
+
+    def refuse(*args, **kwargs):
+        del args, kwargs
+        started.append(True)
+        raise OSError(f"{request.node.nodeid} starts a process: mark it multiprocess")
+
+    # subprocess (its own binding) and multiprocessing's spawn go through fork_exec.
+    for module, name in ((subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"),
+                         (os, "fork"), (os, "posix_spawn"), (os, "posix_spawnp"),
+                         (os, "system")):
+        monkeypatch.setattr(module, name, refuse)
+    yield
+    if started:
+        pytest.fail(f"{request.node.nodeid} starts a process without the multiprocess marker; "
+                    "add @pytest.mark.multiprocess", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -60,6 +60,7 @@ class LargeBatchExperimentTest(unittest.TestCase):
         self.assertEqual(experiment._last_noise_scale({}), "-")
 
 
+@pytest.mark.multiprocess
 class PlanPublishedTest(unittest.TestCase):
 
     def test_the_model_lands_within_10_points_of_three_published_runs(self):
@@ -73,6 +74,7 @@ class PlanPublishedTest(unittest.TestCase):
                 self.assertEqual(abs(predicted - run["efficiency"]) <= 0.10, within, predicted)
 
 
+@pytest.mark.multiprocess
 class GpuCheckTest(unittest.TestCase):
 
     def test_without_a_gpu_it_says_so_runs_doctor_and_exits_0(self):
@@ -93,6 +95,7 @@ if __name__ == "__main__":
     unittest.main()
 
 
+@pytest.mark.multiprocess
 def test_benchmark_input_reports_medians_with_spreads_and_a_trace(small_shapes_data_dir,
                                                                    tmp_path):
     json_path = tmp_path / "input.json"
@@ -112,6 +115,7 @@ def test_benchmark_input_reports_medians_with_spreads_and_a_trace(small_shapes_d
     assert {"TFRecord", "ParseExampleV2", "XLA"} <= set(figures["trace"]["stage_us_per_example"])
 
 
+@pytest.mark.multiprocess
 def test_benchmark_input_refuses_zero_rounds():
     result = subprocess.run([sys.executable, os.path.join(_SCRIPTS, "benchmark_input.py"),
                              "--rounds=0"], capture_output=True, text=True, timeout=120,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from unittest import mock
 
+import pytest
 from absl.testing import absltest
 from absl.testing import parameterized
 
@@ -386,6 +387,7 @@ class MakeClusterTest(absltest.TestCase):
 class ModuleTest(absltest.TestCase):
     """The module stays importable without TensorFlow."""
 
+    @pytest.mark.multiprocess
     def test_does_not_import_tensorflow(self):
         # Imported alone, so the test does not depend on what the `strategies` package imports.
         code = ("import sys\n"

@@ -3,6 +3,13 @@ isolation, probes of a cluster's tasks, the chief's liveness, the multi-worker j
 cluster manifests (TFJob, Slurm) and the cost model of `tfdist plan`. Pure Python except where a
 module says otherwise; the ground floor of tfdist's core (it imports only `tfdist.strategies`)."""
 
+import sys
+
+# The interpreter that runs the processes tfdist starts itself (tasks of its own commands, the
+# join deadline, network namespaces' holders, benchmark configurations): without the working
+# directory on sys.path (`-P`, Python 3.11+), so that no module there shadows one of tfdist's.
+PYTHON = (sys.executable, "-P") if sys.version_info >= (3, 11) else (sys.executable,)
+
 
 class ClusterError(ValueError):
     """A launch or manifest that cannot be made as asked; the message is one line: input, value,

@@ -18,6 +18,8 @@ import subprocess
 import sys
 from typing import Iterator, Sequence
 
+from tfdist.cluster import PYTHON
+
 _CHILD_EXIT_WAIT_S = 5.0
 
 
@@ -28,7 +30,7 @@ def deadline(timeout_s: float, message: str, peers: Sequence[str] = ()) -> Itera
     `peers` ("host:port") that do not answer at the deadline are listed after the message.
     """
     child = subprocess.Popen(  # pylint: disable=consider-using-with
-        [sys.executable, "-m", "tfdist.cluster.join_deadline", str(os.getpid()), str(timeout_s), message,
+        [*PYTHON, "-m", "tfdist.cluster.join_deadline", str(os.getpid()), str(timeout_s), message,
          *peers], stdin=subprocess.PIPE)
     try:
         yield

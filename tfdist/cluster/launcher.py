@@ -35,6 +35,7 @@ import portpicker
 
 from tfdist import strategies
 from tfdist.cluster import LaunchError
+from tfdist.cluster import PYTHON
 from tfdist.cluster import capacity
 from tfdist.cluster import network
 from tfdist.cluster.network import Network
@@ -114,7 +115,7 @@ def resolve_command(command: tuple[str, ...],
       LaunchError: the program is neither a tfdist command nor an executable file or on PATH.
     """
     if _is_tfdist(command, tfdist_commands):
-        return [sys.executable, "-m", "tfdist", *command]
+        return [*PYTHON, "-m", "tfdist", *command]
     program = command[0]
     found = shutil.which(program)
     if found is None:

@@ -9,8 +9,8 @@ been seen and then misses `GONE_AFTER_MISSES` probes in a row. Tasks that outliv
 import threading
 import time
 
-from tfdist.strategies import ClusterConfig
 from tfdist.cluster.probe import answers
+from tfdist.strategies import ClusterConfig
 
 PROBE_EVERY_S = 2.0
 GONE_AFTER_MISSES = 3

@@ -21,6 +21,7 @@ import subprocess
 import sys
 
 from tfdist.cluster import LaunchError
+from tfdist.cluster import PYTHON
 
 # Linux ioctls on an interface's flags (<linux/sockios.h>, <net/if.h>).
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
@@ -126,7 +127,7 @@ def open_namespace() -> Namespace:
     reasons = []
     for make, enter in _NAMESPACE_KINDS:
         holder = subprocess.Popen(  # pylint: disable=consider-using-with
-            [unshare, *make, "--", sys.executable, "-c", _HOLDER], stdin=subprocess.PIPE,
+            [unshare, *make, "--", *PYTHON, "-c", _HOLDER], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         namespace = Namespace(holder, (nsenter, f"--target={holder.pid}", *enter, "--"))
         why = _wait_ready(holder) or _check_entered(namespace)
@@ -162,7 +163,7 @@ def _wait_ready(holder: subprocess.Popen) -> str:
 def _check_entered(namespace: Namespace) -> str:
     """"" when a process started through `namespace.enter` sees loopback alone; else why not."""
     try:
-        check = subprocess.run([*namespace.enter, sys.executable, "-c", _LIST_INTERFACES],
+        check = subprocess.run([*namespace.enter, *PYTHON, "-c", _LIST_INTERFACES],
                                capture_output=True, text=True, timeout=_WAIT_S,
                                check=False)
     except subprocess.TimeoutExpired:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from typing import Sequence
 
+from tfdist.cluster import PYTHON
 from tfdist.runtime.config import ConfigError
 
 CHILD_MODULE = "tfdist.commands.benchmark.child"
@@ -34,7 +35,7 @@ class _Child:
         self.train_args = spec["train_args"]
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self._process = subprocess.Popen(
-            [sys.executable, "-m", CHILD_MODULE, json.dumps(spec)],
+            [*PYTHON, "-m", CHILD_MODULE, json.dumps(spec)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
             env=env)
 

@@ -1,0 +1,584 @@
+"""`tfdist launch` with real processes on 127.0.0.1: output, logs, restarts, timeouts, errors,
+limits, and which network the tasks' ports are open on.
+
+The supervision and network tests launch small Python programs (no TensorFlow), so they take
+seconds; the cluster tests run `tfdist train` under multi-worker mirrored and parameter server.
+"""
+
+import contextlib
+import io
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import unittest
+from unittest import mock
+
+import portpicker
+import pytest
+from absl.testing import parameterized
+
+from tfdist import strategies
+from tests.tfdist.cli_runner import assert_one_line_error
+from tests.tfdist.cli_runner import run_tfdist
+from tfdist.cluster import PYTHON
+from tfdist.commands import cli
+from tfdist.cluster import launcher as launch
+from tfdist.cluster import network
+
+# Prints its task from TF_CONFIG; fails on the first run of worker 1 (a marker file records it).
+_FLAKY_TASK = textwrap.dedent("""
+    import json, os, sys
+    task = json.loads(os.environ["TF_CONFIG"])["task"]
+    print("task", task["type"], task["index"], "keras", os.environ.get("TF_USE_LEGACY_KERAS"))
+    marker = os.path.join(sys.argv[1], "failed-once")
+    if task["index"] == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        sys.exit(3)
+""")
+
+
+class _Scratch:
+
+    @pytest.fixture(autouse=True)
+    def _scratch(self, tmp_path):
+        self.dir = str(tmp_path)
+
+    def script(self, text: str) -> str:
+        path = os.path.join(self.dir, "task.py")
+        with open(path, "w", encoding="utf-8") as script_file:
+            script_file.write(text)
+        return path
+
+
+@pytest.mark.multiprocess
+class SupervisionTest(_Scratch, unittest.TestCase):
+    """Each case runs a launcher and its tasks as processes (small Python programs)."""
+
+    def test_prefixes_output_writes_logs_and_sets_tf_config(self):
+        script = self.script(_FLAKY_TASK.replace('task["index"] == 1', "False"))
+        logs = os.path.join(self.dir, "logs")
+        result = run_tfdist("launch", "--num_workers=2", f"--log_dir={logs}", "--",
+                            sys.executable, script, self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout, r"tfdist launch: started worker:1 pid=\d+")
+        self.assertIn("[worker:0] task worker 0 keras 1", result.stdout)
+        self.assertIn("[worker:1] task worker 1 keras 1", result.stdout)
+        self.assertRegex(result.stdout.splitlines()[-1],
+                         r"^tfdist launch: job done: 2 task\(s\) exited 0 in \d+\.\d s$")
+        with open(os.path.join(logs, "worker-1.log"), encoding="utf-8") as log:
+            self.assertEqual(log.read(), "task worker 1 keras 1\n")
+
+    def test_every_task_gets_the_keras_launch_names(self):
+        script = self.script(_FLAKY_TASK.replace('task["index"] == 1', "False"))
+        result = run_tfdist("launch", "--num_workers=2", "--keras=3", "--", sys.executable,
+                            script, self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for index in (0, 1):  # TF_USE_LEGACY_KERAS=0: tf.keras is Keras 3.
+            self.assertIn(f"[worker:{index}] task worker {index} keras 0", result.stdout)
+
+    def test_failed_worker_restarts_the_group(self):
+        result = run_tfdist("launch", "--num_workers=2", "--max_restarts=1", "--",
+                            sys.executable, self.script(_FLAKY_TASK), self.dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("worker:1 exited with status 3; restarting every task (1/1)",
+                      result.stderr)
+        self.assertEqual(result.stdout.count("[worker:0] task worker 0"), 2)
+        self.assertRegex(result.stdout, r"job done: 2 task\(s\) exited 0, after 1 restart\(s\) "
+                                        r"in \d+\.\d s\n$")
+
+    def test_final_failure_stops_everything_with_the_tasks_status(self):
+        script = self.script(_FLAKY_TASK.replace("not os.path.exists(marker)", "True") +
+                             "import time\ntime.sleep(600)\n")
+        start = time.monotonic()
+        result = run_tfdist("launch", "--num_workers=2", "--", sys.executable, script, self.dir)
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertIn("worker:1 exited with status 3 after 0 restart(s); stopped every task",
+                      result.stderr)
+        self.assertLess(time.monotonic() - start, 60)
+
+    def test_timeout_stops_everything(self):
+        script = self.script("import time\ntime.sleep(600)\n")
+        start = time.monotonic()
+        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=2", "--", sys.executable,
+                            script)
+        self.assertEqual(result.returncode, 124, result.stderr)
+        self.assertIn("timed out after 2 s; stopped every task", result.stderr)
+        self.assertLess(time.monotonic() - start, 60)
+
+
+class StragglerNoticeTest(unittest.TestCase):
+
+    def test_said_once_a_minute_after_the_first_task_finished(self):
+        line = ("tfdist launch: still waiting for worker:1, 60 s after worker:0 exited 0, with no "
+                "time limit (--timeout_s=S bounds the job)\n")
+        stragglers, stderr = launch._Stragglers(), io.StringIO()
+        with contextlib.redirect_stderr(stderr), mock.patch.object(time, "monotonic") as clock:
+            for now, done, said in ((0.0, set(), ""), (5.0, {"worker:0"}, ""),
+                                    (64.0, {"worker:0"}, ""), (65.0, {"worker:0"}, line),
+                                    (200.0, {"worker:0"}, line)):
+                clock.return_value = now
+                stragglers.notice(done, ["worker:1"], timed=False)
+                self.assertEqual(stderr.getvalue(), said, now)
+
+
+class BadLaunchTest(_Scratch, parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("no_command", ["--num_workers=2"], "launch needs a command after `--`"),
+        ("empty_command", ["--num_workers=2", "--"], "launch needs a command after `--`"),
+        ("not_executable", ["--", "no-such-program-xyz"],
+         "command 'no-such-program-xyz' is not an executable file or on PATH"),
+        ("ps_without_chief", ["--num_ps=1", "--", "python"], "num_ps=1: 1 ps task(s) but no chief"),
+        ("negative_restarts", ["--max_restarts=-1", "--", "python"], "--max_restarts=-1"),
+        # The flag or LaunchConfig (library users) rejects these; either names the value.
+        ("nan_timeout", ["--timeout_s=nan", "--", "python"], "timeout_s=nan"),
+        ("infinite_timeout", ["--timeout_s=inf", "--", "python"], "timeout_s=inf"),
+        ("negative_timeout", ["--timeout_s=-1", "--", "python"], "timeout_s=-1"),
+        ("zero_timeout", ["--timeout_s=0", "--", "python"], "timeout_s=0"),
+        ("more_tasks_than_memory", ["--num_workers=2000", "--", "python"],
+         "num_workers=2000 makes 2000 task(s) in all, more than this machine can run: at most "),
+    )
+    @pytest.mark.multiprocess
+    def test_one_line_error(self, args, expected):
+        result = run_tfdist("launch", *args)
+        assert_one_line_error(self, result, expected)
+        self.assertNotIn("started", result.stdout)
+
+    @pytest.mark.multiprocess
+    def test_log_dir_that_is_a_file(self):
+        path = self.script("")
+        result = run_tfdist("launch", f"--log_dir={path}", "--", "python")
+        assert_one_line_error(self, result, f"log_dir={path!r} is a file; pass a directory.")
+        self.assertNotIn("started", result.stdout)
+
+    @parameterized.named_parameters(
+        # Root may write anywhere a file system allows: these fail for root too.
+        ("under_a_file", lambda scratch: os.path.join(scratch.script(""), "logs"),
+         "is a file, not a directory; pass a directory."),
+        ("proc", lambda scratch: "/proc", ": cannot write in /proc ("),
+    )
+    @pytest.mark.multiprocess
+    def test_log_dir_that_cannot_be_written(self, make_path, expected):
+        path = make_path(self)
+        result = run_tfdist("launch", f"--log_dir={path}", "--", "python")
+        assert_one_line_error(self, result, f"log_dir={path!r}", expected)
+        self.assertNotIn("started", result.stdout)
+
+    def test_too_many_tasks_for_the_free_ports(self):
+        stderr = io.StringIO()
+        with mock.patch("portpicker.pick_unused_port",
+                        side_effect=portpicker.NoFreePortFoundError), \
+                contextlib.redirect_stderr(stderr):
+            status = cli.main(["tfdist", "launch", "--num_workers=3", "--", "python"])
+        self.assertEqual(status, 2)
+        self.assertEqual(stderr.getvalue(),
+                         "tfdist launch: error: no free ports for 3 tasks on 127.0.0.1; launch "
+                         "fewer tasks or free some ports.\n")
+
+    @parameterized.parameters(float("nan"), float("inf"), -1.0, 0.0)
+    def test_timeout_that_never_or_always_expires(self, timeout_s):
+        with self.assertRaisesRegex(launch.LaunchError, rf"^timeout_s={timeout_s} is not a number "
+                                                        r"of seconds above 0; pass e\.g\. "):
+            launch.LaunchConfig(command=("python",), timeout_s=timeout_s)
+
+    def test_unknown_network(self):
+        with self.assertRaisesRegex(launch.LaunchError, r"^network='lan' is not understood; pass "
+                                                        r"'auto', 'isolated' or 'host'\.$"):
+            launch.LaunchConfig(command=("python",), network="lan")
+
+    @pytest.mark.multiprocess
+    def test_evaluator_without_a_model_dir(self):
+        tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
+                                "task": {"type": "evaluator", "index": 0}})
+        assert_one_line_error(self, run_tfdist("train", tf_config=tf_config),
+                              "the evaluator task needs --model_dir=DIR")
+
+
+class CommandTest(parameterized.TestCase):
+
+    @parameterized.parameters(("train", "--epochs=1"), ("doctor",), ("data", "check"),
+                              ("data", "serve", "--port=5050"), ("benchmark",), ("manifest",))
+    def test_every_tfdist_command_runs_as_python_m_tfdist(self, *command):
+        self.assertEqual(launch.resolve_command(command, cli.COMMANDS),
+                         [*PYTHON, "-m", "tfdist", *command])
+
+    @parameterized.parameters(
+        (("train", "--tf_data_service=grpc://h:1"), "--tf_data_service=grpc://h:1"),
+        (("train", "--download"), "--download"),
+        (("train", "--download=true"), "--download=true"),
+        (("train", "--model_dir=gs://bucket/run"), "--model_dir=gs://bucket/run"),
+        (("train", "--model_dir=/tmp/run"), None),
+        (("train", "--download=False"), None),
+        (("train", "--nodownload"), None),
+        (("train", "--epochs=1"), None),
+    )
+    def test_flags_that_need_this_machines_network(self, command, expected):
+        # pylint: disable-next=protected-access
+        self.assertEqual(launch._network_flag(command), expected)
+
+    def test_other_programs_are_looked_up_on_path(self):
+        self.assertEqual(launch.resolve_command(("python", "x.py"), cli.COMMANDS),
+                         [shutil.which("python"), "x.py"])
+
+
+# Listens as TensorFlow's servers do (every interface, IPv6 and IPv4) on its TF_CONFIG port, says
+# so once a connection to 127.0.0.1 works, and serves until the file argv[1] exists (120 s at most).
+_LISTENING_TASK = textwrap.dedent("""
+    import json, os, socket, sys, time
+    config = json.loads(os.environ["TF_CONFIG"])
+    task = config["task"]
+    port = int(config["cluster"][task["type"]][task["index"]].rpartition(":")[2])
+    if socket.has_dualstack_ipv6():
+        server = socket.create_server(("", port), family=socket.AF_INET6, dualstack_ipv6=True)
+    else:
+        server = socket.create_server(("0.0.0.0", port))
+    socket.create_connection(("127.0.0.1", port)).close()
+    print("listening", port, flush=True)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+""")
+
+# Runs `launch.main` with LaunchConfig fields from argv[1] (JSON) and the command after them.
+_LAUNCH_DRIVER = textwrap.dedent("""
+    import json, sys
+    from tfdist.commands import cli
+    from tfdist.cluster import launcher as launch
+    fields = json.loads(sys.argv[1])
+    config = launch.LaunchConfig(command=tuple(sys.argv[2:]), **fields)
+    sys.exit(launch.main(config, tfdist_commands=cli.COMMANDS))
+""")
+
+
+def _listening_ports() -> set[int]:
+    """The TCP ports something listens on in this process's network namespace."""
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        if not os.path.exists(table):
+            continue
+        with open(table, encoding="ascii") as rows:
+            for row in rows.readlines()[1:]:
+                fields = row.split()
+                if fields[3] == "0A":  # TCP_LISTEN
+                    ports.add(int(fields[1].rpartition(":")[2], 16))
+    return ports
+
+
+class NetworkTest(_Scratch, parameterized.TestCase):
+    """Where the tasks' ports can be reached from, seen from the launcher's network namespace."""
+
+    def _launch_listeners(self, launcher_argv: list[str],
+                          env: dict[str, str] | None = None) -> tuple[list[int], set[int], str,
+                                                                      str]:
+        """Launches 2 listening tasks; returns their ports (worker 0's first), the ports listening
+        in this namespace while they serve, and the launcher's stdout and stderr."""
+        stop = os.path.join(self.dir, "stop")
+        launcher = subprocess.Popen(  # pylint: disable=consider-using-with
+            [*launcher_argv, sys.executable, self.script(_LISTENING_TASK), stop],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        lines = []
+        try:
+            for line in launcher.stdout:  # Ends when the tasks give up, after 120 s at most.
+                lines.append(line)
+                if sum(" listening " in text for text in lines) == 2:
+                    break
+            listening = _listening_ports()
+        finally:
+            open(stop, "w", encoding="utf-8").close()
+            stdout, stderr = launcher.communicate(timeout=60)
+        self.assertEqual(launcher.returncode, 0, stderr)
+        stdout = "".join(lines) + stdout
+        ports = [int(port) for _, port in
+                 sorted(re.findall(r"\[worker:(\d+)\] listening (\d+)", stdout))]
+        self.assertLen(ports, 2, stdout)
+        self.assertIn("tfdist launch: job done: 2 task(s) exited 0", stdout)
+        return ports, listening, stdout, stderr
+
+    @pytest.mark.multiprocess
+    def test_auto_keeps_the_tasks_off_this_namespace_or_warns(self):
+        ports, listening, stdout, stderr = self._launch_listeners(
+            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--"])
+        shown = f"port(s) {ports[0]}, {ports[1]}"
+        if "tfdist launch: network isolated:" in stdout:
+            self.assertIn(f"namespace with loopback only, so {shown} are reachable from the "
+                          "tasks alone", stdout)
+            self.assertFalse(set(ports) & listening, "a task listens in the launcher's namespace")
+            for port in ports:
+                with self.assertRaises(ConnectionRefusedError):
+                    socket.create_connection(("127.0.0.1", port), timeout=10).close()
+        else:  # This machine refuses namespaces: the tasks listen here, and the launcher says so.
+            self.assertIn(f"{shown} accept unauthenticated connections through", stdout + stderr)
+            self.assertLessEqual(set(ports), listening)
+
+    @pytest.mark.multiprocess
+    def test_without_util_linux_auto_warns_what_is_exposed(self):
+        env = dict(os.environ, PATH=os.path.dirname(sys.executable))
+        ports, listening, stdout, stderr = self._launch_listeners(
+            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--"], env=env)
+        self.assertLessEqual(set(ports), listening)
+        exposed = (f"could not isolate the tasks' network (unshare and nsenter (util-linux) are "
+                   f"not on PATH): TensorFlow binds every interface (0.0.0.0 and [::]), so "
+                   f"port(s) {ports[0]}, {ports[1]} accept unauthenticated connections through ")
+        interfaces = network.exposed_interfaces()
+        if interfaces:
+            self.assertEqual(stderr.splitlines(), [
+                f"tfdist launch: warning: {exposed}{', '.join(interfaces)}; run as root or allow "
+                "unprivileged user namespaces, or firewall these ports; --network=host accepts "
+                "this without a warning."])
+        else:
+            self.assertIn(exposed + "loopback only", stdout)
+
+    @pytest.mark.multiprocess
+    def test_host_network_says_what_is_exposed(self):
+        ports, listening, stdout, stderr = self._launch_listeners(
+            [sys.executable, "-c", _LAUNCH_DRIVER, json.dumps({"num_workers": 2,
+                                                               "network": "host"})])
+        self.assertLessEqual(set(ports), listening)
+        self.assertIn(f"tfdist launch: network=host: TensorFlow binds every interface (0.0.0.0 "
+                      f"and [::]), so port(s) {ports[0]}, {ports[1]} accept unauthenticated "
+                      "connections through ", stdout)
+        self.assertEqual(stderr, "")
+
+    def test_a_command_that_needs_the_network_is_not_isolated(self):
+        config = launch.LaunchConfig(command=("train", "--tf_data_service=grpc://h:1"),
+                                     network="auto")
+        with mock.patch.object(network, "open_namespace") as open_namespace, \
+                contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()) as stderr:
+            self.assertIsNone(launch._open_network(  # pylint: disable=protected-access
+                config, strategies.make_cluster(num_workers=1, ports=[2222]), tfdist=True))
+        open_namespace.assert_not_called()
+        if network.exposed_interfaces():
+            self.assertIn("warning: the command passes --tf_data_service=grpc://h:1, which needs "
+                          "this machine's network: ", stderr.getvalue())
+
+
+@pytest.mark.multiprocess
+class RefusedNamespaceTest(parameterized.TestCase):
+    """A machine that refuses network namespaces, made by asking unshare for an unknown option."""
+
+    def setUp(self):
+        super().setUp()
+        self.enterContext(mock.patch.object(network, "_NAMESPACE_KINDS",
+                                            ((("--no-such-option",), ("--net",)),)))
+
+    def test_isolated_is_a_one_line_error_before_any_task_starts(self):
+        config = launch.LaunchConfig(command=("train",), network="isolated")
+        with contextlib.redirect_stdout(io.StringIO()) as stdout:
+            with self.assertRaisesRegex(
+                    launch.LaunchError,
+                    r"^network=isolated: this machine refuses the tasks a network namespace "
+                    r"\(`unshare --no-such-option`: .*\); run as root or allow unprivileged user "
+                    r"namespaces, or pass --network=host \(the tasks' ports are then open on "
+                    r"every interface\)\.$") as raised:
+                launch.main(config)
+        self.assertNotIn("\n", str(raised.exception))
+        self.assertNotIn("started", stdout.getvalue())
+
+    def test_isolation_refusal_says_why(self):
+        self.assertRegex(network.isolation_refusal(), r"^`unshare --no-such-option`: .+")
+
+
+@pytest.mark.multiprocess
+class TfdistCommandLaunchTest(unittest.TestCase):
+
+    def test_doctor_runs_as_each_task(self):
+        result = subprocess.run(
+            [sys.executable, "-c", _LAUNCH_DRIVER, json.dumps({"num_workers": 1,
+                                                               "timeout_s": 300}), "doctor"],
+            capture_output=True, text=True, timeout=400, check=False)
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr)
+        self.assertRegex(result.stdout, r"\[worker:0\] this task: worker:0 at 127\.0\.0\.1:\d+")
+        self.assertIn("[worker:0] ok: no problems found", result.stdout)
+        if "network isolated" in result.stdout:
+            self.assertRegex(result.stdout, r"\[worker:0\] network: loopback only here, so "
+                                            r"this task's port \d+ is reachable from this "
+                                            "network namespace alone")
+
+
+@pytest.mark.multiprocess
+class ClusterLaunchTest(_Scratch, unittest.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _data(self, small_shapes_data_dir):
+        self.data_dir = small_shapes_data_dir
+
+    def _launch_train(self, *launch_args: str, strategy: str,
+                      train_args: tuple[str, ...] = ("--validation_steps=2",)) -> dict:
+        metrics = os.path.join(self.dir, "metrics.json")
+        result = run_tfdist("launch", *launch_args, "--timeout_s=400", "--", "train",
+                            f"--strategy={strategy}", f"--data_dir={self.data_dir}",
+                            "--epochs=2", "--steps_per_epoch=4", "--global_batch_size=32",
+                            f"--metrics_json={metrics}", *train_args)
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
+        with open(metrics, encoding="utf-8") as metrics_file:
+            return json.load(metrics_file)
+
+    def test_multi_worker_mirrored_with_an_evaluator(self):
+        model_dir = os.path.join(self.dir, "model")
+        metrics = self._launch_train("--num_workers=2", "--evaluator",
+                                     strategy="multi_worker_mirrored",
+                                     train_args=(f"--model_dir={model_dir}",))
+        self.assertEqual((metrics["strategy"], metrics["num_workers"]),
+                         ("multi_worker_mirrored", 2))
+        with open(os.path.join(model_dir, "evaluations.json"), encoding="utf-8") as file:
+            evaluations = json.load(file)
+        self.assertIn("epoch-002", evaluations)  # The evaluator saw the last checkpoint.
+        # It evaluates the whole validation split on one task; the workers validated it
+        # sharded, each example once: the same weights give the same accuracy.
+        self.assertAlmostEqual(evaluations["epoch-002"]["accuracy"],
+                               metrics["final"]["val_accuracy"], places=6)
+        self.assertAlmostEqual(evaluations["epoch-002"]["loss"],
+                               metrics["final"]["val_loss"], places=4)
+
+    def test_parameter_server(self):
+        metrics = self._launch_train("--num_workers=2", "--num_ps=1", "--chief",
+                                     strategy="parameter_server")
+        self.assertEqual((metrics["strategy"], metrics["num_workers"]), ("parameter_server", 2))
+
+
+    def test_unmodified_tf_keras_multi_worker_script(self):
+        script = self.script(textwrap.dedent("""
+            import numpy as np
+            import tensorflow as tf
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            with strategy.scope():
+                model = tf.keras.Sequential([tf.keras.layers.Input((4,)),
+                                             tf.keras.layers.Dense(1)])
+                model.compile("sgd", "mse")
+            x = np.ones((64, 4), "float32")
+            model.fit(x, x.sum(1), epochs=1, batch_size=16, verbose=0)
+            print("replicas", strategy.num_replicas_in_sync, "keras", tf.keras.__name__)
+        """))
+        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=300", "--", sys.executable,
+                            script)
+        self.assertEqual(result.returncode, 0, result.stdout[-3000:])
+        for index in (0, 1):
+            self.assertIn(f"[worker:{index}] replicas 2 keras tf_keras", result.stdout)
+
+
+# `tfdist train` with a callback that kills worker 1 at epoch 2, step 2 of its first attempt
+# (a marker file records it) and prints a checksum of the weights when training ends.
+_TRAIN_CRASHING_ONCE = textwrap.dedent("""
+    import json, os, sys
+    import tfdist
+    from tfdist.commands import cli
+    from tfdist.training.keras2 import fit as training
+    import tensorflow as tf
+    import tf_keras
+
+    marker, args = sys.argv[1], sys.argv[2:]
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+
+    class CrashOnce(tf_keras.callbacks.Callback):
+        epoch = 0
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+        def on_train_batch_end(self, batch, logs=None):
+            if index == 1 and self.epoch == 1 and batch == 1 and not os.path.exists(marker):
+                open(marker, "w").close()
+                os._exit(7)
+        def on_train_end(self, logs=None):
+            total = sum(float(tf.reduce_sum(weight)) for weight in self.model.weights)
+            print(f"weights {total:.6f}", flush=True)
+
+    callbacks = training._output_callbacks
+    training._output_callbacks = lambda *a: callbacks(*a) + [CrashOnce()]
+    sys.exit(cli.main(["tfdist", "train", *args]))
+""")
+
+
+@pytest.mark.multiprocess
+class FaultToleranceTest(_Scratch, unittest.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _data(self, small_shapes_data_dir):
+        self.data_dir = small_shapes_data_dir
+
+    def test_multi_worker_group_restarts_and_resumes_from_the_backup(self):
+        result = run_tfdist(
+            "launch", "--num_workers=2", "--max_restarts=1", "--timeout_s=500", "--",
+            sys.executable, self.script(_TRAIN_CRASHING_ONCE), os.path.join(self.dir, "crashed"),
+            "--strategy=multi_worker_mirrored", f"--data_dir={self.data_dir}", "--epochs=3",
+            "--steps_per_epoch=4", "--validation_steps=1", "--global_batch_size=32",
+            f"--model_dir={os.path.join(self.dir, 'model')}", "--collective_timeout_s=60")
+        self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-2000:])
+        self.assertIn("worker:1 exited with status 7; restarting every task (1/1)",
+                      result.stderr)
+        worker_0 = [line for line in result.stdout.splitlines()
+                    if line.startswith("[worker:0]")]
+        self.assertEqual(sum("Epoch 1/3" in line for line in worker_0), 1, "epoch 1 redone")
+        self.assertEqual(sum("Epoch 3/3" in line for line in worker_0), 1)
+        checksums = {line.split("weights ")[1] for line in result.stdout.splitlines()
+                     if "] weights " in line}
+        self.assertEqual(len(checksums), 1, result.stdout[-2000:])
+
+
+    def test_parameter_server_job_survives_a_killed_worker(self):
+        command = [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--num_ps=1",
+                   "--chief", "--max_restarts=1", "--timeout_s=400", "--", "train",
+                   "--strategy=parameter_server", f"--data_dir={self.data_dir}", "--epochs=3",
+                   "--steps_per_epoch=20", "--validation_steps=1", "--global_batch_size=32"]
+        launcher = subprocess.Popen(  # pylint: disable=consider-using-with
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lines, killed = [], False
+        try:
+            for line in launcher.stdout:
+                lines.append(line)
+                if not killed and line.startswith("[chief:0] Epoch 2/3"):
+                    pid = int(next(text for text in lines if "started worker:1" in text)
+                              .rsplit("pid=", 1)[1])
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+            self.assertEqual(launcher.wait(timeout=60), 0, "".join(lines[-50:]))
+        finally:
+            launcher.kill()
+            launcher.wait(timeout=60)
+        self.assertTrue(killed, "".join(lines[-50:]))
+        output = "".join(lines)
+        self.assertIn("[chief:0] tfdist: parameter_server", output)
+        self.assertIn("3 epoch(s) of 20 steps", output)
+
+
+    def _launch_with_a_worker_that_never_starts(self, *train_flags: str,
+                                                timeout_s: int) -> subprocess.CompletedProcess:
+        script = self.script(textwrap.dedent("""
+            import json, os, sys, time
+            if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+                time.sleep(600)
+            from tfdist.commands import cli
+            sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
+        """))
+        return run_tfdist("launch", "--num_workers=2", f"--timeout_s={timeout_s}", "--",
+                          sys.executable, script, "--strategy=multi_worker_mirrored",
+                          f"--data_dir={self.data_dir}", *train_flags)
+
+    def test_worker_that_never_starts_fails_its_peer_at_the_collective_timeout(self):
+        start = time.monotonic()
+        result = self._launch_with_a_worker_that_never_starts("--collective_timeout_s=10",
+                                                               timeout_s=300)
+        self.assertNotIn(result.returncode, (0, 124), result.stderr[-2000:])
+        self.assertRegex(result.stdout,
+                         r"\[worker:0\] tfdist train: error: worker:0 waited 10 s "
+                         r"\(--collective_timeout_s\) for the other 1 worker\(s\) to join; .* "
+                         r"Not answering: 127\.0\.0\.1:\d+\.")
+        self.assertLess(time.monotonic() - start, 90)
+
+    def test_worker_that_never_starts_without_a_collective_timeout_ends_at_the_launch_timeout(
+            self):
+        start = time.monotonic()
+        result = self._launch_with_a_worker_that_never_starts(timeout_s=20)
+        self.assertEqual(result.returncode, 124, result.stderr[-2000:])
+        self.assertIn("waiting for all 2 workers to join, without a time limit", result.stdout)
+        self.assertIn("timed out after 20 s; stopped every task", result.stderr)
+        self.assertLess(time.monotonic() - start, 90)
+
+if __name__ == "__main__":
+    unittest.main()

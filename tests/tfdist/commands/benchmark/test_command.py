@@ -1,0 +1,88 @@
+"""`tfdist benchmark`: a short sweep's figures, and its bad input."""
+
+import json
+import os
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import pytest
+from absl.testing import parameterized
+
+from tests.tfdist.cli_runner import assert_one_line_error
+from tests.tfdist.cli_runner import run_tfdist
+from tfdist.commands.benchmark import command as benchmark_command
+from tfdist.runtime.config import ConfigError
+
+
+@pytest.mark.multiprocess
+class ShortSweepTest(unittest.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _data(self, small_shapes_data_dir):
+        self.data_dir = small_shapes_data_dir
+
+    def test_figures_are_positive_and_consistent(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            report_path, plot_path = (os.path.join(scratch, name)
+                                      for name in ("report.json", "plot.png"))
+            result = run_tfdist("benchmark", "--replicas=1,2", "--warmup_steps=3",
+                                "--timed_steps=10", "--rounds=2",
+                                "--global_batch_size=32", f"--data_dir={self.data_dir}",
+                                f"--json={report_path}", f"--plot={plot_path}", timeout_s=600)
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            with open(report_path, encoding="utf-8") as report_file:
+                report = json.load(report_file)
+            self.assertGreater(os.path.getsize(plot_path), 1000)
+        self.assertIn("[4/4] replicas=2 data=real", result.stderr)
+        self.assertIn("efficiency", result.stdout)
+        entries = {(entry["replicas"], entry["data"]): entry
+                   for entry in report["configurations"]}
+        self.assertEqual(set(entries), {(1, "synthetic"), (1, "real"), (2, "synthetic"),
+                                        (2, "real")})
+        for (replicas, data), entry in entries.items():
+            rate, step = entry["examples_per_sec"], entry["step_time_s"]
+            self.assertTrue(0 < rate["min"] <= rate["median"] <= rate["max"], entry)
+            self.assertTrue(0 < step["min"] <= step["median"] <= step["max"], entry)
+            # Loose bounds that only a broken measurement leaves: 2 CPU replicas on 2 cores
+            # neither lose nearly all of one's speed nor double it, and real data is not twice
+            # as fast as one batch made once. (A short sweep on a loaded 2-core CI machine
+            # measured real data at 1.54x synthetic: such spreads are issue 16's subject.)
+            self.assertTrue(0.2 < entry["scaling_efficiency"] < 1.5, entry)
+            self.assertTrue(0.05 < entry["input_bound_ratio"] < 2.0, entry)
+            self.assertEqual(entry["rounds"], 2)
+            self.assertEqual("overhead_ratio" in entry, data == "synthetic")
+            self.assertEqual("overhead_vs_no_strategy" in entry, data == "synthetic")
+            if data == "synthetic":
+                self.assertTrue(0.2 < entry["overhead_ratio"] < 5, entry)
+                # Per replica: 2 CPU replicas share the cores one plain step has.
+                self.assertTrue(0.2 < entry["overhead_vs_no_strategy"] < 5 * replicas, entry)
+            for key in ("scaling_efficiency", "input_bound_ratio"):
+                low, high = entry[f"{key}_spread"]
+                self.assertTrue(low <= entry[key] <= high, (key, entry))
+        self.assertEqual(entries[1, "synthetic"]["scaling_efficiency"], 1.0)
+
+
+class BadBenchmarkInputTest(parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("zero_replicas", ["--replicas=0"],
+         "replicas='0' is not a list of integers from 1 to 1024"),
+        ("text_replicas", ["--replicas=one"], "replicas='one'"),
+        ("unknown_data", ["--data=fake"], "data='fake' is not understood"),
+        ("zero_timed_steps", ["--timed_steps=0"], "--timed_steps=0"),
+        ("bad_train_flag", ["--global_batch_size=0"], "--global_batch_size=0"),
+    )
+    @pytest.mark.multiprocess
+    def test_one_line_error(self, args, expected):
+        assert_one_line_error(self, run_tfdist("benchmark", *args), expected)
+
+    def test_plot_without_matplotlib_says_how_to_install_it(self):
+        with mock.patch.dict(sys.modules, {"matplotlib": None}):
+            with self.assertRaisesRegex(ConfigError, r"plot=out.png needs matplotlib.*"
+                                                     r"pip install -e '.\[plot\]'"):
+                benchmark_command.run(benchmark_command.Sweep(
+                    train_args=[], replicas=[1], data=["synthetic"], warmup_steps=1,
+                    timed_steps=1, rounds=1, overhead=False, json_path=None,
+                    plot_path="out.png"), num_gpus=0)

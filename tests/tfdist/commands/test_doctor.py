@@ -1,0 +1,138 @@
+"""`tfdist doctor`: the cluster it reads and the strategy auto picks, the parameter-server roles,
+the Keras it trains with, peers that do not answer, and what this machine's network exposes."""
+
+import json
+import time
+from unittest import mock
+
+import pytest
+from absl.testing import parameterized
+
+from tfdist import strategies
+from tests.tfdist.cli_runner import run_tfdist
+from tfdist.commands import doctor
+from tfdist.cluster import network
+
+_PS_CLUSTER = {"cluster": {"chief": ["127.0.0.1:2001"], "worker": ["127.0.0.1:2002",
+                                                                  "127.0.0.1:2003"],
+                           "ps": ["127.0.0.1:2004"]},
+               "task": {"type": "worker", "index": 1}}
+_CHIEF_OF_PS_CLUSTER = json.dumps({"cluster": {"chief": ["127.0.0.1:2001"],
+                                               "worker": ["127.0.0.1:2002"],
+                                               "ps": ["127.0.0.1:2003"]},
+                                   "task": {"type": "chief", "index": 0}})
+
+
+@pytest.mark.multiprocess
+class StrategyLineTest(parameterized.TestCase):
+
+    def test_parameter_server_counts_the_chief_as_the_coordinator(self):
+        result = run_tfdist("doctor", f"--tf_config={json.dumps(_PS_CLUSTER)}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("strategy: auto picks parameter_server (1 coordinator, 2 worker(s), 1 ps, "
+                      "1 local replica device(s))", result.stdout)
+        self.assertIn("keras: tf-keras 2.21.", result.stdout)
+
+
+@pytest.mark.multiprocess
+class KerasLineTest(parameterized.TestCase):
+
+    def test_says_which_keras_the_task_trains_with(self):
+        for keras, expected in (("2", "keras: tf-keras 2.21.0 (--keras=2): models are built "
+                                      "with tf.keras or tf_keras and trained with Keras' fit"),
+                                ("3", "keras: Keras 3.15.1 (--keras=3): models are built with "
+                                      "`import keras` and trained with tfdist's own "
+                                      "distributed step; tf.keras is Keras 3 here")):
+            with self.subTest(keras=keras):
+                result = run_tfdist("doctor", f"--keras={keras}")
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn(expected, result.stdout)
+
+
+class NetworkLineTest(parameterized.TestCase):
+
+    def _line(self, cluster, interfaces, refusal=None):
+        with mock.patch.object(network, "exposed_interfaces", return_value=interfaces), \
+                mock.patch.object(network, "isolation_refusal", return_value=refusal):
+            return doctor._network_line(cluster)  # pylint: disable=protected-access
+
+    def test_task_exposed_beyond_loopback_warns(self):
+        cluster = strategies.parse_tf_config(_PS_CLUSTER)
+        self.assertEqual(self._line(cluster, ["eth0", "wlan0"]), (
+            "warning: this task's gRPC server will listen on port 2003 of every interface "
+            "(TensorFlow binds 0.0.0.0 and [::]), open without authentication through eth0, "
+            "wlan0; run a one-machine job under `tfdist launch` (loopback-only network), else "
+            "firewall port 2003 to the cluster's hosts"))
+
+    def test_task_in_a_loopback_only_namespace_is_fine(self):
+        cluster = strategies.parse_tf_config(_PS_CLUSTER)
+        self.assertEqual(self._line(cluster, []), "network: loopback only here, so this task's "
+                         "port 2003 is reachable from this network namespace alone")
+
+    def test_evaluator_serves_no_port(self):
+        cluster = strategies.make_cluster(num_workers=1, evaluator=True, ports=[2001, 2002],
+                                          task=("evaluator", 0))
+        self.assertIsNone(self._line(cluster, ["eth0"]))
+
+    def test_without_a_cluster_it_checks_launchs_isolation(self):
+        self.assertEqual(self._line(None, ["eth0"]),
+                         "network: `tfdist launch` runs its tasks in a network namespace with "
+                         "loopback only here, so nothing else reaches their ports")
+        self.assertEqual(self._line(None, ["eth0"], refusal="`unshare --net`: refused"), (
+            "warning: `tfdist launch` cannot isolate its tasks here (`unshare --net`: refused), "
+            "so their ports would accept unauthenticated connections through eth0 (TensorFlow "
+            "binds every interface); run as root or allow unprivileged user namespaces, or "
+            "firewall the ports"))
+
+
+@pytest.mark.multiprocess
+class DoctorTest(parameterized.TestCase):
+    """Each case starts TensorFlow in a child (doctor lists the devices)."""
+
+    def test_sound_cluster(self):
+        result = run_tfdist("doctor", f"--tf_config={_CHIEF_OF_PS_CLUSTER}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("this task: chief:0 at 127.0.0.1:2001", result.stdout)
+        self.assertIn("auto picks parameter_server", result.stdout)
+        self.assertIn("local devices:", result.stdout)
+
+    def test_reads_environment(self):
+        tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:2001", "[::1]:2002"]},
+                                "task": {"type": "worker", "index": 1}, "environment": "cloud"})
+        result = run_tfdist("doctor", tf_config=tf_config)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("this task: worker:1 at [::1]:2002", result.stdout)
+        self.assertIn("auto picks multi_worker_mirrored", result.stdout)
+
+    def test_no_tf_config_is_a_single_process_job(self):
+        result = run_tfdist("doctor", "--num_cpu_devices=2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("auto picks mirrored", result.stdout)
+
+    @parameterized.named_parameters(
+        ("not_json", "{worker", "TF_CONFIG"),
+        ("duplicate_address", json.dumps({"cluster": {"worker": ["a:1", "a:1"]},
+                                          "task": {"type": "worker", "index": 0}}), '"a:1"'),
+    )
+    def test_unsound_cluster(self, tf_config, expected):
+        result = run_tfdist("doctor", f"--tf_config={tf_config}")
+        self.assertEqual(result.returncode, 2)
+        self.assertLen(result.stderr.strip().splitlines(), 1, result.stderr)
+        self.assertIn(expected, result.stderr)
+
+    def test_probe_finds_a_peer_that_does_not_answer(self):
+        tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:1"]},
+                                "task": {"type": "worker", "index": 0}})
+        start = time.perf_counter()
+        result = run_tfdist("doctor", "--probe", "--probe_timeout_s=3",
+                            f"--tf_config={tf_config}")
+        self.assertLess(time.perf_counter() - start, 60)
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("problem: worker:1 at 127.0.0.1:1 does not answer", result.stdout)
+        self.assertIn("hint: pass --collective_timeout_s=300", result.stdout)
+
+    def test_strategy_the_cluster_cannot_run(self):
+        result = run_tfdist("doctor", "--strategy=multi_worker_mirrored",
+                            f"--tf_config={_CHIEF_OF_PS_CLUSTER}")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("cannot use the cluster's 1 ps", result.stderr)

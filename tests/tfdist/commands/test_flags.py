@@ -1,0 +1,228 @@
+"""The command layer's flags: train flags that users' absl programs take, CLI-only flags that only
+`tfdist` defines, every flag a FlagHolder of its command, and the checks on numbers and between
+flags."""
+
+import io
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import pytest
+from absl import flags
+
+from tfdist.commands import cli  # noqa: F401  (defines every command's flags)
+from tfdist.commands import data
+from tfdist.commands import doctor
+from tfdist.commands import flags as tfdist_flags
+from tfdist.commands import launch
+from tfdist.commands import manifest
+from tfdist.commands import train_flags
+from tfdist.commands.benchmark import command as benchmark
+
+_ROOT = pathlib.Path(__file__).resolve().parents[3]
+# A `tensorflow` that fails to import (see cli_runner.py): the user's program must not need it.
+_NO_TENSORFLOW = pathlib.Path(__file__).resolve().parents[1] / "no_tensorflow"
+_CLI_ONLY = ("num_workers", "replicas_per_worker", "json", "replicas", "data", "warmup_steps",
+             "timed_steps", "rounds", "overhead", "plot", "port", "evaluator", "max_restarts",
+             "network", "timeout_s", "format", "name", "image", "restart_policy", "time_limit",
+             "gpus_per_task", "probe", "probe_timeout_s", "tf_config")
+_USER_PROGRAM = """\
+import json
+import sys
+
+from absl import app, flags
+import tfdist
+from tfdist.commands import train_flags
+
+tfdist.define_flags()
+_MINE = flags.DEFINE_integer("my_steps", 1, "mine")
+CLI_ONLY = {cli_only!r}
+
+
+def main(argv):
+    config = train_flags.run_config(None)
+    print(json.dumps({{
+        "my_steps": _MINE.value, "strategy": config.strategy.strategy.value,
+        "global_batch_size": config.input.global_batch_size, "model": config.train.model,
+        "epochs": config.train.epochs,
+        "precision": config.train.mixed_precision.value,
+        "cli_only_defined": sorted(set(CLI_ONLY) & set(flags.FLAGS)),
+        "tensorflow_imported": "tensorflow" in sys.modules}}))
+
+
+if __name__ == "__main__":
+    app.run(main)
+"""
+
+
+def _parse(command: str, *args: str) -> None:
+    tfdist_flags.parse(command, ["tfdist", *args])
+
+
+@pytest.mark.multiprocess
+class UserProgramTest(unittest.TestCase):
+    """A user's own absl program that calls `tfdist.define_flags()`, run as a child without
+    TensorFlow."""
+
+    def run_program(self, *args: str) -> subprocess.CompletedProcess:
+        directory = self.enterContext(tempfile.TemporaryDirectory())
+        program = pathlib.Path(directory, "my_train.py")
+        program.write_text(_USER_PROGRAM.format(cli_only=_CLI_ONLY), encoding="utf-8")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            filter(None, [str(_NO_TENSORFLOW), str(_ROOT), os.environ.get("PYTHONPATH")])))
+        return subprocess.run([sys.executable, str(program), *args], capture_output=True,
+                              text=True, env=env, cwd=directory, timeout=120, check=False)
+
+    def test_help_lists_the_programs_and_the_train_flags_but_no_cli_flag(self):
+        result = self.run_program("--help")  # absl's --help exits 1.
+        self.assertNotIn("Traceback", result.stderr)  # E.g. "tfdist imported tensorflow".
+        self.assertIn("Try --helpfull", result.stdout)
+        for name in ("my_steps", "strategy", "global_batch_size", "mixed_precision",
+                     "model_dir", "model", "learning_rate", "cluster_resolver", "num_ps",
+                     "tf_logs"):
+            self.assertRegex(result.stdout, rf"--(\[no\])?{name}:")
+        for name in ("image", "name", "port", "format", "num_workers", "evaluator"):
+            self.assertNotRegex(result.stdout, rf"--(\[no\])?{name}:")
+
+    def test_run_config_after_app_run(self):
+        result = self.run_program("--my_steps=7", "--strategy=mirrored",
+                                  "--global_batch_size=64", "--model=resnet20", "--epochs=5",
+                                  "--mixed_precision=mixed_bfloat16")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads(result.stdout), {
+            "my_steps": 7, "strategy": "mirrored", "global_batch_size": 64, "model": "resnet20",
+            "epochs": 5, "precision": "mixed_bfloat16",
+            "cli_only_defined": [], "tensorflow_imported": False})
+
+    def test_cli_only_flags_are_unknown_to_the_program(self):
+        result = self.run_program("--image=img")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("Unknown command line flag 'image'", result.stderr)
+
+
+class FlagsTest(unittest.TestCase):
+    """The flags in this process, with the CLI-only ones defined as `tfdist` defines them."""
+
+    def setUp(self):
+        super().setUp()
+        self.addCleanup(tfdist_flags.FLAGS.unparse_flags)
+
+    def test_every_command_registers_its_flags(self):
+        self.assertEqual(set(tfdist_flags.COMMAND_FLAGS), set(cli.COMMANDS))
+
+    def test_every_flag_is_a_holder_of_its_name(self):
+        for command, holders in tfdist_flags.COMMAND_FLAGS.items():
+            for name, holder in holders.items():
+                with self.subTest(command=command, name=name):
+                    self.assertIsInstance(holder, flags.FlagHolder)
+                    self.assertEqual(holder.name, name)
+                    self.assertIn(name, tfdist_flags.FLAGS)
+
+    def test_train_takes_no_cli_only_flag(self):
+        self.assertEqual(set(tfdist_flags.COMMAND_FLAGS["train"]) & set(_CLI_ONLY), set())
+        others = {name for command, holders in tfdist_flags.COMMAND_FLAGS.items()
+                  if command != "train" for name in holders}
+        self.assertLessEqual(set(_CLI_ONLY), others)
+
+    def test_every_float_flag_must_be_finite(self):
+        for command, holders in tfdist_flags.COMMAND_FLAGS.items():
+            for name in holders:
+                if not isinstance(tfdist_flags.FLAGS[name].parser, flags.FloatParser):
+                    continue
+                for value in ("nan", "inf"):
+                    with self.subTest(command=command, name=name, value=value):
+                        with self.assertRaisesRegex(flags.IllegalFlagValueError,
+                                                    f"--{name}=.*must be a finite number"):
+                            _parse(command, f"--{name}={value}")
+
+    def test_durations_must_be_above_zero(self):
+        for command, name in (("train", "collective_timeout_s"), ("launch", "timeout_s"),
+                              ("doctor", "probe_timeout_s")):
+            with self.subTest(name=name):
+                with self.assertRaisesRegex(flags.IllegalFlagValueError,
+                                            f"--{name}=0.*seconds above 0"):
+                    _parse(command, f"--{name}=0")
+
+    def test_a_flag_of_another_command_is_a_usage_error(self):
+        with self.assertRaisesRegex(tfdist_flags.UsageError,
+                                    r"--image is not a flag of `tfdist train`"):
+            _parse("train", "--image=img")
+
+    def test_run_config(self):
+        _parse("train", "--strategy=mirrored", "--epochs=4", "--model=resnet20",
+               "--lr_schedule=step", "--lr_step_boundaries=1,2", "--seed=9", "--tf_logs")
+        config = train_flags.run_config(None)
+        self.assertEqual(config.strategy.strategy.value, "mirrored")
+        self.assertEqual(config.train.epochs, 4)
+        self.assertEqual(config.train.model, "resnet20")
+        self.assertEqual(config.optimizer.lr_step_boundaries, (1.0, 2.0))
+        self.assertEqual((config.train.seed, config.input.seed), (9, 9))
+        self.assertTrue(config.show_tf_logs)
+
+    def test_benchmark_passes_on_only_the_train_flags_given(self):
+        _parse("benchmark", "--epochs=2", "--replicas=2,1", "--json=/tmp/b.json",
+               "--lr_step_boundaries=1,2", "--tf_logs")
+        sweep = benchmark.sweep_from_flags()
+        self.assertCountEqual(sweep.train_args,
+                              ["--epochs=2", "--lr_step_boundaries=1,2", "--tf_logs"])
+        self.assertEqual((sweep.replicas, sweep.json_path), ([1, 2], "/tmp/b.json"))
+
+    def test_benchmark_of_a_python_dataset_sweeps_real_data_only(self):
+        _parse("benchmark", "--dataset=python:my_data:splits")
+        self.assertEqual(benchmark.sweep_from_flags().data, ["real"])
+        with self.assertRaisesRegex(flags.IllegalFlagValueError,
+                                    r"--data=synthetic: a python: dataset brings its own model "
+                                    r"and data, .*; pass --data=real$"):
+            _parse("benchmark", "--dataset=python:my_data:splits", "--data=synthetic,real")
+
+    def test_slurm_layout_needs_the_slurm_resolver(self):
+        with self.assertRaisesRegex(flags.IllegalFlagValueError,
+                                    "num_ps=1, .*: given without --cluster_resolver=slurm"):
+            _parse("train", "--num_ps=1")
+        _parse("train", "--cluster_resolver=slurm", "--num_ps=1", "--chief")
+        self.assertEqual((train_flags.NUM_PS.value, train_flags.CHIEF.value), (1, True))
+        _parse("launch", "--num_ps=1", "--chief")  # Launch's own cluster: no resolver.
+
+    def test_command_options(self):
+        _parse("launch", "--num_workers=3", "--num_ps=1", "--chief", "--timeout_s=60")
+        with mock.patch.object(launch.launcher, "main", return_value=0) as launched:
+            launch.main(["python"], tfdist_commands=cli.COMMANDS)
+        config = launched.call_args.args[0]
+        self.assertEqual((config.num_workers, config.num_ps, config.chief, config.timeout_s),
+                         (3, 1, True, 60.0))
+        self.assertEqual(dict(config.env), {"TF_USE_LEGACY_KERAS": "1"})
+        _parse("manifest", "--image=img", "--num_workers=4")
+        with mock.patch("sys.stdout", new_callable=io.StringIO) as stdout:
+            manifest.main(["train"])
+        self.assertIn("replicas: 4", stdout.getvalue())
+        _parse("data check", "--num_workers=3", "--replicas_per_worker=2")
+        with mock.patch.object(data, "check_coverage", return_value=0) as checked, \
+                mock.patch.object(data.tf_import, "import_tensorflow"):
+            data.check_main()
+        self.assertEqual(checked.call_args.args[1:], (3, 2, None))
+        _parse("data serve", "--port=6000")
+        with mock.patch.object(data, "serve", return_value=0) as served, \
+                mock.patch.object(data.tf_import, "import_tensorflow"):
+            data.serve_main()
+        served.assert_called_once_with(6000, 2)
+        _parse("doctor", "--probe")
+        with mock.patch.object(doctor, "report", return_value=0) as reported:
+            doctor.main()
+        self.assertEqual(reported.call_args.kwargs["probe_timeout_s"], 5.0)
+
+    def test_config_errors_are_worded_as_flags(self):
+        self.assertEqual(
+            tfdist_flags.as_flags("global_batch_size=3 does not split; e.g. global_batch_size=2 "
+                                  "(epochs=3, --epochs=4, files=x, config.seed=1, "
+                                  "lr_step_boundaries[1]=nan)"),
+            "--global_batch_size=3 does not split; e.g. --global_batch_size=2 "
+            "(--epochs=3, --epochs=4, files=x, config.seed=1, lr_step_boundaries[1]=nan)")
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,85 @@
+"""`tfdist.runtime.paths`: the paths a run reads and writes, checked before training."""
+
+import os
+import tempfile
+import unittest
+
+from absl.testing import parameterized
+
+from tfdist.input_pipelines import InputConfig
+from tfdist.strategies import make_cluster
+from tfdist.runtime import paths
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import RunConfig
+from tfdist.runtime.config import TrainConfig
+
+
+def _config(**train) -> RunConfig:
+    return RunConfig(train=TrainConfig(**train))
+
+
+class CheckTest(parameterized.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.enterContext(tempfile.TemporaryDirectory())
+        self.file = os.path.join(self.dir, "file")
+        open(self.file, "w", encoding="utf-8").close()
+
+    @parameterized.named_parameters(
+        ("metrics_is_a_directory", dict(metrics_json="{dir}"),
+         r"^metrics_json='{dir}' is a directory; pass the path of a file in it\.$"),
+        ("metrics_under_a_file", dict(metrics_json="{file}/m.json"),
+         r"^metrics_json='{file}/m\.json': {file} is a file, not a directory"),
+        ("metrics_not_writable", dict(metrics_json="/proc/m.json"),
+         r"^metrics_json='/proc/m\.json': cannot write in /proc \("),
+        ("model_dir_is_a_file", dict(model_dir="{file}"),
+         r"^model_dir='{file}' is a file; pass a directory\.$"),
+        ("model_dir_under_a_file", dict(model_dir="{file}/a/b"),
+         r"^model_dir='{file}/a/b': {file} is a file, not a directory; pass a directory\.$"),
+        ("model_dir_not_writable", dict(model_dir="/proc/sys/m"),
+         r"^model_dir='/proc/sys/m': cannot write in /proc/sys \("),
+    )
+    def test_rejects_before_training(self, train, pattern):
+        train = {key: value.format(dir=self.dir, file=self.file) for key, value in train.items()}
+        with self.assertRaisesRegex(ConfigError, pattern.format(dir=self.dir, file=self.file)):
+            paths.check(_config(**train))
+        self.assertEqual(os.listdir(self.dir), ["file"], "nothing may be written")
+
+    def test_data_dir_that_is_a_file(self):
+        config = RunConfig(input=InputConfig(data_dir=self.file))
+        with self.assertRaisesRegex(ValueError, r"^data_dir='.*': .* is a file"):
+            paths.check(config)
+
+    def test_a_file_where_the_data_directory_belongs(self):
+        for data_dir in (self.file, os.path.join(self.file, "sub")):
+            with self.assertRaisesRegex(ConfigError,
+                                        rf"^data_dir='{data_dir}': {self.file} is a file, "
+                                        r"not a directory; pass a directory\.$"):
+                paths.check_input_dir("data_dir", data_dir)
+
+    def test_a_data_directory_to_be_made_is_fine_and_not_made_by_the_check(self):
+        data_dir = os.path.join(self.dir, "new", "dir")
+        paths.check_input_dir("data_dir", data_dir)
+        self.assertFalse(os.path.exists(data_dir))
+        self.assertEqual(os.listdir(self.dir), ["file"], "the check may make nothing")
+
+    def test_a_data_directory_that_cannot_be_made(self):
+        # /proc refuses every new entry, even root's.
+        with self.assertRaisesRegex(ConfigError, r"^data_dir='/proc/tfdist_data': cannot write "
+                                                 r"in /proc \(.*\); pass a path you may write\.$"):
+            paths.check_input_dir("data_dir", "/proc/tfdist_data")
+        paths.check_input_dir("data_dir", "/proc")  # It exists: reading it needs no writes.
+
+    def test_paths_to_be_made_pass(self):
+        paths.check(_config(model_dir=os.path.join(self.dir, "new", "model"),
+                            metrics_json=os.path.join(self.dir, "new", "m.json")))
+
+    def test_metrics_json_is_checked_only_where_it_is_written(self):
+        worker = make_cluster(num_workers=2, ports=[1, 2], task=("worker", 1))
+        config = RunConfig(train=TrainConfig(metrics_json=self.dir), cluster=worker)
+        paths.check(config)  # Worker 1 writes no summary.
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,95 @@
+"""`tfdist.CustomLoop` (`tfdist.training.keras2.custom_loop`): a loop that learns and resumes from
+its checkpoint, and each way its input goes wrong."""
+
+import tensorflow as tf
+import tf_keras
+
+import tfdist
+from tests.tfdist.training.test_fit import _FEATURES
+from tests.tfdist.training.test_fit import _MIRRORED
+from tests.tfdist.training.test_fit import _PolicyReset
+from tests.tfdist.training.test_fit import _arrays_dataset_fn
+from tests.tfdist.training.test_fit import _config
+from tests.tfdist.training.test_fit import _tabular
+from tests.tfdist.training.test_fit import tabular_dataset_fn
+from tests.tfdist.training.test_fit import tabular_model
+from tfdist.runtime.config import ConfigError
+
+
+class CustomLoopTest(_PolicyReset):
+
+    def test_a_loop_learns_and_resumes_from_its_checkpoint(self):
+        model_dir = self.get_temp_dir()
+        config = _config(global_batch_size=32, strategy=_MIRRORED, steps_per_epoch=16,
+                         model_dir=model_dir)
+        plan = tfdist.setup(config)
+
+        def run_epochs(epochs):
+            loop = tfdist.CustomLoop(plan, tabular_model)
+            batches = loop.distribute(tabular_dataset_fn(32))
+            loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
+                reduction=tf_keras.losses.Reduction.NONE)
+
+            def step(features, labels):
+                with tf.GradientTape() as tape:
+                    loss = loop.scale_loss(loss_fn(labels, loop.model(features, training=True)))
+                loop.minimize(loss, tape)
+                return loss
+
+            first = loop.restore()
+            losses = []
+            for epoch in range(first, epochs):
+                losses.append(loop.run(step, batches, plan.steps_per_epoch))
+                loop.save(epoch + 1)
+            return first, losses
+
+        first, losses = run_epochs(2)
+        self.assertEqual(first, 0)
+        self.assertLess(losses[-1], losses[0])
+        first, losses = run_epochs(3)
+        self.assertEqual((first, len(losses)), (2, 1))
+
+    def _loop_and_step(self, model_dir=None, model=tabular_model):
+        plan = tfdist.setup(_config(global_batch_size=16, model_dir=model_dir), train_examples=64)
+        loop = tfdist.CustomLoop(plan, model)
+
+        def step(features, labels):
+            with tf.GradientTape() as tape:
+                loss = loop.scale_loss(tf_keras.losses.sparse_categorical_crossentropy(
+                    labels, loop.model(features, training=True)))
+            loop.minimize(loss, tape)
+            return loss
+        return loop, step
+
+    def test_bad_input_to_a_loop(self):
+        with self.assertRaisesRegex(ConfigError, r"^model function .* returned a "
+                                                 r"builtins.NoneType, not a tf-keras model"):
+            self._loop_and_step(model=lambda: None)
+        loop, step = self._loop_and_step()
+        features, labels = _tabular(64, seed=1)
+        finite = loop.distribute(_arrays_dataset_fn(features, labels, repeat=False))
+        for steps in (0, -1, 1.5):
+            with self.assertRaisesRegex(ConfigError, rf"^steps={steps} is not an integer from 1 "):
+                loop.run(step, finite, steps)
+        with self.assertRaisesRegex(ConfigError, r"^dataset: it ran out of batches before the "
+                                                 r"run's last step; end the dataset with"):
+            loop.run(step, finite, 5)  # It holds 4.
+        with self.assertRaisesRegex(ConfigError, r"^epochs_done=-1 is not an integer from 0 "):
+            loop.save(-1)
+
+    def test_a_checkpoint_of_another_model(self):
+        model_dir = self.get_temp_dir()
+        self._loop_and_step(model_dir)[0].save(1)
+
+        def wider():
+            return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES,)),
+                                        tf_keras.layers.Dense(7), tf_keras.layers.Dense(2)])
+        loop, _ = self._loop_and_step(model_dir, wider)
+        with self.assertRaisesRegex(ConfigError, rf"^model_dir='{model_dir}': the checkpoint a "
+                                                 r"loop left there cannot be restored into this "
+                                                 r"one \(.*incompatible.*\); resume it with"):
+            loop.restore()
+
+
+if __name__ == "__main__":
+    tf.test.main()

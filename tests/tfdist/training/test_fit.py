@@ -1,0 +1,245 @@
+"""tfdist's public `setup` and `fit` in-process (`tfdist.training.fit`): the built-in job
+(strategy x precision), a user's own model and data (dataset function, `tfdist.Records`), and the
+API's entry points given what they cannot take. Its helpers (a tabular job) serve other tests."""
+
+import math
+import os
+from unittest import mock
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tf_keras
+from absl import flags
+from absl.testing import parameterized
+
+import tfdist
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import InputConfigError
+from tfdist.strategies import StrategyConfig
+from tfdist.training import from_config as train_command
+from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import Precision
+from tfdist.runtime.config import RunConfig
+from tfdist.runtime.config import TrainConfig
+from tfdist.runtime.config import OptimizerConfig
+
+_MIRRORED = dict(strategy="mirrored", num_cpu_devices=2)
+_FEATURES = 6
+
+
+def _config(data_dir=None, global_batch_size=16, preprocess_on="auto", strategy=None,
+            optimizer=None, **train) -> RunConfig:
+    return RunConfig(
+        strategy=StrategyConfig(**(strategy or {})),
+        input=InputConfig(data_dir=data_dir, global_batch_size=global_batch_size,
+                          preprocess_on=preprocess_on),
+        optimizer=optimizer or OptimizerConfig(),
+        train=TrainConfig(**{"epochs": 1, "steps_per_epoch": 2, "validation_steps": 1,
+                             **train}))
+
+
+def _tabular(count: int, seed: int):
+    """Features whose sign pattern decides the label: learnable in a few steps."""
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(count, _FEATURES)).astype("float32")
+    return features, (features[:, 0] + features[:, 1] > 0).astype("int64")
+
+
+def tabular_dataset_fn(global_batch_size: int, count: int = 512, training: bool = True):
+    features, labels = _tabular(count, seed=int(training))
+
+    def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels)).shard(
+            context.num_input_pipelines, context.input_pipeline_id)
+        dataset = dataset.repeat() if training else dataset
+        return dataset.batch(context.get_per_replica_batch_size(global_batch_size))
+    return make
+
+
+def tabular_model() -> tf_keras.Model:
+    return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES,)),
+                                tf_keras.layers.Dense(16, activation="relu"),
+                                tf_keras.layers.Dense(2, activation="softmax", dtype="float32")],
+                               name="tabular")
+
+
+class _PolicyReset(tf.test.TestCase):
+
+    def tearDown(self):
+        tf_keras.mixed_precision.set_global_policy("float32")
+        super().tearDown()
+
+
+class BuiltInJobTest(_PolicyReset, parameterized.TestCase):
+    """`tfdist train`'s path: `train_command.train`, built on `setup` and `fit`."""
+
+    @pytest.fixture(autouse=True)
+    def _data_dir(self, shapes_data_dir):
+        self.data_dir = shapes_data_dir
+
+    @parameterized.product(
+        strategy=[dict(strategy="one_device"), _MIRRORED],
+        mixed_precision=[Precision.FLOAT32, Precision.MIXED_FLOAT16, Precision.MIXED_BFLOAT16])
+    def test_fits_under_strategy_and_precision(self, strategy, mixed_precision):
+        result = train_command.train(_config(self.data_dir, strategy=strategy,
+                                             mixed_precision=mixed_precision,
+                                             steps_per_execution=2))
+        self.assertEqual((result["steps_per_epoch"], result["steps"]), (2, 2))
+        self.assertEqual(set(result["final"]), {"loss", "accuracy", "val_loss", "val_accuracy"})
+        self.assertTrue(math.isfinite(result["final"]["loss"]))
+        self.assertGreater(result["examples_per_sec"], 0)
+        self.assertEqual((result["model"], result["dataset"], result["role"]),
+                         ("small_cnn", "shapes", "train"))
+
+    @parameterized.parameters(Precision.FLOAT32, Precision.MIXED_BFLOAT16)
+    def test_device_preprocessing_under_mirrored(self, mixed_precision):
+        result = train_command.train(_config(self.data_dir, preprocess_on="device",
+                                             strategy=_MIRRORED, mixed_precision=mixed_precision))
+        self.assertTrue(math.isfinite(result["final"]["val_loss"]))
+
+    def test_batch_that_does_not_split_over_replicas(self):
+        with self.assertRaisesRegex(
+                InputConfigError, r"global_batch_size=5 does not split evenly over 2 replicas.*"
+                                  r"e.g. global_batch_size=4 or 6"):
+            tfdist.setup(_config(self.data_dir, global_batch_size=5, strategy=_MIRRORED))
+
+    def test_whole_epoch_steps_come_from_the_split_size(self):
+        config = RunConfig(input=InputConfig(data_dir=self.data_dir, global_batch_size=10 ** 6))
+        with self.assertRaisesRegex(ConfigError, r"global_batch_size=1000000 is larger than the"):
+            tfdist.setup(config)
+
+
+class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
+    """`fit` with a user's model function and dataset function or records."""
+
+    @parameterized.parameters(dict(strategy="one_device"), _MIRRORED)
+    def test_a_users_model_learns_a_users_data(self, **strategy):
+        plan = tfdist.setup(_config(global_batch_size=32, strategy=strategy, epochs=3,
+                                    steps_per_epoch=None, validation_steps=None),
+                            train_examples=512)
+        result = tfdist.fit(plan, tabular_model, tabular_dataset_fn(32),
+                            validation_data=tabular_dataset_fn(32, 128, training=False),
+                            loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        self.assertEqual(result["model"], "tabular")
+        self.assertIn("tabular_dataset_fn", result["dataset"])
+        self.assertGreater(result["final"]["val_accuracy"], 0.85)
+
+    def test_records_with_a_dict_of_features(self):
+        directory = self.get_temp_dir()
+        features, labels = _tabular(256, seed=3)
+        for index in range(2):
+            with tf.io.TFRecordWriter(os.path.join(directory, f"t-{index}.tfrecord")) as writer:
+                for row, label in zip(features[index::2], labels[index::2]):
+                    writer.write(tf.train.Example(features=tf.train.Features(feature={
+                        "x": tf.train.Feature(float_list=tf.train.FloatList(value=row)),
+                        "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
+                    })).SerializeToString())
+
+        def parse(serialized):
+            parsed = tf.io.parse_example(serialized, {
+                "x": tf.io.FixedLenFeature([_FEATURES], tf.float32),
+                "y": tf.io.FixedLenFeature([], tf.int64)})
+            return {"x": parsed["x"]}, parsed["y"]
+
+        def model():
+            inputs = tf_keras.Input((_FEATURES,), name="x")
+            return tf_keras.Model({"x": inputs}, tf_keras.layers.Dense(2, activation="softmax")(
+                inputs), name="dict_model")
+
+        plan = tfdist.setup(_config(global_batch_size=32, strategy=_MIRRORED,
+                                    steps_per_epoch=None, validation_steps=None),
+                            train_examples=256)
+        result = tfdist.fit(plan, model, tfdist.Records(os.path.join(directory, "*.tfrecord"),
+                                                        parse),
+                            loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        self.assertEqual(result["steps_per_epoch"], 8)
+        self.assertTrue(math.isfinite(result["final"]["loss"]))
+
+    def _plan(self, **config):
+        return tfdist.setup(_config(global_batch_size=16, **config), train_examples=64)
+
+    def test_an_uncompiled_model_needs_a_loss(self):
+        with self.assertRaisesRegex(ConfigError, r"^loss: the model is not compiled; pass "):
+            tfdist.fit(self._plan(), tabular_model, tabular_dataset_fn(16))
+
+    def test_a_model_built_outside_the_scope(self):
+        plan = self._plan(strategy=_MIRRORED)
+        with self.assertRaisesRegex(ConfigError, r"^model 'tabular' was built outside "
+                                                 r"plan.strategy.scope\(\); pass a function"):
+            tfdist.fit(plan, tabular_model(), tabular_dataset_fn(16), loss="mse")
+
+    def test_a_function_that_returns_no_model(self):
+        with self.assertRaisesRegex(ConfigError, r"returned a builtins.NoneType, not a tf-keras "
+                                                 r"model"):
+            tfdist.fit(self._plan(), lambda: None, tabular_dataset_fn(16), loss="mse")
+
+    def test_batches_that_do_not_fit_the_model(self):
+        def wide_model():
+            return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES + 1,)),
+                                        tf_keras.layers.Dense(2)], name="wide")
+        with self.assertRaisesRegex(ConfigError, r"^train_data: its batches do not fit model "
+                                                 r"'wide' \(.*\); make the dataset yield"):
+            tfdist.fit(self._plan(), wide_model, tabular_dataset_fn(16),
+                       loss="sparse_categorical_crossentropy")
+
+    def test_data_that_is_not_data(self):
+        with self.assertRaisesRegex(ConfigError, r"^train data is a int; pass a dataset "):
+            tfdist.fit(self._plan(), tabular_model, 3, loss="mse")
+
+
+def _arrays_dataset_fn(features, labels, *, repeat: bool = True):
+    """A dataset function over the whole arrays, in batches of 16."""
+    def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        del context
+        dataset = tf.data.Dataset.from_tensor_slices((features, labels))
+        return (dataset.repeat() if repeat else dataset).batch(16, drop_remainder=True)
+    return make
+
+
+def _linear_model() -> tf_keras.Model:
+    """A model that passes NaN inputs on to its loss (a ReLU turns them into zeros)."""
+    return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES,)),
+                                tf_keras.layers.Dense(2, activation="softmax")], name="linear")
+
+
+class ApiArgumentsTest(_PolicyReset):
+    """The public API's entry points given what they cannot take: one line each."""
+
+    @pytest.fixture(autouse=True)
+    def _data_dir(self, shapes_data_dir):
+        self.data_dir = shapes_data_dir
+
+    def test_configs_of_the_wrong_kind(self):
+        with self.assertRaisesRegex(ConfigError, r"^strategy is a dict, not a StrategyConfig; "):
+            RunConfig(strategy={"strategy": "mirrored"})
+        with self.assertRaisesRegex(ConfigError, r"^learning_rate='0.1' is not a finite number"):
+            OptimizerConfig(learning_rate="0.1")
+        with self.assertRaisesRegex(ConfigError, r"^config is a NoneType, not a RunConfig; "):
+            tfdist.setup(None)
+
+    def test_something_else_than_a_plan(self):
+        for call in (lambda: tfdist.fit(None, tabular_model),
+                     lambda: tfdist.dataset_fn({}, tabular_dataset_fn(16), "train",
+                                               training=True),
+                     lambda: tfdist.CustomLoop("plan", tabular_model)):
+            with self.assertRaisesRegex(ConfigError, r"^plan is a \w+, not a Plan; pass what "
+                                                     r"tfdist.setup\(config\) returned\.$"):
+                call()
+
+    def test_a_split_the_dataset_does_not_have(self):
+        plan = tfdist.setup(_config(data_dir=self.data_dir))
+        with self.assertRaisesRegex(InputConfigError, r"^split='test': dataset='shapes' has no "
+                                                      r"such split; pass one of 'train', "):
+            tfdist.dataset_fn(plan, plan.config.input, "test", training=False)(
+                tf.distribute.InputContext())
+
+    def test_the_config_from_flags_before_they_are_parsed(self):
+        with mock.patch.object(flags.FlagValues, "is_parsed", return_value=False):
+            with self.assertRaisesRegex(ConfigError, r"^config_from_flags: the flags are not "
+                                                     r"parsed yet; call it in the main that "):
+                tfdist.config_from_flags()
+
+
+if __name__ == "__main__":
+    tf.test.main()
