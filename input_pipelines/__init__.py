@@ -7,8 +7,9 @@ imported (`tfdist.runtime.keras_env`).
 """
 
 # pylint: disable=import-outside-toplevel
-from .config import DATASET_FORMS
 from .config import AutoShard
+from .config import BASELINE_STAGES
+from .config import DATASET_FORMS
 from .config import DatasetInfo
 from .config import InputConfig
 from .config import InputConfigError
@@ -135,3 +136,15 @@ def read_trace(logdir: str):
     steps too: the ops of the step show as stages)."""
     from . import stage_profile
     return stage_profile.read_trace(logdir)
+
+
+def baseline_pipeline(config: InputConfig, kind: str, *, shuffle: bool = True):
+    """A pipeline to measure tfdist's training pipeline against, reading `config`'s training
+    files as one input pipeline (batches of `config.global_batch_size`): "naive" (TF's guide's
+    first pipeline), "tfdist" (tfdist's own, augmentation on the host) or a stage of
+    `BASELINE_STAGES` (tfdist's cut after it; `shuffle=False` leaves out the example shuffle).
+    Prepares the dataset first (the built-in one generated once)."""
+    from . import baselines
+    if kind in BASELINE_STAGES:
+        return baselines.stage(config, kind, shuffle=shuffle)
+    return {"naive": baselines.naive, "tfdist": baselines.tfdist}[kind](config)

@@ -37,6 +37,8 @@ _LIMITS = {"global_batch_size": (1, MAX_GLOBAL_BATCH_SIZE),
            "image_size": (1, MAX_IMAGE_SIZE),
            "datasets_num_private_threads": (1, MAX_THREADS),
            "seed": (0, MAX_SEED)}
+# The steps of tfdist's training pipeline that `baseline_pipeline` can cut it after, in order.
+BASELINE_STAGES = ("read", "shuffle", "parse", "decode")
 
 
 class InputConfigError(ValueError):

@@ -9,8 +9,8 @@ import socket
 import portpicker
 import tensorflow as tf
 
-from .config import InputConfigError
 from .config import HOST_PATTERN
+from .config import InputConfigError
 from .config import SERVICE_PROTOCOL
 from .config import ServiceMode
 from .config import parse_service_address

@@ -23,7 +23,6 @@ OUT_DIR/batch_scaling.{json,md,png} (the plot needs matplotlib: `pip install -e 
 
 import argparse
 import dataclasses
-import json
 import math
 import os
 import sys
@@ -33,6 +32,7 @@ import numpy as np
 
 import tfdist
 from tfdist import input_pipelines
+from tfdist.training.summary import write_json
 
 _EVALUATE_BATCH = 1000
 # A run stops as stalled from this step on once its accuracy has not risen for 4x the steps.
@@ -290,9 +290,8 @@ def main() -> None:
     report["wall_s"] = time.perf_counter() - started
     command = "python scripts/batch_scaling_study.py " + " ".join(sys.argv[1:])
     os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, "batch_scaling.json"), "w", encoding="utf-8") as out:
-        json.dump({"command": command.strip(), **report}, out, indent=1)
-        out.write("\n")
+    write_json(os.path.join(args.out_dir, "batch_scaling.json"),
+               {"command": command.strip(), **report})
     with open(os.path.join(args.out_dir, "batch_scaling.md"), "w", encoding="utf-8") as out:
         out.write(_markdown(report, command.strip()))
     _plot(report, os.path.join(args.out_dir, "batch_scaling.png"))

@@ -34,6 +34,8 @@ import sys
 import tempfile
 import time
 
+from tfdist.training.summary import write_json
+
 from train_runs import train_and_read_metrics
 
 MIB = 1024 * 1024
@@ -102,18 +104,18 @@ def _allreduce_worker(output_path: str, names: list[str]) -> None:
     from tfdist.runtime.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    from tfdist.strategies import ring_chunks  # pylint: disable=import-outside-toplevel
-    ring_chunks.apply()  # As tfdist's multi_worker_mirrored does.
+    from tfdist import strategies  # pylint: disable=import-outside-toplevel
+    tfdist_subdivs = strategies.use_ring_chunks()  # As tfdist's multi_worker_mirrored does.
     communication = tf.distribute.experimental.CommunicationOptions
     strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
         timeout_seconds=_TIMEOUT_S))
-    results, tfdist_subdivs = {}, ring_chunks.MAX_SUBDIVS_PER_DEVICE
+    results = {}
     for name, num_bytes, num_tensors, wire_dtype, bytes_per_pack, subdivs in ALLREDUCE_CASES:
         if name not in names:
             continue
         # Read when the all-reduce is traced, below.
-        ring_chunks.MAX_SUBDIVS_PER_DEVICE = tfdist_subdivs if subdivs is None else subdivs
+        strategies.use_ring_chunks(tfdist_subdivs if subdivs is None else subdivs)
         size = num_bytes // 4 // num_tensors
         tensors = [tf.random.uniform([size]) for _ in range(num_tensors)]
         options = communication(bytes_per_pack=bytes_per_pack)
@@ -134,8 +136,7 @@ def _allreduce_worker(output_path: str, names: list[str]) -> None:
             times.append(time.perf_counter() - start)
         results[name] = statistics.median(times[WARMUP:])
     if strategy.cluster_resolver.task_id == 0:
-        with open(output_path, "w", encoding="utf-8") as output:
-            json.dump(results, output)
+        write_json(output_path, results)
 
 
 def allreduce_seconds(names: list[str] | None = None) -> dict[str, float]:
@@ -210,9 +211,7 @@ def main() -> None:
             print(f"training {name:34s} {rate:6.0f} examples/s  {rate / GLOBAL_BATCH_SIZE:5.2f} "
                   f"steps/s  {rate / baseline:5.2f}x one worker", flush=True)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as output:
-            json.dump(figures, output, indent=2)
-            output.write("\n")
+        write_json(args.json, figures)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ over the same number of examples after the same warm-up, on this machine:
               parsed as tfdist's pipeline does (several batches per map call), but nothing
               decoded or augmented.
 
+(`tfdist.input_pipelines.baseline_pipeline` builds each.)
+
 Each pipeline is timed in a fresh child process, so that none inherits another's threads or
 memory (measured: tfdist's pipeline ran 30% slower right after the naive one in the same
 process). A round times each pipeline once, one after the other; --rounds repeats that, and each
@@ -29,9 +31,7 @@ and each op per example (`input_pipelines.profile_stages`).
 """
 
 import argparse
-import functools
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -45,65 +45,13 @@ import_tensorflow(show_logs=False)
 # pylint: disable=wrong-import-position
 import tensorflow as tf
 
+from tfdist import input_pipelines
+from tfdist.input_pipelines import BASELINE_STAGES as STAGES
 from tfdist.input_pipelines import InputConfig
-from tfdist.input_pipelines import Placement
-from tfdist.input_pipelines import PreprocessOn
-from tfdist.input_pipelines import ReadOptions
-from tfdist.input_pipelines import profile_stages
-from tfdist.input_pipelines import pipeline
-from tfdist.input_pipelines import preprocessing
-from tfdist.input_pipelines import sources
-from tfdist.training import summary
+from tfdist.training.summary import write_json
 
 _GLOBAL_BATCH_SIZE = 128
 _WARMUP_BATCHES = 10
-_SINGLE_PIPELINE = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
-                                              num_replicas_in_sync=1)
-
-
-def _naive(source: sources.Source) -> tf.data.Dataset:
-    """One reader, per-example map with the same augmentation, batch; nothing overlapped."""
-    def parse_and_preprocess(record: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        features = tf.io.parse_single_example(record, source.features)
-        image = tf.reshape(tf.io.decode_raw(features[source.image_key], tf.uint8),
-                           source.raw_image_shape)
-        image = tf.image.random_crop(
-            tf.image.resize_with_crop_or_pad(image, 32 + 2 * preprocessing.CROP_PADDING,
-                                             32 + 2 * preprocessing.CROP_PADDING), [32, 32, 3])
-        image = tf.image.random_flip_left_right(image)
-        image = tf.image.random_brightness(tf.cast(image, tf.float32),
-                                           255 * preprocessing.MAX_BRIGHTNESS_DELTA)
-        image = tf.clip_by_value(image, 0.0, 255.0) / 127.5 - 1.0
-        return image, features[source.label_key]
-
-    dataset = tf.data.TFRecordDataset(list(source.files[sources.TRAIN]))
-    return dataset.map(parse_and_preprocess).repeat().batch(_GLOBAL_BATCH_SIZE)
-
-
-def _stage(config: InputConfig, source: sources.Source, last: str, *,
-           shuffle: bool = True) -> tf.data.Dataset:
-    """tfdist's training pipeline up to and including stage `last` (see `STAGES`); with
-    `shuffle=False` no example shuffle (the file order is shuffled either way)."""
-    files = source.files[sources.TRAIN]
-    plan = pipeline.shard_plan(config, len(files), _SINGLE_PIPELINE, training=True)
-    records = pipeline.read_records(config, files, plan, shuffle_seed=config.seed)
-    if shuffle and last != "read":
-        records = records.shuffle(config.shuffle_buffer_size, seed=config.seed)
-    work = {"parse": lambda serialized: tf.io.parse_example(serialized, source.features),
-            "decode": lambda serialized: pipeline.parse_and_decode(source, serialized)}.get(last)
-    if work:  # Batched and mapped as tfdist's pipeline does, several batches per map call.
-        calls = pipeline.batches_per_call(_GLOBAL_BATCH_SIZE, math.prod(source.info.image_shape))
-        batches = pipeline.map_batches(records.repeat(), _GLOBAL_BATCH_SIZE, work,
-                                       drop_remainder=True, calls=calls)
-    else:
-        batches = records.repeat().batch(_GLOBAL_BATCH_SIZE, drop_remainder=True)
-    return batches.with_options(pipeline.options(config)).prefetch(tf.data.AUTOTUNE)
-
-
-def _tfdist(config: InputConfig) -> tf.data.Dataset:
-    read = ReadOptions(split=sources.TRAIN, training=True, placement=Placement(PreprocessOn.HOST))
-    return pipeline.examples(config, read, _SINGLE_PIPELINE, announce=False).prefetch(
-        tf.data.AUTOTUNE)
 
 
 def _examples_per_sec(dataset: tf.data.Dataset, num_examples: int) -> float:
@@ -119,14 +67,15 @@ def _examples_per_sec(dataset: tf.data.Dataset, num_examples: int) -> float:
 
 
 # With --stages: tfdist's training pipeline cut after each of its steps, in order; the last
-# step (augment and normalise on the host) makes it the whole `tfdist` pipeline.
-STAGES = ("read", "shuffle", "parse", "decode")
+# step (augment and normalise on the host) makes it the whole `tfdist` pipeline. parse_only is
+# tfdist's reading (parallel interleave, batched parse), no shuffle, decode or augmentation.
 _PIPELINES = {
-    "naive": lambda config, source: _naive(source),
-    "tfdist": lambda config, source: _tfdist(config),
-    # tfdist's reading (parallel interleave, batched parse), no shuffle, decode or augmentation.
-    "parse_only": functools.partial(_stage, last="parse", shuffle=False),
-    **{f"stage_{name}": functools.partial(_stage, last=name) for name in STAGES},
+    "naive": lambda config: input_pipelines.baseline_pipeline(config, "naive"),
+    "tfdist": lambda config: input_pipelines.baseline_pipeline(config, "tfdist"),
+    "parse_only": lambda config: input_pipelines.baseline_pipeline(config, "parse",
+                                                                   shuffle=False),
+    **{f"stage_{name}": (lambda config, name=name: input_pipelines.baseline_pipeline(config, name))
+       for name in STAGES},
 }
 _CHILD_TIMEOUT_S = 600
 _TRACE_BATCHES = 200
@@ -164,8 +113,9 @@ def _stages(figures: dict) -> dict:
 
 def _trace(config: InputConfig) -> dict:
     """tfdist's pipeline under the profiler: trace microseconds per example of each stage."""
-    profile = profile_stages(_tfdist(config), num_elements=_TRACE_BATCHES,
-                             warmup_elements=_WARMUP_BATCHES)
+    profile = input_pipelines.profile_stages(
+        input_pipelines.baseline_pipeline(config, "tfdist"), num_elements=_TRACE_BATCHES,
+        warmup_elements=_WARMUP_BATCHES)
     examples = profile.num_elements * _GLOBAL_BATCH_SIZE
     per_example = {stage: round(1e6 * seconds / examples, 2)
                    for stage, seconds in profile.stage_s.items()}
@@ -221,12 +171,12 @@ def main() -> None:
     parser.add_argument("--trace_here", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     config = InputConfig(data_dir=args.data_dir, global_batch_size=_GLOBAL_BATCH_SIZE)
-    source = sources.source(config)  # Prepares the dataset before any timing.
+    input_pipelines.prepare(config)  # Before any timing.
     if args.trace_here:
         print(json.dumps(_trace(config)))
         return
     if args.pipeline:
-        print(_examples_per_sec(_PIPELINES[args.pipeline](config, source), args.examples))
+        print(_examples_per_sec(_PIPELINES[args.pipeline](config), args.examples))
         return
     figures = _rounds(args)
     for name in ("naive_eps", "tfdist_eps", "parse_only_eps"):
@@ -243,7 +193,7 @@ def main() -> None:
         for stage, value in trace["stage_us_per_example"].items():
             print(f"  {stage:36s} {value:6.2f} us/example")
     if args.json:
-        summary.write_json(args.json, {
+        write_json(args.json, {
             "cpu_count": os.cpu_count(), "examples": args.examples, "rounds": args.rounds,
             "global_batch_size": _GLOBAL_BATCH_SIZE,
             **{name: round(value, 2) if isinstance(value, float) else value

@@ -10,7 +10,7 @@ The model's inputs, each measured here:
               bandwidth from 64 MiB, the latency of a message from 4 KiB
   gradients   4 x the model's trainable parameters (the run summary reports them)
 Predicted step: compute(N) + ring all-reduce of the gradients over N processes on that link
-(`tfdist.cluster.cost_model`, overlap 0: TensorFlow all-reduces after the backward pass).
+(`tfdist.cost_model`, overlap 0: TensorFlow all-reduces after the backward pass).
 Measured step: global batch / examples/s of `tfdist train --strategy=multi_worker_mirrored
 --dataset=synthetic` over N processes (`tfdist launch`), the second epoch.
 
@@ -19,13 +19,13 @@ Measured step: global batch / examples/s of `tfdist train --strategy=multi_worke
 
 import argparse
 import concurrent.futures
-import json
+
+from tfdist import cost_model
+from tfdist.training.summary import write_json
 
 from benchmark_cluster import ALLREDUCE_CASES
 from benchmark_cluster import allreduce_seconds
 from train_runs import train_and_read_metrics
-
-from tfdist.cluster import cost_model
 
 _TIMEOUT_S = 1200
 _BANDWIDTH_CASE, _LATENCY_CASE = "1 x 64 MiB float32", "1 x 4 KiB float32 (latency)"
@@ -103,11 +103,10 @@ def main() -> None:
               f"{row['exchange_s'] * 1000:.1f} | {row['predicted_s'] * 1000:.1f} | "
               f"{row['measured_s'] * 1000:.1f} | {row['ratio']:.2f} |")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as output:
-            json.dump({"model": args.model, "per_replica_batch": args.per_replica_batch,
-                       "link": {"gbit_per_s": link.gbit_per_s, "latency_us": link.latency_us},
-                       "trainable_parameters": parameters, "rows": rows}, output, indent=1)
-            output.write("\n")
+        write_json(args.json, {"model": args.model, "per_replica_batch": args.per_replica_batch,
+                               "link": {"gbit_per_s": link.gbit_per_s,
+                                        "latency_us": link.latency_us},
+                               "trainable_parameters": parameters, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -9,10 +9,11 @@ launcher runs a chief, 2 workers and 1 ps; multi-worker mirrored runs 2 workers.
 """
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
+
+from tfdist.training.summary import write_json
 
 from train_runs import train_and_read_metrics
 
@@ -62,9 +63,7 @@ def main() -> None:
                   f"Keras 3 / tf-keras examples/s = {ratio:.2f}", flush=True)
             results[name] = {"runs": runs, "medians": medians, "keras3_over_tf_keras": ratio}
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as json_file:
-            json.dump({"cpu_count": os.cpu_count(), "rounds": args.rounds, **results}, json_file,
-                      indent=2)
+        write_json(args.json, {"cpu_count": os.cpu_count(), "rounds": args.rounds, **results})
 
 
 if __name__ == "__main__":

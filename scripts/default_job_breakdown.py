@@ -37,16 +37,14 @@ def _child(data_dir: str, trace_dir: str | None) -> None:
     """One default-job run, stamped; prints its phases as one JSON line. With `trace_dir`, traces
     `_TRACED_STEPS` steps of epoch `_TRACED_EPOCH` there and adds "trace"."""
     started = time.perf_counter()
-    import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
+    import tfdist  # pylint: disable=import-outside-toplevel
     from tfdist.runtime.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
     import_tensorflow(show_logs=False)
     # pylint: disable=import-outside-toplevel
     import tensorflow as tf
     import tf_keras
     from tfdist import input_pipelines
-    from tfdist.commands import flags as tfdist_flags
-    from tfdist.training import from_config as train_command
-    from tfdist.runtime.setup import setup
+    from tfdist.training import from_config
     imported = time.perf_counter()
 
     class Stamps(tf_keras.callbacks.Callback):
@@ -93,11 +91,11 @@ def _child(data_dir: str, trace_dir: str | None) -> None:
         def on_train_end(self, logs=None):
             self._stamp("train_end")
 
-    tfdist_flags.parse("train", ["tfdist", f"--data_dir={data_dir}"])
-    plan = setup(tfdist_flags.run_config(None))
+    # The default job: `tfdist train --data_dir=DIR`.
+    plan = tfdist.setup(tfdist.RunConfig(input=tfdist.InputConfig(data_dir=data_dir)))
     set_up = time.perf_counter()
     stamps = Stamps()
-    summary = train_command.fit(plan, callbacks=[stamps])
+    summary = from_config.fit(plan, callbacks=[stamps])
     fitted = time.perf_counter()
     phases = {"import_s": imported - started, "setup_s": set_up - imported}
     phases.update(_fit_phases(stamps.events, set_up, fitted))

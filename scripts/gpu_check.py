@@ -132,12 +132,12 @@ def main(out_dir: str) -> int:
                                        "--mixed_precision=mixed_float16", "--timed_steps=20"]),
             "synthetic")
         if resnet:
-            with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as file:
-                json.dump(resnet, file)
-            run("plan", ["plan", f"--from_benchmark={file.name}", "--gpus_per_node=8",
-                         "--intra_link=nvlink4", "--inter_link=ib_ndr", "--gpudirect_rdma",
-                         "--json={json}"])
-            os.unlink(file.name)
+            with tempfile.TemporaryDirectory() as scratch:
+                benchmark = os.path.join(scratch, "resnet50.json")
+                summary.write_json(benchmark, resnet)
+                run("plan", ["plan", f"--from_benchmark={benchmark}", "--gpus_per_node=8",
+                             "--intra_link=nvlink4", "--inter_link=ib_ndr", "--gpudirect_rdma",
+                             "--json={json}"])
     report["seconds"] = round(time.perf_counter() - started, 1)
     summary.write_json(path, report)
     failed = [name for name, step in report["steps"].items()

@@ -25,10 +25,11 @@ matplotlib: `pip install -e .[plot]`).
 """
 
 import argparse
-import json
 import os
 import sys
 import time
+
+from tfdist.training.summary import write_json
 
 from train_runs import train_and_read_metrics
 
@@ -145,9 +146,8 @@ def main() -> None:
     with open(os.path.join(args.out_dir, "large_batch.md"), "w", encoding="utf-8") as table:
         table.write(_table(results, command))
         table.write(f"\n{(time.perf_counter() - started) / 60:.0f} min in all.\n")
-    with open(os.path.join(args.out_dir, "large_batch.json"), "w", encoding="utf-8") as raw:
-        json.dump({"command": command, "runs": results}, raw, indent=1)
-        raw.write("\n")
+    write_json(os.path.join(args.out_dir, "large_batch.json"),
+               {"command": command, "runs": results})
     _plot(results, os.path.join(args.out_dir, "large_batch.png"))
 
 

@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 
+from tfdist.training.summary import write_json
+
 MIB = 2 ** 20
 # Horovod's benchmark (docs/benchmarks.md at the paper's date, 2018-02): 32 servers of 4 Pascal
 # GPUs, 25 Gbit/s RoCE-capable Ethernet, NCCL 2's flat ring, 64 images per GPU; single-GPU
@@ -78,9 +80,7 @@ def main() -> None:
               " | ".join(f"{value:.2f} ({value - run['efficiency']:+.2f})"
                          for value in predicted.values()) + " |")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as output:
-            json.dump(results, output, indent=1)
-            output.write("\n")
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -18,11 +18,12 @@ OUT_DIR/sync_vs_async.{json,md,png} (the plot needs matplotlib: `pip install -e 
 
 import argparse
 import itertools
-import json
 import os
 import statistics
 import sys
 import time
+
+from tfdist.training.summary import write_json
 
 from train_runs import train_and_read_metrics
 
@@ -104,10 +105,8 @@ def main() -> None:
               flush=True)
     command = ("python scripts/sync_vs_async.py " + " ".join(sys.argv[1:])).strip()
     os.makedirs(args.out_dir, exist_ok=True)
-    with open(os.path.join(args.out_dir, "sync_vs_async.json"), "w", encoding="utf-8") as out:
-        json.dump({"command": command, "wall_s": time.perf_counter() - started,
-                   "runs": results}, out, indent=1)
-        out.write("\n")
+    write_json(os.path.join(args.out_dir, "sync_vs_async.json"),
+               {"command": command, "wall_s": time.perf_counter() - started, "runs": results})
     with open(os.path.join(args.out_dir, "sync_vs_async.md"), "w", encoding="utf-8") as out:
         out.write(_markdown(results, command))
     _plot(results, os.path.join(args.out_dir, "sync_vs_async.png"))

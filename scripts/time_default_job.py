@@ -8,9 +8,10 @@ run is a fresh process, so TensorFlow's import is included. Prints one line per 
 """
 
 import argparse
-import json
 import os
 import tempfile
+
+from tfdist.training.summary import write_json
 
 from train_runs import train_and_read_metrics
 
@@ -37,9 +38,7 @@ def main() -> None:
     for name, figures in runs.items():
         print(f"{name}: {figures}")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as json_file:
-            json.dump({"cpu_count": os.cpu_count(), "extra_flags": args.extra, **runs}, json_file,
-                      indent=2)
+        write_json(args.json, {"cpu_count": os.cpu_count(), "extra_flags": args.extra, **runs})
 
 
 if __name__ == "__main__":

@@ -56,6 +56,18 @@ def start_server(cluster: ClusterConfig):
     return server.start_server(cluster)
 
 
+def use_ring_chunks(max_subdivs_per_device: int | None = None) -> int:
+    """Makes every ring all-reduce between processes traced from now on move each pack in
+    chunks of at most 4 MiB, up to `max_subdivs_per_device` of them at once (tfdist's choice,
+    8, when None), as multi_worker_mirrored strategies built here do; returns the number in
+    use."""
+    from . import ring_chunks  # pylint: disable=import-outside-toplevel
+    ring_chunks.apply()
+    if max_subdivs_per_device is not None:
+        ring_chunks.MAX_SUBDIVS_PER_DEVICE = max_subdivs_per_device
+    return ring_chunks.MAX_SUBDIVS_PER_DEVICE
+
+
 def kind_of(strategy) -> StrategyKind:
     """Returns which `StrategyKind` a built strategy is (e.g. what `auto` resolved to)."""
     from . import factory  # pylint: disable=import-outside-toplevel
