@@ -7,7 +7,7 @@ under the plan's strategy, or serves or evaluates when this task of the cluster 
 training loops use `CustomLoop`.
 
 Importing tfdist selects tf-keras (Keras 2) as TensorFlow's Keras when TensorFlow is not imported
-yet and the environment has not chosen (see ARCHITECTURE.md); `--keras=3` trains Keras 3 models
+yet and the environment has not chosen (docs/ARCHITECTURE.md); `--keras=3` trains Keras 3 models
 (README "Keras 2 or 3"). Nothing here imports TensorFlow at import time.
 """
 
@@ -16,25 +16,25 @@ from tfdist.runtime import keras_env
 keras_env.default_to_tf_keras()
 
 # pylint: disable=wrong-import-position,import-outside-toplevel
-from tfdist.input_pipelines import InputConfig
-from tfdist.input_pipelines import InputConfigError
-from tfdist.input_pipelines import Records
-from tfdist.strategies import ClusterConfigError
-from tfdist.strategies import StrategyConfig
-from tfdist.strategies import StrategyConfigError
-from tfdist.strategies import StrategyKind
 from tfdist.cluster import cost_model
 from tfdist.commands.app import USER_ERRORS
 from tfdist.commands.app import config_from_flags
 from tfdist.commands.app import define_flags
 from tfdist.commands.app import run
+from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import InputConfigError
+from tfdist.input_pipelines import Records
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
+from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.config import OptimizerName
 from tfdist.runtime.config import Precision
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
-from tfdist.runtime.config import OptimizerConfig
-from tfdist.runtime.config import OptimizerName
+from tfdist.strategies import ClusterConfigError
+from tfdist.strategies import StrategyConfig
+from tfdist.strategies import StrategyConfigError
+from tfdist.strategies import StrategyKind
 
 __version__ = "0.1.0"
 __all__ = [

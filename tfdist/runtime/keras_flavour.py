@@ -12,6 +12,9 @@ import tf_keras
 from tfdist.runtime.config import KerasFlavourError
 
 KERAS3_CHECKED = "3.15."  # The Keras 3 release tfdist's Keras 3 step was written and tested for.
+# The tf-keras release whose private hooks tfdist extends (BackupAndRestore's supported
+# strategies, SidecarEvaluator's timeout) was checked.
+TF_KERAS_CHECKED = "2.21."
 
 
 def api(keras: int):
@@ -43,6 +46,15 @@ def _require_tf_keras() -> None:
             "tf.keras is Keras 3 here because TensorFlow was imported before tfdist (or "
             "TF_USE_LEGACY_KERAS is not 1); set TF_USE_LEGACY_KERAS=1 in the environment, or "
             "import tfdist before tensorflow, or train it as keras=3.")
+
+
+def require_checked_tf_keras(what: str, fix: str) -> None:
+    """Raises KerasFlavourError unless tf-keras is the release whose private hooks `what`
+    relies on was checked with; `fix` says what else the user can do."""
+    if not tf_keras.__version__.startswith(TF_KERAS_CHECKED):
+        raise KerasFlavourError(
+            f"{what} relies on tf-keras {TF_KERAS_CHECKED}x and tf-keras {tf_keras.__version__} "
+            f"is installed; pip install 'tf-keras=={TF_KERAS_CHECKED}*', or {fix}.")
 
 
 def is_keras3(model) -> bool:

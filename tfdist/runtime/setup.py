@@ -22,18 +22,18 @@ import tensorflow as tf
 
 from tfdist import input_pipelines
 from tfdist import strategies
+from tfdist.cluster import join_deadline
 from tfdist.input_pipelines import SourceKind
 from tfdist.input_pipelines.config import MAX_NUM_EXAMPLES
-from tfdist.strategies import StrategyKind
-from tfdist.strategies import TaskType
-from tfdist.strategies.config import check_int
+from tfdist.runtime import keras_flavour
 from tfdist.runtime import paths
 from tfdist.runtime import precision
-from tfdist.cluster import join_deadline
-from tfdist.runtime import keras_flavour
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.model_dir import ModelDir
+from tfdist.strategies import StrategyKind
+from tfdist.strategies import TaskType
+from tfdist.strategies.config import check_int
 
 
 class Role(str, enum.Enum):

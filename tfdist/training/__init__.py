@@ -1,1 +1,4 @@
-"""Training: fit, CustomLoop, callbacks, guards, evaluator, ps task, built-in models, summary."""
+"""Training: `fit` (roles, the Keras flavour's seam, the run summary) and the parts both Kerases
+share (`data`, `model`, `guards`, `callbacks`, built-in `models`, `summary`, `ps_task`,
+`from_config`); `keras2` and `keras3` train each flavour and import the shared parts, never the
+reverse."""

@@ -10,11 +10,10 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist.optim import noise_scale
-from tfdist.training import summary
+from tfdist.runtime import keras_flavour
 from tfdist.runtime.config import ConfigError
+from tfdist.training import summary
 
-# tf-keras versions whose BackupAndRestore was checked to work under OneDeviceStrategy.
-_ONE_DEVICE_BACKUP_CHECKED = ("2.21.",)
 
 
 class ThroughputTimer(tf_keras.callbacks.Callback):
@@ -114,17 +113,14 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
 
     tf-keras 2.21 refuses OneDeviceStrategy in `on_train_begin` (it is missing from the private
     `_supported_strategies`), though the backup needs nothing that strategy lacks: a one_device
-    run killed in epoch 2 resumes there (tests/tfdist/test_model_dir.py). The private attribute
-    is extended only for the tf-keras versions where that was checked.
+    run killed in epoch 2 resumes there (tests/tfdist/training/test_callbacks.py). The private
+    attribute is extended only for the tf-keras release where that was checked.
     """
 
     def on_train_begin(self, logs=None):
         if isinstance(self.model.distribute_strategy, tf.distribute.OneDeviceStrategy):
-            if not tf_keras.__version__.startswith(_ONE_DEVICE_BACKUP_CHECKED):
-                raise ConfigError(
-                    f"model_dir under strategy=one_device was checked with tf-keras "
-                    f"{'/'.join(_ONE_DEVICE_BACKUP_CHECKED)}x, not {tf_keras.__version__}; "
-                    "install tf-keras==2.21.* or use --strategy=mirrored.")
+            keras_flavour.require_checked_tf_keras("model_dir under strategy=one_device",
+                                                   "use --strategy=mirrored")
             self._supported_strategies = (*self._supported_strategies,
                                           tf.distribute.OneDeviceStrategy)
         try:

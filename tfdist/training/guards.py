@@ -13,8 +13,8 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist.input_pipelines import records
-from tfdist.runtime.config import MAX_COUNT
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import MAX_COUNT
 from tfdist.runtime.setup import Plan
 from tfdist.strategies import StrategyKind
 from tfdist.strategies.config import check_int

@@ -7,10 +7,10 @@ from typing import Callable
 
 import tf_keras
 
+from tfdist.runtime import keras_flavour
 from tfdist.runtime import plugins
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
-from tfdist.runtime import keras_flavour
 from tfdist.runtime.precision import check_output_dtype
 
 ModelFn = Callable[..., tf_keras.Model]

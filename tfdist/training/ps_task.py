@@ -2,11 +2,11 @@
 then exit 0 instead of serving forever (`tfdist.cluster.liveness`)."""
 
 from tfdist import strategies
-from tfdist.strategies import ClusterConfig
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import PROBE_EVERY_S
 from tfdist.cluster.liveness import chief_address
 from tfdist.runtime.config import ConfigError
+from tfdist.strategies import ClusterConfig
 
 FIRST_CONTACT_TIMEOUT_S = 600.0
 

@@ -39,9 +39,9 @@ import tf_keras
 from tfdist import strategies
 from tfdist.input_pipelines import sources
 from tfdist.runtime import keras_flavour
-from tfdist.training import models
-from tfdist.training import from_config as train_command
 from tfdist.runtime.setup import setup
+from tfdist.training import from_config as train_command
+from tfdist.training import models
 
 
 class StepTimer(tf_keras.callbacks.Callback):

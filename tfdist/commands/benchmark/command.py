@@ -24,8 +24,8 @@ from tfdist.input_pipelines.config import PYTHON_PREFIX
 from tfdist.runtime import paths
 from tfdist.runtime import plugins
 from tfdist.runtime import tf_import
-from tfdist.runtime.config import MAX_COUNT
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import MAX_COUNT
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
 from tfdist.training import summary as run_summary
 

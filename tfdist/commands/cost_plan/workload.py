@@ -8,9 +8,9 @@ import dataclasses
 import json
 import math
 
+from tfdist.cluster import cost_model
 from tfdist.input_pipelines.config import MAX_IMAGE_SIZE
 from tfdist.input_pipelines.config import MAX_NUM_CLASSES
-from tfdist.cluster import cost_model
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
 from tfdist.runtime.config import Precision

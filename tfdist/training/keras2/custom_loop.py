@@ -14,8 +14,8 @@ from typing import Callable
 import tensorflow as tf
 import tf_keras
 
-from tfdist.runtime.config import MAX_COUNT
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime.config import MAX_COUNT
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import Role
 from tfdist.runtime.setup import require_plan

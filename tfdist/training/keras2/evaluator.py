@@ -16,6 +16,7 @@ import tf_keras
 
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import chief_address
+from tfdist.runtime import keras_flavour
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.model_dir import ModelDir
 from tfdist.training import summary as run_summary
@@ -26,6 +27,8 @@ class _Evaluator(tf_keras.utils.SidecarEvaluator):
     evaluator waits forever after a chief that died before its last epoch."""
 
     def __init__(self, *args, watch: ChiefWatch, **kwargs):
+        keras_flavour.require_checked_tf_keras("the evaluator's stop once the chief is gone",
+                                               "run without --evaluator")
         super().__init__(*args, **kwargs)
         self._watch = watch
 

@@ -32,18 +32,18 @@ import keras
 import tensorflow as tf
 
 from tfdist import input_pipelines
-from tfdist.strategies import StrategyKind
 from tfdist.optim.gradient_path import GradientPath
+from tfdist.runtime.setup import Plan
+from tfdist.strategies import StrategyKind
 from tfdist.training import data as training_data
 from tfdist.training import guards as fit_guards
 from tfdist.training import model as training_model
-from tfdist.training.data import Data
-from tfdist.training.data import DatasetFn
-from tfdist.training.keras3 import optim as keras3_optim
 from tfdist.training.callbacks import EpochHistory
 from tfdist.training.callbacks import NoiseScaleLog
 from tfdist.training.callbacks import ThroughputTimer
-from tfdist.runtime.setup import Plan
+from tfdist.training.data import Data
+from tfdist.training.data import DatasetFn
+from tfdist.training.keras3 import optim as keras3_optim
 
 _ONE_COPY = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_WRITE,
              "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA}
