@@ -167,9 +167,10 @@ class GradientPath(tf.Module):
             local = [tf.convert_to_tensor(grad) for grad in local]
         summed = all_reduce(transforms.wire_dtype, local)
         if transforms.loss_scaling:
-            summed, local = self._unscaled(summed), self._unscaled(local)
+            summed = self._unscaled(summed)
         if transforms.noise_scale_batch:
-            self._measure_noise_scale(local, summed, present)
+            self._measure_noise_scale(
+                self._unscaled(local) if transforms.loss_scaling else local, summed, present)
         if transforms.clip_norm:
             summed, _ = tf.clip_by_global_norm(summed, transforms.clip_norm)
         if transforms.noise_eta:
