@@ -23,13 +23,10 @@ import dataclasses
 import math
 import os
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Collection
-from typing import TextIO
 
 import portpicker
 
@@ -38,13 +35,14 @@ from tfdist.cluster import LaunchError
 from tfdist.cluster import PYTHON
 from tfdist.cluster import capacity
 from tfdist.cluster import network
+from tfdist.cluster import processes
 from tfdist.cluster.network import Network
 from tfdist.strategies import ClusterConfig
 
 HOST = "127.0.0.1"
 EXIT_TIMEOUT = 124
 _POLL_S = 0.2
-_STOP_GRACE_S = 15.0
+_ANNOUNCER = "tfdist launch"
 _STRAGGLER_NOTICE_S = 60.0
 _TRAIN = "train"
 # A tfdist command that passes a URL (--tf_data_service=grpc://..., --model_dir=gs://...) or
@@ -141,71 +139,6 @@ def _task_names(cluster: ClusterConfig) -> list[tuple[str, int]]:
             for index in range(len(addresses))]
 
 
-class _Task:
-    """One task's process, its output pumped to our stdout (prefixed) and to its log file."""
-
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], log_path: str | None,
-                 output_lock: threading.Lock):
-        self.name = name
-        self._argv, self._env, self._log_path, self._lock = argv, env, log_path, output_lock
-        self.process: subprocess.Popen | None = None
-        self._pump: threading.Thread | None = None
-
-    def start(self) -> None:
-        log_file = open(self._log_path, "a", encoding="utf-8") if self._log_path else None
-        self.process = subprocess.Popen(  # pylint: disable=consider-using-with
-            self._argv, env=self._env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True)
-        self._pump = threading.Thread(target=self._copy_output, args=(log_file,), daemon=True)
-        self._pump.start()
-        print(f"tfdist launch: started {self.name} pid={self.process.pid}", flush=True)
-
-    def _copy_output(self, log_file: TextIO | None) -> None:
-        for line in self.process.stdout:
-            with self._lock:
-                sys.stdout.write(f"[{self.name}] {line}")
-                sys.stdout.flush()
-            if log_file:
-                log_file.write(line)
-                log_file.flush()
-        if log_file:
-            log_file.close()
-
-    def poll(self) -> int | None:
-        return self.process.poll()
-
-    def stop(self) -> None:
-        """SIGTERM to the task's process group, SIGKILL after a grace period; waits for it."""
-        if self.process.poll() is None:
-            _signal_group(self.process, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=_STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                _signal_group(self.process, signal.SIGKILL)
-                self.process.wait(timeout=_STOP_GRACE_S)
-        self._pump.join(timeout=_STOP_GRACE_S)
-
-
-def _signal_group(process: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(process.pid, signum)
-    except ProcessLookupError:
-        pass
-
-
-class _Stop(Exception):
-    """SIGINT or SIGTERM reached the launcher."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_stop(signum, frame):
-    del frame
-    raise _Stop(signum)
-
-
 def _cluster(config: LaunchConfig) -> ClusterConfig:
     """The local cluster, every task on HOST at a port of its own."""
     return strategies.make_cluster(num_workers=config.num_workers, num_ps=config.num_ps,
@@ -213,8 +146,8 @@ def _cluster(config: LaunchConfig) -> ClusterConfig:
                                    ports=_pick_ports(config.num_tasks), host=HOST)
 
 
-def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str]) -> list[_Task]:
-    """One `_Task` per cluster task, each with its own TF_CONFIG."""
+def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str]) -> list[processes.Process]:
+    """One `processes.Process` per cluster task, each with its own TF_CONFIG."""
     if config.log_dir:
         os.makedirs(config.log_dir, exist_ok=True)
     lock = threading.Lock()
@@ -223,24 +156,16 @@ def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str]) -> lis
         env = dict(os.environ, **dict(config.env),
                    TF_CONFIG=cluster.for_task(job, index).to_json())
         log_path = os.path.join(config.log_dir, f"{job}-{index}.log") if config.log_dir else None
-        tasks.append(_Task(f"{job}:{index}", argv, env, log_path, lock))
+        tasks.append(processes.Process(f"{job}:{index}", argv, env, log_path, lock,
+                                       announcer=_ANNOUNCER))
     return tasks
 
 
-def _is_primary(task: _Task, config: LaunchConfig) -> bool:
+def _is_primary(task: processes.Process, config: LaunchConfig) -> bool:
     """Whether the job waits for this task: the chief under ps, else every chief and worker;
     the evaluator too, which stops after the last checkpoint or once the chief is gone."""
     job = task.name.split(":")[0]
     return job in ("chief", "evaluator") if config.num_ps else job != "ps"
-
-
-def _stop_all(tasks: list[_Task]) -> None:
-    for task in tasks:
-        if task.process and task.process.poll() is None:
-            _signal_group(task.process, signal.SIGTERM)
-    for task in tasks:
-        if task.process:
-            task.stop()
 
 
 class _Stragglers:
@@ -266,7 +191,7 @@ class _Stragglers:
               file=sys.stderr, flush=True)
 
 
-def _supervise(config: LaunchConfig, tasks: list[_Task]) -> int:
+def _supervise(config: LaunchConfig, tasks: list[processes.Process]) -> int:
     """Waits for the job, restarting failed tasks; returns the launcher's exit status."""
     start = time.monotonic()
     deadline = None if config.timeout_s is None else start + config.timeout_s
@@ -275,7 +200,7 @@ def _supervise(config: LaunchConfig, tasks: list[_Task]) -> int:
     straggling = _Stragglers()
     while True:
         if deadline is not None and time.monotonic() > deadline:
-            _stop_all(tasks)
+            processes.stop_all(tasks)
             print(f"tfdist launch: timed out after {config.timeout_s:g} s; stopped every task",
                   file=sys.stderr, flush=True)
             return EXIT_TIMEOUT
@@ -287,7 +212,7 @@ def _supervise(config: LaunchConfig, tasks: list[_Task]) -> int:
                 done.add(task.name)
                 continue
             if restarts >= config.max_restarts:
-                _stop_all(tasks)
+                processes.stop_all(tasks)
                 print(f"tfdist launch: {task.name} exited with status {status} "
                       f"after {restarts} restart(s); stopped every task", file=sys.stderr,
                       flush=True)
@@ -297,7 +222,7 @@ def _supervise(config: LaunchConfig, tasks: list[_Task]) -> int:
             print(f"tfdist launch: {task.name} exited with status {status}; restarting "
                   f"{'it' if config.num_ps else 'every task'} ({restarts}/{config.max_restarts})",
                   file=sys.stderr, flush=True)
-            _stop_all(group)
+            processes.stop_all(group)
             done.difference_update(member.name for member in group)
             for member in group:
                 member.start()
@@ -306,7 +231,7 @@ def _supervise(config: LaunchConfig, tasks: list[_Task]) -> int:
         straggling.notice(done, waiting_for, timed=deadline is not None)
         if not waiting_for:
             stopped = [task.name for task in tasks if task.poll() is None]
-            _stop_all(tasks)
+            processes.stop_all(tasks)
             print(f"tfdist launch: job done: {len(done)} task(s) exited 0"
                   f"{', stopped ' + ', '.join(stopped) if stopped else ''}"
                   f"{f', after {restarts} restart(s)' if restarts else ''} in "
@@ -363,19 +288,15 @@ def _network_flag(command: tuple[str, ...]) -> str | None:
     return None
 
 
-def _run(config: LaunchConfig, tasks: list[_Task]) -> int:
+def _run(config: LaunchConfig, tasks: list[processes.Process]) -> int:
     """Starts `tasks` and supervises them until the job ends or a signal stops it."""
-    previous = {signum: signal.signal(signum, _raise_stop)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for task in tasks:
-            task.start()
-        return _supervise(config, tasks)
-    except _Stop as stop:
-        _stop_all(tasks)
+        with processes.stop_on_signals():
+            for task in tasks:
+                task.start()
+            return _supervise(config, tasks)
+    except processes.Stopped as stop:
+        processes.stop_all(tasks)
         print(f"tfdist launch: stopped every task on signal {stop.signum}", file=sys.stderr,
               flush=True)
         return 128 + stop.signum
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
