@@ -18,3 +18,8 @@ class ClusterError(ValueError):
 
 class LaunchError(ClusterError):
     """A local launch that cannot start (`tfdist launch`); one line."""
+
+
+class LostPeer(RuntimeError):
+    """A peer stopped answering mid-run (killed, or its link cut); the message is one line that
+    names it. Not the input's fault: commands exit 1 on it, not 2."""

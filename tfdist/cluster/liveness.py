@@ -1,19 +1,68 @@
-"""Follows the chief from another task: has it started, has it finished?
+"""Whether a task's peers are alive: the chief followed from another task, and the peers a
+failed collective names.
 
 The chief listens on its TF_CONFIG address while it trains. A watch probes that address every
 few seconds from a daemon thread: the chief is seen once it answers, and finished once it has
 been seen and then misses `GONE_AFTER_MISSES` probes in a row. Tasks that outlive no chief
 (parameter-server workers and ps, the evaluator) use it to stop instead of waiting forever.
+
+A multi-worker run whose peer is lost (killed, or its link cut) fails its next collective with
+TensorFlow's words, e.g. "The following tasks are unhealthy (stopped sending heartbeats):
+/job:worker/replica:0/task:1"; `lost_peer` turns them into one line that names the peer.
 """
 
+import re
 import threading
 import time
 
+from tfdist.cluster import LostPeer
 from tfdist.cluster.probe import answers
 from tfdist.strategies import ClusterConfig
 
 PROBE_EVERY_S = 2.0
 GONE_AFTER_MISSES = 3
+_TASK_RE = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
+_HEARTBEAT_RPC = "CoordinationService/Heartbeat"
+_PEER_WORDS = ("unhealthy", "stopped sending heartbeats", "Collective ops is aborted",
+               "failed to connect", "Socket closed", "Connection reset", _HEARTBEAT_RPC)
+
+
+def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
+    """The one-line `LostPeer` for TensorFlow's error `message` when it says a peer was lost;
+    None when it says something else."""
+    if cluster is None or not any(words in message for words in _PEER_WORDS):
+        return None
+    own = (cluster.task.type.value, cluster.task.index)
+    named = [(job, int(index)) for job, index in _TASK_RE.findall(message)]
+    peers = list(dict.fromkeys(task for task in named if task != own))
+    if peers:
+        reason = ("it stopped sending heartbeats" if "heartbeats" in message
+                  else f"TensorFlow: {_first_line(message)}")
+    elif _HEARTBEAT_RPC in message:
+        peers = [("chief", 0) if cluster.has_chief else ("worker", 0)]
+        reason = "it holds the coordination service, and it stopped answering heartbeats"
+    else:
+        return LostPeer(f"lost a peer ({_first_line(message)}); every task of the group stops. "
+                        f"{_RESTART_FIX}")
+    shown = ", ".join(f"{job}:{index} at {_address(cluster, job, index)}"
+                      for job, index in peers)
+    return LostPeer(f"lost peer {shown}: {reason}; every task of the group stops. "
+                    f"{_RESTART_FIX}")
+
+
+_RESTART_FIX = ("Restart the job to resume from --model_dir's backup (a JobSet's "
+                "failurePolicy.maxRestarts, `tfdist launch --max_restarts`), and check that "
+                "task's log and network (`tfdist doctor --probe`).")
+
+
+def _address(cluster: ClusterConfig, job: str, index: int) -> str:
+    addresses = cluster.jobs.get(job, ())
+    return addresses[index] if index < len(addresses) else "an address not in the cluster"
+
+
+def _first_line(message: str) -> str:
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[0] if lines else "no message"
 
 
 def chief_address(cluster: ClusterConfig) -> str:

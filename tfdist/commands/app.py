@@ -12,6 +12,7 @@ from absl import app as absl_app
 from absl import flags
 
 from tfdist.cluster import ClusterError
+from tfdist.cluster import LostPeer
 from tfdist.input_pipelines import InputConfigError
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import ConfigError
@@ -20,6 +21,7 @@ from tfdist.strategies import ClusterConfigError
 from tfdist.strategies import StrategyConfigError
 
 EXIT_USAGE = 2
+EXIT_LOST_PEER = 1
 # Every error that means "the input is wrong", each worded in one line that names the field.
 USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError,
                ClusterError)
@@ -73,7 +75,7 @@ def config_from_flags() -> RunConfig:
 
 def run(main: Callable[[list[str]], int | None]) -> None:
     """`absl.app.run(main)`, except that tfdist's input errors end as one line on stderr and
-    exit status 2 instead of a traceback.
+    exit status 2 instead of a traceback, and a peer lost mid-run as one line and status 1.
 
     Example:
       >>> if __name__ == "__main__":
@@ -89,5 +91,8 @@ def run(main: Callable[[list[str]], int | None]) -> None:
             print(f"{program}: error: {flags_lib.as_flags(str(error))}", file=sys.stderr,
                   flush=True)
             return EXIT_USAGE
+        except LostPeer as error:
+            print(f"{program}: error: {error}", file=sys.stderr, flush=True)
+            return EXIT_LOST_PEER
 
     absl_app.run(main_with_one_line_errors)

@@ -9,6 +9,7 @@ import sys
 
 from absl import flags
 
+from tfdist.cluster import LostPeer
 from tfdist.commands import app
 from tfdist.commands import data
 from tfdist.commands import doctor
@@ -45,6 +46,7 @@ commands:
 
 EXIT_USAGE = app.EXIT_USAGE
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C.
+EXIT_LOST_PEER = app.EXIT_LOST_PEER
 USER_ERRORS = (*app.USER_ERRORS, flags_lib.UsageError)
 
 
@@ -118,6 +120,9 @@ def main(argv: list[str]) -> int:
             else COMMANDS[command]()
     except USER_ERRORS as error:
         return _fail(command, error)
+    except LostPeer as error:  # Not the input's fault, and not a bug: one line, exit 1.
+        print(f"tfdist {command}: error: {error}", file=sys.stderr, flush=True)
+        return EXIT_LOST_PEER
     except KeyboardInterrupt:  # Ctrl-C: the user knows why; one line, not a traceback.
         print(f"tfdist {command}: interrupted.", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -12,10 +12,12 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from tfdist.cluster import liveness
 from tfdist.input_pipelines import records
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import MAX_COUNT
 from tfdist.runtime.setup import Plan
+from tfdist.strategies import ClusterConfig
 from tfdist.strategies import StrategyKind
 from tfdist.strategies.config import check_int
 
@@ -26,6 +28,10 @@ _EXAMPLES = {"loss": "sparse_categorical_crossentropy", "metric": "accuracy"}
 _MISFIT_WORDS = ("is incompatible with the layer", "expects", "are incompatible",
                  "Incompatible shapes", "Missing data for input")
 _KERAS_NO_BATCH = "Empty logs"  # Keras' words for an epoch whose first step found no batch.
+# How a collective fails when a peer is lost (killed, or its link cut).
+_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                tf.errors.DeadlineExceededError, tf.errors.CancelledError,
+                tf.errors.InternalError)
 
 
 def name_of(function) -> str:
@@ -207,12 +213,19 @@ def _misfit(error: ValueError) -> str | None:
 
 
 @contextlib.contextmanager
-def explained(model_name: str, explain: Callable[[Exception], None]):
+def explained(model_name: str, explain: Callable[[Exception], None],
+              cluster: ClusterConfig | None = None):
     """Turns a damaged record (`explain` names it, raising), a batch that does not fit model
-    `model_name` or a step that fails on it, and training data with no batch or that runs out
-    into one line, around either Keras' training."""
+    `model_name` or a step that fails on it, training data with no batch or that runs out, and
+    a peer of `cluster` lost mid-run (`LostPeer`) into one line, around either Keras'
+    training."""
     try:
         yield
+    except _PEER_ERRORS as error:
+        lost = liveness.lost_peer(error.message, cluster)
+        if lost is None:
+            raise
+        raise lost from None
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
             tf.errors.UnimplementedError) as error:  # The last: e.g. a cast from strings.
         explain(error)

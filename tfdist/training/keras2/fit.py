@@ -159,7 +159,8 @@ def train(plan: Plan, model, train_data: Data, validation_data: Data | None,
                           plan, validation_data, "validation", training=False)),
                       "validation_steps": training_data.validation_steps(
                           plan, validation_data, validation_steps)}
-    with guards.explained(model.name, lambda error: training_data.explain(train_data, error)):
+    with guards.explained(model.name, lambda error: training_data.explain(train_data, error),
+                          plan.config.cluster):
         model.fit(train_set, epochs=config.train.epochs, steps_per_epoch=plan.steps_per_epoch,
                   callbacks=[timer, guards.finite_loss(plan), *_noise_scale_log(plan, model),
                              epochs, *callbacks, *_output_callbacks(plan)],

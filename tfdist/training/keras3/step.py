@@ -293,7 +293,8 @@ def train(plan: Plan, model, train_data: Data, validation_data: Data | None,
                                                training=False),
                       training_data.validation_steps(plan, validation_data, validation_steps))
     with fit_guards.explained(model.name,
-                              lambda error: training_data.explain(train_data, error)):
+                              lambda error: training_data.explain(train_data, error),
+                              plan.config.cluster):
         trained = _train_loop(plan, model, training_data.dataset_fn(
             plan, train_data, "train", training=True), validation, callbacks=callbacks)
     return model, trained

@@ -1,0 +1,52 @@
+"""Tests for tfdist.cluster.liveness.lost_peer: TensorFlow's words for a lost peer (as TF 2.21
+raised them in rehearsals whose link to a pod was cut) as one line naming the peer."""
+
+from absl.testing import absltest
+
+from tfdist import strategies
+from tfdist.cluster import LostPeer
+from tfdist.cluster import liveness
+
+# What worker 0 of two raised when worker 1's link went down, and what worker 1 raised.
+_UNHEALTHY = ("Collective ops is aborted by: Error reported from /job:worker/task:1: The "
+              "following tasks are unhealthy (stopped sending heartbeats):\n"
+              "/job:worker/replica:0/task:1\nThe tasks have crashed. Check the task logs for an "
+              "earlier error, or scheduler events (e.g. preemption, eviction) to debug further.")
+_NO_LEADER = ("Collective ops is aborted by: Deadline Exceeded\n\n"
+              "RPC: /tensorflow.CoordinationService/Heartbeat\nThe error could be from a "
+              "previous operation. Restart your program to reset.")
+
+
+def _cluster(index: int, chief: bool = False):
+    return strategies.make_cluster(num_workers=2, chief=chief, ports=[2222, 2223, 2224][
+        :2 + chief], host="pod", task=("worker", index))
+
+
+class LostPeerTest(absltest.TestCase):
+
+    def test_the_survivor_names_the_peer_that_stopped_sending_heartbeats(self):
+        lost = liveness.lost_peer(_UNHEALTHY, _cluster(0))
+        self.assertIsInstance(lost, LostPeer)
+        self.assertEqual(str(lost).split(";")[0],
+                         "lost peer worker:1 at pod:2223: it stopped sending heartbeats")
+        self.assertNotIn("\n", str(lost))
+        self.assertIn("--model_dir's backup", str(lost))
+
+    def test_the_cut_off_task_names_the_coordination_service_it_lost(self):
+        self.assertEqual(str(liveness.lost_peer(_NO_LEADER, _cluster(1))).split(";")[0],
+                         "lost peer worker:0 at pod:2222: it holds the coordination service, "
+                         "and it stopped answering heartbeats")
+        with_chief = liveness.lost_peer(_NO_LEADER, _cluster(1, chief=True))
+        self.assertIn("lost peer chief:0 at pod:2222", str(with_chief))
+
+    def test_other_errors_are_not_a_lost_peer(self):
+        self.assertIsNone(liveness.lost_peer("Incompatible shapes: [2] vs. [3]", _cluster(0)))
+        self.assertIsNone(liveness.lost_peer(_UNHEALTHY, None))
+
+    def test_a_peer_error_without_a_task_still_reads_as_one_line(self):
+        lost = liveness.lost_peer("failed to connect to all addresses\nmore", _cluster(0))
+        self.assertTrue(str(lost).startswith("lost a peer (failed to connect to all addresses)"))
+
+
+if __name__ == "__main__":
+    absltest.main()
