@@ -120,6 +120,17 @@ def start_service(port: int, num_workers: int):
     return service.start(port, num_workers)
 
 
+def start_service_part(port: int, *, dispatcher: str | None, advertised: str):
+    """Starts one part of a tf.data service spread over machines, on `port`: the dispatcher
+    when `dispatcher` is None, else a worker that registers with the dispatcher at `dispatcher`
+    ("host:port"); either is reached at `advertised` ("host:port"). Returns it running (`.stop()`).
+    """
+    from . import service
+    if dispatcher is None:
+        return service.start_dispatcher(port, host=advertised.rpartition(":")[0])
+    return service.start_worker(port, dispatcher, advertised)
+
+
 def profile_stages(dataset, *, num_elements: int, warmup_elements: int = 10,
                    logdir: str | None = None):
     """Takes `num_elements` from any `tf.data.Dataset` (yours too) under TensorFlow's profiler

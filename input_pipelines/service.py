@@ -58,14 +58,15 @@ def distribute(dataset: tf.data.Dataset, address: str, mode: ServiceMode, job_na
 
 
 class ServiceCluster:
-    """An in-process tf.data service: one dispatcher and its workers. Create it with `start`.
+    """An in-process part of a tf.data service: a dispatcher, its workers, or both. Create it
+    with `start`, `start_dispatcher` or `start_worker`.
 
     The servers listen on every interface (TF 2.21 binds "0.0.0.0:<port>" in
     core/data/service/server_lib.cc, and neither DispatcherConfig nor WorkerConfig picks another
     address); they advertise `host` only.
     """
 
-    def __init__(self, dispatcher: tf.data.experimental.service.DispatchServer,
+    def __init__(self, dispatcher: tf.data.experimental.service.DispatchServer | None,
                  workers: list[tf.data.experimental.service.WorkerServer], *, address: str,
                  worker_addresses: list[str]):
         self._dispatcher = dispatcher
@@ -75,8 +76,9 @@ class ServiceCluster:
         self.worker_addresses = worker_addresses
 
     def join(self) -> None:
-        """Blocks until the dispatcher stops, e.g. through `stop` from another thread."""
-        self._dispatcher.join()
+        """Blocks until the dispatcher (a worker alone: the worker) stops, e.g. through `stop`
+        from another thread."""
+        (self._dispatcher or self._workers[0]).join()
 
     def stop(self) -> None:
         """Stops the workers, then the dispatcher; later calls do nothing."""
@@ -85,7 +87,8 @@ class ServiceCluster:
         self._stopped = True
         for worker in self._workers:
             worker.stop()
-        self._dispatcher.stop()
+        if self._dispatcher is not None:
+            self._dispatcher.stop()
 
 
 def start(port: int, num_workers: int, *, host: str = "127.0.0.1",
@@ -105,12 +108,10 @@ def start(port: int, num_workers: int, *, host: str = "127.0.0.1",
       InputConfigError: on invalid options, or when something listens on `port` already (gRPC
         shares ports, so a second dispatcher there would start silently).
     """
-    _check_port("port", port)
     if num_workers < 1:
         raise InputConfigError(f"num_workers={num_workers}: a service needs workers; pass 1 or "
                                "more.")
-    if not re.fullmatch(HOST_PATTERN, host):
-        raise InputConfigError(f"host={host!r}: not a host name or IP; pass e.g. 127.0.0.1.")
+    _check_host(host)
     if worker_ports is None:
         worker_ports = [portpicker.pick_unused_port() for _ in range(num_workers)]
     if len(worker_ports) != num_workers:
@@ -118,25 +119,56 @@ def start(port: int, num_workers: int, *, host: str = "127.0.0.1",
                                f"num_workers={num_workers}; pass one port per worker or None.")
     for index, worker_port in enumerate(worker_ports):
         _check_port(f"worker_ports[{index}]", worker_port)
-    _check_port_free(port)
-    service = tf.data.experimental.service
-    dispatcher = service.DispatchServer(service.DispatcherConfig(port=port,
-                                                                 protocol=SERVICE_PROTOCOL))
-    workers = []  # Shared with `cluster`, so that a failed start stops what did start.
-    cluster = ServiceCluster(dispatcher, workers,
-                             address=f"{SERVICE_PROTOCOL}://{host}:{port}",
-                             worker_addresses=[f"{host}:{p}" for p in worker_ports])
+    cluster = start_dispatcher(port, host=host)
     try:
-        # TF retries a worker's registration without a deadline (WorkerConfig's
-        # dispatcher_timeout_ms does not bound it); it returns at once as the dispatcher is up.
-        for worker_port, worker_address in zip(worker_ports, cluster.worker_addresses):
-            workers.append(service.WorkerServer(service.WorkerConfig(
-                dispatcher_address=f"{host}:{port}", worker_address=worker_address,
-                port=worker_port, protocol=SERVICE_PROTOCOL)))
+        for worker_port in worker_ports:
+            worker = start_worker(worker_port, f"{host}:{port}", f"{host}:{worker_port}")
+            cluster._workers.extend(worker._workers)  # pylint: disable=protected-access
+            cluster.worker_addresses.extend(worker.worker_addresses)
     except Exception:
         cluster.stop()
         raise
     return cluster
+
+
+def start_dispatcher(port: int, *, host: str = "127.0.0.1") -> ServiceCluster:
+    """Starts a dispatcher alone on `port`, advertised as `host`; workers register later.
+
+    Raises:
+      InputConfigError: an invalid port or host, or something listens on `port` already.
+    """
+    _check_port("port", port)
+    _check_host(host)
+    _check_port_free(port)
+    service = tf.data.experimental.service
+    dispatcher = service.DispatchServer(service.DispatcherConfig(port=port,
+                                                                 protocol=SERVICE_PROTOCOL))
+    return ServiceCluster(dispatcher, [], address=f"{SERVICE_PROTOCOL}://{host}:{port}",
+                          worker_addresses=[])
+
+
+def start_worker(port: int, dispatcher_address: str, worker_address: str) -> ServiceCluster:
+    """Starts one worker on `port` that registers with the dispatcher at `dispatcher_address`
+    ("host:port") and tells consumers to reach it at `worker_address` ("host:port").
+
+    TF retries the registration without a deadline (WorkerConfig's dispatcher_timeout_ms does
+    not bound it), so a worker may start before its dispatcher.
+
+    Raises:
+      InputConfigError: an invalid port.
+    """
+    _check_port("port", port)
+    service = tf.data.experimental.service
+    worker = service.WorkerServer(service.WorkerConfig(
+        dispatcher_address=dispatcher_address, worker_address=worker_address, port=port,
+        protocol=SERVICE_PROTOCOL))
+    return ServiceCluster(None, [worker], address=f"{SERVICE_PROTOCOL}://{dispatcher_address}",
+                          worker_addresses=[worker_address])
+
+
+def _check_host(host: str) -> None:
+    if not re.fullmatch(HOST_PATTERN, host):
+        raise InputConfigError(f"host={host!r}: not a host name or IP; pass e.g. 127.0.0.1.")
 
 
 def _check_port(field: str, port: int) -> None:
