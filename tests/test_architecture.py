@@ -26,8 +26,9 @@ ROOMS = ("commands", "training", "optim", "runtime", "cluster")
 FLAVOURS = ("tfdist.training.keras2", "tfdist.training.keras3")
 COMMAND_LAYER = "tfdist.commands"
 ENVIRON_MODULES = {  # Each reads or writes the environment for a documented reason.
-    "tfdist.strategies.cluster",  # TF_CONFIG.
+    "tfdist.strategies.cluster", "tfdist.strategies.jobset",  # TF_CONFIG; a JobSet pod's.
     "tfdist.cluster.launcher", "tfdist.commands.benchmark.rounds",  # Children's environments.
+    "tfdist.cluster.rehearsal.local_image", "tfdist.cluster.rehearsal.srun",  # A rehearsal's.
     "tfdist.runtime.keras_env", "tfdist.runtime.tf_import"}  # TensorFlow's own variables.
 KERAS3_SWITCH = "tfdist.runtime.keras_flavour"  # Imports Keras 3 on demand: the flavour's module.
 OPTIONAL_MODULES = {"matplotlib": "plot"}  # Imported inside a function that says how to install.
@@ -263,7 +264,9 @@ class HouseTest(unittest.TestCase):
                 if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                     exported.add(node.name)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                    exported.update(alias.asname or alias.name for alias in node.names)
+                    # A child module the package imports from itself, by its name, is itself.
+                    exported.update(alias.asname or alias.name for alias in node.names
+                                    if node.module != name or alias.asname)
                 elif isinstance(node, ast.Assign):
                     for target in node.targets:
                         if isinstance(target, ast.Name) and target.id == "__all__":

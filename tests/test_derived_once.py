@@ -20,7 +20,7 @@ from absl.testing import absltest
 import tfdist
 from tfdist import strategies
 from tfdist.cluster import launcher
-from tfdist.cluster import manifest
+from tfdist.cluster import manifests
 from tfdist.commands import doctor
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import launch
@@ -35,6 +35,7 @@ from tfdist.strategies import StrategyConfig
 from tfdist.strategies import StrategyKind
 from tfdist.strategies import cluster as cluster_lib
 from tfdist.strategies import devices
+from tfdist.strategies import jobset
 from tfdist.strategies import mirrored
 from tfdist.strategies import selection
 from tfdist.strategies import slurm
@@ -189,7 +190,8 @@ class ModelDirLayoutTest(tf.test.TestCase):
 
 
 class PsNeedChiefTest(absltest.TestCase):
-    """`cluster.ps_without_chief`: TF_CONFIG, a Slurm step, `tfdist launch`, `tfdist manifest`."""
+    """`cluster.ps_without_chief`: TF_CONFIG, a Slurm step, a JobSet pod, `tfdist launch`, and
+    `tfdist manifest`'s TFJob and JobSet."""
 
     def test_every_cluster_tfdist_reads_or_makes_follows_the_one_rule(self):
         with replaced(cluster_lib.ps_without_chief,
@@ -202,8 +204,16 @@ class PsNeedChiefTest(absltest.TestCase):
                     8888, 1, True),
                 "launch": lambda: launcher.LaunchConfig(command=("train",), num_ps=1,
                                                         chief=True),
-                "manifest": lambda: manifest.tfjob(name="job", image="img", train_args=[],
-                                                   num_workers=1, num_ps=1, chief=True),
+                "tfjob manifest": lambda: manifests.tfjob(
+                    name="job", image="img", train_args=[], num_workers=1, num_ps=1, chief=True),
+                "jobset manifest": lambda: manifests.jobset(
+                    name="job", pods=manifests.Pods(image="img"), train_args=[], num_workers=1,
+                    num_ps=1, chief=True),
+                "JobSet pod": lambda: jobset.cluster_from_jobset({
+                    "TFDIST_JOBSET_LAYOUT": "chief=1,worker=1,ps=1", "TFDIST_JOBSET_NAME": "job",
+                    "TFDIST_REPLICATED_JOB": "chief", "TFDIST_JOB_INDEX": "0",
+                    "JOB_COMPLETION_INDEX": "0", "TFDIST_JOBSET_SUBDOMAIN": "job",
+                    "TFDIST_JOBSET_PORT": "2222"}),
             }
             for where, make in refusals.items():
                 with self.subTest(where=where):

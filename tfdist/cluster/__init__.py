@@ -1,6 +1,7 @@
 """What crosses machines, knowing nothing of training: the local launcher and its network
 isolation, probes of a cluster's tasks, the chief's liveness, the multi-worker join deadline,
-cluster manifests (TFJob, Slurm) and the cost model of `tfdist plan`. Pure Python except where a
+cluster manifests (JobSet, Slurm, TFJob) and their rehearsal on emulated hosts, and the cost
+model of `tfdist plan`. Pure Python except where a
 module says otherwise; the ground floor of tfdist's core (it imports only `tfdist.strategies`)."""
 
 import sys
@@ -18,6 +19,10 @@ class ClusterError(ValueError):
 
 class LaunchError(ClusterError):
     """A local launch that cannot start (`tfdist launch`); one line."""
+
+
+class RehearsalError(ClusterError):
+    """A manifest or option that `tfdist rehearse` cannot run as asked; one line."""
 
 
 class LostPeer(RuntimeError):

@@ -51,7 +51,7 @@ class ProbeReport:
 
 
 def probe(cluster: ClusterConfig, *, timeout_s: float = 5.0,
-          collective_timeout_s: float | None = None) -> ProbeReport:
+          collective_timeout_s: float | None = None, connect: bool = True) -> ProbeReport:
     """Resolves every task's host and connects to every peer's port, within `timeout_s` in all.
 
     Runs on any task of the cluster. This task's own address is resolved but not connected to (it
@@ -63,6 +63,8 @@ def probe(cluster: ClusterConfig, *, timeout_s: float = 5.0,
         timeout_s: bound on the whole probe, lookups and connects together; they run in parallel.
         collective_timeout_s: the job's `--collective_timeout_s`, if set; without it a
             multi-worker mirrored cluster gets a hint to set one.
+        connect: False resolves the names only (peers that have not started are no problem
+            then); a name that does not resolve is still one.
 
     Raises:
         ValueError: `timeout_s` is not a positive number.
@@ -70,13 +72,15 @@ def probe(cluster: ClusterConfig, *, timeout_s: float = 5.0,
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise ValueError(f"probe: timeout_s={timeout_s} must be a positive number of seconds; "
                          "pass e.g. timeout_s=5.")
-    targets = _targets(cluster)
+    targets = _targets(cluster, connect)
     slots = _probe_all(targets, time.monotonic() + timeout_s)
     results = [_final(slot, timeout_s) for slot in slots]
     probed = sum(target.connect for target in targets)
     answered = sum(result.outcome is _Outcome.ANSWERS for result in results)
+    resolved = sum(result.outcome is not _Outcome.UNRESOLVED for result in results)
     lines = [f"probe: {len(targets)} task(s); {answered} of {probed} peer(s) answered within "
-             f"{timeout_s:g} s"]
+             f"{timeout_s:g} s" if connect else
+             f"names: {resolved} of {len(targets)} task(s) resolve within {timeout_s:g} s"]
     lines += [f"  {_status_line(target, result)}" for target, result in zip(targets, results)]
     lines += _collective_lines(cluster, collective_timeout_s)
     problems = [_problem(target, result) for target, result in zip(targets, results)]
@@ -128,13 +132,14 @@ class _Slot:
     result: _Result | None = None
 
 
-def _targets(cluster: ClusterConfig) -> list[_Target]:
+def _targets(cluster: ClusterConfig, connect: bool) -> list[_Target]:
     """Every listed task, with whether to connect to it (not this task, not evaluators)."""
     targets = []
     for job, addresses in cluster.jobs.items():
         for index, address in enumerate(addresses):
             ours = job == cluster.task.type.value and index == cluster.task.index
-            why = "this task" if ours else "evaluators serve no port" if job == "evaluator" else ""
+            why = ("this task" if ours else "evaluators serve no port" if job == "evaluator"
+                   else "" if connect else "names only (--probe connects)")
             host, port = _split(address)
             targets.append(_Target(f"{job}:{index}", address, host, port, not why, why))
     return targets

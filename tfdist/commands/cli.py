@@ -16,6 +16,7 @@ from tfdist.commands import doctor
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import launch
 from tfdist.commands import manifest
+from tfdist.commands import rehearse
 from tfdist.commands import train
 from tfdist.commands.benchmark import command as benchmark
 from tfdist.commands.cost_plan import command as cost_plan
@@ -39,8 +40,11 @@ commands:
            run a tf.data service dispatcher and workers for --tf_data_service
   launch   start a local cluster, one process per task with its own TF_CONFIG:
            tfdist launch --num_workers=2 -- train --strategy=multi_worker_mirrored
-  manifest write a Kubeflow TFJob (--format=tfjob) or Slurm sbatch script (--format=slurm)
-           for a train command: tfdist manifest --image=IMG --num_workers=4 -- train ...
+  manifest write a Kubernetes JobSet (the default), a Slurm sbatch script (--format=slurm) or
+           a legacy Kubeflow TFJob for a train command or your program:
+           tfdist manifest --image=IMG --num_workers=4 -- train ... > job.yaml
+  rehearse run that manifest here as the cluster would, one emulated host per pod or node
+           (root): tfdist rehearse job.yaml
 
 `tfdist <command> --help` lists a command's flags; --helpfull lists every flag."""
 
@@ -54,11 +58,13 @@ def _launch(command: list[str]) -> int:
     return launch.main(command, tfdist_commands=COMMANDS)
 
 
-# Each command's main; launch and manifest take the command after `--`.
+# Each command's main; launch and manifest take the command after `--`, rehearse its file.
 COMMANDS = {"train": train.main, "benchmark": benchmark.main, "plan": cost_plan.main,
             "doctor": doctor.main, "data check": data.check_main, "data serve": data.serve_main,
-            "launch": _launch, "manifest": manifest.main}
+            "launch": _launch, "manifest": manifest.main, "rehearse": rehearse.main}
 _TAKES_A_COMMAND = ("launch", "manifest")
+_TAKES_ARGUMENTS = ("rehearse",)
+_USAGE_TAIL = {"launch": " -- COMMAND", "manifest": " -- COMMAND", "rehearse": " FILE"}
 GROUPS = {"data": ("check", "serve")}
 
 
@@ -81,7 +87,7 @@ def _help(command: str, args: list[str]) -> bool:
         return True
     if not {"-h", "--help", "--helpshort", "-?"} & set(args):
         return False
-    print(f"usage: tfdist {command} [--flag=value ...]\n\n"
+    print(f"usage: tfdist {command} [--flag=value ...]{_USAGE_TAIL.get(command, '')}\n\n"
           f"flags:\n{flags_lib.help_text(command)}")
     return True
 
@@ -110,13 +116,16 @@ def main(argv: list[str]) -> int:
     if _help(command, flag_args):
         return 0
     try:
-        flags_lib.parse(command, [argv[0]] + flag_args)
+        arguments = flags_lib.parse(command, [argv[0]] + flag_args,
+                                    arguments=command in _TAKES_ARGUMENTS)
     except flags.Error as error:
         return _fail(command, f"{error}; see `tfdist {command} --help`.")
     except flags_lib.UsageError as error:
         return _fail(command, error)
     try:
-        return COMMANDS[command](child_command) if command in _TAKES_A_COMMAND \
+        if command in _TAKES_A_COMMAND:
+            return COMMANDS[command](child_command)
+        return COMMANDS[command](arguments) if command in _TAKES_ARGUMENTS \
             else COMMANDS[command]()
     except USER_ERRORS as error:
         return _fail(command, error)

@@ -2,8 +2,10 @@
 the command modules that define and read them; a user's program imports only the train flags)."""
 
 from absl import flags
+from absl import logging  # noqa: F401  (defines --log_dir, which launch and rehearse write to)
 
 from tfdist.commands import flags as flags_lib
+from tfdist.runtime.config import MAX_COUNT
 
 NUM_WORKERS = flags.DEFINE_integer(
     "num_workers", 2, "launch: worker tasks to start; manifest: worker tasks of the job; "
@@ -11,6 +13,17 @@ NUM_WORKERS = flags.DEFINE_integer(
                       "workers to start.", lower_bound=1, upper_bound=flags_lib.MAX_TASKS)
 EVALUATOR = flags.DEFINE_bool("evaluator", False,
                               "launch: start an evaluator task; manifest: add one.")
+MAX_RESTARTS = flags.DEFINE_integer(
+    "max_restarts", 0, "launch: restart a failed task (every task without ps) up to K times; "
+                       "manifest: restart the whole JobSet up to K times after a pod fails "
+                       "(failurePolicy.maxRestarts).", lower_bound=0, upper_bound=MAX_COUNT)
+TIMEOUT_S = flags_lib.define_duration(
+    "timeout_s", None, "launch, rehearse: stop every task (pod) and exit 124 after this many "
+                       "seconds; unset waits.")
+LOG_DIR = flags.FlagHolder(flags.FLAGS, flags.FLAGS["log_dir"])  # absl.logging's flag.
+flags.FLAGS["log_dir"].help = ("launch: write each task's output to DIR/<type>-<index>.log; "
+                               "rehearse: each pod's to DIR/<hostname>.log (unset: a new "
+                               "directory, named at the start).")
 JSON = flags.DEFINE_string(
     "json", None, "data check, benchmark, plan: also write the report as JSON to this path.")
 PLOT = flags.DEFINE_string(

@@ -3,7 +3,7 @@
 `data check` reads one epoch as `--num_workers` simulated workers would and reports the sharding
 plan, examples per worker, duplicates and missing examples: does every pipeline read each
 example exactly once? `data serve` runs a tf.data service dispatcher and its workers for
-`--tf_data_service`, until interrupted.
+`--tf_data_service`, until interrupted; with `--jobset_pod`, one JobSet pod's part of it.
 """
 
 import signal
@@ -23,6 +23,8 @@ from tfdist.runtime import paths
 from tfdist.runtime import plugins
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import ConfigError
+from tfdist.strategies import ClusterConfigError
+from tfdist.strategies import jobset
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
 from tfdist.training import summary
 
@@ -34,7 +36,13 @@ _PORT = flags.DEFINE_integer("port", 5050, "data serve: port of the tf.data serv
 flags_lib.register("data check", train_flags.SOURCE, flags_lib.group(
     train_flags.SEED, cli_flags.NUM_WORKERS, _REPLICAS_PER_WORKER, cli_flags.JSON,
     train_flags.TF_LOGS))
-flags_lib.register("data serve", flags_lib.group(_PORT, cli_flags.NUM_WORKERS,
+_JOBSET_POD = flags.DEFINE_bool(
+    "jobset_pod", False, "data serve: serve this JobSet pod's part of the tf.data service, as "
+                         "`tfdist manifest --format=jobset --data_service_workers=N` sets it up: "
+                         "the dispatcher in a `dispatcher` pod, one worker in each `data-worker` "
+                         "pod, on the JobSet's port at the pods' DNS names (--port and "
+                         "--num_workers do not apply).")
+flags_lib.register("data serve", flags_lib.group(_PORT, cli_flags.NUM_WORKERS, _JOBSET_POD,
                                                  train_flags.TF_LOGS))
 
 
@@ -51,9 +59,33 @@ def check_main() -> int:
 
 
 def serve_main() -> int:
-    """`tfdist data serve`."""
+    """`tfdist data serve`.
+
+    Raises:
+      UsageError: --port or --num_workers with --jobset_pod.
+      ClusterConfigError: --jobset_pod outside a tf.data service pod of a JobSet tfdist wrote.
+    """
+    if not _JOBSET_POD.value:
+        tf_import.import_tensorflow(train_flags.TF_LOGS.value)
+        return serve(_PORT.value, cli_flags.NUM_WORKERS.value)
+    given = [holder.name for holder in (_PORT, cli_flags.NUM_WORKERS) if holder.present]
+    if given:
+        raise flags_lib.UsageError(f"--{given[0]} does not apply with --jobset_pod, which serves "
+                                   "on the JobSet's port; drop it.")
+    pod = jobset.from_environment()
+    if pod.replicated_job not in jobset.SERVICE_JOBS:
+        raise ClusterConfigError(
+            f"data serve --jobset_pod: this pod is {pod.replicated_job}:{pod.pod_index}, not "
+            f"a tf.data service pod ({' or '.join(jobset.SERVICE_JOBS)}); run `tfdist train` "
+            "here instead.")
     tf_import.import_tensorflow(train_flags.TF_LOGS.value)
-    return serve(_PORT.value, cli_flags.NUM_WORKERS.value)
+    dispatcher = (None if pod.replicated_job == jobset.DISPATCHER
+                  else pod.address(jobset.DISPATCHER, 0))
+    part = input_pipelines.start_service_part(pod.port, dispatcher=dispatcher,
+                                              advertised=pod.own_address)
+    role = "dispatcher" if dispatcher is None else f"worker of the dispatcher at {dispatcher}"
+    return _serve_until_stopped(part, f"tfdist data serve: {role}, reached at "
+                                      f"{pod.own_address}; Ctrl-C stops")
 
 
 EXIT_NOT_EXACTLY_ONCE = 1
@@ -90,19 +122,24 @@ def serve(port: int, num_workers: int) -> int:
     """Starts the dispatcher on `port` and `num_workers` workers on 127.0.0.1, prints the address
     to pass as --tf_data_service and what the servers expose, and serves until SIGINT or SIGTERM;
     returns 0."""
+    cluster = input_pipelines.start_service(port, num_workers)
+    return _serve_until_stopped(
+        cluster, f"tfdist data serve: dispatcher at {cluster.address} with {num_workers} "
+                 f"worker(s) ({', '.join(cluster.worker_addresses)}); train with "
+                 f"--tf_data_service={cluster.address}; "
+                 f"{_exposure([cluster.address, *cluster.worker_addresses])}; Ctrl-C stops")
+
+
+def _serve_until_stopped(servers, banner: str) -> int:
+    """Prints `banner` and keeps `servers` running until SIGINT or SIGTERM; returns 0."""
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    cluster = input_pipelines.start_service(port, num_workers)
     try:
-        print(f"tfdist data serve: dispatcher at {cluster.address} with {num_workers} worker(s) "
-              f"({', '.join(cluster.worker_addresses)}); train with "
-              f"--tf_data_service={cluster.address}; "
-              f"{_exposure([cluster.address, *cluster.worker_addresses])}; Ctrl-C stops",
-              flush=True)
+        print(banner, flush=True)
         stop.wait()
     finally:
-        cluster.stop()
+        servers.stop()
     return 0
 
 

@@ -1,10 +1,11 @@
-"""`tfdist doctor`: checks TF_CONFIG and this machine before a cluster job starts.
+"""`tfdist doctor`: checks this task's cluster and this machine before a cluster job starts.
 
-Prints the cluster, this task's role, the local devices, the Keras it trains with, the strategy
-`auto` would pick and what this machine's network exposes (TensorFlow's servers listen on every
-interface). Exits 0 when sound; a problem is raised as a one-line error (the CLI exits 2).
-`--probe` adds a bounded network check of every task (exit 1 when a peer cannot be resolved or
-reached).
+Prints the cluster and where it came from (TF_CONFIG, or in a JobSet pod each variable and the pod
+field it was read from), this task's role, whether every task's name resolves, the local
+devices, the Keras it trains with, the strategy `auto` would pick and what this machine's network
+exposes (TensorFlow's servers listen on every interface). Exits 0 when sound; a problem is raised
+as a one-line error (the CLI exits 2). `--probe` also connects to every peer, bounded (exit 1
+when a peer cannot be resolved or reached).
 """
 
 from absl import flags
@@ -30,15 +31,16 @@ _PROBE = flags.DEFINE_bool("probe", False,
 _PROBE_TIMEOUT_S = flags_lib.define_duration("probe_timeout_s", 5.0,
                                              "doctor: how long --probe may take in all.")
 flags_lib.register("doctor", train_flags.STRATEGY,
-                   flags_lib.group(_TF_CONFIG, _PROBE, _PROBE_TIMEOUT_S, train_flags.KERAS,
+                   flags_lib.group(_TF_CONFIG, train_flags.CLUSTER_RESOLVER), train_flags.SLURM,
+                   flags_lib.group(_PROBE, _PROBE_TIMEOUT_S, train_flags.KERAS,
                                    train_flags.TF_LOGS))
 EXIT_PROBE_PROBLEMS = 1
 
 
-def _cluster_lines(cluster: ClusterConfig | None, source: str) -> list[str]:
+def _cluster_lines(cluster: ClusterConfig | None, source: list[str]) -> list[str]:
     if cluster is None:
-        return [f"TF_CONFIG: not set ({source}); this is a single-process job"]
-    lines = [f"TF_CONFIG: valid ({source})"]
+        return [f"cluster: none ({source[0]} is not set); this is a single-process job"]
+    lines = [f"cluster: valid, from {source[0]}", *source[1:]]
     lines += [f"  {job}: {', '.join(addresses)}" for job, addresses in cluster.jobs.items()]
     task = cluster.task
     address = cluster.task_address or "not listed (evaluators need no address)"
@@ -140,31 +142,40 @@ def _keras_line(keras: int) -> str:
             f"trained with tfdist's own distributed step; tf.keras is {tf_keras_is} here")
 
 
+def _names(cluster: ClusterConfig | None, timeout_s: float) -> None:
+    """Prints whether every task's name resolves (no connects: peers may not run yet)."""
+    if cluster is None:
+        return
+    report = probe.probe(cluster, timeout_s=timeout_s, connect=False)
+    print("\n".join(report.lines + [f"warning: {line}"
+                                    for line in report.warnings + report.problems]), flush=True)
+
+
 def main() -> int:
-    """Checks --tf_config (else the TF_CONFIG environment variable) and prints the report;
+    """Checks --tf_config (else the cluster --cluster_resolver finds) and prints the report;
     with --probe, also probes the cluster's network (exit 1 on a problem found).
 
     Raises:
       ClusterConfigError, StrategyConfigError: the first problem found, in one line.
     """
     return report(_TF_CONFIG.value, train_flags.strategy_config(),
-                  show_tf_logs=train_flags.TF_LOGS.value,
-                  probe_timeout_s=_PROBE_TIMEOUT_S.value if _PROBE.value else None,
-                  keras=train_flags.keras())
+                  show_tf_logs=train_flags.TF_LOGS.value, probe_peers=_PROBE.value,
+                  probe_timeout_s=_PROBE_TIMEOUT_S.value, keras=train_flags.keras())
 
 
 def report(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
-         probe_timeout_s: float | None = None, keras: int = 2) -> int:
-    """Checks `tf_config` (else the TF_CONFIG environment variable) and prints the report;
-    with `probe_timeout_s`, also probes the cluster's network (exit 1 on a problem found).
+           probe_peers: bool = False, probe_timeout_s: float = 5.0, keras: int = 2) -> int:
+    """Checks `tf_config` (else the cluster --cluster_resolver finds) and prints the report:
+    where each field came from and whether every task's name resolves; with `probe_peers`, also
+    connects to every peer (exit 1 on a problem found); either within `probe_timeout_s`.
 
     Raises:
       ClusterConfigError, StrategyConfigError: the first problem found, in one line.
     """
     if tf_config is not None:
-        cluster, source = strategies.parse_tf_config(tf_config), "from --tf_config"
+        cluster, source = strategies.parse_tf_config(tf_config), ["--tf_config"]
     else:
-        cluster, source = strategies.from_environment(), "from the environment"
+        cluster, source = train_flags.cluster_and_source()
     print("\n".join(_cluster_lines(cluster, source)), flush=True)
     tf_import.import_tensorflow(show_tf_logs, keras)
     print("\n".join(_device_lines(config)), flush=True)
@@ -173,7 +184,9 @@ def report(tf_config: str | None, config: StrategyConfig, *, show_tf_logs: bool,
     network = _network_line(cluster)
     if network:
         print(network, flush=True)
-    if probe_timeout_s is not None and not _probe(cluster, config, probe_timeout_s):
+    if not probe_peers:
+        _names(cluster, probe_timeout_s)
+    elif not _probe(cluster, config, probe_timeout_s):
         print("the probe found problems (above)")
         return EXIT_PROBE_PROBLEMS
     print("ok: no problems found")

@@ -91,8 +91,9 @@ def parsing_for() -> str:
     return _PARSING["command"]
 
 
-def parse(command: str, argv: list[str]) -> None:
-    """Parses `argv` (program name first) into FLAGS for `command`.
+def parse(command: str, argv: list[str], *, arguments: bool = False) -> list[str]:
+    """Parses `argv` (program name first) into FLAGS for `command`; returns the positional
+    arguments, which only a command that takes `arguments` may have.
 
     Raises:
       flags.Error: a malformed or out-of-range value, an unknown flag, a rule between flags.
@@ -104,7 +105,7 @@ def parse(command: str, argv: list[str]) -> None:
         remaining = FLAGS(argv)
     finally:
         _PARSING["command"] = "train"
-    if len(remaining) > 1:
+    if len(remaining) > 1 and not arguments:
         raise UsageError(f"unexpected argument {remaining[1]!r}; flags are written --name=value.")
     every = {name: holder for holders in COMMAND_FLAGS.values()
              for name, holder in holders.items()}
@@ -112,6 +113,7 @@ def parse(command: str, argv: list[str]) -> None:
         if holder.present and name not in COMMAND_FLAGS[command]:
             raise UsageError(f"--{name} is not a flag of `tfdist {command}`; see "
                              f"`tfdist {command} --help`.")
+    return remaining[1:]
 
 
 def require_parsed(caller: str) -> None:

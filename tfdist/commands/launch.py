@@ -2,9 +2,6 @@
 `tfdist.cluster.launcher`; the command after `--` is a tfdist command (`train ...`, whose flags
 are checked before any task starts) or any program."""
 
-from absl import flags
-from absl import logging  # noqa: F401  (defines --log_dir, which launch writes to)
-
 from tfdist.cluster import launcher
 from tfdist.cluster.network import Network
 from tfdist.commands import cli_flags
@@ -12,16 +9,7 @@ from tfdist.commands import flags as flags_lib
 from tfdist.commands import train_flags
 from tfdist.runtime import keras_env
 from tfdist.runtime import paths
-from tfdist.runtime.config import MAX_COUNT
 
-_LOG_DIR = flags.FlagHolder(flags.FLAGS, flags.FLAGS["log_dir"])  # absl.logging's flag.
-flags.FLAGS["log_dir"].help = "launch: write each task's output to DIR/<type>-<index>.log."
-_MAX_RESTARTS = flags.DEFINE_integer(
-    "max_restarts", 0, "launch: restart a failed task (every task without ps) up to K times.",
-    lower_bound=0, upper_bound=MAX_COUNT)
-_TIMEOUT_S = flags_lib.define_duration(
-    "timeout_s", None, "launch: stop every task and exit 124 after this many seconds; unset "
-                       "waits.")
 _NETWORK = flags_lib.define_enum(
     "network", Network.AUTO, Network,
     "launch: the tasks' network (TensorFlow's servers listen on every interface, without "
@@ -30,8 +18,8 @@ _NETWORK = flags_lib.define_enum(
     "open on every interface; auto: isolated where the machine allows it and the command passes "
     "no URL or --download, else host with a one-line warning.")
 flags_lib.register("launch", flags_lib.group(
-    cli_flags.NUM_WORKERS, train_flags.NUM_PS, train_flags.CHIEF, cli_flags.EVALUATOR, _LOG_DIR,
-    _MAX_RESTARTS, _TIMEOUT_S, _NETWORK, train_flags.KERAS))
+    cli_flags.NUM_WORKERS, train_flags.NUM_PS, train_flags.CHIEF, cli_flags.EVALUATOR, cli_flags.LOG_DIR,
+    cli_flags.MAX_RESTARTS, cli_flags.TIMEOUT_S, _NETWORK, train_flags.KERAS))
 
 
 def main(command: list[str], *, tfdist_commands) -> int:
@@ -44,8 +32,9 @@ def main(command: list[str], *, tfdist_commands) -> int:
     config = launcher.LaunchConfig(
         command=tuple(command), num_workers=cli_flags.NUM_WORKERS.value,
         num_ps=train_flags.NUM_PS.value, chief=train_flags.CHIEF.value,
-        evaluator=cli_flags.EVALUATOR.value, log_dir=_LOG_DIR.value,
-        max_restarts=_MAX_RESTARTS.value, timeout_s=_TIMEOUT_S.value, network=_NETWORK.value,
+        evaluator=cli_flags.EVALUATOR.value, log_dir=cli_flags.LOG_DIR.value,
+        max_restarts=cli_flags.MAX_RESTARTS.value, timeout_s=cli_flags.TIMEOUT_S.value,
+        network=_NETWORK.value,
         env=tuple(keras_env.environment(train_flags.keras()).items()))
     paths.check_output_dir("log_dir", config.log_dir)
     if command[:1] == ["train"]:

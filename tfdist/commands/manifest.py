@@ -1,68 +1,166 @@
-"""`tfdist manifest`: a cluster manifest for a `tfdist train` command line, printed on stdout: a
-Kubeflow TFJob (`--format=tfjob --image=IMAGE`) or a Slurm sbatch script (`--format=slurm`),
-written by `tfdist.cluster.manifest` once the train flags after `--` have been checked."""
+"""`tfdist manifest`: a cluster manifest for a `tfdist train` command line (or a user's program),
+printed on stdout: a Kubernetes JobSet (`--format=jobset`, the default), a Slurm sbatch script
+(`--format=slurm`) or a legacy Kubeflow TFJob (`--format=tfjob`), written by
+`tfdist.cluster.manifests` once the train flags after `--` have been checked. A flag of another
+format is refused rather than ignored."""
 
 from collections.abc import Sequence
 
 from absl import flags
 
-from tfdist.cluster import manifest
-from tfdist.cluster.manifest import ManifestError
+from tfdist import input_pipelines
+from tfdist.cluster import manifests
+from tfdist.cluster.manifests import ManifestError
 from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import train_flags
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
 
-_FORMAT = flags.DEFINE_enum("format", "tfjob", ["tfjob", "slurm"],
-                            "manifest: a Kubeflow TFJob (YAML) or a Slurm sbatch script.")
-_NAME = flags.DEFINE_string("name", "tfdist", "manifest: the TFJob name or Slurm job name.")
+FORMATS = ("jobset", "slurm", "tfjob")
+_FORMAT = flags.DEFINE_enum("format", "jobset", list(FORMATS),
+                            "manifest: a Kubernetes JobSet (YAML), a Slurm sbatch script, or a "
+                            "Kubeflow TFJob (YAML; legacy, for training-operator 1.9 clusters).")
+_NAME = flags.DEFINE_string("name", "tfdist",
+                            "manifest: the JobSet, Slurm job or TFJob name.")
 _IMAGE = flags.DEFINE_string("image", None,
-                             "manifest: container image of a TFJob (with tfdist in it).")
-_RESTART_POLICY = flags.DEFINE_enum("restart_policy", "OnFailure", list(manifest.RESTART_POLICIES),
+                             "manifest: container image of a JobSet or TFJob (with tfdist in it).")
+_TASK_PORT = flags.DEFINE_integer("task_port", 2222,
+                                  "manifest: the port every pod listens on (jobset, tfjob).",
+                                  lower_bound=1, upper_bound=65535)
+_RESTART_POLICY = flags.DEFINE_enum("restart_policy", "OnFailure", list(manifests.RESTART_POLICIES),
                                     "manifest: TFJob replicas' restart policy.")
 _TIME_LIMIT = flags.DEFINE_string("time_limit", "01:00:00", "manifest: Slurm --time of the job.")
-_GPUS_PER_TASK = flags.DEFINE_integer("gpus_per_task", 0, "manifest: Slurm --gpus-per-task.",
+_GPUS_PER_TASK = flags.DEFINE_integer("gpus_per_task", 0,
+                                      "manifest: GPUs of each task: Slurm --gpus-per-task; JobSet "
+                                      "nvidia.com/gpu of each pod that trains (the workers, and "
+                                      "the chief without ps).",
                                       lower_bound=0, upper_bound=MAX_REPLICA_DEVICES)
+_DATA_SERVICE_WORKERS = flags.DEFINE_integer(
+    "data_service_workers", 0, "manifest: JobSet pods of a tf.data service (plus its "
+                               "dispatcher) that `tfdist train` reads its input through; 0 adds "
+                               "none.", lower_bound=0, upper_bound=flags_lib.MAX_TASKS)
+_CPU = flags.DEFINE_string("cpu", None, 'manifest: JobSet CPU request of each pod, e.g. "8".')
+_MEMORY = flags.DEFINE_string("memory", None,
+                              'manifest: JobSet memory request and limit of each pod, e.g. '
+                              '"32Gi".')
+_QUEUE = flags.DEFINE_string("queue", None,
+                             "manifest: the Kueue LocalQueue that admits the JobSet "
+                             "(kueue.x-k8s.io/queue-name); unset for a cluster without Kueue.")
+_PRIORITY_CLASS = flags.DEFINE_string("priority_class", None,
+                                      "manifest: JobSet pods' priorityClassName.")
+_SERVICE_ACCOUNT = flags.DEFINE_string("service_account", None,
+                                       "manifest: JobSet pods' serviceAccountName.")
+_NODE_SELECTOR = flags.DEFINE_list("node_selector", [],
+                                   "manifest: JobSet pods' node labels, as key=value,... e.g. "
+                                   "cloud.google.com/gke-accelerator=nvidia-l4.")
+_TOLERATIONS = flags.DEFINE_list("tolerations", [],
+                                 "manifest: taints JobSet pods tolerate, as key[=value][:Effect]"
+                                 ",... e.g. nvidia.com/gpu:NoSchedule.")
+_VOLUME_CLAIM = flags.DEFINE_string(
+    "volume_claim", None, "manifest: a ReadWriteMany PersistentVolumeClaim every JobSet pod "
+                          "mounts at --mount_path: the shared --model_dir that a restart "
+                          "resumes from and the evaluator reads.")
+_MOUNT_PATH = flags.DEFINE_string("mount_path", "/mnt/tfdist",
+                                  "manifest: where JobSet pods mount --volume_claim.")
 flags_lib.register("manifest", flags_lib.group(
     cli_flags.NUM_WORKERS, train_flags.NUM_PS, train_flags.CHIEF, cli_flags.EVALUATOR, _FORMAT,
-    _NAME, _IMAGE, _RESTART_POLICY, _TIME_LIMIT, _GPUS_PER_TASK))
+    _NAME, _IMAGE, _TASK_PORT, cli_flags.MAX_RESTARTS, _DATA_SERVICE_WORKERS, _GPUS_PER_TASK,
+    _CPU, _MEMORY, _QUEUE, _PRIORITY_CLASS, _SERVICE_ACCOUNT, _NODE_SELECTOR, _TOLERATIONS,
+    _VOLUME_CLAIM, _MOUNT_PATH, _RESTART_POLICY, _TIME_LIMIT, train_flags.SLURM_PORT_BASE))
+# The formats each format-specific flag applies to; given with another, it is refused.
+_ONLY_FOR = {
+    **{holder.name: ("jobset",) for holder in (
+        cli_flags.MAX_RESTARTS, _DATA_SERVICE_WORKERS, _CPU, _MEMORY, _QUEUE, _PRIORITY_CLASS,
+        _SERVICE_ACCOUNT, _NODE_SELECTOR, _TOLERATIONS, _VOLUME_CLAIM, _MOUNT_PATH)},
+    _IMAGE.name: ("jobset", "tfjob"), _TASK_PORT.name: ("jobset", "tfjob"),
+    _GPUS_PER_TASK.name: ("jobset", "slurm"), _RESTART_POLICY.name: ("tfjob",),
+    _TIME_LIMIT.name: ("slurm",), train_flags.SLURM_PORT_BASE.name: ("slurm",),
+}
 
 
-def train_args_of(command: Sequence[str]) -> list[str]:
-    """The `tfdist train` flags of `tfdist manifest`'s command (`train ...`, or flags alone).
+def split_command(command: Sequence[str]) -> tuple[list[str] | None, list[str] | None]:
+    """The command after `--` as (train flags, None) for `train ...` (or flags alone), or as
+    (None, program) for a program of the user's.
 
     Raises:
       ManifestError: no command.
     """
+    command = list(command)
     if not command:
-        raise ManifestError("manifest needs the train command after `--`, e.g. `tfdist manifest "
+        raise ManifestError("manifest needs the command after `--`, e.g. `tfdist manifest "
                             "--image=IMAGE --num_workers=2 -- train --strategy=auto`.")
-    return list(command)[1:] if list(command)[:1] == ["train"] else list(command)
+    if command[0] == "train":
+        return command[1:], None
+    if command[0].startswith("-"):
+        return command, None
+    return None, command
 
 
 def main(command: list[str]) -> int:
-    """Prints the manifest of the train command after `--`; returns 0.
+    """Prints the manifest of the command after `--`; returns 0.
 
     Raises:
-      ManifestError, and the train flags' errors: a TFJob without --image, an invalid layout, a
-        bad train flag.
+      ManifestError, UsageError and the train flags' errors: a flag of another format, a
+        Kubernetes manifest without --image, an invalid layout, a bad train flag, a global
+        batch that does not split over the job's replicas.
     """
-    # The layout first: checking the train flags parses FLAGS anew, for `tfdist train`.
-    layout = {"num_workers": cli_flags.NUM_WORKERS.value, "num_ps": train_flags.NUM_PS.value,
-              "chief": train_flags.CHIEF.value}
-    evaluator, image, name = cli_flags.EVALUATOR.value, _IMAGE.value, _NAME.value
-    manifest_format, restart_policy = _FORMAT.value, _RESTART_POLICY.value
-    time_limit, gpus_per_task = _TIME_LIMIT.value, _GPUS_PER_TASK.value
-    train_args = train_args_of(command)
-    train_flags.check_train_args(train_args)
-    if manifest_format == "tfjob":
-        if not image:
-            raise ManifestError(f"image={image!r}: a TFJob runs a container image; pass "
-                                "--image=IMAGE (an image with tfdist installed).")
-        text = manifest.tfjob(name=name, image=image, train_args=train_args, **layout,
-                              evaluator=evaluator, restart_policy=restart_policy)
-    else:
-        text = manifest.slurm(job_name=name, train_args=train_args, **layout,
-                              time_limit=time_limit, gpus_per_task=gpus_per_task)
-    print(text, end="")
+    manifest_format = _FORMAT.value
+    for name, formats in _ONLY_FOR.items():
+        if flags_lib.FLAGS[name].present and manifest_format not in formats:
+            raise flags_lib.UsageError(
+                f"--{name} is for --format={' or --format='.join(formats)}, not "
+                f"--format={manifest_format}; drop it or change --format.")
+    # Read before checking the train flags, which parses FLAGS anew, for `tfdist train`.
+    values = {name: flags_lib.FLAGS[name].value
+              for name in flags_lib.COMMAND_FLAGS["manifest"]}
+    train_args, program = split_command(command)
+    model_dir = None
+    if train_args is not None:
+        train_flags.check_train_args(train_args)
+        model_dir = train_flags.TRAIN["model_dir"].value
+        if not values["num_ps"]:  # Synchronous: the global batch splits over every replica.
+            per_task = values["gpus_per_task"] or train_flags.strategy_config().num_cpu_devices
+            input_pipelines.per_replica_batch_size(
+                train_flags.input_config().global_batch_size,
+                (values["num_workers"] + values["chief"]) * per_task)
+    elif manifest_format != "jobset":
+        raise ManifestError(f"format={manifest_format} runs `tfdist train` in each task, not "
+                            f"{program[0]!r}; pass `-- train FLAGS`, or --format=jobset for a "
+                            "program of your own.")
+    if manifest_format != "slurm" and not values["image"]:
+        raise ManifestError(f"image={values['image']!r}: a {manifest_format} runs a container "
+                            "image; pass --image=IMAGE (an image with tfdist installed).")
+    print(_text(manifest_format, values, train_args, program, model_dir), end="")
     return 0
+
+
+def _text(manifest_format: str, values: dict, train_args: list[str] | None,
+          program: list[str] | None, model_dir: str | None) -> str:
+    layout = {"num_workers": values["num_workers"], "num_ps": values["num_ps"],
+              "chief": values["chief"]}
+    if manifest_format == "slurm":
+        return manifests.slurm(job_name=values["name"], train_args=train_args, **layout,
+                               time_limit=values["time_limit"], port=values["slurm_port_base"],
+                               gpus_per_task=values["gpus_per_task"])
+    if manifest_format == "tfjob":
+        return manifests.tfjob(name=values["name"], image=values["image"], train_args=train_args,
+                               **layout, evaluator=values["evaluator"],
+                               restart_policy=values["restart_policy"], port=values["task_port"])
+    node_selector = {}
+    for entry in values["node_selector"]:
+        key, equals, value = entry.partition("=")
+        if not equals:
+            raise ManifestError(f"node_selector={entry!r} is not key=value; write e.g. "
+                                "--node_selector=cloud.google.com/gke-accelerator=nvidia-l4.")
+        node_selector[key] = value
+    pods = manifests.Pods(
+        image=values["image"], cpu=values["cpu"], memory=values["memory"],
+        gpus=values["gpus_per_task"], queue=values["queue"],
+        priority_class=values["priority_class"], service_account=values["service_account"],
+        node_selector=node_selector, tolerations=tuple(values["tolerations"]),
+        volume_claim=values["volume_claim"], mount_path=values["mount_path"])
+    return manifests.jobset(name=values["name"], pods=pods, **layout,
+                            evaluator=values["evaluator"],
+                            data_service_workers=values["data_service_workers"],
+                            port=values["task_port"], max_restarts=values["max_restarts"],
+                            train_args=train_args, program=program, model_dir=model_dir)

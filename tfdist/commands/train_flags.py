@@ -41,6 +41,7 @@ from tfdist.strategies import StrategyConfig
 from tfdist.strategies import StrategyKind
 from tfdist.strategies import WireDtype
 from tfdist.strategies import from_environment
+from tfdist.strategies import jobset
 from tfdist.strategies.config import MAX_GPU_MEMORY_MIB
 from tfdist.strategies.config import MAX_PACK_MIB
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
@@ -215,10 +216,12 @@ OPTIMIZER = flags_lib.group(
                       "lars: variables whose name matches one of these regular expressions get "
                       "trust 1 and no weight decay."))
 CLUSTER_RESOLVER = flags.DEFINE_enum(
-    "cluster_resolver", "tf_config", ["tf_config", "slurm"],
-    "Read the cluster from TF_CONFIG, or from the Slurm job step (each task started by srun; "
-    "with --slurm_port_base, --num_ps and --chief as `tfdist manifest --format=slurm` writes "
-    "them).")
+    "cluster_resolver", "auto", ["auto", "tf_config", "jobset", "slurm"],
+    "Where this task finds its cluster. auto: TF_CONFIG when set, else the JobSet pod's "
+    "environment that `tfdist manifest --format=jobset` sets up, else none (one process); "
+    "tf_config: TF_CONFIG only; jobset: the JobSet pod's environment (every task at its JobSet "
+    "DNS name); slurm: the Slurm job step (each task started by srun; with --slurm_port_base, "
+    "--num_ps and --chief as `tfdist manifest --format=slurm` writes them).")
 SLURM_PORT_BASE = flags.DEFINE_integer(
     "slurm_port_base", 8888,
     "cluster_resolver=slurm: port of the first task on each Slurm node; the n-th uses base + n.",
@@ -296,14 +299,34 @@ def run_config(cluster: ClusterConfig | None) -> RunConfig:
 
 
 def cluster() -> ClusterConfig | None:
-    """This task's cluster: from TF_CONFIG, or from the Slurm job step with
-    --cluster_resolver=slurm (TensorFlow's resolver: TensorFlow is imported then)."""
-    if CLUSTER_RESOLVER.value != "slurm":
-        return from_environment()
-    tf_import.import_tensorflow(show_tf_logs())
-    from tfdist.strategies import slurm  # pylint: disable=import-outside-toplevel
-    return slurm.cluster_from_slurm(port_base=SLURM_PORT_BASE.value, num_ps=NUM_PS.value,
-                                    chief=CHIEF.value)
+    """This task's cluster, as --cluster_resolver says (`cluster_and_source`)."""
+    return cluster_and_source()[0]
+
+
+def cluster_and_source() -> tuple[ClusterConfig | None, list[str]]:
+    """This task's cluster, and where it came from, in lines: TF_CONFIG, the JobSet pod's
+    environment (each variable and the field it came from), or the Slurm job step with
+    --cluster_resolver=slurm (TensorFlow's resolver: TensorFlow is imported then).
+
+    Raises:
+      ClusterConfigError: the chosen source is missing or invalid, in one line.
+    """
+    resolver = CLUSTER_RESOLVER.value
+    if resolver == "slurm":
+        tf_import.import_tensorflow(show_tf_logs())
+        from tfdist.strategies import slurm  # pylint: disable=import-outside-toplevel
+        found = slurm.cluster_from_slurm(port_base=SLURM_PORT_BASE.value, num_ps=NUM_PS.value,
+                                         chief=CHIEF.value)
+        return found, ["the Slurm job step (--cluster_resolver=slurm)"]
+    if resolver != "jobset":
+        found = from_environment()
+        if found is not None or resolver == "tf_config" or not jobset.is_jobset_pod():
+            return found, ["TF_CONFIG"]
+    pod = jobset.from_environment()
+    why = ("--cluster_resolver=jobset" if resolver == "jobset" else
+           f"--cluster_resolver=auto: TF_CONFIG is unset and {jobset.ENV_LAYOUT} is set")
+    return pod.cluster(), [f"the JobSet pod's environment ({why})",
+                           *(f"  {source}" for source in pod.sources)]
 
 
 def check_train_args(args: list[str]) -> None:

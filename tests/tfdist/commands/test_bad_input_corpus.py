@@ -29,6 +29,7 @@ from tests.tfdist.cli_runner import run_tfdist
 from tfdist.commands import cli
 from tfdist.commands import flags as tfdist_flags
 from tfdist.cluster import launcher as launch
+from tfdist.cluster import rehearsal
 from tfdist.runtime import tf_import
 
 HUGE = "99999999999999999999"
@@ -44,6 +45,16 @@ _STRINGS = {
               "no_such_package_x.models:build"),
     "data_dir": ("{file}", "{file}/sub", "/proc/tfdist_data"),
     "image": ("", "a b"),
+    "cpu": ("-1", "x", "1.5.2", ""),
+    "memory": ("16 GB", "-1Gi", ""),
+    "queue": ("Team A", "", "a" * 300),
+    "priority_class": ("Bad Name", ""),
+    "service_account": ("Bad Name", ""),
+    "volume_claim": ("Bad Name", ""),
+    "node_selector": ("novalue", "a b=c", "k=v v"),
+    "tolerations": ("k:Sometimes", ":NoSchedule", "a b"),
+    "mount_path": ("relative", "/", ""),
+    "volume_dir": ("{file}", "{file}/sub", "/proc/sys/volumes"),
     "json": ("{dir}", "{file}/report.json", "/proc/report.json"),
     "lars_exclude": ("[unclosed", "(?P<x"),
     "log_dir": ("{file}", "{file}/sub", "/proc/sys/logs"),
@@ -68,7 +79,9 @@ _CONTEXT = {
     "lars_exclude": ["--optimizer=lars"],
     "lr_step_boundaries": ["--lr_schedule=step", "--epochs=9"],
     "time_limit": ["--format=slurm"],
-    "name": ["--image=img"],
+    **{name: ["--image=img"] for name in (
+        "name", "cpu", "memory", "queue", "priority_class", "service_account", "volume_claim",
+        "node_selector", "tolerations", "mount_path")},
 }
 # How a message names a flag, where it does not say its name.
 _NAMED_AS = {"tf_config": "TF_CONFIG"}
@@ -80,7 +93,8 @@ _COMMAND_ARGS = {
     "data check": ([], []),
     "data serve": ([], []),
     "launch": ([], ["--", sys.executable, "-c", "pass"]),
-    "manifest": (["--image=img"], ["--", "train"]),
+    "manifest": ([], ["--", "train"]),
+    "rehearse": ([], ["job.yaml"]),
     "plan": (["--compute_ms=100", "--per_replica_batch_size=32", "--gradient_mib=1"], []),
 }
 _BAD_CLUSTERS = {
@@ -158,7 +172,8 @@ def _run_in_process(argv: list[str], tf_config: str | None = None) -> tuple[int,
         os.environ.pop("TF_CONFIG", None)
         if tf_config is not None:
             os.environ["TF_CONFIG"] = tf_config
-        for target, name in ((tf_import, "import_tensorflow"), (launch, "_open_network")):
+        for target, name in ((tf_import, "import_tensorflow"), (launch, "_open_network"),
+                             (rehearsal, "rehearse")):
             stack.enter_context(mock.patch.object(target, name, reached))
         stack.enter_context(contextlib.redirect_stderr(stderr))
         stack.enter_context(contextlib.redirect_stdout(stdout))

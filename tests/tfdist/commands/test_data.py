@@ -1,6 +1,8 @@
 """`tfdist data check` and `tfdist data serve` as a user runs them, and their one-line errors;
 what `data serve` exposes; training with no dispatcher fails in bounded time."""
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -226,3 +228,36 @@ class NoDispatcherTest(absltest.TestCase):
                          rf"^tfdist train: error: --tf_data_service='{address}': no dispatcher "
                          r"answered there within 20 s \(last try: connection refused\); start one "
                          r"with `tfdist data serve --port=\d+`, or fix the address\.$")
+
+
+class JobSetPodServeTest(absltest.TestCase):
+    """`tfdist data serve --jobset_pod` refuses, in one line, what is not a data service pod."""
+
+    def _serve(self, *args: str, env: dict[str, str]) -> tuple[int, str]:
+        from tfdist.commands import cli  # pylint: disable=import-outside-toplevel
+        stderr = io.StringIO()
+        with mock.patch.dict(os.environ, env, clear=True), contextlib.redirect_stderr(stderr), \
+                mock.patch.object(data_service_command.tf_import, "import_tensorflow",
+                                  side_effect=AssertionError("reached TensorFlow")):
+            status = cli.main(["tfdist", "data", "serve", "--jobset_pod", *args])
+        return status, stderr.getvalue()
+
+    def test_outside_a_jobset(self):
+        status, stderr = self._serve(env={})
+        self.assertEqual(status, 2)
+        self.assertEqual(stderr.count("\n"), 1, stderr)
+        self.assertIn("JobSet pod: TFDIST_JOBSET_LAYOUT is not set", stderr)
+
+    def test_in_a_training_pod(self):
+        status, stderr = self._serve(env={
+            "TFDIST_JOBSET_LAYOUT": "worker=2,dispatcher=1,data-worker=1",
+            "TFDIST_JOBSET_NAME": "ds", "TFDIST_REPLICATED_JOB": "worker",
+            "TFDIST_JOB_INDEX": "0", "JOB_COMPLETION_INDEX": "1",
+            "TFDIST_JOBSET_SUBDOMAIN": "ds", "TFDIST_JOBSET_PORT": "2222"})
+        self.assertEqual(status, 2)
+        self.assertIn("this pod is worker:1, not a tf.data service pod", stderr)
+
+    def test_port_does_not_apply(self):
+        status, stderr = self._serve("--port=6000", env={})
+        self.assertEqual(status, 2)
+        self.assertIn("--port does not apply with --jobset_pod", stderr)

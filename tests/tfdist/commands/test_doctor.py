@@ -131,6 +131,29 @@ class DoctorTest(parameterized.TestCase):
         self.assertIn("problem: worker:1 at 127.0.0.1:1 does not answer", result.stdout)
         self.assertIn("hint: pass --collective_timeout_s=300", result.stdout)
 
+    def test_in_a_jobset_pod_each_field_and_where_it_came_from(self):
+        pod = {"TFDIST_JOBSET_LAYOUT": "worker=2", "TFDIST_JOBSET_NAME": "mnist",
+               "TFDIST_REPLICATED_JOB": "worker", "TFDIST_JOB_INDEX": "0",
+               "JOB_COMPLETION_INDEX": "1", "TFDIST_JOBSET_SUBDOMAIN": "mnist",
+               "TFDIST_JOBSET_PORT": "2222"}
+        result = run_tfdist("doctor", "--probe_timeout_s=2", extra_env=pod)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for line in ("cluster: valid, from the JobSet pod's environment (--cluster_resolver=auto: "
+                     "TF_CONFIG is unset and TFDIST_JOBSET_LAYOUT is set)",
+                     "  TFDIST_REPLICATED_JOB=worker (from metadata.labels"
+                     "['jobset.sigs.k8s.io/replicatedjob-name'])",
+                     "  worker: mnist-worker-0-0.mnist:2222, mnist-worker-0-1.mnist:2222",
+                     "this task: worker:1 at mnist-worker-0-1.mnist:2222"):
+            self.assertIn(line, result.stdout.splitlines())
+        self.assertIn("names: 0 of 2 task(s) resolve within 2 s", result.stdout)
+        del pod["JOB_COMPLETION_INDEX"]
+        result = run_tfdist("doctor", "--cluster_resolver=jobset", extra_env=pod)
+        self.assertEqual(result.returncode, 2)
+        self.assertEqual(result.stderr.strip(), "tfdist doctor: error: JobSet pod: "
+                         "JOB_COMPLETION_INDEX is not set; run it in a pod of a JobSet that "
+                         "`tfdist manifest --format=jobset` wrote (its containers map the pod's "
+                         "JobSet labels into these variables), or set TF_CONFIG instead.")
+
     def test_strategy_the_cluster_cannot_run(self):
         result = run_tfdist("doctor", "--strategy=multi_worker_mirrored",
                             f"--tf_config={_CHIEF_OF_PS_CLUSTER}")

@@ -199,7 +199,7 @@ class FlagsTest(unittest.TestCase):
         _parse("manifest", "--image=img", "--num_workers=4")
         with mock.patch("sys.stdout", new_callable=io.StringIO) as stdout:
             manifest.main(["train"])
-        self.assertIn("replicas: 4", stdout.getvalue())
+        self.assertIn("parallelism: 4", stdout.getvalue())
         _parse("data check", "--num_workers=3", "--replicas_per_worker=2")
         with mock.patch.object(data, "check_coverage", return_value=0) as checked, \
                 mock.patch.object(data.tf_import, "import_tensorflow"):
@@ -213,7 +213,8 @@ class FlagsTest(unittest.TestCase):
         _parse("doctor", "--probe")
         with mock.patch.object(doctor, "report", return_value=0) as reported:
             doctor.main()
-        self.assertEqual(reported.call_args.kwargs["probe_timeout_s"], 5.0)
+        self.assertEqual((reported.call_args.kwargs["probe_peers"],
+                          reported.call_args.kwargs["probe_timeout_s"]), (True, 5.0))
 
     def test_config_errors_are_worded_as_flags(self):
         self.assertEqual(

@@ -4,35 +4,73 @@ import os
 import unittest
 
 import pytest
+import yaml
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cluster.manifests import jobset_crd
 
 
 @pytest.mark.multiprocess
 class ManifestCommandTest(unittest.TestCase):
     """`tfdist manifest` and the Slurm flags of `tfdist train`, as a user runs them."""
 
-    def test_tfjob_from_the_command_line(self):
+    def test_jobset_by_default(self):
         result = run_tfdist("manifest", "--image=me/tfdist:1", "--num_workers=2", "--num_ps=1",
-                            "--chief", "--", "train", "--strategy=parameter_server")
+                            "--chief", "--evaluator", "--volume_claim=runs", "--max_restarts=2",
+                            "--gpus_per_task=1", "--queue=team-a", "--node_selector=pool=gpu",
+                            "--tolerations=nvidia.com/gpu:NoSchedule", "--cpu=4",
+                            "--memory=16Gi", "--", "train", "--strategy=parameter_server",
+                            "--model_dir=/mnt/tfdist/run1")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        document = yaml.safe_load(result.stdout)
+        jobset_crd.validator().validate(document)
+        self.assertEqual(jobset_crd.webhook_problems(document), [])
+        self.assertEqual([job["name"] for job in document["spec"]["replicatedJobs"]],
+                         ["chief", "worker", "ps", "evaluator"])
+        self.assertEqual(document["spec"]["failurePolicy"], {"maxRestarts": 2})
+
+    def test_a_program_after_the_dashes(self):
+        result = run_tfdist("manifest", "--image=me/tfdist:1", "--", "python", "my_train.py",
+                            "--epochs=3")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        (worker,) = yaml.safe_load(result.stdout)["spec"]["replicatedJobs"]
+        (container,) = worker["template"]["spec"]["template"]["spec"]["containers"]
+        self.assertEqual(container["command"], ["python", "my_train.py", "--epochs=3"])
+
+    def test_tfjob_from_the_command_line(self):
+        result = run_tfdist("manifest", "--format=tfjob", "--image=me/tfdist:1",
+                            "--num_workers=2", "--num_ps=1", "--chief", "--", "train",
+                            "--strategy=parameter_server")
         self.assertEqual(result.returncode, 0, result.stderr)
         for text in ("kind: TFJob", "Chief:", "Worker:", "PS:", "replicas: 2",
                      '- "--strategy=parameter_server"'):
             self.assertIn(text, result.stdout)
 
     def test_slurm_from_the_command_line(self):
-        result = run_tfdist("manifest", "--format=slurm", "--num_workers=2", "--", "train",
-                            "--epochs=5")
+        result = run_tfdist("manifest", "--format=slurm", "--num_workers=2",
+                            "--slurm_port_base=9000", "--", "train", "--epochs=5")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("srun tfdist train --cluster_resolver=slurm --slurm_port_base=8888 "
+        self.assertIn("srun tfdist train --cluster_resolver=slurm --slurm_port_base=9000 "
                       "--epochs=5", result.stdout)
 
     def test_errors(self):
         assert_one_line_error(self, run_tfdist("manifest", "--num_workers=2", "--", "train"),
                               "pass --image=IMAGE")
         assert_one_line_error(self, run_tfdist("manifest", "--format=slurm"),
-                              "manifest needs the train command after `--`")
+                              "manifest needs the command after `--`")
+        assert_one_line_error(self, run_tfdist("manifest", "--format=slurm", "--queue=q", "--",
+                                               "train"),
+                              "--queue is for --format=jobset, not --format=slurm")
+        assert_one_line_error(self, run_tfdist("manifest", "--format=tfjob", "--image=i", "--",
+                                               "python", "x.py"),
+                              "--format=jobset for a program of your own")
+        assert_one_line_error(self, run_tfdist("manifest", "--image=i", "--max_restarts=1", "--",
+                                               "train", "--model_dir=/tmp/run"),
+                              "jobset max_restarts: 1 needs a model_dir every pod shares")
+        assert_one_line_error(self, run_tfdist("manifest", "--format=slurm", "--num_workers=3",
+                                               "--", "train", "--global_batch_size=128"),
+                              "--global_batch_size=128 does not split evenly over 3 replicas")
         assert_one_line_error(self, run_tfdist("train", "--num_ps=1"),
                               "--num_ps=1, --chief=False: given without --cluster_resolver=slurm")
         outside_slurm = {name: "" for name in os.environ if name.startswith("SLURM_")}

@@ -1,0 +1,114 @@
+"""Tests for tfdist.cluster.manifests.sbatch_script: the Slurm batch script."""
+
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from tfdist.cluster import manifests
+from tfdist.cluster.manifests import ManifestError
+
+_TRAIN_ARGS = ["--strategy=parameter_server", "--epochs=2", "--model_dir=/tmp/my run",
+               "--dataset=tfrecord:/data/{split}-*", "yes", "it's \"quoted\" $HOME #x"]
+_SLURM = dict(job_name="tfdist-train", train_args=_TRAIN_ARGS)
+
+
+class SlurmTest(parameterized.TestCase):
+
+    def _tempdir(self):
+        tempdir = tempfile.TemporaryDirectory()  # pylint: disable=consider-using-with
+        self.addCleanup(tempdir.cleanup)
+        return tempdir.name
+
+    def _write(self, text):
+        path = os.path.join(self._tempdir(), "job.sbatch")
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
+
+    def test_script_header(self):
+        script = manifests.slurm(**_SLURM, num_workers=3, num_ps=1, chief=True,
+                                time_limit="2-00:00:00")
+        lines = script.splitlines()
+        self.assertEqual(lines[0], "#!/bin/bash")
+        self.assertIn("#SBATCH --job-name=tfdist-train", lines)
+        self.assertIn("#SBATCH --ntasks=5", lines)
+        self.assertIn("#SBATCH --time=2-00:00:00", lines)
+        self.assertNotIn("--gpus-per-task", script)
+        self.assertIn("8888", script)  # The port is documented.
+        self.assertIn("no authentication", script)
+
+    def test_gpus_per_task(self):
+        script = manifests.slurm(**_SLURM, num_workers=2, gpus_per_task=2)
+        self.assertIn("#SBATCH --gpus-per-task=2", script.splitlines())
+        self.assertIn("#SBATCH --ntasks=2", script.splitlines())
+
+    @parameterized.named_parameters(
+        ("workers", dict(num_workers=2), ["--cluster_resolver=slurm", "--slurm_port_base=8888"]),
+        ("ps", dict(num_workers=2, num_ps=2, chief=True, port=7000),
+         ["--cluster_resolver=slurm", "--slurm_port_base=7000", "--num_ps=2", "--chief"]),
+    )
+    def test_srun_line_quotes_the_train_args(self, layout, flags):
+        script = manifests.slurm(**_SLURM, **layout)
+        srun = [line for line in script.splitlines() if line.startswith("srun ")]
+        self.assertLen(srun, 1)
+        self.assertEqual(shlex.split(srun[0]), ["srun", "tfdist", "train", *flags, *_TRAIN_ARGS])
+
+    @pytest.mark.multiprocess
+    def test_bash_accepts_the_script(self):
+        path = self._write(manifests.slurm(**_SLURM, num_workers=2))
+        result = subprocess.run(["bash", "-n", path], capture_output=True, text=True, timeout=30)
+        self.assertEqual(result.returncode, 0, result.stderr)
+
+    @pytest.mark.multiprocess
+    def test_srun_gets_the_args_verbatim(self):
+        """Runs the script with a fake srun that prints its arguments: nothing is expanded."""
+        bin_dir = self._tempdir()
+        fake_srun = os.path.join(bin_dir, "srun")
+        with open(fake_srun, "w", encoding="utf-8") as f:
+            f.write(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
+        os.chmod(fake_srun, os.stat(fake_srun).st_mode | stat.S_IXUSR)
+        path = self._write(manifests.slurm(**_SLURM, num_workers=2))
+        env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+        result = subprocess.run(["bash", path], capture_output=True, text=True, timeout=30,
+                                env=env, cwd=bin_dir)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads(result.stdout), ["tfdist", "train", "--cluster_resolver=slurm",
+                                                     "--slurm_port_base=8888", *_TRAIN_ARGS])
+
+    @parameterized.named_parameters(
+        ("job_name", dict(job_name="my job"), "slurm job_name", "'my job'", "letters, digits"),
+        ("time", dict(time_limit="1h"), "slurm time_limit", "'1h'", "01:00:00"),
+        ("no_workers", dict(num_workers=0), "slurm num_workers", "0", "at least 1 worker"),
+        ("ps_without_chief", dict(num_ps=1), "slurm num_ps", "1", "add --chief"),
+        ("port", dict(port=0), "slurm port", "0", "from 1 to 65535"),
+        ("gpus", dict(gpus_per_task=-1), "slurm gpus_per_task", "-1", "GPUs per task"),
+        ("args", dict(train_args=["--epochs", 2]), "slurm train_args", "['--epochs', 2]",
+         "list of strings"),
+    )
+    def test_errors_are_one_line(self, override, field, value, fix):
+        kwargs = {**_SLURM, "num_workers": 1, **override}
+        with self.assertRaisesRegex(ManifestError, rf"^{re.escape(field)}: "
+                                                   rf"{re.escape(value)}.*; .*{re.escape(fix)}"):
+            manifests.slurm(**kwargs)
+
+
+class SecurityNoteTest(absltest.TestCase):
+
+    def test_the_package_says_the_cluster_needs_a_private_network(self):
+        doc = " ".join(manifests.__doc__.split())
+        self.assertIn("gRPC servers (workers, parameter servers, the chief, the tf.data service) "
+                      "have no authentication", doc)
+        self.assertIn("private network", doc)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,130 @@
+"""Tests for tfdist.cluster.rehearsal.hosts: emulated hosts reach each other by name and nothing
+else, links can be cut, and nothing is left behind, also by a rehearsal that was killed.
+
+Needs root and network namespaces; skipped where this machine refuses them."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import unittest
+from unittest import mock
+
+import pytest
+
+from tfdist.cluster.rehearsal import hosts as hosts_lib
+
+
+def emulated_hosts_or_skip() -> None:
+    """Skips the calling test unless this machine can emulate hosts."""
+    try:
+        hosts_lib.Hosts([("probe",)]).close()
+    except hosts_lib.NoHosts as refused:
+        pytest.skip(f"this machine cannot emulate hosts: {refused}")
+
+
+def our_namespaces(owner: int) -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            check=True, timeout=30).stdout
+    prefix = f"{hosts_lib.PREFIX}{owner}-"
+    names = [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
+    if os.path.isdir(hosts_lib.NETNS_DIR):
+        names += [name for name in os.listdir(hosts_lib.NETNS_DIR) if name.startswith(prefix)]
+    return names
+
+
+def _run_on(host: hosts_lib.Host, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*host.enter(), "--", sys.executable, "-c", textwrap.dedent(code)],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.multiprocess
+class HostsTest(unittest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        emulated_hosts_or_skip()
+
+    def test_hosts_reach_each_other_by_name_and_nothing_else(self):
+        with hosts_lib.Hosts([("a-0", "a-0.sub"), ("b-0", "b-0.sub")]) as made:
+            first, second = made.hosts
+            server = subprocess.Popen(  # pylint: disable=consider-using-with
+                [*second.enter(), "--", sys.executable, "-c",
+                 "import socket; s = socket.create_server(('', 2222)); print('up', flush=True);"
+                 " s.accept()"], stdout=subprocess.PIPE, text=True)
+            self.addCleanup(server.wait, 30)
+            self.addCleanup(server.kill)
+            self.assertEqual(server.stdout.readline().strip(), "up")
+            result = _run_on(first, """
+                import socket
+                print(socket.gethostname(), socket.gethostbyname("b-0.sub"))
+                socket.create_connection(("b-0.sub", 2222), timeout=10).close()
+                try:
+                    socket.create_connection(("10.0.0.1", 80), timeout=2)
+                except OSError as error:
+                    print("outside:", type(error).__name__)
+                """)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            name_and_address, outside = result.stdout.splitlines()
+            self.assertEqual(name_and_address, f"a-0 {second.address}")
+            self.assertTrue(outside.startswith("outside: "), outside)  # No route out.
+
+    def test_a_cut_link_stops_traffic(self):
+        with hosts_lib.Hosts([("a-0",), ("b-0",)]) as made:
+            first, second = made.hosts
+            second.cut_link()
+            result = _run_on(first, """
+                import socket
+                try:
+                    socket.create_connection(("b-0", 2222), timeout=3)
+                except OSError as error:
+                    print(type(error).__name__)
+                """)
+            self.assertIn(result.stdout.strip(), ("TimeoutError", "OSError"), result.stderr)
+
+    def test_close_leaves_nothing(self):
+        made = hosts_lib.Hosts([("a-0",), ("b-0",)])
+        self.addCleanup(made.close)
+        self.assertEqual(len(our_namespaces(os.getpid())), 3 * 2)  # And their /etc/netns dirs.
+        made.close()
+        self.assertEqual(our_namespaces(os.getpid()), [])
+        made.close()
+
+    def test_a_killed_rehearsals_hosts_and_processes_are_cleaned_by_the_next(self):
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True, timeout=30)
+        dead_pid = int(gone.stdout)
+        stale = hosts_lib.Hosts([("a-0",)], owner=dead_pid)  # Left as a killed rehearsal would.
+        self.addCleanup(stale.close)
+        sleeper = subprocess.Popen(  # pylint: disable=consider-using-with
+            [*stale.hosts[0].enter(), "--", "sleep", "600"])
+        self.addCleanup(sleeper.wait, 30)
+        self.assertNotEqual(our_namespaces(dead_pid), [])
+        removed = hosts_lib.clean_stale()
+        self.assertEqual(sorted(set(removed)), sorted(set(stale._made)))  # pylint: disable=protected-access
+        self.assertEqual(our_namespaces(dead_pid), [])
+        self.assertIsNotNone(sleeper.wait(timeout=30))
+
+
+class RefusalTest(unittest.TestCase):
+
+    def test_without_root_one_line(self):
+        with mock.patch.object(hosts_lib.os, "geteuid", return_value=1000), \
+                mock.patch.object(hosts_lib.shutil, "which", return_value="/usr/sbin/ip"):
+            with self.assertRaisesRegex(hosts_lib.NoHosts, r"need root; run `tfdist rehearse` "
+                                                           r"as root") as raised:
+                hosts_lib.Hosts([("a-0",)])
+        self.assertNotIn("\n", str(raised.exception))
+
+    def test_without_iproute2_one_line(self):
+        with mock.patch.object(hosts_lib.shutil, "which", return_value=None):
+            with self.assertRaisesRegex(hosts_lib.NoHosts, "ip and unshare not on PATH"):
+                hosts_lib.Hosts([("a-0",)])
+
+    def test_too_many_hosts(self):
+        with self.assertRaisesRegex(hosts_lib.NoHosts, "more than a rehearsal emulates"):
+            hosts_lib.Hosts([(f"h{n}",) for n in range(hosts_lib.MAX_HOSTS + 1)])
+
+
+if __name__ == "__main__":
+    unittest.main()

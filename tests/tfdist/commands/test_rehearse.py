@@ -1,0 +1,326 @@
+"""`tfdist rehearse` as a user runs it: manifests `tfdist manifest` wrote, run on emulated hosts
+(one network namespace per pod or Slurm node, on a private bridge), every wait bounded.
+
+Needs root and network namespaces; skipped where this machine refuses them."""
+
+import contextlib
+import io
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import unittest
+from unittest import mock
+
+import pytest
+
+from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cluster.rehearsal.test_hosts import emulated_hosts_or_skip
+from tests.tfdist.cluster.rehearsal.test_hosts import our_namespaces
+from tfdist.cluster import manifests
+from tfdist.cluster.rehearsal import hosts as hosts_lib
+from tfdist.commands import cli
+
+TIMEOUT_S = 300
+# How long after a cut link every other pod may take to end, beyond --collective_timeout_s:
+# TensorFlow's coordination service notices a silent task within its 10 s heartbeat timeout,
+# and the process then takes a few seconds to end on 2 cores.
+LOST_PEER_MARGIN_S = 40
+# `tfdist train` that prints a checksum of the weights when training ends: a user's program
+# that finds its cluster in the JobSet pod's environment by itself.
+_TRAIN_WITH_CHECKSUM = textwrap.dedent("""
+    import sys
+    import tensorflow as tf
+    import tf_keras
+    from tfdist.commands import cli
+    from tfdist.training.keras2 import fit as training
+
+    class Checksum(tf_keras.callbacks.Callback):
+        def on_train_end(self, logs=None):
+            total = sum(float(tf.reduce_sum(weight)) for weight in self.model.weights)
+            print(f"weights {total:.6f}", flush=True)
+
+    callbacks = training._output_callbacks
+    training._output_callbacks = lambda *a: callbacks(*a) + [Checksum()]
+    sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
+""")
+
+
+def _log(log_dir: str, pod: str) -> str:
+    with open(os.path.join(log_dir, f"{pod}.log"), encoding="utf-8") as log:
+        return log.read()
+
+
+@pytest.mark.multiprocess
+class RehearseTest(unittest.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _scratch(self, tmp_path, small_shapes_data_dir):
+        emulated_hosts_or_skip()
+        self.dir, self.data_dir = str(tmp_path), small_shapes_data_dir
+        self.log_dir = os.path.join(self.dir, "logs")
+        self.mount = os.path.join(self.dir, "mnt")  # The claim's mount path in every pod.
+
+    def _manifest(self, *args: str, name: str = "job.yaml") -> str:
+        image = [] if "--format=slurm" in args else ["--image=local"]
+        result = run_tfdist("manifest", *image, *args)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        path = os.path.join(self.dir, name)
+        with open(path, "w", encoding="utf-8") as manifest:
+            manifest.write(result.stdout)
+        return path
+
+    def _train(self, *flags: str) -> list[str]:
+        return [f"--data_dir={self.data_dir}", "--global_batch_size=32", *flags]
+
+    def _rehearse(self, path: str, *flags: str) -> subprocess.CompletedProcess:
+        start = time.monotonic()
+        result = run_tfdist("rehearse", f"--log_dir={self.log_dir}", f"--timeout_s={TIMEOUT_S}",
+                            *flags, path, timeout_s=TIMEOUT_S + 60)
+        self.seconds = time.monotonic() - start
+        print(f"rehearsal of {os.path.basename(path)}: {self.seconds:.1f} s")
+        return result
+
+    def _start(self, path: str) -> subprocess.Popen:
+        return subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-m", "tfdist", "rehearse", f"--log_dir={self.log_dir}",
+             f"--timeout_s={TIMEOUT_S}", path], stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+
+    def assert_done(self, result: subprocess.CompletedProcess, pods: int) -> None:
+        self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-3000:])
+        self.assertRegex(result.stdout, rf"tfdist rehearse: JobSet \S+ done: {pods} pod\(s\) "
+                                        r"exited 0")
+        self.assertEqual(our_namespaces_of_any_rehearsal(), [])
+
+    def test_multi_worker_mirrored_on_two_pods_trains_identical_weights(self):
+        script = os.path.join(self.dir, "train_with_checksum.py")
+        with open(script, "w", encoding="utf-8") as program:
+            program.write(_TRAIN_WITH_CHECKSUM)
+        path = self._manifest("--name=mwms", "--num_workers=2", "--", sys.executable, script,
+                              *self._train("--strategy=multi_worker_mirrored", "--epochs=2",
+                                           "--steps_per_epoch=4", "--validation_steps=1"))
+        result = self._rehearse(path)
+        self.assert_done(result, 2)
+        checksums = [re.findall(r"^weights (\S+)$", _log(self.log_dir, f"mwms-worker-0-{index}"),
+                                re.M) for index in (0, 1)]
+        self.assertEqual(checksums[0], checksums[1])
+        self.assertEqual(len(checksums[0]), 1)
+        for index in (0, 1):
+            self.assertIn(f"worker:{index} waiting for all 2 workers", result.stdout)
+            self.assertIn("multi_worker_mirrored on 2 replica(s) in all (2 workers x 1)",
+                          _log(self.log_dir, f"mwms-worker-0-{index}"))
+
+    def test_parameter_server_with_an_evaluator(self):
+        model_dir = os.path.join(self.mount, "ctr")
+        path = self._manifest("--name=ctr", "--num_workers=2", "--num_ps=1", "--chief",
+                              "--evaluator", "--volume_claim=runs", f"--mount_path={self.mount}",
+                              "--", "train", *self._train("--strategy=parameter_server",
+                                                          "--epochs=2", "--steps_per_epoch=4",
+                                                          "--validation_steps=2",
+                                                          f"--model_dir={model_dir}"))
+        result = self._rehearse(path)
+        self.assert_done(result, 2)  # The chief and the evaluator; the rest are stopped.
+        self.assertIn("stopped ctr-worker-0-0, ctr-worker-0-1, ctr-ps-0-0", result.stdout)
+        self.assertIn("evaluator done after 2 evaluation(s)", _log(self.log_dir,
+                                                                    "ctr-evaluator-0-0"))
+        with open(os.path.join(self.log_dir, "volumes", "runs", "ctr", "evaluations.json"),
+                  encoding="utf-8") as evaluations:
+            self.assertEqual(sorted(json.load(evaluations)), ["epoch-001", "epoch-002"])
+        self.assertFalse(os.path.exists(self.mount), "the mount point made was not removed")
+
+    def test_a_killed_pod_restarts_the_jobset_which_resumes_from_the_backup(self):
+        model_dir = os.path.join(self.mount, "run")
+        metrics = os.path.join(model_dir, "metrics.json")
+        path = self._manifest("--name=kill", "--num_workers=2", "--max_restarts=1",
+                              "--volume_claim=runs", f"--mount_path={self.mount}", "--", "train",
+                              *self._train("--strategy=multi_worker_mirrored", "--epochs=3",
+                                           "--steps_per_epoch=30", "--validation_steps=1",
+                                           f"--model_dir={model_dir}",
+                                           f"--metrics_json={metrics}",
+                                           "--collective_timeout_s=60"))
+        rehearsal = self._start(path)
+        lines, killed = [], False
+        with _stopped_at_the_end(rehearsal):
+            for line in rehearsal.stdout:
+                lines.append(line)
+                if not killed and line.startswith("[kill-worker-0-1] Epoch 2/3"):
+                    time.sleep(1)  # Mid-epoch.
+                    pid = int(next(text for text in lines if "started kill-worker-0-1" in text)
+                              .rsplit("pid=", 1)[1])
+                    os.kill(pid, signal.SIGKILL)
+                    killed = True
+            status = rehearsal.wait(timeout=TIMEOUT_S)
+        output = "".join(lines)
+        self.assertTrue(killed, output[-3000:])
+        self.assertEqual(status, 0, output[-5000:])
+        self.assertIn("kill-worker-0-1 exited with status -9: restarting JobSet kill, every pod "
+                      "(1/1)", output)
+        self.assertIn("resuming at epoch 2", output)
+        self.assertIn("JobSet kill done: 2 pod(s) exited 0, after 1 restart(s)", output)
+        with open(os.path.join(self.log_dir, "volumes", "runs", "run", "metrics.json"),
+                  encoding="utf-8") as metrics_file:
+            history = json.load(metrics_file)["history"]
+        self.assertEqual({name: len(values) for name, values in history.items()},
+                         {name: 3 for name in history})
+        self.assertIn("loss", history)
+
+    def test_a_cut_link_ends_every_other_pod_with_one_line_naming_the_lost_peer(self):
+        timeout_s = 10
+        path = self._manifest("--name=cut", "--num_workers=2", "--", "train",
+                              *self._train("--strategy=multi_worker_mirrored", "--epochs=100",
+                                           "--steps_per_epoch=20",
+                                           f"--collective_timeout_s={timeout_s}"))
+        rehearsal = self._start(path)
+        lines, cut_at = [], None
+        with _stopped_at_the_end(rehearsal):
+            for line in rehearsal.stdout:
+                lines.append(line)
+                if cut_at is None and line.startswith("[cut-worker-0-0] Epoch 3/"):
+                    namespace = re.search(r"started cut-worker-0-1 .*\(netns (\S+)\)",
+                                          "".join(lines)).group(1)
+                    subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "down"],
+                                   check=True, timeout=30)
+                    cut_at = time.monotonic()
+            status = rehearsal.wait(timeout=TIMEOUT_S)
+        ended_after_s = time.monotonic() - cut_at
+        output = "".join(lines)
+        print(f"every pod ended {ended_after_s:.1f} s after the cut")
+        self.assertNotEqual(status, 0)
+        self.assertLess(ended_after_s, timeout_s + LOST_PEER_MARGIN_S, output[-3000:])
+        survivor = _log(self.log_dir, "cut-worker-0-0")
+        errors = [line for line in survivor.splitlines() if "error" in line]
+        self.assertEqual(len(errors), 1, survivor[-3000:])
+        self.assertTrue(errors[0].startswith("tfdist train: error: lost peer worker:1 at "
+                                             "cut-worker-0-1.cut:2222"), errors[0])
+        self.assertNotIn("Traceback", survivor)
+        self.assertIn("cut-worker-0-0 exited with status 1: JobSet cut failed", output)
+
+    def test_the_slurm_script_on_two_emulated_nodes(self):
+        path = self._manifest("--format=slurm", "--name=sl", "--num_workers=3", "--", "train",
+                              "--strategy=multi_worker_mirrored", "--dataset=synthetic",
+                              "--num_classes=10", "--epochs=1", "--steps_per_epoch=3",
+                              "--global_batch_size=48", name="job.sbatch")
+        result = self._rehearse("--slurm_nodes=2", path)
+        self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-3000:])
+        self.assertRegex(result.stdout, r"Slurm job sl: the batch script exited 0 on 2 emulated "
+                                        r"node\(s\)")
+        self.assertIn("srun: started task 2 on node02", result.stdout)
+        for rank in range(3):
+            with open(os.path.join(self.log_dir, f"task-{rank}.log"), encoding="utf-8") as log:
+                self.assertIn("multi_worker_mirrored on 3 replica(s) in all (3 workers x 1)",
+                              log.read())
+        self.assertEqual(our_namespaces_of_any_rehearsal(), [])
+
+    def test_the_data_service_pods_feed_the_workers(self):
+        path = self._manifest("--name=ds", "--num_workers=2", "--data_service_workers=2", "--",
+                              "train", *self._train("--strategy=multi_worker_mirrored",
+                                                    "--epochs=1", "--steps_per_epoch=3",
+                                                    "--validation_steps=1"))
+        result = self._rehearse(path)
+        self.assert_done(result, 2)
+        self.assertIn("runs on the tf.data service at grpc://ds-dispatcher-0-0.ds:2222",
+                      _log(self.log_dir, "ds-worker-0-0"))
+        self.assertIn("worker of the dispatcher at ds-dispatcher-0-0.ds:2222",
+                      _log(self.log_dir, "ds-data-worker-0-1"))
+
+
+@pytest.mark.multiprocess
+class CleanUpTest(unittest.TestCase):
+    """Pods that sleep (no TensorFlow): the rehearsal stopped by a signal, or killed."""
+
+    @pytest.fixture(autouse=True)
+    def _scratch(self, tmp_path):
+        emulated_hosts_or_skip()
+        self.dir = str(tmp_path)
+        result = run_tfdist("manifest", "--image=local", "--name=sleep", "--num_workers=2", "--",
+                            "sleep", "600")
+        self.path = os.path.join(self.dir, "sleep.yaml")
+        with open(self.path, "w", encoding="utf-8") as manifest:
+            manifest.write(result.stdout)
+
+    def _start(self) -> subprocess.Popen:
+        rehearsal = subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-m", "tfdist", "rehearse", f"--log_dir={self.dir}/logs",
+             "--timeout_s=120", self.path], stdout=subprocess.PIPE, text=True)
+        for line in rehearsal.stdout:
+            if "started sleep-worker-0-1" in line:
+                return rehearsal
+        self.fail("the pods did not start")
+
+    def test_sigterm_and_ctrl_c_stop_the_pods_and_remove_the_hosts(self):
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            rehearsal = self._start()
+            with _stopped_at_the_end(rehearsal):
+                self.assertNotEqual(our_namespaces(rehearsal.pid), [])
+                rehearsal.send_signal(signum)
+                self.assertEqual(rehearsal.wait(timeout=60), 128 + signum)
+            self.assertEqual(our_namespaces(rehearsal.pid), [])
+
+    def test_a_killed_rehearsals_hosts_are_removed_by_the_next(self):
+        rehearsal = self._start()
+        rehearsal.kill()
+        rehearsal.wait(timeout=60)
+        self.assertNotEqual(our_namespaces(rehearsal.pid), [])
+        quick = run_tfdist("manifest", "--image=local", "--name=quick", "--", "true")
+        path = os.path.join(self.dir, "quick.yaml")
+        with open(path, "w", encoding="utf-8") as manifest:
+            manifest.write(quick.stdout)
+        result = run_tfdist("rehearse", f"--log_dir={self.dir}/logs", "--timeout_s=60", path)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertEqual(our_namespaces(rehearsal.pid), [])
+
+
+class RefusedTest(unittest.TestCase):
+
+    def test_a_machine_that_refuses_namespaces_is_one_line(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            path = os.path.join(scratch, "job.yaml")
+            with open(path, "w", encoding="utf-8") as manifest:
+                manifest.write(manifests.jobset(name="job", pods=manifests.Pods(image="i"),
+                                                num_workers=1, program=["true"]))
+            stderr = io.StringIO()
+            with mock.patch.object(hosts_lib.os, "geteuid", return_value=1000), \
+                    mock.patch.object(hosts_lib, "clean_stale", return_value=[]), \
+                    contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+            self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
+        self.assertEqual(status, 2)
+        lines = stderr.getvalue().strip().splitlines()
+        self.assertEqual(len(lines), 1, lines)
+        self.assertIn("tfdist rehearse: error: a rehearsal emulates hosts with network "
+                      "namespaces, which need root", lines[0])
+
+
+def our_namespaces_of_any_rehearsal() -> list[str]:
+    """Namespaces of rehearsals whose process is gone (a live one is another test's)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True,
+                            timeout=30).stdout
+    names = [line.split()[0] for line in listed.splitlines()
+             if line.startswith(hosts_lib.PREFIX)]
+    return [name for name in names if not os.path.exists(
+        f"/proc/{name[len(hosts_lib.PREFIX):].split('-')[0]}")]
+
+
+@contextlib.contextmanager
+def _stopped_at_the_end(process: subprocess.Popen):
+    """Kills `process` if the block leaves it running (a failed assertion)."""
+    try:
+        yield
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,329 @@
+"""A Kubernetes JobSet (`jobset.x-k8s.io/v1alpha2`, kubernetes-sigs/jobset) that runs a training
+job: the way to run tf.distribute on a current Kubernetes cluster, optionally queued by Kueue.
+
+One replicated job per TensorFlow job (chief, worker, ps, evaluator), each one Indexed Job of one
+pod per task, plus `dispatcher` and `data-worker` for a tf.data service. JobSet's headless
+service gives each pod a DNS name, `<name>-<replicatedJob>-0-<index>.<name>`, and every pod
+listens on the same port; each container learns its place through the downward API and derives
+TF_CONFIG itself (`tfdist.strategies.jobset`), so nothing in the manifest depends on where pods
+land. The success policy waits for the tasks that end (the chief, or every worker; the
+evaluator), the failure policy restarts the whole JobSet up to `max_restarts` times, and
+BackupAndRestore resumes from `--model_dir` on a shared PersistentVolumeClaim.
+
+TensorFlow's gRPC servers have no authentication: the pods' port must stay inside the cluster
+network (a NetworkPolicy that admits only this JobSet's pods closes it to other tenants).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import posixpath
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tfdist.cluster.manifests import checks
+from tfdist.cluster.manifests.checks import require
+from tfdist.strategies import jobset as jobset_pods
+
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+CONTAINER_NAME = "tfdist"
+PORT_NAME = "tfdist"
+VOLUME_NAME = "model-dir"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+GPU_RESOURCE = "nvidia.com/gpu"
+JOBSET_RESOLVER_FLAG = "--cluster_resolver=jobset"
+DATA_SERVICE_COMMAND = ("tfdist", "data", "serve", "--jobset_pod")
+DATA_SERVICE_FLAG = "--tf_data_service"
+_UNKNOWN = object()  # A program's model_dir: not ours to read.
+_URL_MARK = "://"
+TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+
+# Kubernetes' resource quantities ("500m", "4", "16Gi", "1e3") and label syntax.
+_QUANTITY_RE = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][0-9]+)?")
+_DNS_LABEL_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # RFC 1035: JobSet names its Service so.
+_POD_NAME_SUFFIX = "-xxxxx"  # The Job controller's random suffix on each pod's name.
+_LABEL_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Pods:
+    """What the pods need from the cluster, and no more.
+
+    Attributes:
+      image: the container image; it must have `tfdist` (and the program) on its PATH.
+      cpu, memory: each pod's request (Kubernetes quantities, e.g. "4", "16Gi"); memory is also
+        its limit. None asks for nothing.
+      gpus: `nvidia.com/gpu` for each pod that trains (workers, and the chief without ps).
+      queue: the Kueue LocalQueue that admits the JobSet; None without Kueue.
+      priority_class: the pods' PriorityClass.
+      service_account: the pods' ServiceAccount.
+      node_selector: node labels the pods need.
+      tolerations: taints the pods tolerate, each "key[=value][:Effect]".
+      volume_claim: a PersistentVolumeClaim every pod mounts at `mount_path` (ReadWriteMany:
+        the model directory all tasks share).
+      mount_path: where the claim is mounted.
+    """
+    image: str
+    cpu: str | None = None
+    memory: str | None = None
+    gpus: int = 0
+    queue: str | None = None
+    priority_class: str | None = None
+    service_account: str | None = None
+    node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    tolerations: tuple[str, ...] = ()
+    volume_claim: str | None = None
+    mount_path: str = "/mnt/tfdist"
+
+
+def jobset(*, name: str, pods: Pods, num_workers: int, num_ps: int = 0, chief: bool = False,
+           evaluator: bool = False, data_service_workers: int = 0, port: int = 2222,
+           max_restarts: int = 0, train_args: Sequence[str] | None = None,
+           program: Sequence[str] | None = None, model_dir: str | None = None) -> str:
+    """Returns a JobSet YAML document that runs `tfdist train <train_args>` (or `program`) in
+    every task pod.
+
+    Args:
+      name: the JobSet's name, also its headless service (pods' hostnames must stay within 63
+        characters).
+      pods: what the pods need from the cluster.
+      num_workers, num_ps, chief, evaluator: the TensorFlow tasks.
+      data_service_workers: tf.data service workers; above 0 also adds a dispatcher, and
+        `tfdist train` reads its input through them (`--tf_data_service`).
+      port: the port every pod listens on.
+      max_restarts: how many times a failed pod restarts the whole JobSet.
+      train_args: the flags after `tfdist train`; `--cluster_resolver=jobset` is added.
+      program: instead of `train_args`, a program of the user's that calls
+        `tfdist.config_from_flags()` (which finds the JobSet by itself).
+      model_dir: `--model_dir` of the train flags, checked against the shared volume.
+
+    Raises:
+      ManifestError: an argument is invalid.
+    """
+    require(isinstance(name, str) and bool(_DNS_LABEL_RE.fullmatch(name)), "jobset name", name,
+            'use lowercase letters, digits and "-", starting with a letter and ending with a '
+            'letter or digit, e.g. "tfdist-train"', problem="is not a JobSet name")
+    checks.check_layout("jobset", num_workers=num_workers, num_ps=num_ps, chief=chief)
+    require(isinstance(evaluator, bool), "jobset evaluator", evaluator, "pass True or False",
+            problem="is not a bool")
+    require(checks.is_int(data_service_workers) and data_service_workers >= 0,
+            "jobset data_service_workers", data_service_workers,
+            "pass 0 for no tf.data service or the number of its workers", problem="is not a count")
+    checks.check_port("jobset port", port)
+    require(checks.is_int(max_restarts) and max_restarts >= 0, "jobset max_restarts",
+            max_restarts, "pass 0 or more restarts", problem="is not a count")
+    _check_pods(pods)
+    layout = {"chief": int(chief), "worker": num_workers, "ps": num_ps,
+              "evaluator": int(evaluator), jobset_pods.DISPATCHER: int(data_service_workers > 0),
+              jobset_pods.DATA_WORKER: data_service_workers}
+    layout = {job: count for job, count in layout.items() if count}
+    longest = max((jobset_pods.hostname(name, job, count - 1) for job, count in layout.items()),
+                  key=len)
+    require(len(longest) + len(_POD_NAME_SUFFIX) <= checks.K8S_NAME_MAX, "jobset name", name,
+            f"use a shorter name: pods are named <name>-<replicatedJob>-0-<index>"
+            f"{_POD_NAME_SUFFIX}, at most {checks.K8S_NAME_MAX} characters",
+            problem=f"makes pod names such as {longest + _POD_NAME_SUFFIX!r} too long")
+    command = _task_command(name, port, data_service_workers, train_args, program)
+    _check_volume(pods, max_restarts=max_restarts, evaluator=evaluator,
+                  model_dir=model_dir if train_args is not None else _UNKNOWN)
+    env = _environment(name, port, layout)
+    replicated_jobs = []
+    for job, count in layout.items():
+        service = job in jobset_pods.SERVICE_JOBS
+        container = _container(pods, list(DATA_SERVICE_COMMAND) if service else command, env,
+                               port=None if job == "evaluator" else port,
+                               gpus=0 if service or not _trains(job, num_ps) else pods.gpus)
+        replicated_jobs.append(_replicated_job(job, count, _pod_spec(pods, container)))
+    metadata: dict[str, Any] = {"name": name}
+    if pods.queue:
+        metadata["labels"] = {QUEUE_LABEL: pods.queue}
+    document = {
+        "apiVersion": API_VERSION,
+        "kind": "JobSet",
+        "metadata": metadata,
+        "spec": {
+            "network": {"enableDNSHostnames": True, "subdomain": name,
+                        "publishNotReadyAddresses": True},
+            "successPolicy": {"operator": "All",
+                              "targetReplicatedJobs": _ending_jobs(layout, num_ps)},
+            "failurePolicy": {"maxRestarts": max_restarts},
+            "replicatedJobs": replicated_jobs,
+        },
+    }
+    return checks.to_yaml(document)
+
+
+def _trains(job: str, num_ps: int) -> bool:
+    """Whether `job`'s pods run replicas: workers, and the chief unless it only coordinates."""
+    return job == "worker" or (job == "chief" and not num_ps)
+
+
+def _ending_jobs(layout: Mapping[str, int], num_ps: int) -> list[str]:
+    """The replicated jobs whose pods all exit 0 when training is done: the chief under ps
+    (workers and ps tasks serve until stopped), else the chief and the workers; the evaluator,
+    which stops after the last checkpoint. The data service serves until stopped."""
+    ending = ("chief", "evaluator") if num_ps else ("chief", "worker", "evaluator")
+    return [job for job in layout if job in ending]
+
+
+def _task_command(name: str, port: int, data_service_workers: int,
+                  train_args: Sequence[str] | None, program: Sequence[str] | None) -> list[str]:
+    require((train_args is None) != (program is None), "jobset train_args", train_args,
+            "pass train_args (the flags after `tfdist train`) or program, not both",
+            problem="and program are both given or both missing")
+    if program is not None:
+        program = checks.check_args("jobset", program, field="program")
+        require(bool(program), "jobset program", program, "pass the program's argv, e.g. "
+                '["python", "my_train.py"]', problem="is empty")
+        require(not data_service_workers, "jobset data_service_workers", data_service_workers,
+                "run `-- train ...` to read input through the tf.data service, or start the "
+                "service yourself", problem="needs a tfdist train command, not a program")
+        return program
+    args = checks.check_args("jobset", train_args)
+    for flag in (JOBSET_RESOLVER_FLAG.partition("=")[0],
+                 *([DATA_SERVICE_FLAG] if data_service_workers else [])):
+        given = [arg for arg in args if arg.lstrip("-").partition("=")[0] == flag.lstrip("-")]
+        require(not given, "jobset train_args", given[0] if given else None,
+                "leave it out: the manifest sets it for the JobSet", problem="is set")
+    command = ["tfdist", "train", JOBSET_RESOLVER_FLAG, *args]
+    if data_service_workers:
+        dispatcher = f"{jobset_pods.hostname(name, jobset_pods.DISPATCHER, 0)}.{name}:{port}"
+        command.append(f"{DATA_SERVICE_FLAG}=grpc://{dispatcher}")
+    return command
+
+
+def _environment(name: str, port: int, layout: Mapping[str, int]) -> list[dict[str, Any]]:
+    """The variables from which each pod derives its place (`tfdist.strategies.jobset`)."""
+    env = [{"name": variable, "valueFrom": {"fieldRef": {"fieldPath": field}}}
+           for variable, field in jobset_pods.DOWNWARD_API.items()]
+    return env + [{"name": jobset_pods.ENV_SUBDOMAIN, "value": name},
+                  {"name": jobset_pods.ENV_PORT, "value": str(port)},
+                  {"name": jobset_pods.ENV_LAYOUT, "value": jobset_pods.format_layout(layout)}]
+
+
+def _container(pods: Pods, command: list[str], env: list[dict[str, Any]], *, port: int | None,
+               gpus: int) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": CONTAINER_NAME, "image": pods.image,
+                                 "command": command, "env": env}
+    if port is not None:
+        container["ports"] = [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}]
+    requests = {key: value for key, value in (("cpu", pods.cpu), ("memory", pods.memory))
+                if value}
+    limits = {key: value for key, value in (("memory", pods.memory), (GPU_RESOURCE, gpus))
+              if value}
+    if requests or limits:
+        container["resources"] = {key: value for key, value in (("requests", requests),
+                                                                 ("limits", limits)) if value}
+    if pods.volume_claim:
+        container["volumeMounts"] = [{"name": VOLUME_NAME, "mountPath": pods.mount_path}]
+    return container
+
+
+def _pod_spec(pods: Pods, container: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if pods.volume_claim:
+        spec["volumes"] = [{"name": VOLUME_NAME,
+                            "persistentVolumeClaim": {"claimName": pods.volume_claim}}]
+    optional = (("priorityClassName", pods.priority_class),
+                ("serviceAccountName", pods.service_account),
+                ("nodeSelector", dict(pods.node_selector)),
+                ("tolerations", [_toleration(text) for text in pods.tolerations]))
+    spec.update((key, value) for key, value in optional if value)
+    return spec
+
+
+def _replicated_job(job: str, pods: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """One Indexed Job of `pods` pods; a failed pod fails it (backoffLimit 0), and the JobSet's
+    failure policy restarts everything."""
+    return {"name": job, "replicas": 1, "template": {"spec": {
+        "parallelism": pods, "completions": pods, "completionMode": "Indexed",
+        "backoffLimit": 0, "template": {"spec": pod_spec}}}}
+
+
+def _toleration(text: str) -> dict[str, str]:
+    """"key[=value][:Effect]" as a toleration: Equal with a value, else Exists."""
+    rest, _, effect = text.rpartition(":") if ":" in text else (text, "", "")
+    key, equals, value = rest.partition("=")
+    toleration = {"key": key, "operator": "Equal" if equals else "Exists"}
+    if equals:
+        toleration["value"] = value
+    if effect:
+        toleration["effect"] = effect
+    return toleration
+
+
+def _check_pods(pods: Any) -> None:
+    require(isinstance(pods, Pods), "jobset pods", pods, "pass a manifests.Pods(image=...)",
+            problem="is not a Pods")
+    checks.check_image("jobset image", pods.image)
+    for field in ("cpu", "memory"):
+        value = getattr(pods, field)
+        require(value is None or (isinstance(value, str) and bool(_QUANTITY_RE.fullmatch(value))),
+                f"jobset {field}", value, 'use a Kubernetes quantity, e.g. "4", "500m" or "16Gi"',
+                problem="is not a quantity")
+    require(checks.is_int(pods.gpus) and pods.gpus >= 0, "jobset gpus", pods.gpus,
+            "pass 0 or more GPUs per pod", problem="is not a count")
+    for field in ("queue", "priority_class", "service_account", "volume_claim"):
+        value = getattr(pods, field)
+        if value is not None:
+            _check_subdomain(f"jobset {field}", value)
+    for key, value in dict(pods.node_selector).items():
+        _check_label_key("jobset node_selector", key)
+        _check_label_value("jobset node_selector", key, value)
+    for text in pods.tolerations:
+        require(isinstance(text, str), "jobset tolerations", text,
+                'write each as "key[=value][:Effect]", e.g. "gpu=true:NoSchedule"',
+                problem="is not a string")
+        toleration = _toleration(text)
+        _check_label_key("jobset tolerations", toleration["key"])
+        _check_label_value("jobset tolerations", toleration["key"], toleration.get("value", ""))
+        checks.check_choice("jobset tolerations effect", toleration.get("effect", "NoSchedule"),
+                            TOLERATION_EFFECTS)
+    require(isinstance(pods.mount_path, str) and posixpath.isabs(pods.mount_path)
+            and posixpath.normpath(pods.mount_path) != "/", "jobset mount_path",
+            pods.mount_path, 'use an absolute directory other than "/", e.g. "/mnt/tfdist"',
+            problem="is not a mount path")
+
+
+def _check_volume(pods: Pods, *, max_restarts: int, evaluator: bool,
+                  model_dir: str | None) -> None:
+    """A restarted JobSet resumes, and an evaluator reads checkpoints, from `model_dir`, so it
+    must be one every pod shares: on the claim's volume, or a URL (gs://...). Unknown (None)
+    for a program of the user's, which is trusted."""
+    needs = ("max_restarts", max_restarts) if max_restarts else (
+        ("evaluator", evaluator) if evaluator else None)
+    if not needs or model_dir is _UNKNOWN:
+        return
+    mount = posixpath.normpath(pods.mount_path)
+    shared = bool(model_dir) and (_URL_MARK in model_dir or (
+        bool(pods.volume_claim) and posixpath.normpath(model_dir).startswith(mount + "/")))
+    require(shared, f"jobset {needs[0]}", needs[1],
+            f"pass volume_claim (a ReadWriteMany PersistentVolumeClaim mounted at {mount}) and "
+            f"a model_dir on it, e.g. {mount}/run1, or a gs:// model_dir",
+            problem=f"needs a model_dir every pod shares, not {model_dir!r}")
+
+
+def _check_subdomain(field: str, value: Any) -> None:
+    require(isinstance(value, str) and len(value) <= 253
+            and bool(_DNS_SUBDOMAIN_RE.fullmatch(value)), field, value,
+            'use lowercase letters, digits, "-" and ".", e.g. "team-a"',
+            problem="is not a Kubernetes name")
+
+
+def _check_label_key(field: str, key: Any) -> None:
+    prefix, _, label = key.rpartition("/") if isinstance(key, str) else ("", "", None)
+    valid = (isinstance(label, str) and len(label) <= checks.K8S_NAME_MAX
+             and bool(_LABEL_NAME_RE.fullmatch(label))
+             and (not prefix or (len(prefix) <= 253 and bool(_DNS_SUBDOMAIN_RE.fullmatch(prefix)))))
+    require(valid, field, key, 'use a label key such as "cloud.google.com/gke-accelerator"',
+            problem="is not a label key")
+
+
+def _check_label_value(field: str, key: str, value: Any) -> None:
+    valid = isinstance(value, str) and (value == "" or (
+        len(value) <= checks.K8S_NAME_MAX and bool(_LABEL_NAME_RE.fullmatch(value))))
+    require(valid, f"{field} {key}", value,
+            'use at most 63 letters, digits, "-", "_" and ".", e.g. "nvidia-h100-80gb"',
+            problem="is not a label value")

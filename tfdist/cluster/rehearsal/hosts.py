@@ -1,0 +1,214 @@
+"""Emulated hosts on this machine: one network namespace per host, each with its own address on
+a private bridge and its own hosts file, so that a rehearsal's pods (or Slurm nodes) reach each
+other by name at the same port, as on a real cluster.
+
+The bridge lives in a namespace of its own (the switch), so nothing is added to this machine's
+network: the hosts reach each other and nothing else (they have no route out). Each host's
+`/etc/netns/<namespace>/hosts` holds every host's names; `ip netns exec` mounts it over
+/etc/hosts for the processes it starts. Everything is named `tfdist-rh<pid>-...` after the
+rehearsing process, so that `clean_stale` can remove what a killed rehearsal left behind: its
+namespaces (and the processes still in them) and hosts files. Linux, root and iproute2 only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+
+from tfdist.cluster import ClusterError
+from tfdist.cluster import PYTHON
+
+PREFIX = "tfdist-rh"
+NETNS_DIR = "/etc/netns"  # Where `ip netns exec` finds a namespace's own /etc files.
+SUBNET_PREFIX = "10.250"  # The hosts' addresses: 10.250.0.2 onwards, /16, on the bridge only.
+MAX_HOSTS = 1000
+INTERFACE = "eth0"  # Each host's link to the bridge, as in a pod.
+_IP_TIMEOUT_S = 30.0
+_NAME_RE = re.compile(rf"{PREFIX}(\d+)-(.+)")
+_SERIALS = itertools.count()
+_SWITCH = "switch"
+
+
+class NoHosts(ClusterError):
+    """This machine cannot emulate hosts (not root, no iproute2, namespaces refused); one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """One emulated host.
+
+    Attributes:
+      hostname: its name (a pod's hostname, a Slurm node's name).
+      names: every name it is known by in the hosts files, hostname included.
+      address: its IPv4 address on the bridge.
+      namespace: its network namespace.
+    """
+    hostname: str
+    names: tuple[str, ...]
+    address: str
+    namespace: str
+
+    def enter(self) -> list[str]:
+        """The argv prefix that runs a program on this host: in its network namespace (with its
+        hosts file as /etc/hosts) and a UTS namespace named after it."""
+        return ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "--", *PYTHON, "-m",
+                "tfdist.cluster.rehearsal.enter", "--hostname", self.hostname]
+
+    def cut_link(self) -> None:
+        """Takes this host's link down, as a failed cable or switch port would."""
+        _ip("-n", self.namespace, "link", "set", INTERFACE, "down")
+
+
+class Hosts:
+    """A set of emulated hosts; `close` (or leaving the `with`) removes everything made."""
+
+    def __init__(self, names: list[tuple[str, ...]], *, owner: int | None = None):
+        """Makes one host per entry of `names` (its hostname first, then other names).
+
+        Raises:
+          NoHosts: this machine refuses, or there are more than MAX_HOSTS hosts.
+        """
+        self._owner = os.getpid() if owner is None else owner
+        self._serial = next(_SERIALS)  # Several sets of one process never share a name.
+        self._made: list[str] = []
+        self._made_netns_dir = not os.path.isdir(NETNS_DIR)
+        self.hosts: list[Host] = []
+        if len(names) > MAX_HOSTS:
+            raise NoHosts(f"{len(names)} hosts is more than a rehearsal emulates ({MAX_HOSTS}); "
+                          "rehearse a smaller layout.")
+        require_tools()
+        try:
+            self._make(names)
+        except BaseException:
+            self.close()
+            raise
+
+    def _namespace(self, suffix: str) -> str:
+        return f"{PREFIX}{self._owner}-{self._serial}-{suffix}"
+
+    def _make(self, names: list[tuple[str, ...]]) -> None:
+        switch = self._namespace(_SWITCH)
+        self._add_namespace(switch)
+        _ip("-n", switch, "link", "add", "br0", "type", "bridge")
+        _ip("-n", switch, "link", "set", "br0", "up")
+        for index, host_names in enumerate(names):
+            number = index + 2
+            address = f"{SUBNET_PREFIX}.{number >> 8}.{number & 255}"
+            namespace = self._namespace(str(index))
+            self._add_namespace(namespace)
+            port = f"h{index}"
+            _ip("-n", switch, "link", "add", port, "type", "veth", "peer", "name", INTERFACE,
+                "netns", namespace)
+            _ip("-n", switch, "link", "set", port, "master", "br0")
+            _ip("-n", switch, "link", "set", port, "up")
+            _ip("-n", namespace, "link", "set", "lo", "up")
+            _ip("-n", namespace, "addr", "add", f"{address}/16", "dev", INTERFACE)
+            _ip("-n", namespace, "link", "set", INTERFACE, "up")
+            self.hosts.append(Host(host_names[0], tuple(host_names), address, namespace))
+        table = "".join(f"{host.address}\t{' '.join(host.names)}\n" for host in self.hosts)
+        for host in self.hosts:
+            with open(os.path.join(NETNS_DIR, host.namespace, "hosts"), "w",
+                      encoding="utf-8") as hosts_file:
+                hosts_file.write("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n" + table)
+
+    def _add_namespace(self, namespace: str) -> None:
+        self._made.append(namespace)
+        _ip("netns", "add", namespace)
+        os.makedirs(os.path.join(NETNS_DIR, namespace), exist_ok=True)
+
+    def close(self) -> None:
+        """Stops what still runs in the hosts and removes the namespaces (their links and the
+        bridge go with them) and hosts files; later calls do nothing."""
+        made, self._made = self._made, []
+        _remove(made)
+        if self._made_netns_dir and os.path.isdir(NETNS_DIR) and not os.listdir(NETNS_DIR):
+            os.rmdir(NETNS_DIR)
+
+    def __enter__(self) -> Hosts:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def clean_stale() -> list[str]:
+    """Removes the namespaces and hosts files of rehearsals whose process is gone (killed
+    before it could clean up); returns the namespaces removed."""
+    if shutil.which("ip") is None:
+        return []
+    try:
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                timeout=_IP_TIMEOUT_S, check=False).stdout
+    except subprocess.TimeoutExpired:
+        return []
+    names = [line.split()[0] for line in listed.splitlines() if line.strip()]
+    if os.path.isdir(NETNS_DIR):
+        names += [name for name in os.listdir(NETNS_DIR) if name not in names]
+    stale = [name for name in names
+             if (match := _NAME_RE.fullmatch(name)) and not _alive(int(match.group(1)))]
+    _remove(stale)
+    return stale
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove(namespaces: list[str]) -> None:
+    """Kills the processes left in `namespaces`, then deletes them and their /etc/netns dirs."""
+    for namespace in namespaces:
+        pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True,
+                              text=True, timeout=_IP_TIMEOUT_S, check=False).stdout.split()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+    deadline = time.monotonic() + _IP_TIMEOUT_S
+    for namespace in namespaces:
+        while os.path.exists(os.path.join("/run/netns", namespace)):
+            subprocess.run(["ip", "netns", "delete", namespace], capture_output=True,
+                           timeout=_IP_TIMEOUT_S, check=False)
+            if time.monotonic() > deadline:
+                break
+            if os.path.exists(os.path.join("/run/netns", namespace)):
+                time.sleep(0.1)  # A killed process may still hold it for a moment.
+        shutil.rmtree(os.path.join(NETNS_DIR, namespace), ignore_errors=True)
+
+
+def require_tools() -> None:
+    """Raises NoHosts, in one line, unless this machine has what emulating hosts takes."""
+    missing = [tool for tool in ("ip", "unshare") if shutil.which(tool) is None]
+    if missing:
+        raise NoHosts(f"{' and '.join(missing)} not on PATH; a rehearsal emulates hosts with "
+                      "iproute2 and util-linux: install them (apt install iproute2 util-linux).")
+    if os.geteuid() != 0:
+        raise NoHosts("a rehearsal emulates hosts with network namespaces, which need root; "
+                      "run `tfdist rehearse` as root (e.g. with sudo, or in a container run with "
+                      "--cap-add=NET_ADMIN --cap-add=SYS_ADMIN).")
+
+
+def _ip(*args: str) -> None:
+    """Runs `ip ARGS`; raises NoHosts with ip's own words when it fails."""
+    try:
+        result = subprocess.run(["ip", *args], capture_output=True, text=True,
+                                timeout=_IP_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise NoHosts(f"`ip {' '.join(args)}` gave no answer within {_IP_TIMEOUT_S:g} s; "
+                      "check that iproute2 works here.") from None
+    if result.returncode:
+        why = " ".join(result.stderr.split()) or f"exit status {result.returncode}"
+        raise NoHosts(f"`ip {' '.join(args)}` failed ({why}); a rehearsal needs root on Linux "
+                      "with network namespaces allowed.")

@@ -1,0 +1,39 @@
+"""`tfdist rehearse FILE`: runs a manifest `tfdist manifest` wrote (a JobSet, or a Slurm batch
+script) on this machine as the cluster would, one emulated host per pod or node
+(`tfdist.cluster.rehearsal`); exits with the job's status."""
+
+from absl import flags
+
+from tfdist.cluster import rehearsal
+from tfdist.commands import cli_flags
+from tfdist.commands import flags as flags_lib
+from tfdist.runtime import paths
+
+_VOLUME_DIR = flags.DEFINE_string(
+    "volume_dir", None, "rehearse: the directory that stands in for the JobSet's "
+                        "PersistentVolumeClaims, each as DIR/<claimName> (unset: "
+                        "<log_dir>/volumes).")
+_NODES = flags.DEFINE_integer(
+    "slurm_nodes", None, "rehearse: emulated nodes of a Slurm script (unset: its #SBATCH --nodes, "
+                   "else one per task).", lower_bound=1, upper_bound=flags_lib.MAX_TASKS)
+flags_lib.register("rehearse", flags_lib.group(cli_flags.LOG_DIR, _VOLUME_DIR, _NODES,
+                                               cli_flags.TIMEOUT_S))
+
+
+def main(files: list[str]) -> int:
+    """Rehearses the one manifest in `files`; returns the job's exit status.
+
+    Raises:
+      UsageError: not one file. RehearsalError, NoHosts: the manifest or this machine cannot
+        rehearse, in one line.
+    """
+    if len(files) != 1:
+        raise flags_lib.UsageError(
+            f"rehearse takes one manifest file, not {' '.join(map(repr, files)) or 'none'}; "
+            "e.g. `tfdist manifest --image=IMG -- train > job.yaml && tfdist rehearse job.yaml`.")
+    paths.check_output_dir("log_dir", cli_flags.LOG_DIR.value)
+    paths.check_output_dir("volume_dir", _VOLUME_DIR.value)
+    options = rehearsal.Options(log_dir=cli_flags.LOG_DIR.value or None,
+                                volume_dir=_VOLUME_DIR.value,
+                                timeout_s=cli_flags.TIMEOUT_S.value)
+    return rehearsal.rehearse(files[0], options, nodes=_NODES.value)
