@@ -95,7 +95,8 @@ def _network_line(cluster: ClusterConfig | None) -> str | None:
     return (f"warning: this task's gRPC server will listen on port {port} of every interface "
             "(TensorFlow binds 0.0.0.0 and [::]), open without authentication through "
             f"{', '.join(interfaces)}; run a one-machine job under `tfdist launch` (loopback-only "
-            f"network), else firewall port {port} to the cluster's hosts")
+            f"network), else firewall port {port} to the cluster's hosts (on Kubernetes, a "
+            "NetworkPolicy that admits only the job's own pods)")
 
 
 def _launch_network_line(interfaces: list[str]) -> str:

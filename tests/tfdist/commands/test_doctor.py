@@ -62,7 +62,8 @@ class NetworkLineTest(parameterized.TestCase):
             "warning: this task's gRPC server will listen on port 2003 of every interface "
             "(TensorFlow binds 0.0.0.0 and [::]), open without authentication through eth0, "
             "wlan0; run a one-machine job under `tfdist launch` (loopback-only network), else "
-            "firewall port 2003 to the cluster's hosts"))
+            "firewall port 2003 to the cluster's hosts (on Kubernetes, a NetworkPolicy that "
+            "admits only the job's own pods)"))
 
     def test_task_in_a_loopback_only_namespace_is_fine(self):
         cluster = strategies.parse_tf_config(_PS_CLUSTER)
