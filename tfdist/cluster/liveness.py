@@ -8,7 +8,9 @@ been seen and then misses `GONE_AFTER_MISSES` probes in a row. Tasks that outliv
 
 A multi-worker run whose peer is lost (killed, or its link cut) fails its next collective with
 TensorFlow's words, e.g. "The following tasks are unhealthy (stopped sending heartbeats):
-/job:worker/replica:0/task:1"; `lost_peer` turns them into one line that names the peer.
+/job:worker/replica:0/task:1", or "Collective has timed out during execution" on the side cut
+off; `lost_peer` turns them into one line that names the peer where the words or the group's
+size tell it.
 """
 
 import re
@@ -23,8 +25,11 @@ PROBE_EVERY_S = 2.0
 GONE_AFTER_MISSES = 3
 _TASK_RE = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
 _HEARTBEAT_RPC = "CoordinationService/Heartbeat"
+_COLLECTIVE_TIMEOUT = "Collective has timed out"
 _PEER_WORDS = ("unhealthy", "stopped sending heartbeats", "Collective ops is aborted",
-               "failed to connect", "Socket closed", "Connection reset", _HEARTBEAT_RPC)
+               "failed to connect", "Socket closed", "Connection reset", _HEARTBEAT_RPC,
+               _COLLECTIVE_TIMEOUT)
+_COLLECTIVE_JOBS = ("chief", "worker")
 
 
 def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
@@ -41,9 +46,12 @@ def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
     elif _HEARTBEAT_RPC in message:
         peers = [("chief", 0) if cluster.has_chief else ("worker", 0)]
         reason = "it holds the coordination service, and it stopped answering heartbeats"
+    elif _COLLECTIVE_TIMEOUT in message and len(others := _group_peers(cluster, own)) == 1:
+        peers = others
+        reason = "a collective waited for it longer than --collective_timeout_s"
     else:
-        return LostPeer(f"lost a peer ({_first_line(message)}); every task of the group stops. "
-                        f"{_RESTART_FIX}")
+        return LostPeer(f"lost a peer ({_telling_line(message)}); every task of the group "
+                        f"stops. {_RESTART_FIX}")
     shown = ", ".join(f"{job}:{index} at {_address(cluster, job, index)}"
                       for job, index in peers)
     return LostPeer(f"lost peer {shown}: {reason}; every task of the group stops. "
@@ -60,9 +68,22 @@ def _address(cluster: ClusterConfig, job: str, index: int) -> str:
     return addresses[index] if index < len(addresses) else "an address not in the cluster"
 
 
+def _group_peers(cluster: ClusterConfig, own: tuple[str, int]) -> list[tuple[str, int]]:
+    """The other tasks of `own`'s collective group: every chief and worker."""
+    return [(job, index) for job in _COLLECTIVE_JOBS
+            for index in range(len(cluster.jobs.get(job, ()))) if (job, index) != own]
+
+
 def _first_line(message: str) -> str:
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     return lines[0] if lines else "no message"
+
+
+def _telling_line(message: str) -> str:
+    """The first line of `message` in TensorFlow's words for a lost peer, else its first."""
+    lines = [line.strip() for line in message.splitlines()]
+    return next((line for line in lines if any(words in line for words in _PEER_WORDS)),
+                _first_line(message))
 
 
 def chief_address(cluster: ClusterConfig) -> str:

@@ -16,6 +16,12 @@ _NO_LEADER = ("Collective ops is aborted by: Deadline Exceeded\n\n"
               "RPC: /tensorflow.CoordinationService/Heartbeat\nThe error could be from a "
               "previous operation. Restart your program to reset.")
 
+# What the cut-off worker of two raised when its collective outlived --collective_timeout_s.
+_TIMED_OUT = ("Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at (most "
+              "recent call last):\n  File \"train.py\", line 6, in <module>\n\nCollective has "
+              "timed out during execution.\n\t [[{{node CollectiveReduceV2}}]] "
+              "[Op:__inference_train_function_2155]")
+
 
 def _cluster(index: int, chief: bool = False):
     return strategies.make_cluster(num_workers=2, chief=chief, ports=[2222, 2223, 2224][
@@ -46,6 +52,16 @@ class LostPeerTest(absltest.TestCase):
     def test_a_peer_error_without_a_task_still_reads_as_one_line(self):
         lost = liveness.lost_peer("failed to connect to all addresses\nmore", _cluster(0))
         self.assertTrue(str(lost).startswith("lost a peer (failed to connect to all addresses)"))
+
+    def test_a_timed_out_collective_names_the_one_other_task_of_the_group(self):
+        self.assertEqual(str(liveness.lost_peer(_TIMED_OUT, _cluster(1))).split(";")[0],
+                         "lost peer worker:0 at pod:2222: a collective waited for it longer "
+                         "than --collective_timeout_s")
+        # With a chief there are two others: which one stalled is not known.
+        lost = str(liveness.lost_peer(_TIMED_OUT, _cluster(1, chief=True)))
+        self.assertTrue(lost.startswith("lost a peer (Collective has timed out during "
+                                        "execution.); every task"), lost)
+        self.assertNotIn("\n", lost)
 
 
 if __name__ == "__main__":
