@@ -127,11 +127,13 @@ class RehearseTest(unittest.TestCase):
         result = self._rehearse(path)
         self.assert_done(result, 2)  # The chief and the evaluator; the rest are stopped.
         self.assertIn("stopped ctr-worker-0-0, ctr-worker-0-1, ctr-ps-0-0", result.stdout)
-        self.assertIn("evaluator done after 2 evaluation(s)", _log(self.log_dir,
-                                                                    "ctr-evaluator-0-0"))
+        self.assertRegex(_log(self.log_dir, "ctr-evaluator-0-0"),
+                         r"evaluator done after [12] evaluation\(s\)")
         with open(os.path.join(self.log_dir, "volumes", "runs", "ctr", "evaluations.json"),
                   encoding="utf-8") as evaluations:
-            self.assertEqual(sorted(json.load(evaluations)), ["epoch-001", "epoch-002"])
+            # It read the chief's checkpoints through the volume; it skips one that a newer
+            # replaced before it looked, but always evaluates the last.
+            self.assertIn("epoch-002", json.load(evaluations))
         self.assertFalse(os.path.exists(self.mount), "the mount point made was not removed")
 
     def test_a_killed_pod_restarts_the_jobset_which_resumes_from_the_backup(self):
@@ -140,7 +142,7 @@ class RehearseTest(unittest.TestCase):
         path = self._manifest("--name=kill", "--num_workers=2", "--max_restarts=1",
                               "--volume_claim=runs", f"--mount_path={self.mount}", "--", "train",
                               *self._train("--strategy=multi_worker_mirrored", "--epochs=3",
-                                           "--steps_per_epoch=30", "--validation_steps=1",
+                                           "--steps_per_epoch=60", "--validation_steps=1",
                                            f"--model_dir={model_dir}",
                                            f"--metrics_json={metrics}",
                                            "--collective_timeout_s=60"))
@@ -150,7 +152,8 @@ class RehearseTest(unittest.TestCase):
             for line in rehearsal.stdout:
                 lines.append(line)
                 if not killed and line.startswith("[kill-worker-0-1] Epoch 2/3"):
-                    time.sleep(1)  # Mid-epoch.
+                    # At once: epoch 2's 60 steps are still to run, and a second's sleep here
+                    # outlasted them on a loaded CI machine (the kill then fell in epoch 3).
                     pid = int(next(text for text in lines if "started kill-worker-0-1" in text)
                               .rsplit("pid=", 1)[1])
                     os.kill(pid, signal.SIGKILL)
@@ -193,13 +196,17 @@ class RehearseTest(unittest.TestCase):
         print(f"every pod ended {ended_after_s:.1f} s after the cut")
         self.assertNotEqual(status, 0)
         self.assertLess(ended_after_s, timeout_s + LOST_PEER_MARGIN_S, output[-3000:])
-        survivor = _log(self.log_dir, "cut-worker-0-0")
-        errors = [line for line in survivor.splitlines() if "error" in line]
-        self.assertEqual(len(errors), 1, survivor[-3000:])
-        self.assertTrue(errors[0].startswith("tfdist train: error: lost peer worker:1 at "
-                                             "cut-worker-0-1.cut:2222"), errors[0])
-        self.assertNotIn("Traceback", survivor)
-        self.assertIn("cut-worker-0-0 exited with status 1: JobSet cut failed", output)
+        # Both sides of the cut lose their peer; the first to notice fails the JobSet, and
+        # the rehearsal then stops the other.
+        first = re.search(r"cut-worker-0-([01]) exited with status 1: JobSet cut failed", output)
+        self.assertIsNotNone(first, output[-3000:])
+        index = int(first.group(1))
+        log = _log(self.log_dir, f"cut-worker-0-{index}")
+        errors = [line for line in log.splitlines() if "error" in line]
+        self.assertEqual(len(errors), 1, log[-3000:])
+        self.assertTrue(errors[0].startswith(f"tfdist train: error: lost peer worker:{1 - index} "
+                                             f"at cut-worker-0-{1 - index}.cut:2222"), errors[0])
+        self.assertNotIn("Traceback", log)
 
     def test_the_slurm_script_on_two_emulated_nodes(self):
         path = self._manifest("--format=slurm", "--name=sl", "--num_workers=3", "--", "train",
