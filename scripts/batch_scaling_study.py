@@ -32,7 +32,7 @@ import numpy as np
 
 import tfdist
 from tfdist import input_pipelines
-from tfdist.training.summary import write_json
+from tfdist.runtime.output_files import write_json
 
 _EVALUATE_BATCH = 1000
 # A run stops as stalled from this step on once its accuracy has not risen for 4x the steps.
@@ -290,7 +290,7 @@ def main() -> None:
     report["wall_s"] = time.perf_counter() - started
     command = "python scripts/batch_scaling_study.py " + " ".join(sys.argv[1:])
     os.makedirs(args.out_dir, exist_ok=True)
-    write_json(os.path.join(args.out_dir, "batch_scaling.json"),
+    write_json("json", os.path.join(args.out_dir, "batch_scaling.json"),
                {"command": command.strip(), **report})
     with open(os.path.join(args.out_dir, "batch_scaling.md"), "w", encoding="utf-8") as out:
         out.write(_markdown(report, command.strip()))

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 
-from tfdist.training.summary import write_json
+from tfdist.runtime.output_files import write_json
 
 from train_runs import train_and_read_metrics
 
@@ -136,7 +136,7 @@ def _allreduce_worker(output_path: str, names: list[str]) -> None:
             times.append(time.perf_counter() - start)
         results[name] = statistics.median(times[WARMUP:])
     if strategy.cluster_resolver.task_id == 0:
-        write_json(output_path, results)
+        write_json("json", output_path, results)
 
 
 def allreduce_seconds(names: list[str] | None = None) -> dict[str, float]:
@@ -211,7 +211,7 @@ def main() -> None:
             print(f"training {name:34s} {rate:6.0f} examples/s  {rate / GLOBAL_BATCH_SIZE:5.2f} "
                   f"steps/s  {rate / baseline:5.2f}x one worker", flush=True)
     if args.json:
-        write_json(args.json, figures)
+        write_json("json", args.json, figures)
 
 
 if __name__ == "__main__":

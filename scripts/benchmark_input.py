@@ -48,7 +48,7 @@ import tensorflow as tf
 from tfdist import input_pipelines
 from tfdist.input_pipelines import BASELINE_STAGES as STAGES
 from tfdist.input_pipelines import InputConfig
-from tfdist.training.summary import write_json
+from tfdist.runtime.output_files import write_json
 
 _GLOBAL_BATCH_SIZE = 128
 _WARMUP_BATCHES = 10
@@ -193,7 +193,7 @@ def main() -> None:
         for stage, value in trace["stage_us_per_example"].items():
             print(f"  {stage:36s} {value:6.2f} us/example")
     if args.json:
-        write_json(args.json, {
+        write_json("json", args.json, {
             "cpu_count": os.cpu_count(), "examples": args.examples, "rounds": args.rounds,
             "global_batch_size": _GLOBAL_BATCH_SIZE,
             **{name: round(value, 2) if isinstance(value, float) else value

@@ -21,7 +21,7 @@ import argparse
 import concurrent.futures
 
 from tfdist import cost_model
-from tfdist.training.summary import write_json
+from tfdist.runtime.output_files import write_json
 
 from benchmark_cluster import ALLREDUCE_CASES
 from benchmark_cluster import allreduce_seconds
@@ -103,7 +103,7 @@ def main() -> None:
               f"{row['exchange_s'] * 1000:.1f} | {row['predicted_s'] * 1000:.1f} | "
               f"{row['measured_s'] * 1000:.1f} | {row['ratio']:.2f} |")
     if args.json:
-        write_json(args.json, {"model": args.model, "per_replica_batch": args.per_replica_batch,
+        write_json("json", args.json, {"model": args.model, "per_replica_batch": args.per_replica_batch,
                                "link": {"gbit_per_s": link.gbit_per_s,
                                         "latency_us": link.latency_us},
                                "trainable_parameters": parameters, "rows": rows})

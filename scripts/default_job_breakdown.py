@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tfdist.training import summary  # noqa: E402  pylint: disable=wrong-import-position
+from tfdist.runtime import output_files  # noqa: E402  pylint: disable=wrong-import-position
 
 _TIMEOUT_S = 600
 _TRACED_EPOCH, _FIRST_TRACED_STEP, _TRACED_STEPS = 1, 10, 40
@@ -196,7 +196,7 @@ def main() -> None:
     walls = spread["wall_s"]
     print(f"wall: max/min {walls['max'] / walls['min']:.3f} over {len(runs)} runs")
     if args.json:
-        summary.write_json(args.json, {"cpu_count": os.cpu_count(), "runs": runs,
+        output_files.write_json("json", args.json, {"cpu_count": os.cpu_count(), "runs": runs,
                                        "spread": spread, **({"trace": trace} if trace else {})})
 
 

@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tfdist.training import summary  # noqa: E402  pylint: disable=wrong-import-position
+from tfdist.runtime import output_files  # noqa: E402  pylint: disable=wrong-import-position
 
 _STEP_TIMEOUT_S = 300
 _BUDGET_S = 8 * 60
@@ -42,7 +42,7 @@ def _run(name: str, args: list[str], report: dict, started: float, path: str) ->
     report["steps"][name]; returns the JSON the step wrote to {json}, if any. Saves the report
     to PATH first, so a run cut short keeps every figure measured before it."""
     report["seconds"] = round(time.perf_counter() - started, 1)
-    summary.write_json(path, report)
+    output_files.write_json("json", path, report)
     if time.perf_counter() - started > _BUDGET_S:
         report["steps"][name] = {"skipped": "over the 8-minute budget"}
         return None
@@ -134,12 +134,12 @@ def main(out_dir: str) -> int:
         if resnet:
             with tempfile.TemporaryDirectory() as scratch:
                 benchmark = os.path.join(scratch, "resnet50.json")
-                summary.write_json(benchmark, resnet)
+                output_files.write_json("json", benchmark, resnet)
                 run("plan", ["plan", f"--from_benchmark={benchmark}", "--gpus_per_node=8",
                              "--intra_link=nvlink4", "--inter_link=ib_ndr", "--gpudirect_rdma",
                              "--json={json}"])
     report["seconds"] = round(time.perf_counter() - started, 1)
-    summary.write_json(path, report)
+    output_files.write_json("json", path, report)
     failed = [name for name, step in report["steps"].items()
               if step.get("status") not in (0, None)]
     print(f"gpu_check: wrote {path} after {report['seconds']} s" +

@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-from tfdist.training.summary import write_json
+from tfdist.runtime.output_files import write_json
 
 from train_runs import train_and_read_metrics
 
@@ -146,7 +146,7 @@ def main() -> None:
     with open(os.path.join(args.out_dir, "large_batch.md"), "w", encoding="utf-8") as table:
         table.write(_table(results, command))
         table.write(f"\n{(time.perf_counter() - started) / 60:.0f} min in all.\n")
-    write_json(os.path.join(args.out_dir, "large_batch.json"),
+    write_json("json", os.path.join(args.out_dir, "large_batch.json"),
                {"command": command, "runs": results})
     _plot(results, os.path.join(args.out_dir, "large_batch.png"))
 

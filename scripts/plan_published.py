@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from tfdist.training.summary import write_json
+from tfdist.runtime.output_files import write_json
 
 MIB = 2 ** 20
 # Horovod's benchmark (docs/benchmarks.md at the paper's date, 2018-02): 32 servers of 4 Pascal
@@ -80,7 +80,7 @@ def main() -> None:
               " | ".join(f"{value:.2f} ({value - run['efficiency']:+.2f})"
                          for value in predicted.values()) + " |")
     if args.json:
-        write_json(args.json, results)
+        write_json("json", args.json, results)
 
 
 if __name__ == "__main__":

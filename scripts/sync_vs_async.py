@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 
-from tfdist.training.summary import write_json
+from tfdist.runtime.output_files import write_json
 
 from train_runs import train_and_read_metrics
 
@@ -105,7 +105,7 @@ def main() -> None:
               flush=True)
     command = ("python scripts/sync_vs_async.py " + " ".join(sys.argv[1:])).strip()
     os.makedirs(args.out_dir, exist_ok=True)
-    write_json(os.path.join(args.out_dir, "sync_vs_async.json"),
+    write_json("json", os.path.join(args.out_dir, "sync_vs_async.json"),
                {"command": command, "wall_s": time.perf_counter() - started, "runs": results})
     with open(os.path.join(args.out_dir, "sync_vs_async.md"), "w", encoding="utf-8") as out:
         out.write(_markdown(results, command))

@@ -11,7 +11,7 @@ import argparse
 import os
 import tempfile
 
-from tfdist.training.summary import write_json
+from tfdist.runtime.output_files import write_json
 
 from train_runs import train_and_read_metrics
 
@@ -38,7 +38,7 @@ def main() -> None:
     for name, figures in runs.items():
         print(f"{name}: {figures}")
     if args.json:
-        write_json(args.json, {"cpu_count": os.cpu_count(), "extra_flags": args.extra, **runs})
+        write_json("json", args.json, {"cpu_count": os.cpu_count(), "extra_flags": args.extra, **runs})
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from tfdist.commands import train_flags
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import Records
 from tfdist.input_pipelines import SourceKind
+from tfdist.runtime import output_files
 from tfdist.runtime import paths
 from tfdist.runtime import plugins
 from tfdist.runtime import tf_import
@@ -26,7 +27,6 @@ from tfdist.runtime.config import ConfigError
 from tfdist.strategies import ClusterConfigError
 from tfdist.strategies import jobset
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
-from tfdist.training import summary
 
 _REPLICAS_PER_WORKER = flags.DEFINE_integer("replicas_per_worker", 1,
                                             "data check: replicas on each simulated worker.",
@@ -114,7 +114,7 @@ def check_coverage(config: InputConfig, num_workers: int, replicas_per_worker: i
                                             records=records)
     print("\n".join(report.lines()))
     if json_path:
-        summary.write_json(json_path, report.as_dict())
+        output_files.write_json("json", json_path, report.as_dict())
     return 0 if report.exactly_once else EXIT_NOT_EXACTLY_ONCE
 
 

@@ -1,7 +1,8 @@
 """The layout of a `--model_dir`: every path tfdist writes under it, in one place, and the lock
 that makes a run the only one writing it. Pure Python.
 
-    MODEL_DIR/.tfdist.lock              who holds the model dir (`owned`)
+    MODEL_DIR/.tfdist.lock              who trains into the model dir (`hold`, `owned`)
+    MODEL_DIR/.tfdist-evaluator.lock    who evaluates its checkpoints
     MODEL_DIR/backup/                   training state, restored when a run restarts
     MODEL_DIR/checkpoints/epoch-NNN     each epoch's weights, which the evaluator reads
     MODEL_DIR/logs/                     TensorBoard (logs/evaluator: the evaluator's)
@@ -11,7 +12,8 @@ that makes a run the only one writing it. Pure Python.
 
 Tasks other than the one that writes results save into a scratch directory beside the real one
 (`scratch`), since every worker must take part in saving; it is deleted after each save. The
-lock dies with the process that held it: a crashed run leaves nothing stuck.
+lock dies with the process that held it: a crashed run leaves nothing stuck. A trainer's lock
+also keeps runs apart whose model dirs nest, either way.
 """
 
 import contextlib
@@ -21,12 +23,15 @@ import errno
 import fcntl
 import os
 import socket
+import stat
 from typing import Iterator
 
 from tfdist.runtime.config import ConfigError
 
 CHECKPOINT_PREFIX = "epoch-"
+TRAINER, EVALUATOR = "trainer", "evaluator"
 _LOCK_FILE = ".tfdist.lock"
+_MAX_DIRS_SEARCHED = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,32 +80,123 @@ class ModelDir:
         return f"{path}-{task.replace(':', '-')}.tmp"
 
     @contextlib.contextmanager
-    def owned(self) -> Iterator[None]:
-        """Holds the model dir's lock for the block; the lock file says who holds it.
+    def owned(self, role: str = TRAINER) -> Iterator[None]:
+        """Holds the model dir's lock for `role` for the block (see `hold`)."""
+        lock = self.hold(role)
+        try:
+            yield
+        finally:
+            lock.release()
+
+    def hold(self, role: str = TRAINER) -> "Lock":
+        """Takes the model dir's lock for `role` (TRAINER: `fit`, `CustomLoop`; EVALUATOR: the
+        evaluator, beside its trainer) until `release` or this process ends; the lock file says
+        who holds it. A trainer is also refused a model dir inside another run's, or holding
+        one.
 
         Raises:
-          ConfigError: another live run holds the lock.
+          ConfigError: another live run holds it, or a model dir around or inside it; the lock
+            file is a symlink or not a regular file; or it cannot be written.
         """
         os.makedirs(self.root, exist_ok=True)
-        with open(self.lock, "a+", encoding="utf-8") as lock:
+        lock = Lock.take(self._lock_file(role), self.root)
+        if role == TRAINER:
             try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _refuse_nested(self.root)
+            except ConfigError:
+                lock.release()
+                raise
+        return lock
+
+    def _lock_file(self, role: str) -> str:
+        return self.lock if role == TRAINER else os.path.join(self.root, f".tfdist-{role}.lock")
+
+
+class Lock:
+    """An exclusive flock on a lock file, opened without following a symlink."""
+
+    def __init__(self, descriptor: int):
+        self._descriptor = descriptor
+
+    @classmethod
+    def take(cls, path: str, root: str) -> "Lock":
+        """Locks `path` (made if missing) for the model dir `root` and writes who holds it."""
+        try:
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                                 | os.O_CLOEXEC, 0o666)
+        except OSError as error:
+            what = ("is a symlink; tfdist never follows its lock file, so remove it"
+                    if error.errno == errno.ELOOP else f"cannot be opened ({error.strerror})")
+            raise ConfigError(f"model_dir={root!r}: its lock file {path} {what}; or pass another "
+                              "--model_dir.") from None
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                raise ConfigError(f"model_dir={root!r}: its lock file {path} is not a regular "
+                                  "file; remove it, or pass another --model_dir.")
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ConfigError(f"model_dir={root!r} is in use by another run "
+                                  f"({_owner(descriptor)}); wait for it to end or stop it, or "
+                                  "pass another --model_dir.") from None
+            try:
+                os.ftruncate(descriptor, 0)
+                os.pwrite(descriptor, (_owner_line() + "\n").encode(), 0)
             except OSError as error:
-                if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
-                lock.seek(0)
-                owner = lock.read().strip() or "another process"
-                raise ConfigError(f"model_dir={self.root!r} is in use by another run ({owner}); "
-                                  "wait for it to end or stop it, or pass another --model_dir.") \
-                    from None
-            lock.seek(0)
-            lock.truncate()
-            lock.write(_owner_line() + "\n")
-            lock.flush()
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+                raise ConfigError(f"model_dir={root!r}: cannot write its lock file "
+                                  f"({error.strerror}); free space there, or pass another "
+                                  "--model_dir.") from None
+        except BaseException:
+            os.close(descriptor)
+            raise
+        return cls(descriptor)
+
+    def release(self) -> None:
+        if self._descriptor >= 0:
+            os.close(self._descriptor)  # Closing drops the flock.
+            self._descriptor = -1
+
+
+def _owner(descriptor: int) -> str:
+    return os.pread(descriptor, 4096, 0).decode(errors="replace").strip() or "another process"
+
+
+def _holder(lock_path: str) -> str | None:
+    """Who holds the lock file `lock_path` (another open of it, this process's included); None
+    when nobody does or it is not a lock file."""
+    try:
+        descriptor = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return _owner(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _refuse_nested(root: str) -> None:
+    """Raises ConfigError when a live run holds a model dir around `root`, or inside it (its
+    first `_MAX_DIRS_SEARCHED` directories)."""
+    directory = os.path.abspath(root)
+    while (parent := os.path.dirname(directory)) != directory:
+        holder = _holder(os.path.join(parent, _LOCK_FILE))
+        if holder:
+            raise ConfigError(f"model_dir={root!r} lies inside {parent!r}, the model dir of "
+                              f"another run ({holder}); pass a directory outside it.")
+        directory = parent
+    for searched, (directory, _, files) in enumerate(os.walk(root)):
+        if searched >= _MAX_DIRS_SEARCHED:
+            return
+        holder = directory != root and _LOCK_FILE in files and \
+            _holder(os.path.join(directory, _LOCK_FILE))
+        if holder:
+            raise ConfigError(f"model_dir={root!r} holds {directory!r}, the model dir of another "
+                              f"run ({holder}); pass a directory that does not.")
 
 
 def _owner_line() -> str:

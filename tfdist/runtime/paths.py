@@ -4,16 +4,24 @@ line before training instead of losing its result at the end. Pure Python. What 
 under `--model_dir`, and its lock, is `model_dir`'s.
 """
 
+import dataclasses
 import os
+import stat
 import tempfile
 
+from tfdist.runtime import output_files
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 
 
 
-def _nearest_existing(path: str) -> str:
-    existing = os.path.abspath(path)
+def _nearest_existing(path: str, field: str = "path") -> str:
+    try:  # A relative path needs the working directory, which may have been deleted.
+        existing = os.path.abspath(path)
+    except FileNotFoundError:
+        raise ConfigError(f"{field}={path!r} is relative to the working directory, which no "
+                          "longer exists; cd to one that exists, or pass an absolute "
+                          "path.") from None
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     return existing
@@ -22,11 +30,27 @@ def _nearest_existing(path: str) -> str:
 def _check_creatable(field: str, path: str, *, directory: bool) -> None:
     """Raises ConfigError unless `path` is (or can be made) a directory / a file we may write."""
     fix = "pass a directory" if directory else "pass a file path"
+    existing = _nearest_existing(path, field)
+    try:
+        limit = os.pathconf(existing, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    absolute_path = os.path.abspath(path)
+    for part in absolute_path[len(existing):].split(os.sep):
+        if len(os.fsencode(part)) > limit:
+            raise ConfigError(f"{field}={path!r}: its part {part[:16]!r}... is "
+                              f"{len(os.fsencode(part))} bytes, past the {limit} a name may "
+                              "have here; shorten it.")
+    if len(os.fsencode(absolute_path)) >= 4096:  # Linux's PATH_MAX.
+        raise ConfigError(f"{field}={path[:40]!r}...: the path is "
+                          f"{len(os.fsencode(absolute_path))} bytes, past the 4095 a path may "
+                          "have; shorten it.")
     if os.path.isdir(path) and not directory:
         raise ConfigError(f"{field}={path!r} is a directory; pass the path of a file in it.")
     if os.path.exists(path) and not os.path.isdir(path) and directory:
         raise ConfigError(f"{field}={path!r} is a file; {fix}.")
-    parent = _nearest_existing(path if directory else os.path.dirname(os.path.abspath(path)))
+    parent = _nearest_existing(path if directory else os.path.dirname(os.path.abspath(path)),
+                               field)
     if not os.path.isdir(parent):
         raise ConfigError(f"{field}={path!r}: {parent} is a file, not a directory; {fix}.")
     writable = path if directory and os.path.isdir(path) else parent
@@ -36,6 +60,23 @@ def _check_creatable(field: str, path: str, *, directory: bool) -> None:
     except OSError as error:
         raise ConfigError(f"{field}={path!r}: cannot write in {writable} ({error.strerror}); "
                           "pass a path you may write.") from None
+
+
+def absolute(config: RunConfig) -> RunConfig:
+    """`config` with its local `--data_dir`, `--model_dir` and `--metrics_json` made absolute,
+    resolved once at set-up: a plug-in that changes the working directory later cannot split a
+    run over two directories. URIs (`gs://...`) stay as they are."""
+    def resolved(path: str | None) -> str | None:
+        if not path or "://" in path:
+            return path
+        try:
+            return os.path.abspath(path)
+        except FileNotFoundError:  # No working directory: `check` says so in one line.
+            return path
+    return dataclasses.replace(
+        config, input=dataclasses.replace(config.input, data_dir=resolved(config.input.data_dir)),
+        train=dataclasses.replace(config.train, model_dir=resolved(config.train.model_dir),
+                                  metrics_json=resolved(config.train.metrics_json)))
 
 
 def check(config: RunConfig) -> None:
@@ -63,7 +104,7 @@ def check_input_dir(field: str, path: str | None) -> None:
     """
     if not path:
         return
-    existing = _nearest_existing(path)
+    existing = _nearest_existing(path, field)
     if not os.path.isdir(existing):
         raise ConfigError(f"{field}={path!r}: {existing} is a file, not a directory; pass a "
                           "directory.")
@@ -87,7 +128,18 @@ def check_output_file(field: str, path: str | None) -> None:
     report is not lost at the end (`--json`, `--plot`).
 
     Raises:
-      ConfigError: `path` is a directory, lies under a file, or cannot be written here.
+      ConfigError: `path` is a directory, lies under a file, or cannot be written here; or it
+        is what output is not written through (`output_files.refusal`).
     """
-    if path:
-        _check_creatable(field, path, directory=False)
+    if not path:
+        return
+    reason = output_files.refusal(field, path)
+    if reason:
+        raise ConfigError(reason)
+    if os.path.islink(path) or (os.path.exists(path) and
+                                not stat.S_ISREG(os.stat(path).st_mode)):
+        if not os.access(path, os.W_OK):  # Written through: its directory is not ours to write.
+            raise ConfigError(f"{field}={path!r}: cannot write it (permission denied); pass a "
+                              "path you may write.")
+        return
+    _check_creatable(field, path, directory=False)

@@ -247,6 +247,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     if not isinstance(config, RunConfig):
         raise ConfigError(f"config is a {type(config).__name__}, not a RunConfig; pass "
                           "tfdist.config_from_flags() or a tfdist.RunConfig(...).")
+    config = paths.absolute(config)
     paths.check(config)
     keras_flavour.require(config.train.keras)
     keras = keras_flavour.api(config.train.keras)

@@ -11,8 +11,8 @@ import tf_keras
 
 from tfdist.optim import noise_scale
 from tfdist.runtime import keras_flavour
+from tfdist.runtime import output_files
 from tfdist.runtime.config import ConfigError
-from tfdist.training import summary
 
 
 
@@ -130,6 +130,37 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
                                self.backup_dir, error) from None
 
 
+def refuse_finished_backup(backup_dir: str, epochs: int) -> None:
+    """Refuses to resume the backup in `backup_dir` (either flavour's) when it has done
+    `epochs` epochs or more: Keras would train nothing, then delete it as a finished run's.
+
+    Raises:
+      ConfigError: the backup has nothing left to train for `epochs`; it is kept.
+    """
+    latest = next(filter(None, (tf.train.latest_checkpoint(os.path.join(backup_dir, task))
+                                for task in ("chief", ""))), None)  # tf-keras', then Keras 3's.
+    if latest is None:
+        return
+    saved = dict(tf.train.list_variables(latest))
+    if _KERAS3_EPOCHS in saved:
+        done = int(tf.train.load_variable(latest, _KERAS3_EPOCHS))
+    elif _TF_KERAS_EPOCH in saved:  # The epoch it was in; at the epoch's end the batch is -1.
+        done = int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)) + \
+            (int(tf.train.load_variable(latest, _TF_KERAS_BATCH)) < 0)
+    else:
+        return
+    if done >= epochs:
+        raise ConfigError(
+            f"epochs={epochs}: the backup in model_dir={os.path.dirname(backup_dir)!r} has "
+            f"{done} epoch(s) done, so nothing is left to train; pass --epochs above {done} to "
+            "train on from it, or another --model_dir to start afresh (the backup is kept).")
+
+
+_KERAS3_EPOCHS = "epochs_done/.ATTRIBUTES/VARIABLE_VALUE"
+_TF_KERAS_EPOCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
+_TF_KERAS_BATCH = "ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE"
+
+
 def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> ConfigError:
     """The one-line error for a backup or checkpoint at `path` in `model_dir` (`left`: what left
     it) that fails with `error` to restore into this run's model: another model's, or damaged."""
@@ -166,7 +197,7 @@ class EpochHistory(tf_keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self._epochs[epoch] = {name: float(value) for name, value in (logs or {}).items()}
         if self._path and self._writes:
-            summary.write_json(self._path, {"epochs": {str(index): values for index, values
+            output_files.write_json("model_dir", self._path, {"epochs": {str(index): values for index, values
                                                        in sorted(self._epochs.items())}})
 
     def _earlier(self) -> dict[int, dict[str, float]]:

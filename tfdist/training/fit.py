@@ -10,19 +10,24 @@ rest of this room (data, model checks, guards, callbacks), which never imports e
 import contextlib
 import importlib
 import math
+import os
+import shutil
 import time
 from typing import Sequence
 
 import tensorflow as tf
 
+from tfdist.runtime import output_files
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime.model_dir import EVALUATOR
+from tfdist.runtime.model_dir import ModelDir
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import Role
 from tfdist.runtime.setup import require_plan
 from tfdist.training import data
 from tfdist.training import guards
 from tfdist.training import ps_task
-from tfdist.training import summary as run_summary
+from tfdist.training.callbacks import refuse_finished_backup
 from tfdist.training.data import DEFAULT
 from tfdist.training.data import Data
 
@@ -100,12 +105,38 @@ def fit(plan: Plan, model, train_data: Data | None = None,
     with contextlib.ExitStack() as stack:
         if plan.model_dir is not None and plan.writes_results:
             stack.enter_context(plan.model_dir.owned())
+        if plan.model_dir is not None:  # Every worker, as each restores the chief's backup.
+            refuse_finished_backup(plan.model_dir.backup, plan.config.train.epochs)
+            stack.enter_context(_full_disk_is_one_line(plan.model_dir))
         keras_model, trained = flavour(plan).train(
             plan, model, train_data, validation_data, validation_steps, loss=loss,
             metrics=metrics, callbacks=callbacks)
         summary = _summary(plan, keras_model, train_data, trained)
         _write_summary(plan, summary)
     return summary
+
+
+_FULL_DISK_WORDS = ("No space left on device", "Disk quota exceeded")
+
+
+@contextlib.contextmanager
+def _full_disk_is_one_line(model_dir: ModelDir):
+    """A save into a full `model_dir` as one line, its partial files removed: TensorFlow writes
+    a checkpoint into PREFIX_temp/ and only then replaces the last complete one, which stays."""
+    try:
+        yield
+    except (tf.errors.OpError, OSError) as error:
+        message = getattr(error, "message", None) or str(error)
+        full = next((words for words in _FULL_DISK_WORDS if words in message), None)
+        if full is None:
+            raise
+        for directory, subdirectories, _ in os.walk(model_dir.root):
+            for partial in [name for name in subdirectories if name.endswith("_temp")]:
+                shutil.rmtree(os.path.join(directory, partial), ignore_errors=True)
+                subdirectories.remove(partial)
+        raise ConfigError(f"model_dir={model_dir.root!r}: saving into it failed ({full}); the "
+                          "last complete backup and checkpoints are kept: free space there and "
+                          "run again to resume, or pass another --model_dir.") from None
 
 
 def _evaluate(plan: Plan, model, validation_data, validation_steps, loss, metrics) -> dict:
@@ -118,10 +149,11 @@ def _evaluate(plan: Plan, model, validation_data, validation_steps, loss, metric
     keras_model = keras.build_model(plan, model, data=validation_data, loss=loss,
                                     metrics=metrics)
     read = data.dataset_fn(plan, validation_data, "validation", training=False)
-    results = keras.evaluate_checkpoints(
-        plan.config, keras_model, read(tf.distribute.InputContext()),
-        steps=data.validation_steps(plan, validation_data, validation_steps),
-        model_dir=plan.model_dir)
+    with plan.model_dir.owned(EVALUATOR):
+        results = keras.evaluate_checkpoints(
+            plan.config, keras_model, read(tf.distribute.InputContext()),
+            steps=data.validation_steps(plan, validation_data, validation_steps),
+            model_dir=plan.model_dir)
     return {"task": plan.task, "role": plan.role.value, "evaluations": results}
 
 
@@ -154,8 +186,6 @@ def _write_summary(plan: Plan, summary: dict) -> None:
     if not (path and plan.writes_results):
         return
     try:
-        run_summary.write_json(path, summary)
-    except OSError as error:
-        raise ResultNotSaved(f"metrics_json={path!r}: could not write the summary "
-                             f"({error.strerror}); free the disk or pass another path (the "
-                             "summary line is above).", summary) from None
+        output_files.write_json("metrics_json", path, summary)
+    except output_files.OutputFileError as error:
+        raise ResultNotSaved(f"{error} (The summary line is above.)", summary) from None

@@ -1,27 +1,4 @@
-"""The end-of-run summary: one line on stdout and, on request, a JSON file written atomically."""
-
-import json
-import os
-import tempfile
-
-
-def write_json(path: str, summary: dict) -> None:
-    """Writes `summary` to `path` whole or not at all (temp file in the same dir, then rename);
-    a failed write (a full disk) removes its temp file and raises."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=directory, suffix=".tmp", delete=False,
-                                     encoding="utf-8") as temp:
-        try:
-            json.dump(summary, temp, indent=2, sort_keys=True)
-            temp.write("\n")
-            temp.flush()
-            os.fsync(temp.fileno())
-        except BaseException:
-            temp.close()
-            os.remove(temp.name)
-            raise
-    os.replace(temp.name, path)
+"""The end-of-run summary as one line on stdout (`runtime.output_files` writes its JSON)."""
 
 
 def _shape(summary: dict) -> str:

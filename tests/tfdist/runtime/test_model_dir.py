@@ -1,26 +1,84 @@
-"""`tfdist.runtime.model_dir`: a model dir is owned by one run at a time."""
+"""`tfdist.runtime.model_dir`: a model dir is trained into by one run at a time, nested model
+dirs included, and its lock file is never followed through a symlink."""
 
 import os
+import stat
 import tempfile
 import unittest
 
-from tfdist.runtime.model_dir import ModelDir
+from tests import scratch_files
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime.model_dir import EVALUATOR
+from tfdist.runtime.model_dir import ModelDir
 
 
 class OwnedModelDirTest(unittest.TestCase):
 
+    def setUp(self):
+        super().setUp()
+        self.dir = self.enterContext(tempfile.TemporaryDirectory())
+
     def test_second_owner_is_refused_in_one_line_naming_the_first(self):
-        with tempfile.TemporaryDirectory() as model_dir:
-            with ModelDir(model_dir).owned():
-                with self.assertRaisesRegex(
-                        ConfigError, rf"^model_dir='{model_dir}' is in use by another run \(pid "
-                                     rf"{os.getpid()} on .* since .*\); wait for it to end or "
-                                     r"stop it, or pass another --model_dir\.$"):
-                    with ModelDir(model_dir).owned():
-                        pass
-            with ModelDir(model_dir).owned():  # Released when the owner is done.
-                pass
+        with ModelDir(self.dir).owned():
+            with self.assertRaisesRegex(
+                    ConfigError, rf"^model_dir='{self.dir}' is in use by another run \(pid "
+                                 rf"{os.getpid()} on .* since .*\); wait for it to end or "
+                                 r"stop it, or pass another --model_dir\.$"):
+                with ModelDir(self.dir).owned():
+                    pass
+        with ModelDir(self.dir).owned():  # Released when the owner is done.
+            pass
+
+    def test_nested_model_dirs_are_refused_both_ways(self):
+        inner = os.path.join(self.dir, "a", "b")
+        with ModelDir(self.dir).owned():
+            with self.assertRaisesRegex(ConfigError, rf"^model_dir='{inner}' lies inside "
+                                                     rf"'{self.dir}', the model dir of another "
+                                                     rf"run \(pid {os.getpid()} "):
+                ModelDir(inner).hold()
+        with ModelDir(inner).owned():
+            with self.assertRaisesRegex(ConfigError, rf"^model_dir='{self.dir}' holds "
+                                                     rf"'{inner}', the model dir of another"):
+                ModelDir(self.dir).hold()
+        # The refused ones took nothing: both are free again.
+        ModelDir(self.dir).hold().release()
+        ModelDir(inner).hold().release()
+
+    def test_the_evaluator_holds_its_own_lock_beside_the_trainer(self):
+        with ModelDir(self.dir).owned():
+            with ModelDir(self.dir).owned(EVALUATOR):
+                with self.assertRaisesRegex(ConfigError, "is in use by another run"):
+                    ModelDir(self.dir).hold(EVALUATOR)
+
+    def test_a_symlinked_lock_file_is_refused_and_its_target_untouched(self):
+        target = os.path.join(self.dir, "precious")
+        with open(target, "w", encoding="utf-8") as precious:
+            precious.write("keep me\n")
+        model_dir = os.path.join(self.dir, "run")
+        os.makedirs(model_dir)
+        os.symlink(target, os.path.join(model_dir, ".tfdist.lock"))
+        with self.assertRaisesRegex(ConfigError, r"its lock file .*\.tfdist\.lock is a symlink; "
+                                                 "tfdist never follows its lock file"):
+            ModelDir(model_dir).hold()
+        with open(target, encoding="utf-8") as precious:
+            self.assertEqual(precious.read(), "keep me\n")
+
+    def test_a_lock_file_that_is_a_fifo_or_a_device_is_refused(self):
+        os.mkfifo(os.path.join(self.dir, ".tfdist.lock"))
+        with self.assertRaisesRegex(ConfigError, "is not a regular file; remove it"):
+            ModelDir(self.dir).hold()
+        os.remove(os.path.join(self.dir, ".tfdist.lock"))
+        scratch_files.device(self.dir, ".tfdist.lock", scratch_files.NULL)
+        with self.assertRaisesRegex(ConfigError, "is not a regular file; remove it"):
+            ModelDir(self.dir).hold()
+        self.assertTrue(stat.S_ISCHR(os.stat(os.path.join(self.dir, ".tfdist.lock")).st_mode))
+
+    def test_a_full_disk_is_one_line(self):
+        with scratch_files.small_tmpfs(64) as disk:
+            scratch_files.fill(disk)
+            with self.assertRaisesRegex(ConfigError, rf"^model_dir='{disk}/run'.*No space left "
+                                                     r"on device\); free space"):
+                ModelDir(os.path.join(disk, "run")).hold()
 
 
 if __name__ == "__main__":

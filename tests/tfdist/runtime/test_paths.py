@@ -81,5 +81,27 @@ class CheckTest(parameterized.TestCase):
         paths.check(config)  # Worker 1 writes no summary.
 
 
+
+class AbsoluteTest(unittest.TestCase):
+
+    def test_local_paths_are_resolved_once_and_uris_kept(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            here = os.getcwd()
+            os.chdir(scratch)
+            self.addCleanup(os.chdir, here)
+            config = paths.absolute(RunConfig(
+                input=InputConfig(data_dir="data"),
+                train=TrainConfig(model_dir="run", metrics_json="out/metrics.json")))
+            os.chdir(here)  # As a plug-in might: the run still writes where it was started.
+            real = os.path.realpath(scratch)
+            self.assertEqual(os.path.realpath(config.train.model_dir),
+                             os.path.join(real, "run"))
+            self.assertEqual(os.path.realpath(config.train.metrics_json),
+                             os.path.join(real, "out", "metrics.json"))
+            self.assertEqual(os.path.realpath(config.input.data_dir), os.path.join(real, "data"))
+        self.assertEqual(paths.absolute(_config(model_dir="gs://bucket/run")).train.model_dir,
+                         "gs://bucket/run")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -8,15 +8,21 @@ import os
 import signal
 import subprocess
 import sys
+import shutil
+import tempfile
 import time
 import unittest
 
 import pytest
+import tensorflow as tf
 from absl.testing import parameterized
 
+from tests import scratch_files
 from tests.tfdist.cli_runner import DEFAULT_TIMEOUT_S
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
+from tfdist.runtime.config import ConfigError
+from tfdist.training import callbacks
 
 _EPOCHS = 3
 
@@ -62,6 +68,12 @@ class ResumeTest(parameterized.TestCase):
         run.stdout.close()
         self.assertIn("Epoch 2/", output)
         self.assertFalse(os.path.exists(self.metrics))
+
+        backup = os.path.join(self.model_dir, "backup")
+        fewer = run_tfdist("train", *self.args, *strategy_args, "--epochs=1")
+        assert_one_line_error(self, fewer, "epochs=1: the backup in --model_dir=", "has 1 epoch(s) "
+                              "done, so nothing is left to train", "(the backup is kept)")
+        self.assertTrue(os.listdir(backup))
 
         result = run_tfdist("train", *self.args, *strategy_args)
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
@@ -110,6 +122,52 @@ class ResumeTest(parameterized.TestCase):
             first.kill()
             first.wait(timeout=60)
             first.stdout.close()
+
+    def test_a_full_disk_is_one_line_and_keeps_the_last_complete_backup(self):
+        with scratch_files.small_tmpfs(1200) as disk:  # Room for one backup, not for more.
+            model_dir = os.path.join(disk, "run")
+            args = [arg for arg in self.args if not arg.startswith("--model_dir=")]
+            result = run_tfdist("train", *args, f"--model_dir={model_dir}",
+                                "--strategy=one_device")
+            self.assertEqual(result.returncode, 2, result.stderr[-3000:])
+            self.assertNotIn("Traceback", result.stderr)
+            self.assertRegex(result.stderr.strip().splitlines()[-1],
+                             r"^tfdist train: error: --model_dir='.*': saving into it failed "
+                             r"\(No space left on device\); the last complete backup and "
+                             "checkpoints are kept")
+            left = [os.path.join(directory, name) for directory, names, files in os.walk(disk)
+                    for name in names + files]
+            self.assertFalse([path for path in left if "temp" in os.path.basename(path)], left)
+            backup = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
+            self.assertIsNotNone(backup, left)
+            self.assertGreaterEqual(tf.train.load_variable(
+                backup, "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"), 0)
+
+
+class RefuseFinishedBackupTest(unittest.TestCase):
+    """Both flavours' backups, as they lay them out, read without a model."""
+
+    def _save(self, directory: str, **counters: int) -> None:
+        checkpoint = tf.train.Checkpoint(**{name: tf.Variable(value, dtype=tf.int64)
+                                            for name, value in counters.items()})
+        tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1).save()
+
+    def test_a_backup_with_every_epoch_done_is_refused_and_a_shorter_one_resumes(self):
+        with tempfile.TemporaryDirectory() as model_dir:
+            backup = os.path.join(model_dir, "backup")
+            callbacks.refuse_finished_backup(backup, 3)  # None yet.
+            self._save(backup, epochs_done=2)  # Keras 3's.
+            callbacks.refuse_finished_backup(backup, 3)
+            with self.assertRaisesRegex(ConfigError, r"^epochs=2: the backup in model_dir='.*' "
+                                                     r"has 2 epoch\(s\) done"):
+                callbacks.refuse_finished_backup(backup, 2)
+            shutil.rmtree(backup)
+            # tf-keras': in epoch 2 (from 0) at its end, so 3 done; mid-epoch, 2.
+            self._save(os.path.join(backup, "chief"), ckpt_saved_epoch=2, ckpt_saved_batch=-1)
+            with self.assertRaisesRegex(ConfigError, r"has 3 epoch\(s\) done"):
+                callbacks.refuse_finished_backup(backup, 3)
+            self._save(os.path.join(backup, "chief"), ckpt_saved_epoch=2, ckpt_saved_batch=7)
+            callbacks.refuse_finished_backup(backup, 3)
 
 
 if __name__ == "__main__":

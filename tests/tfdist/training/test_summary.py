@@ -1,38 +1,10 @@
-"""`tfdist.training.summary`: the summary JSON written whole, and the summary line."""
+"""`tfdist.training.summary`: the summary line."""
 
-import errno
-import json
-import os
-import tempfile
 import unittest
-from unittest import mock
 
 from absl.testing import parameterized
 
 from tfdist.training import summary
-
-
-class WriteJsonTest(unittest.TestCase):
-
-    def test_writes_whole_files(self):
-        with tempfile.TemporaryDirectory() as scratch:
-            path = os.path.join(scratch, "sub", "out.json")
-            summary.write_json(path, {"a": 1})
-            with open(path, encoding="utf-8") as written:
-                self.assertEqual(json.load(written), {"a": 1})
-            self.assertEqual(os.listdir(os.path.dirname(path)), ["out.json"])
-
-    def test_full_disk_leaves_neither_a_temp_file_nor_a_half_file(self):
-        with tempfile.TemporaryDirectory() as scratch:
-            path = os.path.join(scratch, "out.json")
-            summary.write_json(path, {"before": 1})
-            full = OSError(errno.ENOSPC, "No space left on device")
-            with mock.patch.object(summary.json, "dump", side_effect=full):
-                with self.assertRaises(OSError):
-                    summary.write_json(path, {"after": 2})
-            self.assertEqual(os.listdir(scratch), ["out.json"])
-            with open(path, encoding="utf-8") as written:
-                self.assertEqual(json.load(written), {"before": 1})
 
 
 class FormatLineTest(parameterized.TestCase):

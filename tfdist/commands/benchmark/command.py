@@ -21,13 +21,13 @@ from tfdist.commands import train_flags
 from tfdist.commands.benchmark import figures
 from tfdist.commands.benchmark import rounds as benchmark_rounds
 from tfdist.input_pipelines.config import PYTHON_PREFIX
+from tfdist.runtime import output_files
 from tfdist.runtime import paths
 from tfdist.runtime import plugins
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import MAX_COUNT
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
-from tfdist.training import summary as run_summary
 
 _REPLICAS = flags.DEFINE_list("replicas", ["1", "2"],
                               "benchmark: replica counts to sweep (GPUs when present, else "
@@ -157,7 +157,7 @@ def run(sweep: Sweep, *, num_gpus: int) -> int:
     for line in figures.noisy_figures(results):
         print(line)
     if sweep.json_path:
-        run_summary.write_json(sweep.json_path, {
+        output_files.write_json("json", sweep.json_path, {
             "configurations": results, "train_args": sweep.train_args,
             "trainable_parameters": measured_all[-1]["trainable_parameters"],
             "warmup_steps": sweep.warmup_steps, "timed_steps": sweep.timed_steps,

@@ -159,4 +159,4 @@ def plot(results: list[dict], path: str) -> None:
         axes.grid(alpha=0.3)
         axes.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    plotting.save(figure, path)

@@ -19,12 +19,12 @@ from tfdist.commands import train_flags
 from tfdist.commands.cost_plan import workload
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_THREADS
+from tfdist.runtime import output_files
 from tfdist.runtime import paths
 from tfdist.runtime import plugins
 from tfdist.runtime.config import Precision
 from tfdist.strategies import WireDtype
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
-from tfdist.training import summary as run_summary
 
 _INTRA, _INTER = list(cost_model.INTRA_NODE_LINKS), list(cost_model.INTER_NODE_LINKS)
 _OVERLAP = flags_lib.define_float(
@@ -165,7 +165,7 @@ def _plot(rows: list[dict], path: str) -> None:
         axes.grid(alpha=0.3)
     times.legend(loc="upper left")
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    plotting.save(figure, path)
 
 
 def _finite(value):
@@ -191,7 +191,7 @@ def main() -> int:
     for line in lines:
         print(f"tfdist plan: {line}")
     if request.json:
-        run_summary.write_json(request.json, _finite({
+        output_files.write_json("json", request.json, _finite({
             "workload": dataclasses.asdict(plan_inputs.workload),
             "cluster": dataclasses.asdict(plan_inputs.cluster), "sources": plan_inputs.sources,
             "model": plan_inputs.model, "configurations": rows, "advice": lines}))

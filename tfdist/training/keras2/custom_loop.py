@@ -16,6 +16,8 @@ import tf_keras
 
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import MAX_COUNT
+from tfdist.runtime.model_dir import Lock
+from tfdist.runtime.model_dir import ModelDir
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import Role
 from tfdist.runtime.setup import require_plan
@@ -27,6 +29,19 @@ from tfdist.training.data import dataset_fn
 from tfdist.training.keras2 import step
 from tfdist.training.keras2.fit import tfdist_optimizer
 from tfdist.training.model import checked_model
+
+
+_OPTIMIZERS = (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
+_LOCKS: dict[str, Lock] = {}  # A loop's model-dir lock, by model dir, to the process's end.
+
+
+def _hold_for_this_loop(model_dir: ModelDir) -> None:
+    """Takes `model_dir`'s lock for the newest loop on it (a later loop on the same dir in this
+    process, a notebook's cell run again, takes it over); held until the process ends."""
+    previous = _LOCKS.pop(model_dir.root, None)
+    if previous is not None:
+        previous.release()
+    _LOCKS[model_dir.root] = model_dir.hold()
 
 
 class CustomLoop:
@@ -59,8 +74,15 @@ class CustomLoop:
             raise ConfigError(f"strategy={plan.kind.value} ({plan.task}): CustomLoop runs under "
                               "one_device, mirrored and multi_worker_mirrored; train through "
                               "tfdist.fit under parameter_server.")
+        if optimizer is not None and not isinstance(optimizer, _OPTIMIZERS):
+            raise ConfigError(f"optimizer={optimizer!r} is a {type(optimizer).__name__}, not a "
+                              "tf_keras optimizer; pass one built in plan.strategy.scope() "
+                              "(e.g. tf_keras.optimizers.Adam()), or none for tfdist's own "
+                              "(--optimizer).")
         self.plan = plan
         self.strategy = plan.strategy
+        if plan.model_dir and plan.writes_results:
+            _hold_for_this_loop(plan.model_dir)
         with self.strategy.scope():
             self.model = checked_model(plan, model)
             self.optimizer = optimizer or tfdist_optimizer(plan)
@@ -96,6 +118,9 @@ class CustomLoop:
         """Runs `step_fn(*batch)` on every replica for `steps` batches of `dataset` (one
         iterator per dataset, kept across calls) in one `tf.function`; returns the mean over
         the steps of the replicas' summed return values (the global loss, with `scale_loss`)."""
+        if not callable(step_fn):
+            raise ConfigError(f"step_fn={step_fn!r} is a {type(step_fn).__name__}, not a "
+                              "function; pass the function each replica runs on a batch.")
         check_int("steps", steps, 1, MAX_COUNT, "pass e.g. plan.steps_per_epoch",
                   error=ConfigError)
         iterator = self._iterators.setdefault(id(dataset), iter(dataset))

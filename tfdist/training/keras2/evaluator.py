@@ -17,9 +17,9 @@ import tf_keras
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import chief_address
 from tfdist.runtime import keras_flavour
+from tfdist.runtime import output_files
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.model_dir import ModelDir
-from tfdist.training import summary as run_summary
 
 
 class _Evaluator(tf_keras.utils.SidecarEvaluator):
@@ -51,7 +51,7 @@ class _Record(tf_keras.callbacks.Callback):
     def on_test_end(self, logs=None):
         result = {name: float(value) for name, value in (logs or {}).items()}
         self.results[self._checkpoint] = result
-        run_summary.write_json(self._path, self.results)
+        output_files.write_json("model_dir", self._path, self.results)
         shown = " ".join(f"{name}={value:.4f}" for name, value in result.items())
         print(f"tfdist evaluator: {self._checkpoint}: {shown}", flush=True)
 

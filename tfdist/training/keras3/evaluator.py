@@ -14,10 +14,10 @@ import tensorflow as tf
 
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import chief_address
+from tfdist.runtime import output_files
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.model_dir import CHECKPOINT_PREFIX
 from tfdist.runtime.model_dir import ModelDir
-from tfdist.training import summary as run_summary
 
 POLL_S = 2.0  # Between looks for a new checkpoint.
 
@@ -51,7 +51,7 @@ def evaluate_checkpoints(config: RunConfig, model: keras.Model, data: tf.data.Da
             weights.restore(os.path.join(checkpoint_dir, name)).expect_partial()
             result = model.evaluate(data, steps=steps, verbose=0, return_dict=True)
             results[name] = {metric: float(value) for metric, value in result.items()}
-            run_summary.write_json(model_dir.evaluations_json,
+            output_files.write_json("model_dir", model_dir.evaluations_json,
                                    results)
             shown = " ".join(f"{metric}={value:.4f}" for metric, value in results[name].items())
             print(f"tfdist evaluator: {name}: {shown}", flush=True)

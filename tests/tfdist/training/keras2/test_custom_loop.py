@@ -14,6 +14,7 @@ from tests.tfdist.training.test_fit import _tabular
 from tests.tfdist.training.test_fit import tabular_dataset_fn
 from tests.tfdist.training.test_fit import tabular_model
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime.model_dir import ModelDir
 
 
 class CustomLoopTest(_PolicyReset):
@@ -76,6 +77,23 @@ class CustomLoopTest(_PolicyReset):
             loop.run(step, finite, 5)  # It holds 4.
         with self.assertRaisesRegex(ConfigError, r"^epochs_done=-1 is not an integer from 0 "):
             loop.save(-1)
+        with self.assertRaisesRegex(ConfigError, r"^step_fn=42 is a int, not a function"):
+            loop.run(42, finite, 1)
+        plan = tfdist.setup(_config(global_batch_size=16), train_examples=64)
+        with self.assertRaisesRegex(ConfigError, r"^optimizer='adam' is a str, not a tf_keras "
+                                                 r"optimizer; pass one built in"):
+            tfdist.CustomLoop(plan, tabular_model, optimizer="adam")
+
+    def test_a_loop_holds_its_model_dir(self):
+        model_dir = self.get_temp_dir()
+        with ModelDir(model_dir).owned():  # Another run's.
+            with self.assertRaisesRegex(ConfigError, rf"^model_dir='{model_dir}' is in use by "
+                                                     "another run"):
+                self._loop_and_step(model_dir)
+        self._loop_and_step(model_dir)
+        self._loop_and_step(model_dir)  # A newer loop in this process takes the lock over.
+        with self.assertRaisesRegex(ConfigError, "is in use by another run"):
+            ModelDir(model_dir).hold()
 
     def test_a_checkpoint_of_another_model(self):
         model_dir = self.get_temp_dir()
