@@ -48,8 +48,8 @@ def load(field: str, value: str, spec: str) -> Callable:
     `python:`).
 
     Raises:
-      ConfigError: the module does not import (or fails while importing), has no such
-        attribute, or the attribute is not callable.
+      ConfigError: the module does not import (fails or calls sys.exit while importing),
+        has no such attribute, or the attribute is not callable.
     """
     module_name, _, function_name = spec.partition(":")
     try:
@@ -63,6 +63,10 @@ def load(field: str, value: str, spec: str) -> Callable:
     except Exception as error:  # pylint: disable=broad-except  (a user's module, any error)
         raise ConfigError(f"{field}={value!r}: importing {module_name} failed: "
                           f"{first_line(error)}; fix the module.") from None
+    except SystemExit as error:
+        raise ConfigError(f"{field}={value!r}: importing {module_name} called "
+                          f"sys.exit({error.code!r}) (an argument parser at import does); parse "
+                          "arguments only under `if __name__ == \"__main__\":`.") from None
     function = module
     for part in function_name.split("."):
         if not hasattr(function, part):
@@ -79,13 +83,18 @@ def call(field: str, value: str, function: Callable, *args, **kwargs) -> Any:
     """`function(*args, **kwargs)`, the user's function that `--field=value` names.
 
     Raises:
-      ConfigError: the call failed (a signature that does not take these arguments, or an
-        error inside it), in one line that names the flag, the arguments and the error.
+      ConfigError: the call failed (a signature that does not take these arguments, an
+        error inside it, or sys.exit), in one line that names the flag, the arguments and the
+        error.
     """
     try:
         return function(*args, **kwargs)
     except ConfigError:
         raise
+    except SystemExit as error:
+        raise ConfigError(f"{field}={value!r}: {getattr(function, '__qualname__', function)} "
+                          f"called sys.exit({error.code!r}); return a value instead, or raise "
+                          "an exception that says what is wrong.") from None
     except Exception as error:  # pylint: disable=broad-except  (the user's function)
         # `name value`, not `name=value`, which the CLI would show as one of its flags.
         shown = ", ".join([*map(repr, args), *(f"{name} {argument!r}"

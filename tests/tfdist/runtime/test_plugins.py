@@ -4,6 +4,8 @@ wrong: one stderr line, exit status 2."""
 
 import json
 import os
+import sys
+import tempfile
 import textwrap
 import unittest
 
@@ -11,6 +13,8 @@ import pytest
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
+from tfdist.runtime import plugins
+from tfdist.runtime.config import ConfigError
 
 _MODELS = '''
 import keras  # Keras 3, for the flavour check.
@@ -79,6 +83,7 @@ def good_records(split):
     return tfdist.Records(GOOD, parse) if split == "train" else None
 '''
 _BROKEN = "raise RuntimeError('boom at import')\n"
+_EXITS = "import sys\nsys.exit(0)\n"
 
 
 @pytest.mark.multiprocess
@@ -104,7 +109,7 @@ class PluginsTest(unittest.TestCase):
         for name, text in (("user_models", _MODELS),
                            ("user_data", _DATA.replace("RECORDS", repr(records))
                             .replace("GOOD", repr(good.replace("{index}", "*")))),
-                           ("user_broken", _BROKEN)):
+                           ("user_broken", _BROKEN), ("user_exits", _EXITS)):
             with open(os.path.join(self.tmp, f"{name}.py"), "w", encoding="utf-8") as module:
                 module.write(textwrap.dedent(text))
 
@@ -148,6 +153,8 @@ class PluginsTest(unittest.TestCase):
              "model='user_broken:build': importing user_broken failed: RuntimeError: boom at "
              "import; fix the module."),
             (["--model=user_models:nope"], "has no 'nope'; check the name after the colon."),
+            (["--model=user_exits:build"],
+             "model='user_exits:build': importing user_exits called sys.exit(0)"),
             (["--model=user_models:tabular", "--dataset=synthetic"],
              "model='user_models:tabular': calling it with input_shape (32, 32, 3), "
              "num_classes 10 failed: TypeError: tabular() got an unexpected keyword argument "
@@ -177,6 +184,35 @@ class PluginsTest(unittest.TestCase):
         for args, expected in cases:
             with self.subTest(args=args):
                 assert_one_line_error(self, self._train(*args, "--epochs=1"), expected)
+
+
+
+class SystemExitTest(unittest.TestCase):
+    """A user's module or function that calls sys.exit is one line, not the end of tfdist."""
+
+    def setUp(self):
+        super().setUp()
+        directory = self.enterContext(tempfile.TemporaryDirectory())
+        with open(os.path.join(directory, "exits_at_import.py"), "w", encoding="utf-8") as file:
+            file.write("import argparse\nargparse.ArgumentParser().parse_known_args([])\n"
+                       "raise SystemExit('usage: exits_at_import')\n")
+        sys.path.insert(0, directory)
+        self.addCleanup(sys.path.remove, directory)
+        self.addCleanup(sys.modules.pop, "exits_at_import", None)
+
+    def test_at_import(self):
+        with self.assertRaisesRegex(ConfigError, r"^model='exits_at_import:build': importing "
+                                                 r"exits_at_import called sys.exit\('usage: "
+                                                 r"exits_at_import'\) .*__name__ == "):
+            plugins.load("model", "exits_at_import:build", "exits_at_import:build")
+
+    def test_at_call(self):
+        def build(**_):
+            sys.exit(3)
+        with self.assertRaisesRegex(ConfigError, r"^model='mine:build': SystemExitTest\."
+                                                 r"test_at_call\.<locals>\.build called "
+                                                 r"sys.exit\(3\); return a value instead"):
+            plugins.call("model", "mine:build", build, num_classes=2)
 
 
 if __name__ == "__main__":
