@@ -3,6 +3,7 @@ one dataset function reads a split; `Placement` and `DatasetInfo`. Pure Python."
 
 import dataclasses
 import enum
+import os
 import re
 
 BUILTIN_DATASET = "shapes"
@@ -194,6 +195,15 @@ class InputConfig:
     skip_corrupt_records: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.dataset, str):
+            raise InputConfigError(f"dataset={self.dataset!r} is a {type(self.dataset).__name__}, "
+                                   f"not a dataset name; use {DATASET_FORMS}.")
+        if isinstance(self.data_dir, os.PathLike):
+            object.__setattr__(self, "data_dir", os.fspath(self.data_dir))
+        if self.data_dir is not None and not isinstance(self.data_dir, str):
+            raise InputConfigError(f"data_dir={self.data_dir!r} is a "
+                                   f"{type(self.data_dir).__name__}, not a path; pass a string "
+                                   "(or None for TFDS' default).")
         kind = source_kind(self.dataset)
         object.__setattr__(self, "autoshard", _as_enum("autoshard", self.autoshard, AutoShard))
         object.__setattr__(self, "preprocess_on",

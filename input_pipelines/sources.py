@@ -166,7 +166,7 @@ def _from_tfrecord_glob(config: InputConfig) -> Source:
         if not paths:
             where = pattern.replace(SPLIT_PLACEHOLDER, split)
             raise InputConfigError(
-                f"dataset={config.dataset!r}: the pattern {where} matches no files; check the "
+                f"dataset={config.dataset!r}: the pattern {where!r} matches no files; check the "
                 f"path ({SPLIT_PLACEHOLDER} in it stands for train and validation).")
         file_lists.check(f"dataset={config.dataset!r}", paths)
     layout = records.RecordLayout(image_key=TFRECORD_IMAGE_KEY, label_key=TFRECORD_LABEL_KEY,

@@ -100,7 +100,7 @@ class Records:
             paths = file_lists.match(self.files, split)
             if not paths:
                 raise InputConfigError(
-                    f"{owner}: the pattern {self.files.replace(SPLIT_PLACEHOLDER, split)} "
+                    f"{owner}: the pattern {self.files.replace(SPLIT_PLACEHOLDER, split)!r} "
                     f"matches no files; check the path ({SPLIT_PLACEHOLDER} in it stands for "
                     f"the split, here {split!r}).")
         else:

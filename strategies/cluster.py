@@ -36,7 +36,6 @@ _HOST_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _PORT_RE = re.compile(r"[0-9]+")
 _MAX_SHOWN = 80
 _MISSING = object()
-
 _CLUSTER_EXAMPLE = '"cluster": {"worker": ["localhost:2222"]}'
 _TASK_EXAMPLE = '"task": {"type": "worker", "index": 0}'
 _OBJECT_FIX = f"set TF_CONFIG to a JSON object, e.g. {{{_CLUSTER_EXAMPLE}, {_TASK_EXAMPLE}}}"
@@ -238,9 +237,10 @@ def _decode(value: Any) -> Mapping[str, Any]:
     if isinstance(value, str):
         try:
             value = json.loads(value)
-        except json.JSONDecodeError as exc:
-            raise _error("", f"{_show(value)} is not valid JSON ({exc.msg} at char {exc.pos})",
-                         _OBJECT_FIX) from exc
+        except (json.JSONDecodeError, RecursionError) as exc:  # The last: nested too deeply.
+            why = f"{exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else \
+                "nested too deeply to read"
+            raise _error("", f"{_show(value)} is not valid JSON ({why})", _OBJECT_FIX) from None
     if not isinstance(value, Mapping):
         raise _error("", f"{_show(value)} is not a JSON object", _OBJECT_FIX)
     return value

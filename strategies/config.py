@@ -81,7 +81,7 @@ class VariablePartition:
             return cls()
         kind, _, number = text.partition(":")
         limit = {"min_size": MAX_PARTITION_BYTES, "max_shards": MAX_SHARDS}.get(kind)
-        if limit and number.isdigit() and 0 < int(number) <= limit:
+        if limit and number.isascii() and number.isdigit() and 0 < int(number) <= limit:
             return cls(kind, int(number))
         raise StrategyConfigError(
             f"variable_partition={text!r} is not understood; use none, min_size:<bytes> "

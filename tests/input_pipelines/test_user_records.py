@@ -276,7 +276,7 @@ class ErrorsTest(_Files, parameterized.TestCase):
     def test_no_file_matches(self):
         self._assert_one_line(
             rf"^files='{self.directory}/{{split}}-\*\.tfrecord': the pattern "
-            rf"{self.directory}/test-\*\.tfrecord matches no files; check the path \(\{{split\}} "
+            rf"'{self.directory}/test-\*\.tfrecord' matches no files; check the path \(\{{split\}} "
             r"in it stands for the split, here 'test'\)\.$",
             ReadOptions(split="test", training=False))
 

@@ -40,7 +40,7 @@ class MachineLimits:
                 limit = limit_file.read().strip()
         except OSError:
             limit = "max"
-        if limit.isdigit() and int(limit) < memory:
+        if limit.isascii() and limit.isdigit() and int(limit) < memory:
             memory, source = int(limit), f"memory ({_CGROUP_MEMORY_MAX})"
         threads = resource.getrlimit(resource.RLIMIT_NPROC)[0]
         unlimited = threads == resource.RLIM_INFINITY or os.getuid() == 0

@@ -30,6 +30,8 @@ _PEER_WORDS = ("unhealthy", "stopped sending heartbeats", "Collective ops is abo
                "failed to connect", "Socket closed", "Connection reset", _HEARTBEAT_RPC,
                _COLLECTIVE_TIMEOUT)
 _COLLECTIVE_JOBS = ("chief", "worker")
+_MAX_SHOWN = 5  # Peers a line names; "and N more" counts the rest.
+_MAX_QUOTED = 200  # Characters of TensorFlow's words a line quotes.
 
 
 def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
@@ -53,9 +55,11 @@ def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
         return LostPeer(f"lost a peer ({_telling_line(message)}); every task of the group "
                         f"stops. {_RESTART_FIX}")
     shown = ", ".join(f"{job}:{index} at {_address(cluster, job, index)}"
-                      for job, index in peers)
-    return LostPeer(f"lost peer {shown}: {reason}; every task of the group stops. "
-                    f"{_RESTART_FIX}")
+                      for job, index in peers[:_MAX_SHOWN])
+    if len(peers) > _MAX_SHOWN:
+        shown += f" and {len(peers) - _MAX_SHOWN} more"
+    return LostPeer(f"lost peer{'s' if len(peers) > 1 else ''} {shown}: {reason}; every task "
+                    f"of the group stops. {_RESTART_FIX}")
 
 
 _RESTART_FIX = ("Restart the job to resume from --model_dir's backup (a JobSet's "
@@ -76,13 +80,17 @@ def _group_peers(cluster: ClusterConfig, own: tuple[str, int]) -> list[tuple[str
 
 def _first_line(message: str) -> str:
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return lines[0] if lines else "no message"
+    return _cut(lines[0]) if lines else "no message"
+
+
+def _cut(line: str) -> str:
+    return line if len(line) <= _MAX_QUOTED else line[:_MAX_QUOTED - 4] + " ..."
 
 
 def _telling_line(message: str) -> str:
     """The first line of `message` in TensorFlow's words for a lost peer, else its first."""
     lines = [line.strip() for line in message.splitlines()]
-    return next((line for line in lines if any(words in line for words in _PEER_WORDS)),
+    return next((_cut(line) for line in lines if any(words in line for words in _PEER_WORDS)),
                 _first_line(message))
 
 

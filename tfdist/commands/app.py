@@ -95,4 +95,9 @@ def run(main: Callable[[list[str]], int | None]) -> None:
             print(f"{program}: error: {error}", file=sys.stderr, flush=True)
             return EXIT_LOST_PEER
 
+    try:  # Before absl reads them: it would hang on a FIFO, or trace back on a binary file.
+        flags_lib.check_flagfiles(sys.argv)
+    except flags_lib.UsageError as error:
+        print(f"{program}: error: {error}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USAGE)
     absl_app.run(main_with_one_line_errors)

@@ -69,7 +69,8 @@ GROUPS = {"data": ("check", "serve")}
 
 
 def _fail(command: str, message: object) -> int:
-    print(f"tfdist {command}: error: {flags_lib.as_flags(str(message))}", file=sys.stderr)
+    print(f"tfdist {flags_lib.printable(command)}: error: {flags_lib.as_flags(str(message))}",
+          file=sys.stderr)
     return EXIT_USAGE
 
 

@@ -9,7 +9,9 @@ order `--help` lists them. Pure Python: TensorFlow is imported after parsing.
 """
 
 import math
+import os
 import re
+import stat
 
 from absl import flags
 
@@ -20,6 +22,8 @@ from tfdist.strategies.config import is_duration
 FLAGS = flags.FLAGS
 Holders = dict[str, flags.FlagHolder]  # A group of flags by name, in the order help lists them.
 MAX_TASKS = 4096  # Tasks of one job in flags; `launch` also checks what this machine can run.
+MAX_TEXT_BYTES = 1 << 20  # A flag file or a benchmark JSON: far more than either holds.
+MAX_FLAGFILE_DEPTH = 32  # Flag files that name flag files, nested.
 # The flags each command takes, registered by the modules that define them.
 COMMAND_FLAGS: dict[str, Holders] = {}
 _PARSING = {"command": "train"}  # What `parse` parses for; a user's program parses train flags.
@@ -81,9 +85,79 @@ def define_enum(name: str, default, enum_type, text: str) -> flags.FlagHolder:
 def counts(text: list[str], highest: int) -> list[int] | None:
     """`text` (a list flag's value) as sorted distinct integers from 1 to `highest`; None when
     one is not such an integer."""
-    if not text or not all(count.isdigit() and 0 < int(count) <= highest for count in text):
+    if not text or not all(count.isascii() and count.isdigit() and 0 < int(count) <= highest
+                           for count in text):
         return None
     return sorted({int(count) for count in text})
+
+
+def read_text(path: str) -> str:
+    """The UTF-8 text of the regular file `path`, of at most MAX_TEXT_BYTES.
+
+    Raises:
+      ValueError: why not, in a few words (a FIFO or device, which would hang or never end, is
+        refused before it is opened).
+    """
+    try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise ValueError(f"it is {kind}")
+        with open(path, "rb") as file:
+            data = file.read(MAX_TEXT_BYTES + 1)
+    except OSError as error:
+        raise ValueError(f"it cannot be read: {error.strerror}") from None
+    if len(data) > MAX_TEXT_BYTES:
+        raise ValueError(f"it is larger than {MAX_TEXT_BYTES >> 20} MiB")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"it is not UTF-8 text (byte {error.start})") from None
+    if "\0" in text:
+        raise ValueError("it is binary, not text")
+    return text
+
+
+def _flagfile_names(args) -> list[str]:
+    """The files `--flagfile=F` (or `--flagfile F`) in `args` name, before any `--`."""
+    names, args = [], list(args)
+    for index, arg in enumerate(args):
+        if arg == "--":
+            break
+        name, equals, value = arg.lstrip("-").partition("=")
+        if name == "flagfile" and arg.startswith("-"):
+            if equals:
+                names.append(os.path.expanduser(value.strip()))
+            elif index + 1 < len(args):
+                names.append(os.path.expanduser(args[index + 1]))
+    return names
+
+
+def check_flagfiles(argv: list[str]) -> None:
+    """Reads each flag file `argv` names, and those they name, as absl would, so one that is
+    binary, endless (a FIFO, a device) or nested past MAX_FLAGFILE_DEPTH fails in one line.
+
+    Raises:
+      UsageError: naming the flag file.
+    """
+    pending = [(name, 1) for name in reversed(_flagfile_names(argv[1:]))]
+    seen = set()
+    while pending:
+        path, depth = pending.pop()
+        if depth > MAX_FLAGFILE_DEPTH:
+            raise UsageError(f"--flagfile={path!r} is nested {depth} flag files deep, past "
+                             f"{MAX_FLAGFILE_DEPTH}; name the flag files from fewer levels.")
+        if path in seen or not path:
+            continue
+        seen.add(path)
+        try:
+            text = read_text(path)
+        except ValueError as error:
+            raise UsageError(f"--flagfile={path!r}: {error}; pass a text file of --name=value "
+                             "lines.") from None
+        lines = [line.strip() for line in text.splitlines()]
+        pending.extend((name, depth + 1) for name in reversed(_flagfile_names(
+            line for line in lines if not line.startswith(("#", "//")))))
 
 
 def parsing_for() -> str:
@@ -97,8 +171,10 @@ def parse(command: str, argv: list[str], *, arguments: bool = False) -> list[str
 
     Raises:
       flags.Error: a malformed or out-of-range value, an unknown flag, a rule between flags.
-      UsageError: a flag of another command, or a stray positional argument.
+      UsageError: a flag of another command, a stray positional argument, or a flag file
+        that cannot be read as one.
     """
+    check_flagfiles(argv)
     FLAGS.unparse_flags()
     _PARSING["command"] = command
     try:
@@ -142,7 +218,18 @@ def help_text(command: str) -> str:
 def as_flags(message: str) -> str:
     """A config error worded for the command line: each `field=value` that a tfdist flag sets
     becomes `--field=value`. Configs and pipelines name fields, as a library's caller writes
-    them; the CLI and users' absl programs print their errors through this."""
+    them; the CLI and users' absl programs print their errors through this (`printable`)."""
     names = sorted({name for holders in COMMAND_FLAGS.values() for name in holders},
                    key=len, reverse=True)
-    return re.sub(rf"(?<![\w.-])({'|'.join(map(re.escape, names))})=", r"--\1=", message)
+    return re.sub(rf"(?<![\w.-])({'|'.join(map(re.escape, names))})=", r"--\1=",
+                  printable(message))
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters (a terminal's escape sequences, line breaks) written
+    as Python escapes, so a value echoed in an error is one line that does nothing to the
+    terminal."""
+    return _CONTROL.sub(lambda match: match[0].encode("unicode_escape").decode("ascii"), text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")

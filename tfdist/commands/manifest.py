@@ -4,6 +4,7 @@ printed on stdout: a Kubernetes JobSet (`--format=jobset`, the default), a Slurm
 `tfdist.cluster.manifests` once the train flags after `--` have been checked. A flag of another
 format is refused rather than ignored."""
 
+import sys
 from collections.abc import Sequence
 
 from absl import flags
@@ -130,8 +131,27 @@ def main(command: list[str]) -> int:
     if manifest_format != "slurm" and not values["image"]:
         raise ManifestError(f"image={values['image']!r}: a {manifest_format} runs a container "
                             "image; pass --image=IMAGE (an image with tfdist installed).")
-    print(_text(manifest_format, values, train_args, program, model_dir), end="")
+    text = _text(manifest_format, values, train_args, program, model_dir)
+    _check_writable(text, sys.stdout.encoding or "utf-8", [
+        *(f"--{name}={value}" for name, value in values.items()), *(train_args or ()),
+        *(program or ())])
+    print(text, end="")
     return 0
+
+
+def _check_writable(text: str, encoding: str, arguments: list[str]) -> None:
+    """Raises ManifestError when stdout's `encoding` cannot write the manifest `text` (a value
+    with non-ASCII characters under PYTHONIOENCODING=ascii), naming the argument of
+    `arguments` the character came from, before anything is printed."""
+    try:
+        text.encode(encoding)
+    except UnicodeEncodeError as error:
+        char = text[error.start]
+        source = next((argument for argument in arguments if char in argument),
+                      "a flag's value")
+        raise ManifestError(f"{source!r} holds {char!r}, which stdout's encoding {encoding} "
+                            "cannot write; set PYTHONIOENCODING=utf-8 (or a UTF-8 locale), or "
+                            "write the value in ASCII.") from None
 
 
 def _text(manifest_format: str, values: dict, train_args: list[str] | None,

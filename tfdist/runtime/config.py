@@ -5,6 +5,7 @@ strategies' and input pipelines' own configs. Pure Python, so flags parse withou
 import dataclasses
 import enum
 import math
+import os
 import re
 
 from tfdist.input_pipelines import InputConfig
@@ -43,6 +44,21 @@ class ModelName(str, enum.Enum):
     RESNET50 = "resnet50"
 
 
+# The smallest image side each built-in model takes: small_cnn pools twice by 2 (valid), Keras'
+# ResNet50 refuses below 32; resnet20's strided convolutions are padded.
+MIN_IMAGE_SIZE = {ModelName.SMALL_CNN.value: 4, ModelName.RESNET20.value: 1,
+                  ModelName.RESNET50.value: 32}
+
+
+def check_image_size(model: str, image_size: int | None) -> None:
+    """Raises ConfigError when built-in `model` cannot take images of side `image_size`."""
+    smallest = MIN_IMAGE_SIZE.get(model, 1)
+    if image_size is not None and image_size < smallest:
+        raise ConfigError(f"image_size={image_size} is too small for model={model!r}, which "
+                          f"takes images of at least {smallest}x{smallest}; use "
+                          f"image_size={smallest} or more.")
+
+
 def _as_enum(field: str, value, enum_type: type[enum.Enum]):
     return coerce_enum(field, value, enum_type, error=ConfigError)
 
@@ -77,6 +93,12 @@ class TrainConfig:
     def __post_init__(self):
         if isinstance(self.model, ModelName):
             object.__setattr__(self, "model", self.model.value)
+        if not isinstance(self.model, str):
+            raise ConfigError(f"model={self.model!r} is of type {type(self.model).__name__}, "
+                              "not a string; pass a built-in model's name or "
+                              "'MODULE:FUNCTION'.")
+        for field in ("model_dir", "metrics_json"):
+            object.__setattr__(self, field, _path_or_none(field, getattr(self, field)))
         if self.model not in {name.value for name in ModelName}:
             if ":" not in str(self.model):
                 raise ConfigError(f"model={self.model!r} is neither a built-in model "
@@ -96,11 +118,46 @@ class TrainConfig:
             raise ConfigError(f"keras={self.keras!r} is not a Keras tfdist trains with; use "
                               "keras=2 (tf-keras) or keras=3 (`import keras`).")
         object.__setattr__(self, "keras", int(self.keras))
-        if self.backup_every != "epoch" and not (self.backup_every.isdigit() and
-                                                 0 < int(self.backup_every) <= MAX_COUNT):
+        if not isinstance(self.backup_every, str):
+            raise ConfigError(f"backup_every={self.backup_every!r} is not a string; pass "
+                              "backup_every='epoch' or a number of steps as text, e.g. '100'.")
+        steps = self.backup_every  # ASCII digits: isdigit also takes e.g. Arabic-Indic ones.
+        if steps != "epoch" and not (steps.isascii() and steps.isdigit() and
+                                     0 < int(steps) <= MAX_COUNT):
             raise ConfigError(f"backup_every={self.backup_every!r} is neither 'epoch' nor a "
                               f"number of steps from 1 to {MAX_COUNT}; use backup_every=epoch "
                               "or e.g. 100.")
+
+
+def _path_or_none(field: str, value):
+    """`value` (a path: str or os.PathLike) as a str, or None; ConfigError for anything else."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, os.PathLike):
+        path = os.fspath(value)
+        if isinstance(path, str):
+            return path
+    raise ConfigError(f"{field}={value!r} is of type {type(value).__name__}, not a path; pass a "
+                      f"string, e.g. {field}='/tmp/run'.")
+
+
+def _epochs(value) -> tuple[float, ...]:
+    """`lr_step_boundaries` as a tuple of floats; ConfigError unless a list of numbers."""
+    try:
+        if isinstance(value, (list, tuple)) and all(
+                isinstance(epoch, (int, float)) and not isinstance(epoch, bool)
+                for epoch in value):
+            return tuple(float(epoch) for epoch in value)
+    except OverflowError:  # An int beyond any float.
+        pass
+    raise ConfigError(f"lr_step_boundaries={_short(value)} is not a list of epochs (finite "
+                      "numbers); pass e.g. lr_step_boundaries=(30, 60).")
+
+
+def _short(value, limit: int = 80) -> str:
+    """`repr(value)`, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 4] + " ..."
 
 
 class OptimizerName(str, enum.Enum):
@@ -180,8 +237,11 @@ class OptimizerConfig:
         for field, enum_type in (("optimizer", OptimizerName), ("lr_scaling", LrScaling),
                                  ("lr_schedule", LrSchedule), ("lars_mode", LarsMode)):
             object.__setattr__(self, field, _as_enum(field, getattr(self, field), enum_type))
-        object.__setattr__(self, "lr_step_boundaries",
-                           tuple(float(epoch) for epoch in self.lr_step_boundaries))
+        object.__setattr__(self, "lr_step_boundaries", _epochs(self.lr_step_boundaries))
+        if not isinstance(self.lars_exclude, (list, tuple)) or not all(
+                isinstance(pattern, str) for pattern in self.lars_exclude):
+            raise ConfigError(f"lars_exclude={_short(self.lars_exclude)} is not a list of "
+                              "regular expressions; pass strings, e.g. ('bias', 'gamma').")
         object.__setattr__(self, "lars_exclude", tuple(self.lars_exclude))
         self._check_finite()
         self._check_ranges()
@@ -332,6 +392,7 @@ class RunConfig:
                 raise ConfigError(f"{field} is a {type(value).__name__}, not a {kind.__name__}; "
                                   f"pass a {kind.__name__}(...).")
         check_schedule_fits(self.optimizer, self.train.epochs)
+        check_image_size(self.train.model, self.input.image_size)
         if (self.optimizer.grad_accum_steps > 1 and
                 self.train.mixed_precision is Precision.MIXED_FLOAT16):
             raise ConfigError(

@@ -3,9 +3,31 @@ logs hidden unless asked for. The rest of a process's set-up, in order, is `tfdi
 
 import contextlib
 import os
+import resource
 import sys
 
 from tfdist.runtime import keras_env
+from tfdist.runtime.config import ConfigError
+
+
+# Address space TensorFlow needs to load and train on CPU: measured on 2 cores, `ulimit -v` of
+# 3.0 GB ends in a C++ abort (bad_alloc, pthread_create) that Python cannot catch; 3.8 GB trains.
+MIN_ADDRESS_SPACE = 7 << 29  # 3.5 GiB
+
+
+class TensorFlowUnavailable(ConfigError):
+    """TensorFlow failed to import (too little memory, a broken install); one line says why."""
+
+
+def _check_address_space() -> None:
+    """Raises TensorFlowUnavailable when `ulimit -v` leaves TensorFlow too little room: past
+    the import, it would abort in C++ without a word."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY and soft < MIN_ADDRESS_SPACE:
+        raise TensorFlowUnavailable(
+            f"the address-space limit (ulimit -v) is {soft >> 20} MiB; TensorFlow needs at "
+            f"least {MIN_ADDRESS_SPACE / (1 << 30):g} GiB to load and train; raise it, e.g. "
+            "`ulimit -v unlimited`.")
 
 
 @contextlib.contextmanager
@@ -28,13 +50,33 @@ def import_tensorflow(show_logs: bool, keras: int | None = None) -> None:
 
     Quiet hides TF's C++ logs, errors included (failures still surface as Python exceptions),
     and its Python logger below ERROR.
+
+    Raises:
+      TensorFlowUnavailable: TensorFlow cannot load, or too little address space is left.
     """
     if keras is not None:
         keras_env.select(keras)
-    if show_logs or "tensorflow" in sys.modules:
+    if "tensorflow" in sys.modules:
+        return
+    _check_address_space()
+    if show_logs:
+        _import()
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with _stderr_silenced():
-        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+        tf = _import()
     tf.get_logger().setLevel("ERROR")
+
+
+def _import():
+    """TensorFlow, imported; TensorFlowUnavailable when it cannot load."""
+    try:
+        import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    except (ImportError, OSError, MemoryError) as error:
+        lines = str(error).strip().splitlines() or [""]
+        raise TensorFlowUnavailable(
+            f"TensorFlow cannot load ({type(error).__name__}: {lines[-1][:200]}); check the "
+            "memory limit (`ulimit -v`: it maps several GB) and the installation "
+            "(`python -c 'import tensorflow'`).") from None
+    return tf
 

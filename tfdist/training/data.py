@@ -10,6 +10,7 @@ import tensorflow as tf
 from tfdist import input_pipelines
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import Records
+from tfdist.input_pipelines.records import complaint
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import require_plan
@@ -21,6 +22,8 @@ from tfdist.training import guards
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 Data = InputConfig | Records | DatasetFn
 DEFAULT = "default"  # `validation_data`: the validation split of an input config's dataset.
+# How TensorFlow's error names Python code run inside a pipeline (from_generator, py_function).
+_PYTHON_OP_WORDS = ("PyFunc", "generator_py_func", "EagerPyFunc")
 
 
 def input_options(plan: Plan) -> tf.distribute.InputOptions:
@@ -125,8 +128,16 @@ def check_steps_match(plan: Plan, train_data: Data) -> None:
 
 
 def explain(data: Data, error: Exception) -> None:
-    """Raises the one-line error naming the damaged file or record behind `error`, if any."""
+    """Raises the one-line error naming the damaged file or record behind `error`, if any, or
+    the user's dataset function whose Python code (a generator's, a py_function's) raised."""
     if isinstance(data, InputConfig):
         input_pipelines.explain_input_error(data, error)
     elif isinstance(data, Records):
         input_pipelines.explain_records_error(data, "train", error)
+    elif callable(data) and isinstance(error, tf.errors.OpError) and \
+            "test_function" not in error.message and \
+            any(words in error.message for words in _PYTHON_OP_WORDS):
+        raise ConfigError(
+            f"train_data: dataset function {guards.name_of(data)}: its Python code raised "
+            f"while making a batch ({complaint(error)}); fix that code "
+            "(run the dataset by itself to see the traceback).") from None

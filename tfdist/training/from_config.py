@@ -71,6 +71,10 @@ def train(config: RunConfig) -> dict:
       >>> summary = tfdist.train(tfdist.RunConfig(train=tfdist.TrainConfig(epochs=1)))
       >>> print(summary["final"]["val_accuracy"], summary["examples_per_sec"])
     """
+    if not isinstance(config, RunConfig):
+        raise ConfigError(f"config: {type(config).__name__} {config!r:.60} is not a RunConfig; "
+                          "pass tfdist.train(tfdist.RunConfig(...)), or "
+                          "tfdist.config_from_flags() in a program tfdist.run(main) runs.")
     # The user's modules are imported first, so a broken one fails before data is prepared.
     models.model_function(config.train.model)
     if config.input.source_kind is SourceKind.PYTHON:

@@ -57,12 +57,27 @@ def check_arguments(validation_steps, callbacks) -> list:
 def check_compile_names(keras_module, loss, metrics) -> None:
     """Raises ConfigError when `loss`, or a metric of `metrics`, is a name that `keras_module`
     (tf_keras or Keras 3) does not know; Keras itself says so only while tracing the first
-    step, in a traceback."""
+    step, in a traceback; or a loss or metric that is neither a name nor callable."""
+    if metrics is not None and not isinstance(metrics, (list, tuple, dict)):
+        raise ConfigError(f"metrics={_short(metrics)} is not a list; pass e.g. "
+                          "metrics=['accuracy'].")
+    for field, kind, given in (("loss", "loss", loss), ("metrics", "metric", metrics)):
+        for value in tf.nest.flatten(given) if given is not None else ():
+            if not (isinstance(value, str) or callable(value)):
+                raise ConfigError(f"{field}: {_short(value)} is not a {kind}; pass a {kind} "
+                                  f"name (e.g. {_EXAMPLES[kind]!r}), a function or a Keras "
+                                  f"{kind} object.")
     if isinstance(loss, str):
         _known("loss", "loss", loss, keras_module.losses.get)
     for metric in tf.nest.flatten(metrics):
         if isinstance(metric, str) and metric not in _METRICS_BY_LOSS:
             _known("metrics", "metric", metric, keras_module.metrics.get)
+
+
+def _short(value, limit: int = 60) -> str:
+    """`repr(value)`, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 4] + " ..."
 
 
 def _known(field: str, kind: str, name: str, get: Callable) -> None:
@@ -227,7 +242,8 @@ def explained(model_name: str, explain: Callable[[Exception], None],
             raise
         raise lost from None
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
-            tf.errors.UnimplementedError) as error:  # The last: e.g. a cast from strings.
+            tf.errors.UnimplementedError,  # A cast from strings.
+            tf.errors.UnknownError) as error:  # A Python error in a generator or py_function.
         explain(error)
         raise step_failure(error, model_name) from error
     except tf.errors.OutOfRangeError as error:

@@ -3,6 +3,7 @@ checked and built in the plan's strategy's scope, and what tfdist compiles it wi
 metric names checked, the optimizer recipe's gradient path)."""
 
 import contextlib
+import inspect
 
 import tf_keras
 
@@ -29,8 +30,22 @@ def checked_model(plan: Plan, model):
     if not callable(model):
         raise ConfigError(f"model is a {type(model).__name__}; pass a Keras model or a function "
                           "that builds one.")
+    _check_no_arguments(model)
     return models.check_model(model(), f"model function {guards.name_of(model)}",
                               plan.config.train.keras)
+
+
+def _check_no_arguments(function) -> None:
+    """Raises ConfigError when the model function `function` cannot be called without
+    arguments (fit calls it so, in the strategy's scope)."""
+    try:
+        inspect.signature(function).bind()
+    except TypeError as error:
+        raise ConfigError(f"model: model function {guards.name_of(function)} needs arguments "
+                          f"({error}); fit calls it with none: pass a function of no arguments, "
+                          "e.g. functools.partial or a lambda around yours.") from None
+    except ValueError:  # No signature to read (a builtin): calling it will tell.
+        pass
 
 
 def _check_built_in_scope(plan: Plan, model) -> None:

@@ -11,6 +11,7 @@ from tfdist.runtime import keras_flavour
 from tfdist.runtime import plugins
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
+from tfdist.runtime.config import check_image_size
 from tfdist.runtime.precision import check_output_dtype
 
 ModelFn = Callable[..., tf_keras.Model]
@@ -123,7 +124,8 @@ def build(model: str, input_shape: tuple[int, int, int], num_classes: int,
     `keras` when it is a built-in one; call inside `strategy.scope()`."""
     function = model_function(model)
     arguments = {"input_shape": tuple(input_shape), "num_classes": num_classes}
-    if model in MODELS:
+    if model in MODELS:  # Keras would say so in a traceback while building.
+        check_image_size(model, min(input_shape[:2]))
         built = function(**arguments, keras=keras_flavour.api(keras))
     else:
         built = plugins.call("model", model, function, **arguments)

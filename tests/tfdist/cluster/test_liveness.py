@@ -63,6 +63,17 @@ class LostPeerTest(absltest.TestCase):
                                         "execution.); every task"), lost)
         self.assertNotIn("\n", lost)
 
+    def test_a_thousand_lost_peers_are_named_up_to_a_few(self):
+        cluster = strategies.make_cluster(num_workers=1000, ports=list(range(2000, 3000)),
+                                          host="pod", task=("worker", 0))
+        message = ("The following tasks are unhealthy (stopped sending heartbeats):\n" +
+                   "\n".join(f"/job:worker/replica:0/task:{index}" for index in range(1, 1000)))
+        lost = str(liveness.lost_peer(message, cluster))
+        self.assertTrue(lost.startswith("lost peers worker:1 at pod:2001, "), lost[:200])
+        self.assertIn("worker:5 at pod:2005 and 994 more: it stopped sending heartbeats", lost)
+        self.assertLess(len(lost), 600)
+        self.assertNotIn("\n", lost)
+
 
 if __name__ == "__main__":
     absltest.main()

@@ -12,6 +12,10 @@ import contextlib
 import io
 import json
 import os
+import re
+import resource
+import stat
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -162,10 +166,12 @@ class _Scratch:
         self._temp.cleanup()
 
 
-def _run_in_process(argv: list[str], tf_config: str | None = None) -> tuple[int, str, str]:
-    """`tfdist ARGV` in this process; (exit status, stderr, stdout). Raises _ReachedTensorFlow
-    when the input was accepted."""
-    stderr, stdout = io.StringIO(), io.StringIO()
+def _run_in_process(argv: list[str], tf_config: str | None = None,
+                    stdout_encoding: str = "utf-8") -> tuple[int, str, str]:
+    """`tfdist ARGV` in this process, its stdout in `stdout_encoding`; (exit status, stderr,
+    stdout). Raises _ReachedTensorFlow when the input was accepted."""
+    stderr = io.StringIO()
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding=stdout_encoding, write_through=True)
     reached = mock.Mock(side_effect=_ReachedTensorFlow)
     with contextlib.ExitStack() as stack:
         stack.enter_context(mock.patch.dict(os.environ))
@@ -178,19 +184,21 @@ def _run_in_process(argv: list[str], tf_config: str | None = None) -> tuple[int,
         stack.enter_context(contextlib.redirect_stderr(stderr))
         stack.enter_context(contextlib.redirect_stdout(stdout))
         status = cli.main(["tfdist", *argv])
-    return status, stderr.getvalue(), stdout.getvalue()
+    return status, stderr.getvalue(), stdout.buffer.getvalue().decode(stdout_encoding)
 
 
-class CorpusTest(unittest.TestCase):
+class _RejectingTest(unittest.TestCase):
+    """Runs cases in this process and asserts each is rejected in one line."""
 
     def setUp(self):
         super().setUp()
         self.scratch = _Scratch()
         self.addCleanup(self.scratch.close)
 
-    def assert_rejected(self, argv: list[str], named: str, tf_config: str | None = None):
+    def assert_rejected(self, argv: list[str], named: str, tf_config: str | None = None,
+                        **options):
         try:
-            status, stderr, stdout = _run_in_process(argv, tf_config)
+            status, stderr, stdout = _run_in_process(argv, tf_config, **options)
         except _ReachedTensorFlow:
             self.fail(f"accepted until TensorFlow: tfdist {' '.join(argv)}")
         lines = stderr.strip().splitlines()
@@ -198,11 +206,16 @@ class CorpusTest(unittest.TestCase):
         self.assertLen(lines, 1, f"tfdist {' '.join(argv)}: {stderr}")
         self.assertIn(named, lines[0], f"tfdist {' '.join(argv)}")
         self.assertNotIn("Traceback", stderr)
+        self.assertFalse(re.search(r"[\x00-\x1f\x7f-\x9f]", lines[0]),
+                         f"tfdist {' '.join(argv)} echoed a control character")
         self.assertTrue(self.scratch.untouched(), f"tfdist {' '.join(argv)} wrote something")
         self.assertEqual(stdout, "", f"tfdist {' '.join(argv)} printed (a manifest?)")
 
     def assertLen(self, sequence, length, message):  # pylint: disable=invalid-name
         self.assertEqual(len(sequence), length, message)
+
+
+class CorpusTest(_RejectingTest):
 
     def test_every_flag_of_every_command(self):
         cases = list(_flag_cases())
@@ -233,6 +246,129 @@ class CorpusTest(unittest.TestCase):
                              "num_workers")
 
 
+# A benchmark report `plan` takes, and what to change in it.
+_BENCHMARK = {"configurations": [{"replicas": 1, "data": "synthetic", "global_batch_size": 32,
+                                  "step_time_s": {"median": 0.1}}],
+              "train_args": [], "trainable_parameters": 1000}
+_PLAN = ["plan", "--compute_ms=100", "--per_replica_batch_size=32", "--gradient_mib=1"]
+_ESCAPE = "\x1b[31m\x1b]0;pwned\x07"  # Colour, and a terminal title set.
+
+
+class HostileInputTest(_RejectingTest):
+    """Inputs that are deep, binary, endless, over-long or full of escapes, or that meet a
+    deleted working directory or an ASCII stdout: one line each, as the corpus above."""
+
+    def setUp(self):
+        super().setUp()
+        self._inputs = tempfile.TemporaryDirectory()
+        self.addCleanup(self._inputs.cleanup)
+        self.inputs = self._inputs.name
+
+    def _write(self, name: str, content: str | bytes) -> str:
+        path = os.path.join(self.inputs, name)
+        with open(path, "wb") as file:
+            file.write(content.encode() if isinstance(content, str) else content)
+        return path
+
+    def _fifo_and_zero(self) -> tuple[str, str]:
+        """A FIFO (opening it would hang) and a /dev/zero-like node (reading it never ends)."""
+        fifo, zero = os.path.join(self.inputs, "fifo"), os.path.join(self.inputs, "zero")
+        os.mkfifo(fifo)
+        if os.geteuid() != 0:
+            self.skipTest("making a device node needs root")
+        os.mknod(zero, stat.S_IFCHR | 0o666, os.makedev(1, 5))
+        return fifo, zero
+
+    def test_flag_files_that_are_binary_endless_or_nested_too_deep(self):
+        fifo, zero = self._fifo_and_zero()
+        nested = [os.path.join(self.inputs, f"nested{index}") for index in range(40)]
+        for path, inner in zip(nested, nested[1:] + [None]):
+            self._write(path, f"# level\n--flagfile={inner}\n" if inner else "--epochs=1\n")
+        for path in ("/bin/ls", self._write("latin1", b"--name=caf\xe9\n"),
+                     self._write("nul", b"--epochs=1\x00\n"), fifo, zero, nested[0]):
+            for argv in (["train", f"--flagfile={path}"], ["plan", "--flagfile", path]):
+                with self.subTest(argv=argv):
+                    self.assert_rejected(argv, "--flagfile=")
+
+    def test_benchmark_reports_that_are_endless_deep_or_out_of_range(self):
+        fifo, zero = self._fifo_and_zero()
+        huge_batch = json.dumps(_BENCHMARK).replace('"global_batch_size": 32',
+                                                     '"global_batch_size": 1e400')
+        for name, content in (("deep", "[" * 60_000 + "]" * 60_000),
+                              ("batch", huge_batch),
+                              ("parameters", json.dumps({**_BENCHMARK,
+                                                         "trainable_parameters": 10 ** 30}))):
+            with self.subTest(report=name):
+                self.assert_rejected(["plan", f"--from_benchmark={self._write(name, content)}"],
+                                     "from_benchmark")
+        for path in (fifo, zero):
+            self.assert_rejected(["plan", f"--from_benchmark={path}"], "from_benchmark")
+
+    def test_a_tf_config_nested_too_deep(self):
+        for command in ("train", "doctor"):
+            self.assert_rejected([command], "TF_CONFIG", tf_config="[" * 60_000 + "]" * 60_000)
+
+    def test_path_components_past_a_names_limit(self):
+        long = "a" * 300
+        for argv, named in ((["train", f"--model_dir={self.inputs}/{long}"], "model_dir"),
+                            (["train", f"--metrics_json={self.inputs}/{long}/m.json"],
+                             "metrics_json"),
+                            (["train", f"--metrics_json={self.inputs}/{long}"], "metrics_json"),
+                            ([*_PLAN, f"--json={self.inputs}/{long}"], "json"),
+                            (["data", "check", f"--data_dir={self.inputs}/{long}"], "data_dir")):
+            with self.subTest(argv=argv):
+                self.assert_rejected(argv, named)
+
+    def test_escape_sequences_are_not_echoed(self):
+        for argv, named in ((["train", f"--dataset=tfrecord:/no{_ESCAPE}/*"], "dataset"),
+                            (["data", "check", f"--dataset=no{_ESCAPE}"], "dataset"),
+                            (["train", f"--model=my{_ESCAPE}:build"], "model"),
+                            ([f"tr{_ESCAPE}"], "unknown command")):
+            with self.subTest(argv=argv):
+                self.assert_rejected(argv, named)
+        # What TensorFlow finds (a glob that matches nothing) is echoed through the same line.
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            cli._fail("train",  # pylint: disable=protected-access
+                      f"the pattern /no{_ESCAPE}/* matches no files")
+        self.assertEqual(stderr.getvalue(), "tfdist train: error: the pattern "
+                                            "/no\\x1b[31m\\x1b]0;pwned\\x07/* matches no files\n")
+
+    def test_values_beyond_what_their_field_takes(self):
+        for argv, named in (
+                (["manifest", "--format=slurm", "--time_limit=١٢", "--", "train"], "time_limit"),
+                ([*_PLAN, "--num_ps=2", "--allreduce=hierarchical"], "--allreduce"),
+                (["train", "--image_size=1"], "image_size"),
+                (["train", "--model=resnet50", "--image_size=8"], "32x32"),
+                ([*_PLAN, "--model=resnet50", "--image_size=8"], "32x32")):
+            with self.subTest(argv=argv):
+                self.assert_rejected(argv, named)
+
+    def test_a_deleted_working_directory(self):
+        here = os.getcwd()
+        gone = os.path.join(self.inputs, "gone")
+        os.mkdir(gone)
+        os.chdir(gone)
+        try:
+            os.rmdir(gone)
+            for argv, named in ((["train", "--metrics_json=m.json"], "metrics_json"),
+                                (["train", "--model_dir=run"], "model_dir"),
+                                ([*_PLAN, "--json=plan.json"], "json")):
+                with self.subTest(argv=argv):
+                    self.assert_rejected(argv, named)
+        finally:
+            os.chdir(here)
+
+    def test_a_manifest_stdout_cannot_encode(self):
+        self.assert_rejected(["manifest", "--format=slurm", "--", "train",
+                              "--dataset=tfrecord:/caf\u00e9/*", "--num_classes=3"],
+                             "PYTHONIOENCODING", stdout_encoding="ascii")
+
+
+def _memory_limited():
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
 @pytest.mark.multiprocess
 class AfterTensorFlowTest(unittest.TestCase):
     """Inputs only TensorFlow can judge (the replica count), as real children."""
@@ -258,6 +394,44 @@ class AfterTensorFlowTest(unittest.TestCase):
         self.assertNotIn("Traceback", result.stderr)
         self.assertIn(f"tfdist train: error: file {path}, record 2 (from 0): its image/encoded "
                       "image does not decode", result.stderr.strip().splitlines()[-1])
+
+
+    def test_a_dataset_whose_python_code_raises(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            with open(os.path.join(scratch, "raising_data.py"), "w", encoding="utf-8") as file:
+                file.write(_RAISING_DATA)
+            result = run_tfdist("train", "--dataset=python:raising_data:splits",
+                                "--model=raising_data:build", "--epochs=1",
+                                "--steps_per_epoch=2", extra_env={"PYTHONPATH": scratch})
+        assert_one_line_error(self, result, "dataset function raising_data:",
+                              "RuntimeError: boom in the generator")
+
+    def test_tensorflow_that_cannot_load(self):
+        result = subprocess.run([sys.executable, "-m", "tfdist", "train"], capture_output=True,
+                                text=True, timeout=300, check=False, preexec_fn=_memory_limited)
+        assert_one_line_error(self, result, "TensorFlow needs at least", "ulimit -v")
+
+
+_RAISING_DATA = """
+import tensorflow as tf
+import tf_keras
+
+
+def _examples():
+    yield tf.zeros((4,)), 0
+    raise RuntimeError("boom in the generator")
+
+
+def splits(split):
+    if split != "train":
+        return None
+    return lambda context: tf.data.Dataset.from_generator(_examples, output_signature=(
+        tf.TensorSpec((4,)), tf.TensorSpec((), tf.int32))).batch(1).repeat()
+
+
+def build():
+    return tf_keras.Sequential([tf_keras.layers.Input((4,)), tf_keras.layers.Dense(2)])
+"""
 
 
 if __name__ == "__main__":

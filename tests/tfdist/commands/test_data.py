@@ -85,7 +85,7 @@ class DataCheckErrorTest(_SmallShapes, parameterized.TestCase):
     def test_empty_glob(self):
         result = run_tfdist("data", "check", "--dataset=tfrecord:/nonexistent/*",
                             "--num_classes=3")
-        self.assert_one_line_error(result, "the pattern /nonexistent/* matches no files")
+        self.assert_one_line_error(result, "the pattern '/nonexistent/*' matches no files")
 
     def test_damaged_file_is_named_and_can_be_skipped(self):
         directory = self.enterContext(tempfile.TemporaryDirectory())

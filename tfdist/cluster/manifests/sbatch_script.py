@@ -13,7 +13,8 @@ SLURM_PORT_FLAG = "--slurm_port_base"
 
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _SLURM_TIME_RE = re.compile(
-    r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|unlimited|infinite")
+    r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|unlimited|infinite",
+    re.ASCII)  # ASCII digits: \d alone takes e.g. Arabic-Indic ones, which Slurm does not.
 
 
 def slurm(*, job_name: str, train_args: Sequence[str], num_workers: int, num_ps: int = 0,

@@ -53,7 +53,8 @@ def read(text: str) -> dict[str, str]:
         for word in shlex.split(match.group(1)):
             name, _, value = word.lstrip("-").partition("=")
             options[{"n": "ntasks", "N": "nodes", "J": "job-name"}.get(name, name)] = value
-    if not options.get("ntasks", "").isdigit() or not 0 < int(options["ntasks"]) <= 4096:
+    ntasks = options.get("ntasks", "")
+    if not (ntasks.isascii() and ntasks.isdigit()) or not 0 < int(ntasks) <= 4096:
         raise RehearsalError(f"#SBATCH --ntasks={options.get('ntasks')!r} is not a "
                              "count of tasks from 1 to 4096; set it in the script.")
     return options
@@ -107,7 +108,8 @@ def job(script_path: str, text: str, *, nodes: int | None) -> SlurmJob:
     """
     directives = read(text)
     num_tasks = int(directives["ntasks"])
-    if nodes is None and directives.get("nodes", "").isdigit():
+    declared = directives.get("nodes", "")
+    if nodes is None and declared.isascii() and declared.isdigit():
         nodes = int(directives["nodes"])
     nodes = nodes or min(num_tasks, _MAX_NODES)
     if not 0 < nodes <= min(num_tasks, _MAX_NODES):

@@ -28,7 +28,7 @@ def _options(argv: list[str]) -> tuple[int, bool, list[str]]:
             kill = True
         elif option.startswith("--ntasks=") or option == "-n":
             value = option.partition("=")[2] or (argv.pop(0) if argv else "")
-            if not value.isdigit() or not 0 < int(value) <= num_tasks:
+            if not (value.isascii() and value.isdigit()) or not 0 < int(value) <= num_tasks:
                 _refuse(f"--ntasks={value} is not from 1 to the job's {num_tasks} tasks")
             num_tasks = int(value)
         else:

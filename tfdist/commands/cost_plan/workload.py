@@ -9,13 +9,17 @@ import json
 import math
 
 from tfdist.cluster import cost_model
+from tfdist.commands import flags as flags_lib
+from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_IMAGE_SIZE
 from tfdist.input_pipelines.config import MAX_NUM_CLASSES
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
 from tfdist.runtime.config import Precision
+from tfdist.runtime.config import check_image_size
 
 MIB = 1024 * 1024
+MAX_PARAMETERS = 1 << 44  # About 1.8e13: ten times the largest published models.
 _BUILT_IN_IMAGE_SIZE = {ModelName.RESNET50.value: 224}  # Others take the built-in 32x32 data.
 
 
@@ -32,10 +36,16 @@ class Inputs:
 def _count_up_to(highest: int):
     """A converter of text to an integer in [1, highest]; ValueError otherwise."""
     def convert(text: str) -> int:
-        if not text.isdigit() or not 0 < int(text) <= highest:
+        if not (text.isascii() and text.isdigit()) or not 0 < int(text) <= highest:
             raise ValueError(text)
         return int(text)
     return convert
+
+
+def _is_count(value, highest: int, *, zero: bool = False) -> bool:
+    """Whether `value` (from JSON) is an integer in [1, highest], or 0 when `zero`."""
+    return isinstance(value, int) and not isinstance(value, bool) and (
+        (1 - zero) <= value <= highest)
 
 
 def _train_flags(train_args: list[str], path: str, fix: str) -> dict:
@@ -70,28 +80,31 @@ def read_benchmark(path: str) -> dict:
     """
     fix = "give a file `tfdist benchmark --replicas=1 --data=synthetic --json=FILE` wrote"
     try:
-        with open(path, encoding="utf-8") as file:
-            report = json.load(file)
-    except OSError as error:
-        raise ConfigError(f"from_benchmark={path!r} cannot be read ({error.strerror}); "
-                          f"{fix}.") from None
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ConfigError(f"from_benchmark={path!r} is not JSON; {fix}.") from None
+        report = json.loads(flags_lib.read_text(path))
+    except ValueError as error:  # JSONDecodeError too.
+        reason = "it is not JSON" if isinstance(error, json.JSONDecodeError) else error
+        raise ConfigError(f"from_benchmark={path!r}: {reason}; {fix}.") from None
+    except RecursionError:
+        raise ConfigError(f"from_benchmark={path!r}: it is nested too deeply to be a benchmark "
+                          f"report; {fix}.") from None
     try:
         single = next(entry for entry in report["configurations"]
                       if entry["replicas"] == 1 and entry["data"] == "synthetic")
         step_s = float(single["step_time_s"]["median"])
-        batch = int(single.get("global_batch_size") or 0)
+        batch = single.get("global_batch_size") or 0
         train_args = [str(arg) for arg in report.get("train_args", [])
                       if str(arg).startswith("--")]
     except (KeyError, TypeError, ValueError, StopIteration, AttributeError):
         raise ConfigError(f"from_benchmark={path!r} has no 1-replica synthetic configuration; "
                           f"{fix}.") from None
     parameters = report.get("trainable_parameters")
-    if not (math.isfinite(step_s) and step_s > 0) or batch < 0 or (
-            parameters is not None and not (isinstance(parameters, int) and parameters > 0)):
+    counts = _is_count(batch, MAX_GLOBAL_BATCH_SIZE, zero=True) and (
+        parameters is None or _is_count(parameters, MAX_PARAMETERS))
+    if not (math.isfinite(step_s) and step_s > 0 and counts):
         raise ConfigError(f"from_benchmark={path!r} holds a step time, batch or parameter count "
-                          f"that is not a positive number; {fix}.")
+                          f"that is not a positive number (a batch of at most "
+                          f"{MAX_GLOBAL_BATCH_SIZE:,}, at most {MAX_PARAMETERS:.0e} parameters); "
+                          f"{fix}.")
     return {"compute_s": step_s, "batch": batch or None, "trainable_parameters": parameters,
             "flags": _train_flags(train_args, path, fix)}
 
@@ -122,7 +135,8 @@ def inputs(request) -> Inputs:
     benchmark's figures, before defaults.
 
     Raises:
-      ConfigError: a figure missing from every source, --gpudirect_rdma over a TCP link.
+      ConfigError: a figure missing from every source, --gpudirect_rdma over a TCP link,
+        --allreduce with parameter servers.
     """
     given, sources = request.given, {}
     benchmark = read_benchmark(request.from_benchmark) if request.from_benchmark else {}
@@ -139,6 +153,7 @@ def inputs(request) -> Inputs:
     image_size = pick("image_size", measured.get("image_size"),
                       request.image_size or _BUILT_IN_IMAGE_SIZE.get(model, 32))
     num_classes = pick("num_classes", measured.get("num_classes"), request.num_classes or 10)
+    check_image_size(model, image_size)
     precision = Precision(pick("mixed_precision", measured.get("mixed_precision"),
                                request.mixed_precision))
     batch = pick("per_replica_batch_size", benchmark.get("batch"))
@@ -162,6 +177,10 @@ def inputs(request) -> Inputs:
         sources["gradient_mib"] = f"{model}'s trainable parameters"
     inter = _link(cost_model.INTER_NODE_LINKS, request.inter_link, request.inter_gbps,
                   request.inter_latency_us)
+    if request.num_ps and "allreduce" in given:
+        raise ConfigError(f"allreduce={request.allreduce} with num_ps={request.num_ps}: "
+                          "parameter servers take the gradients instead of an all-reduce; drop "
+                          "--allreduce or --num_ps.")
     if request.gpudirect_rdma and not inter.rdma:
         rdma = ", ".join(name for name, link in cost_model.INTER_NODE_LINKS.items() if link.rdma)
         raise ConfigError(f"gpudirect_rdma=True with inter_link={inter.name}: GPUDirect RDMA "

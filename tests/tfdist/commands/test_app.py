@@ -1,0 +1,50 @@
+"""`tfdist.run`, the entry point of a user's own absl program: its flag files are checked as
+`tfdist`'s are, so a FIFO or a binary file is one line instead of a hang or a traceback."""
+
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import pytest
+
+_PROGRAM = """
+import tfdist
+
+def main(argv):
+    print("main ran")
+
+if __name__ == "__main__":
+    tfdist.define_flags()
+    tfdist.run(main)
+"""
+
+
+@pytest.mark.multiprocess
+class FlagFileTest(unittest.TestCase):
+
+    def test_a_fifo_or_binary_flag_file_is_one_line(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            program = os.path.join(scratch, "my_train.py")
+            with open(program, "w", encoding="utf-8") as file:
+                file.write(_PROGRAM)
+            fifo = os.path.join(scratch, "flags.fifo")
+            os.mkfifo(fifo)
+            binary = os.path.join(scratch, "flags.bin")
+            with open(binary, "wb") as file:
+                file.write(b"\x7fELF\x00\xff\xfe")
+            for path, words in ((fifo, "it is not a regular file"), (binary, "not UTF-8")):
+                with self.subTest(path=path):
+                    result = subprocess.run([sys.executable, program, f"--flagfile={path}"],
+                                            capture_output=True, text=True, timeout=120,
+                                            check=False)
+                    self.assertEqual(result.returncode, 2, result.stderr)
+                    self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
+                    self.assertIn(f"my_train.py: error: --flagfile={path!r}", result.stderr)
+                    self.assertIn(words, result.stderr)
+                    self.assertNotIn("main ran", result.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
