@@ -10,18 +10,24 @@ ServerDef, ConfigProto or environment setting picks another address). So by defa
 tasks run in one network namespace of their own that has only loopback: they reach each other on
 127.0.0.1, nothing else reaches them, and they cannot reach the network. Where this machine refuses
 a namespace (no root and no unprivileged user namespaces, or no util-linux), `auto` runs them on
-this machine's network and warns in one line which ports are open on which interfaces.
+this machine's network; whenever the tasks share this machine's network, a warning on stderr
+says which ports are open on which interfaces.
 
 When the job is done: without ps tasks, when every chief and worker exited 0; with ps tasks, when
 the chief (the coordinator) exited 0. Tasks still running then (ps and worker servers, the
-evaluator) are stopped. When a task fails, the launcher restarts it up to `max_restarts` times:
-the whole group without ps tasks (a lost peer breaks a collective group), only that task with
-them. On a final failure it stops every task and exits with the failed task's status.
+evaluator) are stopped. When a task fails, the launcher restarts it up to `max_restarts` times,
+after a back-off (`restart_delay`): the whole group without ps tasks (a lost peer breaks a
+collective group) or when a ps task failed (its variables are gone with it), else only that
+task. On a final failure it stops every task, names the first failure and exits with the last
+failed task's status. Stopping and what ends with the tasks (their process groups, cgroups, the
+launcher's death): `tfdist.cluster.processes`.
 """
 
+import contextlib
 import dataclasses
 import math
 import os
+import re
 import shutil
 import sys
 import threading
@@ -46,10 +52,13 @@ _ANNOUNCER = "tfdist launch"
 _STRAGGLER_NOTICE_S = 60.0
 _TRAIN = "train"
 # A tfdist command that passes a URL (--tf_data_service=grpc://..., --model_dir=gs://...) or
-# --download needs this machine's network: `auto` does not isolate such a job.
-_URL_MARK = "://"
+# --download needs this machine's network: `auto` does not isolate such a job. A local file
+# (file://, TensorFlow's in-memory ram://, a plain path) does not.
+_URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_LOCAL_SCHEMES = frozenset({"file", "ram"})
 _DOWNLOAD = "--download"
 _FALSE = ("0", "f", "false")  # absl's spellings of a false boolean, lower-cased.
+MAX_RESTART_BACKOFF_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +71,8 @@ class LaunchConfig:
       num_workers, num_ps, chief, evaluator: the local cluster's tasks.
       log_dir: where each task's output goes as `<type>-<index>.log`; None keeps no files.
       max_restarts: how many times a failed task (or group) is restarted.
+      restart_backoff_s: the wait before the first restart, doubled before each next one, at
+        most MAX_RESTART_BACKOFF_S; 0 restarts at once.
       timeout_s: stop every task and fail after this long; None waits for the job to end.
       network: which network the tasks run on (see `Network`).
       env: variables every task gets on top of this process's environment (`tfdist launch`
@@ -74,6 +85,7 @@ class LaunchConfig:
     evaluator: bool = False
     log_dir: str | None = None
     max_restarts: int = 0
+    restart_backoff_s: float = 1.0
     timeout_s: float | None = None
     network: Network = Network.AUTO
     env: tuple[tuple[str, str], ...] = ()
@@ -90,6 +102,10 @@ class LaunchConfig:
             raise LaunchError(f"timeout_s={self.timeout_s} is not a number of seconds above 0; "
                               "pass e.g. --timeout_s=3600, or leave it unset to wait for the "
                               "job to end.")
+        if not (math.isfinite(self.restart_backoff_s) and self.restart_backoff_s >= 0):
+            raise LaunchError(f"restart_backoff_s={self.restart_backoff_s} is not a number of "
+                              "seconds of 0 or more; pass e.g. --restart_backoff_s=1, or 0 to "
+                              "restart at once.")
         if self.network not in tuple(Network):
             raise LaunchError(f"network={self.network!r} is not understood; pass 'auto', "
                               "'isolated' or 'host'.")
@@ -146,8 +162,9 @@ def _cluster(config: LaunchConfig) -> ClusterConfig:
                                    ports=_pick_ports(config.num_tasks), host=HOST)
 
 
-def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str]) -> list[processes.Process]:
-    """One `processes.Process` per cluster task, each with its own TF_CONFIG."""
+def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str],
+           cgroups: processes.Cgroups | None) -> list[processes.Process]:
+    """One `processes.Process` per cluster task, each with its own TF_CONFIG (and cgroup)."""
     if config.log_dir:
         os.makedirs(config.log_dir, exist_ok=True)
     lock = threading.Lock()
@@ -156,8 +173,9 @@ def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str]) -> lis
         env = dict(os.environ, **dict(config.env),
                    TF_CONFIG=cluster.for_task(job, index).to_json())
         log_path = os.path.join(config.log_dir, f"{job}-{index}.log") if config.log_dir else None
-        tasks.append(processes.Process(f"{job}:{index}", argv, env, log_path, lock,
-                                       announcer=_ANNOUNCER))
+        name = f"{job}:{index}"
+        tasks.append(processes.Process(name, argv, env, log_path, lock, announcer=_ANNOUNCER,
+                                       cgroup=cgroups.child(name) if cgroups else None))
     return tasks
 
 
@@ -191,12 +209,81 @@ class _Stragglers:
               file=sys.stderr, flush=True)
 
 
+def restart_delay(config: LaunchConfig, restarts: int) -> float:
+    """The back-off before restart number `restarts` (1 for the first): `restart_backoff_s`,
+    doubled each time, at most MAX_RESTART_BACKOFF_S."""
+    return min(config.restart_backoff_s * 2.0 ** min(restarts - 1, 32), MAX_RESTART_BACKOFF_S)
+
+
+class _Job:
+    """The tasks as the supervisor tracks them: which exited 0, the restarts so far and the
+    first failure, and the tasks stopped until their restart's back-off has passed."""
+
+    def __init__(self, config: LaunchConfig, tasks: list[processes.Process]):
+        self.config, self.tasks = config, tasks
+        self.restarts = 0
+        self.done: set[str] = set()
+        self.first_failure: tuple[str, int] | None = None
+        self._waiting: list[processes.Process] = []
+        self._restart_at = 0.0
+
+    def failure(self) -> tuple[processes.Process, int] | None:
+        """A task that exited non-zero and is not waiting for its restart, with its status;
+        records the tasks that exited 0."""
+        for task in self.tasks:
+            status = task.poll()
+            if status is None or task.name in self.done or task in self._waiting:
+                continue
+            if status == 0:
+                self.done.add(task.name)
+                continue
+            return task, status
+        return None
+
+    def restart_later(self, task: processes.Process, status: int) -> None:
+        """Stops what `task`'s failure breaks; it starts again once the back-off has passed."""
+        self.restarts += 1
+        self.first_failure = self.first_failure or (task.name, status)
+        lost_ps = task.name.startswith("ps:")
+        group = self.tasks if lost_ps or not self.config.num_ps else [task]
+        delay = restart_delay(self.config, self.restarts)
+        print(f"tfdist launch: {task.name} exited with status {status}; restarting "
+              f"{'every task' if group is self.tasks else 'it'} "
+              f"({self.restarts}/{self.config.max_restarts}) in {delay:g} s"
+              f"{': a ps task loses its variables with it' if lost_ps else ''}",
+              file=sys.stderr, flush=True)
+        processes.stop_all(group)
+        self.done.difference_update(member.name for member in group)
+        self._waiting = [member for member in self.tasks
+                         if member in group or member in self._waiting]
+        self._restart_at = time.monotonic() + delay
+
+    def start_due(self) -> None:
+        """Starts the tasks whose restart's back-off has passed."""
+        if self._waiting and time.monotonic() >= self._restart_at:
+            for task in self._waiting:
+                task.start()
+            self._waiting = []
+
+    def fail(self, task: processes.Process, status: int) -> int:
+        """Stops every task after a failure past `max_restarts`; returns the exit status."""
+        processes.stop_all(self.tasks)
+        last = f"{task.name} exited with status {status}"
+        if self.first_failure:
+            first, first_status = self.first_failure
+            last = (f"{first} exited with status {first_status} first; after "
+                    f"{self.restarts} restart(s), {last}")
+        else:
+            last += f" after {self.restarts} restart(s)"
+        print(f"tfdist launch: {last}; stopped every task", file=sys.stderr, flush=True)
+        return status if status > 0 else 128 - status
+
+
 def _supervise(config: LaunchConfig, tasks: list[processes.Process]) -> int:
     """Waits for the job, restarting failed tasks; returns the launcher's exit status."""
     start = time.monotonic()
     deadline = None if config.timeout_s is None else start + config.timeout_s
-    restarts = 0
-    done: set[str] = set()
+    job = _Job(config, tasks)
     straggling = _Stragglers()
     while True:
         if deadline is not None and time.monotonic() > deadline:
@@ -204,37 +291,21 @@ def _supervise(config: LaunchConfig, tasks: list[processes.Process]) -> int:
             print(f"tfdist launch: timed out after {config.timeout_s:g} s; stopped every task",
                   file=sys.stderr, flush=True)
             return EXIT_TIMEOUT
-        for task in tasks:
-            status = task.poll()
-            if status is None or task.name in done:
-                continue
-            if status == 0:
-                done.add(task.name)
-                continue
-            if restarts >= config.max_restarts:
-                processes.stop_all(tasks)
-                print(f"tfdist launch: {task.name} exited with status {status} "
-                      f"after {restarts} restart(s); stopped every task", file=sys.stderr,
-                      flush=True)
-                return status if status > 0 else 128 - status
-            restarts += 1
-            group = [task] if config.num_ps else tasks
-            print(f"tfdist launch: {task.name} exited with status {status}; restarting "
-                  f"{'it' if config.num_ps else 'every task'} ({restarts}/{config.max_restarts})",
-                  file=sys.stderr, flush=True)
-            processes.stop_all(group)
-            done.difference_update(member.name for member in group)
-            for member in group:
-                member.start()
+        job.start_due()
+        failure = job.failure()
+        if failure and job.restarts >= config.max_restarts:
+            return job.fail(*failure)
+        if failure:
+            job.restart_later(*failure)
         waiting_for = [task.name for task in tasks
-                       if _is_primary(task, config) and task.name not in done]
-        straggling.notice(done, waiting_for, timed=deadline is not None)
+                       if _is_primary(task, config) and task.name not in job.done]
+        straggling.notice(job.done, waiting_for, timed=deadline is not None)
         if not waiting_for:
             stopped = [task.name for task in tasks if task.poll() is None]
             processes.stop_all(tasks)
-            print(f"tfdist launch: job done: {len(done)} task(s) exited 0"
+            print(f"tfdist launch: job done: {len(job.done)} task(s) exited 0"
                   f"{', stopped ' + ', '.join(stopped) if stopped else ''}"
-                  f"{f', after {restarts} restart(s)' if restarts else ''} in "
+                  f"{f', after {job.restarts} restart(s)' if job.restarts else ''} in "
                   f"{time.monotonic() - start:.1f} s", flush=True)
             return 0
         time.sleep(_POLL_S)
@@ -244,7 +315,7 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
     """Checks the launch, starts every task and supervises the job; returns the exit status.
 
     Every check runs before the first task starts (the caller checks that `config.log_dir` can
-    be written).
+    be written). Call it from the main thread: the tasks die with the thread that started them.
 
     Args:
       config: what to start.
@@ -261,12 +332,12 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
     cluster = _cluster(config)
     namespace = _open_network(config, cluster,
                               tfdist=_is_tfdist(config.command, tfdist_commands))
-    try:
-        return _run(config, _tasks(config, cluster,
-                                   [*namespace.enter, *argv] if namespace else argv))
-    finally:
+    with contextlib.ExitStack() as cleanup:
         if namespace:
-            namespace.close()
+            cleanup.callback(namespace.close)
+        cgroups = cleanup.enter_context(processes.own_cgroups(announcer=_ANNOUNCER))
+        return _run(config, _tasks(config, cluster,
+                                   [*namespace.enter, *argv] if namespace else argv, cgroups))
 
 
 def _open_network(config: LaunchConfig, cluster: ClusterConfig, *,
@@ -280,10 +351,11 @@ def _open_network(config: LaunchConfig, cluster: ClusterConfig, *,
 
 def _network_flag(command: tuple[str, ...]) -> str | None:
     """The first argument of a tfdist command that needs this machine's network, if any: a URL
-    (a tf.data service, a gs:// or s3:// path) or --download."""
+    other than a local file's (a tf.data service, a gs:// or s3:// path) or --download."""
     for arg in command[1:]:
         name, _, value = arg.partition("=")
-        if _URL_MARK in value or (name == _DOWNLOAD and value.lower() not in _FALSE):
+        schemes = {scheme.lower() for scheme in _URL_SCHEME.findall(value)}
+        if schemes - _LOCAL_SCHEMES or (name == _DOWNLOAD and value.lower() not in _FALSE):
             return arg
     return None
 

@@ -184,9 +184,10 @@ class Network(str, enum.Enum):
 
     AUTO: ISOLATED where this machine allows it, unless a tfdist command needs this machine's
       network (it passes a URL, e.g. --tf_data_service=grpc://... or --model_dir=gs://..., or
-      --download); else HOST with a one-line warning.
+      --download; a file:// path is local); else HOST with a one-line warning.
     ISOLATED: one network namespace with loopback only, shared by the tasks; fails if refused.
-    HOST: this machine's network: the tasks' ports are open on each of its interfaces.
+    HOST: this machine's network: the tasks' ports are open on each of its interfaces (said
+      in a one-line warning).
     """
     AUTO = "auto"
     ISOLATED = "isolated"
@@ -195,16 +196,15 @@ class Network(str, enum.Enum):
 
 def for_tasks(mode: Network, ports: list[int], *, needs_host: str | None) -> Namespace | None:
     """The launched tasks' network namespace, or None for this machine's network; prints one
-    line that says which of `ports` can be reached from where (a warning when they are exposed
-    by default). `needs_host`: the argument of the command that needs this machine's network
-    (under AUTO the tasks then share it), if any.
+    line that says which of `ports` can be reached from where: a warning on stderr whenever the
+    tasks share this machine's network. `needs_host`: the argument of the command that needs
+    this machine's network (under AUTO the tasks then share it), if any.
 
     Raises:
       LaunchError: `mode` ISOLATED on a machine that refuses a namespace.
     """
     if mode is Network.HOST:
-        print(f"tfdist launch: network=host: {exposure(ports, exposed_interfaces())}",
-              flush=True)
+        _warn_exposed("network=host", ports, "")
         return None
     if needs_host and mode is Network.AUTO:
         _warn_exposed(f"the command passes {needs_host}, which needs this machine's network",
@@ -221,7 +221,7 @@ def for_tasks(mode: Network, ports: list[int], *, needs_host: str | None) -> Nam
                 "--network=host (the tasks' ports are then open on every interface).") from None
         _warn_exposed(f"could not isolate the tasks' network ({refused})", ports,
                       "run as root or allow unprivileged user namespaces, or firewall these "
-                      "ports; --network=host accepts this without a warning")
+                      "ports")
         return None
     print(f"tfdist launch: network isolated: the tasks share a network namespace with loopback "
           f"only, so port(s) {', '.join(map(str, ports))} are reachable from the tasks alone, "
@@ -231,11 +231,7 @@ def for_tasks(mode: Network, ports: list[int], *, needs_host: str | None) -> Nam
 
 
 def _warn_exposed(reason: str, ports: list[int], fix: str) -> None:
-    """Says that the tasks run on this machine's network and what that exposes, in one line."""
-    interfaces = exposed_interfaces()
-    if interfaces:
-        print(f"tfdist launch: warning: {reason}: {exposure(ports, interfaces)}; {fix}.",
-              file=sys.stderr, flush=True)
-    else:
-        print(f"tfdist launch: network=host ({reason}): {exposure(ports, interfaces)}",
-              flush=True)
+    """Warns on stderr, in one line, that the tasks run on this machine's network and what that
+    exposes; `fix` ("" for none) says what to do about it."""
+    print(f"tfdist launch: warning: {reason}: {exposure(ports, exposed_interfaces())}"
+          f"{'; ' + fix if fix else ''}.", file=sys.stderr, flush=True)

@@ -1,18 +1,42 @@
 """The processes tfdist supervises (`tfdist launch`'s tasks, `tfdist rehearse`'s pods): each in
-its own session, its output prefixed on our stdout and copied to its log, stopped as a group with
-a bounded grace period; and SIGINT/SIGTERM turned into an exception the supervisor handles.
-Pure Python."""
+its own session, its output prefixed on our stdout and copied to its log; and SIGINT/SIGTERM
+turned into an exception the supervisor handles. Pure Python; the guarantees below need Linux.
+
+What ends with a supervised process:
+  - on a stop (`stop_all`): its process group, i.e. it and every process it started that stayed
+    in the group (background jobs included), SIGTERM to all at once and SIGKILL to what is left
+    one grace period later; with a cgroup (`Cgroups`, `tfdist launch`), also what left the group
+    (`setsid` daemons, double forks): only a process that may write our cgroup files (root)
+    moves itself out of one.
+  - when the supervisor dies, SIGKILL included: the process itself (PR_SET_PDEATHSIG, set for
+    the thread that started it, so start processes from the main thread; the kernel drops it
+    when the process changes credentials, e.g. `nsenter --user` when launch isolates without
+    root); with a cgroup, also everything it started, killed by the cgroups' guardian process.
+Without a writable cgroup v2 (not Linux, not root, cgroups mounted read-only), a daemon that
+called setsid survives, as do a process's children when the supervisor is SIGKILLed.
+"""
 
 import contextlib
+import ctypes
+import functools
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import TextIO
 
+from tfdist.cluster import PYTHON
+
 STOP_GRACE_S = 15.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+_MOUNTS, _OWN_CGROUP = "/proc/self/mounts", "/proc/self/cgroup"
+_TEARDOWN_S = 10.0
+_GUARDIAN = "import sys; from tfdist.cluster import processes; processes.guard(sys.argv[1])"
 
 
 class Process:
@@ -25,66 +49,243 @@ class Process:
 
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str],
                  log_path: str | None, output_lock: threading.Lock, *, announcer: str,
-                 cwd: str | None = None):
+                 cwd: str | None = None, cgroup: str | None = None):
+        """`cgroup`: a cgroup v2 directory of the caller's own (`Cgroups.child`) that the
+        process runs in from before its program starts; None leaves it in ours."""
         self.name = name
         self._argv, self._env, self._log_path, self._cwd = list(argv), env, log_path, cwd
-        self._lock, self._announcer = output_lock, announcer
+        self._lock, self._announcer, self._cgroup = output_lock, announcer, cgroup
         self.process: subprocess.Popen | None = None
         self._pump: threading.Thread | None = None
 
     def start(self, note: str = "") -> None:
-        """Starts the process; `note` goes into the announcement (and the log), e.g. where."""
-        log_file = open(self._log_path, "a", encoding="utf-8") if self._log_path else None
+        """Starts the process; `note` goes into the announcement (and the log), e.g. where.
+
+        Call it from a thread that lives as long as the supervisor (the main thread): the process
+        is killed when that thread ends.
+        """
+        log_file = None
+        if self._log_path:
+            try:
+                log_file = open(self._log_path, "a", encoding="utf-8")
+            except OSError as error:
+                self._log_lost(error)
         self.process = subprocess.Popen(  # pylint: disable=consider-using-with
             self._argv, env=self._env, cwd=self._cwd, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
-            start_new_session=True)
+            start_new_session=True,
+            preexec_fn=functools.partial(_in_child, os.getpid(), self._cgroup))
         self._pump = threading.Thread(target=self._copy_output, args=(log_file,), daemon=True)
         self._pump.start()
         print(f"{self._announcer}: started {self.name}{note} pid={self.process.pid}", flush=True)
 
     def _copy_output(self, log_file: TextIO | None) -> None:
+        """Drains the process's output to the end whatever fails to take it: a pipe nobody
+        drains would stop the process. A log that cannot be written (a full disk) is said once
+        and closed; the output goes on to our stdout."""
         for line in self.process.stdout:
-            with self._lock:
+            with self._lock, contextlib.suppress(OSError, ValueError):  # Our stdout closed.
                 sys.stdout.write(f"[{self.name}] {line}")
                 sys.stdout.flush()
             if log_file:
-                log_file.write(line)
-                log_file.flush()
+                try:
+                    log_file.write(line)
+                    log_file.flush()
+                except OSError as error:
+                    self._log_lost(error)
+                    _close_quietly(log_file)
+                    log_file = None
         if log_file:
-            log_file.close()
+            _close_quietly(log_file)
+
+    def _log_lost(self, error: OSError) -> None:
+        with self._lock, contextlib.suppress(OSError, ValueError):
+            print(f"{self._announcer}: warning: {self.name}'s log {self._log_path} cannot be "
+                  f"written ({error.strerror}); its output goes on to stdout only (free space "
+                  "there, or pass another --log_dir)", file=sys.stderr, flush=True)
 
     def poll(self) -> int | None:
         return self.process.poll() if self.process else None
 
+    def send_signal(self, signum: int) -> None:
+        """Sends `signum` to the process group and to every process in the cgroup, if any."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signum)
+        if self._cgroup:
+            signal_cgroup(self._cgroup, signum)
+
+    def wait_ended(self, deadline: float) -> None:
+        """Waits for the killed process, its cgroup's processes and the rest of its output; for
+        the latter two until `deadline` (time.monotonic()) at most."""
+        self.process.wait(timeout=STOP_GRACE_S)
+        while self._cgroup and _cgroup_pids(self._cgroup) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        self._pump.join(timeout=max(0.0, deadline - time.monotonic()))
+
     def stop(self) -> None:
-        """SIGTERM to the process group, SIGKILL after a grace period; waits for it."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            signal_group(self.process, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                signal_group(self.process, signal.SIGKILL)
-                self.process.wait(timeout=STOP_GRACE_S)
-        self._pump.join(timeout=STOP_GRACE_S)
+        """`stop_all([self])`."""
+        stop_all([self])
 
 
-def signal_group(process: subprocess.Popen, signum: int) -> None:
+def stop_all(members: Sequence[Process]) -> None:
+    """Stops every started process and what it started: SIGTERM to all at once, SIGKILL to all
+    once each has ended or STOP_GRACE_S has passed; waits (bounded) for them and their output."""
+    started = [member for member in members if member.process]
+    for member in started:
+        member.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for member in started:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            member.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+    for member in started:
+        member.send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for member in started:
+        member.wait_ended(deadline)
+
+
+def _in_child(supervisor_pid: int, cgroup: str | None) -> None:
+    """Runs in a new process before its program: joins `cgroup` (where refused, its process
+    group alone covers it), and asks for SIGKILL when the supervisor's thread ends (or dies at
+    once if the supervisor is already gone)."""
+    if cgroup:
+        with contextlib.suppress(OSError):
+            _write(os.path.join(cgroup, "cgroup.procs"), "0")
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != supervisor_pid:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _close_quietly(file: TextIO) -> None:
+    with contextlib.suppress(OSError):  # Its last buffered bytes on a full disk.
+        file.close()
+
+
+def _write(path: str, text: str) -> None:
+    descriptor = os.open(path, os.O_WRONLY)
     try:
-        os.killpg(process.pid, signum)
-    except ProcessLookupError:
-        pass
+        os.write(descriptor, text.encode())
+    finally:
+        os.close(descriptor)
 
 
-def stop_all(processes: Sequence[Process]) -> None:
-    """Stops every running process, signalling them all before waiting for any."""
-    for member in processes:
-        if member.process and member.process.poll() is None:
-            signal_group(member.process, signal.SIGTERM)
-    for member in processes:
-        member.stop()
+def _cgroup_pids(path: str) -> list[int]:
+    """Every process in cgroup `path` and the cgroups below it."""
+    pids = []
+    for directory, _, _ in os.walk(path):
+        with contextlib.suppress(OSError), open(os.path.join(directory, "cgroup.procs"),
+                                                encoding="ascii") as procs:
+            pids += [int(pid) for pid in procs.read().split()]
+    return pids
+
+
+def signal_cgroup(path: str, signum: int) -> None:
+    """Sends `signum` to every process in cgroup `path` and below; SIGKILL through cgroup.kill
+    (Linux 5.14+) where there is one, which no fork escapes."""
+    if signum == signal.SIGKILL:
+        with contextlib.suppress(OSError):
+            _write(os.path.join(path, "cgroup.kill"), "1")
+            return
+    for pid in _cgroup_pids(path):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _remove_cgroups(root: str) -> bool:
+    """Kills every process in cgroup `root` and below, then removes those cgroups; whether they
+    are gone within _TEARDOWN_S."""
+    deadline = time.monotonic() + _TEARDOWN_S
+    while os.path.isdir(root) and time.monotonic() < deadline:
+        signal_cgroup(root, signal.SIGKILL)
+        for directory, _, _ in os.walk(root, topdown=False):
+            with contextlib.suppress(OSError):  # EBUSY until its processes are gone.
+                os.rmdir(directory)
+        time.sleep(0.02)
+    return not os.path.isdir(root)
+
+
+def guard(root: str) -> None:
+    """The guardian of `Cgroups` at `root`: once stdin closes (its supervisor closed it, or
+    died), removes them and what runs in them."""
+    sys.stdin.read()
+    _remove_cgroups(root)
+
+
+class Cgroups:
+    """A cgroup v2 of ours, made below this process's own, with a child per supervised process.
+
+    `close` kills whatever still runs in them and removes them; should this process die first
+    (SIGKILL included), a guardian process that waits for it does that. Only the cgroups made
+    here are touched.
+
+    Attributes:
+      root: the cgroup's directory.
+    """
+
+    def __init__(self, root: str, guardian: subprocess.Popen, *, announcer: str):
+        self.root, self._guardian, self._announcer = root, guardian, announcer
+
+    def child(self, name: str) -> str:
+        """The directory of the child cgroup `name` (made if missing)."""
+        path = os.path.join(self.root, name.replace(":", "-"))
+        os.makedirs(path, exist_ok=True)
+        return path
+
+    def close(self) -> None:
+        """Kills what runs in the cgroups, removes them and lets the guardian go."""
+        removed = _remove_cgroups(self.root)
+        try:
+            self._guardian.communicate(timeout=_TEARDOWN_S)
+        except subprocess.TimeoutExpired:
+            self._guardian.kill()
+            self._guardian.communicate(timeout=_TEARDOWN_S)
+        if not removed:
+            print(f"{self._announcer}: warning: cgroup {self.root} still holds processes "
+                  f"{_TEARDOWN_S:g} s after they were killed; it is left in place",
+                  file=sys.stderr, flush=True)
+
+
+def _own_cgroup() -> str | None:
+    """This process's cgroup v2 directory; None without a cgroup v2 mount."""
+    with open(_MOUNTS, encoding="utf-8") as mounts:
+        mount_points = [line.split()[1] for line in mounts if line.split()[2:3] == ["cgroup2"]]
+    with open(_OWN_CGROUP, encoding="utf-8") as cgroups:
+        paths = [line.strip()[3:] for line in cgroups if line.startswith("0::")]
+    if not (mount_points and paths):
+        return None
+    return os.path.join(mount_points[0], paths[0].lstrip("/"))
+
+
+@contextlib.contextmanager
+def own_cgroups(*, announcer: str) -> Iterator[Cgroups | None]:
+    """`Cgroups` below this process's cgroup, removed at the end; None where this process may not
+    make cgroups and move processes into them (no cgroup v2 mount, not writable). `announcer`
+    names us in a warning (e.g. "tfdist launch")."""
+    try:
+        parent = _own_cgroup()
+    except OSError:  # Not Linux.
+        parent = None
+    if not (parent and os.access(os.path.join(parent, "cgroup.procs"), os.W_OK)):
+        yield None
+        return
+    try:
+        root = tempfile.mkdtemp(prefix=f"tfdist-{os.getpid()}-", dir=parent)
+    except OSError:
+        yield None
+        return
+    try:
+        guardian = subprocess.Popen(  # pylint: disable=consider-using-with
+            [*PYTHON, "-c", _GUARDIAN, root], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, start_new_session=True)
+    except BaseException:
+        os.rmdir(root)
+        raise
+    cgroups = Cgroups(root, guardian, announcer=announcer)
+    try:
+        yield cgroups
+    finally:
+        cgroups.close()
 
 
 class Stopped(Exception):

@@ -14,7 +14,9 @@ NUM_WORKERS = flags.DEFINE_integer(
 EVALUATOR = flags.DEFINE_bool("evaluator", False,
                               "launch: start an evaluator task; manifest: add one.")
 MAX_RESTARTS = flags.DEFINE_integer(
-    "max_restarts", 0, "launch: restart a failed task (every task without ps) up to K times; "
+    "max_restarts", 0, "launch: restart up to K times after a task fails, backing off "
+                       "(--restart_backoff_s): every task, or in a job with ps tasks only a "
+                       "failed task that is not a ps; "
                        "manifest: restart the whole JobSet up to K times after a pod fails "
                        "(failurePolicy.maxRestarts).", lower_bound=0, upper_bound=MAX_COUNT)
 TIMEOUT_S = flags_lib.define_duration(

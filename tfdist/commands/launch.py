@@ -16,10 +16,16 @@ _NETWORK = flags_lib.define_enum(
     "authentication). isolated: one network namespace with loopback only, so nothing else "
     "connects and the tasks reach no network; host: this machine's network, the tasks' ports "
     "open on every interface; auto: isolated where the machine allows it and the command passes "
-    "no URL or --download, else host with a one-line warning.")
+    "no URL (but file://) or --download, else host; sharing this machine's network is said in "
+    "a one-line warning.")
+_RESTART_BACKOFF_S = flags_lib.define_float(
+    "restart_backoff_s", 1.0,
+    "launch: wait this many seconds before the first restart (--max_restarts), twice as long "
+    f"before each next one, at most {launcher.MAX_RESTART_BACKOFF_S:g} s; 0 restarts at once.")
 flags_lib.register("launch", flags_lib.group(
     cli_flags.NUM_WORKERS, train_flags.NUM_PS, train_flags.CHIEF, cli_flags.EVALUATOR, cli_flags.LOG_DIR,
-    cli_flags.MAX_RESTARTS, cli_flags.TIMEOUT_S, _NETWORK, train_flags.KERAS))
+    cli_flags.MAX_RESTARTS, _RESTART_BACKOFF_S, cli_flags.TIMEOUT_S, _NETWORK,
+    train_flags.KERAS))
 
 
 def main(command: list[str], *, tfdist_commands) -> int:
@@ -33,7 +39,8 @@ def main(command: list[str], *, tfdist_commands) -> int:
         command=tuple(command), num_workers=cli_flags.NUM_WORKERS.value,
         num_ps=train_flags.NUM_PS.value, chief=train_flags.CHIEF.value,
         evaluator=cli_flags.EVALUATOR.value, log_dir=cli_flags.LOG_DIR.value,
-        max_restarts=cli_flags.MAX_RESTARTS.value, timeout_s=cli_flags.TIMEOUT_S.value,
+        max_restarts=cli_flags.MAX_RESTARTS.value,
+        restart_backoff_s=_RESTART_BACKOFF_S.value, timeout_s=cli_flags.TIMEOUT_S.value,
         network=_NETWORK.value,
         env=tuple(keras_env.environment(train_flags.keras()).items()))
     paths.check_output_dir("log_dir", config.log_dir)

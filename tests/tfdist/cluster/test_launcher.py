@@ -6,6 +6,7 @@ seconds; the cluster tests run `tfdist train` under multi-worker mirrored and pa
 """
 
 import contextlib
+import glob
 import io
 import json
 import os
@@ -31,6 +32,8 @@ from tfdist.cluster import PYTHON
 from tfdist.commands import cli
 from tfdist.cluster import launcher as launch
 from tfdist.cluster import network
+from tfdist.cluster import processes
+from tests.tfdist.cluster import test_processes
 
 # Prints its task from TF_CONFIG; fails on the first run of worker 1 (a marker file records it).
 _FLAKY_TASK = textwrap.dedent("""
@@ -84,10 +87,11 @@ class SupervisionTest(_Scratch, unittest.TestCase):
             self.assertIn(f"[worker:{index}] task worker {index} keras 0", result.stdout)
 
     def test_failed_worker_restarts_the_group(self):
-        result = run_tfdist("launch", "--num_workers=2", "--max_restarts=1", "--",
-                            sys.executable, self.script(_FLAKY_TASK), self.dir)
+        result = run_tfdist("launch", "--num_workers=2", "--max_restarts=1",
+                            "--restart_backoff_s=0.1", "--", sys.executable,
+                            self.script(_FLAKY_TASK), self.dir)
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("worker:1 exited with status 3; restarting every task (1/1)",
+        self.assertIn("worker:1 exited with status 3; restarting every task (1/1) in 0.1 s\n",
                       result.stderr)
         self.assertEqual(result.stdout.count("[worker:0] task worker 0"), 2)
         self.assertRegex(result.stdout, r"job done: 2 task\(s\) exited 0, after 1 restart\(s\) "
@@ -103,6 +107,87 @@ class SupervisionTest(_Scratch, unittest.TestCase):
                       result.stderr)
         self.assertLess(time.monotonic() - start, 60)
 
+    def test_restarts_back_off_doubling(self):
+        start = time.monotonic()
+        result = run_tfdist("launch", "--max_restarts=3", "--restart_backoff_s=0.4", "--",
+                            sys.executable, "-c", "raise SystemExit(3)")
+        self.assertEqual(result.returncode, 3, result.stderr)
+        self.assertEqual([line for line in result.stderr.splitlines() if "restarting" in line], [
+            f"tfdist launch: worker:0 exited with status 3; restarting every task ({count}/3) "
+            f"in {delay} s" for count, delay in ((1, 0.4), (2, 0.8), (3, 1.6))])
+        self.assertGreater(time.monotonic() - start, 2.8)
+
+    def test_a_lost_ps_task_restarts_every_task(self):
+        # ps:0 fails on its first run; the chief fails 10 s into its first run (a job that lost
+        # its variables), and exits 0 on the next.
+        script = self.script(textwrap.dedent("""
+            import json, os, sys, time
+            task = json.loads(os.environ["TF_CONFIG"])["task"]["type"]
+            marker = os.path.join(sys.argv[1], f"{task}-ran")
+            first_run = not os.path.exists(marker)
+            open(marker, "w").close()
+            if task == "ps" and first_run:
+                sys.exit(3)
+            if task == "chief":
+                time.sleep(10 if first_run else 0)
+                sys.exit(1 if first_run else 0)
+            time.sleep(120)
+        """))
+        result = run_tfdist("launch", "--num_ps=1", "--chief", "--max_restarts=1",
+                            "--restart_backoff_s=0.1", "--", sys.executable, script, self.dir)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn("tfdist launch: ps:0 exited with status 3; restarting every task (1/1) in "
+                      "0.1 s: a ps task loses its variables with it\n", result.stderr)
+        self.assertEqual(result.stdout.count("started chief:0"), 2)
+
+    def test_the_final_line_names_the_first_failure(self):
+        # worker:1 fails first; after the restart, worker:0.
+        script = self.script(textwrap.dedent("""
+            import json, os, sys, time
+            index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+            marker = os.path.join(sys.argv[1], "failed-once")
+            if index == 1 and not os.path.exists(marker):
+                open(marker, "w").close()
+                sys.exit(3)
+            if index == 0 and os.path.exists(marker):
+                time.sleep(0.5)
+                sys.exit(5)
+            time.sleep(120)
+        """))
+        result = run_tfdist("launch", "--num_workers=2", "--max_restarts=1",
+                            "--restart_backoff_s=0.1", "--", sys.executable, script, self.dir)
+        self.assertEqual(result.returncode, 5, result.stderr)
+        self.assertEqual(result.stderr.splitlines()[-1],
+                         "tfdist launch: worker:1 exited with status 3 first; after 1 "
+                         "restart(s), worker:0 exited with status 5; stopped every task")
+
+    def test_tasks_and_what_they_started_die_with_a_killed_launcher(self):
+        launcher = subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--", sys.executable,
+             "-c", test_processes.PARENT], stdout=subprocess.PIPE, text=True)
+        pids = []
+        try:
+            for line in launcher.stdout:  # The tasks print within seconds, or sleep 120 s.
+                if "] pids " in line:
+                    pids.append([int(pid) for pid in line.split()[2:]])
+                if len(pids) == 2:
+                    break
+            launcher.kill()
+            tasks_gone_s = test_processes.seconds_until_gone([task for task, *_ in pids], 10)
+            started_gone_s = test_processes.seconds_until_gone(sum(pids, []), 30)
+        finally:
+            launcher.kill()
+            launcher.communicate(timeout=60)
+            for pid in sum(pids, []):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        self.assertEqual(len(pids), 2)
+        self.assertLess(tasks_gone_s, 1.0)  # Measured: 0.05 s.
+        parent = _cgroups_parent()
+        if parent:  # Else what a task started outlives a SIGKILLed launcher.
+            self.assertLess(started_gone_s, 10.0)  # Measured: 0.3 s (the guardian's start).
+            self.assertEqual(glob.glob(os.path.join(parent, f"tfdist-{launcher.pid}-*")), [])
+
     def test_timeout_stops_everything(self):
         script = self.script("import time\ntime.sleep(600)\n")
         start = time.monotonic()
@@ -111,6 +196,12 @@ class SupervisionTest(_Scratch, unittest.TestCase):
         self.assertEqual(result.returncode, 124, result.stderr)
         self.assertIn("timed out after 2 s; stopped every task", result.stderr)
         self.assertLess(time.monotonic() - start, 60)
+
+
+def _cgroups_parent() -> str | None:
+    """Where `tfdist launch` makes its cgroups on this machine; None where it makes none."""
+    with processes.own_cgroups(announcer="test") as cgroups:
+        return os.path.dirname(cgroups.root) if cgroups else None
 
 
 class StragglerNoticeTest(unittest.TestCase):
@@ -137,6 +228,10 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
          "command 'no-such-program-xyz' is not an executable file or on PATH"),
         ("ps_without_chief", ["--num_ps=1", "--", "python"], "num_ps=1: 1 ps task(s) but no chief"),
         ("negative_restarts", ["--max_restarts=-1", "--", "python"], "--max_restarts=-1"),
+        ("negative_backoff", ["--restart_backoff_s=-1", "--", "python"],
+         "restart_backoff_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
+         "--restart_backoff_s=1, or 0 to restart at once."),
+        ("nan_backoff", ["--restart_backoff_s=nan", "--", "python"], "restart_backoff_s"),
         # The flag or LaunchConfig (library users) rejects these; either names the value.
         ("nan_timeout", ["--timeout_s=nan", "--", "python"], "timeout_s=nan"),
         ("infinite_timeout", ["--timeout_s=inf", "--", "python"], "timeout_s=inf"),
@@ -215,6 +310,13 @@ class CommandTest(parameterized.TestCase):
         (("train", "--download=true"), "--download=true"),
         (("train", "--model_dir=gs://bucket/run"), "--model_dir=gs://bucket/run"),
         (("train", "--model_dir=/tmp/run"), None),
+        (("train", "--model_dir=file:///tmp/run"), None),
+        (("train", "--model_dir=FILE:///tmp/run"), None),
+        (("train", "--model_dir=ram://run"), None),
+        (("train", "--model_dir=s3://bucket/run"), "--model_dir=s3://bucket/run"),
+        (("train", "--data_dir=hdfs://namenode/data"), "--data_dir=hdfs://namenode/data"),
+        (("train", "--data_dir=https://host/data"), "--data_dir=https://host/data"),
+        (("train", "--model_dir=file:///a", "--x=file:///b,gs://c"), "--x=file:///b,gs://c"),
         (("train", "--download=False"), None),
         (("train", "--nodownload"), None),
         (("train", "--epochs=1"), None),
@@ -222,6 +324,13 @@ class CommandTest(parameterized.TestCase):
     def test_flags_that_need_this_machines_network(self, command, expected):
         # pylint: disable-next=protected-access
         self.assertEqual(launch._network_flag(command), expected)
+
+    def test_restart_back_off_doubles_up_to_its_cap(self):
+        config = launch.LaunchConfig(command=("python",))
+        self.assertEqual([launch.restart_delay(config, restarts) for restarts in (1, 2, 5, 6, 500)],
+                         [1.0, 2.0, 16.0, 30.0, 30.0])
+        self.assertEqual(launch.restart_delay(
+            launch.LaunchConfig(command=("python",), restart_backoff_s=0), 3), 0.0)
 
     def test_other_programs_are_looked_up_on_path(self):
         self.assertEqual(launch.resolve_command(("python", "x.py"), cli.COMMANDS),
@@ -327,13 +436,10 @@ class NetworkTest(_Scratch, parameterized.TestCase):
                    f"not on PATH): TensorFlow binds every interface (0.0.0.0 and [::]), so "
                    f"port(s) {ports[0]}, {ports[1]} accept unauthenticated connections through ")
         interfaces = network.exposed_interfaces()
-        if interfaces:
-            self.assertEqual(stderr.splitlines(), [
-                f"tfdist launch: warning: {exposed}{', '.join(interfaces)}; run as root or allow "
-                "unprivileged user namespaces, or firewall these ports; --network=host accepts "
-                "this without a warning."])
-        else:
-            self.assertIn(exposed + "loopback only", stdout)
+        where = ", ".join(interfaces) if interfaces else "loopback only (no other interface is up)"
+        self.assertEqual(stderr.splitlines(), [
+            f"tfdist launch: warning: {exposed}{where}; run as root or allow unprivileged user "
+            "namespaces, or firewall these ports."])
 
     @pytest.mark.multiprocess
     def test_host_network_says_what_is_exposed(self):
@@ -341,10 +447,11 @@ class NetworkTest(_Scratch, parameterized.TestCase):
             [sys.executable, "-c", _LAUNCH_DRIVER, json.dumps({"num_workers": 2,
                                                                "network": "host"})])
         self.assertLessEqual(set(ports), listening)
-        self.assertIn(f"tfdist launch: network=host: TensorFlow binds every interface (0.0.0.0 "
-                      f"and [::]), so port(s) {ports[0]}, {ports[1]} accept unauthenticated "
-                      "connections through ", stdout)
-        self.assertEqual(stderr, "")
+        self.assertRegex(stderr, "^tfdist launch: warning: network=host: TensorFlow binds every "
+                                 r"interface \(0\.0\.0\.0 and \[::\]\), so port\(s\) "
+                                 f"{ports[0]}, {ports[1]} accept unauthenticated connections "
+                                 r"through [^\n]+\.\n$")
+        self.assertNotIn("network=host", stdout)
 
     def test_a_command_that_needs_the_network_is_not_isolated(self):
         config = launch.LaunchConfig(command=("train", "--tf_data_service=grpc://h:1"),
@@ -355,9 +462,19 @@ class NetworkTest(_Scratch, parameterized.TestCase):
             self.assertIsNone(launch._open_network(  # pylint: disable=protected-access
                 config, strategies.make_cluster(num_workers=1, ports=[2222]), tfdist=True))
         open_namespace.assert_not_called()
-        if network.exposed_interfaces():
-            self.assertIn("warning: the command passes --tf_data_service=grpc://h:1, which needs "
-                          "this machine's network: ", stderr.getvalue())
+        self.assertRegex(stderr.getvalue(), "^tfdist launch: warning: the command passes "
+                                            "--tf_data_service=grpc://h:1, which needs this "
+                                            "machine's network: [^\n]+\n$")
+
+    def test_a_local_file_url_is_isolated(self):
+        config = launch.LaunchConfig(command=("train", "--model_dir=file:///tmp/run"))
+        with mock.patch.object(network, "open_namespace") as open_namespace, \
+                contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()) as stderr:
+            self.assertIs(launch._open_network(  # pylint: disable=protected-access
+                config, strategies.make_cluster(num_workers=1, ports=[2222]), tfdist=True),
+                open_namespace.return_value)
+        self.assertEqual(stderr.getvalue(), "")
 
 
 @pytest.mark.multiprocess
