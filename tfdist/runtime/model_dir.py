@@ -98,15 +98,10 @@ class ModelDir:
           ConfigError: another live run holds it, or a model dir around or inside it; the lock
             file is a symlink or not a regular file; or it cannot be written.
         """
+        if role == TRAINER:  # Before anything is made: a refused run leaves nothing.
+            _refuse_nested(self.root)
         os.makedirs(self.root, exist_ok=True)
-        lock = Lock.take(self._lock_file(role), self.root)
-        if role == TRAINER:
-            try:
-                _refuse_nested(self.root)
-            except ConfigError:
-                lock.release()
-                raise
-        return lock
+        return Lock.take(self._lock_file(role), self.root)
 
     def _lock_file(self, role: str) -> str:
         return self.lock if role == TRAINER else os.path.join(self.root, f".tfdist-{role}.lock")

@@ -36,6 +36,7 @@ class OwnedModelDirTest(unittest.TestCase):
                                                      rf"'{self.dir}', the model dir of another "
                                                      rf"run \(pid {os.getpid()} "):
                 ModelDir(inner).hold()
+        self.assertEqual(os.listdir(self.dir), [".tfdist.lock"])  # The refused one made nothing.
         with ModelDir(inner).owned():
             with self.assertRaisesRegex(ConfigError, rf"^model_dir='{self.dir}' holds "
                                                      rf"'{inner}', the model dir of another"):
