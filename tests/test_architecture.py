@@ -297,6 +297,11 @@ class WhatLoadsTest(unittest.TestCase):
                            "if name in sys.modules))")
         self.assertEqual(loaded, "[]")
 
+    def test_dir_lists_the_whole_api_without_loading_tensorflow(self):
+        missing = self._run("import sys, tfdist; print(sorted(set(tfdist.__all__) - "
+                            "set(dir(tfdist))), 'tensorflow' in sys.modules)")
+        self.assertEqual(missing, "[] False")
+
     def test_the_cli_starts_without_tensorflow(self):
         self.assertEqual(self._run("import sys, tfdist.commands.cli; "
                                    "print('tensorflow' in sys.modules)"), "False")

@@ -60,3 +60,8 @@ def __getattr__(name: str):
     from tfdist.commands.app import import_tensorflow
     import_tensorflow()  # Quietly, unless --tf_logs.
     return getattr(importlib.import_module(_LAZY[name]), name)
+
+
+def __dir__() -> list[str]:
+    """The module's names with the lazy ones, so `dir(tfdist)` and tab completion list the API."""
+    return sorted({*globals(), *__all__})
