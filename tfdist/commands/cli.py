@@ -118,7 +118,8 @@ def main(argv: list[str]) -> int:
         return 0
     try:
         arguments = flags_lib.parse(command, [argv[0]] + flag_args,
-                                    arguments=command in _TAKES_ARGUMENTS)
+                                    arguments=command in _TAKES_ARGUMENTS,
+                                    takes_a_command=command in _TAKES_A_COMMAND)
     except flags.Error as error:
         return _fail(command, f"{error}; see `tfdist {command} --help`.")
     except flags_lib.UsageError as error:

@@ -165,9 +165,11 @@ def parsing_for() -> str:
     return _PARSING["command"]
 
 
-def parse(command: str, argv: list[str], *, arguments: bool = False) -> list[str]:
+def parse(command: str, argv: list[str], *, arguments: bool = False,
+          takes_a_command: bool = False) -> list[str]:
     """Parses `argv` (program name first) into FLAGS for `command`; returns the positional
-    arguments, which only a command that takes `arguments` may have.
+    arguments, which only a command that takes `arguments` may have (one that
+    `takes_a_command` takes it after `--`, and says so).
 
     Raises:
       flags.Error: a malformed or out-of-range value, an unknown flag, a rule between flags.
@@ -182,6 +184,10 @@ def parse(command: str, argv: list[str], *, arguments: bool = False) -> list[str
     finally:
         _PARSING["command"] = "train"
     if len(remaining) > 1 and not arguments:
+        if takes_a_command:
+            raise UsageError(f"unexpected argument {remaining[1]!r}; put the command to run "
+                             f"after `--`: tfdist {command} [--flag=value ...] -- "
+                             f"{' '.join(remaining[1:3])} ...")
         raise UsageError(f"unexpected argument {remaining[1]!r}; flags are written --name=value.")
     every = {name: holder for holders in COMMAND_FLAGS.values()
              for name, holder in holders.items()}

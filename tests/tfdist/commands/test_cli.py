@@ -33,6 +33,20 @@ class InterruptTest(unittest.TestCase):
         self.assertEqual(stderr.getvalue(), "tfdist doctor: interrupted.\n")
 
 
+class CommandAfterDashesTest(unittest.TestCase):
+
+    def test_a_command_without_dashes_is_told_where_it_goes(self):
+        for command in ("launch", "manifest"):
+            stderr = io.StringIO()
+            with contextlib.redirect_stderr(stderr):
+                status = cli.main(["tfdist", command, "--num_workers=2", "python", "x.py"])
+            self.assertEqual(status, 2)
+            self.assertEqual(stderr.getvalue(), f"tfdist {command}: error: unexpected argument "
+                                                f"'python'; put the command to run after `--`: "
+                                                f"tfdist {command} [--flag=value ...] -- python "
+                                                "x.py ...\n")
+
+
 @pytest.mark.multiprocess
 class HelpTest(unittest.TestCase):
 
