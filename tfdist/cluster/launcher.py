@@ -116,10 +116,14 @@ class LaunchConfig:
         return int(self.chief) + self.num_workers + self.num_ps + int(self.evaluator)
 
 
+PYTHON_NAMES = ("python", "python3")
+
+
 def resolve_command(command: tuple[str, ...],
                     tfdist_commands: Collection[str] = (_TRAIN,)) -> list[str]:
     """The argv every task runs: a tfdist command (`train ...`, `data check ...`) as
-    `python -m tfdist ...`, else `command`.
+    `python -m tfdist ...`; `python` or `python3` as the interpreter tfdist runs under (PATH's
+    may be another, without this environment's packages: an unactivated venv); else `command`.
 
     Args:
       command: the words after `--`.
@@ -131,6 +135,8 @@ def resolve_command(command: tuple[str, ...],
     if _is_tfdist(command, tfdist_commands):
         return [*PYTHON, "-m", "tfdist", *command]
     program = command[0]
+    if program in PYTHON_NAMES:
+        return [sys.executable, *command[1:]]
     found = shutil.which(program)
     if found is None:
         raise LaunchError(f"command {program!r} is not an executable file or on PATH; give a "
@@ -336,6 +342,9 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
         if namespace:
             cleanup.callback(namespace.close)
         cgroups = cleanup.enter_context(processes.own_cgroups(announcer=_ANNOUNCER))
+        if config.command[0] in PYTHON_NAMES:  # Once every check has passed.
+            print(f"{_ANNOUNCER}: `{config.command[0]}` runs as {sys.executable}, the "
+                  "interpreter tfdist runs under", flush=True)
         return _run(config, _tasks(config, cluster,
                                    [*namespace.enter, *argv] if namespace else argv, cgroups))
 

@@ -332,9 +332,12 @@ class CommandTest(parameterized.TestCase):
         self.assertEqual(launch.restart_delay(
             launch.LaunchConfig(command=("python",), restart_backoff_s=0), 3), 0.0)
 
-    def test_other_programs_are_looked_up_on_path(self):
-        self.assertEqual(launch.resolve_command(("python", "x.py"), cli.COMMANDS),
-                         [shutil.which("python"), "x.py"])
+    def test_other_programs_are_looked_up_on_path_and_python_is_ours(self):
+        self.assertEqual(launch.resolve_command(("env", "x"), cli.COMMANDS),
+                         [shutil.which("env"), "x"])
+        for python in ("python", "python3"):
+            self.assertEqual(launch.resolve_command((python, "x.py"), cli.COMMANDS),
+                             [sys.executable, "x.py"])
 
 
 # Listens as TensorFlow's servers do (every interface, IPv6 and IPv4) on its TF_CONFIG port, says
