@@ -8,8 +8,8 @@ from tfdist.runtime import tf_import
 
 
 def main() -> int:
-    """Checks the flags' paths and plug-ins before TensorFlow starts, trains this task's part of
-    the run and prints the summary line; returns 0.
+    """Checks the flags' paths and plug-ins before TensorFlow starts and trains this task's part
+    of the run (`fit` prints the summary line); returns 0.
 
     Raises:
       ConfigError (and the packages' config errors): bad input, in one line; ResultNotSaved
@@ -20,12 +20,6 @@ def main() -> int:
     plugins.check_findable(dataset=config.input.dataset, model=config.train.model)
     tf_import.import_tensorflow(config.show_tf_logs, config.train.keras)
     # pylint: disable-next=import-outside-toplevel
-    from tfdist.training import fit, from_config, summary
-    try:
-        result = from_config.train(config)
-    except fit.ResultNotSaved as error:
-        print(summary.format_line(error.summary), flush=True)
-        raise
-    if result["role"] == "train":
-        print(summary.format_line(result))
+    from tfdist.training import from_config
+    from_config.train(config)  # Its training tasks print the summary line.
     return 0

@@ -27,6 +27,7 @@ from tfdist.runtime.setup import require_plan
 from tfdist.training import data
 from tfdist.training import guards
 from tfdist.training import ps_task
+from tfdist.training import summary as run_summary
 from tfdist.training.callbacks import refuse_finished_backup
 from tfdist.training.data import DEFAULT
 from tfdist.training.data import Data
@@ -80,8 +81,9 @@ def fit(plan: Plan, model, train_data: Data | None = None,
         batches' (one per `steps_per_execution` call) beginnings and ends.
 
     Returns:
-      The run summary `tfdist train` prints and writes to `--metrics_json` (the chief writes
-      it); on serving and evaluating tasks, {"task", "role"} (and the evaluator's results).
+      The run summary, whose line it prints on stdout (as `tfdist train` shows it) and which
+      it writes to `--metrics_json` (the chief writes it); on serving and evaluating tasks,
+      {"task", "role"} (and the evaluator's results).
 
     Example:
       >>> plan = tfdist.setup(tfdist.config_from_flags(), train_examples=60_000)
@@ -112,6 +114,7 @@ def fit(plan: Plan, model, train_data: Data | None = None,
             plan, model, train_data, validation_data, validation_steps, loss=loss,
             metrics=metrics, callbacks=callbacks)
         summary = _summary(plan, keras_model, train_data, trained)
+        print(run_summary.format_line(summary), flush=True)
         _write_summary(plan, summary)
     return summary
 

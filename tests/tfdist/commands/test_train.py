@@ -1,13 +1,9 @@
-"""`tfdist train`: the summary line printed before the one-line error when the summary cannot be
-saved; and end to end, as a user runs it: 2 replicas over 2 logical CPUs, metrics JSON."""
+"""`tfdist train` end to end, as a user runs it: 2 replicas over 2 logical CPUs, metrics JSON.
+(The summary line before the one-line error when the summary cannot be saved: test_fit.)"""
 
-import contextlib
-import io
 import json
 import os
 import re
-import unittest
-from unittest import mock
 
 import pytest
 from absl.testing import parameterized
@@ -18,32 +14,6 @@ _MIN_VAL_ACCURACY = 0.8
 _EXPECTED_KEYS = {"strategy", "num_replicas", "num_workers", "global_batch_size",
                   "per_replica_batch_size", "mixed_precision", "epochs", "steps", "final",
                   "history", "examples_per_sec", "epoch_train_s", "wall_s"}
-
-
-class ResultNotSavedTest(unittest.TestCase):
-
-    def test_the_summary_line_is_printed_before_the_one_line_error(self):
-        # pylint: disable-next=import-outside-toplevel
-        from tfdist.commands import cli
-        from tfdist.training import from_config as train_command
-        from tfdist.training import fit as training
-        result = {"strategy": "one_device", "num_replicas": 1, "num_workers": 1, "epochs": 1,
-                  "steps_per_epoch": 2, "wall_s": 3.0, "final": {"loss": 0.5},
-                  "examples_per_sec": 9.0}
-        failure = training.ResultNotSaved("metrics_json='/x/m.json': could not write the summary "
-                                          "(No space left on device); ...", result)
-        stdout, stderr = io.StringIO(), io.StringIO()
-        with mock.patch.object(train_command, "train", side_effect=failure), \
-                mock.patch.dict(os.environ), contextlib.redirect_stdout(stdout), \
-                contextlib.redirect_stderr(stderr):
-            os.environ.pop("TF_CONFIG", None)
-            status = cli.main(["tfdist", "train"])
-        self.assertEqual(status, 2)
-        self.assertIn("tfdist: one_device on 1 replica(s), 1 epoch(s) of 2 steps in 3.0s: "
-                      "loss=0.5000", stdout.getvalue())
-        self.assertEqual(stderr.getvalue(), "tfdist train: error: --metrics_json='/x/m.json': "
-                                            "could not write the summary (No space left on "
-                                            "device); ...\n")
 
 
 @pytest.mark.multiprocess

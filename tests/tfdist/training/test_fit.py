@@ -2,8 +2,12 @@
 (strategy x precision), a user's own model and data (dataset function, `tfdist.Records`), and the
 API's entry points given what they cannot take. Its helpers (a tabular job) serve other tests."""
 
+import contextlib
+import io
 import math
 import os
+import stat
+import tempfile
 from unittest import mock
 
 import numpy as np
@@ -14,10 +18,13 @@ from absl import flags
 from absl.testing import parameterized
 
 import tfdist
+from tests import scratch_files
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import InputConfigError
 from tfdist.strategies import StrategyConfig
 from tfdist.training import from_config as train_command
+from tfdist.training import summary
+from tfdist.training.fit import ResultNotSaved
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import Precision
 from tfdist.runtime.config import RunConfig
@@ -118,12 +125,34 @@ class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
         plan = tfdist.setup(_config(global_batch_size=32, strategy=strategy, epochs=3,
                                     steps_per_epoch=None, validation_steps=None),
                             train_examples=512)
-        result = tfdist.fit(plan, tabular_model, tabular_dataset_fn(32),
-                            validation_data=tabular_dataset_fn(32, 128, training=False),
-                            loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        stdout = io.StringIO()
+        with contextlib.redirect_stdout(stdout):
+            result = tfdist.fit(plan, tabular_model, tabular_dataset_fn(32),
+                                validation_data=tabular_dataset_fn(32, 128, training=False),
+                                loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        self.assertEqual(stdout.getvalue().splitlines()[-1],  # As `tfdist train` shows it.
+                         summary.format_line(result))
         self.assertEqual(result["model"], "tabular")
         self.assertIn("tabular_dataset_fn", result["dataset"])
         self.assertGreater(result["final"]["val_accuracy"], 0.85)
+
+    def test_a_summary_that_cannot_be_written_is_printed_first(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            full = scratch_files.device(scratch, "full", scratch_files.FULL)
+            plan = tfdist.setup(_config(global_batch_size=32, epochs=1, steps_per_epoch=2,
+                                        validation_steps=None, metrics_json=full),
+                                train_examples=64)
+            stdout = io.StringIO()
+            with contextlib.redirect_stdout(stdout), \
+                    self.assertRaisesRegex(ResultNotSaved, rf"^metrics_json='{full}': could not "
+                                                           r"write it \(No space left on "
+                                                           r"device\); .* \(The summary line is "
+                                                           r"above\.\)$") as raised:
+                tfdist.fit(plan, tabular_model, tabular_dataset_fn(32),
+                           loss="sparse_categorical_crossentropy")
+            self.assertEqual(stdout.getvalue().splitlines()[-1],
+                             summary.format_line(raised.exception.summary))
+            self.assertTrue(stat.S_ISCHR(os.stat(full).st_mode))
 
     def test_records_with_a_dict_of_features(self):
         directory = self.get_temp_dir()
