@@ -112,7 +112,7 @@ class PlanTest(unittest.TestCase):
             ([f"--from_benchmark={benchmark}"], "has no 1-replica synthetic configuration"),
             ([f"--from_benchmark={old}"], "not a positive number"),
             ([f"--from_benchmark={odd}"], "the train flag '--image_size=big'"),
-            ([f"--from_benchmark={self.dir}"], "cannot be read (Is a directory)"),
+            ([f"--from_benchmark={self.dir}"], "it is a directory; give a file"),
             ([*WORKLOAD, "--overlap=1.5"], "--overlap"),
             ([*WORKLOAD, "--nodes=2,x"], "--nodes"),
         )
