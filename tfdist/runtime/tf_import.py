@@ -2,6 +2,7 @@
 logs hidden unless asked for. The rest of a process's set-up, in order, is `tfdist.setup`."""
 
 import contextlib
+import logging
 import os
 import resource
 import sys
@@ -49,23 +50,36 @@ def import_tensorflow(show_logs: bool, keras: int | None = None) -> None:
     `keras` (2 or 3) when given.
 
     Quiet hides TF's C++ logs, errors included (failures still surface as Python exceptions),
-    and its Python logger below ERROR.
+    and its Python logger below ERROR; where a program imported TensorFlow itself, only the
+    latter (its C++ start-up lines are out already).
 
     Raises:
       TensorFlowUnavailable: TensorFlow cannot load, or too little address space is left.
     """
     if keras is not None:
         keras_env.select(keras)
-    if "tensorflow" in sys.modules:
-        return
-    _check_address_space()
-    if show_logs:
-        _import()
-        return
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with _stderr_silenced():
-        tf = _import()
-    tf.get_logger().setLevel("ERROR")
+    if "tensorflow" not in sys.modules:
+        _check_address_space()
+        if not show_logs:
+            os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        with contextlib.nullcontext() if show_logs else _stderr_silenced():
+            _import()
+    if not show_logs:
+        logging.getLogger("tensorflow").setLevel(logging.ERROR)  # tf.get_logger()
+        absl_logger = logging.getLogger("absl")  # Where TF's modules also log, e.g. at saves.
+        if _not_tensorflow_info not in absl_logger.filters:
+            absl_logger.addFilter(_not_tensorflow_info)
+
+
+_LIBRARIES = tuple(f"{os.sep}{name}{os.sep}" for name in ("tensorflow", "tf_keras", "keras"))
+
+
+def _not_tensorflow_info(record: logging.LogRecord) -> bool:
+    """False for an INFO (or lower) record logged by TensorFlow's or Keras' own modules: a
+    program's own absl logging stays as it is."""
+    return record.levelno >= logging.WARNING or not any(part in record.pathname
+                                                         for part in _LIBRARIES)
+
 
 
 def _import():
