@@ -130,6 +130,12 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
                                self.backup_dir, error) from None
 
 
+def say_resuming(epoch: int, left: str) -> None:
+    """Says on stderr that training resumes at `epoch` (from 1) from what `left` left."""
+    print(f"tfdist: resuming at epoch {epoch} from {left} left in this --model_dir; pass another "
+          "--model_dir to start afresh", file=sys.stderr, flush=True)
+
+
 def refuse_finished_backup(backup_dir: str, epochs: int) -> None:
     """Refuses to resume the backup in `backup_dir` (either flavour's) when it has done
     `epochs` epochs or more: Keras would train nothing, then delete it as a finished run's.
@@ -190,9 +196,7 @@ class EpochHistory(tf_keras.callbacks.Callback):
             return
         self.resumed_from_epoch = epoch
         self._epochs = {index: logs for index, logs in self._earlier().items() if index < epoch}
-        print(f"tfdist: resuming at epoch {epoch + 1} from the backup an earlier run left in this "
-              "--model_dir; pass another --model_dir to start afresh", file=sys.stderr,
-              flush=True)
+        say_resuming(epoch + 1, "the backup an earlier run")
 
     def on_epoch_end(self, epoch, logs=None):
         self._epochs[epoch] = {name: float(value) for name, value in (logs or {}).items()}

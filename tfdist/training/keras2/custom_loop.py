@@ -24,6 +24,7 @@ from tfdist.runtime.setup import require_plan
 from tfdist.strategies import StrategyKind
 from tfdist.strategies.config import check_int
 from tfdist.training import guards as fit_guards
+from tfdist.training.callbacks import say_resuming
 from tfdist.training.callbacks import unrestorable
 from tfdist.training.data import dataset_fn
 from tfdist.training.keras2 import step
@@ -167,6 +168,7 @@ class CustomLoop:
             except (ValueError, tf.errors.OpError) as error:  # Another model's, or damaged.
                 raise unrestorable(model_dir.root, "the checkpoint a loop", manager.directory,
                                    error) from None
+            say_resuming(int(self._epoch.numpy()) + 1, "the checkpoint an earlier loop")
         return int(self._epoch.numpy())
 
     def save(self, epochs_done: int) -> None:

@@ -1,6 +1,9 @@
 """`tfdist.CustomLoop` (`tfdist.training.keras2.custom_loop`): a loop that learns and resumes from
 its checkpoint, and each way its input goes wrong."""
 
+import contextlib
+import io
+
 import tensorflow as tf
 import tf_keras
 
@@ -47,8 +50,13 @@ class CustomLoopTest(_PolicyReset):
         first, losses = run_epochs(2)
         self.assertEqual(first, 0)
         self.assertLess(losses[-1], losses[0])
-        first, losses = run_epochs(3)
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            first, losses = run_epochs(3)
         self.assertEqual((first, len(losses)), (2, 1))
+        self.assertEqual(stderr.getvalue(), "tfdist: resuming at epoch 3 from the checkpoint an "
+                                            "earlier loop left in this --model_dir; pass another "
+                                            "--model_dir to start afresh\n")
 
     def _loop_and_step(self, model_dir=None, model=tabular_model):
         plan = tfdist.setup(_config(global_batch_size=16, model_dir=model_dir), train_examples=64)
