@@ -80,22 +80,27 @@ def dataset_info(plan: Plan, data: InputConfig) -> input_pipelines.DatasetInfo:
 
 def validation_steps(plan: Plan, data: Data, steps: int | None = None) -> int:
     """`steps`, else `--validation_steps`, else one pass over the validation data (its last
-    partial batch too) when its size is known."""
+    partial batch too) when its size is known: a `Records`' own `num_examples`, else its
+    validation files counted through once."""
     steps = steps or plan.config.train.validation_steps
     if steps:
         return steps
     if isinstance(data, InputConfig):
         examples = dataset_info(plan, data).num_examples["validation"]
         return math.ceil(examples / plan.global_batch_size)
-    if isinstance(data, Records) and data.num_examples:
-        return math.ceil(data.num_examples / plan.global_batch_size)
+    if isinstance(data, Records):
+        examples = data.num_examples or int(tf.data.TFRecordDataset(data.paths("validation"))
+                                            .reduce(0, lambda count, _: count + 1))
+        if examples:
+            return math.ceil(examples / plan.global_batch_size)
     if callable(data) and not isinstance(data, Records):
         # One pipeline of one replica: its batches are global batches.
         batches = int(data(tf.distribute.InputContext()).cardinality())
         if batches > 0:
             return batches
     raise ConfigError("validation_steps: tfdist cannot tell where your validation data ends; "
-                      "pass fit(validation_steps=N) or --validation_steps=N.")
+                      "give fit a validation_steps argument or --validation_steps=N (or return "
+                      "a finite dataset, or a tfdist.Records).")
 
 
 def validation_data(plan: Plan, train_data: Data, data: Data | None | str):

@@ -22,6 +22,7 @@ from tests import scratch_files
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import InputConfigError
 from tfdist.strategies import StrategyConfig
+from tfdist.training import data
 from tfdist.training import from_config as train_command
 from tfdist.training import summary
 from tfdist.training.fit import ResultNotSaved
@@ -179,11 +180,14 @@ class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
         plan = tfdist.setup(_config(global_batch_size=32, strategy=_MIRRORED,
                                     steps_per_epoch=None, validation_steps=None),
                             train_examples=256)
-        result = tfdist.fit(plan, model, tfdist.Records(os.path.join(directory, "*.tfrecord"),
-                                                        parse),
+        records = tfdist.Records(os.path.join(directory, "*.tfrecord"), parse)
+        # Validation on the same records without num_examples: one pass, its size counted.
+        self.assertEqual(data.validation_steps(plan, records), 8)
+        result = tfdist.fit(plan, model, records, validation_data=records,
                             loss="sparse_categorical_crossentropy", metrics=["accuracy"])
         self.assertEqual(result["steps_per_epoch"], 8)
         self.assertTrue(math.isfinite(result["final"]["loss"]))
+        self.assertTrue(math.isfinite(result["final"]["val_loss"]))
 
     def _plan(self, **config):
         return tfdist.setup(_config(global_batch_size=16, **config), train_examples=64)
