@@ -45,6 +45,23 @@ class CoverageReport:
         """Every example read once, and there were examples to read."""
         return self.num_examples > 0 and self.num_duplicated == 0 and self.num_missing == 0
 
+    @property
+    def imbalance(self) -> float:
+        """The most examples a worker reads over the fewest (1.0: even)."""
+        fewest = min(self.examples_per_worker, default=0)
+        return max(self.examples_per_worker) / fewest if fewest else 1.0
+
+    def _uneven(self) -> list[str]:
+        """A warning line when the workers read unevenly: in synchronous training every worker
+        takes the same steps, so those with fewer examples repeat theirs more often."""
+        if self.num_workers < 2 or self.imbalance < UNEVEN_WARNING:
+            return []
+        return [f"warning: the workers read unevenly, {min(self.examples_per_worker)} to "
+                f"{max(self.examples_per_worker)} examples: in synchronous training they take "
+                f"the same steps, so the smaller shares go round {self.imbalance:.1f}x as often "
+                "per epoch; split the data into more files of even size (a multiple of the "
+                "worker count)"]
+
     def _verdict(self) -> str:
         if self.exactly_once:
             return "ok: every example read exactly once"
@@ -65,13 +82,16 @@ class CoverageReport:
                 f"worker {index}: {count}" for index, count in enumerate(self.examples_per_worker)),
             f"read {sum(self.examples_per_worker)}, unique {self.num_unique}, duplicated "
             f"{self.num_duplicated}, missing {self.num_missing}",
+            *self._uneven(),
             self._verdict(),
         ]
 
     def as_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "exactly_once": self.exactly_once}
+        return {**dataclasses.asdict(self), "exactly_once": self.exactly_once,
+                "imbalance": self.imbalance}
 
 
+UNEVEN_WARNING = 1.1  # Most over fewest examples per worker past which `lines` warns.
 _UINT8 = Placement(PreprocessOn.DEVICE)  # Coverage needs no preprocessing.
 
 

@@ -112,6 +112,21 @@ class CoverageTest(_SmallShapes, parameterized.TestCase):
         self.assertFalse(report.exactly_once)
         self.assertEqual(report.lines()[-1], "FAIL: split train has no examples to read")
 
+    def test_uneven_shares_are_a_warning_not_a_failure(self):
+        report = coverage.CoverageReport(
+            dataset="mine", split="train", autoshard="file", num_workers=3,
+            replicas_per_worker=1, notices=[], plans=[], examples_per_worker=[800, 400, 400],
+            num_examples=1600, num_unique=1600, num_duplicated=0, num_missing=0)
+        self.assertTrue(report.exactly_once)
+        self.assertTrue(report.lines()[-2].startswith(
+            "warning: the workers read unevenly, 400 to 800 examples: in synchronous training "
+            "they take the same steps"), report.lines()[-2])
+        self.assertIn("go round 2.0x as often", report.lines()[-2])
+        self.assertEqual(report.lines()[-1], "ok: every example read exactly once")
+        self.assertEqual(report.as_dict()["imbalance"], 2.0)
+        even = dataclasses.replace(report, examples_per_worker=[540, 530, 530])
+        self.assertNotIn("warning", " ".join(even.lines()))
+
     def test_file_with_too_few_files_is_an_error(self):
         config = dataclasses.replace(self.config, autoshard="file", global_batch_size=48)
         with self.assertRaisesRegex(InputConfigError, r"^autoshard=file: 8 file\(s\) for 16 "):
