@@ -40,6 +40,7 @@ from tfdist import strategies
 from tfdist.cluster import LaunchError
 from tfdist.cluster import PYTHON
 from tfdist.cluster import capacity
+from tfdist.cluster import joining
 from tfdist.cluster import network
 from tfdist.cluster import processes
 from tfdist.cluster.network import Network
@@ -285,8 +286,10 @@ class _Job:
         return status if status > 0 else 128 - status
 
 
-def _supervise(config: LaunchConfig, tasks: list[processes.Process]) -> int:
-    """Waits for the job, restarting failed tasks; returns the launcher's exit status."""
+def _supervise(config: LaunchConfig, tasks: list[processes.Process],
+               joins: joining.JoinWatch | None) -> int:
+    """Waits for the job, restarting failed tasks (and watching that they join, with `joins`);
+    returns the launcher's exit status."""
     start = time.monotonic()
     deadline = None if config.timeout_s is None else start + config.timeout_s
     job = _Job(config, tasks)
@@ -298,6 +301,8 @@ def _supervise(config: LaunchConfig, tasks: list[processes.Process]) -> int:
                   file=sys.stderr, flush=True)
             return EXIT_TIMEOUT
         job.start_due()
+        if joins:
+            joins.notice(tasks)
         failure = job.failure()
         if failure and job.restarts >= config.max_restarts:
             return job.fail(*failure)
@@ -345,8 +350,13 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
         if config.command[0] in PYTHON_NAMES:  # Once every check has passed.
             print(f"{_ANNOUNCER}: `{config.command[0]}` runs as {sys.executable}, the "
                   "interpreter tfdist runs under", flush=True)
+        # tfdist's own commands know whether they join (`data check` never does).
+        joins = None if _is_tfdist(config.command, tfdist_commands) or config.num_tasks < 2 \
+            else joining.JoinWatch({f"{job}:{index}": int(cluster.jobs[job][index].rsplit(
+                ":", 1)[1]) for job, index in _task_names(cluster)}, announcer=_ANNOUNCER)
         return _run(config, _tasks(config, cluster,
-                                   [*namespace.enter, *argv] if namespace else argv, cgroups))
+                                   [*namespace.enter, *argv] if namespace else argv, cgroups),
+                    joins)
 
 
 def _open_network(config: LaunchConfig, cluster: ClusterConfig, *,
@@ -369,13 +379,14 @@ def _network_flag(command: tuple[str, ...]) -> str | None:
     return None
 
 
-def _run(config: LaunchConfig, tasks: list[processes.Process]) -> int:
+def _run(config: LaunchConfig, tasks: list[processes.Process],
+         joins: joining.JoinWatch | None) -> int:
     """Starts `tasks` and supervises them until the job ends or a signal stops it."""
     try:
         with processes.stop_on_signals():
             for task in tasks:
                 task.start()
-            return _supervise(config, tasks)
+            return _supervise(config, tasks, joins)
     except processes.Stopped as stop:
         processes.stop_all(tasks)
         print(f"tfdist launch: stopped every task on signal {stop.signum}", file=sys.stderr,

@@ -440,7 +440,7 @@ class NetworkTest(_Scratch, parameterized.TestCase):
                    f"port(s) {ports[0]}, {ports[1]} accept unauthenticated connections through ")
         interfaces = network.exposed_interfaces()
         where = ", ".join(interfaces) if interfaces else "loopback only (no other interface is up)"
-        self.assertEqual(stderr.splitlines(), [
+        self.assertEqual(_without_join_warnings(stderr).splitlines(), [
             f"tfdist launch: warning: {exposed}{where}; run as root or allow unprivileged user "
             "namespaces, or firewall these ports."])
 
@@ -450,10 +450,11 @@ class NetworkTest(_Scratch, parameterized.TestCase):
             [sys.executable, "-c", _LAUNCH_DRIVER, json.dumps({"num_workers": 2,
                                                                "network": "host"})])
         self.assertLessEqual(set(ports), listening)
-        self.assertRegex(stderr, "^tfdist launch: warning: network=host: TensorFlow binds every "
-                                 r"interface \(0\.0\.0\.0 and \[::\]\), so port\(s\) "
-                                 f"{ports[0]}, {ports[1]} accept unauthenticated connections "
-                                 r"through [^\n]+\.\n$")
+        self.assertRegex(_without_join_warnings(stderr),
+                         "^tfdist launch: warning: network=host: TensorFlow binds every "
+                         r"interface \(0\.0\.0\.0 and \[::\]\), so port\(s\) "
+                         f"{ports[0]}, {ports[1]} accept unauthenticated connections "
+                         r"through [^\n]+\.\n$")
         self.assertNotIn("network=host", stdout)
 
     def test_a_command_that_needs_the_network_is_not_isolated(self):
@@ -701,6 +702,13 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
         self.assertIn("waiting for all 2 workers to join, without a time limit", result.stdout)
         self.assertIn("timed out after 20 s; stopped every task", result.stderr)
         self.assertLess(time.monotonic() - start, 90)
+
+
+def _without_join_warnings(stderr: str) -> str:
+    """`stderr` less the launcher's join warnings: these listeners stop listening at once, maybe
+    before the launcher's poll saw them (test_joining covers the warning)."""
+    return "".join(line for line in stderr.splitlines(keepends=True) if "did not join" not in line)
+
 
 if __name__ == "__main__":
     unittest.main()
