@@ -3,6 +3,7 @@ one-line error contract."""
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -40,3 +41,18 @@ def assert_one_line_error(test, result: subprocess.CompletedProcess, *expected: 
     for text in expected:
         test.assertIn(text, lines[0])
     test.assertNotIn("Traceback", result.stderr)
+
+
+def read_killing(stream, *, when: str, task: str) -> tuple[list[str], bool]:
+    """Reads a launcher's or rehearsal's `stream` to its end, SIGKILLing the process it announced
+    as `started TASK ... pid=N` at once when a line starts with `when` (mid-epoch, for an
+    "Epoch k/" line: killed before its steps run). Returns the lines and whether it killed."""
+    lines, killed = [], False
+    for line in stream:
+        lines.append(line)
+        if not killed and line.startswith(when):
+            pid = int(next(text for text in lines if f"started {task} " in text)
+                      .rsplit("pid=", 1)[1])
+            os.kill(pid, signal.SIGKILL)
+            killed = True
+    return lines, killed

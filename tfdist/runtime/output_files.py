@@ -47,6 +47,13 @@ def refusal(field: str, path: str) -> str | None:
     return None
 
 
+def writes_through(path: str) -> bool:
+    """Whether output to `path` is written through it in place: a symlink, or an existing file
+    that is not a regular one (a character device, a FIFO)."""
+    return os.path.islink(path) or (os.path.exists(path) and
+                                    not stat.S_ISREG(os.stat(path).st_mode))
+
+
 def write_json(field: str, path: str, value: object) -> None:
     """Writes `value` to `path` as indented JSON with sorted keys, as `write_bytes` does."""
     write_bytes(field, path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
@@ -64,8 +71,7 @@ def write_bytes(field: str, path: str, data: bytes) -> None:
     if reason:
         raise OutputFileError(reason)
     try:
-        if os.path.islink(path) or (os.path.exists(path) and
-                                    not stat.S_ISREG(os.stat(path).st_mode)):
+        if writes_through(path):
             _write_through(path, data)
         else:
             _replace(path, data)

@@ -6,7 +6,6 @@ under `--model_dir`, and its lock, is `model_dir`'s.
 
 import dataclasses
 import os
-import stat
 import tempfile
 
 from tfdist.runtime import output_files
@@ -136,8 +135,7 @@ def check_output_file(field: str, path: str | None) -> None:
     reason = output_files.refusal(field, path)
     if reason:
         raise ConfigError(reason)
-    if os.path.islink(path) or (os.path.exists(path) and
-                                not stat.S_ISREG(os.stat(path).st_mode)):
+    if output_files.writes_through(path):
         if not os.access(path, os.W_OK):  # Written through: its directory is not ours to write.
             raise ConfigError(f"{field}={path!r}: cannot write it (permission denied); pass a "
                               "path you may write.")

@@ -27,6 +27,7 @@ from absl.testing import parameterized
 
 from tfdist import strategies
 from tests.tfdist.cli_runner import assert_one_line_error
+from tests.tfdist.cli_runner import read_killing
 from tests.tfdist.cli_runner import run_tfdist
 from tfdist.cluster import PYTHON
 from tfdist.commands import cli
@@ -651,15 +652,10 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
                    "--steps_per_epoch=20", "--validation_steps=1", "--global_batch_size=32"]
         launcher = subprocess.Popen(  # pylint: disable=consider-using-with
             command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines, killed = [], False
+        lines = []
         try:
-            for line in launcher.stdout:
-                lines.append(line)
-                if not killed and line.startswith("[chief:0] Epoch 2/3"):
-                    pid = int(next(text for text in lines if "started worker:1" in text)
-                              .rsplit("pid=", 1)[1])
-                    os.kill(pid, signal.SIGKILL)
-                    killed = True
+            lines, killed = read_killing(launcher.stdout, when="[chief:0] Epoch 2/3",
+                                         task="worker:1")
             self.assertEqual(launcher.wait(timeout=60), 0, "".join(lines[-50:]))
         finally:
             launcher.kill()

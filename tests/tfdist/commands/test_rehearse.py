@@ -19,6 +19,7 @@ from unittest import mock
 
 import pytest
 
+from tests.tfdist.cli_runner import read_killing
 from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cluster.rehearsal.test_hosts import emulated_hosts_or_skip
 from tests.tfdist.cluster.rehearsal.test_hosts import our_namespaces
@@ -147,17 +148,11 @@ class RehearseTest(unittest.TestCase):
                                            f"--metrics_json={metrics}",
                                            "--collective_timeout_s=60"))
         rehearsal = self._start(path)
-        lines, killed = [], False
         with _stopped_at_the_end(rehearsal):
-            for line in rehearsal.stdout:
-                lines.append(line)
-                if not killed and line.startswith("[kill-worker-0-1] Epoch 2/3"):
-                    # At once: epoch 2's 60 steps are still to run, and a second's sleep here
-                    # outlasted them on a loaded CI machine (the kill then fell in epoch 3).
-                    pid = int(next(text for text in lines if "started kill-worker-0-1" in text)
-                              .rsplit("pid=", 1)[1])
-                    os.kill(pid, signal.SIGKILL)
-                    killed = True
+            # At once: epoch 2's 60 steps are still to run, and a second's sleep here outlasted
+            # them on a loaded CI machine (the kill then fell in epoch 3).
+            lines, killed = read_killing(rehearsal.stdout, when="[kill-worker-0-1] Epoch 2/3",
+                                         task="kill-worker-0-1")
             status = rehearsal.wait(timeout=TIMEOUT_S)
         output = "".join(lines)
         self.assertTrue(killed, output[-3000:])
