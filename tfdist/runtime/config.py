@@ -2,6 +2,7 @@
 (`TrainConfig`), the optimizer and its large-batch recipe (`OptimizerConfig`), beside the
 strategies' and input pipelines' own configs. Pure Python, so flags parse without TensorFlow."""
 
+import contextlib
 import dataclasses
 import enum
 import math
@@ -89,6 +90,7 @@ class TrainConfig:
     metrics_json: str | None = None
     seed: int = 0
     keras: int = 2
+    per_replica_batch_size: int | None = None  # Not InputConfig's: setup derives the global.
 
     def __post_init__(self):
         if isinstance(self.model, ModelName):
@@ -109,10 +111,11 @@ class TrainConfig:
                                   "my_project.models:build (a module on PYTHONPATH).")
         object.__setattr__(self, "mixed_precision",
                            _as_enum("mixed_precision", self.mixed_precision, Precision))
-        for field in ("epochs", "steps_per_epoch", "validation_steps", "steps_per_execution"):
-            value = getattr(self, field)
-            if value is not None:
-                check_int(field, value, 1, MAX_COUNT, "e.g. 3", error=ConfigError)
+        for field, highest in (("epochs", MAX_COUNT), ("steps_per_epoch", MAX_COUNT),
+                               ("validation_steps", MAX_COUNT), ("steps_per_execution", MAX_COUNT),
+                               ("per_replica_batch_size", MAX_GLOBAL_BATCH_SIZE)):
+            if getattr(self, field) is not None:
+                check_int(field, getattr(self, field), 1, highest, "e.g. 3", error=ConfigError)
         check_int("seed", self.seed, 0, MAX_SEED, "e.g. 0", error=ConfigError)
         if str(self.keras) not in KERAS_VERSIONS:
             raise ConfigError(f"keras={self.keras!r} is not a Keras tfdist trains with; use "
@@ -124,32 +127,26 @@ class TrainConfig:
         steps = self.backup_every  # ASCII digits: isdigit also takes e.g. Arabic-Indic ones.
         if steps != "epoch" and not (steps.isascii() and steps.isdigit() and
                                      0 < int(steps) <= MAX_COUNT):
-            raise ConfigError(f"backup_every={self.backup_every!r} is neither 'epoch' nor a "
-                              f"number of steps from 1 to {MAX_COUNT}; use backup_every=epoch "
-                              "or e.g. 100.")
+            raise ConfigError(f"backup_every={steps!r} is neither 'epoch' nor a number of steps "
+                              f"from 1 to {MAX_COUNT}; use backup_every=epoch or e.g. 100.")
 
 
 def _path_or_none(field: str, value):
     """`value` (a path: str or os.PathLike) as a str, or None; ConfigError for anything else."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, os.PathLike):
-        path = os.fspath(value)
-        if isinstance(path, str):
-            return path
+    path = os.fspath(value) if isinstance(value, os.PathLike) else value
+    if path is None or isinstance(path, str):
+        return path
     raise ConfigError(f"{field}={value!r} is of type {type(value).__name__}, not a path; pass a "
                       f"string, e.g. {field}='/tmp/run'.")
 
 
 def _epochs(value) -> tuple[float, ...]:
     """`lr_step_boundaries` as a tuple of floats; ConfigError unless a list of numbers."""
-    try:
+    with contextlib.suppress(OverflowError):  # An int beyond any float.
         if isinstance(value, (list, tuple)) and all(
                 isinstance(epoch, (int, float)) and not isinstance(epoch, bool)
                 for epoch in value):
             return tuple(float(epoch) for epoch in value)
-    except OverflowError:  # An int beyond any float.
-        pass
     raise ConfigError(f"lr_step_boundaries={_short(value)} is not a list of epochs (finite "
                       "numbers); pass e.g. lr_step_boundaries=(30, 60).")
 
@@ -310,9 +307,8 @@ class OptimizerConfig:
                         f"lars_exclude={pattern!r} is not a regular expression ({error}); "
                         "escape special characters, e.g. 'bias' or 'batch_norm.*'.") from None
             return
-        defaults = OptimizerConfig.__dataclass_fields__
         for field in ("lars_eeta", "lars_mode", "lars_exclude"):
-            if getattr(self, field) != defaults[field].default:
+            if getattr(self, field) != getattr(OptimizerConfig, field):  # Its default.
                 raise ConfigError(f"{field} applies to optimizer=lars, not "
                                   f"{self.optimizer.value}; drop it or use optimizer=lars.")
 
@@ -338,9 +334,8 @@ def check_peak_learning_rate(config: OptimizerConfig, global_batch_size: int) ->
 def check_schedule_fits(config: OptimizerConfig, epochs: int) -> None:
     """Raises ConfigError when warmup or a step boundary does not end before `epochs` do."""
     if config.warmup_epochs >= epochs:
-        raise ConfigError(f"warmup_epochs={config.warmup_epochs:g} is not shorter than "
-                          f"training (epochs={epochs}); warm up for fewer epochs or "
-                          "train longer.")
+        raise ConfigError(f"warmup_epochs={config.warmup_epochs:g} is not shorter than training "
+                          f"(epochs={epochs}); warm up for fewer epochs or train longer.")
     boundaries = config.lr_step_boundaries
     if boundaries and not boundaries[-1] < epochs:
         raise ConfigError(f"lr_step_boundaries={_show(boundaries)} must fall before the end of "
@@ -399,7 +394,12 @@ class RunConfig:
                 f"grad_accum_steps={self.optimizer.grad_accum_steps} with "
                 "mixed_precision=mixed_float16: a skipped loss-scale step would upset the "
                 "accumulation; use mixed_bfloat16 or float32.")
-        check_peak_learning_rate(self.optimizer, self.update_batch_size)
+        if self.train.per_replica_batch_size is None:  # Else setup, with the global batch.
+            check_peak_learning_rate(self.optimizer, self.update_batch_size)
+        elif self.input.global_batch_size != InputConfig.global_batch_size:
+            raise ConfigError(f"global_batch_size={self.input.global_batch_size} and "
+                              f"per_replica_batch_size={self.train.per_replica_batch_size} both "
+                              "set the batch; give one.")
         if self.train.keras == 3 and self.train.backup_every != "epoch":
             raise ConfigError(f"backup_every={self.train.backup_every!r} with keras=3: tfdist's "
                               "Keras 3 step backs up at the end of each epoch; use "
@@ -408,7 +408,9 @@ class RunConfig:
     @property
     def update_batch_size(self) -> int:
         """Examples per optimizer update: the global batch times `grad_accum_steps` (the batch
-        the learning rate is scaled for)."""
+        the learning rate is scaled for); `setup` derives it from a per-replica batch."""
+        if self.train.per_replica_batch_size is not None:  # Known once the strategy is.
+            raise ConfigError("update_batch_size: the batch is per replica; read the plan's.")
         return self.input.global_batch_size * self.optimizer.grad_accum_steps
 
     @property

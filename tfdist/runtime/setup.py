@@ -24,6 +24,7 @@ from tfdist import input_pipelines
 from tfdist import strategies
 from tfdist.cluster import join_deadline
 from tfdist.input_pipelines import SourceKind
+from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_NUM_EXAMPLES
 from tfdist.runtime import keras_flavour
 from tfdist.runtime import paths
@@ -55,14 +56,15 @@ class Plan:
       chief:0 8 32
 
     Attributes:
-      config: the run's configuration.
+      config: the run's configuration, its batch given as the global one.
       role: this task's `Role`; `task` names it ("chief:0", "worker:1", or "local").
       kind: the strategy `--strategy` resolved to in this cluster.
       strategy: the built strategy (training tasks only; None when serving or evaluating).
       num_replicas: replicas that train in sync (1 for serving or evaluating tasks).
       num_gpu_replicas: those of them on a GPU (for the evaluator, the GPUs it would use).
       num_workers: processes that run training steps (under parameter server, the workers).
-      per_replica_batch_size: examples per replica per step.
+      per_replica_batch_size: examples per replica per step. It and `global_batch_size` are
+        derived here once, from whichever of the two the run's config gave.
       steps_per_epoch: training steps per epoch; `steps_from` says where that number came from.
       placement: where image preprocessing runs (from the strategy's replica devices).
       dataset_info: `config.input`'s dataset when it was prepared, else None.
@@ -85,6 +87,8 @@ class Plan:
 
     @property
     def global_batch_size(self) -> int:
+        """Examples per step over all replicas (per replica x replicas, when the config gave
+        the per-replica batch)."""
         return self.config.input.global_batch_size
 
     @property
@@ -198,6 +202,31 @@ def _whole_batches(examples: int, global_batch: int, source: str) -> int:
     return steps
 
 
+def _batches(config: RunConfig, num_replicas: int) -> tuple[RunConfig, int]:
+    """`config` with its global batch for `num_replicas` replicas in sync, and the per-replica
+    batch: the one derivation of both, from whichever the config gives (`TrainConfig`'s
+    per-replica batch, else `InputConfig`'s global one). The config returned gives the global
+    one (and is checked again: the learning rate's scaling to it too), for the plan's readers.
+
+    Raises:
+      InputConfigError: a global batch that does not split evenly over the replicas.
+      ConfigError: a per-replica batch whose global batch is past MAX_GLOBAL_BATCH_SIZE.
+    """
+    per_replica = config.train.per_replica_batch_size
+    if per_replica is None:
+        return config, input_pipelines.per_replica_batch_size(config.input.global_batch_size,
+                                                              num_replicas)
+    global_batch = per_replica * num_replicas
+    if global_batch > MAX_GLOBAL_BATCH_SIZE:
+        raise ConfigError(
+            f"per_replica_batch_size={per_replica} over {num_replicas} replicas is a global batch "
+            f"of {global_batch}, past the largest tfdist takes ({MAX_GLOBAL_BATCH_SIZE}); use "
+            f"per_replica_batch_size={MAX_GLOBAL_BATCH_SIZE // num_replicas} or less.")
+    return dataclasses.replace(
+        config, input=dataclasses.replace(config.input, global_batch_size=global_batch),
+        train=dataclasses.replace(config.train, per_replica_batch_size=None)), per_replica
+
+
 def _check_noise_scale_strategy(config: RunConfig, kind: StrategyKind) -> None:
     """Raises ConfigError when `--measure_noise_scale` meets a strategy without in-sync
     replicas."""
@@ -267,8 +296,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     if role is Role.TRAIN:
         _check_noise_scale_replicas(config, kind, num_replicas)
-    per_replica = input_pipelines.per_replica_batch_size(config.input.global_batch_size,
-                                                         num_replicas)
+    config, per_replica = _batches(config, num_replicas)
     steps, steps_from, info = (0, "serving task", None) if role is Role.SERVE else \
         _steps(config, train_examples)
     num_gpu_replicas = 0 if role is Role.SERVE else _num_gpu_replicas(strategy, config)
