@@ -20,8 +20,9 @@ _EXAMPLES = 1 << 15
 _VALIDATION = 1 << 12
 
 
-def click_logs(seed: int):
-    """An endless stream of (features, clicked) with a learnable click rate."""
+def click_logs(seed):
+    """An endless stream of (features, clicked) with a learnable click rate; `seed` (an int
+    or an int64 tensor) decides the draws, not the rate."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     buckets = _BUCKETS.value
 
@@ -45,8 +46,11 @@ def dataset_fn(global_batch_size: int, seed: int, training: bool):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
     def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        # Every worker reads the same endless stream (asynchronous updates do not mind).
-        dataset = click_logs(seed) if training else click_logs(seed).take(_VALIDATION)
+        # Each worker draws its own endless stream, from a seed its clock gives: every worker
+        # gets the same input context under parameter server, and one stream for all would
+        # train each example on every worker (tfdist refuses that).
+        worker_seed = tf.cast(tf.timestamp() * 1e6, tf.int64)
+        dataset = click_logs(worker_seed) if training else click_logs(seed).take(_VALIDATION)
         return dataset.batch(context.get_per_replica_batch_size(global_batch_size),
                              drop_remainder=training).prefetch(2)
     return make

@@ -38,8 +38,8 @@ def dataset_fn(count: int, seed: int, global_batch_size: int, training: bool):
     def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
         dataset = tf.data.Dataset.from_tensor_slices(images_and_labels(count, seed))
         dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
-        if training:
-            dataset = dataset.shuffle(count, seed=seed).repeat()
+        if training:  # Unseeded: under parameter server each worker draws its own order.
+            dataset = dataset.shuffle(count).repeat()
         return dataset.batch(context.get_per_replica_batch_size(global_batch_size),
                              drop_remainder=training).prefetch(2)
     return make

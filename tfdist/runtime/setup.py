@@ -8,16 +8,18 @@ Order of the process-wide work:
 2. The mixed-precision policy of that Keras, before any model is built.
 3. The strategy (its first act splits the CPU into logical devices, before any other op runs),
    with the collective-timeout watchdog while multi-worker peers join.
-4. Seeds (Python, NumPy, TensorFlow).
+4. Seeds (Python, NumPy, TensorFlow; under parameter server not TensorFlow's global seed).
 5. The dataset of `config.input`, prepared (the built-in one generated once) when the plan
    takes its steps per epoch from it.
 """
 
 import dataclasses
 import enum
+import random
 import sys
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from tfdist import input_pipelines
@@ -247,6 +249,19 @@ def _check_noise_scale_replicas(config: RunConfig, kind: StrategyKind, num_repli
             "--num_cpu_devices=2) or with --grad_accum_steps=2 or more.")
 
 
+def _seed(config: RunConfig, kind: StrategyKind, keras) -> None:
+    """Seeds Python, NumPy and TensorFlow with `--seed`; under parameter server, not
+    TensorFlow's global seed: each worker's dataset function is traced once, on the coordinator,
+    and with a global seed every unseeded shuffle in it would shuffle alike on every worker
+    (TensorFlow's parameter-server tutorial relies on them differing). tfdist's own pipelines
+    seed their shuffles themselves."""
+    if kind is StrategyKind.PARAMETER_SERVER:
+        random.seed(config.train.seed)
+        np.random.seed(config.train.seed)
+    else:
+        keras.utils.set_random_seed(config.train.seed)
+
+
 def require_plan(plan) -> None:
     """Raises ConfigError unless `plan` is a `Plan` (what `setup` returns)."""
     if not isinstance(plan, Plan):
@@ -292,7 +307,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
         _check_noise_scale_strategy(config, kind)
         strategy = _build_strategy(config, kind)
         _announce_ignored_options(config, kind)
-    keras.utils.set_random_seed(config.train.seed)
+    _seed(config, kind, keras)
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     if role is Role.TRAIN:
         _check_noise_scale_replicas(config, kind, num_replicas)

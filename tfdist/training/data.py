@@ -71,6 +71,11 @@ def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> Dataset
     return guards.returning_dataset(data, f"{split} data")
 
 
+def is_dataset_function(data: Data) -> bool:
+    """Whether `data` is the user's own dataset function (not tfdist's pipeline)."""
+    return callable(data) and not isinstance(data, (InputConfig, Records))
+
+
 def dataset_info(plan: Plan, data: InputConfig) -> input_pipelines.DatasetInfo:
     """`data`'s dataset info: the plan's, when it is the run's own input."""
     if data == plan.config.input and plan.dataset_info is not None:
@@ -93,7 +98,7 @@ def validation_steps(plan: Plan, data: Data, steps: int | None = None) -> int:
                                             .reduce(0, lambda count, _: count + 1))
         if examples:
             return math.ceil(examples / plan.global_batch_size)
-    if callable(data) and not isinstance(data, Records):
+    if is_dataset_function(data):
         # One pipeline of one replica: its batches are global batches.
         batches = int(data(tf.distribute.InputContext()).cardinality())
         if batches > 0:

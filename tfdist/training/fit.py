@@ -26,6 +26,7 @@ from tfdist.runtime.setup import Role
 from tfdist.runtime.setup import require_plan
 from tfdist.training import data
 from tfdist.training import guards
+from tfdist.training import input_checks
 from tfdist.training import ps_task
 from tfdist.training import summary as run_summary
 from tfdist.training.callbacks import refuse_finished_backup
@@ -52,8 +53,7 @@ def flavour(plan: Plan):
 
 def fit(plan: Plan, model, train_data: Data | None = None,
         validation_data: Data | None | str = DEFAULT, *, validation_steps: int | None = None,
-        loss=None, metrics=None,
-        callbacks: Sequence = ()) -> dict:
+        loss=None, metrics=None, callbacks: Sequence = (), check_input: bool = True) -> dict:
     """This task's part of the run `plan` describes; on a training task, trains `model`.
 
     On a parameter-server `worker` or `ps` task, serves until the chief has finished; on the
@@ -79,6 +79,9 @@ def fit(plan: Plan, model, train_data: Data | None = None,
       callbacks: added to tfdist's (backup and restore, per-epoch checkpoints and TensorBoard
         under `--model_dir`, throughput); under `--keras=3` they see the train's, epochs' and
         batches' (one per `steps_per_execution` call) beginnings and ends.
+      check_input: whether to refuse, before the first step, a dataset function of yours that
+        reads the same first batch on different workers (it does not shard) or batches larger
+        than the per-replica batch (`tfdist.training.input_checks`); False skips both.
 
     Returns:
       The run summary, whose line it prints on stdout (as `tfdist train` shows it) and which
@@ -97,13 +100,16 @@ def fit(plan: Plan, model, train_data: Data | None = None,
     require_plan(plan)
     train_data = plan.config.input if train_data is None else train_data
     callbacks = guards.check_arguments(validation_steps, callbacks)
+    guards.check_flag("check_input", check_input)
     if plan.role is Role.SERVE:
-        ps_task.serve(plan.config.cluster)
-        return {"task": plan.task, "role": plan.role.value}
+        return ps_task.serve(plan)
     validation_data = data.validation_data(plan, train_data, validation_data)
     if plan.role is Role.EVALUATE:
         return _evaluate(plan, model, validation_data, validation_steps, loss, metrics)
     data.check_steps_match(plan, train_data)
+    if check_input and data.is_dataset_function(train_data):
+        input_checks.check(plan, data.dataset_fn(plan, train_data, "train", training=True),
+                           "train_data")
     with contextlib.ExitStack() as stack:
         if plan.model_dir is not None and plan.writes_results:
             stack.enter_context(plan.model_dir.owned())

@@ -54,6 +54,12 @@ def check_arguments(validation_steps, callbacks) -> list:
     return callbacks
 
 
+def check_flag(name: str, value) -> None:
+    """Raises ConfigError unless the argument `name` is True or False."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}={_short(value)} is not True or False; pass a bool.")
+
+
 def check_compile_names(keras_module, loss, metrics) -> None:
     """Raises ConfigError when `loss`, or a metric of `metrics`, is a name that `keras_module`
     (tf_keras or Keras 3) does not know; Keras itself says so only while tracing the first
