@@ -125,6 +125,27 @@ class ExamplesTest(unittest.TestCase):
         self.assertEqual(again.returncode, 0, again.stderr[-3000:])
         self.assertEqual(re.findall(r"\[worker:0\] worker:0: epoch (\d)", again.stdout), ["3"])
 
+    def test_parameter_server_tutorials_loop_resumes(self):
+        model_dir = os.path.join(self.tmp, "ps_loop")
+        args = ("--num_workers=2", "--num_ps=2", "--chief", "--", sys.executable,
+                _example("ps_custom_loop.py"), "--variable_partition=max_shards:2",
+                "--global_batch_size=32", f"--model_dir={model_dir}")
+        first = _run(*_launch(*args), "--epochs=2", cwd=self.tmp)
+        self.assertEqual(first.returncode, 0, first.stderr[-3000:])
+        epochs = re.findall(r"\[chief:0\] epoch (\d): loss=([0-9.]+) accuracy=[0-9.]+ "
+                            r"eval_accuracy=([0-9.]+)", first.stdout)
+        self.assertEqual([epoch for epoch, _, _ in epochs], ["1", "2"])
+        self.assertLess(float(epochs[1][1]), float(epochs[0][1]))
+        for task in ("worker:0", "worker:1", "ps:0", "ps:1"):
+            self.assertIn(f"[{task}] tfdist: {task} serving at", first.stdout)
+        again = _run(*_launch(*args), "--epochs=3", cwd=self.tmp)
+        self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+        self.assertIn("resuming at epoch 3", again.stdout + again.stderr)
+        last = re.findall(r"\[chief:0\] epoch (\d): loss=([0-9.]+) accuracy=[0-9.]+ "
+                          r"eval_accuracy=([0-9.]+)", again.stdout)
+        self.assertEqual([epoch for epoch, _, _ in last], ["3"])
+        self.assertGreaterEqual(float(last[0][2]), 0.9)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -38,14 +38,15 @@ from tfdist.strategies import StrategyKind
 
 __version__ = "0.1.0"
 __all__ = [
-    "define_flags", "config_from_flags", "run", "setup", "fit", "dataset_fn", "CustomLoop",
+    "define_flags", "config_from_flags", "run", "setup", "fit", "serve", "dataset_fn", "CustomLoop",
     "train", "gradient_noise_scale", "Plan", "Role", "Records", "RunConfig", "StrategyConfig",
     "InputConfig", "TrainConfig", "OptimizerConfig", "StrategyKind", "ModelName", "OptimizerName",
     "Precision", "ConfigError", "StrategyConfigError", "ClusterConfigError", "InputConfigError",
     "USER_ERRORS", "cost_model", "profile_stages", "read_trace",
 ]
 _LAZY = {"setup": "tfdist.runtime.setup", "Plan": "tfdist.runtime.setup", "Role": "tfdist.runtime.setup",
-         "fit": "tfdist.training.fit", "dataset_fn": "tfdist.training.data",
+         "fit": "tfdist.training.fit", "serve": "tfdist.training.ps_task",
+         "dataset_fn": "tfdist.training.data",
          "CustomLoop": "tfdist.training.keras2.custom_loop", "train": "tfdist.training.from_config",
          "gradient_noise_scale": "tfdist.optim.gradient_path",
          "profile_stages": "tfdist.input_pipelines",

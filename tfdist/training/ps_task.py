@@ -1,26 +1,41 @@
 """Parameter-server `worker` and `ps` tasks (`Role.SERVE`): serve until the chief is done,
-then exit 0 instead of serving forever (`tfdist.cluster.liveness`)."""
+then exit 0 instead of serving forever (`tfdist.cluster.liveness`). `fit` does it on such a
+task; a custom loop calls `serve` itself."""
 
 from tfdist import strategies
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import PROBE_EVERY_S
 from tfdist.cluster.liveness import chief_address
 from tfdist.runtime.config import ConfigError
-from tfdist.strategies import ClusterConfig
+from tfdist.runtime.setup import Plan
+from tfdist.runtime.setup import Role
+from tfdist.runtime.setup import require_plan
 
 FIRST_CONTACT_TIMEOUT_S = 600.0
 
 
-def serve(cluster: ClusterConfig) -> int:
-    """Runs this task's server until the chief has come and gone; returns 0.
+def serve(plan: Plan) -> dict:
+    """A parameter-server worker's or ps task's part of the run: runs its server until the
+    chief has come and gone; returns {"task", "role"}.
+
+    Example (a custom loop's main):
+      >>> plan = tfdist.setup(tfdist.config_from_flags())
+      >>> if plan.role is tfdist.Role.SERVE:
+      ...     return tfdist.serve(plan)
 
     Raises:
-      ConfigError: the chief never answered within `FIRST_CONTACT_TIMEOUT_S`.
+      ConfigError: `plan` is not a serving task's, or the chief never answered within
+        `FIRST_CONTACT_TIMEOUT_S`.
     """
+    require_plan(plan)
+    if plan.role is not Role.SERVE:
+        raise ConfigError(f"serve: {plan.task} has role {plan.role.value}, not serve; call it "
+                          "only when plan.role is tfdist.Role.SERVE (a parameter-server worker "
+                          "or ps task).")
+    cluster = plan.config.cluster
     server = strategies.start_server(cluster)
     chief = chief_address(cluster)
-    task = f"{cluster.task.type.value}:{cluster.task.index}"
-    print(f"tfdist: {task} serving at {cluster.task_address} until the chief at {chief} "
+    print(f"tfdist: {plan.task} serving at {cluster.task_address} until the chief at {chief} "
           "finishes", flush=True)
     watch = ChiefWatch(chief).start()
     while not watch.wait_finished(PROBE_EVERY_S):
@@ -28,6 +43,6 @@ def serve(cluster: ClusterConfig) -> int:
             raise ConfigError(f"chief at {chief} did not answer within "
                               f"{FIRST_CONTACT_TIMEOUT_S:g} s; start the chief task (or check "
                               "TF_CONFIG with `tfdist doctor`).")
-    print(f"tfdist: {task}: the chief at {chief} has finished; stopping", flush=True)
+    print(f"tfdist: {plan.task}: the chief at {chief} has finished; stopping", flush=True)
     del server
-    return 0
+    return {"task": plan.task, "role": plan.role.value}

@@ -4,8 +4,11 @@ scope, distributed input from a dataset function, a loss scaled by the global ba
 gradient path of `tfdist.optim.gradient_path` (loss scaling, all-reduce dtype, clipping, noise,
 accumulation) in `minimize`, as `fit` trains, and checkpoints that resume.
 
-Runs tf-keras models under one_device, mirrored and multi_worker_mirrored; parameter server,
-and Keras 3 models (`--keras=3`), train through `tfdist.fit`.
+Runs tf-keras models under every strategy. Under parameter server the loop runs on the chief
+(the coordinator), as in TensorFlow's parameter-server tutorial: `distribute` makes per-worker
+datasets, `run` schedules the steps on the workers (`steps_per_execution` per closure) and
+joins, and checkpoints are the coordinator's; the worker and ps tasks call `tfdist.serve`.
+Keras 3 models (`--keras=3`) train through `tfdist.fit`.
 """
 
 import shutil
@@ -24,9 +27,11 @@ from tfdist.runtime.setup import require_plan
 from tfdist.strategies import StrategyKind
 from tfdist.strategies.config import check_int
 from tfdist.training import guards as fit_guards
+from tfdist.training import input_checks
 from tfdist.training.callbacks import say_resuming
 from tfdist.training.callbacks import unrestorable
 from tfdist.training.data import dataset_fn
+from tfdist.training.data import is_dataset_function
 from tfdist.training.keras2 import step
 from tfdist.training.keras2.fit import tfdist_optimizer
 from tfdist.training.model import checked_model
@@ -71,10 +76,11 @@ class CustomLoop:
             raise ConfigError("keras=3: CustomLoop trains tf-keras models with tf-keras' "
                               "optimizer; train a Keras 3 model through tfdist.fit, or write "
                               "the loop with keras=2.")
-        if plan.role is not Role.TRAIN or plan.kind is StrategyKind.PARAMETER_SERVER:
-            raise ConfigError(f"strategy={plan.kind.value} ({plan.task}): CustomLoop runs under "
-                              "one_device, mirrored and multi_worker_mirrored; train through "
-                              "tfdist.fit under parameter_server.")
+        if plan.role is not Role.TRAIN:
+            raise ConfigError(f"{plan.task} has role {plan.role.value}: CustomLoop trains, on "
+                              "the training tasks; a parameter-server worker or ps task calls "
+                              "tfdist.serve(plan) instead, and a custom loop has no evaluator "
+                              "task (launch without --evaluator; evaluate in your loop).")
         if optimizer is not None and not isinstance(optimizer, _OPTIMIZERS):
             raise ConfigError(f"optimizer={optimizer!r} is a {type(optimizer).__name__}, not a "
                               "tf_keras optimizer; pass one built in plan.strategy.scope() "
@@ -82,6 +88,8 @@ class CustomLoop:
                               "(--optimizer).")
         self.plan = plan
         self.strategy = plan.strategy
+        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
+            self.strategy) if plan.kind is StrategyKind.PARAMETER_SERVER else None
         if plan.model_dir and plan.writes_results:
             _hold_for_this_loop(plan.model_dir)
         with self.strategy.scope():
@@ -94,11 +102,21 @@ class CustomLoop:
         self._iterators: dict[int, object] = {}
         self._loops: dict[Callable, Callable] = {}
 
-    def distribute(self, data, split: str = "train", *, training: bool = True):
+    def distribute(self, data, split: str = "train", *, training: bool = True,
+                   check_input: bool = True):
         """The distributed dataset of `data` (a dataset function, `tfdist.Records` or an
-        `InputConfig`): each worker reads its share, batched per replica."""
-        return self.strategy.distribute_datasets_from_function(
-            dataset_fn(self.plan, data, split, training=training))
+        `InputConfig`): each worker reads its share, batched per replica (under parameter
+        server, a per-worker dataset, made on each worker). A training dataset function of
+        yours is checked as `fit` checks it (`check_input`: `tfdist.training.input_checks`)."""
+        fit_guards.check_flag("check_input", check_input)
+        read = dataset_fn(self.plan, data, split, training=training)
+        if check_input and training and is_dataset_function(data):
+            input_checks.check(self.plan, read, f"{split} data")
+        if self.coordinator is None:
+            return self.strategy.distribute_datasets_from_function(read)
+        strategy = self.strategy
+        return self.coordinator.create_per_worker_dataset(
+            tf.function(lambda: strategy.distribute_datasets_from_function(read)))
 
     def scale_loss(self, per_example_loss: tf.Tensor) -> tf.Tensor:
         """The replica's share of the global mean loss: summed over the replicas it is the
@@ -117,8 +135,10 @@ class CustomLoop:
 
     def run(self, step_fn: Callable, dataset, steps: int) -> float:
         """Runs `step_fn(*batch)` on every replica for `steps` batches of `dataset` (one
-        iterator per dataset, kept across calls) in one `tf.function`; returns the mean over
-        the steps of the replicas' summed return values (the global loss, with `scale_loss`)."""
+        iterator per dataset, kept across calls) in one `tf.function` (under parameter server,
+        scheduled on the workers `steps_per_execution` steps at a time, and joined); returns
+        the mean over the steps of the replicas' summed return values (the global loss, with
+        `scale_loss`; 0.0 for a step that returns nothing)."""
         if not callable(step_fn):
             raise ConfigError(f"step_fn={step_fn!r} is a {type(step_fn).__name__}, not a "
                               "function; pass the function each replica runs on a batch.")
@@ -131,14 +151,28 @@ class CustomLoop:
                 total = tf.constant(0.0)
                 for _ in tf.range(steps):
                     values = self.strategy.run(step_fn, args=next(iterator))
-                    total += tf.cast(self.strategy.reduce(tf.distribute.ReduceOp.SUM, values,
-                                                          axis=None), tf.float32)
-                return total / tf.cast(steps, tf.float32)
+                    if values is not None:  # A step that returns nothing (evaluation) adds 0.
+                        total += tf.cast(self.strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                                              values, axis=None), tf.float32)
+                return total
             self._loops[step_fn] = loop
         try:
-            return float(self._loops[step_fn](iterator, tf.constant(steps, tf.int64)))
+            if self.coordinator is None:
+                total = float(self._loops[step_fn](iterator, tf.constant(steps, tf.int64)))
+            else:
+                total = self._scheduled(self._loops[step_fn], iterator, steps)
         except tf.errors.OutOfRangeError:
             raise fit_guards.ran_out("dataset") from None
+        return total / steps
+
+    def _scheduled(self, loop: Callable, iterator, steps: int) -> float:
+        """`loop` over `steps` batches, scheduled on the parameter-server workers in chunks of
+        `steps_per_execution`; the sum of its results, once every chunk has run."""
+        chunk = self.plan.config.train.steps_per_execution
+        results = [self.coordinator.schedule(loop, args=(iterator, tf.constant(
+            min(chunk, steps - start), tf.int64))) for start in range(0, steps, chunk)]
+        self.coordinator.join()
+        return sum(float(result.fetch()) for result in results)
 
     def _checkpoint_dir(self) -> str | None:
         """Under `--model_dir` for the chief; a scratch copy for the other workers, since

@@ -2,6 +2,7 @@
 its checkpoint, and each way its input goes wrong."""
 
 import contextlib
+import dataclasses
 import io
 
 import tensorflow as tf
@@ -18,6 +19,7 @@ from tests.tfdist.training.test_fit import tabular_dataset_fn
 from tests.tfdist.training.test_fit import tabular_model
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.model_dir import ModelDir
+from tfdist.strategies import make_cluster
 
 
 class CustomLoopTest(_PolicyReset):
@@ -91,6 +93,21 @@ class CustomLoopTest(_PolicyReset):
         with self.assertRaisesRegex(ConfigError, r"^optimizer='adam' is a str, not a tf_keras "
                                                  r"optimizer; pass one built in"):
             tfdist.CustomLoop(plan, tabular_model, optimizer="adam")
+
+    def test_tasks_that_do_not_train(self):
+        cluster = dict(num_workers=1, num_ps=1, chief=True, evaluator=True, ports=[1, 2, 3, 4])
+        for task, role in ((("worker", 0), "serve"), (("ps", 0), "serve"),
+                           (("evaluator", 0), "evaluate")):
+            config = dataclasses.replace(_config(model_dir=self.get_temp_dir()),
+                                         cluster=make_cluster(**cluster, task=task))
+            plan = tfdist.setup(config, train_examples=64)
+            self.assertEqual(plan.role.value, role)
+            with self.assertRaisesRegex(ConfigError, rf"^{task[0]}:0 has role {role}: "
+                                                     r"CustomLoop trains.*tfdist.serve\(plan\)"):
+                tfdist.CustomLoop(plan, tabular_model)
+        with self.assertRaisesRegex(ConfigError, r"^serve: local has role train, not serve; "
+                                                 r"call it only when plan.role is"):
+            tfdist.serve(tfdist.setup(_config(), train_examples=64))
 
     def test_a_loop_holds_its_model_dir(self):
         model_dir = self.get_temp_dir()
