@@ -95,6 +95,7 @@ tfdist.define_flags()
 _SHARD = flags.DEFINE_bool("shard", True, "")
 _SEED = flags.DEFINE_integer("shuffle_seed", None, "")
 _CHECK = flags.DEFINE_bool("check", True, "")
+_GLOBAL = flags.DEFINE_bool("batch_by_global", False, "")
 
 def main(argv):
     config = tfdist.config_from_flags()
@@ -107,7 +108,8 @@ def main(argv):
         if _SHARD.value:
             dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
         dataset = dataset.shuffle(256, seed=_SEED.value).repeat()
-        return dataset.batch(context.get_per_replica_batch_size(plan.global_batch_size))
+        return dataset.batch(plan.global_batch_size if _GLOBAL.value
+                             else context.get_per_replica_batch_size(plan.global_batch_size))
 
     model = lambda: tf.keras.Sequential([tf.keras.layers.Input((6,)), tf.keras.layers.Dense(2)])
     tfdist.fit(plan, model, make, validation_data=None, check_input=_CHECK.value,
@@ -141,6 +143,10 @@ class UnderLaunchTest(tf.test.TestCase):
         self.assertNotIn("Traceback", result.stdout)
         opted_out = self._launch(["--num_workers=2"], "--noshard", "--nocheck")
         self.assertEqual(opted_out.returncode, 0, opted_out.stdout[-3000:])
+        too_large = self._launch(["--num_workers=2"], "--batch_by_global")
+        self.assertRegex(too_large.stdout, r"\[worker:0\] program.py: error: train_data: its "
+                                           r"first batch holds 16 examples, but each replica's "
+                                           r"batch is 8 \(global batch 16 over 2 replica")
 
     def test_parameter_server_workers_that_shuffle_alike(self):
         cluster = ["--num_workers=2", "--num_ps=1", "--chief"]
