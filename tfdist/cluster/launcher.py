@@ -78,6 +78,9 @@ class LaunchConfig:
       network: which network the tasks run on (see `Network`).
       env: variables every task gets on top of this process's environment (`tfdist launch`
         passes TF_USE_LEGACY_KERAS, the Keras `tf.keras` is in every task).
+      join_check_s: a program's task that does not listen on its TF_CONFIG port this many
+        seconds after its start is named in a warning (it did not join); 0 only checks when the
+        task exits.
     """
     command: tuple[str, ...]
     num_workers: int = 1
@@ -90,6 +93,7 @@ class LaunchConfig:
     timeout_s: float | None = None
     network: Network = Network.AUTO
     env: tuple[tuple[str, str], ...] = ()
+    join_check_s: float = joining.JOIN_CHECK_S
 
     def __post_init__(self):
         if not self.command:
@@ -107,6 +111,10 @@ class LaunchConfig:
             raise LaunchError(f"restart_backoff_s={self.restart_backoff_s} is not a number of "
                               "seconds of 0 or more; pass e.g. --restart_backoff_s=1, or 0 to "
                               "restart at once.")
+        if not (math.isfinite(self.join_check_s) and self.join_check_s >= 0):
+            raise LaunchError(f"join_check_s={self.join_check_s} is not a number of seconds of 0 "
+                              f"or more; pass e.g. --join_check_s={joining.JOIN_CHECK_S:g}, or 0 "
+                              "to check only when a task exits.")
         if self.network not in tuple(Network):
             raise LaunchError(f"network={self.network!r} is not understood; pass 'auto', "
                               "'isolated' or 'host'.")
@@ -351,9 +359,10 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
             print(f"{_ANNOUNCER}: `{config.command[0]}` runs as {sys.executable}, the "
                   "interpreter tfdist runs under", flush=True)
         # tfdist's own commands know whether they join (`data check` never does).
-        joins = None if _is_tfdist(config.command, tfdist_commands) or config.num_tasks < 2 \
-            else joining.JoinWatch({f"{job}:{index}": int(cluster.jobs[job][index].rsplit(
-                ":", 1)[1]) for job, index in _task_names(cluster)}, announcer=_ANNOUNCER)
+        program = not _is_tfdist(config.command, tfdist_commands)
+        ports = joining.serving_ports(cluster)
+        joins = joining.JoinWatch(ports, check_s=config.join_check_s, announcer=_ANNOUNCER) \
+            if program and len(ports) > 1 else None
         return _run(config, _tasks(config, cluster,
                                    [*namespace.enter, *argv] if namespace else argv, cgroups),
                     joins)

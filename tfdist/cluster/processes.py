@@ -45,6 +45,7 @@ class Process:
     Attributes:
       name: how output lines and messages name it, e.g. "worker:1".
       process: the running (or last) process; None before `start`.
+      started_s: when it was last started (time.monotonic()); None before `start`.
     """
 
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str],
@@ -56,6 +57,7 @@ class Process:
         self._argv, self._env, self._log_path, self._cwd = list(argv), env, log_path, cwd
         self._lock, self._announcer, self._cgroup = output_lock, announcer, cgroup
         self.process: subprocess.Popen | None = None
+        self.started_s: float | None = None
         self._pump: threading.Thread | None = None
 
     def start(self, note: str = "") -> None:
@@ -75,6 +77,7 @@ class Process:
             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
             start_new_session=True,
             preexec_fn=functools.partial(_in_child, os.getpid(), self._cgroup))
+        self.started_s = time.monotonic()
         self._pump = threading.Thread(target=self._copy_output, args=(log_file,), daemon=True)
         self._pump.start()
         print(f"{self._announcer}: started {self.name}{note} pid={self.process.pid}", flush=True)

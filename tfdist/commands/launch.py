@@ -2,6 +2,7 @@
 `tfdist.cluster.launcher`; the command after `--` is a tfdist command (`train ...`, whose flags
 are checked before any task starts) or any program."""
 
+from tfdist.cluster import joining
 from tfdist.cluster import launcher
 from tfdist.cluster.network import Network
 from tfdist.commands import cli_flags
@@ -22,10 +23,16 @@ _RESTART_BACKOFF_S = flags_lib.define_float(
     "restart_backoff_s", 1.0,
     "launch: wait this many seconds before the first restart (--max_restarts), twice as long "
     f"before each next one, at most {launcher.MAX_RESTART_BACKOFF_S:g} s; 0 restarts at once.")
+_JOIN_CHECK_S = flags_lib.define_float(
+    "join_check_s", joining.JOIN_CHECK_S,
+    "launch: a program's task (not a tfdist command's) that does not listen on its TF_CONFIG "
+    "port this many seconds after it started is named in a one-line warning: the program did "
+    "not join the cluster, so the tasks train as independent copies; 0 checks only when a task "
+    "exits (a task that exits 0 without ever listening is always named).")
 flags_lib.register("launch", flags_lib.group(
     cli_flags.NUM_WORKERS, train_flags.NUM_PS, train_flags.CHIEF, cli_flags.EVALUATOR, cli_flags.LOG_DIR,
     cli_flags.MAX_RESTARTS, _RESTART_BACKOFF_S, cli_flags.TIMEOUT_S, _NETWORK,
-    train_flags.KERAS))
+    train_flags.KERAS, _JOIN_CHECK_S))
 
 
 def main(command: list[str], *, tfdist_commands) -> int:
@@ -42,7 +49,8 @@ def main(command: list[str], *, tfdist_commands) -> int:
         max_restarts=cli_flags.MAX_RESTARTS.value,
         restart_backoff_s=_RESTART_BACKOFF_S.value, timeout_s=cli_flags.TIMEOUT_S.value,
         network=_NETWORK.value,
-        env=tuple(keras_env.environment(train_flags.keras()).items()))
+        env=tuple(keras_env.environment(train_flags.keras()).items()),
+        join_check_s=_JOIN_CHECK_S.value)
     paths.check_output_dir("log_dir", config.log_dir)
     if command[:1] == ["train"]:
         train_flags.check_train_args(command[1:])  # Before any task starts.

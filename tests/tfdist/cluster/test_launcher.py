@@ -233,6 +233,9 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
          "restart_backoff_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
          "--restart_backoff_s=1, or 0 to restart at once."),
         ("nan_backoff", ["--restart_backoff_s=nan", "--", "python"], "restart_backoff_s"),
+        ("negative_join_check", ["--join_check_s=-1", "--", "python"],
+         "join_check_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
+         "--join_check_s=120, or 0 to check only when a task exits."),
         # The flag or LaunchConfig (library users) rejects these; either names the value.
         ("nan_timeout", ["--timeout_s=nan", "--", "python"], "timeout_s=nan"),
         ("infinite_timeout", ["--timeout_s=inf", "--", "python"], "timeout_s=inf"),
