@@ -5,11 +5,17 @@ Joining: a program that builds its strategy from TF_CONFIG listens on its task's
 script, a plain Keras script) never does, and N such tasks train N independent copies. A task's
 listening sockets are read from /proc/PID/net/tcp and tcp6, which show the task's own network
 namespace. The evaluator serves no port, so it is not watched.
+
+Keras 3's own `fit` joins, then crashes under MultiWorkerMirroredStrategy (keras-team/keras#20585):
+its traceback in a task's output is recognised, and `tfdist.fit` named as the way to train.
 """
 
+import contextlib
+import re
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from tfdist.cluster import processes
 from tfdist.strategies import ClusterConfig
@@ -87,3 +93,65 @@ class JoinWatch:
         print(f"{self._announcer}: warning: {what} (their weights drift apart; they write the "
               f"same paths); {_FIX}{later}", file=sys.stderr, flush=True)
 
+
+# Keras 3.15's `fit` (and `evaluate`, `predict`) under MultiWorkerMirroredStrategy, TF 2.21: the
+# batch arrives as a PerReplica that Keras 3's step converts to a tensor. The traceback names a
+# frame of Keras 3 (`.../keras/src/...`; tf-keras is `tf_keras/src`), then this ValueError, whose
+# message spans the PerReplica's repr.
+_TRACEBACK = "Traceback (most recent call last):"
+_KERAS3_FRAME = re.compile(r'^\s*File "[^"]*/keras/src/')
+_PER_REPLICA_VALUE = "ValueError: Attempt to convert a value (PerReplica:"
+_PER_REPLICA_TYPE = ("with an unsupported type (<class 'tensorflow.python.distribute.values."
+                     "PerReplica'>) to a Tensor.")
+
+
+class _Keras3Traceback:
+    """Reads one task's output, a line at a time, for that traceback."""
+
+    def __init__(self):
+        self._in_traceback = self._keras3_frame = self._in_message = False
+
+    def read(self, line: str) -> bool:
+        """Whether `line` completes the traceback."""
+        line = line.rstrip("\n")
+        if line == _TRACEBACK:
+            self._in_traceback, self._keras3_frame, self._in_message = True, False, False
+        elif self._in_traceback and _KERAS3_FRAME.match(line):
+            self._keras3_frame = True
+        elif self._keras3_frame and line.startswith(_PER_REPLICA_VALUE):
+            self._in_message = True
+        if self._in_message and line.endswith(_PER_REPLICA_TYPE):
+            self._in_traceback = self._keras3_frame = self._in_message = False
+            return True
+        return False
+
+
+class Keras3FitCrash:
+    """Says once per task, in a line, that it crashed in Keras 3's own multi-worker `fit`; give
+    each task's `Process` `on_line=reader(name)`."""
+
+    def __init__(self, *, announcer: str):
+        self._announcer = announcer
+        self._said: set[str] = set()
+        self._lock = threading.Lock()
+
+    def reader(self, name: str) -> Callable[[str], None]:
+        """What reads task `name`'s output (on its output thread)."""
+        traceback = _Keras3Traceback()
+
+        def read(line: str) -> None:
+            if traceback.read(line):
+                self._say(name)
+        return read
+
+    def _say(self, name: str) -> None:
+        with self._lock:
+            if name in self._said:
+                return
+            self._said.add(name)
+        with contextlib.suppress(OSError, ValueError):  # Our stderr closed.
+            print(f"{self._announcer}: {name} crashed in Keras 3's own model.fit, which cannot "
+                  "train under MultiWorkerMirroredStrategy (keras-team/keras#20585); train the "
+                  "model through tfdist.fit, which runs Keras 3 models under every strategy "
+                  "(README \"Use tfdist from your own program\" and \"Keras 2 or 3\")",
+                  file=sys.stderr, flush=True)

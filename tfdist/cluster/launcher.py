@@ -78,6 +78,8 @@ class LaunchConfig:
       network: which network the tasks run on (see `Network`).
       env: variables every task gets on top of this process's environment (`tfdist launch`
         passes TF_USE_LEGACY_KERAS, the Keras `tf.keras` is in every task).
+      keras: that Keras (2 or 3); under 3, a task of a program that crashes in Keras 3's own
+        multi-worker `fit` is told to train through `tfdist.fit`.
       join_check_s: a program's task that does not listen on its TF_CONFIG port this many
         seconds after its start is named in a warning (it did not join); 0 only checks when the
         task exits.
@@ -93,6 +95,7 @@ class LaunchConfig:
     timeout_s: float | None = None
     network: Network = Network.AUTO
     env: tuple[tuple[str, str], ...] = ()
+    keras: int = 2
     join_check_s: float = joining.JOIN_CHECK_S
 
     def __post_init__(self):
@@ -115,6 +118,8 @@ class LaunchConfig:
             raise LaunchError(f"join_check_s={self.join_check_s} is not a number of seconds of 0 "
                               f"or more; pass e.g. --join_check_s={joining.JOIN_CHECK_S:g}, or 0 "
                               "to check only when a task exits.")
+        if self.keras not in (2, 3):
+            raise LaunchError(f"keras={self.keras!r} is not a Keras; pass 2 or 3.")
         if self.network not in tuple(Network):
             raise LaunchError(f"network={self.network!r} is not understood; pass 'auto', "
                               "'isolated' or 'host'.")
@@ -178,8 +183,10 @@ def _cluster(config: LaunchConfig) -> ClusterConfig:
 
 
 def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str],
-           cgroups: processes.Cgroups | None) -> list[processes.Process]:
-    """One `processes.Process` per cluster task, each with its own TF_CONFIG (and cgroup)."""
+           cgroups: processes.Cgroups | None,
+           crashes: joining.Keras3FitCrash | None) -> list[processes.Process]:
+    """One `processes.Process` per cluster task, each with its own TF_CONFIG (and cgroup, and
+    its output read by `crashes`)."""
     if config.log_dir:
         os.makedirs(config.log_dir, exist_ok=True)
     lock = threading.Lock()
@@ -190,7 +197,8 @@ def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str],
         log_path = os.path.join(config.log_dir, f"{job}-{index}.log") if config.log_dir else None
         name = f"{job}:{index}"
         tasks.append(processes.Process(name, argv, env, log_path, lock, announcer=_ANNOUNCER,
-                                       cgroup=cgroups.child(name) if cgroups else None))
+                                       cgroup=cgroups.child(name) if cgroups else None,
+                                       on_line=crashes.reader(name) if crashes else None))
     return tasks
 
 
@@ -358,14 +366,16 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
         if config.command[0] in PYTHON_NAMES:  # Once every check has passed.
             print(f"{_ANNOUNCER}: `{config.command[0]}` runs as {sys.executable}, the "
                   "interpreter tfdist runs under", flush=True)
-        # tfdist's own commands know whether they join (`data check` never does).
+        # tfdist's own commands know whether they join (`data check` never does) and train
+        # Keras 3 models through tfdist's step.
         program = not _is_tfdist(config.command, tfdist_commands)
         ports = joining.serving_ports(cluster)
         joins = joining.JoinWatch(ports, check_s=config.join_check_s, announcer=_ANNOUNCER) \
             if program and len(ports) > 1 else None
-        return _run(config, _tasks(config, cluster,
-                                   [*namespace.enter, *argv] if namespace else argv, cgroups),
-                    joins)
+        crashes = joining.Keras3FitCrash(announcer=_ANNOUNCER) \
+            if program and config.keras == 3 else None
+        return _run(config, _tasks(config, cluster, [*namespace.enter, *argv] if namespace
+                                   else argv, cgroups, crashes), joins)
 
 
 def _open_network(config: LaunchConfig, cluster: ClusterConfig, *,

@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
 from tfdist.cluster import PYTHON
@@ -50,12 +50,16 @@ class Process:
 
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str],
                  log_path: str | None, output_lock: threading.Lock, *, announcer: str,
-                 cwd: str | None = None, cgroup: str | None = None):
+                 cwd: str | None = None, cgroup: str | None = None,
+                 on_line: Callable[[str], None] | None = None):
         """`cgroup`: a cgroup v2 directory of the caller's own (`Cgroups.child`) that the
-        process runs in from before its program starts; None leaves it in ours."""
+        process runs in from before its program starts; None leaves it in ours. `on_line`: called
+        with each line of its output (on the thread that copies the output), e.g. to recognise
+        a traceback."""
         self.name = name
         self._argv, self._env, self._log_path, self._cwd = list(argv), env, log_path, cwd
         self._lock, self._announcer, self._cgroup = output_lock, announcer, cgroup
+        self._on_line = on_line
         self.process: subprocess.Popen | None = None
         self.started_s: float | None = None
         self._pump: threading.Thread | None = None
@@ -90,6 +94,8 @@ class Process:
             with self._lock, contextlib.suppress(OSError, ValueError):  # Our stdout closed.
                 sys.stdout.write(f"[{self.name}] {line}")
                 sys.stdout.flush()
+            if self._on_line:  # After the line: what it says about the line comes below it.
+                self._on_line(line)
             if log_file:
                 try:
                     log_file.write(line)

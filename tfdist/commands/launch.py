@@ -42,6 +42,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
     Raises:
       LaunchError, ConfigError and the train flags' errors: the launch cannot start.
     """
+    keras = train_flags.keras()
     config = launcher.LaunchConfig(
         command=tuple(command), num_workers=cli_flags.NUM_WORKERS.value,
         num_ps=train_flags.NUM_PS.value, chief=train_flags.CHIEF.value,
@@ -49,7 +50,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
         max_restarts=cli_flags.MAX_RESTARTS.value,
         restart_backoff_s=_RESTART_BACKOFF_S.value, timeout_s=cli_flags.TIMEOUT_S.value,
         network=_NETWORK.value,
-        env=tuple(keras_env.environment(train_flags.keras()).items()),
+        env=tuple(keras_env.environment(keras).items()), keras=keras,
         join_check_s=_JOIN_CHECK_S.value)
     paths.check_output_dir("log_dir", config.log_dir)
     if command[:1] == ["train"]:

@@ -1,6 +1,6 @@
 """`tfdist.cluster.joining`: a launched task that never listens on its TF_CONFIG port (a program
 that ignored TF_CONFIG) is named in one warning, at its exit or after `--join_check_s`; one that
-joins is not."""
+joins is not. A task that crashes in Keras 3's own multi-worker `fit` is pointed at tfdist.fit."""
 
 import contextlib
 import io
@@ -25,6 +25,40 @@ address = config["cluster"][config["task"]["type"]][config["task"]["index"]]
 server = socket.create_server(("127.0.0.1", int(address.rsplit(":", 1)[1])))
 time.sleep(1)
 """
+
+# What a task printed, as it came, when it ran Keras 3's own `model.fit` under
+# MultiWorkerMirroredStrategy (keras 3.15.1, TF 2.21.0, `tfdist launch --keras=3 --num_workers=2
+# -- python script.py`; keras-team/keras#20585): the script built the strategy, a Dense model
+# in its scope, and called `model.fit(x, y, epochs=1, batch_size=16)` on NumPy arrays (a
+# tf.data.Dataset gives the same traceback).
+# pylint: disable=line-too-long
+KERAS3_FIT_CRASH = """\
+Traceback (most recent call last):
+  File "/tmp/k3/k3_mwms.py", line 11, in <module>
+    model.fit(x, y, epochs=1, batch_size=16)
+  File "/work/main/.venv/lib/python3.11/site-packages/keras/src/utils/traceback_utils.py", line 122, in error_handler
+    raise e.with_traceback(filtered_tb) from None
+  File "/work/main/.venv/lib/python3.11/site-packages/tensorflow/python/framework/constant_op.py", line 108, in convert_to_eager_tensor
+    return ops.EagerTensor(value, ctx.device_name, dtype)
+           ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+ValueError: Attempt to convert a value (PerReplica:{
+  0: <tf.Tensor: shape=(8, 4), dtype=float32, numpy=
+array([[0.52911144, 0.44037598, 0.06549644, 0.6870546 ],
+       [0.11447956, 0.06186145, 0.42888054, 0.9201982 ],
+       [0.6434556 , 0.92064464, 0.49367866, 0.6915662 ],
+       [0.2937294 , 0.9176251 , 0.7853647 , 0.9187297 ],
+       [0.31547034, 0.8205071 , 0.3661758 , 0.43259084],
+       [0.05026964, 0.40966424, 0.23680255, 0.27273592],
+       [0.5306532 , 0.93787956, 0.18896623, 0.09927732],
+       [0.9367628 , 0.32045147, 0.36837643, 0.5033706 ]], dtype=float32)>
+}) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor.
+"""
+# pylint: enable=line-too-long
+_HINT = ("tfdist launch: {} crashed in Keras 3's own model.fit, which cannot train under "
+         "MultiWorkerMirroredStrategy (keras-team/keras#20585); train the model through "
+         "tfdist.fit, which runs Keras 3 models under every strategy (README \"Use tfdist from "
+         "your own program\" and \"Keras 2 or 3\")")
+
 
 class ListeningPortsTest(unittest.TestCase):
 
@@ -97,6 +131,37 @@ class JoinWatchTest(unittest.TestCase):
                          {"chief:0": 1, "worker:0": 2, "worker:1": 3})
 
 
+class Keras3FitCrashTest(unittest.TestCase):
+
+    def _read(self, outputs: dict[str, str]) -> list[str]:
+        """Feeds each task's output through one Keras3FitCrash; returns what it said."""
+        crashes, stderr = joining.Keras3FitCrash(announcer="tfdist launch"), io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            for name, output in outputs.items():
+                read = crashes.reader(name)
+                for line in output.splitlines(keepends=True):
+                    read(line)
+        return stderr.getvalue().splitlines()
+
+    def test_the_real_traceback_names_its_task_once(self):
+        # TensorFlow's own log lines may come between the traceback's lines.
+        interleaved = KERAS3_FIT_CRASH.replace(
+            "ValueError", "W0000 00:00:1796451279.78 15965 dataset.cc:997] Input of ...\n"
+                          "ValueError")
+        self.assertEqual(self._read({"worker:0": KERAS3_FIT_CRASH * 2, "worker:1": interleaved}),
+                         [_HINT.format("worker:0"), _HINT.format("worker:1")])
+
+    def test_lookalikes_are_not_named(self):
+        lookalikes = {
+            "tf_keras": KERAS3_FIT_CRASH.replace("/keras/src/", "/tf_keras/src/"),
+            "no_frame_of_keras": KERAS3_FIT_CRASH.replace("/keras/src/", "/mine/"),
+            "another_error": KERAS3_FIT_CRASH.split("ValueError")[0] + "ValueError: bad shape\n",
+            "no_traceback": KERAS3_FIT_CRASH.split("           ^^^")[1],
+            "cut_short": KERAS3_FIT_CRASH.rsplit("})", 1)[0],
+        }
+        self.assertEqual(self._read(lookalikes), [])
+
+
 @pytest.mark.multiprocess
 class LaunchTest(unittest.TestCase):
 
@@ -129,6 +194,16 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(len(warnings), 1, result.stderr)
         self.assertRegex(warnings[0], r"^tfdist launch: warning: worker:1 has not listened on its "
                                       r"TF_CONFIG port \d+ in 2 s: the program did not join ")
+
+    def test_a_keras3_fit_crash_is_named_under_keras_3_only(self):
+        crash = f"import sys\nsys.stderr.write({KERAS3_FIT_CRASH!r})\nsys.exit(1)"
+        for keras, said in (("3", [_HINT.format("worker:0"), _HINT.format("worker:1")]),
+                            ("2", [])):
+            result = run_tfdist("launch", f"--keras={keras}", "--num_workers=2", "--",
+                                sys.executable, "-c", crash, timeout_s=120)
+            self.assertEqual(result.returncode, 1, result.stderr)
+            self.assertEqual(sorted(line for line in result.stderr.splitlines()
+                                    if "Keras 3" in line), said, result.stderr)
 
 
 if __name__ == "__main__":

@@ -287,6 +287,10 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
                                                         r"of seconds above 0; pass e\.g\. "):
             launch.LaunchConfig(command=("python",), timeout_s=timeout_s)
 
+    def test_unknown_keras(self):
+        with self.assertRaisesRegex(launch.LaunchError, r"^keras=4 is not a Keras; pass 2 or 3\.$"):
+            launch.LaunchConfig(command=("python",), keras=4)
+
     def test_unknown_network(self):
         with self.assertRaisesRegex(launch.LaunchError, r"^network='lan' is not understood; pass "
                                                         r"'auto', 'isolated' or 'host'\.$"):
@@ -587,6 +591,28 @@ class ClusterLaunchTest(_Scratch, unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stdout[-3000:])
         for index in (0, 1):
             self.assertIn(f"[worker:{index}] replicas 2 keras tf_keras", result.stdout)
+
+    def test_the_same_script_under_keras_3_is_pointed_at_tfdist_fit(self):
+        # tf.keras is Keras 3 under --keras=3, whose own fit crashes (keras-team/keras#20585).
+        script = self.script(textwrap.dedent("""
+            import numpy as np
+            import tensorflow as tf
+            strategy = tf.distribute.MultiWorkerMirroredStrategy()
+            with strategy.scope():
+                model = tf.keras.Sequential([tf.keras.layers.Input((4,)),
+                                             tf.keras.layers.Dense(1)])
+                model.compile("sgd", "mse")
+            x = np.ones((64, 4), "float32")
+            model.fit(x, x.sum(1), epochs=1, batch_size=16, verbose=0)
+        """))
+        result = run_tfdist("launch", "--keras=3", "--num_workers=2", "--timeout_s=300", "--",
+                            sys.executable, script)
+        self.assertEqual(result.returncode, 1, result.stdout[-3000:])
+        hints = [line for line in result.stderr.splitlines() if "Keras 3's own" in line]
+        self.assertIn(len(hints), (1, 2), result.stderr)  # The other task may be stopped first.
+        for line in hints:
+            self.assertRegex(line, r"^tfdist launch: worker:[01] crashed in Keras 3's own "
+                                   r"model\.fit, .*; train the model through tfdist\.fit")
 
 
 # `tfdist train` with a callback that kills worker 1 at epoch 2, step 2 of its first attempt
