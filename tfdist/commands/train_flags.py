@@ -108,7 +108,8 @@ SOURCE = flags_lib.group(
                          "224 for tfrecord:, 32 for synthetic.",
                          lower_bound=1, upper_bound=MAX_IMAGE_SIZE),
     flags.DEFINE_integer("global_batch_size", 128,
-                         "Examples per step over all replicas; must divide by the replica count.",
+                         "Examples per step over all replicas; must divide by the replica count. "
+                         "Or give --per_replica_batch_size instead (not both).",
                          lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
     flags.DEFINE_integer("shuffle_buffer_size", 10_000,
                          "Examples in the training shuffle buffer.",
@@ -140,6 +141,13 @@ INPUT = {**SOURCE, **flags_lib.group(
                       "parallel_epochs: every service worker produces the whole epoch."))}
 EPOCHS = flags.DEFINE_integer("epochs", 3, "Training epochs.",
                                lower_bound=1, upper_bound=MAX_COUNT)
+# Also `tfdist plan`'s, in the same sense: one flag, as absl flags are global.
+PER_REPLICA_BATCH_SIZE = flags.DEFINE_integer(
+    "per_replica_batch_size", None,
+    "Examples per replica per step. train, benchmark: the batch instead of --global_batch_size "
+    "(not both), which is then N x the replicas in sync, known once the strategy is built "
+    "(e.g. 64 on 2 workers of 1 GPU: 128); plan: the batch of one replica's step.",
+    lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE)
 SEED = flags.DEFINE_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
                              lower_bound=0, upper_bound=MAX_SEED)
 KERAS = flags.DEFINE_enum(
@@ -156,6 +164,7 @@ TRAIN = flags_lib.group(
     flags.DEFINE_integer("steps_per_epoch", None,
                          "Steps per epoch; unset covers the training split once.",
                          lower_bound=1, upper_bound=MAX_COUNT),
+    PER_REPLICA_BATCH_SIZE,
     flags.DEFINE_integer("validation_steps", None,
                          "Validation steps per epoch; unset reads the whole validation split.",
                          lower_bound=1, upper_bound=MAX_COUNT),
@@ -257,15 +266,42 @@ def _slurm_flags_need_the_slurm_resolver(values: dict) -> bool:
         holder.present for holder in SLURM.values())
 
 
+_BATCH = (SOURCE["global_batch_size"], PER_REPLICA_BATCH_SIZE)  # Give one, or neither.
+
+
+@flags.multi_flags_validator(
+    [holder.name for holder in _BATCH],
+    message="both set the batch; give one: --per_replica_batch_size=N (the global batch is N x "
+            "the replicas) or --global_batch_size=N (split over the replicas)")
+def _one_batch_flag(values: dict) -> bool:
+    """--global_batch_size and --per_replica_batch_size are not both on the command line, in
+    the commands that take both (`plan` takes only the second)."""
+    del values  # Whether they were given counts: a program's default yields to either.
+    takes = flags_lib.COMMAND_FLAGS[flags_lib.parsing_for()]
+    return not all(holder.name in takes and holder.present for holder in _BATCH)
+
+
+def per_replica_batch_size() -> int | None:
+    """The parsed per-replica batch, or None when the batch is global: --global_batch_size on
+    the command line beats a per-replica default a program set, and --per_replica_batch_size
+    (given, or a program's default) beats the global default."""
+    return None if SOURCE["global_batch_size"].present else PER_REPLICA_BATCH_SIZE.value
+
+
 def strategy_config() -> StrategyConfig:
     """The parsed strategy flags as a `StrategyConfig`."""
     return StrategyConfig(**{name: holder.value for name, holder in STRATEGY.items()})
 
 
 def input_config(command: str = "train") -> InputConfig:
-    """The parsed input flags that `command` takes, as an `InputConfig`."""
-    return InputConfig(seed=SEED.value, **{name: holder.value for name, holder in INPUT.items()
-                                            if name in flags_lib.COMMAND_FLAGS[command]})
+    """The parsed input flags that `command` takes, as an `InputConfig`; its global batch left
+    at the default when the batch is per replica (`setup` derives it)."""
+    per_replica = PER_REPLICA_BATCH_SIZE.name in flags_lib.COMMAND_FLAGS[command] and \
+        per_replica_batch_size() is not None
+    return InputConfig(seed=SEED.value, **{
+        name: holder.value for name, holder in INPUT.items()
+        if name in flags_lib.COMMAND_FLAGS[command]
+        and not (per_replica and name == "global_batch_size")})
 
 
 def optimizer_config() -> OptimizerConfig:
@@ -292,7 +328,8 @@ def run_config(cluster: ClusterConfig | None) -> RunConfig:
     return RunConfig(
         strategy=strategy_config(),
         input=input_config(),
-        train=TrainConfig(**{name: holder.value for name, holder in TRAIN.items()}),
+        train=TrainConfig(**{**{name: holder.value for name, holder in TRAIN.items()},
+                             PER_REPLICA_BATCH_SIZE.name: per_replica_batch_size()}),
         optimizer=optimizer_config(),
         cluster=cluster,
         show_tf_logs=TF_LOGS.value)

@@ -234,6 +234,12 @@ class CorpusTest(_RejectingTest):
                 with self.subTest(argv=argv):
                     self.assert_rejected(argv, named)
 
+    def test_both_batches(self):
+        both = ["--global_batch_size=64", "--per_replica_batch_size=32"]
+        for argv in (["train", *both], ["benchmark", *both], ["manifest", "--", "train", *both]):
+            with self.subTest(argv=argv):
+                self.assert_rejected(argv, "--global_batch_size=64, --per_replica_batch_size=32")
+
     def test_broken_clusters(self):
         for command in ("train", "doctor"):
             for name, (tf_config, named) in _BAD_CLUSTERS.items():
@@ -380,6 +386,11 @@ class AfterTensorFlowTest(unittest.TestCase):
                                 f"--metrics_json={metrics}")
             assert_one_line_error(self, result, "global_batch_size=3 does not split evenly")
             self.assertEqual(os.listdir(scratch), [])
+
+    def test_per_replica_batch_whose_global_batch_is_too_large(self):
+        result = run_tfdist("train", "--num_cpu_devices=2", "--per_replica_batch_size=16777216")
+        assert_one_line_error(self, result, "--per_replica_batch_size=16777216 over 2 replicas "
+                                            "is a global batch of 33554432, past the largest")
 
     def test_image_that_does_not_decode_while_training(self):
         with tempfile.TemporaryDirectory() as scratch:

@@ -23,6 +23,7 @@ from tfdist.commands import launch
 from tfdist.commands import manifest
 from tfdist.commands import train_flags
 from tfdist.commands.benchmark import command as benchmark
+from tfdist.commands.cost_plan import command as cost_plan
 
 _ROOT = pathlib.Path(__file__).resolve().parents[3]
 # A `tensorflow` that fails to import (see cli_runner.py): the user's program must not need it.
@@ -163,6 +164,37 @@ class FlagsTest(unittest.TestCase):
         self.assertEqual(config.optimizer.lr_step_boundaries, (1.0, 2.0))
         self.assertEqual((config.train.seed, config.input.seed), (9, 9))
         self.assertTrue(config.show_tf_logs)
+
+    def test_the_batch_is_global_or_per_replica_not_both(self):
+        for command in ("train", "benchmark"):
+            with self.subTest(command=command):
+                _parse(command, "--per_replica_batch_size=32")
+                config = train_flags.run_config(None)
+                self.assertEqual((config.train.per_replica_batch_size,
+                                  config.input.global_batch_size), (32, 128))
+                _parse(command, "--global_batch_size=64")
+                config = train_flags.run_config(None)
+                self.assertEqual((config.train.per_replica_batch_size,
+                                  config.input.global_batch_size), (None, 64))
+                with self.assertRaisesRegex(
+                        flags.IllegalFlagValueError,
+                        r"^flags global_batch_size=64, per_replica_batch_size=32: both set "
+                        r"the batch; give one: --per_replica_batch_size=N \(the global batch is "
+                        r"N x the replicas\) or --global_batch_size=N \(split over the "
+                        r"replicas\)$"):
+                    _parse(command, "--global_batch_size=64", "--per_replica_batch_size=32")
+        _parse("benchmark", "--per_replica_batch_size=32")
+        self.assertEqual(benchmark.sweep_from_flags().train_args, ["--per_replica_batch_size=32"])
+
+    def test_plan_and_train_share_one_per_replica_batch_flag(self):
+        for command in ("train", "benchmark", "plan"):
+            self.assertIs(tfdist_flags.COMMAND_FLAGS[command]["per_replica_batch_size"],
+                          train_flags.PER_REPLICA_BATCH_SIZE)
+        self.assertNotIn("global_batch_size", tfdist_flags.COMMAND_FLAGS["plan"])
+        _parse("plan", "--per_replica_batch_size=32")
+        request = cost_plan.request_from_flags()
+        self.assertEqual(request.per_replica_batch_size, 32)
+        self.assertIn("per_replica_batch_size", request.given)
 
     def test_benchmark_passes_on_only_the_train_flags_given(self):
         _parse("benchmark", "--epochs=2", "--replicas=2,1", "--json=/tmp/b.json",

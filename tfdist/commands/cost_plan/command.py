@@ -17,7 +17,6 @@ from tfdist.commands import flags as flags_lib
 from tfdist.commands import plotting
 from tfdist.commands import train_flags
 from tfdist.commands.cost_plan import workload
-from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_THREADS
 from tfdist.runtime import output_files
 from tfdist.runtime import paths
@@ -43,9 +42,7 @@ _OWN = flags_lib.group(
                         "step time scales with --per_replica_batch_size)."),
     flags_lib.define_measure("compute_ms", "plan: one replica's step time (forward and backward) "
                     "at --per_replica_batch_size on its own device, in ms.", 1e-3, 1e9),
-    flags.DEFINE_integer("per_replica_batch_size", None,
-                         "plan: examples per replica per step.",
-                         lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
+    train_flags.PER_REPLICA_BATCH_SIZE,  # The train flag: one definition, the same meaning.
     flags_lib.define_measure("gradient_mib", "plan: float32 gradient MiB per step; unset counts "
                     "--model's trainable parameters (or takes the benchmark's).",
                     1e-6, 2.0 ** 30),
