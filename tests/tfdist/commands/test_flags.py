@@ -59,6 +59,28 @@ def main(argv):
 if __name__ == "__main__":
     app.run(main)
 """
+# A program with its own defaults for tfdist's flags, set the absl way after define_flags().
+_DEFAULTS_PROGRAM = """\
+import json
+
+from absl import flags
+import tfdist
+
+tfdist.define_flags()
+flags.FLAGS.set_default("epochs", 5)
+flags.FLAGS.set_default("per_replica_batch_size", 64)
+
+
+def main(argv):
+    config = tfdist.config_from_flags()
+    print(json.dumps({"epochs": config.train.epochs,
+                      "per_replica_batch_size": config.train.per_replica_batch_size,
+                      "global_batch_size": config.input.global_batch_size}))
+
+
+if __name__ == "__main__":
+    tfdist.run(main)
+"""
 
 
 def _parse(command: str, *args: str) -> None:
@@ -70,12 +92,14 @@ class UserProgramTest(unittest.TestCase):
     """A user's own absl program that calls `tfdist.define_flags()`, run as a child without
     TensorFlow."""
 
-    def run_program(self, *args: str) -> subprocess.CompletedProcess:
+    def run_program(self, *args: str, text: str | None = None) -> subprocess.CompletedProcess:
+        """The program `text` (else `_USER_PROGRAM`, which runs without TensorFlow)."""
         directory = self.enterContext(tempfile.TemporaryDirectory())
         program = pathlib.Path(directory, "my_train.py")
-        program.write_text(_USER_PROGRAM.format(cli_only=_CLI_ONLY), encoding="utf-8")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            filter(None, [str(_NO_TENSORFLOW), str(_ROOT), os.environ.get("PYTHONPATH")])))
+        program.write_text(text or _USER_PROGRAM.format(cli_only=_CLI_ONLY), encoding="utf-8")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
+            None if text else str(_NO_TENSORFLOW), str(_ROOT), os.environ.get("PYTHONPATH")])))
+        env.pop("TF_CONFIG", None)
         return subprocess.run([sys.executable, str(program), *args], capture_output=True,
                               text=True, env=env, cwd=directory, timeout=120, check=False)
 
@@ -99,6 +123,20 @@ class UserProgramTest(unittest.TestCase):
             "my_steps": 7, "strategy": "mirrored", "global_batch_size": 64, "model": "resnet20",
             "epochs": 5, "precision": "mixed_bfloat16",
             "cli_only_defined": [], "tensorflow_imported": False})
+
+    def test_a_program_sets_its_own_defaults_and_the_command_line_overrides_them(self):
+        result = self.run_program("--help", text=_DEFAULTS_PROGRAM)
+        blocks = {block.split(":")[0]: block for block in result.stdout.split("\n  --")}
+        self.assertIn("(default: '5')", blocks["epochs"])
+        self.assertIn("(default: '64')", blocks["per_replica_batch_size"])
+        for args, expected in (((), (5, 64, 128)),
+                               (("--epochs=2", "--per_replica_batch_size=8"), (2, 8, 128)),
+                               (("--global_batch_size=256",), (5, None, 256))):
+            with self.subTest(args=args):
+                result = self.run_program(*args, text=_DEFAULTS_PROGRAM)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertEqual(json.loads(result.stdout.splitlines()[-1]), dict(zip(
+                    ("epochs", "per_replica_batch_size", "global_batch_size"), expected)))
 
     def test_cli_only_flags_are_unknown_to_the_program(self):
         result = self.run_program("--image=img")
