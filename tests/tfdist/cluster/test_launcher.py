@@ -110,8 +110,10 @@ class SupervisionTest(_Scratch, unittest.TestCase):
 
     def test_restarts_back_off_doubling(self):
         start = time.monotonic()
-        result = run_tfdist("launch", "--max_restarts=3", "--restart_backoff_s=0.4", "--",
-                            sys.executable, "-c", "raise SystemExit(3)")
+        # One worker: with two, which one's failure the launcher sees first is a race.
+        result = run_tfdist("launch", "--num_workers=1", "--max_restarts=3",
+                            "--restart_backoff_s=0.4", "--", sys.executable, "-c",
+                            "raise SystemExit(3)")
         self.assertEqual(result.returncode, 3, result.stderr)
         self.assertEqual([line for line in result.stderr.splitlines() if "restarting" in line], [
             f"tfdist launch: worker:0 exited with status 3; restarting every task ({count}/3) "
