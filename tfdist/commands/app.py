@@ -95,9 +95,18 @@ def run(main: Callable[[list[str]], int | None]) -> None:
             print(f"{program}: error: {error}", file=sys.stderr, flush=True)
             return EXIT_LOST_PEER
 
+    def one_line_usage_errors(argv: list[str]) -> list[str]:
+        """absl's parse, with a bad flag one line and status 2 (absl prints two, status 1)."""
+        try:
+            return flags.FLAGS(argv)
+        except flags.Error as error:
+            print(f"{program}: error: {flags_lib.as_flags(str(error))}; see `{program} "
+                  "--help`.", file=sys.stderr, flush=True)
+            sys.exit(EXIT_USAGE)
+
     try:  # Before absl reads them: it would hang on a FIFO, or trace back on a binary file.
         flags_lib.check_flagfiles(sys.argv)
     except flags_lib.UsageError as error:
         print(f"{program}: error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_USAGE)
-    absl_app.run(main_with_one_line_errors)
+    absl_app.run(main_with_one_line_errors, flags_parser=one_line_usage_errors)

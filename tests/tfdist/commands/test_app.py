@@ -1,5 +1,6 @@
 """`tfdist.run`, the entry point of a user's own absl program: its flag files are checked as
-`tfdist`'s are, so a FIFO or a binary file is one line instead of a hang or a traceback."""
+`tfdist`'s are, so a FIFO or a binary file is one line instead of a hang or a traceback, and a
+bad flag is one line and status 2 (absl's own parse prints two lines, status 1)."""
 
 import os
 import subprocess
@@ -14,6 +15,29 @@ import tfdist
 
 def main(argv):
     print("main ran")
+    def test_a_bad_flag_is_one_line(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            program = os.path.join(scratch, "my_train.py")
+            with open(program, "w", encoding="utf-8") as file:
+                file.write(_PROGRAM)
+            for flags, words in (
+                    (["--epochs=-1"], "flag --epochs=-1: -1 is not an integer in the range"),
+                    (["--global_batch_size=64", "--per_replica_batch_size=8"],
+                     "flags --global_batch_size=64, --per_replica_batch_size=8: both set the "
+                     "batch; give one"),
+                    (["--no_such_flag"], "Unknown command line flag 'no_such_flag'")):
+                with self.subTest(flags=flags):
+                    result = subprocess.run([sys.executable, program, *flags],
+                                            capture_output=True, text=True, timeout=120,
+                                            check=False)
+                    self.assertEqual(result.returncode, 2, result.stderr)
+                    self.assertEqual(result.stderr.strip().splitlines(),
+                                     [f"my_train.py: error: {words}"
+                                      f"{result.stderr.strip().split(words, 1)[-1]}"])
+                    self.assertTrue(result.stderr.strip().endswith(
+                        "; see `my_train.py --help`."), result.stderr)
+                    self.assertNotIn("main ran", result.stdout)
+
 
 if __name__ == "__main__":
     tfdist.define_flags()
@@ -43,6 +67,29 @@ class FlagFileTest(unittest.TestCase):
                     self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
                     self.assertIn(f"my_train.py: error: --flagfile={path!r}", result.stderr)
                     self.assertIn(words, result.stderr)
+                    self.assertNotIn("main ran", result.stdout)
+
+    def test_a_bad_flag_is_one_line(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            program = os.path.join(scratch, "my_train.py")
+            with open(program, "w", encoding="utf-8") as file:
+                file.write(_PROGRAM)
+            for flags, words in (
+                    (["--epochs=-1"], "flag --epochs=-1: -1 is not an integer in the range"),
+                    (["--global_batch_size=64", "--per_replica_batch_size=8"],
+                     "flags --global_batch_size=64, --per_replica_batch_size=8: both set the "
+                     "batch; give one"),
+                    (["--no_such_flag"], "Unknown command line flag 'no_such_flag'")):
+                with self.subTest(flags=flags):
+                    result = subprocess.run([sys.executable, program, *flags],
+                                            capture_output=True, text=True, timeout=120,
+                                            check=False)
+                    self.assertEqual(result.returncode, 2, result.stderr)
+                    self.assertEqual(result.stderr.strip().splitlines(),
+                                     [f"my_train.py: error: {words}"
+                                      f"{result.stderr.strip().split(words, 1)[-1]}"])
+                    self.assertTrue(result.stderr.strip().endswith(
+                        "; see `my_train.py --help`."), result.stderr)
                     self.assertNotIn("main ran", result.stdout)
 
 
