@@ -119,7 +119,8 @@ def main(command: list[str]) -> int:
     if train_args is not None:
         train_flags.check_train_args(train_args)
         model_dir = train_flags.TRAIN["model_dir"].value
-        if not values["num_ps"]:  # Synchronous: the global batch splits over every replica.
+        # Synchronous: the global batch splits over every replica (a per-replica one always does).
+        if not values["num_ps"] and train_flags.per_replica_batch_size() is None:
             per_task = values["gpus_per_task"] or train_flags.strategy_config().num_cpu_devices
             input_pipelines.per_replica_batch_size(
                 train_flags.input_config().global_batch_size,

@@ -71,6 +71,10 @@ class ManifestCommandTest(unittest.TestCase):
         assert_one_line_error(self, run_tfdist("manifest", "--format=slurm", "--num_workers=3",
                                                "--", "train", "--global_batch_size=128"),
                               "--global_batch_size=128 does not split evenly over 3 replicas")
+        per_replica = run_tfdist("manifest", "--format=slurm", "--num_workers=3", "--", "train",
+                                 "--per_replica_batch_size=32")  # 96 in all: it always splits.
+        self.assertEqual(per_replica.returncode, 0, per_replica.stderr)
+        self.assertIn("--per_replica_batch_size=32", per_replica.stdout)
         assert_one_line_error(self, run_tfdist("train", "--num_ps=1"),
                               "--num_ps=1, --chief=False: given without --cluster_resolver=slurm")
         outside_slurm = {name: "" for name in os.environ if name.startswith("SLURM_")}
