@@ -10,17 +10,19 @@ too (loss scaling, the all-reduce, clipping, noise, accumulation), which hands t
 gradients to the optimizer's `apply`.
 
 Three Keras 3 internals are relied on, for the release `keras_flavour.KERAS3_CHECKED` names (the
-guard refuses others): `_symbolic_build` creates the metrics' and optimizer's variables before
-the first step, from the data's shapes; `apply`'s own sum over the replicas is switched off on
-the optimizer tfdist trains with (`_skip_keras_all_reduce`), since the path has summed already;
-and the update count and the metrics add atomically (`_add_atomically`).
+guard refuses others): `_symbolic_build` creates the model's, metrics' and loss's variables before
+the first step, from the data's shapes (tfdist builds the optimizer: `_build`); `apply`'s own sum
+over the replicas is switched off on the optimizer tfdist trains with (`_skip_keras_all_reduce`),
+since the path has summed already; and the update count and the metrics add atomically
+(`_add_atomically`).
 
 Under parameter server a ClusterCoordinator schedules `steps_per_execution` steps at a time on
-the workers. With `--model_dir`: a backup of the model, optimizer, gradient path (loss scale,
-accumulators) and epochs done at the end of every epoch, in `backup/` (other workers write a
-temporary copy, since every worker must take part in saving), restored when a run restarts and
-deleted when it finishes; and each epoch's weights in `checkpoints/epoch-NNN` for the evaluator
-(`tfdist.training.keras3.evaluator`).
+the workers; a variable that `--variable_partition` split over the ps tasks is differentiated
+and updated shard by shard (`tfdist.training.keras3.shards`). With `--model_dir`: a backup of
+the model, optimizer, gradient path (loss scale, accumulators) and epochs done at the end of
+every epoch, in `backup/` (other workers write a temporary copy, since every worker must take
+part in saving), restored when a run restarts and deleted when it finishes; and each epoch's
+weights in `checkpoints/epoch-NNN` for the evaluator (`tfdist.training.keras3.evaluator`).
 """
 
 import os
@@ -44,6 +46,7 @@ from tfdist.training.callbacks import ThroughputTimer
 from tfdist.training.data import Data
 from tfdist.training.data import DatasetFn
 from tfdist.training.keras3 import optim as keras3_optim
+from tfdist.training.keras3 import shards as keras3_shards
 
 _ONE_COPY = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_WRITE,
              "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA}
@@ -64,6 +67,30 @@ def _add_atomically(variables) -> None:
     for variable in variables:
         variable.assign_add = lambda delta, variable=variable: variable.value.assign_add(
             tf.cast(delta, variable.value.dtype))
+
+
+def _build(model: keras.Model, optimizer: keras.optimizers.Optimizer,
+           data_spec) -> list[keras.Variable]:
+    """Creates the variables of `model`, its metrics and loss from `data_spec`, then those of
+    `optimizer` (the model's, or the one it wraps) for the variables tfdist's step updates,
+    which it returns: `keras3_shards.trainable_shards`. Call in the strategy's scope.
+
+    Keras' `_symbolic_build` would build the model's optimizer on the model's own variables,
+    whole ones where the partitioner split them, so it is shown the optimizer as built."""
+    compiled = model.optimizer
+    unbuilt = not compiled.built
+    compiled.built = True
+    try:
+        # pylint: disable-next=protected-access
+        model._symbolic_build(data_batch=data_spec)
+    finally:
+        compiled.built = not unbuilt
+    keras3_shards.make_savable(model)
+    variables = keras3_shards.trainable_shards(model)
+    optimizer.build(variables)
+    if not compiled.built:  # A loss-scale wrapper makes its own variables too.
+        compiled.build(variables)
+    return variables
 
 
 def build_model(plan: Plan, model, *, data: Data, loss, metrics) -> keras.Model:
@@ -97,11 +124,12 @@ class _Steps:
         self.preprocess_dtype = plan.placement.compute_dtype \
             if plan.placement is not None and plan.placement.on_device else None
         with self.strategy.scope():
-            # pylint: disable-next=protected-access
-            model._symbolic_build(data_batch=self._model_spec(element_spec))
-            self.optimizer.build(model.trainable_variables)
+            # What is differentiated and updated: a variable the partitioner split, shard by
+            # shard (`tfdist.training.keras3.shards`).
+            self.variables = _build(model, self.optimizer, self._model_spec(element_spec))
+            self.constrained = keras3_shards.constrained(model)
             self.loss_metric = keras.metrics.Mean(name="loss")
-            self.path.build([variable.value for variable in model.trainable_variables])
+            self.path.build([variable.value for variable in self.variables])
         _skip_keras_all_reduce(self.optimizer)
         # pylint: disable-next=protected-access
         _add_atomically([self.optimizer._iterations, *model.metrics_variables,
@@ -138,13 +166,18 @@ class _Steps:
     def train_replica(self, data) -> None:
         """One training step on this replica's batch (replica context): the forward pass, then
         the gradient path, which hands the summed gradients to the optimizer's `apply`."""
-        variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             loss = self.path.scale_loss(self._forward(data, training=True))
-        grads = self.path.reduce(tape.gradient(loss, variables),
+        grads = self.path.reduce(tape.gradient(loss, self.variables),
                                  updates=self.optimizer.iterations)
-        self.path.apply(grads, lambda reduced: self.optimizer.apply(reduced, variables),
-                        updates=self.optimizer.iterations)
+        self.path.apply(grads, self._update, updates=self.optimizer.iterations)
+
+    def _update(self, grads: list) -> None:
+        """The optimizer's update of the variables by their summed `grads` (in a replica), then
+        each split variable's constraint on the whole variable, as Keras applies it."""
+        self.optimizer.apply(grads, self.variables)
+        for variable in self.constrained:
+            variable.assign(variable.constraint(variable))
 
     def evaluate_replica(self, data) -> None:
         """One evaluation step on this replica's batch: updates the loss and metrics."""
@@ -314,6 +347,7 @@ def _train_loop(plan: Plan, model: keras.Model, train_fn: DatasetFn, validation:
                               epochs=config.train.epochs, new_iterator_each_epoch=False)
     validation_data = validation and runner.dataset(validation[0])
     steps = _Steps(plan, model, runner.element_spec)
+    keras3_shards.log_placement(model)
     runner.bind(steps)
     checkpoints = _Checkpoints(plan, steps)
     timer = ThroughputTimer(global_batch_size=plan.global_batch_size,
