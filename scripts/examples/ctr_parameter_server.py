@@ -8,6 +8,8 @@ popularity and the dense features.
 
   tfdist launch --num_workers=2 --num_ps=2 --chief -- \
       python scripts/examples/ctr_parameter_server.py --variable_partition=max_shards:2
+
+The same with `launch --keras=3` trains the model in Keras 3, whose `tf.keras` it is then.
 """
 
 from absl import flags
@@ -78,7 +80,8 @@ def main(argv):
                          validation_steps=_VALIDATION // plan.global_batch_size,
                          loss="binary_crossentropy", metrics=["AUC"])
     if summary["role"] == "train":
-        print(f"ctr: val_auc={summary['final']['val_auc']:.4f}")
+        final = {name.lower(): value for name, value in summary["final"].items()}
+        print(f"ctr: val_auc={final['val_auc']:.4f}")  # Keras 3 (--keras=3) says val_AUC.
 
 
 if __name__ == "__main__":
