@@ -11,7 +11,9 @@ joins, and checkpoints are the coordinator's; the worker and ps tasks call `tfdi
 Keras 3 models (`--keras=3`) train through `tfdist.fit`.
 """
 
+import collections.abc
 import shutil
+import weakref
 from typing import Callable
 
 import tensorflow as tf
@@ -99,7 +101,7 @@ class CustomLoop:
         self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
                                                epoch=self._epoch)
         self._manager = None
-        self._iterators: dict[int, object] = {}
+        self._iterators = weakref.WeakKeyDictionary()  # Dataset -> its iterator.
         self._loops: dict[Callable, Callable] = {}
 
     def distribute(self, data, split: str = "train", *, training: bool = True,
@@ -134,17 +136,21 @@ class CustomLoop:
         step.minimize(self.optimizer, loss, tape, self.model.trainable_variables)
 
     def run(self, step_fn: Callable, dataset, steps: int) -> float:
-        """Runs `step_fn(*batch)` on every replica for `steps` batches of `dataset` (one
-        iterator per dataset, kept across calls) in one `tf.function` (under parameter server,
+        """Runs `step_fn(*batch)` on every replica for `steps` batches of `dataset` in one
+        `tf.function` (under parameter server,
         scheduled on the workers `steps_per_execution` steps at a time, and joined); returns
         the mean over the steps of the replicas' summed return values (the global loss, with
-        `scale_loss`; 0.0 for a step that returns nothing)."""
+        `scale_loss`; 0.0 for a step that returns nothing).
+
+        `dataset` is one `distribute` made, read by one iterator kept across calls (the next
+        call goes on where this one stopped), or an iterator of one, read as it is:
+        `iter(evaluation)` gives an evaluation a fresh pass."""
         if not callable(step_fn):
             raise ConfigError(f"step_fn={step_fn!r} is a {type(step_fn).__name__}, not a "
                               "function; pass the function each replica runs on a batch.")
         check_int("steps", steps, 1, MAX_COUNT, "pass e.g. plan.steps_per_epoch",
                   error=ConfigError)
-        iterator = self._iterators.setdefault(id(dataset), iter(dataset))
+        iterator = self._iterator(dataset)
         if step_fn not in self._loops:
             @tf.function
             def loop(iterator, steps):
@@ -164,6 +170,15 @@ class CustomLoop:
         except tf.errors.OutOfRangeError:
             raise fit_guards.ran_out("dataset") from None
         return total / steps
+
+    def _iterator(self, dataset):
+        """`dataset`'s kept iterator (made on first use), or `dataset` if it is an iterator."""
+        if isinstance(dataset, (collections.abc.Iterator,
+                                tf.distribute.experimental.coordinator.PerWorkerValues)):
+            return dataset
+        if dataset not in self._iterators:
+            self._iterators[dataset] = iter(dataset)
+        return self._iterators[dataset]
 
     def _scheduled(self, loop: Callable, iterator, steps: int) -> float:
         """`loop` over `steps` batches, scheduled on the parameter-server workers in chunks of

@@ -94,6 +94,16 @@ class CustomLoopTest(_PolicyReset):
                                                  r"optimizer; pass one built in"):
             tfdist.CustomLoop(plan, tabular_model, optimizer="adam")
 
+    def test_an_iterator_is_read_as_it_is(self):
+        loop, step = self._loop_and_step()
+        features, labels = _tabular(64, seed=1)
+        finite = loop.distribute(_arrays_dataset_fn(features, labels, repeat=False))
+        for _ in range(2):  # A fresh pass each time, as an evaluation reads it.
+            self.assertGreater(loop.run(step, iter(finite), 4), 0.0)
+        loop.run(step, finite, 4)
+        with self.assertRaisesRegex(ConfigError, r"^dataset: it ran out of batches"):
+            loop.run(step, finite, 1)  # Its kept iterator has read all 4.
+
     def test_tasks_that_do_not_train(self):
         cluster = dict(num_workers=1, num_ps=1, chief=True, evaluator=True, ports=[1, 2, 3, 4])
         for task, role in ((("worker", 0), "serve"), (("ps", 0), "serve"),
