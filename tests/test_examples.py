@@ -138,6 +138,8 @@ class ExamplesTest(unittest.TestCase):
         self.assertLess(float(epochs[1][1]), float(epochs[0][1]))
         for task in ("worker:0", "worker:1", "ps:0", "ps:1"):
             self.assertIn(f"[{task}] tfdist: {task} serving at", first.stdout)
+        self.assertIn("[chief:0] tfdist: variable embedding/embeddings 7x16384 (0.4 MiB) in 2 "
+                      "shards: rows 0-3 on ps:0, rows 4-6 on ps:1", first.stdout)
         again = _run(*_launch(*args), "--epochs=3", cwd=self.tmp)
         self.assertEqual(again.returncode, 0, again.stderr[-3000:])
         self.assertIn("resuming at epoch 3", again.stdout + again.stderr)

@@ -4,6 +4,7 @@ metric names checked, the optimizer recipe's gradient path)."""
 
 import contextlib
 import inspect
+import sys
 
 import tf_keras
 
@@ -81,3 +82,19 @@ def gradient_transforms(plan: Plan) -> GradientTransforms:
         config.optimizer, wire_dtype=config.strategy.allreduce_dtype, seed=config.train.seed,
         global_batch_size=plan.global_batch_size,
         loss_scaling=config.train.mixed_precision is Precision.MIXED_FLOAT16)
+
+
+def log_shards(name: str, shards: list) -> None:
+    """Says which ps task holds which rows of the variable `name`, split by the partitioner
+    (`--variable_partition`) into `shards` (tf.Variables, in row order): one line on stderr, the
+    same in both Keras flavours."""
+    row, placed = 0, []
+    for shard in shards:
+        fields = dict(part.split(":", 1) for part in shard.device.split("/") if ":" in part)
+        placed.append(f"rows {row}-{row + shard.shape[0] - 1} on "
+                      f"{fields.get('job', '?')}:{fields.get('task', '?')}")
+        row += shard.shape[0]
+    size = sum(shard.shape.num_elements() * shard.dtype.size for shard in shards)
+    print(f"tfdist: variable {name} {row}x{'x'.join(map(str, shards[0].shape[1:]))} "
+          f"({size / 2**20:.1f} MiB) in {len(shards)} shards: {', '.join(placed)}",
+          file=sys.stderr, flush=True)

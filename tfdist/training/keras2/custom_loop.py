@@ -35,6 +35,7 @@ from tfdist.training.callbacks import unrestorable
 from tfdist.training.data import dataset_fn
 from tfdist.training.data import is_dataset_function
 from tfdist.training.keras2 import step
+from tfdist.training.keras2.fit import log_sharding
 from tfdist.training.keras2.fit import tfdist_optimizer
 from tfdist.training.model import checked_model
 
@@ -96,6 +97,7 @@ class CustomLoop:
             _hold_for_this_loop(plan.model_dir)
         with self.strategy.scope():
             self.model = checked_model(plan, model)
+            log_sharding(plan, self.model)
             self.optimizer = optimizer or tfdist_optimizer(plan)
             self._epoch = tf.Variable(0, trainable=False, dtype=tf.int64)
         self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,

@@ -4,7 +4,6 @@ callbacks (throughput, divergence, the noise scale, history, backup and restore,
 checkpoints, TensorBoard), on datasets distributed as each strategy takes them."""
 
 import re
-import sys
 from typing import Sequence
 
 import tensorflow as tf
@@ -70,17 +69,11 @@ def build_model(plan: Plan, model, *, data: Data, loss=None, metrics=None) -> tf
         model = _with_device_preprocessing(plan, training_model.checked_model(plan, model),
                                            data)
         _compile(plan, model, loss, metrics)
-    _log_sharding(plan, model)
+    log_sharding(plan, model)
     return model
 
 
-def _ps_task(device: str) -> str:
-    """"ps:1" from "/job:ps/replica:0/task:1/device:CPU:0"."""
-    fields = dict(part.split(":", 1) for part in device.split("/") if ":" in part)
-    return f"{fields.get('job', '?')}:{fields.get('task', '?')}"
-
-
-def _log_sharding(plan: Plan, model: tf_keras.Model) -> None:
+def log_sharding(plan: Plan, model: tf_keras.Model) -> None:
     """Under parameter server, says which ps task holds which rows of each sharded variable
     (`--variable_partition`), one line per variable; Keras lists the shards as variables
     named `<name>/part_<i>`."""
@@ -92,14 +85,8 @@ def _log_sharding(plan: Plan, model: tf_keras.Model) -> None:
         if match:
             sharded.setdefault(match["name"], []).append((int(match["part"]), variable))
     for name, parts in sharded.items():
-        row, placed, size = 0, [], 0
-        for _, shard in sorted(parts, key=lambda part: part[0]):
-            placed.append(f"rows {row}-{row + shard.shape[0] - 1} on {_ps_task(shard.device)}")
-            row += shard.shape[0]
-            size += shard.shape.num_elements() * shard.dtype.size
-        print(f"tfdist: variable {name} {row}x{'x'.join(map(str, parts[0][1].shape[1:]))} "
-              f"({size / 2**20:.1f} MiB) in {len(parts)} shards: {', '.join(placed)}",
-              file=sys.stderr, flush=True)
+        parts.sort(key=lambda part: part[0])
+        training_model.log_shards(name, [shard for _, shard in parts])
 
 
 def _distribute(plan: Plan, dataset_fn: DatasetFn):

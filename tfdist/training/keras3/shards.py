@@ -28,10 +28,10 @@ receives one tensor per key, the first slice.) The whole variable passes through
 coordinator's memory when it is saved or restored.
 """
 
-import sys
-
 import keras
 import tensorflow as tf
+
+from tfdist.training.model import log_shards
 
 
 def shards_of(variable: keras.Variable) -> list[tf.Variable]:
@@ -89,24 +89,10 @@ def _save_whole(sharded) -> None:
     sharded._restore_from_tensors = restore
 
 
-def _ps_task(device: str) -> str:
-    """"ps:1" from "/job:ps/replica:0/task:1/device:CPU:0"."""
-    fields = dict(part.split(":", 1) for part in device.split("/") if ":" in part)
-    return f"{fields.get('job', '?')}:{fields.get('task', '?')}"
-
-
 def log_placement(model: keras.Model) -> None:
     """Says which ps task holds which rows of each split variable of `model`, one line per
-    variable on stderr, in the words tf-keras models' log uses (`tfdist.training.keras2.fit`)."""
+    variable (`tfdist.training.model.log_shards`)."""
     for variable in model.variables:
         shards = shards_of(variable)
-        if not shards:
-            continue
-        row, placed = 0, []
-        for shard in shards:
-            placed.append(f"rows {row}-{row + shard.shape[0] - 1} on {_ps_task(shard.device)}")
-            row += shard.shape[0]
-        size = sum(shard.shape.num_elements() * shard.dtype.size for shard in shards)
-        print(f"tfdist: variable {variable.path} {row}x{'x'.join(map(str, shards[0].shape[1:]))} "
-              f"({size / 2**20:.1f} MiB) in {len(shards)} shards: {', '.join(placed)}",
-              file=sys.stderr, flush=True)
+        if shards:
+            log_shards(variable.path, shards)
