@@ -48,6 +48,19 @@ _FLAKY_TASK = textwrap.dedent("""
 """)
 
 
+# TensorFlow's multi-worker Keras tutorial in miniature: its own strategy and `model.fit`.
+_KERAS_MULTI_WORKER_SCRIPT = textwrap.dedent("""
+    import numpy as np
+    import tensorflow as tf
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = tf.keras.Sequential([tf.keras.layers.Input((4,)), tf.keras.layers.Dense(1)])
+        model.compile("sgd", "mse")
+    x = np.ones((64, 4), "float32")
+    model.fit(x, x.sum(1), epochs=1, batch_size=16, verbose=0)
+    print("replicas", strategy.num_replicas_in_sync, "keras", tf.keras.__name__)
+""")
+
 class _Scratch:
 
     @pytest.fixture(autouse=True)
@@ -574,20 +587,8 @@ class ClusterLaunchTest(_Scratch, unittest.TestCase):
                                      strategy="parameter_server")
         self.assertEqual((metrics["strategy"], metrics["num_workers"]), ("parameter_server", 2))
 
-
     def test_unmodified_tf_keras_multi_worker_script(self):
-        script = self.script(textwrap.dedent("""
-            import numpy as np
-            import tensorflow as tf
-            strategy = tf.distribute.MultiWorkerMirroredStrategy()
-            with strategy.scope():
-                model = tf.keras.Sequential([tf.keras.layers.Input((4,)),
-                                             tf.keras.layers.Dense(1)])
-                model.compile("sgd", "mse")
-            x = np.ones((64, 4), "float32")
-            model.fit(x, x.sum(1), epochs=1, batch_size=16, verbose=0)
-            print("replicas", strategy.num_replicas_in_sync, "keras", tf.keras.__name__)
-        """))
+        script = self.script(_KERAS_MULTI_WORKER_SCRIPT)
         result = run_tfdist("launch", "--num_workers=2", "--timeout_s=300", "--", sys.executable,
                             script)
         self.assertEqual(result.returncode, 0, result.stdout[-3000:])
@@ -596,17 +597,7 @@ class ClusterLaunchTest(_Scratch, unittest.TestCase):
 
     def test_the_same_script_under_keras_3_is_pointed_at_tfdist_fit(self):
         # tf.keras is Keras 3 under --keras=3, whose own fit crashes (keras-team/keras#20585).
-        script = self.script(textwrap.dedent("""
-            import numpy as np
-            import tensorflow as tf
-            strategy = tf.distribute.MultiWorkerMirroredStrategy()
-            with strategy.scope():
-                model = tf.keras.Sequential([tf.keras.layers.Input((4,)),
-                                             tf.keras.layers.Dense(1)])
-                model.compile("sgd", "mse")
-            x = np.ones((64, 4), "float32")
-            model.fit(x, x.sum(1), epochs=1, batch_size=16, verbose=0)
-        """))
+        script = self.script(_KERAS_MULTI_WORKER_SCRIPT)
         result = run_tfdist("launch", "--keras=3", "--num_workers=2", "--timeout_s=300", "--",
                             sys.executable, script)
         self.assertEqual(result.returncode, 1, result.stdout[-3000:])
