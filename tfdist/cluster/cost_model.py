@@ -8,6 +8,12 @@ host's input pipeline, which prefetching overlaps with both:
     step = max(compute + exposed exchange, input)
     exposed exchange = max(0, exchange - overlap x backward_fraction x compute)
 
+Steps to a target follow McCandlish et al. 2018 ("An empirical model of large-batch
+training"): a global batch B needs S(B) = S_min (1 + B_crit / B) steps, B_crit the critical
+batch (estimated by the gradient noise scale B_simple), so the time to the target is
+S(B) x step. A doubling of the batch cuts the steps by B_crit / (2 (B + B_crit)): at least a
+quarter, half of what perfect scaling would (a half), while B <= B_crit (`doubling_cut`).
+
 Times are in seconds, sizes in bytes, bandwidths in bytes per second per direction. Pure Python:
 no TensorFlow, so `tfdist plan` answers at once.
 """
@@ -200,3 +206,28 @@ def predict(workload: Workload, cluster: Cluster, *, preprocess_on: str = "devic
             "host": per_gpu_per_s * workload.example_pixels * workload.compute_dtype_bytes,
             "device": per_gpu_per_s * workload.example_pixels},
     }
+
+
+# A doubling of the GPUs pays while it cuts the time to the target by at least this much: half of
+# perfect scaling's half, so the run's GPU-hours grow at most 1.5x per doubling. For the steps
+# alone it holds exactly up to a global batch of B_crit (docs/PLANNING.md, "Scaling that stops
+# paying").
+PAYING_CUT = 0.25
+
+
+def steps_ratio(global_batch: float, critical_batch: float, baseline_batch: float) -> float:
+    """S(global_batch) / S(baseline_batch) under S(B) = S_min (1 + critical_batch / B): the steps
+    to the same target, relative to training at `baseline_batch`."""
+    return (1 + critical_batch / global_batch) / (1 + critical_batch / baseline_batch)
+
+
+def doubling_cut(global_batch: float, critical_batch: float) -> float:
+    """The share of the steps a doubling of `global_batch` saves: critical_batch / (2 (B +
+    critical_batch)); 1/2 when B is far below the critical batch, `PAYING_CUT` at B = B_crit."""
+    return 1 - steps_ratio(2 * global_batch, critical_batch, global_batch)
+
+
+def cut_per_doubling(before: float, after: float, gpus_before: int, gpus_after: int) -> float:
+    """The share of a time (`before` to `after`) saved per doubling of the GPUs, when going from
+    `gpus_before` to `gpus_after` (the geometric mean over the doublings between them)."""
+    return 1 - (after / before) ** (1 / math.log2(gpus_after / gpus_before))

@@ -7,6 +7,8 @@ A flag given on the command line beats the benchmark's figure, which beats the d
 import dataclasses
 import json
 import math
+from collections.abc import Callable
+from collections.abc import Sequence
 
 from tfdist.cluster import cost_model
 from tfdist.commands import flags as flags_lib
@@ -70,6 +72,24 @@ def _train_flags(train_args: list[str], path: str, fix: str) -> dict:
     return found
 
 
+def read_json(name: str, path: str, what: str, fix: str):
+    """The JSON value in the file `path` that --`name` gives: a regular file of UTF-8 text, of
+    bounded size (`flags.read_text`).
+
+    Raises:
+      ConfigError: a file that cannot be read or is not JSON, in one line that ends in `fix`;
+        `what` says what the file should have been.
+    """
+    try:
+        return json.loads(flags_lib.read_text(path))
+    except ValueError as error:  # JSONDecodeError too.
+        reason = "it is not JSON" if isinstance(error, json.JSONDecodeError) else error
+        raise ConfigError(f"{name}={path!r}: {reason}; {fix}.") from None
+    except RecursionError:
+        raise ConfigError(f"{name}={path!r}: it is nested too deeply to be {what}; "
+                          f"{fix}.") from None
+
+
 def read_benchmark(path: str) -> dict:
     """The figures `plan` takes from a `tfdist benchmark --json` file: compute_s, batch,
     trainable_parameters (None from a file of an older tfdist), and the train flags it takes.
@@ -79,14 +99,7 @@ def read_benchmark(path: str) -> dict:
         synthetic configuration.
     """
     fix = "give a file `tfdist benchmark --replicas=1 --data=synthetic --json=FILE` wrote"
-    try:
-        report = json.loads(flags_lib.read_text(path))
-    except ValueError as error:  # JSONDecodeError too.
-        reason = "it is not JSON" if isinstance(error, json.JSONDecodeError) else error
-        raise ConfigError(f"from_benchmark={path!r}: {reason}; {fix}.") from None
-    except RecursionError:
-        raise ConfigError(f"from_benchmark={path!r}: it is nested too deeply to be a benchmark "
-                          f"report; {fix}.") from None
+    report = read_json("from_benchmark", path, "a benchmark report", fix)
     try:
         single = next(entry for entry in report["configurations"]
                       if entry["replicas"] == 1 and entry["data"] == "synthetic")
@@ -216,13 +229,19 @@ def _cores(value: float) -> str:
     return "-" if math.isnan(value) or value == 0 else f"{value:.1f}"
 
 
-def table(rows: list[dict]) -> str:
-    """The figures as a Markdown table, times in ms."""
+# A column a table can add: its header, and its cell of a row.
+Column = tuple[str, Callable[[dict], str]]
+
+
+def table(rows: list[dict], extra: Sequence[Column] = ()) -> str:
+    """The figures as a Markdown table, times in ms, with the `extra` columns last."""
     lines = ["| nodes | GPUs | global batch | compute ms | exchange ms | exposed ms | input ms | "
              "step ms | examples/s | efficiency | host cores/node (host, device prep) | "
              "host->device MB/s per GPU (host, device prep) |",
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
              "---: |"]
+    lines = [lines[0] + "".join(f" {header} |" for header, _ in extra),
+             lines[1] + " ---: |" * len(extra)]
     for row in rows:
         cores, copied = row["host_cores_needed"], row["host_to_device_bytes_per_s"]
         lines.append(
@@ -232,7 +251,7 @@ def table(rows: list[dict]) -> str:
             f"{row['step_s'] * 1000:.1f} | {row['examples_per_s']:,.0f} | "
             f"{row['scaling_efficiency']:.2f} | {_cores(cores['host'])}, "
             f"{_cores(cores['device'])} | {copied['host'] / 1e6:,.1f}, "
-            f"{copied['device'] / 1e6:,.1f} |")
+            f"{copied['device'] / 1e6:,.1f} |" + "".join(f" {cell(row)} |" for _, cell in extra))
     return "\n".join(lines)
 
 
