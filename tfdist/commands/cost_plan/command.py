@@ -16,6 +16,7 @@ from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import plotting
 from tfdist.commands import train_flags
+from tfdist.commands.cost_plan import scaling
 from tfdist.commands.cost_plan import workload
 from tfdist.input_pipelines.config import MAX_THREADS
 from tfdist.runtime import output_files
@@ -78,7 +79,15 @@ _OWN = flags_lib.group(
                     "delivers with preprocessing on the host (scripts/benchmark_input.py).",
                     1e-3, 1e9),
     flags_lib.define_measure("decode_examples_per_core", "plan: the same with preprocessing on the "
-                    "device (the host only decodes and batches).", 1e-3, 1e9))
+                    "device (the host only decodes and batches).", 1e-3, 1e9),
+    flags.DEFINE_string("noise_scale_json", None,
+                        "plan: a `tfdist train --measure_noise_scale --metrics_json` file: the "
+                        "median of its noise_scale history (B_simple) estimates the critical "
+                        "batch, and the plan adds the steps and time to the target and where "
+                        "more replicas stop paying (docs/PLANNING.md)."),
+    flags_lib.define_measure("critical_batch", "plan: the critical batch B_crit in examples, "
+                             "instead of --noise_scale_json's estimate.", 1e-3,
+                             scaling.MAX_NOISE_SCALE))
 flags_lib.register("plan", _OWN, flags_lib.group(
     cli_flags.JSON, cli_flags.PLOT, train_flags.TRAIN["model"], train_flags.SOURCE["image_size"],
     train_flags.SOURCE["num_classes"], train_flags.TRAIN["mixed_precision"],
@@ -110,6 +119,8 @@ class PlanRequest:
     host_cores_per_node: int | None
     host_examples_per_core: float | None
     decode_examples_per_core: float | None
+    noise_scale_json: str | None
+    critical_batch: float | None
     json: str | None
     plot: str | None
     model: str
@@ -181,17 +192,25 @@ def main() -> int:
     if request.plot:
         plotting.pyplot(request.plot)  # Missing matplotlib, before any figure.
     plan_inputs = workload.inputs(request)
+    critical = scaling.from_request(request)
     rows = workload.predictions(plan_inputs, request.nodes)
     lines = workload.advice(plan_inputs, request.nodes)
     print(workload.describe(plan_inputs))
-    print(workload.table(rows))
+    report = {}
+    if critical is not None:
+        batch = plan_inputs.workload.per_replica_batch
+        rows = scaling.with_steps(rows, critical, batch)
+        lines.append(scaling.advice(rows, critical, batch, plan_inputs.cluster.gpus_per_node))
+        report["critical_batch"] = scaling.summary(rows, critical, batch)
+        print(f"tfdist plan: {scaling.describe(critical)}")
+    print(workload.table(rows, scaling.COLUMNS if critical is not None else ()))
     for line in lines:
         print(f"tfdist plan: {line}")
     if request.json:
         output_files.write_json("json", request.json, _finite({
             "workload": dataclasses.asdict(plan_inputs.workload),
             "cluster": dataclasses.asdict(plan_inputs.cluster), "sources": plan_inputs.sources,
-            "model": plan_inputs.model, "configurations": rows, "advice": lines}))
+            "model": plan_inputs.model, "configurations": rows, "advice": lines, **report}))
     if request.plot:
         _plot(rows, request.plot)
     sys.stdout.flush()
