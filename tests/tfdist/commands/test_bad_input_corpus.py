@@ -70,6 +70,7 @@ _STRINGS = {
     "replicas": ("0", "x", "", HUGE, "-1"),
     "nodes": ("0", "x", "", HUGE, "-1", "1,,2"),
     "from_benchmark": ("{dir}", "{file}", "/nowhere/bench.json"),
+    "noise_scale_json": ("{dir}", "{file}", "/nowhere/metrics.json"),
     "data": ("fake", ""),
     "tf_config": ("{worker", "[]", json.dumps({"cluster": {"worker": ["localhost:2222",
                                                                      "127.0.0.1:2222"]},
