@@ -9,6 +9,7 @@ from typing import Callable
 import tensorflow as tf
 import tf_keras
 
+from tfdist.cluster import cost_model
 from tfdist.optim import noise_scale
 from tfdist.runtime import keras_flavour
 from tfdist.runtime import output_files
@@ -94,18 +95,18 @@ class NoiseScaleLog(tf_keras.callbacks.Callback):
 
 
 def advice(noise_scale: float, global_batch_size: int) -> str:
-    """What the last noise scale says about scaling this job's global batch. B_simple tends to
-    fall below the critical batch (3.4x below the knee the batch-scaling study measured,
-    docs/PERFORMANCE.md), so "past it" starts at 4x."""
-    said = (f"the gradient noise scale ends at B_simple={noise_scale:.0f} examples (about this "
-            f"job's critical batch); it trains with a global batch of {global_batch_size}")
-    if global_batch_size < noise_scale / 2:
-        return (f"{said}: a global batch up to about {noise_scale:.0f} (more replicas or a "
-                "larger per-replica batch) should still cut the steps nearly in proportion.")
-    if global_batch_size > 4 * noise_scale:
-        return (f"{said}: past that, a larger batch buys few fewer steps; more replicas would "
-                "mostly add cost.")
-    return f"{said}: near it, more replicas buy less than proportionally fewer steps."
+    """What the last noise scale says about scaling this job's global batch, by the rule
+    `tfdist plan --noise_scale_json` applies (`tfdist.cluster.cost_model`): B_simple stands for
+    the critical batch, and a doubling of the batch pays while it saves at least a quarter of the
+    steps to the same target."""
+    cut = cost_model.doubling_cut(global_batch_size, noise_scale)
+    said = (f"the gradient noise scale ends at B_simple={noise_scale:.0f} examples (an estimate "
+            f"of this job's critical batch); it trains with a global batch of {global_batch_size}")
+    if cut >= cost_model.PAYING_CUT:
+        return (f"{said}: doubling the global batch (more replicas or a larger per-replica "
+                f"batch) should still save about {cut:.0%} of the steps to the same target.")
+    return (f"{said}: past it, doubling the batch saves only about {cut:.0%} of the steps; more "
+            "replicas would mostly add cost (`tfdist plan --noise_scale_json` says where).")
 
 
 class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):

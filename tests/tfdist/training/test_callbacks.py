@@ -144,6 +144,16 @@ class ResumeTest(parameterized.TestCase):
                 backup, "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"), 0)
 
 
+class NoiseScaleAdviceTest(unittest.TestCase):
+    """The end-of-run advice applies `tfdist plan`'s rule: a doubling pays while it saves a
+    quarter of the steps, up to the critical batch B_simple stands for."""
+
+    def test_the_knee_is_where_plan_puts_it(self):
+        self.assertIn("should still save about 38% of the steps", callbacks.advice(13, 4))
+        self.assertIn("should still save about 25% of the steps", callbacks.advice(13, 13))
+        self.assertIn("past it, doubling the batch saves only about 17%", callbacks.advice(13, 26))
+
+
 class RefuseFinishedBackupTest(unittest.TestCase):
     """Both flavours' backups, as they lay them out, read without a model."""
 
