@@ -144,12 +144,15 @@ def hierarchical_allreduce_s(num_bytes: float, nodes: int, gpus_per_node: int, i
 
 
 def parameter_server_s(num_bytes: float, workers: int, num_ps: int, link: Link) -> float:
-    """Each worker pushes its gradients and pulls the variables (num_bytes each way); the
-    variables are split evenly over `num_ps` tasks, whose links carry every worker's share.
-    The slower of a worker's link and a ps task's link sets the time."""
-    worker_s = num_bytes / link.bytes_per_s
-    ps_s = workers * num_bytes / num_ps / link.bytes_per_s
-    return max(worker_s, ps_s) + 2 * link.latency_s
+    """Each worker pulls the variables, then (after its step) pushes its gradients, num_bytes
+    each way, one after the other: TensorFlow reads a ps variable in the step and applies the
+    update at its end. The variables are split evenly over `num_ps` tasks, whose links carry
+    every worker's share. Workers that share a ps task's link fairly finish their pulls
+    together and so stay in step: all pull, then all push, and a ps task's two directions are
+    not busy at once. Each phase takes the slower of a worker's link and a ps task's link
+    (measured on shaped links: docs/PLANNING.md, "Checked against links we control")."""
+    phase_s = max(num_bytes, workers * num_bytes / num_ps) / link.bytes_per_s
+    return 2 * phase_s + 2 * link.latency_s
 
 
 def exchange_s(workload: Workload, cluster: Cluster) -> float:
@@ -158,7 +161,10 @@ def exchange_s(workload: Workload, cluster: Cluster) -> float:
     inter = (cluster.inter if cluster.gpudirect_rdma and cluster.inter.rdma
              else staged_through_host(cluster.inter, cluster.host_pcie))
     if cluster.num_ps:
-        # Every worker (a node's GPUs, reduced inside the node first) talks to the ps tasks.
+        # Every worker (a node's GPUs, reduced inside the node first) talks to the ps tasks, in
+        # the variables' float32: the wire dtype is an all-reduce's (tfdist refuses
+        # --allreduce_dtype under parameter_server), so it must not shrink these bytes.
+        num_bytes = workload.gradient_bytes
         inside = ring_allreduce_s(num_bytes, cluster.gpus_per_node, cluster.intra)
         return inside + parameter_server_s(num_bytes, cluster.nodes, cluster.num_ps, inter)
     if cluster.nodes == 1:

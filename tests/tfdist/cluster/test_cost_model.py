@@ -33,10 +33,11 @@ class AllReduceTest(unittest.TestCase):
         self.assertAlmostEqual(cost_model.exchange_s(workload, cluster), 17.5 + 14e-4)
 
     def test_parameter_servers_are_bound_by_the_busier_side(self):
-        # 4 workers, 2 ps: each ps carries 4 x 1e9 / 2 bytes each way = 2 s at 1e9 bytes/s.
-        self.assertAlmostEqual(cost_model.parameter_server_s(1e9, 4, 2, LINK), 2 + 2e-5)
-        # 1 worker, 4 ps: the worker's own link, 1 s.
-        self.assertAlmostEqual(cost_model.parameter_server_s(1e9, 1, 4, LINK), 1 + 2e-5)
+        # 4 workers, 2 ps: each ps carries 4 x 1e9 / 2 bytes each way = 2 s at 1e9 bytes/s,
+        # the pulls then the pushes.
+        self.assertAlmostEqual(cost_model.parameter_server_s(1e9, 4, 2, LINK), 4 + 2e-5)
+        # 1 worker, 4 ps: the worker's own link, 1 s each way, one after the other.
+        self.assertAlmostEqual(cost_model.parameter_server_s(1e9, 1, 4, LINK), 2 + 2e-5)
 
     def test_without_gpudirect_traffic_between_nodes_goes_through_host_memory(self):
         host = cost_model.Link("pcie", 1.2, 5)

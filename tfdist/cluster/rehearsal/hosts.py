@@ -8,6 +8,10 @@ network: the hosts reach each other and nothing else (they have no route out). E
 /etc/hosts for the processes it starts. Everything is named `tfdist-rh<pid>-...` after the
 rehearsing process, so that `clean_stale` can remove what a killed rehearsal left behind: its
 namespaces (and the processes still in them) and hosts files. Linux, root and iproute2 only.
+
+`Hosts.shape` gives every host's link a bandwidth, as a NIC of that rate would, with Linux's
+token-bucket filter (`tc qdisc ... tbf`) on both ends of its link: bandwidth only, no added delay
+(netem, which would add it, is not in every kernel); `tfdist rehearse` leaves links unshaped.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ _IP_TIMEOUT_S = 30.0
 _NAME_RE = re.compile(rf"{PREFIX}(\d+)-(.+)")
 _SERIALS = itertools.count()
 _SWITCH = "switch"
+_MIN_BURST_BYTES = 64 * 1024  # One GSO packet of a veth, so that packets pass whole.
+_BURST_S, _QUEUE_S = 1e-3, 20e-3  # The bucket holds 1 ms at the rate; 20 ms more may queue.
 
 
 class NoHosts(ClusterError):
@@ -89,6 +95,25 @@ class Hosts:
             self.close()
             raise
 
+    def shape(self, gbit_per_s: float) -> None:
+        """Limits each host's link to `gbit_per_s` in each direction: a token-bucket filter on
+        the host's eth0 (what it sends) and on its port of the bridge (what it receives), with
+        `tbf_sizes`; a later call replaces the limit.
+
+        Raises:
+          NoHosts: no `tc` on PATH, or the kernel refuses the filter.
+        """
+        if shutil.which("tc") is None:
+            raise NoHosts("tc not on PATH; shaping emulated links needs iproute2's tc: install "
+                          "iproute2.")
+        burst, limit = tbf_sizes(gbit_per_s)
+        tbf = ["root", "tbf", "rate", f"{round(gbit_per_s * 1e9)}bit", "burst", str(burst),
+               "limit", str(limit)]
+        switch = self._namespace(_SWITCH)
+        for index, host in enumerate(self.hosts):
+            _run("tc", "-n", host.namespace, "qdisc", "replace", "dev", INTERFACE, *tbf)
+            _run("tc", "-n", switch, "qdisc", "replace", "dev", f"h{index}", *tbf)
+
     def _namespace(self, suffix: str) -> str:
         return f"{PREFIX}{self._owner}-{self._serial}-{suffix}"
 
@@ -135,6 +160,15 @@ class Hosts:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def tbf_sizes(gbit_per_s: float) -> tuple[int, int]:
+    """(burst, limit) in bytes of `Hosts.shape`'s token bucket at `gbit_per_s`: the bucket
+    holds 1 ms at the rate (at least 64 KiB, a whole GSO packet), and up to 20 ms more of
+    traffic queues behind it before packets are dropped."""
+    bytes_per_s = gbit_per_s * 1e9 / 8
+    burst = max(_MIN_BURST_BYTES, round(bytes_per_s * _BURST_S))
+    return burst, burst + round(bytes_per_s * _QUEUE_S)
 
 
 def clean_stale() -> list[str]:
@@ -202,13 +236,19 @@ def require_tools() -> None:
 
 def _ip(*args: str) -> None:
     """Runs `ip ARGS`; raises NoHosts with ip's own words when it fails."""
+    _run("ip", *args)
+
+
+def _run(tool: str, *args: str) -> None:
+    """Runs iproute2's `tool ARGS`; raises NoHosts with its own words when it fails."""
+    command = " ".join((tool, *args))
     try:
-        result = subprocess.run(["ip", *args], capture_output=True, text=True,
+        result = subprocess.run([tool, *args], capture_output=True, text=True,
                                 timeout=_IP_TIMEOUT_S, check=False)
     except subprocess.TimeoutExpired:
-        raise NoHosts(f"`ip {' '.join(args)}` gave no answer within {_IP_TIMEOUT_S:g} s; "
+        raise NoHosts(f"`{command}` gave no answer within {_IP_TIMEOUT_S:g} s; "
                       "check that iproute2 works here.") from None
     if result.returncode:
         why = " ".join(result.stderr.split()) or f"exit status {result.returncode}"
-        raise NoHosts(f"`ip {' '.join(args)}` failed ({why}); a rehearsal needs root on Linux "
+        raise NoHosts(f"`{command}` failed ({why}); a rehearsal needs root on Linux "
                       "with network namespaces allowed.")
