@@ -1,11 +1,13 @@
 """`tfdist benchmark`: examples/s per replica count on synthetic and real data, scaling
-efficiency, the input-bound ratio and tfdist's overhead against a plain Keras script.
+efficiency, the input-bound ratio, tfdist's overhead against a plain Keras script, and the tax
+of a 1-worker multi_worker_mirrored run against mirrored on the same device.
 
 Each configuration (replica count x synthetic or real data) runs in a process of its own
 (`child`), since the number of logical CPU devices is fixed when TensorFlow starts. The processes
 live for the whole sweep, and each of --rounds rounds times every configuration once, one after
 the other (`rounds`); `figures` turns the rounds into the table (its docstring defines each
-figure), `--json` and `--plot`.
+figure), `--json` and `--plot`. With --overhead and synthetic data, two more processes join the
+rounds: mirrored and a 1-worker multi_worker_mirrored run on one device (`overhead_vs_mirrored`).
 """
 
 import dataclasses
@@ -27,6 +29,8 @@ from tfdist.runtime import plugins
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import MAX_COUNT
+from tfdist.strategies import StrategyConfig
+from tfdist.strategies import StrategyKind
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
 
 _REPLICAS = flags.DEFINE_list("replicas", ["1", "2"],
@@ -47,7 +51,9 @@ _ROUNDS = flags.DEFINE_integer("rounds", 7,
 _OVERHEAD = flags.DEFINE_boolean("overhead", True,
                                  "benchmark: on synthetic data, each round also times a plain "
                                  "Keras script in the strategy's scope and with no strategy "
-                                 "(overhead_ratio, overhead_vs_no_strategy).")
+                                 "(overhead_ratio, overhead_vs_no_strategy), and a 1-worker "
+                                 "multi_worker_mirrored run against mirrored on one device, "
+                                 "each in a process of its own (overhead_vs_mirrored).")
 flags_lib.register("benchmark", train_flags.STRATEGY, train_flags.INPUT, train_flags.TRAIN,
                    train_flags.OPTIMIZER, flags_lib.group(
                        _REPLICAS, _DATA, _WARMUP_STEPS, _TIMED_STEPS, _ROUNDS, _OVERHEAD,
@@ -78,6 +84,11 @@ class Sweep:
     overhead: bool
     json_path: str | None
     plot_path: str | None
+    multi_worker_tax: bool = False
+
+
+# The strategy tax pair, each on one device in a process of its own: the baseline first.
+_TAX_PAIR = (StrategyKind.MIRRORED, StrategyKind.MULTI_WORKER_MIRRORED)
 
 
 def sweep_from_flags() -> Sweep:
@@ -118,6 +129,28 @@ def _child_args(train_args: list[str], replicas: int, data: str, num_gpus: int) 
     return args
 
 
+def _tax_pair_fits(sweep: Sweep, strategy: StrategyConfig) -> bool:
+    """Whether the sweep times the multi_worker_mirrored tax pair: with --overhead and synthetic
+    data, unless a strategy option given fits only one of the two (said on standard error)."""
+    if not (sweep.overhead and "synthetic" in sweep.data):
+        return False
+    single = dataclasses.replace(strategy, num_cpu_devices=1)  # As `_child_args` sets it.
+    refused = [why for kind in _TAX_PAIR for why in single.ignored_by(kind)]
+    if refused:
+        print(f"tfdist benchmark: overhead_vs_mirrored is left out: {refused[0]}.",
+              file=sys.stderr, flush=True)
+    return not refused
+
+
+def _tax_pair_specs(sweep: Sweep, num_gpus: int) -> list[dict]:
+    """The children of the tax pair: the sweep's train flags on one device, synthetic data,
+    under mirrored and multi_worker_mirrored (no TF_CONFIG: one worker)."""
+    return [{"train_args": [*_child_args(sweep.train_args, 1, "synthetic", num_gpus),
+                            f"--strategy={kind.value}"],
+             "warmup_steps": sweep.warmup_steps, "timed_steps": sweep.timed_steps,
+             "overhead": False} for kind in _TAX_PAIR] if sweep.multi_worker_tax else []
+
+
 def main() -> int:
     """Checks the flags, runs the sweep, prints a progress line per configuration and the table;
     returns 0."""
@@ -132,6 +165,7 @@ def main() -> int:
     if num_gpus and max(sweep.replicas) > num_gpus:
         raise ConfigError(f"replicas={max(sweep.replicas)} needs that many GPUs, but "
                           f"{num_gpus} are visible; lower --replicas.")
+    sweep = dataclasses.replace(sweep, multi_worker_tax=_tax_pair_fits(sweep, config.strategy))
     return run(sweep, num_gpus=num_gpus)
 
 
@@ -143,8 +177,11 @@ def run(sweep: Sweep, *, num_gpus: int) -> int:
     measured_all = benchmark_rounds.run(
         [{"train_args": _child_args(sweep.train_args, count, kind, num_gpus),
           "warmup_steps": sweep.warmup_steps, "timed_steps": sweep.timed_steps,
-          "overhead": sweep.overhead and kind == "synthetic"} for count, kind in configurations],
+          "overhead": sweep.overhead and kind == "synthetic"} for count, kind in configurations]
+        + _tax_pair_specs(sweep, num_gpus),
         benchmark_rounds.child_env(num_gpus), rounds=sweep.rounds)
+    tax = (figures.multi_worker_tax(*measured_all[len(configurations):])
+           if sweep.multi_worker_tax else None)
     results = []
     for number, ((count, kind), measured) in enumerate(zip(configurations, measured_all), 1):
         entry = {"replicas": count, "data": kind, **figures.figures(measured, kind)}
@@ -154,14 +191,16 @@ def run(sweep: Sweep, *, num_gpus: int) -> int:
               f"{entry['step_time_s']['median'] * 1000:.1f} ms", file=sys.stderr, flush=True)
     figures.add_ratios(results)
     print(figures.table(results))
-    for line in figures.noisy_figures(results):
+    if tax:
+        print(figures.tax_line(tax, "1 GPU" if num_gpus else "1 CPU device"))
+    for line in figures.noisy_figures(results, tax):
         print(line)
     if sweep.json_path:
         output_files.write_json("json", sweep.json_path, {
             "configurations": results, "train_args": sweep.train_args,
-            "trainable_parameters": measured_all[-1]["trainable_parameters"],
+            "trainable_parameters": measured_all[0]["trainable_parameters"],
             "warmup_steps": sweep.warmup_steps, "timed_steps": sweep.timed_steps,
-            "rounds": sweep.rounds})
+            "rounds": sweep.rounds, **({"multi_worker_mirrored": tax} if tax else {})})
     if sweep.plot_path:
         figures.plot(results, sweep.plot_path)
     return 0

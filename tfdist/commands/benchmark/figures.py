@@ -22,6 +22,11 @@ from 1 is named after the table: that difference is noise.
                         B_simple after the timed steps (`tfdist.optim.noise_scale`)
   noise_scale_overhead  its cost: median step time with the measurement / without, alternating
                         in the same process
+  overhead_vs_mirrored  with --overhead on synthetic data (the report's "multi_worker_mirrored"):
+                        the step time of a 1-worker multi_worker_mirrored run / that of mirrored
+                        on the same single device (CPU:0, or GPU:0), each in a process of its
+                        own, both timed in every round: the strategy's tax where no other
+                        worker exists
 """
 
 import statistics
@@ -88,6 +93,28 @@ def add_ratios(results: list[dict]) -> None:
                 real, synthetic)
 
 
+def multi_worker_tax(mirrored: dict, multi_worker: dict) -> dict:
+    """The multi_worker_mirrored report: both runs' step times (median over rounds, with their
+    spread) and `overhead_vs_mirrored`, the median of the per-round ratios."""
+    steps = {name: _round_medians(measured["tfdist"])
+             for name, measured in (("mirrored", mirrored), ("multi_worker", multi_worker))}
+    ratio, spread = _ratio(steps["multi_worker"], steps["mirrored"])
+    return {"workers": 1, "replicas": 1, "data": "synthetic",
+            "global_batch_size": multi_worker["global_batch_size"],
+            "rounds": len(steps["multi_worker"]),
+            "step_time_s": _spread(steps["multi_worker"]),
+            "mirrored_step_time_s": _spread(steps["mirrored"]),
+            "overhead_vs_mirrored": ratio, "overhead_vs_mirrored_spread": spread}
+
+
+def tax_line(tax: dict, device: str) -> str:
+    """The multi_worker_mirrored report in one line, for after the table."""
+    return (f"multi_worker_mirrored, 1 worker on {device}, synthetic data: "
+            f"{tax['step_time_s']['median'] * 1000:.1f} ms a step against mirrored's "
+            f"{tax['mirrored_step_time_s']['median'] * 1000:.1f} ms on the same device: "
+            f"overhead_vs_mirrored {_cell(tax, 'overhead_vs_mirrored')}")
+
+
 _RATIOS = ("scaling_efficiency", "input_bound_ratio", "overhead_ratio",
            "overhead_vs_no_strategy", "noise_scale_overhead")
 
@@ -101,21 +128,24 @@ def _cell(entry: dict, key: str) -> str:
                                   if high > low else "")
 
 
-def noisy_figures(results: list[dict]) -> list[str]:
+def noisy_figures(results: list[dict], tax: dict | None = None) -> list[str]:
     """One line per ratio whose spread over rounds is wider than its distance from 1, the
-    effect it claims (overhead, lost efficiency, input cost)."""
+    effect it claims (overhead, lost efficiency, input cost); `tax` is the
+    multi_worker_mirrored report, if any."""
+    named = [(f"replicas={entry['replicas']} data={entry['data']}", entry, key)
+             for entry in results for key in _RATIOS]
+    if tax:
+        named.append(("multi_worker_mirrored", tax, "overhead_vs_mirrored"))
     lines = []
-    for entry in results:
-        for key in _RATIOS:
-            if key not in entry or entry["rounds"] < 2:
-                continue
-            low, high = entry[f"{key}_spread"]
-            if (high - low) / 2 > abs(entry[key] - 1):
-                lines.append(f"tfdist benchmark: replicas={entry['replicas']} "
-                             f"data={entry['data']}: {key} {entry[key]:.3f} spans "
-                             f"{low:.3f}-{high:.3f} over {entry['rounds']} rounds, wider than "
-                             f"its distance from 1: within noise here (more --rounds or "
-                             f"--timed_steps narrow it).")
+    for label, entry, key in named:
+        if key not in entry or entry["rounds"] < 2:
+            continue
+        low, high = entry[f"{key}_spread"]
+        if (high - low) / 2 > abs(entry[key] - 1):
+            lines.append(f"tfdist benchmark: {label}: {key} {entry[key]:.3f} spans "
+                         f"{low:.3f}-{high:.3f} over {entry['rounds']} rounds, wider than its "
+                         f"distance from 1: within noise here (more --rounds or --timed_steps "
+                         f"narrow it).")
     return lines
 
 

@@ -1,5 +1,8 @@
 """`tfdist benchmark`: a short sweep's figures, and its bad input."""
 
+import contextlib
+import dataclasses
+import io
 import json
 import os
 import sys
@@ -14,6 +17,7 @@ from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
 from tfdist.commands.benchmark import command as benchmark_command
 from tfdist.runtime.config import ConfigError
+from tfdist.strategies import StrategyConfig
 
 
 @pytest.mark.multiprocess
@@ -62,6 +66,45 @@ class ShortSweepTest(unittest.TestCase):
                 low, high = entry[f"{key}_spread"]
                 self.assertTrue(low <= entry[key] <= high, (key, entry))
         self.assertEqual(entries[1, "synthetic"]["scaling_efficiency"], 1.0)
+        tax = report["multi_worker_mirrored"]
+        self.assertTrue(0.2 < tax["overhead_vs_mirrored"] < 5, tax)
+        low, high = tax["overhead_vs_mirrored_spread"]
+        self.assertTrue(low <= tax["overhead_vs_mirrored"] <= high, tax)
+        self.assertIn("multi_worker_mirrored, 1 worker on 1 CPU device", result.stdout)
+
+
+class TaxPairTest(unittest.TestCase):
+    """Which sweeps time the multi_worker_mirrored tax pair, and its children's flags."""
+
+    def _sweep(self, **fields):
+        return benchmark_command.Sweep(**{
+            "train_args": ["--model=small_cnn"], "replicas": [1, 2],
+            "data": ["synthetic", "real"], "warmup_steps": 2, "timed_steps": 3, "rounds": 1,
+            "overhead": True, "json_path": None, "plot_path": None, **fields})
+
+    def test_the_default_sweep_times_the_pair_on_one_device(self):
+        sweep = self._sweep()
+        self.assertTrue(benchmark_command._tax_pair_fits(sweep, StrategyConfig(num_cpu_devices=4)))
+        specs = benchmark_command._tax_pair_specs(
+            dataclasses.replace(sweep, multi_worker_tax=True), num_gpus=0)
+        self.assertEqual([spec["train_args"] for spec in specs], [
+            ["--model=small_cnn", "--num_cpu_devices=1", "--dataset=synthetic",
+             "--strategy=mirrored"],
+            ["--model=small_cnn", "--num_cpu_devices=1", "--dataset=synthetic",
+             "--strategy=multi_worker_mirrored"]])
+        self.assertEqual({spec["overhead"] for spec in specs}, {False})
+        self.assertEqual(benchmark_command._tax_pair_specs(sweep, num_gpus=0), [])
+
+    def test_no_pair_without_overhead_synthetic_data_or_options_both_take(self):
+        strategy = StrategyConfig()
+        self.assertFalse(benchmark_command._tax_pair_fits(self._sweep(overhead=False), strategy))
+        self.assertFalse(benchmark_command._tax_pair_fits(self._sweep(data=["real"]), strategy))
+        with contextlib.redirect_stderr(io.StringIO()) as stderr:
+            self.assertFalse(benchmark_command._tax_pair_fits(
+                self._sweep(), StrategyConfig(collective="ring")))
+        self.assertEqual(stderr.getvalue(),
+                         "tfdist benchmark: overhead_vs_mirrored is left out: collective=ring "
+                         "applies to strategy=multi_worker_mirrored, not mirrored.\n")
 
 
 class BadBenchmarkInputTest(parameterized.TestCase):

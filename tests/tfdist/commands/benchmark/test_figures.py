@@ -70,3 +70,22 @@ class FiguresTest(unittest.TestCase):
                                                                            "min": 1, "max": 1},
                                                       "step_time_s": {"median": 1}}]))
         self.assertEqual(benchmark.noisy_figures([{**entries[0], "rounds": 1}]), [])
+
+    def test_multi_worker_tax_pairs_the_same_rounds(self):
+        mirrored = {"global_batch_size": 16, "tfdist": [[0.25, 0.5, 0.75], [0.5], [1.0, 1.0]]}
+        multi_worker = {"global_batch_size": 16, "tfdist": [[0.75, 0.5, 0.5], [0.75], [1.0]]}
+        tax = benchmark.multi_worker_tax(mirrored, multi_worker)
+        # Per round 0.5/0.5, 0.75/0.5, 1/1: the slow third round is on both sides.
+        self.assertAlmostEqual(tax["overhead_vs_mirrored"], 1.0)
+        self.assertEqual(tax["overhead_vs_mirrored_spread"], [1.0, 1.5])
+        self.assertEqual(tax["step_time_s"], {"median": 0.75, "min": 0.5, "max": 1.0})
+        self.assertEqual(tax["mirrored_step_time_s"], {"median": 0.5, "min": 0.5, "max": 1.0})
+        self.assertEqual((tax["workers"], tax["replicas"], tax["rounds"]), (1, 1, 3))
+        self.assertEqual(benchmark.tax_line(tax, "1 CPU device"),
+                         "multi_worker_mirrored, 1 worker on 1 CPU device, synthetic data: "
+                         "750.0 ms a step against mirrored's 500.0 ms on the same device: "
+                         "overhead_vs_mirrored 1.000±.250")
+        lines = benchmark.noisy_figures([], tax)
+        self.assertEqual(len(lines), 1)
+        self.assertIn("multi_worker_mirrored: overhead_vs_mirrored 1.000 spans 1.000-1.500",
+                      lines[0])
