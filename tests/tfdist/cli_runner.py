@@ -56,3 +56,20 @@ def read_killing(stream, *, when: str, task: str) -> tuple[list[str], bool]:
             os.kill(pid, signal.SIGKILL)
             killed = True
     return lines, killed
+
+
+def launch_killing(command: list[str], *, when: str, task: str,
+                   env: dict | None = None) -> tuple[str, bool, int]:
+    """Runs a `tfdist launch` `command` to its end (its stderr into its stdout), SIGKILLing
+    `task` at the line that starts with `when` (`read_killing`); returns its output, whether it
+    killed, and its exit status. The launcher is killed if reading fails."""
+    launcher = subprocess.Popen(  # pylint: disable=consider-using-with
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines: list[str] = []
+    try:
+        lines, killed = read_killing(launcher.stdout, when=when, task=task)
+        status = launcher.wait(timeout=60)
+    finally:
+        launcher.kill()
+        launcher.wait(timeout=60)
+    return "".join(lines), killed, status

@@ -27,7 +27,7 @@ from absl.testing import parameterized
 
 from tfdist import strategies
 from tests.tfdist.cli_runner import assert_one_line_error
-from tests.tfdist.cli_runner import read_killing
+from tests.tfdist.cli_runner import launch_killing
 from tests.tfdist.cli_runner import run_tfdist
 from tfdist.cluster import PYTHON
 from tfdist.commands import cli
@@ -672,18 +672,10 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
                    "--chief", "--max_restarts=1", "--timeout_s=400", "--", "train",
                    "--strategy=parameter_server", f"--data_dir={self.data_dir}", "--epochs=3",
                    "--steps_per_epoch=20", "--validation_steps=1", "--global_batch_size=32"]
-        launcher = subprocess.Popen(  # pylint: disable=consider-using-with
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lines = []
-        try:
-            lines, killed = read_killing(launcher.stdout, when="[chief:0] Epoch 2/3",
-                                         task="worker:1")
-            self.assertEqual(launcher.wait(timeout=60), 0, "".join(lines[-50:]))
-        finally:
-            launcher.kill()
-            launcher.wait(timeout=60)
-        self.assertTrue(killed, "".join(lines[-50:]))
-        output = "".join(lines)
+        output, killed, status = launch_killing(command, when="[chief:0] Epoch 2/3",
+                                                task="worker:1")
+        self.assertTrue(killed, output[-3000:])
+        self.assertEqual(status, 0, output[-3000:])
         self.assertIn("[chief:0] tfdist: parameter_server", output)
         self.assertIn("3 epoch(s) of 20 steps", output)
 

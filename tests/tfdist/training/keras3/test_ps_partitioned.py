@@ -7,7 +7,6 @@ restores into the variable split or whole (in-process)."""
 import json
 import os
 import re
-import subprocess
 import sys
 import textwrap
 import unittest
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.tfdist.cli_runner import read_killing
+from tests.tfdist.cli_runner import launch_killing
 from tests.tfdist.cli_runner import run_tfdist
 from tfdist.training.keras3 import shards as keras3_shards
 
@@ -112,20 +111,13 @@ class PartitionedClusterTest(unittest.TestCase):
                    "--validation_steps=1", "--grad_accum_steps=2",
                    f"--model_dir={os.path.join(self.dir, 'model')}",
                    f"--metrics_json={os.path.join(self.dir, 'm.json')}"]
-        launcher = subprocess.Popen(  # pylint: disable=consider-using-with
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        output, killed, status = launch_killing(
+            command, when="[chief:0] kernel after epoch 1", task="ps:1",
             env={**os.environ, "PYTHONPATH": os.pathsep.join(
                 filter(None, [self.dir, os.environ.get("PYTHONPATH")]))})
-        lines = []
-        try:
-            lines, killed = read_killing(launcher.stdout, when="[chief:0] kernel after epoch 1",
-                                         task="ps:1")
-            self.assertEqual(launcher.wait(timeout=60), 0, "".join(lines[-60:]))
-        finally:
-            launcher.kill()
-            launcher.wait(timeout=60)
-        output = "".join(lines)
         self.assertTrue(killed, output[-3000:])
+        self.assertEqual(status, 0, output[-3000:])
+        lines = output.splitlines(keepends=True)
         self.assertEqual(output.count(
             "[chief:0] tfdist: variable wide/hidden/kernel 192x1024 (0.8 MiB) in 2 shards: "
             "rows 0-95 on ps:0, rows 96-191 on ps:1\n"), 2, output[-3000:])
