@@ -197,13 +197,20 @@ class LaunchTest(unittest.TestCase):
 
     def test_a_keras3_fit_crash_is_named_under_keras_3_only(self):
         crash = f"import sys\nsys.stderr.write({KERAS3_FIT_CRASH!r})\nsys.exit(1)"
-        for keras, said in (("3", [_HINT.format("worker:0"), _HINT.format("worker:1")]),
-                            ("2", [])):
+        hints = {_HINT.format("worker:0"), _HINT.format("worker:1")}
+        for keras in ("3", "2"):
             result = run_tfdist("launch", f"--keras={keras}", "--num_workers=2", "--",
                                 sys.executable, "-c", crash, timeout_s=120)
             self.assertEqual(result.returncode, 1, result.stderr)
-            self.assertEqual(sorted(line for line in result.stderr.splitlines()
-                                    if "Keras 3" in line), said, result.stderr)
+            said = [line for line in result.stderr.splitlines() if "Keras 3" in line]
+            if keras == "2":
+                self.assertEqual(said, [], result.stderr)
+                continue
+            # The first task to crash is named; the other may be stopped before its output is
+            # read. Each named once.
+            self.assertTrue(said, result.stderr)
+            self.assertEqual(len(said), len(set(said)), result.stderr)
+            self.assertLessEqual(set(said), hints, result.stderr)
 
 
 if __name__ == "__main__":
