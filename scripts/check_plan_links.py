@@ -35,21 +35,17 @@ Prints a table and writes --json (every figure) and --plot. Linux, as root (name
 """
 
 import argparse
-import concurrent.futures
-import contextlib
 import json
 import math
 import os
 import subprocess
 import sys
 import tempfile
-import time
 
+import plan_links_runs
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.runtime.output_files import write_json
 
-_SCRIPTS = os.path.dirname(os.path.abspath(__file__))
-_PORT = 2222
 _MIB = 1024 * 1024
 # The latency of one message of TensorFlow's gRPC ring on this machine: a 2-process all-reduce
 # of 4 KiB (docs/plan_local.json, scripts/check_plan_local.py). tbf adds none.
@@ -58,155 +54,10 @@ _LATENCY_US = 1279.0
 # where no link limits it, the host's stack alone.
 _STACK_GBPS = 1.32
 EXCHANGES = ("ring-float32", "ring-bfloat16", "ps-1", "ps-2")
-_TASK_TIMEOUT_S = 900
-
-
-def wide_mlp(*, input_shape: tuple[int, int, int], num_classes: int):
-    """`--model=check_plan_links:wide_mlp`: flatten, one hidden layer of $PLAN_LINKS_WIDTH
-    units (default 1280), softmax; built in the strategy's scope by `tfdist train`."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    width = int(os.environ.get("PLAN_LINKS_WIDTH", "1280"))
-    layers = tf.keras.layers
-    return tf.keras.Sequential([
-        layers.Input(input_shape), layers.Flatten(),
-        layers.Dense(width, activation="relu"), layers.Dense(num_classes),
-        layers.Activation("softmax", dtype="float32")], name="wide_mlp")
-
-
-def _train_flags(batch: int, steps: int, metrics_path: str) -> list[str]:
-    return ["--model=check_plan_links:wide_mlp",
-            "--dataset=synthetic", f"--per_replica_batch_size={batch}", "--optimizer=sgd",
-            "--epochs=2", f"--steps_per_epoch={steps}", "--validation_steps=1",
-            f"--metrics_json={metrics_path}"]
-
-
-def _environment(width: int, tf_config: dict | None) -> dict:
-    env = dict(os.environ, PLAN_LINKS_WIDTH=str(width), TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join(filter(None, (_SCRIPTS, os.environ.get("PYTHONPATH")))))
-    env.pop("TF_CONFIG", None)
-    if tf_config is not None:
-        env["TF_CONFIG"] = json.dumps(tf_config)
-    return env
-
-
-class Tasks:
-    """Processes of one measurement, each with its own log; `stop` kills those still running
-    (their process groups), and `failure` names the first that failed with its log's tail."""
-
-    def __init__(self, scratch: str):
-        self._scratch = scratch
-        self._running: list[tuple[str, subprocess.Popen]] = []
-
-    def start(self, name: str, argv: list[str], env: dict) -> subprocess.Popen:
-        with open(os.path.join(self._scratch, f"{name}.log"), "w", encoding="utf-8") as log:
-            process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        self._running.append((name, process))
-        return process
-
-    def wait(self, names: list[str], timeout_s: float) -> None:
-        """Waits for the tasks `names` to exit 0; SystemExit with a log's tail otherwise."""
-        deadline = time.monotonic() + timeout_s
-        waited = {name: process for name, process in self._running if name in names}
-        while waited:
-            for name, process in list(waited.items()):
-                status = process.poll()
-                if status is None:
-                    continue
-                if status:
-                    raise SystemExit(self.failure(name, f"exit status {status}"))
-                del waited[name]
-            if time.monotonic() > deadline:
-                raise SystemExit(self.failure(next(iter(waited)), f"no end in {timeout_s:g} s"))
-            time.sleep(0.2)
-
-    def failure(self, name: str, why: str) -> str:
-        with open(os.path.join(self._scratch, f"{name}.log"), encoding="utf-8") as log:
-            tail = log.read()[-3000:]
-        return f"check_plan_links: task {name} failed ({why}):\n{tail}"
-
-    def stop(self) -> None:
-        for _, process in self._running:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, 9)
-            process.wait(timeout=30)
-        self._running = []
-
-
-def _metrics(path: str) -> dict:
-    with open(path, encoding="utf-8") as metrics_file:
-        return json.load(metrics_file)
-
-
-def compute_step(hosts: int, batch: int, width: int, steps: int, wire: str) -> tuple[float, int]:
-    """(seconds per step of the slowest, trainable parameters) of `hosts` independent 1-worker
-    multi_worker_mirrored jobs run at once on this machine, with `wire` on the wire."""
-    with tempfile.TemporaryDirectory() as scratch:
-        tasks = Tasks(scratch)
-        try:
-            for index in range(hosts):
-                argv = [sys.executable, "-m", "tfdist", "train", "--strategy=multi_worker_mirrored",
-                        f"--allreduce_dtype={wire}",
-                        *_train_flags(batch, steps, os.path.join(scratch, f"{index}.json"))]
-                tasks.start(f"compute-{index}", argv, _environment(width, None))
-            tasks.wait([f"compute-{index}" for index in range(hosts)], _TASK_TIMEOUT_S)
-        finally:
-            tasks.stop()
-        runs = [_metrics(os.path.join(scratch, f"{index}.json")) for index in range(hosts)]
-    return (max(batch / run["examples_per_sec"] for run in runs),
-            runs[0]["trainable_parameters"])
-
-
-def _layout(made: hosts_lib.Hosts, workers: int, num_ps: int) -> dict[str, hosts_lib.Host]:
-    """Task name ("worker-0", "ps-1", "chief-0") -> its host: workers first, then ps tasks, the
-    coordinator last."""
-    names = [f"worker-{index}" for index in range(workers)]
-    if num_ps:
-        names += [f"ps-{index}" for index in range(num_ps)] + ["chief-0"]
-    return dict(zip(names, made.hosts))
-
-
-def measured_step(made: hosts_lib.Hosts, exchange: str, workers: int, batch: int, width: int,
-                  steps: int) -> dict:
-    """One cell's `tfdist train` on the emulated hosts: its step (seconds, the synchronous
-    equivalent under parameter server) and the run's metrics."""
-    kind, _, setting = exchange.partition("-")
-    num_ps = int(setting) if kind == "ps" else 0
-    layout = _layout(made, workers, num_ps)
-    cluster = {}
-    for task, host in layout.items():
-        cluster.setdefault(task.split("-")[0], []).append(f"{host.address}:{_PORT}")
-    if kind == "ring":
-        flags = ["--strategy=multi_worker_mirrored", f"--allreduce_dtype={setting}",
-                 "--collective_timeout_s=600"]
-        primary = "worker-0"
-    else:
-        flags = ["--strategy=parameter_server"] + (
-            [f"--variable_partition=max_shards:{num_ps}"] if num_ps > 1 else [])
-        primary = "chief-0"
-    with tempfile.TemporaryDirectory() as scratch:
-        tasks = Tasks(scratch)
-        try:
-            for task, host in layout.items():
-                job, index = task.split("-")
-                tf_config = {"cluster": cluster, "task": {"type": job, "index": int(index)}}
-                argv = [*host.enter(), "--", sys.executable, "-m", "tfdist", "train", *flags,
-                        *_train_flags(batch, steps, os.path.join(scratch, f"{task}.json"))]
-                tasks.start(task, argv, _environment(width, tf_config))
-            done = [task for task in layout if task.startswith("worker")] if kind == "ring" \
-                else [primary]
-            tasks.wait(done, _TASK_TIMEOUT_S)
-        finally:
-            tasks.stop()
-        metrics = _metrics(os.path.join(scratch, f"{primary}.json"))
-    return {"step_s": workers * batch / metrics["examples_per_sec"],
-            "examples_per_sec": metrics["examples_per_sec"],
-            "epoch_train_s": metrics.get("epoch_train_s"), "steps_per_epoch": steps}
 
 
 def plan(exchange: str, workers: int, gbps: float, compute_s: float, batch: int,
-         gradient_mib: float, latency_us: float) -> dict:
+         gradient_mib: float, latency_us: float, stack_gbps: float) -> dict:
     """`tfdist plan`'s prediction for the cell: its JSON's N-node configuration and advice,
     and the command."""
     kind, _, setting = exchange.partition("-")
@@ -216,7 +67,8 @@ def plan(exchange: str, workers: int, gbps: float, compute_s: float, batch: int,
         argv = ["plan", f"--compute_ms={compute_s * 1000:.2f}",
                 f"--per_replica_batch_size={batch}", f"--gradient_mib={gradient_mib:.4f}",
                 "--gpus_per_node=1", f"--nodes=1,{workers}", "--inter_link=eth10",
-                f"--inter_gbps={gbps:g}", f"--inter_latency_us={latency_us:g}", *cell]
+                f"--inter_gbps={gbps:g}", f"--inter_latency_us={latency_us:g}",
+                f"--inter_stack_gbps={stack_gbps:g}", *cell]
         subprocess.run([sys.executable, "-m", "tfdist", *argv, f"--json={path}"], check=True,
                        stdout=subprocess.DEVNULL, timeout=120)
         with open(path, encoding="utf-8") as plan_file:
@@ -225,24 +77,6 @@ def plan(exchange: str, workers: int, gbps: float, compute_s: float, batch: int,
     return {"step_s": row["step_s"], "exchange_s": row["exchange_s"],
             "scaling_efficiency": row["scaling_efficiency"], "advice": report["advice"],
             "command": "tfdist " + " ".join(argv)}
-
-
-def through_stack(gbps: float, stack_gbps: float) -> float:
-    """The rate of a link whose bytes also pass through a host stack of `stack_gbps` that does
-    not overlap with the wire (TensorFlow's gRPC ring: serialise, send, parse, reduce)."""
-    return 1 / (1 / gbps + 1 / stack_gbps)
-
-
-def _with_stack(row: dict, batch: int, latency_us: float, stack_gbps: float) -> None:
-    """Adds to a ring cell `tfdist plan`'s step when told the link and the stack in series as
-    --inter_gbps (`through_stack`)."""
-    if not row["exchange"].startswith("ring"):
-        return
-    predicted = plan(row["exchange"], row["hosts"], through_stack(row["gbps"], stack_gbps),
-                     row["compute_s"], batch, 4 * row["trainable_parameters"] / _MIB,
-                     latency_us)
-    row.update({"stack_gbps": stack_gbps, "predicted_with_stack_s": predicted["step_s"],
-                "ratio_with_stack": predicted["step_s"] / row["measured_s"]})
 
 
 def _steps(predicted_s: float, exchange: str, workers: int, epoch_s: float,
@@ -264,15 +98,13 @@ def advised_efficiency(advice: list[str], workers: int) -> float | None:
 
 def _table(rows: list[dict]) -> str:
     lines = ["| hosts | Gbit/s | exchange | compute ms | predicted exchange ms | predicted ms | "
-             "measured ms | predicted / measured | with the stack: predicted ms, ratio |",
-             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "measured ms | predicted / measured |",
+             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
     for row in rows:
-        stack = (f"{row['predicted_with_stack_s'] * 1000:.0f}, {row['ratio_with_stack']:.2f}"
-                 if "ratio_with_stack" in row else "-")
         lines.append(f"| {row['hosts']} | {row['gbps']:g} | {row['exchange']} | "
                      f"{row['compute_s'] * 1000:.0f} | {row['predicted_exchange_s'] * 1000:.0f} | "
                      f"{row['predicted_s'] * 1000:.0f} | {row['measured_s'] * 1000:.0f} | "
-                     f"{row['ratio']:.2f} | {stack} |")
+                     f"{row['ratio']:.2f} |")
     return "\n".join(lines)
 
 
@@ -289,10 +121,6 @@ def _plot(rows: list[dict], path: str) -> None:
                 axes.scatter([row["measured_s"] * 1000 for row in cells],
                              [row["predicted_s"] * 1000 for row in cells], color=color,
                              marker=markers[exchange], label=f"{hosts} hosts, {exchange}")
-                stacked = [row for row in cells if "predicted_with_stack_s" in row]
-                axes.scatter([row["measured_s"] * 1000 for row in stacked],
-                             [row["predicted_with_stack_s"] * 1000 for row in stacked],
-                             facecolors="none", edgecolors=color, marker=markers[exchange])
     low = min(min(row["measured_s"], row["predicted_s"]) for row in rows) * 1000 / 1.5
     high = max(max(row["measured_s"], row["predicted_s"]) for row in rows) * 1000 * 1.5
     line = [low, high]
@@ -301,7 +129,7 @@ def _plot(rows: list[dict], path: str) -> None:
                       alpha=0.2, label="within 25%")
     axes.set(xscale="log", yscale="log", xlim=line, ylim=line, xlabel="measured step, ms",
              ylabel="tfdist plan's step, ms",
-             title="tfdist plan against shaped links\n(hollow: ring, told the stack's rate too)")
+             title="tfdist plan against shaped links")
     axes.grid(alpha=0.3, which="both")
     axes.legend(fontsize=7, loc="upper left")
     figure.tight_layout()
@@ -325,7 +153,7 @@ def _arguments() -> argparse.Namespace:
                         help="plan's --inter_latency_us (default: TensorFlow's gRPC ring "
                              "message on this machine, docs/plan_local.json)")
     parser.add_argument("--stack_gbps", type=float, default=_STACK_GBPS,
-                        help="the host stack's rate for the second prediction of ring cells "
+                        help="plan's --inter_stack_gbps "
                              "(default: TensorFlow's gRPC ring between 2 processes on this "
                              "machine, docs/plan_local.json)")
     parser.add_argument("--epoch_s", type=float, default=8.0,
@@ -353,8 +181,9 @@ def run_cells(arguments: argparse.Namespace) -> list[dict]:
         computed = {}
         for wire in sorted({exchange.partition("-")[2] if exchange.startswith("ring")
                             else "float32" for exchange in arguments.exchanges}):
-            computed[wire] = compute_step(workers, arguments.per_replica_batch, arguments.width,
-                                          arguments.compute_steps, wire)
+            computed[wire] = plan_links_runs.compute_step(
+                workers, arguments.per_replica_batch, arguments.width, arguments.compute_steps,
+                wire)
             print(f"{workers} hosts: compute {computed[wire][0] * 1000:.1f} ms ({wire} on the "
                   "wire)", flush=True)
         parameters = next(iter(computed.values()))[1]
@@ -367,11 +196,12 @@ def run_cells(arguments: argparse.Namespace) -> list[dict]:
                     compute_s = computed[wire][0]
                     predicted = plan(exchange, workers, gbps, compute_s,
                                      arguments.per_replica_batch, 4 * parameters / _MIB,
-                                     arguments.latency_us)
+                                     arguments.latency_us, arguments.stack_gbps)
                     steps = _steps(predicted["step_s"], exchange, workers, arguments.epoch_s,
                                    arguments.most_steps)
-                    measured = measured_step(made, exchange, workers, arguments.per_replica_batch,
-                                             arguments.width, steps)
+                    measured = plan_links_runs.measured_step(
+                        made, exchange, workers, arguments.per_replica_batch, arguments.width,
+                        steps)
                     rows.append({
                         "hosts": workers, "gbps": gbps, "exchange": exchange,
                         "compute_s": compute_s, "predicted_exchange_s": predicted["exchange_s"],
@@ -381,8 +211,6 @@ def run_cells(arguments: argparse.Namespace) -> list[dict]:
                         "measured_efficiency": compute_s / measured["step_s"],
                         "advice": predicted["advice"], "plan_command": predicted["command"],
                         "measured": measured, "trainable_parameters": parameters})
-                    _with_stack(rows[-1], arguments.per_replica_batch, arguments.latency_us,
-                                arguments.stack_gbps)
                     print(f"{workers} hosts, {gbps:g} Gbit/s, {exchange}: predicted "
                           f"{predicted['step_s'] * 1000:.0f} ms, measured "
                           f"{measured['step_s'] * 1000:.0f} ms: {rows[-1]['ratio']:.2f}",
@@ -416,13 +244,12 @@ def replan(path: str, stack_gbps: float) -> tuple[list[dict], dict]:
     for row in report["rows"]:
         predicted = plan(row["exchange"], row["hosts"], row["gbps"], row["compute_s"],
                          report["per_replica_batch"], 4 * row["trainable_parameters"] / _MIB,
-                         report["latency_us"])
+                         report["latency_us"], stack_gbps)
         row.update({"predicted_exchange_s": predicted["exchange_s"],
                     "predicted_s": predicted["step_s"],
                     "ratio": predicted["step_s"] / row["measured_s"],
                     "predicted_efficiency": predicted["scaling_efficiency"],
                     "advice": predicted["advice"], "plan_command": predicted["command"]})
-        _with_stack(row, report["per_replica_batch"], report["latency_us"], stack_gbps)
     return report["rows"], report
 
 
@@ -445,7 +272,8 @@ def main() -> None:
     if arguments.json:
         write_json("json", arguments.json, {
             "width": arguments.width, "per_replica_batch": arguments.per_replica_batch,
-            "latency_us": arguments.latency_us, "rows": rows, "advice_checks": checks,
+            "latency_us": arguments.latency_us, "stack_gbps": arguments.stack_gbps, "rows": rows,
+            "advice_checks": checks,
             "tbf_sizes": {f"{gbps:g}": hosts_lib.tbf_sizes(gbps) for gbps in arguments.gbps}})
     if arguments.plot:
         _plot(rows, arguments.plot)

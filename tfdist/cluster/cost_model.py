@@ -96,6 +96,10 @@ class Cluster:
     host_cores_per_node: cores for the input pipeline; None: as many as it needs.
     host_pcie: the link between GPUs and host memory, which traffic between nodes crosses
       twice without GPUDirect RDMA.
+    inter_stack_gbps: what one node's network stack moves of an all-reduce between nodes
+      where no link limits it (TensorFlow's gRPC ring over TCP: copies, serialising, parsing,
+      reducing); unlimited when not measured. A parameter server's transfers are not held to
+      it: whole variables stream while the wire moves them.
     """
     nodes: int
     gpus_per_node: int
@@ -107,10 +111,24 @@ class Cluster:
     num_ps: int = 0
     host_cores_per_node: int | None = None
     host_pcie: Link = INTRA_NODE_LINKS["pcie4"]
+    inter_stack_gbps: float = math.inf
 
     @property
     def gpus(self) -> int:
         return self.nodes * self.gpus_per_node
+
+
+# The exchange a ps task's link carries per step, in units of N S / (K B): 1 when the workers'
+# pulls and pushes keep both directions busy, 2 when all pull then all push (`parameter_server_s`).
+_PS_IN_STEP = 1.5
+
+
+def through_stack(link: Link, stack_gbit_per_s: float) -> Link:
+    """`link` when each byte also passes through a host's network stack that moves
+    `stack_gbit_per_s` where no link limits it, one after the other: an all-reduce chunk is
+    serialised, sent, parsed and reduced before the next ring step forwards it."""
+    return Link(link.name, 1 / (1 / link.gbit_per_s + 1 / stack_gbit_per_s), link.latency_us,
+                link.rdma)
 
 
 def staged_through_host(link: Link, host: Link) -> Link:
@@ -146,13 +164,17 @@ def hierarchical_allreduce_s(num_bytes: float, nodes: int, gpus_per_node: int, i
 def parameter_server_s(num_bytes: float, workers: int, num_ps: int, link: Link) -> float:
     """Each worker pulls the variables, then (after its step) pushes its gradients, num_bytes
     each way, one after the other: TensorFlow reads a ps variable in the step and applies the
-    update at its end. The variables are split evenly over `num_ps` tasks, whose links carry
-    every worker's share. Workers that share a ps task's link fairly finish their pulls
-    together and so stay in step: all pull, then all push, and a ps task's two directions are
-    not busy at once. Each phase takes the slower of a worker's link and a ps task's link
-    (measured on shaped links: docs/PLANNING.md, "Checked against links we control")."""
-    phase_s = max(num_bytes, workers * num_bytes / num_ps) / link.bytes_per_s
-    return 2 * phase_s + 2 * link.latency_s
+    update at its end. So a worker's own link takes at least 2 num_bytes / B per step. The
+    variables are split evenly over `num_ps` tasks, whose links carry every worker's share,
+    N num_bytes / K each way: workers in step (all pull, then all push) leave one direction
+    idle at a time, 2 N S / (K B); workers out of step keep both busy, N S / (K B). Fair
+    sharing of a ps task's link holds workers partly in step, by how much the model cannot
+    tell, so it takes the middle of the two (`_PS_IN_STEP`); measured on shaped links, where
+    the link dominates, 0.79-1.11 of it (docs/PLANNING.md, "Checked against links we
+    control")."""
+    worker_s = 2 * num_bytes / link.bytes_per_s
+    ps_task_s = _PS_IN_STEP * workers * num_bytes / num_ps / link.bytes_per_s
+    return max(worker_s, ps_task_s) + 2 * link.latency_s
 
 
 def exchange_s(workload: Workload, cluster: Cluster) -> float:
@@ -167,6 +189,7 @@ def exchange_s(workload: Workload, cluster: Cluster) -> float:
         num_bytes = workload.gradient_bytes
         inside = ring_allreduce_s(num_bytes, cluster.gpus_per_node, cluster.intra)
         return inside + parameter_server_s(num_bytes, cluster.nodes, cluster.num_ps, inter)
+    inter = through_stack(inter, cluster.inter_stack_gbps)
     if cluster.nodes == 1:
         return ring_allreduce_s(num_bytes, cluster.gpus_per_node, cluster.intra)
     if cluster.allreduce == "hierarchical":

@@ -33,11 +33,28 @@ class AllReduceTest(unittest.TestCase):
         self.assertAlmostEqual(cost_model.exchange_s(workload, cluster), 17.5 + 14e-4)
 
     def test_parameter_servers_are_bound_by_the_busier_side(self):
-        # 4 workers, 2 ps: each ps carries 4 x 1e9 / 2 bytes each way = 2 s at 1e9 bytes/s,
-        # the pulls then the pushes.
-        self.assertAlmostEqual(cost_model.parameter_server_s(1e9, 4, 2, LINK), 4 + 2e-5)
-        # 1 worker, 4 ps: the worker's own link, 1 s each way, one after the other.
+        # 4 workers, 2 ps: each ps carries 4 x 1e9 / 2 bytes each way = 2 s at 1e9 bytes/s;
+        # between 2 s (both directions busy) and 4 s (the pulls then the pushes): 3 s.
+        self.assertAlmostEqual(cost_model.parameter_server_s(1e9, 4, 2, LINK), 3 + 2e-5)
+        # 2 workers, 2 ps: a worker's own link, 1 s each way one after the other, is the slower.
+        self.assertAlmostEqual(cost_model.parameter_server_s(1e9, 2, 2, LINK), 2 + 2e-5)
         self.assertAlmostEqual(cost_model.parameter_server_s(1e9, 1, 4, LINK), 2 + 2e-5)
+
+    def test_a_host_stack_adds_its_time_to_an_all_reduce_between_nodes_only(self):
+        workload = cost_model.Workload(compute_s=1, per_replica_batch=1, gradient_bytes=1e9)
+        cluster = cost_model.Cluster(nodes=2, gpus_per_node=1, intra=LINK, inter=SLOW,
+                                     gpudirect_rdma=True)
+        stacked = dataclasses.replace(cluster, inter_stack_gbps=0.8)
+        # 2 nodes: 2 steps of 1e9 / 2 bytes at 1e8 bytes/s = 10 s on the wire, 10 s more in
+        # a stack as fast as the link; the 2 latencies once.
+        self.assertAlmostEqual(cost_model.exchange_s(workload, cluster), 10 + 2e-4)
+        self.assertAlmostEqual(cost_model.exchange_s(workload, stacked), 20 + 2e-4)
+        inside = dataclasses.replace(stacked, nodes=1, gpus_per_node=2)
+        self.assertAlmostEqual(cost_model.exchange_s(workload, inside), 1 + 2e-5)
+        with_ps = dataclasses.replace(cluster, num_ps=2)
+        self.assertEqual(cost_model.exchange_s(workload, with_ps),
+                         cost_model.exchange_s(workload, dataclasses.replace(
+                             with_ps, inter_stack_gbps=0.8)))
 
     def test_without_gpudirect_traffic_between_nodes_goes_through_host_memory(self):
         host = cost_model.Link("pcie", 1.2, 5)

@@ -67,6 +67,10 @@ _OWN = flags_lib.group(
     flags_lib.define_measure("inter_gbps", "plan: override --inter_link's Gbit/s.", 1e-3, 1e6),
     flags_lib.define_measure("inter_latency_us", "plan: override --inter_link's latency in µs.",
                     1e-3, 1e9),
+    flags_lib.define_measure("inter_stack_gbps", "plan: Gbit/s one node's network stack moves "
+                             "of an all-reduce where no link limits it (TensorFlow's gRPC ring: "
+                             "a 2-process all-reduce over loopback, scripts/check_plan_local.py); "
+                             "its cost adds to the link's. Unset: unlimited.", 1e-3, 1e6),
     flags.DEFINE_enum("allreduce", "ring", ["ring", "hierarchical"],
                       "plan: one ring through every GPU, or reduce inside nodes, all-reduce "
                       "between them, broadcast inside them."),
@@ -113,6 +117,7 @@ class PlanRequest:
     intra_latency_us: float | None
     inter_gbps: float | None
     inter_latency_us: float | None
+    inter_stack_gbps: float | None
     allreduce: str
     overlap: float
     backward_fraction: float

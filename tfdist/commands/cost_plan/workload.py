@@ -212,7 +212,8 @@ def inputs(request) -> Inputs:
         inter=inter, gpudirect_rdma=request.gpudirect_rdma, allreduce=request.allreduce,
         wire_dtype=request.allreduce_dtype.value, num_ps=request.num_ps,
         host_cores_per_node=request.host_cores_per_node,
-        host_pcie=cost_model.INTRA_NODE_LINKS[request.host_pcie])
+        host_pcie=cost_model.INTRA_NODE_LINKS[request.host_pcie],
+        inter_stack_gbps=request.inter_stack_gbps or math.inf)
     described = model if benchmark or sources["model"] != "default" or "parameters" in sources[
         "gradient_mib"] else "workload"
     return Inputs(workload, cluster, sources, described)
@@ -298,6 +299,10 @@ def advice(plan_inputs: Inputs, nodes: list[int]) -> list[str]:
     return lines
 
 
+def _stack(gbps: float) -> str:
+    return "" if math.isinf(gbps) else f", its stack {gbps:g} Gbit/s"
+
+
 def describe(plan_inputs: Inputs) -> str:
     workload, cluster = plan_inputs.workload, plan_inputs.cluster
     where = ", ".join(f"{name} from {source}" for name, source in plan_inputs.sources.items()
@@ -309,5 +314,6 @@ def describe(plan_inputs: Inputs) -> str:
             f"{workload.gradient_bytes / MIB:.1f} MiB; {cluster.gpus_per_node} GPUs per node on "
             f"{cluster.intra.name} ({cluster.intra.gbit_per_s:g} Gbit/s), nodes on "
             f"{cluster.inter.name} ({cluster.inter.gbit_per_s:g} Gbit/s"
-            f"{', GPUDirect RDMA' if cluster.gpudirect_rdma else ''}); {exchange}; overlap "
+            f"{', GPUDirect RDMA' if cluster.gpudirect_rdma else ''}"
+            f"{_stack(cluster.inter_stack_gbps)}); {exchange}; overlap "
             f"{workload.overlap:g}" + (f" ({where})" if where else ""))

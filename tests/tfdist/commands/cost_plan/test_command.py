@@ -66,6 +66,20 @@ class PlanTest(unittest.TestCase):
         self.assertRegex(last, r"^tfdist plan: .* brings 2 nodes and 4 nodes to \d\.\d\d and "
                                r"\d\.\d\d\.$")
 
+    def test_a_host_stack_slows_the_all_reduce_between_nodes(self):
+        exchanges = []
+        for stack in ([], ["--inter_stack_gbps=10"]):
+            json_path = os.path.join(self.dir, f"plan{len(stack)}.json")
+            result = run_tfdist("plan", *WORKLOAD, "--inter_link=eth10", "--gpudirect_rdma=false",
+                                *stack, f"--json={json_path}", without_tensorflow=True)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertEqual("its stack 10 Gbit/s" in result.stdout.splitlines()[0], bool(stack))
+            with open(json_path, encoding="utf-8") as file:
+                report = json.load(file)
+            exchanges.append(report["configurations"][1]["exchange_s"])
+        self.assertAlmostEqual(exchanges[1] - exchanges[0],
+                               14 / 8 * 100 * 2 ** 20 / 1.25e9, places=6)  # As fast as eth10.
+
     def test_the_workload_from_a_benchmark_and_flags_over_it(self):
         path = os.path.join(self.dir, "bench.json")
         _benchmark_report(path)
