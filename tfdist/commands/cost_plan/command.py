@@ -16,6 +16,7 @@ from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import plotting
 from tfdist.commands import train_flags
+from tfdist.commands.cost_plan import input_rates
 from tfdist.commands.cost_plan import scaling
 from tfdist.commands.cost_plan import workload
 from tfdist.input_pipelines.config import MAX_THREADS
@@ -84,6 +85,11 @@ _OWN = flags_lib.group(
                     1e-3, 1e9),
     flags_lib.define_measure("decode_examples_per_core", "plan: the same with preprocessing on the "
                     "device (the host only decodes and batches).", 1e-3, 1e9),
+    flags.DEFINE_string("input_benchmark", None,
+                        "plan: a `scripts/benchmark_input.py --json` file: its "
+                        "host_examples_per_core and decode_examples_per_core (images per "
+                        "CPU-second, measured on your files with --dataset=tfrecord:GLOB) are "
+                        "the host's rates; the two flags override them."),
     flags.DEFINE_string("noise_scale_json", None,
                         "plan: a `tfdist train --measure_noise_scale --metrics_json` file: the "
                         "median of its noise_scale history (B_simple) estimates the critical "
@@ -124,6 +130,7 @@ class PlanRequest:
     host_cores_per_node: int | None
     host_examples_per_core: float | None
     decode_examples_per_core: float | None
+    input_benchmark: str | None
     noise_scale_json: str | None
     critical_batch: float | None
     json: str | None
@@ -196,7 +203,7 @@ def main() -> int:
     paths.check_output_file("plot", request.plot)
     if request.plot:
         plotting.pyplot(request.plot)  # Missing matplotlib, before any figure.
-    plan_inputs = workload.inputs(request)
+    plan_inputs = workload.inputs(request, input_rates.from_request(request))
     critical = scaling.from_request(request)
     rows = workload.predictions(plan_inputs, request.nodes)
     lines = workload.advice(plan_inputs, request.nodes)

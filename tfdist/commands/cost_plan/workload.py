@@ -143,13 +143,14 @@ def _link(presets: dict, name: str, gbps: float | None, latency_us: float | None
                                latency_us=latency_us or preset.latency_us)
 
 
-def inputs(request) -> Inputs:
-    """The workload and cluster of `request`: flags given on the command line before the
-    benchmark's figures, before defaults.
+def inputs(request, host) -> Inputs:
+    """The workload and cluster of `request`, with the host's input rates `host` (an
+    `input_rates.HostRates`): flags given on the command line before the benchmark's figures,
+    before defaults.
 
     Raises:
       ConfigError: a figure missing from every source, --gpudirect_rdma over a TCP link,
-        --allreduce with parameter servers.
+        --allreduce with parameter servers, input rates measured at another image size.
     """
     given, sources = request.given, {}
     benchmark = read_benchmark(request.from_benchmark) if request.from_benchmark else {}
@@ -167,6 +168,13 @@ def inputs(request) -> Inputs:
                       request.image_size or _BUILT_IN_IMAGE_SIZE.get(model, 32))
     num_classes = pick("num_classes", measured.get("num_classes"), request.num_classes or 10)
     check_image_size(model, image_size)
+    if host.image_size not in (None, image_size):
+        raise ConfigError(f"input_benchmark={request.input_benchmark!r} measured "
+                          f"{host.image_size}x{host.image_size} images, this plan "
+                          f"{image_size}x{image_size}: pass --image_size={host.image_size}, or "
+                          f"measure at {image_size} (benchmark_input.py --image_size).")
+    sources.update({name: source for name, source in host.sources.items()
+                    if source != "default"})
     precision = Precision(pick("mixed_precision", measured.get("mixed_precision"),
                                request.mixed_precision))
     batch = pick("per_replica_batch_size", benchmark.get("batch"))
@@ -203,8 +211,8 @@ def inputs(request) -> Inputs:
         backward_fraction=request.backward_fraction, overlap=request.overlap,
         example_pixels=image_size * image_size * 3,
         compute_dtype_bytes=4 if precision is Precision.FLOAT32 else 2,
-        host_examples_per_core=request.host_examples_per_core or math.inf,
-        decode_examples_per_core=request.decode_examples_per_core or math.inf)
+        host_examples_per_core=host.rates["host_examples_per_core"] or math.inf,
+        decode_examples_per_core=host.rates["decode_examples_per_core"] or math.inf)
     cluster = cost_model.Cluster(
         nodes=1, gpus_per_node=request.gpus_per_node,
         intra=_link(cost_model.INTRA_NODE_LINKS, request.intra_link, request.intra_gbps,
