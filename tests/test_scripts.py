@@ -134,3 +134,52 @@ def test_the_breakdown_divides_trace_time_by_the_traced_steps():
     assert trace["stage_ms_per_step"] == {"Conv2D": 4.0}
     # From the begin of the first traced step (the steps-th before the stop) to the stop.
     assert trace["wall_ms_per_step"] == pytest.approx(1e3 * (steps + 2.5 - 3.0) / steps)
+
+
+def _make_jpeg_records(out_dir, *flags: str) -> subprocess.CompletedProcess:
+    """A small set (24 + 8 images of 48-96 px, 3 classes, 4 + 2 files) into `out_dir`."""
+    return subprocess.run([sys.executable, os.path.join(_SCRIPTS, "make_jpeg_records.py"),
+                           f"--out_dir={out_dir}", "--train_images=24", "--validation_images=8",
+                           "--num_classes=3", "--files=4", "--min_size=48", "--max_size=96",
+                           *flags], capture_output=True, text=True, timeout=300, check=False)
+
+
+def _records(path: str) -> list:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return [tf.train.Example.FromString(record.numpy())
+            for record in tf.data.TFRecordDataset(path)]
+
+
+@pytest.mark.multiprocess
+def test_make_jpeg_records_writes_imagenet_files_the_same_each_time_and_never_over_them(
+        tmp_path):
+    made = _make_jpeg_records(tmp_path / "set", "--label_base=1")
+    assert made.returncode == 0, made.stderr
+    assert "24 train + 8 validation images in 4 + 2 files" in made.stdout
+    names = sorted(os.listdir(tmp_path / "set"))
+    assert names == [f"train-{index:05d}-of-00004" for index in range(4)] + [
+        f"validation-{index:05d}-of-00002" for index in range(2)]
+    examples = [example for name in names for example in _records(str(tmp_path / "set" / name))]
+    assert len(examples) == 32
+    labels = sorted(example.features.feature["image/class/label"].int64_list.value[0]
+                    for example in examples[:24])
+    assert labels == sorted([1, 2, 3] * 8)  # 1-based, every class equally often.
+    for example in examples:
+        feature = example.features.feature
+        assert feature["image/format"].bytes_list.value == [b"JPEG"]
+        assert feature["image/encoded"].bytes_list.value[0][:3] == b"\xff\xd8\xff"
+        assert 48 <= feature["image/height"].int64_list.value[0] <= 96
+        assert 48 <= feature["image/width"].int64_list.value[0] <= 96
+    again = _make_jpeg_records(tmp_path / "again", "--label_base=1")
+    assert again.returncode == 0, again.stderr
+    for name in names:  # Deterministic by --seed.
+        assert (tmp_path / "set" / name).read_bytes() == (tmp_path / "again" / name).read_bytes()
+    before = (tmp_path / "set" / names[1]).read_bytes()
+    refused = _make_jpeg_records(tmp_path / "set", "--seed=1")
+    assert refused.returncode == 2
+    assert refused.stderr == (f"make_jpeg_records: {tmp_path / 'set' / names[0]} exists; this "
+                              "script does not overwrite: remove the set first, or pass another "
+                              "--out_dir.\n")
+    assert (tmp_path / "set" / names[1]).read_bytes() == before
+    assert sorted(os.listdir(tmp_path / "set")) == names  # No temp file left either.
+
