@@ -183,3 +183,39 @@ def test_make_jpeg_records_writes_imagenet_files_the_same_each_time_and_never_ov
     assert (tmp_path / "set" / names[1]).read_bytes() == before
     assert sorted(os.listdir(tmp_path / "set")) == names  # No temp file left either.
 
+
+@pytest.mark.multiprocess
+def test_benchmark_input_compares_the_jpeg_pipelines_per_second_and_per_core(tmp_path):
+    assert _make_jpeg_records(tmp_path / "set").returncode == 0
+    json_path = tmp_path / "jpeg.json"
+    result = subprocess.run(
+        [sys.executable, os.path.join(_SCRIPTS, "benchmark_input.py"),
+         f"--dataset=tfrecord:{tmp_path / 'set'}/{{split}}-*", "--num_classes=3",
+         "--image_size=32", "--global_batch_size=4", "--rounds=1", "--seconds=0.3",
+         f"--json={json_path}"], capture_output=True, text=True, timeout=600, check=False)
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(json_path.read_text())
+    pipelines = {"naive", "tfdist", "best_practice", "decode_only"}
+    assert set(figures["images_per_s"]) == set(figures["images_per_cpu_s"]) == pipelines
+    assert figures["host_examples_per_core"] == figures["images_per_cpu_s"]["tfdist"] > 0
+    assert figures["decode_examples_per_core"] == figures["images_per_cpu_s"]["decode_only"] > 0
+    assert figures["train_images"] == 24 and len(figures["rounds_measured"]) == 1
+    for ratio in ("speedup_vs_naive", "fraction_of_best_practice", "fraction_of_decode_only"):
+        for name in (ratio, f"per_cpu_{ratio}"):
+            low, high = figures[f"{name}_spread"]
+            assert 0 < low <= figures[name] <= high
+    assert "tfdist/best_practice: " in result.stdout
+
+
+@pytest.mark.multiprocess
+def test_benchmark_input_refuses_flags_of_the_other_mode_in_one_line():
+    script = os.path.join(_SCRIPTS, "benchmark_input.py")
+    for flags, error in (
+            (["--seconds=3"], "--seconds only times a --dataset; leave it out."),
+            (["--dataset=tfrecord:/x/*", "--num_classes=2", "--examples=9", "--stages"],
+             "--examples, --stages only time the built-in dataset, without --dataset; leave "
+             "them out."),
+            (["--dataset=tfrecord:/x/*"], "--dataset=tfrecord:/x/* needs --num_classes=N")):
+        result = subprocess.run([sys.executable, script, *flags], capture_output=True,
+                                text=True, timeout=120, check=False)
+        assert result.returncode == 2 and error in result.stderr.splitlines()[-1], result.stderr
