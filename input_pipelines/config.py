@@ -1,10 +1,14 @@
 """`InputConfig`: which data to read, how to shard, batch and preprocess it; `ReadOptions`: how
-one dataset function reads a split; `Placement` and `DatasetInfo`. Pure Python."""
+one dataset function reads a split; `Placement` and `DatasetInfo`; `log`, the input pipelines'
+notices. Pure Python."""
 
 import dataclasses
 import enum
+import math
+import numbers
 import os
 import re
+import sys
 
 BUILTIN_DATASET = "shapes"
 SYNTHETIC_DATASET = "synthetic"
@@ -30,6 +34,10 @@ MAX_BUFFER_SIZE = (1 << 31) - 1
 MAX_THREADS = 1024
 MAX_SEED = (1 << 32) - 1  # NumPy's limit.
 MAX_NUM_EXAMPLES = 1 << 40  # About 10^12: far more than any dataset on disk holds.
+MAX_CROP_ASPECT = 100.0  # Width over height of a random-resized crop; ImageNet's is 3/4 to 4/3.
+# The random-resized crop's defaults (Inception; TF's official ResNet preprocessing).
+CROP_AREA_RANGE = (0.08, 1.0)
+CROP_ASPECT_RANGE = (3 / 4, 4 / 3)
 LABEL_BYTES = 8  # int64
 _COMPUTE_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 _LIMITS = {"global_batch_size": (1, MAX_GLOBAL_BATCH_SIZE),
@@ -37,13 +45,19 @@ _LIMITS = {"global_batch_size": (1, MAX_GLOBAL_BATCH_SIZE),
            "num_classes": (1, MAX_NUM_CLASSES),
            "image_size": (1, MAX_IMAGE_SIZE),
            "datasets_num_private_threads": (1, MAX_THREADS),
-           "seed": (0, MAX_SEED)}
+           "seed": (0, MAX_SEED),
+           "label_offset": (0, MAX_NUM_CLASSES)}
 # The steps of tfdist's training pipeline that `baseline_pipeline` can cut it after, in order.
 BASELINE_STAGES = ("read", "shuffle", "parse", "decode")
 
 
 class InputConfigError(ValueError):
     """An input option is invalid; the message is one line: field, value, fix."""
+
+
+def log(line: str) -> None:
+    """Input-pipeline notices for the person running the job, one line each on stderr."""
+    print(f"tfdist input: {line}", file=sys.stderr, flush=True)
 
 
 class AutoShard(str, enum.Enum):
@@ -64,6 +78,21 @@ class PreprocessOn(str, enum.Enum):
     AUTO = "auto"
     HOST = "host"
     DEVICE = "device"
+
+
+class Augment(str, enum.Enum):
+    """How training images are augmented (input_pipelines/imagenet_recipe.py has the details).
+
+    `imagenet`: a random-resized crop, fused with the JPEG decode, then a horizontal flip;
+    evaluation reads a centre crop. `small`: an offset of up to 4 pixels from a reflect-padded
+    image, a flip and a brightness change; evaluation reads the whole image. `none`: training
+    reads images as evaluation does. `auto`: imagenet for encoded images resized to
+    `image_size` (`tfrecord:` datasets, TFDS datasets given an `image_size`), else small.
+    """
+    AUTO = "auto"
+    IMAGENET = "imagenet"
+    SMALL = "small"
+    NONE = "none"
 
 
 class ServiceMode(str, enum.Enum):
@@ -133,6 +162,20 @@ def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
     return global_batch_size // num_replicas
 
 
+def _fraction_range(field: str, value, what: str, highest: float,
+                    example: tuple[float, float]) -> tuple[float, float]:
+    """`value` as a (min, max) pair of floats with 0 < min <= max <= highest; raises
+    InputConfigError naming `field` otherwise."""
+    pair = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if not (len(pair) == 2 and all(isinstance(number, numbers.Real) and
+                                   not isinstance(number, bool) and math.isfinite(number)
+                                   for number in pair) and 0 < pair[0] <= pair[1] <= highest):
+        raise InputConfigError(
+            f"{field}={value!r} is not a range (min, max) of {what} with 0 < min <= max <= "
+            f"{highest:g}; pass e.g. {field}=({example[0]:.4g}, {example[1]:.4g}).")
+    return float(pair[0]), float(pair[1])
+
+
 def _as_enum(field: str, value, enum_type: type[enum.Enum]):
     try:
         return enum_type(value)
@@ -176,6 +219,13 @@ class InputConfig:
       tf_data_service_mode: how the service workers divide an epoch (see `ServiceMode`).
       skip_corrupt_records: skip unreadable records (logging and counting them) instead of
         failing.
+      label_offset: subtracted from every label of a `tfrecord:` dataset before use: 1 reads
+        ImageNet's TFRecords, whose labels run 1..1000 (0 stood for a background class).
+      augment: how training images are augmented (see `Augment`); `augmentation` is the
+        recipe it resolves to.
+      crop_area_range: (min, max) fraction of an image's area that the random-resized crop of
+        augment=imagenet covers.
+      crop_aspect_range: (min, max) width over height of that crop.
     """
     dataset: str = BUILTIN_DATASET
     data_dir: str | None = None
@@ -193,6 +243,10 @@ class InputConfig:
     tf_data_service: str | None = None
     tf_data_service_mode: ServiceMode = ServiceMode.DISTRIBUTED_EPOCH
     skip_corrupt_records: bool = False
+    label_offset: int = 0
+    augment: Augment = Augment.AUTO
+    crop_area_range: tuple[float, float] = CROP_AREA_RANGE
+    crop_aspect_range: tuple[float, float] = CROP_ASPECT_RANGE
 
     def __post_init__(self):
         if not isinstance(self.dataset, str):
@@ -211,6 +265,13 @@ class InputConfig:
         object.__setattr__(self, "tf_data_service_mode",
                            _as_enum("tf_data_service_mode", self.tf_data_service_mode,
                                     ServiceMode))
+        object.__setattr__(self, "augment", _as_enum("augment", self.augment, Augment))
+        object.__setattr__(self, "crop_area_range", _fraction_range(
+            "crop_area_range", self.crop_area_range, "fractions of the image's area", 1.0,
+            CROP_AREA_RANGE))
+        object.__setattr__(self, "crop_aspect_range", _fraction_range(
+            "crop_aspect_range", self.crop_aspect_range, "widths over heights",
+            MAX_CROP_ASPECT, CROP_ASPECT_RANGE))
         for field, (lowest, highest) in _LIMITS.items():
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
@@ -222,10 +283,38 @@ class InputConfig:
         if kind is SourceKind.TFRECORD and self.num_classes is None:
             raise InputConfigError(f"dataset={self.dataset!r} needs num_classes=N, the "
                                    "number of classes its labels index.")
+        self._check_label_offset(kind)
+
+    def _check_label_offset(self, kind: SourceKind) -> None:
+        if not self.label_offset:
+            return
+        if kind is not SourceKind.TFRECORD:
+            raise InputConfigError(
+                f"label_offset={self.label_offset} applies to tfrecord: datasets, whose labels "
+                f"you wrote; dataset={self.dataset!r} has labels from 0 already: drop "
+                "label_offset.")
+        if self.label_offset >= self.num_classes:
+            raise InputConfigError(
+                f"label_offset={self.label_offset} is not below num_classes="
+                f"{self.num_classes}; label_offset is the label of the first class (1 when "
+                "labels run 1..num_classes, as ImageNet's TFRecords do).")
 
     @property
     def source_kind(self) -> SourceKind:
         return source_kind(self.dataset)
+
+    @property
+    def augmentation(self) -> Augment:
+        """The augmentation recipe `augment` resolves to for this dataset (never AUTO):
+        imagenet for encoded images resized to `image_size` (`tfrecord:`, and TFDS datasets
+        given an `image_size`), small for the rest (the built-in dataset, synthetic, TFDS
+        datasets at their own size)."""
+        if self.augment is not Augment.AUTO:
+            return self.augment
+        kind = self.source_kind
+        resized = kind is SourceKind.TFRECORD or (kind is SourceKind.TFDS and
+                                                   self.image_size is not None)
+        return Augment.IMAGENET if resized else Augment.SMALL
 
 
 @dataclasses.dataclass(frozen=True)
@@ -264,11 +353,15 @@ class Placement:
         image_bytes = 1 if self.on_device else _COMPUTE_DTYPE_BYTES[self.compute_dtype]
         return height * width * channels * image_bytes + LABEL_BYTES
 
-    def describe(self, image_shape: tuple[int, int, int]) -> str:
-        images = ("uint8 images; augmentation, normalisation and cast run on each replica's "
-                  "device" if self.on_device else
-                  f"{self.compute_dtype} images; augmentation, normalisation and cast run on the "
-                  "host")
+    def describe(self, image_shape: tuple[int, int, int],
+                 augment: Augment = Augment.SMALL) -> str:
+        """One line: where preprocessing runs, and the bytes that cross to the device. With
+        augment=imagenet the crop always runs on the host, in the decode."""
+        work = {Augment.IMAGENET: "flip, normalisation and cast",
+                Augment.NONE: "normalisation and cast"}.get(augment,
+                                                            "augmentation, normalisation and cast")
+        images = (f"uint8 images; {work} run on each replica's device" if self.on_device else
+                  f"{self.compute_dtype} images; {work} run on the host")
         return (f"preprocessing on {self.preprocess_on.value}: "
                 f"{self.bytes_per_example(image_shape):,} bytes/example host->device ({images})")
 

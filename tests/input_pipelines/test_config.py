@@ -39,11 +39,46 @@ class InputConfigTest(parameterized.TestCase):
         (dict(image_size=10**6), r"^image_size=1000000 is not an integer from 1 to 8192"),
         (dict(num_classes=-3), r"^num_classes=-3 is not an integer from 1"),
         (dict(seed=-1), r"^seed=-1 is not an integer from 0 to 4294967295"),
+        (dict(augment="inception"), r"^augment='inception' is not a known value; use one of "
+                                    r"auto\|imagenet\|small\|none\.$"),
+        (dict(label_offset=-1), r"^label_offset=-1 is not an integer from 0 to 16777216\.$"),
+        (dict(label_offset=True), r"^label_offset=True is not an integer"),
+        (dict(label_offset=1), r"^label_offset=1 applies to tfrecord: datasets, whose labels "
+                               r"you wrote; dataset='shapes' has labels from 0 already: drop "
+                               r"label_offset\.$"),
+        (dict(dataset="tfrecord:/x/*", num_classes=4, label_offset=4),
+         r"^label_offset=4 is not below num_classes=4; label_offset is the label of the first "
+         r"class \(1 when labels run 1..num_classes, as ImageNet's TFRecords do\)\.$"),
+        (dict(crop_area_range=(0, 1)),
+         r"^crop_area_range=\(0, 1\) is not a range \(min, max\) of fractions of the image's "
+         r"area with 0 < min <= max <= 1; pass e.g. crop_area_range=\(0.08, 1\)\.$"),
+        (dict(crop_area_range=(0.5, 0.2)), r"^crop_area_range=\(0.5, 0.2\) is not a range"),
+        (dict(crop_area_range=(0.1, 2)), r"^crop_area_range=\(0.1, 2\) is not a range"),
+        (dict(crop_area_range=0.5), r"^crop_area_range=0.5 is not a range"),
+        (dict(crop_area_range=(0.1, float("nan"))), r"^crop_area_range=\(0.1, nan\) is not"),
+        (dict(crop_area_range=("0.1", 1)), r"^crop_area_range=\('0.1', 1\) is not a range"),
+        (dict(crop_area_range=(True, 1)), r"^crop_area_range=\(True, 1\) is not a range"),
+        (dict(crop_aspect_range=(0, 1)), r"^crop_aspect_range=\(0, 1\) is not a range \(min, "
+                                         r"max\) of widths over heights with 0 < min <= max <= "
+                                         r"100; pass e.g. crop_aspect_range=\(0.75, 1.333\)\.$"),
+        (dict(crop_aspect_range=(1, 2, 3)), r"^crop_aspect_range=\(1, 2, 3\) is not a range"),
     )
     def test_rejections_are_one_line(self, kwargs, pattern):
         with self.assertRaisesRegex(InputConfigError, pattern) as caught:
             InputConfig(**kwargs)
         self.assertNotIn("\n", str(caught.exception))
+
+    def test_crop_ranges_become_pairs_of_floats(self):
+        config = InputConfig(crop_area_range=[1, 1], crop_aspect_range=(0.5, 2))
+        self.assertEqual((config.crop_area_range, config.crop_aspect_range),
+                         ((1.0, 1.0), (0.5, 2.0)))
+        self.assertEqual((InputConfig().crop_area_range, InputConfig().crop_aspect_range),
+                         ((0.08, 1.0), (3 / 4, 4 / 3)))
+        hash(config)  # A cache key.
+
+    def test_label_offset_for_tfrecords(self):
+        config = InputConfig(dataset="tfrecord:/x/*", num_classes=1000, label_offset=1)
+        self.assertEqual(config.label_offset, 1)
 
 
 class ReadOptionsTest(parameterized.TestCase):
