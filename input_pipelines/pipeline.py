@@ -175,11 +175,12 @@ def _decode_images(encoded: tf.Tensor, source: Source) -> tf.Tensor:
 
 def parse_and_decode(source: Source, serialized: tf.Tensor,
                      position_ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
-    """Parses and decodes one batch of records into {image uint8, label[, id]}; the id is the
-    stored one, else `position_ids` when given."""
+    """Parses and decodes one batch of records into {image uint8, label[, id]}, the labels less
+    the source's `label_offset`; the id is the stored one, else `position_ids` when given."""
     features = tf.io.parse_example(serialized, source.features)
+    labels = features[source.label_key]
     batch = {IMAGE: _decode_images(features[source.image_key], source),
-             LABEL: features[source.label_key]}
+             LABEL: labels - source.label_offset if source.label_offset else labels}
     if source.id_key or position_ids is not None:
         batch[ID] = features[source.id_key] if source.id_key else position_ids
     return batch

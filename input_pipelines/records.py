@@ -24,10 +24,11 @@ _LIST_KINDS = {tf.string: "bytes_list", tf.int64: "int64_list", tf.float32: "flo
 class RecordLayout:
     """What each record of an image-classification TFRecord file holds: a serialized
     tf.train.Example with one encoded image under `image_key` and one class index in
-    `[0, num_classes)` under `label_key`."""
+    `[label_offset, label_offset + num_classes)` under `label_key`."""
     image_key: str
     label_key: str
     num_classes: int
+    label_offset: int = 0
 
     @property
     def features(self) -> dict[str, tf.io.FixedLenFeature]:
@@ -135,15 +136,32 @@ def _raise_if_unparsable(path: str, layout: RecordLayout, first: int,
                                    f"{layout.description}: re-write it.")
 
 
-def _value_problem(layout: RecordLayout, label: int, head: bytes) -> str | None:
-    """What is wrong with a parsed record's label, or its image bytes (`head` holds the first
-    ones), or None."""
-    if not 0 <= label < layout.num_classes:
-        more = (f", or set num_classes={label + 1} if the dataset has that many classes"
-                if label > 0 else "")
-        return (f"{layout.label_key}={label} is outside [0, {layout.num_classes}) "
-                f"(num_classes={layout.num_classes}); "
-                f"re-write the label as a class index{more}.")
+def _label_problem(layout: RecordLayout, label: int, lowest: int) -> str | None:
+    """What is wrong with a stored label, `lowest` being the smallest among its batch's, or
+    None. Labels that look 1-based (this one is num_classes, none is below 1) get the offset
+    suggested."""
+    offset, num_classes = layout.label_offset, layout.num_classes
+    index = label - offset
+    if 0 <= index < num_classes:
+        return None
+    shown = f"{layout.label_key}={label}" + (f" (less label_offset={offset}: {index})"
+                                             if offset else "")
+    if index == num_classes and lowest - offset >= 1:
+        fix = (f"the labels look 1-based (none below {offset + 1}): set label_offset="
+               f"{offset + 1} to read them as classes 0..{num_classes - 1}")
+    else:
+        more = (f", or set num_classes={index + 1} if the dataset has that many classes"
+                if index > 0 else "")
+        fix = f"re-write the label as a class index{more}"
+    return f"{shown} is outside [0, {num_classes}) (num_classes={num_classes}); {fix}."
+
+
+def _value_problem(layout: RecordLayout, label: int, head: bytes, lowest: int) -> str | None:
+    """What is wrong with a parsed record's label (`lowest`: the smallest of its batch's), or
+    its image bytes (`head` holds the first ones), or None."""
+    problem = _label_problem(layout, label, lowest)
+    if problem:
+        return problem
     if not _IMAGE_SIGNATURE.match(head):
         start = f"it starts {head[:8].hex(' ')}" if head else "it is empty"
         return (f"{layout.image_key} holds no encoded image ({start}); tfdist decodes "
@@ -163,8 +181,9 @@ def _check_batch(path: str, layout: RecordLayout, first: int, batch: tf.Tensor) 
         raise
     labels = features[layout.label_key].numpy().tolist()
     heads = tf.strings.substr(features[layout.image_key], 0, _SIGNATURE_BYTES).numpy().tolist()
+    lowest = min(labels, default=0)
     for index, (label, head) in enumerate(zip(labels, heads), start=first):
-        problem = _value_problem(layout, label, head)
+        problem = _value_problem(layout, label, head, lowest)
         if problem:
             raise InputConfigError(f"file {path}, record {index} (from 0): {problem}")
 

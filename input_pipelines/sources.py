@@ -49,6 +49,7 @@ class Source:
         an example by its file and position).
       resize: resize decoded images to `info.image_shape` (sources whose images vary in size).
       raw_image_shape: the stored shape of images kept as raw uint8 bytes; None for JPEG/PNG.
+      label_offset: subtracted from every stored label (`InputConfig.label_offset`).
     """
     info: DatasetInfo
     files: dict[str, tuple[str, ...]]
@@ -57,6 +58,7 @@ class Source:
     id_key: str | None
     resize: bool
     raw_image_shape: tuple[int, int, int] | None = None
+    label_offset: int = 0
 
     @property
     def features(self) -> dict[str, tf.io.FixedLenFeature]:
@@ -170,7 +172,8 @@ def _from_tfrecord_glob(config: InputConfig) -> Source:
                 f"path ({SPLIT_PLACEHOLDER} in it stands for train and validation).")
         file_lists.check(f"dataset={config.dataset!r}", paths)
     layout = records.RecordLayout(image_key=TFRECORD_IMAGE_KEY, label_key=TFRECORD_LABEL_KEY,
-                                  num_classes=config.num_classes)
+                                  num_classes=config.num_classes,
+                                  label_offset=config.label_offset)
     size = config.image_size or TFRECORD_DEFAULT_IMAGE_SIZE
     return Source(
         info=DatasetInfo(name=config.dataset, num_classes=config.num_classes,
@@ -178,7 +181,7 @@ def _from_tfrecord_glob(config: InputConfig) -> Source:
                          num_examples={split: _readable_records(config, split, paths, layout)
                                        for split, paths in split_files.items()}),
         files=split_files, image_key=TFRECORD_IMAGE_KEY, label_key=TFRECORD_LABEL_KEY,
-        id_key=None, resize=True)
+        id_key=None, resize=True, label_offset=config.label_offset)
 
 
 def synthetic_info(config: InputConfig) -> DatasetInfo:
@@ -202,7 +205,7 @@ def source(config: InputConfig) -> Source:
     return _prepared_source(InputConfig(
         dataset=config.dataset, data_dir=config.data_dir, download=config.download,
         num_classes=config.num_classes, image_size=config.image_size,
-        skip_corrupt_records=config.skip_corrupt_records))
+        skip_corrupt_records=config.skip_corrupt_records, label_offset=config.label_offset))
 
 
 @functools.lru_cache(maxsize=None)

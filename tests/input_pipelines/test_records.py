@@ -129,6 +129,33 @@ class RecordCheckTest(_Files, parameterized.TestCase):
                                        rf"^file {bad_file}, record 3 \(from 0\){message}"):
             input_pipelines.prepare(self._config())
 
+    def test_one_based_labels_get_the_offset_suggested(self):
+        path = self._write("train-0", [image_example(label=int64_feature(label))
+                                       for label in (1, 2, 3, 2)])
+        with self.assertRaisesRegex(
+                InputConfigError,
+                rf"^file {path}, record 2 \(from 0\): image/class/label=3 is outside \[0, 3\) "
+                r"\(num_classes=3\); the labels look 1-based \(none below 1\): set "
+                r"label_offset=1 to read them as classes 0\.\.2\.$"):
+            input_pipelines.prepare(self._config())
+        self.assertEqual(input_pipelines.prepare(self._config(label_offset=1)).num_examples,
+                         {"train": 4})
+
+    def test_a_label_below_the_offset_is_named_with_it(self):
+        path = self._write("train-0", [image_example(label=int64_feature(label))
+                                       for label in (1, 0, 3)])
+        with self.assertRaisesRegex(
+                InputConfigError,
+                rf"^file {path}, record 1 \(from 0\): image/class/label=0 \(less label_offset=1: "
+                r"-1\) is outside \[0, 3\) \(num_classes=3\); re-write the label as a class "
+                r"index\.$"):
+            input_pipelines.prepare(self._config(label_offset=1))
+
+    def test_a_zero_among_the_labels_is_no_sign_of_1_based(self):
+        self._write("train-0", [image_example(label=int64_feature(label)) for label in (0, 3)])
+        with self.assertRaisesRegex(InputConfigError, r"or set num_classes=4 if the dataset"):
+            input_pipelines.prepare(self._config())
+
     def test_bad_record_is_an_error_with_skip_corrupt_records_too(self):
         path = self._write("train-0", [image_example(), image_example(label=int64_feature(3))])
         with self.assertRaisesRegex(InputConfigError, rf"^file {path}, record 1 \(from 0\): "):
