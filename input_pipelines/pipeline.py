@@ -8,7 +8,8 @@ Order of operations, and why:
   -> cache (records, optional) -> shuffle + repeat (training)
   -> batch per replica (image datasets training from small images: several batches at once)
   -> one parallel map per batch: parse the whole batch at once (image datasets: decode its
-     images, and preprocess them when placed on the host; `Records`: the user's parse_fn)
+     images, cropped as the recipe says (`imagenet_recipe`: fused with the JPEG decode), and
+     preprocess them when placed on the host; `Records`: the user's parse_fn)
   -> (several batches at once: split back into per-replica batches)
   -> tf.data service (optional, training) -> prefetch.
 Batching before parsing and mapping keeps tf.data's fixed per-element cost off every example;
@@ -19,24 +20,27 @@ datasets with it."""
 
 import functools
 import math
-import sys
 from typing import Any
 from typing import Callable
 
 import tensorflow as tf
 
+from . import imagenet_recipe
 from . import preprocessing
 from . import records
 from . import service
 from . import sharding
 from . import sources
+from .config import Augment
 from .config import AutoShard
 from .config import InputConfig
 from .config import InputConfigError
 from .config import Placement
 from .config import ReadOptions
 from .config import ServiceMode
+from .config import log
 from .config import per_replica_batch_size
+from .imagenet_recipe import Crop
 from .sources import Source
 
 IMAGE = "image"
@@ -57,11 +61,6 @@ _DECODE_PARALLELISM = 32  # Images decoded concurrently within a batch: 1.35x th
 # quiet period).
 _MAX_BYTES_PER_CALL = 4 << 20
 _MAX_BATCHES_PER_CALL = 4
-
-
-def log(line: str) -> None:
-    """Input-pipeline notices for the person running the job, one line each on stderr."""
-    print(f"tfdist input: {line}", file=sys.stderr, flush=True)
 
 
 def options(config: InputConfig) -> tf.data.Options:
@@ -151,17 +150,22 @@ def _log_damaged_files(files: list[str]) -> None:
             "are skipped (--skip_corrupt_records)")
 
 
-def _decode_images(encoded: tf.Tensor, source: Source) -> tf.Tensor:
-    """Decodes a batch of encoded images to uint8 `[B, H, W, C]`, resized if the source says so.
+def _decode_images(encoded: tf.Tensor, source: Source, crop: Crop | None = None) -> tf.Tensor:
+    """Decodes a batch of encoded images to uint8 `[B, H, W, C]`: the crops of `crop` when
+    given (imagenet_recipe.py), else whole, resized if the source says so.
 
     Raw images decode as one op for the whole batch; JPEG/PNG need one decode per image.
     """
     height, width, channels = source.info.image_shape
     if source.raw_image_shape:
         images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, *source.raw_image_shape])
+        if crop is not None:
+            return imagenet_recipe.crop_decoded(images, crop)
         if source.resize:
             images = tf.cast(tf.image.resize(images, [height, width]), tf.uint8)
         return images
+    if crop is not None:
+        return imagenet_recipe.crop_encoded(encoded, crop)
 
     def decode(image: tf.Tensor) -> tf.Tensor:
         image = records.decode_image(image, channels)
@@ -174,12 +178,14 @@ def _decode_images(encoded: tf.Tensor, source: Source) -> tf.Tensor:
 
 
 def parse_and_decode(source: Source, serialized: tf.Tensor,
-                     position_ids: tf.Tensor | None = None) -> dict[str, tf.Tensor]:
-    """Parses and decodes one batch of records into {image uint8, label[, id]}, the labels less
-    the source's `label_offset`; the id is the stored one, else `position_ids` when given."""
+                     position_ids: tf.Tensor | None = None, *,
+                     crop: Crop | None = None) -> dict[str, tf.Tensor]:
+    """Parses and decodes one batch of records into {image uint8, label[, id]}, the images
+    cropped as `crop` says when given, the labels less the source's `label_offset`; the id is
+    the stored one, else `position_ids` when given."""
     features = tf.io.parse_example(serialized, source.features)
     labels = features[source.label_key]
-    batch = {IMAGE: _decode_images(features[source.image_key], source),
+    batch = {IMAGE: _decode_images(features[source.image_key], source, crop),
              LABEL: labels - source.label_offset if source.label_offset else labels}
     if source.id_key or position_ids is not None:
         batch[ID] = features[source.id_key] if source.id_key else position_ids
@@ -302,14 +308,18 @@ def batches(config: InputConfig, read: ReadOptions, files: tuple[str, ...],
     return dataset.with_options(options(config))
 
 
-def _host_work(source: Source, read: ReadOptions,
+def _host_work(config: InputConfig, source: Source, read: ReadOptions,
                records: tuple[tf.Tensor, ...]) -> dict[str, tf.Tensor]:
-    """Everything the host does to one batch of images, in one map: parse, decode and, when
-    placed on the host, preprocess."""
-    batch = parse_and_decode(source, *records)
+    """Everything the host does to one batch of images, in one map: parse, decode (cropped
+    with augment=imagenet) and, when placed on the host, preprocess."""
+    augmentation = config.augmentation
+    crop = Crop.of(config, source.info.image_shape, training=read.training) \
+        if augmentation is Augment.IMAGENET else None
+    batch = parse_and_decode(source, *records, crop=crop)
     if not read.placement.on_device:
         batch[IMAGE] = preprocessing.preprocess_on_host(
-            batch[IMAGE], training=read.training, compute_dtype=read.placement.compute_dtype)
+            batch[IMAGE], training=read.training, compute_dtype=read.placement.compute_dtype,
+            augmentation=augmentation)
     return batch
 
 
@@ -320,7 +330,8 @@ def examples(config: InputConfig, read: ReadOptions, context: tf.distribute.Inpu
     dataset's split `read.split` (see `batches`).
 
     Images are uint8 when `read.placement` is on the device, else preprocessed on the host.
-    `announce` logs the sharding plan and, for training, the preprocessing placement.
+    `announce` logs the sharding plan and, for training, the preprocessing placement and
+    recipe.
     `with_ids` makes sure every example carries an `id` (its stored one, else its file and
     position).
     """
@@ -329,12 +340,14 @@ def examples(config: InputConfig, read: ReadOptions, context: tf.distribute.Inpu
         raise InputConfigError(f"split={read.split!r}: dataset={config.dataset!r} has no such "
                                f"split; pass one of {', '.join(map(repr, source.files))}.")
     dataset = batches(config, read, source.files[read.split], context,
-                      lambda *records: _host_work(source, read, records),
+                      lambda *records: _host_work(config, source, read, records),
                       job_name=f"tfdist-{source.info.name}-{read.split}", repeat=repeat,
                       announce=announce, tag_positions=with_ids and not source.id_key,
                       bytes_per_example=math.prod(source.info.image_shape))
     if announce and read.training:
-        log(read.placement.describe(source.info.image_shape))
+        shape = source.info.image_shape
+        log(f"{read.placement.describe(shape, config.augmentation)}; "
+            f"{imagenet_recipe.describe(config, shape[0])}")
     return dataset
 
 

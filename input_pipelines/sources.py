@@ -33,8 +33,9 @@ SYNTHETIC_DEFAULT_NUM_CLASSES = 10
 SYNTHETIC_EXAMPLES_PER_EPOCH = 12_800
 TFRECORD_IMAGE_KEY = "image/encoded"
 TFRECORD_LABEL_KEY = "image/class/label"
-# The op whose name an error from decoding an image carries (e.g. `{{node .../DecodeImage}}`).
-_DECODE_OP = "DecodeImage"
+# The ops whose name an error from decoding an image carries (e.g. `{{node .../DecodeImage}}`):
+# the whole decode's, and the imagenet recipe's header read and fused crop.
+_DECODE_OPS = ("DecodeImage", "ExtractJpegShape", "DecodeAndCropJpeg")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,7 +244,7 @@ def explain_read_error(config: InputConfig, error: tf.errors.OpError) -> None:
     for split_files in file_source.files.values():
         if isinstance(error, tf.errors.DataLossError):
             records.raise_if_damaged(split_files)
-        elif _DECODE_OP in error.message and not file_source.raw_image_shape:
+        elif any(op in error.message for op in _DECODE_OPS) and not file_source.raw_image_shape:
             records.raise_if_undecodable(split_files, file_source.image_key,
                                          file_source.info.image_shape[-1],
                                          config.skip_corrupt_records)

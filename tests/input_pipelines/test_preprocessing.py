@@ -4,6 +4,7 @@ the same distribution of inputs."""
 import numpy as np
 import tensorflow as tf
 import tf_keras
+from absl.testing import parameterized
 from tensorflow.python.framework import kernels
 
 from tfdist import input_pipelines
@@ -11,6 +12,7 @@ from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import Placement
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import preprocessing
+from tfdist.input_pipelines.config import Augment
 
 _NUM_IMAGES = 4096
 
@@ -45,7 +47,7 @@ def _ops_without_gpu_kernel(graph: tf.Graph, scope: str) -> list[str]:
     return sorted(set(missing))
 
 
-class PlacementTest(tf.test.TestCase):
+class PlacementTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_auto_is_device_with_gpus_else_host(self):
         config = InputConfig()
@@ -81,12 +83,14 @@ class PlacementTest(tf.test.TestCase):
         replica_1_ops = " ".join(devices["CPU:1"])
         self.assertIn("replica_1", replica_1_ops)
 
-    def test_every_device_preprocessing_op_has_a_gpu_kernel(self):
+    @parameterized.parameters(Augment.SMALL, Augment.IMAGENET)
+    def test_every_device_preprocessing_op_has_a_gpu_kernel(self, augmentation):
         # Found on an H200 (docs/PERFORMANCE.md): GatherV2 has no GPU kernel for uint8, so
         # the crop and flip ran on the host and device preprocessing was slower than host.
         for dtype in ("float32", "mixed_float16", "mixed_bfloat16"):
             layer = preprocessing.DevicePreprocessing(
-                name="device_preprocessing", dtype=tf_keras.mixed_precision.Policy(dtype))
+                name="device_preprocessing", dtype=tf_keras.mixed_precision.Policy(dtype),
+                augmentation=augmentation)
             step = tf.function(lambda batch, layer=layer: layer(batch, training=True))
             graph = step.get_concrete_function(tf.TensorSpec([8, 32, 32, 3], tf.uint8)).graph
             self.assertEqual(_ops_without_gpu_kernel(graph, "device_preprocessing"), [], dtype)
@@ -145,3 +149,42 @@ class PlacementTest(tf.test.TestCase):
                                                            compute_dtype="float32")))
         self.assertNotAllClose(batches[0], batches[1])
         self.assertNotAllClose(batches[1], batches[2])
+
+
+class ImagenetOnDeviceTest(tf.test.TestCase):
+    """With augment=imagenet the host crops in the decode: the device flips and normalises."""
+
+    def test_device_layer_only_flips_and_normalises(self):
+        images = _images(256)
+        layer = preprocessing.DevicePreprocessing(augmentation="imagenet")
+        out = layer(images, training=True).numpy()
+        plain = preprocessing.normalise(images, "float32").numpy()
+        mirrored = plain[:, :, ::-1]
+        same = np.all(np.isclose(out, plain), axis=(1, 2, 3))
+        flipped = np.all(np.isclose(out, mirrored), axis=(1, 2, 3))
+        self.assertTrue(np.all(same | flipped))
+        self.assertBetween(flipped.mean(), 0.35, 0.65)
+        self.assertAllClose(layer(images, training=False), plain)
+
+    def test_host_and_device_flip_alike(self):
+        images = _images(512)
+        host = preprocessing.preprocess_on_host(images, training=True, compute_dtype="float32",
+                                                augmentation=Augment.IMAGENET).numpy()
+        flipped = np.isclose(host[:, 0, 0, 0], preprocessing.normalise(
+            images[:, 0, -1, 0], "float32").numpy())
+        self.assertBetween(flipped.mean(), 0.35, 0.65)
+
+    def test_none_only_normalises(self):
+        images = _images(8)
+        self.assertAllClose(preprocessing.preprocess(images, training=True,
+                                                     compute_dtype="float32",
+                                                     augmentation=Augment.NONE),
+                            preprocessing.normalise(images, "float32"))
+
+    def test_the_layer_keeps_its_recipe_in_its_config(self):
+        layer = preprocessing.DevicePreprocessing(augmentation=Augment.IMAGENET)
+        self.assertEqual(layer.get_config()["augmentation"], "imagenet")
+        self.assertIs(preprocessing.DevicePreprocessing.from_config(
+            layer.get_config()).augmentation, Augment.IMAGENET)
+        with self.assertRaisesRegex(ValueError, r"augmentation=auto is resolved by the input"):
+            preprocessing.DevicePreprocessing(augmentation="auto")
