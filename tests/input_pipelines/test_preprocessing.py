@@ -1,6 +1,9 @@
 """Preprocessing placement: device ops land on each replica's device, and host and device give
 the same distribution of inputs."""
 
+import contextlib
+import io
+
 import numpy as np
 import tensorflow as tf
 import tf_keras
@@ -47,6 +50,15 @@ def _ops_without_gpu_kernel(graph: tf.Graph, scope: str) -> list[str]:
     return sorted(set(missing))
 
 
+def _resolved(preprocess_on: str, num_gpus: int) -> tuple[PreprocessOn, str]:
+    """The placement `resolve_placement` picks, and what it logged."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        placement = input_pipelines.resolve_placement(InputConfig(preprocess_on=preprocess_on),
+                                                      num_gpus=num_gpus)
+    return placement.preprocess_on, stderr.getvalue()
+
+
 class PlacementTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_auto_is_device_with_gpus_else_host(self):
@@ -55,6 +67,19 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
                          PreprocessOn.DEVICE)
         self.assertEqual(input_pipelines.resolve_placement(config, num_gpus=0).preprocess_on,
                          PreprocessOn.HOST)
+
+    def test_device_without_gpus_is_kept_with_one_warning_line(self):
+        placement, logged = _resolved("device", num_gpus=0)
+        self.assertIs(placement, PreprocessOn.DEVICE)
+        self.assertRegex(logged, r"^tfdist input: --preprocess_on=device with no GPU replicas: "
+                                 r"augmentation and normalisation run inside each training step "
+                                 r"on the CPU, without XLA, 0.6-1.0 ms of CPU per 224x224 image "
+                                 r"against 0.06-0.13 ms on the host \(measured on 2 cores\); use "
+                                 r"--preprocess_on=host, or auto \(device only with GPUs\)\n$")
+
+    @parameterized.parameters(("device", 1), ("auto", 0), ("auto", 2), ("host", 0))
+    def test_no_warning_otherwise(self, preprocess_on, num_gpus):
+        self.assertEqual(_resolved(preprocess_on, num_gpus)[1], "")
 
     def test_bytes_per_example_per_mode(self):
         shape = (32, 32, 3)
