@@ -14,7 +14,9 @@ from tfdist.input_pipelines import DATASET_FORMS
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import ServiceMode
+from tfdist.input_pipelines.config import Augment
 from tfdist.input_pipelines.config import MAX_BUFFER_SIZE
+from tfdist.input_pipelines.config import MAX_CROP_ASPECT
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_IMAGE_SIZE
 from tfdist.input_pipelines.config import MAX_NUM_CLASSES
@@ -103,6 +105,9 @@ SOURCE = flags_lib.group(
                       "network)."),
     flags.DEFINE_integer("num_classes", None, "Classes of a tfrecord: or synthetic dataset.",
                          lower_bound=1, upper_bound=MAX_NUM_CLASSES),
+    flags.DEFINE_integer("label_offset", 0, "Subtracted from every label of a tfrecord: dataset; "
+                         "1 reads ImageNet's, labelled 1..1000.", lower_bound=0,
+                         upper_bound=MAX_NUM_CLASSES),
     flags.DEFINE_integer("image_size", None,
                          "Resize images to this square size; unset keeps a TFDS dataset's size, "
                          "224 for tfrecord:, 32 for synthetic.",
@@ -133,6 +138,15 @@ INPUT = {**SOURCE, **flags_lib.group(
                       "Where augmentation, normalisation and the cast run: host (tf.data), device "
                       "(inside each replica's step; the host only decodes and batches uint8), "
                       "auto (device when there are GPUs)."),
+    flags_lib.define_enum("augment", Augment("auto"), Augment, "Training augmentation: imagenet "
+                      "(random-resized crop in the JPEG decode, flip; evaluation: 0.875 centre "
+                      "crop), small (4 px shift, flip, brightness), none; auto: imagenet for "
+                      "tfrecord: and TFDS datasets given --image_size, else small."),
+    flags_lib.define_measure("crop_area_min", "augment=imagenet: the least fraction of an "
+                             "image's area a random crop covers (the most is 1); unset: 0.08.",
+                             0.01, 1),
+    flags_lib.define_measure("crop_aspect_max", "augment=imagenet: random crops' width/height "
+                             "lies in [1/this, this]; unset: 4/3.", 1, MAX_CROP_ASPECT),
     flags.DEFINE_string("tf_data_service", None,
                         "grpc://host:port of a tf.data service dispatcher (see `tfdist data "
                         "serve`) to run the input pipeline on."),
@@ -296,12 +310,16 @@ def strategy_config() -> StrategyConfig:
 def input_config(command: str = "train") -> InputConfig:
     """The parsed input flags that `command` takes, as an `InputConfig`; its global batch left
     at the default when the batch is per replica (`setup` derives it)."""
-    per_replica = PER_REPLICA_BATCH_SIZE.name in flags_lib.COMMAND_FLAGS[command] and \
-        per_replica_batch_size() is not None
-    return InputConfig(seed=SEED.value, **{
-        name: holder.value for name, holder in INPUT.items()
-        if name in flags_lib.COMMAND_FLAGS[command]
-        and not (per_replica and name == "global_batch_size")})
+    takes = flags_lib.COMMAND_FLAGS[command]
+    per_replica = PER_REPLICA_BATCH_SIZE.name in takes and per_replica_batch_size() is not None
+    values = {name: holder.value for name, holder in INPUT.items()
+              if name in takes and not (per_replica and name == "global_batch_size")}
+    area_min, aspect_max = values.pop("crop_area_min", None), values.pop("crop_aspect_max", None)
+    if area_min is not None:
+        values["crop_area_range"] = (area_min, 1.0)
+    if aspect_max is not None:
+        values["crop_aspect_range"] = (1 / aspect_max, aspect_max)
+    return InputConfig(seed=SEED.value, **values)
 
 
 def optimizer_config() -> OptimizerConfig:

@@ -9,8 +9,8 @@ from typing import Sequence
 import tensorflow as tf
 import tf_keras
 
-from tfdist import input_pipelines
 from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines import preprocessing
 from tfdist.optim import gradient_path
 from tfdist.optim import recipe
 from tfdist.runtime.config import ConfigError
@@ -42,13 +42,14 @@ def _with_device_preprocessing(plan: Plan, model: tf_keras.Model,
                                data: Data) -> tf_keras.Model:
     """`model` behind an input of the dtype an image pipeline delivers: with preprocessing on
     the device, uint8 images go through the preprocessing layer first (run in each replica's
-    step, on its device)."""
+    step, on its device), which augments as `data`'s recipe says."""
     if not (isinstance(data, InputConfig) and plan.placement.on_device):
         return model
     images = tf_keras.Input(training_data.dataset_info(plan, data).image_shape, dtype="uint8",
                             name="image")
-    return tf_keras.Model(images, model(input_pipelines.device_preprocessing()(images)),
-                          name=model.name)
+    layer = preprocessing.DevicePreprocessing(augmentation=data.augmentation,
+                                              name="device_preprocessing")
+    return tf_keras.Model(images, model(layer(images)), name=model.name)
 
 
 def _compile(plan: Plan, model: tf_keras.Model, loss, metrics) -> None:

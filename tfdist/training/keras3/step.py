@@ -33,7 +33,7 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
-from tfdist import input_pipelines
+from tfdist.input_pipelines import preprocessing
 from tfdist.optim.gradient_path import GradientPath
 from tfdist.runtime.setup import Plan
 from tfdist.strategies import StrategyKind
@@ -123,6 +123,7 @@ class _Steps:
             GradientPath(training_model.gradient_transforms(plan))
         self.preprocess_dtype = plan.placement.compute_dtype \
             if plan.placement is not None and plan.placement.on_device else None
+        self.augmentation = plan.config.input.augmentation  # The recipe the host cropped for.
         with self.strategy.scope():
             # What is differentiated and updated: a variable the partitioner split, shard by
             # shard (`tfdist.training.keras3.shards`).
@@ -146,8 +147,9 @@ class _Steps:
     def _features(self, features, *, training: bool):
         if self.preprocess_dtype is None:
             return features
-        return input_pipelines.device_preprocess(features, training=training,
-                                                 compute_dtype=self.preprocess_dtype)
+        return preprocessing.preprocess(features, training=training,
+                                        compute_dtype=self.preprocess_dtype,
+                                        augmentation=self.augmentation)
 
     def _forward(self, data, *, training: bool):
         """The replica's loss (its share of the global mean) and predictions; updates the
