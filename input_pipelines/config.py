@@ -290,9 +290,8 @@ class InputConfig:
             return
         if kind is not SourceKind.TFRECORD:
             raise InputConfigError(
-                f"label_offset={self.label_offset} applies to tfrecord: datasets, whose labels "
-                f"you wrote; dataset={self.dataset!r} has labels from 0 already: drop "
-                "label_offset.")
+                f"label_offset={self.label_offset} applies to tfrecord: datasets only; "
+                f"dataset={self.dataset!r} has labels from 0 already: drop label_offset.")
         if self.label_offset >= self.num_classes:
             raise InputConfigError(
                 f"label_offset={self.label_offset} is not below num_classes="

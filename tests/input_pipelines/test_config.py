@@ -43,8 +43,8 @@ class InputConfigTest(parameterized.TestCase):
                                     r"auto\|imagenet\|small\|none\.$"),
         (dict(label_offset=-1), r"^label_offset=-1 is not an integer from 0 to 16777216\.$"),
         (dict(label_offset=True), r"^label_offset=True is not an integer"),
-        (dict(label_offset=1), r"^label_offset=1 applies to tfrecord: datasets, whose labels "
-                               r"you wrote; dataset='shapes' has labels from 0 already: drop "
+        (dict(label_offset=1), r"^label_offset=1 applies to tfrecord: datasets only; "
+                               r"dataset='shapes' has labels from 0 already: drop "
                                r"label_offset\.$"),
         (dict(dataset="tfrecord:/x/*", num_classes=4, label_offset=4),
          r"^label_offset=4 is not below num_classes=4; label_offset is the label of the first "
