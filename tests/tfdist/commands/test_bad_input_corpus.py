@@ -71,6 +71,7 @@ _STRINGS = {
     "nodes": ("0", "x", "", HUGE, "-1", "1,,2"),
     "from_benchmark": ("{dir}", "{file}", "/nowhere/bench.json"),
     "noise_scale_json": ("{dir}", "{file}", "/nowhere/metrics.json"),
+    "input_benchmark": ("{dir}", "{file}", "/nowhere/input.json"),
     "data": ("fake", ""),
     "tf_config": ("{worker", "[]", json.dumps({"cluster": {"worker": ["localhost:2222",
                                                                      "127.0.0.1:2222"]},
