@@ -7,6 +7,7 @@ imported (`tfdist.runtime.keras_env`).
 """
 
 # pylint: disable=import-outside-toplevel
+from .config import Augment
 from .config import AutoShard
 from .config import BASELINE_STAGES
 from .config import DATASET_FORMS
@@ -48,16 +49,20 @@ def resolve_placement(config: InputConfig, *, num_gpus: int, compute_dtype: str 
                                            compute_dtype=compute_dtype)
 
 
-def device_preprocessing():
-    """The Keras layer that preprocesses uint8 batches inside each replica's step."""
+def device_preprocessing(augmentation="small"):
+    """The Keras layer that preprocesses uint8 batches inside each replica's step, augmenting
+    as `augmentation` says: the recipe the pipeline read the images for
+    (`InputConfig.augmentation`: "imagenet", "small" or "none")."""
     from . import preprocessing
-    return preprocessing.DevicePreprocessing(name="device_preprocessing")
+    return preprocessing.DevicePreprocessing(augmentation=augmentation,
+                                             name="device_preprocessing")
 
 
-def device_preprocess(images, *, training: bool, compute_dtype: str):
+def device_preprocess(images, *, training: bool, compute_dtype: str, augmentation="small"):
     """`device_preprocessing` as a function of a uint8 batch, for a step of one's own."""
     from . import preprocessing
-    return preprocessing.preprocess(images, training=training, compute_dtype=compute_dtype)
+    return preprocessing.preprocess(images, training=training, compute_dtype=compute_dtype,
+                                    augmentation=Augment(augmentation))
 
 
 def dataset_fn(config: InputConfig, read: ReadOptions):

@@ -10,7 +10,7 @@ Training, per image (a `tf.map_fn` over the batch, as every JPEG/PNG decode in t
   -> tf.image.decode_and_crop_jpeg (decodes only the window's blocks: the fusion is the speed)
   -> bilinear resize to image_size x image_size, rounded to uint8.
 Then, per batch, where `preprocess_on` says: a horizontal flip of a random half of the images,
-normalisation and the cast (`preprocessing.preprocess`; the flip is one gather).
+normalisation and the cast (`preprocessing.preprocess`; the flip is one select).
 Evaluation: the central square whose side is image_size / (image_size + 32) of the short side
 (0.875 at 224: the same pixels as resizing the short side to 256 and cutting the central 224),
 fused with the decode, resized to image_size.

@@ -9,8 +9,8 @@ from typing import Sequence
 import tensorflow as tf
 import tf_keras
 
+from tfdist import input_pipelines
 from tfdist.input_pipelines import InputConfig
-from tfdist.input_pipelines import preprocessing
 from tfdist.optim import gradient_path
 from tfdist.optim import recipe
 from tfdist.runtime.config import ConfigError
@@ -47,8 +47,7 @@ def _with_device_preprocessing(plan: Plan, model: tf_keras.Model,
         return model
     images = tf_keras.Input(training_data.dataset_info(plan, data).image_shape, dtype="uint8",
                             name="image")
-    layer = preprocessing.DevicePreprocessing(augmentation=data.augmentation,
-                                              name="device_preprocessing")
+    layer = input_pipelines.device_preprocessing(data.augmentation)
     return tf_keras.Model(images, model(layer(images)), name=model.name)
 
 

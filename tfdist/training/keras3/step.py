@@ -33,7 +33,7 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
-from tfdist.input_pipelines import preprocessing
+from tfdist import input_pipelines
 from tfdist.optim.gradient_path import GradientPath
 from tfdist.runtime.setup import Plan
 from tfdist.strategies import StrategyKind
@@ -147,9 +147,9 @@ class _Steps:
     def _features(self, features, *, training: bool):
         if self.preprocess_dtype is None:
             return features
-        return preprocessing.preprocess(features, training=training,
-                                        compute_dtype=self.preprocess_dtype,
-                                        augmentation=self.augmentation)
+        return input_pipelines.device_preprocess(features, training=training,
+                                                 compute_dtype=self.preprocess_dtype,
+                                                 augmentation=self.augmentation)
 
     def _forward(self, data, *, training: bool):
         """The replica's loss (its share of the global mean) and predictions; updates the
