@@ -157,7 +157,8 @@ def read_trace(logdir: str):
 def baseline_pipeline(config: InputConfig, kind: str, *, shuffle: bool = True):
     """A pipeline to measure tfdist's training pipeline against, reading `config`'s training
     files as one input pipeline (batches of `config.global_batch_size`): "naive" (TF's guide's
-    first pipeline), "tfdist" (tfdist's own, augmentation on the host) or a stage of
+    first pipeline), "tfdist" (tfdist's own, augmentation on the host), "tfdist_device" (the
+    host's share of it under --preprocess_on=device) or a stage of
     `BASELINE_STAGES` (tfdist's cut after it; `shuffle=False` leaves out the example shuffle);
     for JPEG records also "best_practice" (TF's official ResNet ImageNet input) and
     "decode_only" (every image decoded whole, nothing else: the floor).
@@ -166,6 +167,7 @@ def baseline_pipeline(config: InputConfig, kind: str, *, shuffle: bool = True):
     if kind in BASELINE_STAGES:
         return baselines.stage(config, kind, shuffle=shuffle)
     pipelines = {"naive": baselines.naive, "tfdist": baselines.tfdist,
+                 "tfdist_device": lambda config: baselines.tfdist(config, PreprocessOn.DEVICE),
                  "best_practice": baselines.best_practice, "decode_only": baselines.decode_only}
     if kind not in pipelines:
         raise InputConfigError(f"kind={kind!r} is not a baseline pipeline; pass one of "

@@ -5,6 +5,8 @@ dataset's training files (`scripts/benchmark_input.py`):
                  reader, a per-example map (parse, decode, augment with tf.image's per-image ops,
                  normalise), batch; no interleave, no parallel map, no prefetch.
   tfdist         tfdist's training pipeline with augmentation on the host.
+  tfdist_device  what of it the host still does under --preprocess_on=device: read, decode (the
+                 imagenet recipe's crop included), batch; no flip, normalisation or cast.
   a stage        tfdist's training pipeline cut after one of its steps (`BASELINE_STAGES`): read,
                  shuffle, parse, decode; batched and mapped as tfdist's pipeline does. Cut after
                  "parse" without the shuffle it is the I/O floor (`parse_only`).
@@ -65,9 +67,10 @@ def naive(config: InputConfig) -> tf.data.Dataset:
     return dataset.map(parse_and_preprocess).repeat().batch(config.global_batch_size)
 
 
-def tfdist(config: InputConfig) -> tf.data.Dataset:
-    """tfdist's training pipeline, augmentation on the host, prefetched."""
-    read = ReadOptions(split=sources.TRAIN, training=True, placement=Placement(PreprocessOn.HOST))
+def tfdist(config: InputConfig, on: PreprocessOn = PreprocessOn.HOST) -> tf.data.Dataset:
+    """tfdist's training pipeline, prefetched: augmentation on the host, or (`on=DEVICE`) the
+    host's share when the device preprocesses (decode, and the imagenet recipe's crop)."""
+    read = ReadOptions(split=sources.TRAIN, training=True, placement=Placement(on))
     return pipeline.examples(config, read, _SINGLE_PIPELINE, announce=False).prefetch(
         tf.data.AUTOTUNE)
 

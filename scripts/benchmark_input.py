@@ -37,7 +37,10 @@ images of --image_size (224):
   naive          one sequential reader, a per-example map (parse, decode the whole image,
                  resize, flip, normalise), batch.
   tfdist         tfdist's training pipeline with augmentation on the host, as `tfdist train`
-                 builds it (`pipeline.examples`): whatever decode and augmentation it does.
+                 builds it (`pipeline.examples`): whatever decode and augmentation it does
+                 (--augment picks its recipe).
+  tfdist_device  the host's share of it under --preprocess_on=device: read, decode (the
+                 imagenet recipe's crop included), batch; flip and normalisation left out.
   best_practice  TF's official ResNet ImageNet training input (tensorflow/models'
                  imagenet_preprocessing.py): parallel interleave, shuffle, a parallel
                  per-example map of random crop window, fused decode_and_crop_jpeg, flip,
@@ -52,10 +55,12 @@ of CPU time preprocesses). Ratios tfdist/naive, tfdist/best_practice and tfdist/
 images/s, and of images per CPU-second) are medians of the rounds' ratios with their
 [min, max]. --json=PATH writes them all, and `host_examples_per_core` (tfdist's images per
 CPU-second: the per-core rate of host preprocessing a planner needs) and
-`decode_examples_per_core` (decode_only's).
+`decode_examples_per_core` (tfdist_device's: the same with preprocessing on the device), which
+`tfdist plan --input_benchmark` reads.
 
     python scripts/benchmark_input.py --dataset='tfrecord:DIR/{split}-*' --num_classes=10
-        [--image_size=224] [--global_batch_size=64] [--rounds=3] [--seconds=20] [--json=PATH]
+        [--image_size=224] [--global_batch_size=64] [--augment=auto] [--rounds=3]
+        [--seconds=20] [--json=PATH]
 """
 
 import argparse
@@ -69,6 +74,7 @@ import time
 from typing import Iterable
 
 from tfdist import input_pipelines  # Selects tf-keras before TensorFlow is imported.
+from tfdist.input_pipelines import Augment
 from tfdist.input_pipelines import BASELINE_STAGES as STAGES
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import InputConfigError
@@ -80,12 +86,13 @@ _WARMUP_BATCHES = 10
 # With --dataset: the pipelines compared, in the order each round times them; the ratios of
 # tfdist's figures to each of the others'; the defaults of the flags of this mode and of the
 # built-in dataset's (None in argparse, so that a flag given in the wrong mode is refused).
-_JPEG_PIPELINES = ("naive", "tfdist", "best_practice", "decode_only")
+_JPEG_PIPELINES = ("naive", "tfdist", "tfdist_device", "best_practice", "decode_only")
 _JPEG_RATIOS = {"speedup_vs_naive": "naive", "fraction_of_best_practice": "best_practice",
                 "fraction_of_decode_only": "decode_only"}
-_JPEG_DEFAULTS = {"rounds": 3, "seconds": 20.0, "global_batch_size": 64, "image_size": 224}
+_JPEG_DEFAULTS = {"rounds": 3, "seconds": 20.0, "global_batch_size": 64, "image_size": 224,
+                  "augment": "auto"}
 _BUILTIN_DEFAULTS = {"rounds": 5, "examples": 400_000}
-_JPEG_ONLY = ("num_classes", "image_size", "global_batch_size", "seconds")
+_JPEG_ONLY = ("num_classes", "image_size", "global_batch_size", "seconds", "augment")
 _BUILTIN_ONLY = ("examples", "data_dir", "stages", "trace")
 # The warm-up of a timed JPEG pipeline goes on past `_WARMUP_BATCHES` until this many seconds
 # (or --seconds, if shorter) have passed: TF's autotuner (on in best_practice) and the shuffle
@@ -146,7 +153,8 @@ def _mode_flags(args: argparse.Namespace) -> list[str]:
     if args.dataset:
         return [f"--dataset={args.dataset}", f"--num_classes={args.num_classes}",
                 f"--image_size={args.image_size}",
-                f"--global_batch_size={args.global_batch_size}", f"--seconds={args.seconds}"]
+                f"--global_batch_size={args.global_batch_size}", f"--seconds={args.seconds}",
+                f"--augment={args.augment}"]
     return [f"--examples={args.examples}"] + ([f"--data_dir={args.data_dir}"]
                                               if args.data_dir else [])
 
@@ -228,7 +236,7 @@ def _jpeg_rounds(args: argparse.Namespace) -> dict:
             figures[prefix + ratio], figures[f"{prefix}{ratio}_spread"] = _median_and_spread(
                 [round_["tfdist"][rate] / round_[baseline][rate] for round_ in measured])
     figures["host_examples_per_core"] = figures["images_per_cpu_s"]["tfdist"]
-    figures["decode_examples_per_core"] = figures["images_per_cpu_s"]["decode_only"]
+    figures["decode_examples_per_core"] = figures["images_per_cpu_s"]["tfdist_device"]
     figures["rounds_measured"] = [
         {name: {key: round(value, 1) if key.startswith("images_per") else value
                 for key, value in rates.items()} for name, rates in round_.items()}
@@ -261,7 +269,7 @@ def _jpeg_main(args: argparse.Namespace, config: InputConfig) -> None:
         write_json("json", args.json, {
             "dataset": args.dataset, "num_classes": args.num_classes,
             "image_size": args.image_size, "global_batch_size": args.global_batch_size,
-            "seconds": args.seconds, "rounds": args.rounds, "cpu_count": os.cpu_count(),
+            "augmentation": config.augmentation.value, "seconds": args.seconds, "rounds": args.rounds, "cpu_count": os.cpu_count(),
             "load_average_before": load_before,
             "train_images": input_pipelines.prepare(config).num_examples["train"],
             **figures})
@@ -310,7 +318,7 @@ def _config(args: argparse.Namespace) -> InputConfig:
         if args.dataset:
             config = InputConfig(dataset=args.dataset, num_classes=args.num_classes,
                                  image_size=args.image_size,
-                                 global_batch_size=args.global_batch_size)
+                                 global_batch_size=args.global_batch_size, augment=args.augment)
         else:
             config = InputConfig(data_dir=args.data_dir, global_batch_size=_GLOBAL_BATCH_SIZE)
         import_tensorflow(show_logs=False)
@@ -347,6 +355,9 @@ def main() -> None:
                         help="with --dataset: side of the images the pipelines make (224)")
     parser.add_argument("--global_batch_size", type=_positive,
                         help="with --dataset: images per batch (64)")
+    parser.add_argument("--augment", choices=[recipe.value for recipe in Augment],
+                        help="with --dataset: tfdist's recipe, as `tfdist train --augment` "
+                             "(auto: imagenet on JPEG records); the other pipelines keep theirs")
     parser.add_argument("--seconds", type=_positive_float,
                         help="with --dataset: seconds to time each pipeline per round (20)")
     parser.add_argument("--pipeline", choices=sorted(_PIPELINES),

@@ -195,10 +195,10 @@ def test_benchmark_input_compares_the_jpeg_pipelines_per_second_and_per_core(tmp
          f"--json={json_path}"], capture_output=True, text=True, timeout=600, check=False)
     assert result.returncode == 0, result.stderr
     figures = json.loads(json_path.read_text())
-    pipelines = {"naive", "tfdist", "best_practice", "decode_only"}
+    pipelines = {"naive", "tfdist", "tfdist_device", "best_practice", "decode_only"}
     assert set(figures["images_per_s"]) == set(figures["images_per_cpu_s"]) == pipelines
     assert figures["host_examples_per_core"] == figures["images_per_cpu_s"]["tfdist"] > 0
-    assert figures["decode_examples_per_core"] == figures["images_per_cpu_s"]["decode_only"] > 0
+    assert figures["decode_examples_per_core"] == figures["images_per_cpu_s"]["tfdist_device"] > 0
     assert figures["train_images"] == 24 and len(figures["rounds_measured"]) == 1
     for ratio in ("speedup_vs_naive", "fraction_of_best_practice", "fraction_of_decode_only"):
         for name in (ratio, f"per_cpu_{ratio}"):

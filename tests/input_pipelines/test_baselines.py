@@ -57,6 +57,12 @@ def test_augmenting_baselines_make_float_images_of_the_configured_size(jpeg_conf
         assert -1.0 <= float(tf.reduce_min(images)) <= float(tf.reduce_max(images)) <= 1.0
 
 
+def test_tfdist_device_leaves_uint8_crops_to_the_device(jpeg_config):
+    batch = _first_batch(jpeg_config, "tfdist_device")
+    assert batch["image"].shape == (_GLOBAL_BATCH_SIZE, _IMAGE_SIZE, _IMAGE_SIZE, 3)
+    assert batch["image"].dtype == tf.uint8
+
+
 def test_decode_only_keeps_one_decoded_pixel_per_image(jpeg_config):
     pixels, labels = _first_batch(jpeg_config, "decode_only")
     assert pixels.shape == (_GLOBAL_BATCH_SIZE, 3) and pixels.dtype == tf.uint8
@@ -77,5 +83,5 @@ def test_jpeg_baselines_refuse_raw_pixels_in_one_line(small_shapes_data_dir):
 
 def test_an_unknown_kind_is_one_line_naming_the_kinds(jpeg_config):
     with pytest.raises(InputConfigError, match=r"^kind='fast' is not a baseline pipeline; pass "
-                       r"one of 'naive', 'tfdist', 'best_practice', 'decode_only', 'read'"):
+                       r"one of 'naive', 'tfdist', 'tfdist_device', 'best_practice', 'decode_only', 'read'"):
         input_pipelines.baseline_pipeline(jpeg_config, "fast")
