@@ -1,0 +1,104 @@
+"""The augmentation recipes against each other on JPEG data: `tfdist train --augment=R` for each
+recipe R, at equal steps, seeds and everything else, alternating recipe by recipe within each
+seed; prints each run's validation accuracy, then each recipe's median and the difference
+(the check: the ImageNet recipe learns at least as well as the small-image one).
+
+    python scripts/compare_augment.py [--data='tfrecord:DIR/{split}-*' --num_classes=N]
+        [--recipes=imagenet,small,imagenet/--crop_area_min=0.35] [--seeds=1,2] [--epochs=8]
+        [--image_size=64] [--model=resnet20] [--json=PATH]
+
+A recipe may carry train flags of its own after slashes (`imagenet/--crop_area_min=0.35`).
+Every run decays its rate to 0 by a cosine (`--lr_schedule=cosine`), so that the last epoch's
+accuracy is the run's, not a point on a noisy curve.
+
+Without --data the default ImageNet-like set of scripts/make_jpeg_records.py (2,500 training
+and 500 validation JPEGs of 300-500 px, 10 classes) is generated into a temporary directory
+first. Validation reads each recipe's own evaluation view (the imagenet recipe a centre crop,
+the small one the whole image), as training with it would.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from tfdist.runtime.output_files import write_json
+
+from train_runs import train_and_read_metrics
+
+_TIMEOUT_S = 1800
+_SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _run(data: str, num_classes: int, recipe: str, seed: int, args) -> dict:
+    name, *own_flags = recipe.split("/")
+    metrics, wall_s = train_and_read_metrics(
+        [f"--dataset={data}", f"--num_classes={num_classes}", f"--image_size={args.image_size}",
+         f"--model={args.model}", f"--augment={name}", f"--seed={seed}",
+         f"--epochs={args.epochs}", f"--global_batch_size={args.global_batch_size}",
+         "--lr_schedule=cosine", *own_flags],
+        timeout_s=_TIMEOUT_S)
+    accuracies = metrics["history"]["val_accuracy"]
+    return {"recipe": recipe, "seed": seed, "val_accuracy": round(accuracies[-1], 4),
+            "best_val_accuracy": round(max(accuracies), 4),
+            "val_accuracy_per_epoch": [round(value, 4) for value in accuracies],
+            "wall_s": round(wall_s, 1)}
+
+
+def _generated(out_dir: str) -> str:
+    """The default JPEG set, written into `out_dir`; its dataset flag."""
+    subprocess.run([sys.executable, os.path.join(_SCRIPTS, "make_jpeg_records.py"),
+                    f"--out_dir={out_dir}"], check=True, timeout=_TIMEOUT_S)
+    return f"tfrecord:{out_dir}/{{split}}-*"
+
+
+def _compare(data: str, num_classes: int, args) -> dict:
+    runs = []
+    for seed in args.seeds:
+        for recipe in args.recipes:
+            runs.append(_run(data, num_classes, recipe, seed, args))
+            print(f"seed {seed}, --augment={recipe}: {runs[-1]}", flush=True)
+    medians = {recipe: statistics.median(run["val_accuracy"] for run in runs
+                                         if run["recipe"] == recipe) for recipe in args.recipes}
+    for recipe, accuracy in medians.items():
+        print(f"--augment={recipe}: median val_accuracy {accuracy:.4f} over seeds "
+              f"{','.join(map(str, args.seeds))}")
+    first, *others = args.recipes
+    for other in others:
+        print(f"{first} - {other}: {medians[first] - medians[other]:+.4f}")
+    return {"runs": runs, "median_val_accuracy": medians}
+
+
+def _list(convert):
+    return lambda text: [convert(item) for item in text.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", help="a tfrecord: dataset (default: the generated set)")
+    parser.add_argument("--num_classes", type=int, default=10)
+    parser.add_argument("--recipes", type=_list(str),
+                        default=["imagenet", "small", "imagenet/--crop_area_min=0.35"])
+    parser.add_argument("--seeds", type=_list(int), default=[1, 2])
+    parser.add_argument("--epochs", type=int, default=8)
+    parser.add_argument("--image_size", type=int, default=64)
+    parser.add_argument("--model", default="resnet20")
+    parser.add_argument("--global_batch_size", type=int, default=64)
+    parser.add_argument("--json", help="write every run and the medians to this path")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        data = args.data or _generated(os.path.join(scratch, "jpeg"))
+        results = _compare(data, args.num_classes, args)
+    if args.json:
+        write_json("json", args.json, {
+            "data": args.data or "make_jpeg_records.py defaults",
+            **{name: getattr(args, name) for name in ("num_classes", "recipes", "seeds", "epochs",
+                                                      "image_size", "model",
+                                                      "global_batch_size")},
+            **results})
+
+
+if __name__ == "__main__":
+    main()
