@@ -8,12 +8,13 @@ Training, per image (a `tf.map_fn` over the batch, as every JPEG/PNG decode in t
      min_object_covered 0.1, 10 attempts; when none fits, TF returns the whole image, which is
      replaced by the evaluation's centre crop
   -> tf.image.decode_and_crop_jpeg (decodes only the window's blocks: the fusion is the speed)
-  -> bilinear resize to image_size x image_size, rounded to uint8.
+  -> bilinear resize to image_size x image_size, truncated to uint8.
 Then, per batch, where `preprocess_on` says: a horizontal flip of a random half of the images,
 normalisation and the cast (`preprocessing.preprocess`; the flip is one select).
-Evaluation: the central square whose side is image_size / (image_size + 32) of the short side
-(0.875 at 224: the same pixels as resizing the short side to 256 and cutting the central 224),
-fused with the decode, resized to image_size.
+Evaluation: the central square whose side is 0.875 of the short side (at 224 the same pixels as
+resizing the short side to 256 and cutting the central 224; at every size, as timm and
+torchvision take it, where TF's official code pads by 32 pixels and so cuts more from smaller
+images), fused with the decode, resized to image_size.
 Images that are not JPEG (PNG, GIF, ...; `tf.io.is_jpeg` per image) cannot be cut while decoded:
 they are decoded whole, then cut to the same window; so are raw-pixel datasets (whole batches).
 
@@ -36,7 +37,7 @@ from . import records
 from .config import Augment
 from .config import InputConfig
 
-EVAL_CROP_PADDING = 32  # The central image_size of (image_size + 32): 224 of 256.
+EVAL_CROP_FRACTION = 0.875  # Of the short side: the central 224 of 256.
 MAX_ATTEMPTS = 10
 MIN_OBJECT_COVERED = 0.1
 _WHOLE_IMAGE = ((0.0, 0.0, 1.0, 1.0),)  # The one "object" box: the image itself.
@@ -60,12 +61,12 @@ class Crop:
                    area_range=config.crop_area_range, aspect_range=config.crop_aspect_range)
 
 
-def centre_window(shape: tf.Tensor, image_size: int) -> tf.Tensor:
+def centre_window(shape: tf.Tensor) -> tf.Tensor:
     """The evaluation crop of an image of `shape` ([height, width, ...], int32) as the window
     [top, left, height, width] that `tf.image.decode_and_crop_jpeg` takes."""
     height, width = shape[0], shape[1]
-    ratio = image_size / (image_size + EVAL_CROP_PADDING)
-    side = tf.cast(ratio * tf.cast(tf.minimum(height, width), tf.float32), tf.int32)
+    side = tf.cast(EVAL_CROP_FRACTION * tf.cast(tf.minimum(height, width), tf.float32),
+                   tf.int32)
     side = tf.maximum(side, 1)
     return tf.stack([(height - side + 1) // 2, (width - side + 1) // 2, side, side])
 
@@ -80,13 +81,13 @@ def random_window(shape: tf.Tensor, seed: tf.Tensor, crop: Crop) -> tf.Tensor:
         area_range=crop.area_range, max_attempts=MAX_ATTEMPTS,
         use_image_if_no_bounding_boxes=True)
     whole = tf.reduce_all(tf.equal(size[:2], shape[:2]))
-    return tf.where(whole, centre_window(shape, crop.image_size),
+    return tf.where(whole, centre_window(shape),
                     tf.stack([begin[0], begin[1], size[0], size[1]]))
 
 
 def _window(shape: tf.Tensor, seed: tf.Tensor, crop: Crop) -> tf.Tensor:
     return random_window(shape, seed, crop) if crop.training else \
-        centre_window(shape, crop.image_size)
+        centre_window(shape)
 
 
 def _cut(image: tf.Tensor, window: tf.Tensor) -> tf.Tensor:
@@ -148,17 +149,16 @@ def _ratio(value: float) -> str:
     return str(near) if abs(float(near) - value) < 1e-6 else f"{value:.3g}"
 
 
-def describe(config: InputConfig, image_size: int) -> str:
+def describe(config: InputConfig) -> str:
     """The augmentation and evaluation of `config` in a few words, for the announce line."""
     augment = config.augmentation
     if augment is Augment.IMAGENET:
         (area_min, area_max), (aspect_min, aspect_max) = (config.crop_area_range,
                                                           config.crop_aspect_range)
-        ratio = image_size / (image_size + EVAL_CROP_PADDING)
         return (f"augmentation: imagenet (random-resized crop {_percent(area_min)}-"
                 f"{_percent(area_max)}% area, aspect {_ratio(aspect_min)}-{_ratio(aspect_max)}, "
-                f"fused with the decode on the host; flip), evaluation: centre crop {ratio:.3g} "
-                "of the short side")
+                f"fused with the decode on the host; flip), evaluation: centre crop "
+                f"{EVAL_CROP_FRACTION:g} of the short side")
     if augment is Augment.SMALL:
         return (f"augmentation: small (shift of up to {preprocessing.CROP_PADDING} px from a "
                 f"reflect-padded image, flip, brightness +-"

@@ -347,7 +347,7 @@ def examples(config: InputConfig, read: ReadOptions, context: tf.distribute.Inpu
     if announce and read.training:
         shape = source.info.image_shape
         log(f"{read.placement.describe(shape, config.augmentation)}; "
-            f"{imagenet_recipe.describe(config, shape[0])}")
+            f"{imagenet_recipe.describe(config)}")
     return dataset
 
 

@@ -68,7 +68,7 @@ class WindowTest(tf.test.TestCase):
         self.assertAllInRange(left, 0, 400)
         self.assertAllInRange(top + height, 1, 300)
         self.assertAllInRange(left + width, 1, 400)
-        centre = imagenet_recipe.centre_window(shape, crop.image_size).numpy()
+        centre = imagenet_recipe.centre_window(shape).numpy()
         sampled = ~np.all(windows == centre, axis=1)
         self.assertGreater(sampled.mean(), 0.9)
         area = height * width / (300 * 400)
@@ -84,15 +84,17 @@ class WindowTest(tf.test.TestCase):
                                     area_range=(0.5, 0.5), aspect_range=(10.0, 10.0))
         shape = tf.constant([100, 60, 3])
         self.assertAllEqual(imagenet_recipe.random_window(shape, tf.constant([1, 2]), crop),
-                            imagenet_recipe.centre_window(shape, 32))
+                            imagenet_recipe.centre_window(shape))
 
-    def test_centre_window_is_the_central_0_875_at_224(self):
-        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([256, 320, 3]), 224),
+    def test_centre_window_is_the_central_0_875_at_every_size(self):
+        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([256, 320, 3])),
                             [16, 48, 224, 224])
-        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([375, 500, 3]), 224),
+        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([375, 500, 3])),
                             [24, 86, 328, 328])  # int(0.875 * 375) = 328.
-        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([1, 1, 3]), 224),
+        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([1, 1, 3])),
                             [0, 0, 1, 1])
+        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([64, 80, 3])),
+                            [4, 12, 56, 56])  # Not 64 / (64 + 32) as TF's official code.
 
 
 class CropTest(tf.test.TestCase):
@@ -106,14 +108,14 @@ class CropTest(tf.test.TestCase):
         self.assertAllEqual(images[0], pixels[16:240, 48:272])
 
     def test_evaluation_of_a_jpeg_is_the_resized_centre_crop(self):
-        # 32 / (32 + 32) of the short side 40: the central 20x20, at rows 10.. and columns 20..
+        # 0.875 of the short side 40: the central 35x35, at rows 3.. and columns 13..
         pixels = _pixels(40, 60, seed=2)
         encoded = _encode(pixels, "JPEG")
         decoded = tf.io.decode_jpeg(encoded, channels=3)
-        expected = tf.cast(tf.image.resize(decoded[10:30, 20:40], [32, 32]), tf.uint8)
+        expected = tf.cast(tf.image.resize(decoded[3:38, 13:48], [32, 32]), tf.uint8)
         images = imagenet_recipe.crop_encoded(tf.constant([encoded]), _crop(training=False))
         self.assertEqual(images.shape, (1, 32, 32, 3))
-        shifted = tf.cast(tf.image.resize(decoded[12:32, 22:42], [32, 32]), tf.uint8)
+        shifted = tf.cast(tf.image.resize(decoded[5:40, 15:50], [32, 32]), tf.uint8)
         # The fused decode upsamples chroma at the window's edges apart from a whole decode.
         self.assertLess(_mean_difference(images[0], expected), 1.0)
         self.assertGreater(_mean_difference(images[0], shifted), 4.0)
@@ -130,7 +132,9 @@ class CropTest(tf.test.TestCase):
     def test_decoded_batches_are_cut_the_same_way(self):
         pixels = np.stack([_pixels(64, 64, seed) for seed in range(4)])
         centre = imagenet_recipe.crop_decoded(tf.constant(pixels), _crop(training=False))
-        self.assertAllEqual(centre[2], pixels[2][16:48, 16:48])  # 0.5 of 64, unresized.
+        # 0.875 of 64: the central 56x56, from row and column 4, resized to 32.
+        expected = tf.cast(tf.image.resize(pixels[2][4:60, 4:60], [32, 32]), tf.uint8)
+        self.assertAllEqual(centre[2], expected)
         self.assertEqual(imagenet_recipe.crop_decoded(tf.constant(pixels),
                                                       _crop(training=True)).shape,
                          (4, 32, 32, 3))
@@ -192,14 +196,14 @@ class PipelineTest(tf.test.TestCase, parameterized.TestCase):
         self.assertLess(_mean_difference(batch["image"][0], expected), 1.0)
 
     def test_describes_every_recipe(self):
-        self.assertEqual(imagenet_recipe.describe(self._config(augment="none"), 32),
+        self.assertEqual(imagenet_recipe.describe(self._config(augment="none")),
                          "augmentation: none (training reads images as evaluation does)")
         self.assertIn("augmentation: small (shift of up to 4 px from a reflect-padded image, "
                       "flip, brightness +-12.5%)",
-                      imagenet_recipe.describe(self._config(augment="small"), 32))
+                      imagenet_recipe.describe(self._config(augment="small")))
         self.assertIn("random-resized crop 25-100% area, aspect 1/2-2",
                       imagenet_recipe.describe(self._config(crop_area_range=(0.25, 1),
-                                                            crop_aspect_range=(0.5, 2)), 32))
+                                                            crop_aspect_range=(0.5, 2))))
 
 
 class RawImagesTest(tf.test.TestCase):
