@@ -148,7 +148,8 @@ def _label_problem(layout: RecordLayout, label: int, lowest: int) -> str | None:
                                              if offset else "")
     if index == num_classes and lowest - offset >= 1:
         fix = (f"the labels look 1-based (none below {offset + 1}): set label_offset="
-               f"{offset + 1} to read them as classes 0..{num_classes - 1}")
+               f"{offset + 1} to read them as classes 0..{num_classes - 1}, or "
+               f"num_classes={index + 1} if the dataset has that many classes")
     else:
         more = (f", or set num_classes={index + 1} if the dataset has that many classes"
                 if index > 0 else "")

@@ -136,7 +136,8 @@ class RecordCheckTest(_Files, parameterized.TestCase):
                 InputConfigError,
                 rf"^file {path}, record 2 \(from 0\): image/class/label=3 is outside \[0, 3\) "
                 r"\(num_classes=3\); the labels look 1-based \(none below 1\): set "
-                r"label_offset=1 to read them as classes 0\.\.2\.$"):
+                r"label_offset=1 to read them as classes 0\.\.2, or num_classes=4 if the "
+                r"dataset has that many classes\.$"):
             input_pipelines.prepare(self._config())
         self.assertEqual(input_pipelines.prepare(self._config(label_offset=1)).num_examples,
                          {"train": 4})
