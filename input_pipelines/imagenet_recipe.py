@@ -118,15 +118,18 @@ def _crop_encoded(encoded: tf.Tensor, seed: tf.Tensor, crop: Crop) -> tf.Tensor:
     return _resize(tf.cond(tf.io.is_jpeg(encoded), jpeg, other), crop)
 
 
-def _seeds(batch_size: tf.Tensor) -> tf.Tensor:
-    """A stateless seed per image, drawn anew per batch (from the global seed, when set)."""
+def _seeds(batch_size: tf.Tensor, crop: Crop) -> tf.Tensor:
+    """A stateless seed per image, drawn anew per batch (from the global seed, when set); none
+    drawn for the evaluation's centre crop, which uses none."""
+    if not crop.training:
+        return tf.zeros([batch_size, 2], tf.int32)
     return tf.random.uniform([batch_size, 2], 0, tf.int32.max, tf.int32)
 
 
 def crop_encoded(encoded: tf.Tensor, crop: Crop) -> tf.Tensor:
     """A batch of encoded images ([B] string) as the uint8 crops `[B, S, S, C]` of `crop`."""
     spec = tf.TensorSpec([crop.image_size, crop.image_size, crop.channels], tf.uint8)
-    return tf.map_fn(lambda args: _crop_encoded(*args, crop), (encoded, _seeds(tf.size(encoded))),
+    return tf.map_fn(lambda args: _crop_encoded(*args, crop), (encoded, _seeds(tf.size(encoded), crop)),
                      parallel_iterations=_PARALLEL_IMAGES, fn_output_signature=spec)
 
 
@@ -135,7 +138,7 @@ def crop_decoded(images: tf.Tensor, crop: Crop) -> tf.Tensor:
     spec = tf.TensorSpec([crop.image_size, crop.image_size, crop.channels], tf.uint8)
     return tf.map_fn(
         lambda args: _resize(_cut(args[0], _window(tf.shape(args[0]), args[1], crop)), crop),
-        (images, _seeds(tf.shape(images)[0])), parallel_iterations=_PARALLEL_IMAGES,
+        (images, _seeds(tf.shape(images)[0], crop)), parallel_iterations=_PARALLEL_IMAGES,
         fn_output_signature=spec)
 
 
