@@ -1,11 +1,13 @@
 """Runs the `tfdist` CLI in a child process, as a user would, with a bounded wait; checks the
 one-line error contract."""
 
+import json
 import os
 import pathlib
 import signal
 import subprocess
 import sys
+import tempfile
 
 DEFAULT_TIMEOUT_S = 300
 # A `tensorflow` package that fails to import, first on the path of a child that must answer
@@ -30,6 +32,67 @@ def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, st
                                                           env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-m", "tfdist", *args], capture_output=True, text=True,
                           env=env, timeout=timeout_s, check=False)
+
+
+# Runs each case of argv[1] (a JSON list of [arguments, TF_CONFIG or null]) through `cli.main`
+# in this one process, its fds 1 and 2 captured per case (TensorFlow's C++ logs included), and
+# writes their [status, stdout, stderr] as JSON to the path argv[2].
+_CASES_CHILD = """
+import json, os, sys, tempfile
+from tfdist.commands import cli
+results = []
+for args, tf_config in json.loads(sys.argv[1]):
+    os.environ.pop("TF_CONFIG", None)
+    if tf_config is not None:
+        os.environ["TF_CONFIG"] = tf_config
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        saved = os.dup(1), os.dup(2)
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        try:
+            try:
+                status = cli.main(["tfdist", *args])
+            except SystemExit as exit_:
+                status = exit_.code if isinstance(exit_.code, int) else 1
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+        captured = []
+        for stream in (out, err):
+            stream.seek(0)
+            captured.append(stream.read().decode(errors="replace"))
+        results.append([status, *captured])
+with open(sys.argv[2], "w", encoding="utf-8") as report:
+    json.dump(results, report)
+"""
+
+
+def run_tfdist_cases(cases: list[list[str]], *, tf_configs: list[str | None] | None = None,
+                     extra_env: dict[str, str] | None = None,
+                     timeout_s: float = DEFAULT_TIMEOUT_S) -> list[subprocess.CompletedProcess]:
+    """Runs `tfdist ARGS` for each ARGS of `cases` (TF_CONFIG the case's of `tf_configs`, unset
+    when None) in one child process, one after the other: TensorFlow is imported once for all
+    of them. For cases that end before training, such as the errors a user's plug-in or a
+    combination of flags causes; each result is that case's status, stdout and stderr."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
+    env.update(extra_env or {})
+    with tempfile.TemporaryDirectory() as scratch:
+        report = os.path.join(scratch, "results.json")
+        with_tf_configs = list(zip(cases, tf_configs or [None] * len(cases), strict=True))
+        child = subprocess.run([sys.executable, "-c", _CASES_CHILD, json.dumps(with_tf_configs),
+                                report],
+                               capture_output=True, text=True, env=env, timeout=timeout_s,
+                               check=False)
+        if child.returncode != 0:
+            raise AssertionError(f"the cases' child failed ({child.returncode}):\n"
+                                 f"{child.stderr[-3000:]}")
+        with open(report, encoding="utf-8") as results:
+            return [subprocess.CompletedProcess(["tfdist", *args], status, stdout, stderr)
+                    for args, (status, stdout, stderr) in zip(cases, json.load(results))]
 
 
 def assert_one_line_error(test, result: subprocess.CompletedProcess, *expected: str) -> None:

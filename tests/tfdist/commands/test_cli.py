@@ -13,6 +13,7 @@ from absl.testing import parameterized
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.commands import cli
 
 _PS_CLUSTER = json.dumps({"cluster": {"chief": ["127.0.0.1:2001"], "worker": ["127.0.0.1:2002"],
@@ -178,24 +179,27 @@ class BadInputTest(parameterized.TestCase):
             flagfile.write("--epochs=0\n")
         self.assert_usage_error(run_tfdist("train", f"--flagfile={path}"), "--epochs=0")
 
-    @parameterized.named_parameters(
-        ("batch_not_divisible", ["--num_cpu_devices=2", "--global_batch_size=3"], None,
-         "global_batch_size=3 does not split evenly over 2 replicas; use a multiple of 2, e.g. --global_batch_size=2 or 4"),
-        ("parameter_server_without_ps", ["--strategy=parameter_server"], None,
-         "strategy=parameter_server needs ps tasks"),
-        ("multi_worker_with_ps", ["--strategy=multi_worker_mirrored"], _PS_CLUSTER,
-         "strategy=multi_worker_mirrored cannot use the cluster's 1 ps"),
-        ("noise_scale_on_one_replica", ["--measure_noise_scale"], None,
-         "--measure_noise_scale=True with 1 replica under --strategy=one_device"),
-        ("noise_scale_under_parameter_server", ["--measure_noise_scale"], _PS_CLUSTER,
-         "--measure_noise_scale=True with --strategy=parameter_server"),
-    )
-    def test_rejected_after_tensorflow_starts(self, args, tf_config, expected):
+    def test_rejected_after_tensorflow_starts(self):
+        cases = [  # (flags, TF_CONFIG, the line's text)
+            (["--num_cpu_devices=2", "--global_batch_size=3"], None,
+             "global_batch_size=3 does not split evenly over 2 replicas; use a multiple of 2, "
+             "e.g. --global_batch_size=2 or 4"),
+            (["--strategy=parameter_server"], None, "strategy=parameter_server needs ps tasks"),
+            (["--strategy=multi_worker_mirrored"], _PS_CLUSTER,
+             "strategy=multi_worker_mirrored cannot use the cluster's 1 ps"),
+            (["--measure_noise_scale"], None,
+             "--measure_noise_scale=True with 1 replica under --strategy=one_device"),
+            (["--measure_noise_scale"], _PS_CLUSTER,
+             "--measure_noise_scale=True with --strategy=parameter_server"),
+        ]
         metrics = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "metrics.json")
-        result = run_tfdist("train", *args, f"--metrics_json={metrics}", tf_config=tf_config)
-        self.assert_usage_error(result, expected)
-        self.assertFalse(os.path.exists(metrics), "nothing may be half-written")
-
+        results = run_tfdist_cases([["train", *args, f"--metrics_json={metrics}"]
+                                    for args, _, _ in cases],
+                                   tf_configs=[tf_config for _, tf_config, _ in cases])
+        for (args, _, expected), result in zip(cases, results):
+            with self.subTest(args=args):
+                self.assert_usage_error(result, expected)
+                self.assertFalse(os.path.exists(metrics), "nothing may be half-written")
 
 if __name__ == "__main__":
     unittest.main()

@@ -26,6 +26,7 @@ from tests.input_pipelines.test_records import int64_feature
 from tests.input_pipelines.test_records import write_records
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.cluster import network
 from tfdist.commands import data as data_service_command
 
@@ -60,96 +61,78 @@ class DataCheckTest(_SmallShapes, parameterized.TestCase):
 
 
 @pytest.mark.multiprocess
-class DataCheckErrorTest(_SmallShapes, parameterized.TestCase):
+class DataCheckErrorTest(_SmallShapes, unittest.TestCase):
+    """Each bad input to `tfdist data check` is one line and exit status 2. The cases run one
+    after the other in one child process (`run_tfdist_cases`: TensorFlow imported once)."""
 
-    def assert_one_line_error(self, result, *expected):
-        assert_one_line_error(self, result, *expected)
-
-    def test_file_sharding_with_too_few_files(self):
-        result = run_tfdist("data", "check", self.data_dir, "--num_workers=16",
-                            "--autoshard=file")
-        self.assert_one_line_error(result, "autoshard=file: 8 file(s) for 16 input pipelines",
-                                   "--autoshard=data")
-
-    def test_global_batch_smaller_than_replicas(self):
-        result = run_tfdist("data", "check", self.data_dir, "--num_workers=2",
-                            "--replicas_per_worker=2", "--global_batch_size=2")
-        self.assert_one_line_error(result, "global_batch_size=2 is smaller than the 4 replicas")
-
-    def test_unprepared_tfds_dataset(self):
-        data_dir = self.enterContext(tempfile.TemporaryDirectory())
-        result = run_tfdist("data", "check", "--dataset=mnist", f"--data_dir={data_dir}")
-        self.assert_one_line_error(result, "dataset='mnist' is not prepared",
-                                   f"tfds build mnist --data_dir={data_dir}", "--download")
-
-    def test_empty_glob(self):
-        result = run_tfdist("data", "check", "--dataset=tfrecord:/nonexistent/*",
-                            "--num_classes=3")
-        self.assert_one_line_error(result, "the pattern '/nonexistent/*' matches no files")
-
-    def test_damaged_file_is_named_and_can_be_skipped(self):
-        directory = self.enterContext(tempfile.TemporaryDirectory())
-        files = write_image_tfrecords(directory, "train", 2, 8)
-        with open(files[0], "r+b") as damaged:
-            damaged.seek(200)
-            damaged.write(b"garbage!")
-        args = ("data", "check", f"--dataset=tfrecord:{directory}/train-*", "--num_classes=3",
-                "--global_batch_size=2")
-        self.assert_one_line_error(run_tfdist(*args), f"file {files[0]} is damaged",
-                                   "--skip_corrupt_records")
-        skipped = run_tfdist(*args, "--skip_corrupt_records")
-        self.assertEqual(skipped.returncode, 0, skipped.stderr)
-        self.assertIn(f"skipping the rest of {files[0]}", skipped.stderr)
-        self.assertIn("1 of 1 file(s) damaged", skipped.stderr)
-
-    def _check_records(self, *files: tuple[str, list[bytes]]):
-        """`tfdist data check` over TFRecord files written here, (name, records) each; returns
-        (their directory, the result)."""
+    def _directory(self, *files: tuple[str, list[bytes]]) -> str:
+        """A new directory holding TFRecord files written here, (name, records) each."""
         directory = self.enterContext(tempfile.TemporaryDirectory())
         for name, serialized in files:
             write_records(os.path.join(directory, name), serialized)
-        return directory, run_tfdist("data", "check", f"--dataset=tfrecord:{directory}/train-*",
-                                     "--num_classes=3", "--global_batch_size=2")
+        return directory
 
-    def test_empty_file(self):
-        directory, result = self._check_records(("train-0", [image_example()] * 2),
-                                                ("train-1", []))
-        self.assert_one_line_error(result, f"file {directory}/train-1 is empty (0 bytes)")
-
-    def test_directory_in_glob(self):
-        directory = self.enterContext(tempfile.TemporaryDirectory())
-        os.mkdir(os.path.join(directory, "train-dir"))
-        result = run_tfdist("data", "check", f"--dataset=tfrecord:{directory}/train-*",
-                            "--num_classes=3")
-        self.assert_one_line_error(result, f"{directory}/train-dir is a directory, not a "
-                                           "TFRecord file")
-
-    def test_label_out_of_range(self):
-        directory, result = self._check_records(
+    def test_each_bad_input_is_one_line(self):
+        unprepared = self._directory()
+        with_a_directory = self._directory()
+        os.mkdir(os.path.join(with_a_directory, "train-dir"))
+        with_an_empty_file = self._directory(("train-0", [image_example()] * 2), ("train-1", []))
+        out_of_range = self._directory(
             ("train-0", [image_example()] * 2 + [image_example(label=int64_feature(3))]))
-        self.assert_one_line_error(result, f"file {directory}/train-0, record 2 (from 0): "
-                                           "image/class/label=3 is outside [0, 3) "
-                                           "(--num_classes=3)",
-                                   "--num_classes=4")
+        left_empty = self._directory(("train-0", [image_example()] * 2))
+        damage_first_record(os.path.join(left_empty, "train-0"))
+        damaged_directory = self._directory()
+        damaged = write_image_tfrecords(damaged_directory, "train", 2, 8)[0]
+        with open(damaged, "r+b") as damaged_file:
+            damaged_file.seek(200)
+            damaged_file.write(b"garbage!")
+        undecodable = self._directory(("train-0", [
+            image_example(), image_example(bytes_feature(encoded_image()[:200]))]))
 
-    def test_files_left_empty_by_skip_corrupt_records(self):
-        directory = self.enterContext(tempfile.TemporaryDirectory())
-        damage_first_record(write_records(os.path.join(directory, "train-0"),
-                                          [image_example()] * 2))
-        result = run_tfdist("data", "check", f"--dataset=tfrecord:{directory}/train-*",
-                            "--num_classes=3", "--skip_corrupt_records")
-        self.assert_one_line_error(result, "the train split has no readable records",
-                                   f"({directory}/train-0)")
+        def records(directory: str, *flags: str) -> list[str]:
+            return ["data", "check", f"--dataset=tfrecord:{directory}/train-*",
+                    "--num_classes=3", *flags]
 
-    def test_undecodable_image(self):
-        truncated = image_example(bytes_feature(encoded_image()[:200]))
-        directory, result = self._check_records(("train-0", [image_example(), truncated]))
-        # TensorFlow's JPEG decoder writes its own lines to stderr before this one.
-        self.assertEqual(result.returncode, 2, result.stderr)
-        self.assertNotIn("Traceback", result.stderr)
-        self.assertIn(f"tfdist data check: error: file {directory}/train-0, record 1 (from 0): "
-                      "its image/encoded image does not decode",
-                      result.stderr.strip().splitlines()[-1])
+        cases = [  # (arguments, the texts its line holds)
+            (["data", "check", self.data_dir, "--num_workers=16", "--autoshard=file"],
+             ("autoshard=file: 8 file(s) for 16 input pipelines", "--autoshard=data")),
+            (["data", "check", self.data_dir, "--num_workers=2", "--replicas_per_worker=2",
+              "--global_batch_size=2"], ("global_batch_size=2 is smaller than the 4 replicas",)),
+            (["data", "check", "--dataset=mnist", f"--data_dir={unprepared}"],
+             ("dataset='mnist' is not prepared", f"tfds build mnist --data_dir={unprepared}",
+              "--download")),
+            (records("/nonexistent"), ("the pattern '/nonexistent/train-*' matches no files",)),
+            (records(damaged_directory, "--global_batch_size=2"),
+             (f"file {damaged} is damaged", "--skip_corrupt_records")),
+            (records(with_an_empty_file, "--global_batch_size=2"),
+             (f"file {with_an_empty_file}/train-1 is empty (0 bytes)",)),
+            (records(with_a_directory),
+             (f"{with_a_directory}/train-dir is a directory, not a TFRecord file",)),
+            (records(out_of_range, "--global_batch_size=2"),
+             (f"file {out_of_range}/train-0, record 2 (from 0): image/class/label=3 is outside "
+              "[0, 3) (--num_classes=3)", "--num_classes=4")),
+            (records(left_empty, "--skip_corrupt_records"),
+             ("the train split has no readable records", f"({left_empty}/train-0)")),
+        ]
+        skipped, decoding = (records(damaged_directory, "--global_batch_size=2",
+                                     "--skip_corrupt_records"),
+                             records(undecodable, "--global_batch_size=2"))
+        *results, skipped_result, decoding_result = run_tfdist_cases(
+            [args for args, _ in cases] + [skipped, decoding])
+        for (args, expected), result in zip(cases, results):
+            with self.subTest(args=args):
+                assert_one_line_error(self, result, *expected)
+        with self.subTest("a damaged file skipped"):
+            self.assertEqual(skipped_result.returncode, 0, skipped_result.stderr)
+            self.assertIn(f"skipping the rest of {damaged}", skipped_result.stderr)
+            self.assertIn("1 of 1 file(s) damaged", skipped_result.stderr)
+        with self.subTest("an image that does not decode"):
+            # TensorFlow's JPEG decoder writes its own lines to stderr before this one.
+            self.assertEqual(decoding_result.returncode, 2, decoding_result.stderr)
+            self.assertNotIn("Traceback", decoding_result.stderr)
+            self.assertIn(f"tfdist data check: error: file {undecodable}/train-0, record 1 "
+                          "(from 0): its image/encoded image does not decode",
+                          decoding_result.stderr.strip().splitlines()[-1])
 
 
 def _start_data_serve(port: int) -> subprocess.Popen:

@@ -13,6 +13,7 @@ import pytest
 
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.runtime import plugins
 from tfdist.runtime.config import ConfigError
 
@@ -181,9 +182,12 @@ class PluginsTest(unittest.TestCase):
             (["--dataset=python:user_data:broken_records", "--model=user_models:tabular",
               "--steps_per_epoch=2"], "records.tfrecord"),
         ]
-        for args, expected in cases:
+        results = run_tfdist_cases(
+            [["train", f"--data_dir={self.data_dir}", *args, "--epochs=1"] for args, _ in cases],
+            extra_env={"PYTHONPATH": self.tmp})
+        for (args, expected), result in zip(cases, results):
             with self.subTest(args=args):
-                assert_one_line_error(self, self._train(*args, "--epochs=1"), expected)
+                assert_one_line_error(self, result, expected)
 
 
 
