@@ -3,7 +3,7 @@ train tfdist's pipeline on JPEG data of ImageNet's layout and sizes.
 
     python scripts/make_jpeg_records.py --out_dir=DIR [--train_images=2500]
         [--validation_images=500] [--num_classes=10] [--label_base=0] [--seed=0] [--files=8]
-        [--validation_files=2] [--min_size=300] [--max_size=500]
+        [--validation_files=2] [--min_size=300] [--max_size=500] [--stripes_by=class]
 
 Files: DIR/train-0000n-of-00008 and DIR/validation-0000n-of-00002 (`--dataset='tfrecord:DIR/
 {split}-*'`), each record a tf.train.Example with ImageNet's `image/encoded` (a JPEG at
@@ -14,8 +14,9 @@ often, in a seeded random order.
 
 The images are learnable, and random crops change what a model sees: each class is a colour
 (the classes' hues spread evenly around the wheel, an image's within 0.05 of its class's) and a
-pattern (stripes one way or the other, or a checkerboard; the number of stripes the class's
-too), filling an ellipse whose box covers 20-80% of the image, at a random place and aspect
+pattern (stripes one way or the other, or a checkerboard; the number of stripes, 4, 6 or 8,
+the class's too, or with --stripes_by=image drawn per image, so that no class is told by a
+feature a crop changes), filling an ellipse whose box covers 20-80% of the image, at a random place and aspect
 ratio; on a background of coloured cloud texture, in half of the images a plain ellipse of a
 random colour beside it, and per-pixel noise over all.
 Height and width are drawn independently from [--min_size, --max_size]. The noise is what gives
@@ -75,10 +76,12 @@ def _ellipse(rng: np.random.Generator, height: int, width: int, area: float):
     return mask, dy, dx
 
 
-def _pattern(class_index: int, dy, dx, rng: np.random.Generator):
+def _pattern(class_index: int, dy, dx, rng: np.random.Generator, stripes_by: str):
     """The class's pattern over the object, +1 or -1 per pixel: stripes across (pattern 0) or
-    along (1) the object, or a checkerboard (2), tilted up to 8 degrees; 4, 6 or 8 stripes."""
-    kind, stripes = class_index % 3, 4 + 2 * ((class_index // 3) % 3)
+    along (1) the object, or a checkerboard (2), tilted up to 8 degrees; 4, 6 or 8 stripes, by
+    the class or (`stripes_by` "image") drawn."""
+    kind = class_index % 3
+    stripes = 4 + 2 * (rng.integers(3) if stripes_by == "image" else (class_index // 3) % 3)
     theta = np.deg2rad((90.0 if kind == 1 else 0.0) + rng.uniform(-8, 8))
     along = dx * np.cos(theta) + dy * np.sin(theta)
     wave = np.sin(np.pi * stripes * along / 2)
@@ -88,7 +91,7 @@ def _pattern(class_index: int, dy, dx, rng: np.random.Generator):
 
 
 def draw_image(rng: np.random.Generator, class_index: int, num_classes: int, *, min_size: int,
-               max_size: int):
+               max_size: int, stripes_by: str):
     """One uint8 [H, W, 3] image of class `class_index` (0-based); see the module's docstring."""
     height, width = (int(side) for side in rng.integers(min_size, max_size + 1, size=2))
     background = (_rgb(rng.random(), rng.uniform(0, 0.35), rng.uniform(0.3, 0.8))
@@ -101,7 +104,7 @@ def draw_image(rng: np.random.Generator, class_index: int, num_classes: int, *, 
     mask, dy, dx = _ellipse(rng, height, width, rng.uniform(*_OBJECT_AREA))
     hue = class_index / num_classes + rng.uniform(-_HUE_JITTER, _HUE_JITTER)
     colour = _rgb(hue, rng.uniform(0.65, 1.0), rng.uniform(0.6, 1.0))
-    texture = colour * (0.75 + 0.25 * _pattern(class_index, dy, dx, rng))
+    texture = colour * (0.75 + 0.25 * _pattern(class_index, dy, dx, rng, stripes_by))
     texture = texture + 15 * _smooth_noise(rng, height, width, 30, 3)
     image = background * (1 - mask) + texture * mask
     image = (image + _NOISE * rng.standard_normal((height, width, 1), np.float32)
@@ -148,7 +151,8 @@ def _write_split(args: argparse.Namespace, split: str, num_images: int, num_file
             for index in range(first, end):
                 rng = np.random.default_rng([args.seed, SPLITS[split], index])
                 image = draw_image(rng, int(labels[index]), args.num_classes,
-                                   min_size=args.min_size, max_size=args.max_size)
+                                   min_size=args.min_size, max_size=args.max_size,
+                                   stripes_by=args.stripes_by)
                 encoded = tf.io.encode_jpeg(image, quality=QUALITY).numpy()
                 sizes.append(len(encoded))
                 writer.write(_example(encoded, int(labels[index]) + args.label_base,
@@ -181,6 +185,9 @@ def _parse_args() -> argparse.Namespace:
                         help="smallest height or width in pixels")
     parser.add_argument("--max_size", type=_positive, default=500,
                         help="largest height or width in pixels")
+    parser.add_argument("--stripes_by", choices=("class", "image"), default="class",
+                        help="what sets an object's number of stripes: its class, or a draw "
+                        "per image (then a crop that shows fewer stripes changes no class)")
     args = parser.parse_args()
     if args.min_size > args.max_size:
         parser.error(f"--min_size={args.min_size} is larger than --max_size={args.max_size}; "

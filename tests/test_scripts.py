@@ -10,6 +10,7 @@ import sys
 import tempfile
 import unittest
 
+import numpy as np
 import pytest
 
 _SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
@@ -148,6 +149,22 @@ def _records(path: str) -> list:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     return [tf.train.Example.FromString(record.numpy())
             for record in tf.data.TFRecordDataset(path)]
+
+
+def test_make_jpeg_records_draws_the_stripe_count_per_image_only_when_asked():
+    make_jpeg_records = _script("make_jpeg_records")
+    across = np.linspace(-1, 1, 400)[None, :]  # The object's middle row, edge to edge.
+
+    def stripe_counts(stripes_by: str) -> set[int]:
+        counts = set()
+        for seed in range(20):
+            pattern = make_jpeg_records._pattern(  # pylint: disable=protected-access
+                0, np.zeros_like(across), across, np.random.default_rng(seed), stripes_by)
+            counts.add(int(np.count_nonzero(np.diff(pattern[0, :, 0]))))
+        return counts
+
+    assert len(stripe_counts("class")) == 1
+    assert len(stripe_counts("image")) == 3
 
 
 @pytest.mark.multiprocess
