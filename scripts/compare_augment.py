@@ -5,7 +5,7 @@ seed; prints each run's validation accuracy, then each recipe's median and the d
 
     python scripts/compare_augment.py [--data='tfrecord:DIR/{split}-*' --num_classes=N]
         [--recipes=imagenet,small] [--seeds=1,2] [--epochs=25] [--image_size=64]
-        [--model=resnet20] [--json=PATH]
+        [--model=resnet20] [--stripes_by=class] [--json=PATH]
 
 A recipe may carry train flags of its own after slashes (`imagenet/--crop_area_min=0.35`).
 Every run decays its rate to 0 by a cosine (`--lr_schedule=cosine`), so that the last epoch's

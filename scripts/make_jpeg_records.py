@@ -16,9 +16,9 @@ The images are learnable, and random crops change what a model sees: each class 
 (the classes' hues spread evenly around the wheel, an image's within 0.05 of its class's) and a
 pattern (stripes one way or the other, or a checkerboard; the number of stripes, 4, 6 or 8,
 the class's too, or with --stripes_by=image drawn per image, so that no class is told by a
-feature a crop changes), filling an ellipse whose box covers 20-80% of the image, at a random place and aspect
-ratio; on a background of coloured cloud texture, in half of the images a plain ellipse of a
-random colour beside it, and per-pixel noise over all.
+feature a crop changes), filling an ellipse whose box covers 20-80% of the image, at a random
+place and aspect ratio; on a background of coloured cloud texture, in half of the images a
+plain ellipse of a random colour beside it, and per-pixel noise over all.
 Height and width are drawn independently from [--min_size, --max_size]. The noise is what gives
 ImageNet's encoded size at quality 90 (flat colours compress to a few KB): the default set
 measured 94.3 KiB (96.6 kB) per image on average, 54-144 KiB. A small CNN trained on it at 64 px
