@@ -129,7 +129,8 @@ def _seeds(batch_size: tf.Tensor, crop: Crop) -> tf.Tensor:
 def crop_encoded(encoded: tf.Tensor, crop: Crop) -> tf.Tensor:
     """A batch of encoded images ([B] string) as the uint8 crops `[B, S, S, C]` of `crop`."""
     spec = tf.TensorSpec([crop.image_size, crop.image_size, crop.channels], tf.uint8)
-    return tf.map_fn(lambda args: _crop_encoded(*args, crop), (encoded, _seeds(tf.size(encoded), crop)),
+    return tf.map_fn(lambda args: _crop_encoded(*args, crop),
+                     (encoded, _seeds(tf.size(encoded), crop)),
                      parallel_iterations=_PARALLEL_IMAGES, fn_output_signature=spec)
 
 

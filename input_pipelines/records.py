@@ -146,14 +146,13 @@ def _label_problem(layout: RecordLayout, label: int, lowest: int) -> str | None:
         return None
     shown = f"{layout.label_key}={label}" + (f" (less label_offset={offset}: {index})"
                                              if offset else "")
+    more_classes = f"num_classes={index + 1} if the dataset has that many classes"
     if index == num_classes and lowest - offset >= 1:
         fix = (f"the labels look 1-based (none below {offset + 1}): set label_offset="
-               f"{offset + 1} to read them as classes 0..{num_classes - 1}, or "
-               f"num_classes={index + 1} if the dataset has that many classes")
+               f"{offset + 1} to read them as classes 0..{num_classes - 1}, or {more_classes}")
     else:
-        more = (f", or set num_classes={index + 1} if the dataset has that many classes"
-                if index > 0 else "")
-        fix = f"re-write the label as a class index{more}"
+        fix = "re-write the label as a class index" + (f", or set {more_classes}"
+                                                        if index > 0 else "")
     return f"{shown} is outside [0, {num_classes}) (num_classes={num_classes}); {fix}."
 
 

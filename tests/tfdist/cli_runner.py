@@ -16,6 +16,13 @@ _NO_TENSORFLOW = pathlib.Path(__file__).with_name("no_tensorflow")
 TENSORFLOW_IMPORTED = "tfdist imported tensorflow"
 
 
+def _child_env(extra_env: dict[str, str] | None) -> dict[str, str]:
+    """This process's environment less TF_CONFIG, with `extra_env` over it."""
+    env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
+    env.update(extra_env or {})
+    return env
+
+
 def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, str] | None = None,
                timeout_s: float = DEFAULT_TIMEOUT_S,
                without_tensorflow: bool = False) -> subprocess.CompletedProcess:
@@ -23,8 +30,7 @@ def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, st
 
     `without_tensorflow`: importing TensorFlow fails in the child with TENSORFLOW_IMPORTED.
     """
-    env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
-    env.update(extra_env or {})
+    env = _child_env(extra_env)
     if tf_config is not None:
         env["TF_CONFIG"] = tf_config
     if without_tensorflow:
@@ -78,8 +84,7 @@ def run_tfdist_cases(cases: list[list[str]], *, tf_configs: list[str | None] | N
     when None) in one child process, one after the other: TensorFlow is imported once for all
     of them. For cases that end before training, such as the errors a user's plug-in or a
     combination of flags causes; each result is that case's status, stdout and stderr."""
-    env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
-    env.update(extra_env or {})
+    env = _child_env(extra_env)
     with tempfile.TemporaryDirectory() as scratch:
         report = os.path.join(scratch, "results.json")
         with_tf_configs = list(zip(cases, tf_configs or [None] * len(cases), strict=True))
