@@ -56,10 +56,9 @@ for args, tf_config in json.loads(sys.argv[1]):
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         try:
-            try:
-                status = cli.main(["tfdist", *args])
-            except SystemExit as exit_:
-                status = exit_.code if isinstance(exit_.code, int) else 1
+            status = cli.main(["tfdist", *args])
+        except SystemExit as exit_:  # As the interpreter reads the code: None is 0.
+            status = 0 if exit_.code is None else exit_.code if isinstance(exit_.code, int) else 1
         finally:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -201,5 +201,6 @@ class BadInputTest(parameterized.TestCase):
                 self.assert_usage_error(result, expected)
                 self.assertFalse(os.path.exists(metrics), "nothing may be half-written")
 
+
 if __name__ == "__main__":
     unittest.main()
