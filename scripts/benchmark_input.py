@@ -206,13 +206,12 @@ def _rounds(args: argparse.Namespace) -> dict:
         [f"stage_{name}" for name in STAGES] if args.stages else [])
     measured = [{name: _measure_in_child(name, args) for name in names}
                 for _ in range(args.rounds)]
-    figures = {f"{name}_eps": statistics.median(round_[name] for round_ in measured)
+    figures = {f"{name}_eps": round(statistics.median(round_[name] for round_ in measured), 2)
                for name in measured[0]}
     for ratio, baseline in (("speedup_vs_naive", "naive"),
                             ("fraction_of_parse_only", "parse_only")):
-        values = [round_["tfdist"] / round_[baseline] for round_ in measured]
-        figures[ratio] = statistics.median(values)
-        figures[f"{ratio}_spread"] = [round(min(values), 3), round(max(values), 3)]
+        figures[ratio], figures[f"{ratio}_spread"] = _median_and_spread(
+            [round_["tfdist"] / round_[baseline] for round_ in measured])
     figures["rounds_eps"] = [{name: round(rate) for name, rate in round_.items()}
                              for round_ in measured]
     return figures
@@ -398,8 +397,7 @@ def main() -> None:
         write_json("json", args.json, {
             "cpu_count": os.cpu_count(), "examples": args.examples, "rounds": args.rounds,
             "global_batch_size": _GLOBAL_BATCH_SIZE,
-            **{name: round(value, 2) if isinstance(value, float) else value
-               for name, value in figures.items()},
+            **figures,
             **({"stages": stages} if stages else {}), **({"trace": trace} if trace else {})})
 
 
