@@ -164,8 +164,11 @@ class AccumulationTest(_Mirrored):
     """K micro-batches, then one update with their mean: the same as one K-times larger batch,
     through tf-keras' `fit` with tfdist's step."""
 
-    def _fit(self, optimizer_class, options: dict, *, batch_size: int, accum_steps: int):
-        features = np.random.default_rng(0).normal(size=(16, 3)).astype("float32")
+    def _fit(self, optimizer_class, options: dict, *, batch_size: int, accum_steps: int,
+             num_examples: int = 16):
+        """One epoch of `num_examples`; the final weights and the update count (the weights
+        after each batch go to `self.weights_after_batch`)."""
+        features = np.random.default_rng(0).normal(size=(num_examples, 3)).astype("float32")
         targets = features @ np.array([[1.0], [-2.0], [0.5]], "float32") + 0.3
         with self.strategy.scope():
             tf_keras.utils.set_random_seed(1)
@@ -174,7 +177,12 @@ class AccumulationTest(_Mirrored):
             optimizer.gradient_path = GradientPath(GradientTransforms(accum_steps=accum_steps))
             model.compile(optimizer, "mse")
             step.install(model, optimizer)
-        model.fit(features, targets, batch_size=batch_size, epochs=1, shuffle=False, verbose=0)
+        self.weights_after_batch = []
+        record = tf_keras.callbacks.LambdaCallback(
+            on_train_batch_end=lambda batch, logs: self.weights_after_batch.append(
+                model.get_weights()))
+        model.fit(features, targets, batch_size=batch_size, epochs=1, shuffle=False, verbose=0,
+                  callbacks=[record])
         return model.get_weights(), int(model.optimizer.iterations.numpy())
 
     @parameterized.named_parameters(
@@ -189,6 +197,18 @@ class AccumulationTest(_Mirrored):
         self.assertEqual((large_updates, micro_updates), (1, 1))
         for expected, actual in zip(large, micro):
             self.assertAllClose(expected, actual, rtol=1e-5, atol=1e-6)
+
+    def test_accumulators_start_again_from_zero_after_each_update(self):
+        self._fit(tf_keras.optimizers.SGD, {}, batch_size=16, accum_steps=1, num_examples=32)
+        large = self.weights_after_batch
+        _, updates = self._fit(tf_keras.optimizers.SGD, {}, batch_size=4, accum_steps=4,
+                               num_examples=32)
+        micro = self.weights_after_batch[3::4]  # After each 4th micro-batch: an update.
+        self.assertEqual((len(large), len(micro), updates), (2, 2, 2))
+        for update, (expected, actual) in enumerate(zip(large, micro)):
+            for expected_weight, actual_weight in zip(expected, actual):
+                self.assertAllClose(expected_weight, actual_weight, rtol=1e-5, atol=1e-6,
+                                    msg=f"after update {update + 1}")
 
     def test_no_update_before_the_last_micro_batch(self):
         weights, updates = self._fit(tf_keras.optimizers.SGD, {}, batch_size=4, accum_steps=8)

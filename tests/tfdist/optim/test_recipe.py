@@ -49,6 +49,14 @@ class ScheduleTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(_rate(config, 4), 0.1 + 0.3 * 4 / 5)
         self.assertAllClose(_rate(config, 5), 0.4)
 
+    def test_warmup_steps_round_to_the_nearest_update(self):
+        # 0.26 epochs of 10 updates are 2.6 updates: warmup ends after 3, not 2.
+        config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=0.26)
+        schedule = optim.learning_rate_schedule(config, 1024, _STEPS_PER_EPOCH, _EPOCHS)
+        self.assertEqual(schedule.warmup_steps, 3)
+        self.assertAllClose(_rate(config, 2), 0.1 + 0.3 * 2 / 3)
+        self.assertAllClose(_rate(config, 3), 0.4)
+
     def test_cosine_runs_from_the_peak_over_the_remaining_steps(self):
         config = OptimizerConfig(learning_rate=0.1, lr_scaling="linear", warmup_epochs=1,
                                  lr_schedule="cosine")

@@ -1,0 +1,250 @@
+"""`tfdist launch`'s supervision without processes: `launcher._supervise` and `processes.stop_all`
+over fake tasks whose runs follow a script, on a fake clock that only sleeps and waits move.
+
+Restarts, back-off, the final lines and the order of signals, exactly; `test_launcher` runs the
+same with real processes (multiprocess tier).
+"""
+
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import threading
+import unittest
+from unittest import mock
+
+from absl.testing import parameterized
+
+from tfdist.cluster import launcher as launch
+from tfdist.cluster import processes
+
+# Powers of two (the back-off too), so the fake clock adds them up without rounding.
+_POLL_S = 0.125
+_FOREVER = None  # A run that goes on until signalled.
+
+
+class _Host:
+    """The clock that launcher and processes read as `time`, and what happened when."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.events: list[str] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+    def note(self, name: str, what: str) -> None:
+        self.events.append(f"{self.now:g} {name} {what}")
+
+    def starts(self) -> list[str]:
+        return [event for event in self.events if event.endswith(" start")]
+
+
+class _Run:
+    """One run of a `_Task`: the part of `subprocess.Popen` that `stop_all` uses."""
+
+    def __init__(self, host: _Host, name: str, script: tuple[float, int] | None,
+                 ignores_sigterm: bool):
+        self._host, self._name, self._ignores_sigterm = host, name, ignores_sigterm
+        self._exit = None if script is None else (host.now + script[0], script[1])
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._exit and self._host.now >= self._exit[0]:
+            self.returncode = self._exit[1]
+        return self.returncode
+
+    def signalled(self, signum: int) -> None:
+        if self.poll() is None and (signum == signal.SIGKILL or not self._ignores_sigterm):
+            self.returncode = -signum
+
+    def wait(self, timeout: float) -> int:
+        self._host.note(self._name, f"wait {timeout:g}")
+        if self.poll() is None:
+            self._host.sleep(timeout)
+            raise subprocess.TimeoutExpired(self._name, timeout)
+        return self.returncode
+
+
+class _Task:
+    """A `processes.Process` whose n-th start runs `runs[n]` (the last repeats): (after_s,
+    status) exits with `status` after_s after its start; _FOREVER runs until signalled. It ends
+    on SIGTERM unless `ignores_sigterm`, on SIGKILL always."""
+
+    def __init__(self, host: _Host, name: str, runs: list, *, ignores_sigterm: bool = False):
+        self.name, self.process = name, None
+        self._host, self._runs, self._ignores_sigterm = host, runs, ignores_sigterm
+        self._starts = 0
+
+    def start(self, note: str = "") -> None:
+        del note
+        script = self._runs[min(self._starts, len(self._runs) - 1)]
+        self._starts += 1
+        self.process = _Run(self._host, self.name, script, self._ignores_sigterm)
+        self._host.note(self.name, "start")
+
+    def poll(self) -> int | None:
+        return self.process.poll() if self.process else None
+
+    def send_signal(self, signum: int) -> None:
+        self._host.note(self.name, signal.Signals(signum).name)
+        self.process.signalled(signum)
+
+    def wait_ended(self, deadline: float) -> None:
+        self._host.note(self.name, f"ended by {deadline:g}")
+
+
+class StopAllTest(parameterized.TestCase):
+
+    @parameterized.named_parameters(
+        ("one_ignores_sigterm", False, [
+            "0 worker:0 SIGTERM", "0 worker:1 SIGTERM", "0 worker:0 wait 15",
+            "0 worker:1 wait 15", "15 worker:0 SIGKILL", "15 worker:1 SIGKILL",
+            "15 worker:0 ended by 30", "15 worker:1 ended by 30"], (-15, -9)),
+        # One grace period for all: the second wait has nothing left of it.
+        ("both_ignore_sigterm", True, [
+            "0 worker:0 SIGTERM", "0 worker:1 SIGTERM", "0 worker:0 wait 15",
+            "15 worker:1 wait 0", "15 worker:0 SIGKILL", "15 worker:1 SIGKILL",
+            "15 worker:0 ended by 30", "15 worker:1 ended by 30"], (-9, -9)),
+    )
+    def test_sigterm_to_all_then_sigkill_after_the_grace_period(self, first_ignores, expected,
+                                                                 statuses):
+        host = _Host()
+        tasks = [_Task(host, "worker:0", [_FOREVER], ignores_sigterm=first_ignores),
+                 _Task(host, "worker:1", [_FOREVER], ignores_sigterm=True),
+                 _Task(host, "ps:0", [_FOREVER])]  # Never started: left alone.
+        for task in tasks[:2]:
+            task.start()
+        host.events.clear()
+        with mock.patch.object(processes, "time", host):
+            processes.stop_all(tasks)
+        self.assertEqual(host.events, expected)
+        self.assertEqual(tuple(task.poll() for task in tasks), (*statuses, None))
+
+    def test_a_process_signals_its_group_and_waits_for_its_output(self):
+        host = _Host()
+        host.now = 2.0
+        task = processes.Process("worker:0", ["true"], {}, None, threading.Lock(),
+                                 announcer="test")
+        task.process = mock.Mock(pid=4321)
+        task._pump = mock.Mock()  # pylint: disable=protected-access
+        with mock.patch.object(os, "killpg", side_effect=[None, ProcessLookupError]) as killpg, \
+                mock.patch.object(processes, "time", host):
+            task.send_signal(signal.SIGTERM)
+            task.send_signal(signal.SIGKILL)  # Its group is gone already: nothing raised.
+            task.wait_ended(12.0)
+        self.assertEqual(killpg.call_args_list, [mock.call(4321, signal.SIGTERM),
+                                                 mock.call(4321, signal.SIGKILL)])
+        task.process.wait.assert_called_once_with(timeout=processes.STOP_GRACE_S)
+        task._pump.join.assert_called_once_with(timeout=10.0)  # pylint: disable=protected-access
+
+
+class SuperviseTest(parameterized.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.host = _Host()
+
+    def _supervise(self, tasks: list[_Task], **options) -> tuple[int, list[str], list[str]]:
+        """Starts `tasks` and supervises them as `tfdist launch` does; its status, stdout and
+        stderr lines."""
+        config = launch.LaunchConfig(command=("python",), **options)
+        for task in tasks:
+            task.start()
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with mock.patch.object(launch, "time", self.host), \
+                mock.patch.object(processes, "time", self.host), \
+                mock.patch.object(launch, "_POLL_S", _POLL_S), \
+                contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            status = launch._supervise(config, tasks, None)  # pylint: disable=protected-access
+        return status, stdout.getvalue().splitlines(), stderr.getvalue().splitlines()
+
+    def _workers(self, *runs: list) -> list[_Task]:
+        return [_Task(self.host, f"worker:{index}", run) for index, run in enumerate(runs)]
+
+    @parameterized.named_parameters(
+        ("no_restarts", 0, [(0.0, 3)], 3,
+         "worker:1 exited with status 3 after 0 restart(s)"),
+        ("killed", 0, [(0.0, -9)], 137,
+         "worker:1 exited with status -9 after 0 restart(s)"),
+        ("after_restarts", 2, [(0.0, 3)], 3,
+         "worker:1 exited with status 3 first; after 2 restart(s), worker:1 exited with "
+         "status 3"),
+    )
+    def test_fails_after_exactly_max_restarts(self, max_restarts, runs, status, last):
+        result, stdout, stderr = self._supervise(
+            self._workers([_FOREVER], runs), num_workers=2, max_restarts=max_restarts,
+            restart_backoff_s=0.25)
+        self.assertEqual(result, status)
+        self.assertEqual(stdout, [])
+        self.assertLen(stderr, max_restarts + 1)
+        self.assertEqual(stderr[-1], f"tfdist launch: {last}; stopped every task")
+        self.assertLen(self.host.starts(), 2 * (max_restarts + 1))
+
+    def test_the_final_line_names_the_first_failure(self):
+        # worker:1 fails first; 0.25 s after the restart, worker:0 fails.
+        status, _, stderr = self._supervise(
+            self._workers([_FOREVER, (0.25, 5)], [(0.0, 3), _FOREVER]), num_workers=2,
+            max_restarts=1, restart_backoff_s=0.25)
+        self.assertEqual(status, 5)
+        self.assertEqual(stderr, [
+            "tfdist launch: worker:1 exited with status 3; restarting every task (1/1) in 0.25 s",
+            "tfdist launch: worker:1 exited with status 3 first; after 1 restart(s), worker:0 "
+            "exited with status 5; stopped every task"])
+
+    def test_restarts_back_off_doubling(self):
+        status, _, stderr = self._supervise(self._workers([(0.0, 3)]), num_workers=1,
+                                            max_restarts=3, restart_backoff_s=0.25)
+        self.assertEqual(status, 3)
+        self.assertEqual(stderr[:-1], [
+            f"tfdist launch: worker:0 exited with status 3; restarting every task ({count}/3) "
+            f"in {delay} s" for count, delay in ((1, "0.25"), (2, "0.5"), (3, "1"))])
+        # Each run fails as it starts: the next starts its back-off later.
+        self.assertEqual(self.host.starts(), ["0 worker:0 start", "0.25 worker:0 start",
+                                              "0.75 worker:0 start", "1.75 worker:0 start"])
+
+    @parameterized.named_parameters(
+        ("ps", "ps:0", ["0.5 chief:0 start", "0.5 worker:0 start", "0.5 worker:1 start",
+                        "0.5 ps:0 start"],
+         "restarting every task (1/1) in 0.5 s: a ps task loses its variables with it", "1.5"),
+        ("worker", "worker:1", ["0.5 worker:1 start"], "restarting it (1/1) in 0.5 s", "1.0"),
+    )
+    def test_a_lost_ps_task_restarts_every_task_a_lost_worker_only_itself(
+            self, failing, restarted, restarting, done_s):
+        tasks = [_Task(self.host, name, [(0.0, 3), _FOREVER] if name == failing else
+                       [(1.0, 0)] if name == "chief:0" else [_FOREVER])
+                 for name in ("chief:0", "worker:0", "worker:1", "ps:0")]
+        status, stdout, stderr = self._supervise(tasks, num_workers=2, num_ps=1, chief=True,
+                                                 max_restarts=1, restart_backoff_s=0.5)
+        self.assertEqual(status, 0)
+        self.assertEqual(stderr, [f"tfdist launch: {failing} exited with status 3; {restarting}"])
+        self.assertEqual(self.host.starts()[4:], restarted)
+        self.assertEqual(stdout, [
+            "tfdist launch: job done: 1 task(s) exited 0, stopped worker:0, worker:1, ps:0, "
+            f"after 1 restart(s) in {done_s} s"])
+
+    def test_job_done_once_every_worker_exited_0(self):
+        status, stdout, stderr = self._supervise(self._workers([(0.5, 0)], [(1.0, 0)]),
+                                                 num_workers=2)
+        self.assertEqual(status, 0)
+        self.assertEqual(stderr, [])
+        self.assertEqual(stdout, ["tfdist launch: job done: 2 task(s) exited 0 in 1.0 s"])
+        self.assertEqual(self.host.now, 1.0)
+
+    def test_timeout_stops_every_task(self):
+        status, stdout, stderr = self._supervise(self._workers([_FOREVER], [_FOREVER]),
+                                                 num_workers=2, timeout_s=1.0)
+        self.assertEqual(status, launch.EXIT_TIMEOUT)
+        self.assertEqual(stdout, [])
+        self.assertEqual(stderr, ["tfdist launch: timed out after 1 s; stopped every task"])
+        self.assertEqual([event for event in self.host.events if "SIG" in event], [
+            "1.125 worker:0 SIGTERM", "1.125 worker:1 SIGTERM", "1.125 worker:0 SIGKILL",
+            "1.125 worker:1 SIGKILL"])
+
+
+if __name__ == "__main__":
+    unittest.main()
