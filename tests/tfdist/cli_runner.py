@@ -23,6 +23,12 @@ def _child_env(extra_env: dict[str, str] | None) -> dict[str, str]:
     return env
 
 
+def _without_tensorflow(env: dict[str, str]) -> dict[str, str]:
+    """`env` with a `tensorflow` that fails to import (TENSORFLOW_IMPORTED) first on the path."""
+    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(_NO_TENSORFLOW),
+                                                              env.get("PYTHONPATH")])))
+
+
 def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, str] | None = None,
                timeout_s: float = DEFAULT_TIMEOUT_S,
                without_tensorflow: bool = False) -> subprocess.CompletedProcess:
@@ -34,25 +40,26 @@ def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, st
     if tf_config is not None:
         env["TF_CONFIG"] = tf_config
     if without_tensorflow:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_NO_TENSORFLOW),
-                                                          env.get("PYTHONPATH")]))
+        env = _without_tensorflow(env)
     return subprocess.run([sys.executable, "-m", "tfdist", *args], capture_output=True, text=True,
                           env=env, timeout=timeout_s, check=False)
 
 
-# Runs each case of argv[1] (a JSON list of [arguments, TF_CONFIG or null]) through `cli.main`
-# in this one process, its fds 1 and 2 captured per case (TensorFlow's C++ logs included), and
-# writes their [status, stdout, stderr] as JSON to the path argv[2].
+# Runs each case of argv[1] (a JSON list of [arguments, variables]) through `cli.main` in this
+# one process, with the case's environment variables over the child's own (TF_CONFIG unset unless
+# given), its fds 1 and 2 captured per case (TensorFlow's C++ logs included), and writes their
+# [status, stdout, stderr, seconds] as JSON to the path argv[2].
 _CASES_CHILD = """
-import json, os, sys, tempfile
+import json, os, sys, tempfile, time
 from tfdist.commands import cli
 results = []
-for args, tf_config in json.loads(sys.argv[1]):
-    os.environ.pop("TF_CONFIG", None)
-    if tf_config is not None:
-        os.environ["TF_CONFIG"] = tf_config
+own_environment = dict(os.environ)
+for args, variables in json.loads(sys.argv[1]):
+    os.environ.clear()
+    os.environ.update(own_environment, **variables)
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         saved = os.dup(1), os.dup(2)
+        start = time.monotonic()
         os.dup2(out.fileno(), 1)
         os.dup2(err.fileno(), 2)
         try:
@@ -62,6 +69,7 @@ for args, tf_config in json.loads(sys.argv[1]):
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
+            seconds = time.monotonic() - start
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             for fd in saved:
@@ -70,24 +78,28 @@ for args, tf_config in json.loads(sys.argv[1]):
         for stream in (out, err):
             stream.seek(0)
             captured.append(stream.read().decode(errors="replace"))
-        results.append([status, *captured])
+        results.append([status, *captured, seconds])
 with open(sys.argv[2], "w", encoding="utf-8") as report:
     json.dump(results, report)
 """
 
 
-def run_tfdist_cases(cases: list[list[str]], *, tf_configs: list[str | None] | None = None,
-                     extra_env: dict[str, str] | None = None,
+def run_tfdist_cases(cases: list[list[str]], *, case_envs: list[dict[str, str]] | None = None,
+                     extra_env: dict[str, str] | None = None, without_tensorflow: bool = False,
                      timeout_s: float = DEFAULT_TIMEOUT_S) -> list[subprocess.CompletedProcess]:
-    """Runs `tfdist ARGS` for each ARGS of `cases` (TF_CONFIG the case's of `tf_configs`, unset
-    when None) in one child process, one after the other: TensorFlow is imported once for all
-    of them. For cases that end before training, such as the errors a user's plug-in or a
-    combination of flags causes; each result is that case's status, stdout and stderr."""
+    """Runs `tfdist ARGS` for each ARGS of `cases` in one child process, one after the other:
+    TensorFlow is imported once for all of them (`without_tensorflow`: never, as in
+    `run_tfdist`). Each case sees the child's environment (this one's less TF_CONFIG, with
+    `extra_env`) with its variables of `case_envs` over it, TF_CONFIG among them. For cases that
+    end before training, such as the errors a user's plug-in or a combination of flags causes;
+    each result is that case's status, stdout and stderr, and its `seconds`."""
     env = _child_env(extra_env)
+    if without_tensorflow:
+        env = _without_tensorflow(env)
     with tempfile.TemporaryDirectory() as scratch:
         report = os.path.join(scratch, "results.json")
-        with_tf_configs = list(zip(cases, tf_configs or [None] * len(cases), strict=True))
-        child = subprocess.run([sys.executable, "-c", _CASES_CHILD, json.dumps(with_tf_configs),
+        with_envs = list(zip(cases, case_envs or [{}] * len(cases), strict=True))
+        child = subprocess.run([sys.executable, "-c", _CASES_CHILD, json.dumps(with_envs),
                                 report],
                                capture_output=True, text=True, env=env, timeout=timeout_s,
                                check=False)
@@ -95,8 +107,14 @@ def run_tfdist_cases(cases: list[list[str]], *, tf_configs: list[str | None] | N
             raise AssertionError(f"the cases' child failed ({child.returncode}):\n"
                                  f"{child.stderr[-3000:]}")
         with open(report, encoding="utf-8") as results:
-            return [subprocess.CompletedProcess(["tfdist", *args], status, stdout, stderr)
-                    for args, (status, stdout, stderr) in zip(cases, json.load(results))]
+            return [_timed(subprocess.CompletedProcess(["tfdist", *args], status, stdout, stderr),
+                           seconds)
+                    for args, (status, stdout, stderr, seconds) in zip(cases, json.load(results))]
+
+
+def _timed(result: subprocess.CompletedProcess, seconds: float) -> subprocess.CompletedProcess:
+    result.seconds = seconds  # How long the case took in the child.
+    return result
 
 
 def assert_one_line_error(test, result: subprocess.CompletedProcess, *expected: str) -> None:
