@@ -2,7 +2,6 @@
 the Keras it trains with, peers that do not answer, and what this machine's network exposes."""
 
 import json
-import time
 from unittest import mock
 
 import pytest
@@ -10,6 +9,7 @@ from absl.testing import parameterized
 
 from tfdist import strategies
 from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.commands import doctor
 from tfdist.cluster import network
 
@@ -23,11 +23,55 @@ _CHIEF_OF_PS_CLUSTER = json.dumps({"cluster": {"chief": ["127.0.0.1:2001"],
                                    "task": {"type": "chief", "index": 0}})
 
 
+_JOBSET_POD = {"TFDIST_JOBSET_LAYOUT": "worker=2", "TFDIST_JOBSET_NAME": "mnist",
+               "TFDIST_REPLICATED_JOB": "worker", "TFDIST_JOB_INDEX": "0",
+               "JOB_COMPLETION_INDEX": "1", "TFDIST_JOBSET_SUBDOMAIN": "mnist",
+               "TFDIST_JOBSET_PORT": "2222"}
+_DUPLICATE_ADDRESS = json.dumps({"cluster": {"worker": ["a:1", "a:1"]},
+                                 "task": {"type": "worker", "index": 0}})
+# Every `tfdist doctor` run below that keeps tf-keras: (arguments, environment variables). They
+# run in one child (TensorFlow imported once), the one that splits the CPU last.
+_CASES = {
+    "ps_worker": (["doctor", f"--tf_config={json.dumps(_PS_CLUSTER)}"], {}),
+    "keras_2": (["doctor", "--keras=2"], {}),
+    "sound": (["doctor", f"--tf_config={_CHIEF_OF_PS_CLUSTER}"], {}),
+    "environment": (["doctor"], {"TF_CONFIG": json.dumps({
+        "cluster": {"worker": ["127.0.0.1:2001", "[::1]:2002"]},
+        "task": {"type": "worker", "index": 1}, "environment": "cloud"})}),
+    "not_json": (["doctor", "--tf_config={worker"], {}),
+    "duplicate_address": (["doctor", f"--tf_config={_DUPLICATE_ADDRESS}"], {}),
+    "probe": (["doctor", "--probe", "--probe_timeout_s=3", "--tf_config=" + json.dumps(
+        {"cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:1"]},
+         "task": {"type": "worker", "index": 0}})], {}),
+    "jobset_pod": (["doctor", "--probe_timeout_s=2"], _JOBSET_POD),
+    "jobset_pod_without_index": (["doctor", "--cluster_resolver=jobset"],
+                                 {key: value for key, value in _JOBSET_POD.items()
+                                  if key != "JOB_COMPLETION_INDEX"}),
+    "strategy_the_cluster_cannot_run": (["doctor", "--strategy=multi_worker_mirrored",
+                                         f"--tf_config={_CHIEF_OF_PS_CLUSTER}"], {}),
+    "two_cpu_devices": (["doctor", "--num_cpu_devices=2"], {}),
+}
+
+
+@pytest.fixture(name="doctor_results", scope="module")
+def _doctor_results():
+    results = run_tfdist_cases([args for args, _ in _CASES.values()],
+                               case_envs=[variables for _, variables in _CASES.values()])
+    return dict(zip(_CASES, results))
+
+
+class _DoctorResults:
+
+    @pytest.fixture(autouse=True)
+    def _results(self, doctor_results):
+        self.results = doctor_results
+
+
 @pytest.mark.multiprocess
-class StrategyLineTest(parameterized.TestCase):
+class StrategyLineTest(_DoctorResults, parameterized.TestCase):
 
     def test_parameter_server_counts_the_chief_as_the_coordinator(self):
-        result = run_tfdist("doctor", f"--tf_config={json.dumps(_PS_CLUSTER)}")
+        result = self.results["ps_worker"]
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("strategy: auto picks parameter_server (1 coordinator, 2 worker(s), 1 ps, "
                       "1 local replica device(s))", result.stdout)
@@ -35,16 +79,17 @@ class StrategyLineTest(parameterized.TestCase):
 
 
 @pytest.mark.multiprocess
-class KerasLineTest(parameterized.TestCase):
+class KerasLineTest(_DoctorResults, parameterized.TestCase):
 
     def test_says_which_keras_the_task_trains_with(self):
-        for keras, expected in (("2", "keras: tf-keras 2.21.0 (--keras=2): models are built "
-                                      "with tf.keras or tf_keras and trained with Keras' fit"),
-                                ("3", "keras: Keras 3.15.1 (--keras=3): models are built with "
-                                      "`import keras` and trained with tfdist's own "
-                                      "distributed step; tf.keras is Keras 3 here")):
+        for keras, result, expected in (
+                ("2", self.results["keras_2"],
+                 "keras: tf-keras 2.21.0 (--keras=2): models are built with tf.keras or tf_keras "
+                 "and trained with Keras' fit"),
+                ("3", run_tfdist("doctor", "--keras=3"),  # Keras 3 needs a child of its own.
+                 "keras: Keras 3.15.1 (--keras=3): models are built with `import keras` and "
+                 "trained with tfdist's own distributed step; tf.keras is Keras 3 here")):
             with self.subTest(keras=keras):
-                result = run_tfdist("doctor", f"--keras={keras}")
                 self.assertEqual(result.returncode, 0, result.stderr)
                 self.assertIn(expected, result.stdout)
 
@@ -87,57 +132,45 @@ class NetworkLineTest(parameterized.TestCase):
 
 
 @pytest.mark.multiprocess
-class DoctorTest(parameterized.TestCase):
-    """Each case starts TensorFlow in a child (doctor lists the devices)."""
+class DoctorTest(_DoctorResults, parameterized.TestCase):
+    """Each case reads its run of `tfdist doctor` in the shared child (doctor lists the devices,
+    so TensorFlow starts)."""
 
     def test_sound_cluster(self):
-        result = run_tfdist("doctor", f"--tf_config={_CHIEF_OF_PS_CLUSTER}")
+        result = self.results["sound"]
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("this task: chief:0 at 127.0.0.1:2001", result.stdout)
         self.assertIn("auto picks parameter_server", result.stdout)
         self.assertIn("local devices:", result.stdout)
 
     def test_reads_environment(self):
-        tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:2001", "[::1]:2002"]},
-                                "task": {"type": "worker", "index": 1}, "environment": "cloud"})
-        result = run_tfdist("doctor", tf_config=tf_config)
+        result = self.results["environment"]
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("this task: worker:1 at [::1]:2002", result.stdout)
         self.assertIn("auto picks multi_worker_mirrored", result.stdout)
 
     def test_no_tf_config_is_a_single_process_job(self):
-        result = run_tfdist("doctor", "--num_cpu_devices=2")
+        result = self.results["two_cpu_devices"]
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("auto picks mirrored", result.stdout)
 
-    @parameterized.named_parameters(
-        ("not_json", "{worker", "TF_CONFIG"),
-        ("duplicate_address", json.dumps({"cluster": {"worker": ["a:1", "a:1"]},
-                                          "task": {"type": "worker", "index": 0}}), '"a:1"'),
-    )
-    def test_unsound_cluster(self, tf_config, expected):
-        result = run_tfdist("doctor", f"--tf_config={tf_config}")
+    @parameterized.named_parameters(("not_json", "not_json", "TF_CONFIG"),
+                                    ("duplicate_address", "duplicate_address", '"a:1"'))
+    def test_unsound_cluster(self, case, expected):
+        result = self.results[case]
         self.assertEqual(result.returncode, 2)
         self.assertLen(result.stderr.strip().splitlines(), 1, result.stderr)
         self.assertIn(expected, result.stderr)
 
     def test_probe_finds_a_peer_that_does_not_answer(self):
-        tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:2001", "127.0.0.1:1"]},
-                                "task": {"type": "worker", "index": 0}})
-        start = time.perf_counter()
-        result = run_tfdist("doctor", "--probe", "--probe_timeout_s=3",
-                            f"--tf_config={tf_config}")
-        self.assertLess(time.perf_counter() - start, 60)
+        result = self.results["probe"]
+        self.assertLess(result.seconds, 60)
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn("problem: worker:1 at 127.0.0.1:1 does not answer", result.stdout)
         self.assertIn("hint: pass --collective_timeout_s=300", result.stdout)
 
     def test_in_a_jobset_pod_each_field_and_where_it_came_from(self):
-        pod = {"TFDIST_JOBSET_LAYOUT": "worker=2", "TFDIST_JOBSET_NAME": "mnist",
-               "TFDIST_REPLICATED_JOB": "worker", "TFDIST_JOB_INDEX": "0",
-               "JOB_COMPLETION_INDEX": "1", "TFDIST_JOBSET_SUBDOMAIN": "mnist",
-               "TFDIST_JOBSET_PORT": "2222"}
-        result = run_tfdist("doctor", "--probe_timeout_s=2", extra_env=pod)
+        result = self.results["jobset_pod"]
         self.assertEqual(result.returncode, 0, result.stderr)
         for line in ("cluster: valid, from the JobSet pod's environment (--cluster_resolver=auto: "
                      "TF_CONFIG is unset and TFDIST_JOBSET_LAYOUT is set)",
@@ -147,8 +180,7 @@ class DoctorTest(parameterized.TestCase):
                      "this task: worker:1 at mnist-worker-0-1.mnist:2222"):
             self.assertIn(line, result.stdout.splitlines())
         self.assertIn("names: 0 of 2 task(s) resolve within 2 s", result.stdout)
-        del pod["JOB_COMPLETION_INDEX"]
-        result = run_tfdist("doctor", "--cluster_resolver=jobset", extra_env=pod)
+        result = self.results["jobset_pod_without_index"]
         self.assertEqual(result.returncode, 2)
         self.assertEqual(result.stderr.strip(), "tfdist doctor: error: JobSet pod: "
                          "JOB_COMPLETION_INDEX is not set; run it in a pod of a JobSet that "
@@ -156,7 +188,6 @@ class DoctorTest(parameterized.TestCase):
                          "JobSet labels into these variables), or set TF_CONFIG instead.")
 
     def test_strategy_the_cluster_cannot_run(self):
-        result = run_tfdist("doctor", "--strategy=multi_worker_mirrored",
-                            f"--tf_config={_CHIEF_OF_PS_CLUSTER}")
+        result = self.results["strategy_the_cluster_cannot_run"]
         self.assertEqual(result.returncode, 2)
         self.assertIn("cannot use the cluster's 1 ps", result.stderr)
