@@ -83,6 +83,83 @@ class HelpTest(unittest.TestCase):
         self.assertIn("usage: tfdist <command>", result.stderr)
 
 
+# Bad input that each command refuses before TensorFlow starts: (name, arguments, the line's
+# text). They run in one child in which importing TensorFlow fails.
+_BEFORE_TENSORFLOW = (
+    ("unknown_command", ["trian"], "'trian'"),
+    ("unknown_strategy", ["train", "--strategy=mirroed"], "--strategy=mirroed"),
+    ("unknown_all_reduce", ["train", "--all_reduce=ring"], "--all_reduce=ring"),
+    ("unknown_collective", ["train", "--collective=gloo"], "--collective=gloo"),
+    ("unknown_precision", ["train", "--mixed_precision=fp8"], "--mixed_precision=fp8"),
+    ("unknown_optimizer", ["train", "--optimizer=lamb"], "--optimizer=lamb"),
+    ("unknown_keras", ["train", "--keras=4"], "--keras=4"),
+    ("keras_3_step_backups", ["train", "--keras=3", "--backup_every=50",
+                              "--model_dir=/tmp/tfdist-unused"],
+     "--backup_every='50' with --keras=3"),
+    ("launch_unknown_keras", ["launch", "--keras=2.1", "--", "train"], "--keras=2.1"),
+    ("unknown_model", ["train", "--model=vgg"], "model='vgg'"),
+    ("malformed_dataset", ["train", "--dataset=Not A Name"], "dataset='Not A Name'"),
+    ("tfrecord_without_classes", ["train", "--dataset=tfrecord:/x/*"], "--num_classes"),
+    ("unknown_autoshard", ["train", "--autoshard=files"], "--autoshard=files"),
+    ("unknown_preprocess_on", ["train", "--preprocess_on=gpu"], "--preprocess_on=gpu"),
+    ("bad_service_address", ["train", "--tf_data_service=localhost:5050"],
+     "tf_data_service='localhost:5050'"),
+    ("data_without_subcommand", ["data"], "needs a sub-command: data check or data serve"),
+    ("unknown_data_subcommand", ["data", "chek"], "'data chek'"),
+    ("train_flag_to_data_check", ["data", "check", "--epochs=2"], "--epochs"),
+    ("zero_service_workers", ["data", "serve", "--num_workers=0"], "--num_workers=0"),
+    ("zero_epochs", ["train", "--epochs=0"], "--epochs=0"),
+    ("text_epochs", ["train", "--epochs=many"], "--epochs=many"),
+    ("zero_batch", ["train", "--global_batch_size=0"], "--global_batch_size=0"),
+    ("zero_cpus", ["train", "--num_cpu_devices=0"], "--num_cpu_devices=0"),
+    ("zero_packs", ["train", "--num_packs=0"], "--num_packs=0"),
+    ("negative_gpus", ["train", "--num_gpus=-1"], "--num_gpus=-1"),
+    ("zero_steps", ["train", "--steps_per_epoch=0"], "--steps_per_epoch=0"),
+    ("zero_validation_steps", ["train", "--validation_steps=0"], "--validation_steps=0"),
+    ("zero_execution_steps", ["train", "--steps_per_execution=0"], "--steps_per_execution=0"),
+    ("zero_learning_rate", ["train", "--learning_rate=0"], "learning_rate=0.0"),
+    ("zero_timeout", ["train", "--collective_timeout_s=0"], "collective_timeout_s=0.0"),
+    ("bad_partition", ["train", "--variable_partition=max_shards"],
+     "variable_partition='max_shards'"),
+    ("packs_without_nccl", ["train", "--num_packs=4"], "num_packs=4"),
+    ("options_of_other_strategy", ["train", "--strategy=mirrored", "--collective=ring"],
+     "collective=ring"),
+    ("negative_learning_rate", ["train", "--learning_rate=-0.1"], "learning_rate=-0.1"),
+    ("negative_noise", ["train", "--gradient_noise_eta=-1"],
+     "gradient_noise_eta=-1.0 is negative"),
+    ("negative_weight_decay", ["train", "--weight_decay=-0.1"], "weight_decay=-0.1"),
+    ("momentum_of_one", ["train", "--momentum=1"], "momentum=1.0 is outside [0, 1)"),
+    ("warmup_longer_than_training", ["train", "--epochs=3", "--warmup_epochs=3"],
+     "--warmup_epochs=3 is not shorter than training (--epochs=3)"),
+    ("boundaries_not_increasing",
+     ["train", "--epochs=9", "--lr_schedule=step", "--lr_step_boundaries=6,3"],
+     "lr_step_boundaries=6,3 are not increasing"),
+    ("boundaries_not_epochs", ["train", "--lr_schedule=step", "--lr_step_boundaries=x"],
+     "lr_step_boundaries='x' is not a list of epochs"),
+    ("step_without_boundaries", ["train", "--lr_schedule=step"],
+     "--lr_schedule=step needs step boundaries in epochs, e.g. --lr_step_boundaries=30,60."),
+    ("lars_flag_with_adam", ["train", "--lars_eeta=0.01"],
+     "lars_eeta applies to --optimizer=lars, not adam"),
+    ("unknown_lr_scaling", ["train", "--lr_scaling=cubic"], "--lr_scaling=cubic"),
+    ("accumulation_with_float16", ["train", "--grad_accum_steps=2",
+                                   "--mixed_precision=mixed_float16"],
+     "--grad_accum_steps=2 with --mixed_precision=mixed_float16"),
+    ("compression_on_one_device", ["train", "--strategy=one_device",
+                                   "--allreduce_dtype=bfloat16"],
+     "allreduce_dtype=bfloat16"),
+    ("unknown_flag", ["train", "--epoch=3"], "'epoch'"),
+    ("stray_argument", ["train", "mirrored"], "'mirrored'"),
+    ("flag_of_other_command", ["train", "--tf_config={}"], "--tf_config"),
+)
+
+
+@pytest.fixture(name="refused_before_tensorflow", scope="module")
+def _refused_before_tensorflow():
+    results = run_tfdist_cases([args for _, args, _ in _BEFORE_TENSORFLOW],
+                               without_tensorflow=True)
+    return {name: result for (name, _, _), result in zip(_BEFORE_TENSORFLOW, results)}
+
+
 @pytest.mark.multiprocess
 class BadInputTest(parameterized.TestCase):
     """Each case: one line on stderr naming the flag or field and the value; exit 2."""
@@ -90,74 +167,14 @@ class BadInputTest(parameterized.TestCase):
     def assert_usage_error(self, result, *expected):
         assert_one_line_error(self, result, *expected)
 
-    @parameterized.named_parameters(
-        ("unknown_command", ["trian"], "'trian'"),
-        ("unknown_strategy", ["train", "--strategy=mirroed"], "--strategy=mirroed"),
-        ("unknown_all_reduce", ["train", "--all_reduce=ring"], "--all_reduce=ring"),
-        ("unknown_collective", ["train", "--collective=gloo"], "--collective=gloo"),
-        ("unknown_precision", ["train", "--mixed_precision=fp8"], "--mixed_precision=fp8"),
-        ("unknown_optimizer", ["train", "--optimizer=lamb"], "--optimizer=lamb"),
-        ("unknown_keras", ["train", "--keras=4"], "--keras=4"),
-        ("keras_3_step_backups", ["train", "--keras=3", "--backup_every=50",
-                                  "--model_dir=/tmp/tfdist-unused"],
-         "--backup_every='50' with --keras=3"),
-        ("launch_unknown_keras", ["launch", "--keras=2.1", "--", "train"], "--keras=2.1"),
-        ("unknown_model", ["train", "--model=vgg"], "model='vgg'"),
-        ("malformed_dataset", ["train", "--dataset=Not A Name"], "dataset='Not A Name'"),
-        ("tfrecord_without_classes", ["train", "--dataset=tfrecord:/x/*"], "--num_classes"),
-        ("unknown_autoshard", ["train", "--autoshard=files"], "--autoshard=files"),
-        ("unknown_preprocess_on", ["train", "--preprocess_on=gpu"], "--preprocess_on=gpu"),
-        ("bad_service_address", ["train", "--tf_data_service=localhost:5050"],
-         "tf_data_service='localhost:5050'"),
-        ("data_without_subcommand", ["data"], "needs a sub-command: data check or data serve"),
-        ("unknown_data_subcommand", ["data", "chek"], "'data chek'"),
-        ("train_flag_to_data_check", ["data", "check", "--epochs=2"], "--epochs"),
-        ("zero_service_workers", ["data", "serve", "--num_workers=0"], "--num_workers=0"),
-        ("zero_epochs", ["train", "--epochs=0"], "--epochs=0"),
-        ("text_epochs", ["train", "--epochs=many"], "--epochs=many"),
-        ("zero_batch", ["train", "--global_batch_size=0"], "--global_batch_size=0"),
-        ("zero_cpus", ["train", "--num_cpu_devices=0"], "--num_cpu_devices=0"),
-        ("zero_packs", ["train", "--num_packs=0"], "--num_packs=0"),
-        ("negative_gpus", ["train", "--num_gpus=-1"], "--num_gpus=-1"),
-        ("zero_steps", ["train", "--steps_per_epoch=0"], "--steps_per_epoch=0"),
-        ("zero_validation_steps", ["train", "--validation_steps=0"], "--validation_steps=0"),
-        ("zero_execution_steps", ["train", "--steps_per_execution=0"], "--steps_per_execution=0"),
-        ("zero_learning_rate", ["train", "--learning_rate=0"], "learning_rate=0.0"),
-        ("zero_timeout", ["train", "--collective_timeout_s=0"], "collective_timeout_s=0.0"),
-        ("bad_partition", ["train", "--variable_partition=max_shards"],
-         "variable_partition='max_shards'"),
-        ("packs_without_nccl", ["train", "--num_packs=4"], "num_packs=4"),
-        ("options_of_other_strategy", ["train", "--strategy=mirrored", "--collective=ring"],
-         "collective=ring"),
-        ("negative_learning_rate", ["train", "--learning_rate=-0.1"], "learning_rate=-0.1"),
-        ("negative_noise", ["train", "--gradient_noise_eta=-1"],
-         "gradient_noise_eta=-1.0 is negative"),
-        ("negative_weight_decay", ["train", "--weight_decay=-0.1"], "weight_decay=-0.1"),
-        ("momentum_of_one", ["train", "--momentum=1"], "momentum=1.0 is outside [0, 1)"),
-        ("warmup_longer_than_training", ["train", "--epochs=3", "--warmup_epochs=3"],
-         "--warmup_epochs=3 is not shorter than training (--epochs=3)"),
-        ("boundaries_not_increasing",
-         ["train", "--epochs=9", "--lr_schedule=step", "--lr_step_boundaries=6,3"],
-         "lr_step_boundaries=6,3 are not increasing"),
-        ("boundaries_not_epochs", ["train", "--lr_schedule=step", "--lr_step_boundaries=x"],
-         "lr_step_boundaries='x' is not a list of epochs"),
-        ("step_without_boundaries", ["train", "--lr_schedule=step"],
-         "--lr_schedule=step needs step boundaries in epochs, e.g. --lr_step_boundaries=30,60."),
-        ("lars_flag_with_adam", ["train", "--lars_eeta=0.01"],
-         "lars_eeta applies to --optimizer=lars, not adam"),
-        ("unknown_lr_scaling", ["train", "--lr_scaling=cubic"], "--lr_scaling=cubic"),
-        ("accumulation_with_float16", ["train", "--grad_accum_steps=2",
-                                       "--mixed_precision=mixed_float16"],
-         "--grad_accum_steps=2 with --mixed_precision=mixed_float16"),
-        ("compression_on_one_device", ["train", "--strategy=one_device",
-                                       "--allreduce_dtype=bfloat16"],
-         "allreduce_dtype=bfloat16"),
-        ("unknown_flag", ["train", "--epoch=3"], "'epoch'"),
-        ("stray_argument", ["train", "mirrored"], "'mirrored'"),
-        ("flag_of_other_command", ["train", "--tf_config={}"], "--tf_config"),
-    )
-    def test_rejected_before_tensorflow_starts(self, args, expected):
-        self.assert_usage_error(run_tfdist(*args, without_tensorflow=True), expected)
+    @pytest.fixture(autouse=True)
+    def _shared(self, refused_before_tensorflow):
+        self.refused_before_tensorflow = refused_before_tensorflow
+
+    @parameterized.named_parameters(*((name, name, expected)
+                                      for name, _, expected in _BEFORE_TENSORFLOW))
+    def test_rejected_before_tensorflow_starts(self, case, expected):
+        self.assert_usage_error(self.refused_before_tensorflow[case], expected)
 
     def test_malformed_tf_config(self):
         result = run_tfdist("train", tf_config='{"cluster": {"worker": ["localhost"]}}')
@@ -195,7 +212,8 @@ class BadInputTest(parameterized.TestCase):
         metrics = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "metrics.json")
         results = run_tfdist_cases([["train", *args, f"--metrics_json={metrics}"]
                                     for args, _, _ in cases],
-                                   tf_configs=[tf_config for _, tf_config, _ in cases])
+                                   case_envs=[{"TF_CONFIG": tf_config} if tf_config else {}
+                                              for _, tf_config, _ in cases])
         for (args, _, expected), result in zip(cases, results):
             with self.subTest(args=args):
                 self.assert_usage_error(result, expected)
