@@ -29,6 +29,7 @@ from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.cluster import network
 from tfdist.commands import data as data_service_command
+from tfdist.input_pipelines import dispatcher
 
 
 class _SmallShapes:
@@ -38,15 +39,33 @@ class _SmallShapes:
         self.data_dir = f"--data_dir={small_shapes_data_dir}"
 
 
-@pytest.mark.multiprocess
-class DataCheckTest(_SmallShapes, parameterized.TestCase):
+_AUTOSHARDS = ("auto", "file", "data")
 
-    @parameterized.parameters("auto", "file", "data")
+
+@pytest.fixture(name="data_checks", scope="module")
+def _data_checks(small_shapes_data_dir, tmp_path_factory):
+    """`tfdist data check` on the small built-in set, exactly once under each autoshard policy
+    (with --json) and with sharding off, in one child: {autoshard or "off": (result, report
+    path)}."""
+    scratch = tmp_path_factory.mktemp("data_check")
+    cases = {autoshard: ["data", "check", f"--data_dir={small_shapes_data_dir}",
+                         "--num_workers=2", "--replicas_per_worker=2", f"--autoshard={autoshard}",
+                         f"--json={scratch / autoshard}.json"] for autoshard in _AUTOSHARDS}
+    cases["off"] = ["data", "check", f"--data_dir={small_shapes_data_dir}", "--autoshard=off"]
+    results = run_tfdist_cases(list(cases.values()))
+    return {name: (result, scratch / f"{name}.json") for name, result in zip(cases, results)}
+
+
+@pytest.mark.multiprocess
+class DataCheckTest(parameterized.TestCase):
+
+    @pytest.fixture(autouse=True)
+    def _checks(self, data_checks):
+        self.checks = data_checks
+
+    @parameterized.parameters(*_AUTOSHARDS)
     def test_exactly_once_exits_0(self, autoshard):
-        json_path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "check.json")
-        result = run_tfdist("data", "check", self.data_dir, "--num_workers=2",
-                            "--replicas_per_worker=2", f"--autoshard={autoshard}",
-                            f"--json={json_path}")
+        result, json_path = self.checks[autoshard]
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("ok: every example read exactly once", result.stdout)
         with open(json_path, encoding="utf-8") as report_file:
@@ -55,7 +74,7 @@ class DataCheckTest(_SmallShapes, parameterized.TestCase):
         self.assertEqual(report["examples_per_worker"], [320, 320])
 
     def test_duplicates_exit_1(self):
-        result = run_tfdist("data", "check", self.data_dir, "--autoshard=off")
+        result, _ = self.checks["off"]
         self.assertEqual(result.returncode, 1, result.stderr)
         self.assertIn("FAIL: 640 example(s) read more than once, 0 never read", result.stdout)
 
@@ -143,30 +162,17 @@ def _start_data_serve(port: int) -> subprocess.Popen:
 
 
 @pytest.mark.multiprocess
-class DataServeTest(unittest.TestCase):
+class DataServeTest(_SmallShapes, unittest.TestCase):
 
-    def test_serves_until_terminated(self):
+    def test_train_reads_through_a_served_pipeline_which_serves_until_terminated(self):
         port = portpicker.pick_unused_port()
         server = _start_data_serve(port)
         try:
             line = server.stdout.readline()
-            self.assertIn(f"dispatcher at grpc://127.0.0.1:{port} with 2 worker(s)", line)
-            self.assertIn(f"--tf_data_service=grpc://127.0.0.1:{port}", line)
-            server.send_signal(signal.SIGTERM)
-            self.assertEqual(server.wait(timeout=60), 0, server.stderr.read())
-        finally:
-            server.kill()
-            server.wait(timeout=60)
-
-
-@pytest.mark.multiprocess
-class TrainThroughServiceTest(_SmallShapes, unittest.TestCase):
-
-    def test_train_reads_through_a_served_pipeline(self):
-        port = portpicker.pick_unused_port()
-        server = _start_data_serve(port)
-        try:
-            self.assertIn("dispatcher at", server.stdout.readline())
+            self.assertIn(f"dispatcher at grpc://127.0.0.1:{port} with 2 worker(s)", line,
+                          "data serve names its dispatcher")
+            self.assertIn(f"--tf_data_service=grpc://127.0.0.1:{port}", line,
+                          "data serve shows the flag that reads from it")
             result = run_tfdist("train", self.data_dir,
                                 f"--tf_data_service=grpc://127.0.0.1:{port}", "--epochs=2",
                                 "--steps_per_epoch=5", "--validation_steps=2")
@@ -174,8 +180,11 @@ class TrainThroughServiceTest(_SmallShapes, unittest.TestCase):
             self.assertIn(f"train: runs on the tf.data service at grpc://127.0.0.1:{port} "
                           "(distributed_epoch)", result.stderr)
             self.assertIn("2 epoch(s) of 5 steps", result.stdout)
+            server.send_signal(signal.SIGTERM)
+            self.assertEqual(server.wait(timeout=60), 0,
+                             f"data serve ends with 0 on SIGTERM: {server.stderr.read()}")
         finally:
-            server.terminate()
+            server.kill()
             server.wait(timeout=60)
 
 
@@ -194,14 +203,27 @@ class ExposureTest(unittest.TestCase):
             self.assertIn("connections through loopback only", exposure)
 
 
+# `tfdist train` with the dispatcher wait (DISPATCHER_WAIT_S, 20 s) cut to 1 s: a line that says
+# 1 s also shows that train waits as long as that default says.
+_TRAIN_WAITING_1_S = """
+import sys
+from tfdist.commands import cli
+from tfdist.input_pipelines import dispatcher
+dispatcher.check_dispatcher.__kwdefaults__["wait_s"] = 1.0
+sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
+"""
+
+
 @pytest.mark.multiprocess
 class NoDispatcherTest(absltest.TestCase):
 
     def test_train_fails_in_one_line_instead_of_hanging(self):
         address = f"grpc://127.0.0.1:{portpicker.pick_unused_port()}"
         try:
-            result = run_tfdist("train", f"--tf_data_service={address}", "--epochs=1",
-                                "--steps_per_epoch=2", timeout_s=240)
+            result = subprocess.run([sys.executable, "-c", _TRAIN_WAITING_1_S,
+                                     f"--tf_data_service={address}", "--epochs=1",
+                                     "--steps_per_epoch=2"], capture_output=True, text=True,
+                                    timeout=240, check=False)
         except subprocess.TimeoutExpired:
             self.fail("tfdist train waited for a dispatcher that is not there")
         self.assertEqual(result.returncode, 2, result.stderr[-3000:])
@@ -209,8 +231,11 @@ class NoDispatcherTest(absltest.TestCase):
         self.assertLen(result.stderr.strip().splitlines(), 1, result.stderr)
         self.assertRegex(result.stderr.splitlines()[-1],
                          rf"^tfdist train: error: --tf_data_service='{address}': no dispatcher "
-                         r"answered there within 20 s \(last try: connection refused\); start one "
+                         r"answered there within 1 s \(last try: connection refused\); start one "
                          r"with `tfdist data serve --port=\d+`, or fix the address\.$")
+
+    def test_the_wait_is_20_s(self):
+        self.assertEqual(dispatcher.check_dispatcher.__kwdefaults__, {"wait_s": 20.0})
 
 
 class JobSetPodServeTest(absltest.TestCase):
