@@ -30,6 +30,7 @@ from tests.input_pipelines.test_records import image_example
 from tests.input_pipelines.test_records import write_records
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.commands import cli
 from tfdist.commands import flags as tfdist_flags
 from tfdist.cluster import launcher as launch
@@ -377,45 +378,62 @@ def _memory_limited():
     resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 
 
+@pytest.fixture(name="after_tensorflow", scope="module")
+def _after_tensorflow(tmp_path_factory):
+    """The inputs only TensorFlow can judge, run one after the other in one child: {name:
+    (result, what the case was given)}; each case's scratch directory starts empty."""
+    scratch = tmp_path_factory.mktemp("after_tensorflow")
+    for name in ("split", "records", "code"):
+        (scratch / name).mkdir()
+    truncated = image_example(bytes_feature(encoded_image()[:200]))
+    records = write_records(str(scratch / "records" / "train-0"),
+                            [image_example(), image_example(), truncated, image_example()])
+    (scratch / "code" / "raising_data.py").write_text(_RAISING_DATA, encoding="utf-8")
+    cases = {
+        "split": (["train", "--num_cpu_devices=2", "--global_batch_size=3",
+                   f"--metrics_json={scratch / 'split' / 'm.json'}"], scratch / "split"),
+        "records": (["train", f"--dataset=tfrecord:{records}", "--num_classes=3",
+                     "--image_size=16", "--global_batch_size=4", "--epochs=1",
+                     "--steps_per_epoch=1"], records),
+        "code": (["train", "--dataset=python:raising_data:splits", "--model=raising_data:build",
+                  "--epochs=1", "--steps_per_epoch=2"], None),
+        "too_large": (["train", "--num_cpu_devices=2", "--per_replica_batch_size=16777216"],
+                      None),
+    }
+    results = run_tfdist_cases([args for args, _ in cases.values()],
+                               extra_env={"PYTHONPATH": str(scratch / "code")})
+    return {name: (result, given) for (name, (_, given)), result in zip(cases.items(), results)}
+
+
 @pytest.mark.multiprocess
 class AfterTensorFlowTest(unittest.TestCase):
-    """Inputs only TensorFlow can judge (the replica count), as real children."""
+    """Inputs only TensorFlow can judge (the replica count, a record's image, a dataset's own
+    code), run in one shared child, and a TensorFlow that cannot load."""
+
+    @pytest.fixture(autouse=True)
+    def _results(self, after_tensorflow):
+        self.results = after_tensorflow
 
     def test_batch_that_does_not_split_over_the_replicas(self):
-        with tempfile.TemporaryDirectory() as scratch:
-            metrics = os.path.join(scratch, "m.json")
-            result = run_tfdist("train", "--num_cpu_devices=2", "--global_batch_size=3",
-                                f"--metrics_json={metrics}")
-            assert_one_line_error(self, result, "global_batch_size=3 does not split evenly")
-            self.assertEqual(os.listdir(scratch), [])
+        result, scratch = self.results["split"]
+        assert_one_line_error(self, result, "global_batch_size=3 does not split evenly")
+        self.assertEqual(os.listdir(scratch), [], "nothing may be half-written")
 
     def test_per_replica_batch_whose_global_batch_is_too_large(self):
-        result = run_tfdist("train", "--num_cpu_devices=2", "--per_replica_batch_size=16777216")
+        result, _ = self.results["too_large"]
         assert_one_line_error(self, result, "--per_replica_batch_size=16777216 over 2 replicas "
                                             "is a global batch of 33554432, past the largest")
 
     def test_image_that_does_not_decode_while_training(self):
-        with tempfile.TemporaryDirectory() as scratch:
-            truncated = image_example(bytes_feature(encoded_image()[:200]))
-            path = write_records(os.path.join(scratch, "train-0"),
-                                 [image_example(), image_example(), truncated, image_example()])
-            result = run_tfdist("train", f"--dataset=tfrecord:{path}", "--num_classes=3",
-                                "--image_size=16", "--global_batch_size=4", "--epochs=1",
-                                "--steps_per_epoch=1")
+        result, path = self.results["records"]
         # TensorFlow's JPEG decoder writes its own line to stderr first; ours ends the run.
         self.assertEqual(result.returncode, 2, result.stderr[-3000:])
         self.assertNotIn("Traceback", result.stderr)
         self.assertIn(f"tfdist train: error: file {path}, record 2 (from 0): its image/encoded "
                       "image does not decode", result.stderr.strip().splitlines()[-1])
 
-
     def test_a_dataset_whose_python_code_raises(self):
-        with tempfile.TemporaryDirectory() as scratch:
-            with open(os.path.join(scratch, "raising_data.py"), "w", encoding="utf-8") as file:
-                file.write(_RAISING_DATA)
-            result = run_tfdist("train", "--dataset=python:raising_data:splits",
-                                "--model=raising_data:build", "--epochs=1",
-                                "--steps_per_epoch=2", extra_env={"PYTHONPATH": scratch})
+        result, _ = self.results["code"]
         assert_one_line_error(self, result, "dataset function raising_data:",
                               "RuntimeError: boom in the generator")
 
