@@ -29,7 +29,6 @@ from tests.input_pipelines.test_records import encoded_image
 from tests.input_pipelines.test_records import image_example
 from tests.input_pipelines.test_records import write_records
 from tests.tfdist.cli_runner import assert_one_line_error
-from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.commands import cli
 from tfdist.commands import flags as tfdist_flags
