@@ -128,6 +128,20 @@ def assert_one_line_error(test, result: subprocess.CompletedProcess, *expected: 
     test.assertNotIn("Traceback", result.stderr)
 
 
+def assert_evaluator_agrees(test, model_dir: str, metrics: dict, checkpoint: str) -> None:
+    """Asserts that the evaluator task evaluated `checkpoint` (e.g. "epoch-002", the last) into
+    `model_dir`/evaluations.json, with the accuracy and loss the workers' final validation has in
+    `metrics` (--metrics_json): it reads the whole validation split on one task, the workers
+    read it sharded, each example once, so the same weights give the same figures."""
+    with open(os.path.join(model_dir, "evaluations.json"), encoding="utf-8") as file:
+        evaluations = json.load(file)
+    test.assertIn(checkpoint, evaluations, "the evaluator saw the last checkpoint")
+    test.assertAlmostEqual(evaluations[checkpoint]["accuracy"], metrics["final"]["val_accuracy"],
+                           places=6, msg="the evaluator's accuracy is the workers' validation's")
+    test.assertAlmostEqual(evaluations[checkpoint]["loss"], metrics["final"]["val_loss"],
+                           places=4, msg="the evaluator's loss is the workers' validation's")
+
+
 def read_killing(stream, *, when: str, task: str) -> tuple[list[str], bool]:
     """Reads a launcher's or rehearsal's `stream` to its end, SIGKILLing the process it announced
     as `started TASK ... pid=N` at once when a line starts with `when` (mid-epoch, for an

@@ -6,7 +6,9 @@ import contextlib
 import io
 import os
 import socket
+import subprocess
 import sys
+import tempfile
 import types
 import unittest
 from unittest import mock
@@ -24,6 +26,20 @@ config = json.loads(os.environ["TF_CONFIG"])
 address = config["cluster"][config["task"]["type"]][config["task"]["index"]]
 server = socket.create_server(("127.0.0.1", int(address.rsplit(":", 1)[1])))
 time.sleep(1)
+"""
+
+# Listens on its TF_CONFIG port as _JOINS does, except worker 1, which never does; both run until
+# the file argv[1] exists (60 s at most).
+_JOINS_UNLESS_WORKER_1_UNTIL_STOPPED = """
+import json, os, socket, sys, time
+config = json.loads(os.environ["TF_CONFIG"])
+task = config["task"]
+if task["index"] != 1:
+    address = config["cluster"][task["type"]][task["index"]]
+    server = socket.create_server(("127.0.0.1", int(address.rsplit(":", 1)[1])))
+deadline = time.monotonic() + 60
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.05)
 """
 
 # What a task printed, as it came, when it ran Keras 3's own `model.fit` under
@@ -181,17 +197,28 @@ class LaunchTest(unittest.TestCase):
         self.assertNotIn("did not join", joined.stderr)
 
     def test_a_task_still_not_listening_after_the_wait_is_named_while_it_runs(self):
-        # worker:0 joins; worker:1 never does and runs on past the wait, so it is named then,
-        # not again at its exit.
-        late = ("import json, os, time\n"
-                "if json.loads(os.environ['TF_CONFIG'])['task']['index'] == 1:\n"
-                "    time.sleep(6)\n"
-                "    raise SystemExit\n") + _JOINS.replace("time.sleep(1)", "time.sleep(4)")
-        result = run_tfdist("launch", "--num_workers=2", "--join_check_s=2", "--",
-                            sys.executable, "-c", late, timeout_s=120)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        warnings = [line for line in result.stderr.splitlines() if "did not join" in line]
-        self.assertEqual(len(warnings), 1, result.stderr)
+        # worker:0 joins; worker:1 never does and runs on past the wait, until the warning has
+        # named it (then the file argv[1] ends both), so it is named then, not again at its exit.
+        with tempfile.TemporaryDirectory() as scratch:
+            stop = os.path.join(scratch, "stop")
+            launcher = subprocess.Popen(  # pylint: disable=consider-using-with
+                [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--join_check_s=2",
+                 "--", sys.executable, "-c", _JOINS_UNLESS_WORKER_1_UNTIL_STOPPED, stop],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"})
+            stderr = []
+            try:
+                for line in launcher.stderr:  # The tasks end by themselves after 60 s.
+                    stderr.append(line)
+                    if "did not join" in line:
+                        break
+            finally:
+                open(stop, "w", encoding="utf-8").close()
+                stdout, rest = launcher.communicate(timeout=120)
+        stderr = "".join(stderr) + rest
+        self.assertEqual(launcher.returncode, 0, stdout + stderr)
+        warnings = [line for line in stderr.splitlines() if "did not join" in line]
+        self.assertEqual(len(warnings), 1, stderr)
         self.assertRegex(warnings[0], r"^tfdist launch: warning: worker:1 has not listened on its "
                                       r"TF_CONFIG port \d+ in 2 s: the program did not join ")
 

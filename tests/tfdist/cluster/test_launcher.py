@@ -26,9 +26,11 @@ import pytest
 from absl.testing import parameterized
 
 from tfdist import strategies
+from tests.tfdist.cli_runner import assert_evaluator_agrees
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import launch_killing
 from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.cluster import PYTHON
 from tfdist.commands import cli
 from tfdist.cluster import launcher as launch
@@ -36,12 +38,23 @@ from tfdist.cluster import network
 from tfdist.cluster import processes
 from tests.tfdist.cluster import test_processes
 
-# Prints its task from TF_CONFIG; fails on the first run of worker 1 (a marker file records it).
+# Prints its task from TF_CONFIG and the Keras it was given, then records that it printed (a file
+# in argv[1]). Worker 1 then fails with status 3: on its first run only, or (argv[2] "always")
+# on every run once worker 0 has printed, while worker 0 sleeps.
 _FLAKY_TASK = textwrap.dedent("""
-    import json, os, sys
+    import json, os, sys, time
     task = json.loads(os.environ["TF_CONFIG"])["task"]
-    print("task", task["type"], task["index"], "keras", os.environ.get("TF_USE_LEGACY_KERAS"))
+    print("task", task["type"], task["index"], "keras", os.environ.get("TF_USE_LEGACY_KERAS"),
+          flush=True)
+    open(os.path.join(sys.argv[1], f"printed-{task['index']}"), "w").close()
     marker = os.path.join(sys.argv[1], "failed-once")
+    if sys.argv[2:] == ["always"]:
+        if task["index"] == 0:
+            time.sleep(600)
+        printed, deadline = os.path.join(sys.argv[1], "printed-0"), time.monotonic() + 60
+        while not os.path.exists(printed) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sys.exit(3)
     if task["index"] == 1 and not os.path.exists(marker):
         open(marker, "w").close()
         sys.exit(3)
@@ -78,104 +91,42 @@ class _Scratch:
 class SupervisionTest(_Scratch, unittest.TestCase):
     """Each case runs a launcher and its tasks as processes (small Python programs)."""
 
-    def test_prefixes_output_writes_logs_and_sets_tf_config(self):
-        script = self.script(_FLAKY_TASK.replace('task["index"] == 1', "False"))
+    # Restarts, back-off doubling, the final lines, a lost ps task's restart of every task and
+    # the timeout, exactly: test_supervision; the timeout with real processes: FaultToleranceTest.
+
+    def test_prefixes_output_writes_logs_sets_tf_config_and_restarts_the_group(self):
         logs = os.path.join(self.dir, "logs")
-        result = run_tfdist("launch", "--num_workers=2", f"--log_dir={logs}", "--",
-                            sys.executable, script, self.dir)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertRegex(result.stdout, r"tfdist launch: started worker:1 pid=\d+")
-        self.assertIn("[worker:0] task worker 0 keras 1", result.stdout)
-        self.assertIn("[worker:1] task worker 1 keras 1", result.stdout)
-        self.assertRegex(result.stdout.splitlines()[-1],
-                         r"^tfdist launch: job done: 2 task\(s\) exited 0 in \d+\.\d s$")
-        with open(os.path.join(logs, "worker-1.log"), encoding="utf-8") as log:
-            self.assertEqual(log.read(), "task worker 1 keras 1\n")
-
-    def test_every_task_gets_the_keras_launch_names(self):
-        script = self.script(_FLAKY_TASK.replace('task["index"] == 1', "False"))
-        result = run_tfdist("launch", "--num_workers=2", "--keras=3", "--", sys.executable,
-                            script, self.dir)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        for index in (0, 1):  # TF_USE_LEGACY_KERAS=0: tf.keras is Keras 3.
-            self.assertIn(f"[worker:{index}] task worker {index} keras 0", result.stdout)
-
-    def test_failed_worker_restarts_the_group(self):
-        result = run_tfdist("launch", "--num_workers=2", "--max_restarts=1",
+        result = run_tfdist("launch", "--num_workers=2", f"--log_dir={logs}", "--max_restarts=1",
                             "--restart_backoff_s=0.1", "--", sys.executable,
                             self.script(_FLAKY_TASK), self.dir)
         self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertRegex(result.stdout, r"tfdist launch: started worker:1 pid=\d+",
+                         "the launcher announces each task it starts")
+        for index in (0, 1):  # TF_USE_LEGACY_KERAS=1: tf.keras is tf-keras.
+            self.assertIn(f"[worker:{index}] task worker {index} keras 1", result.stdout,
+                          "each task's output, prefixed, with its TF_CONFIG task and Keras")
         self.assertIn("worker:1 exited with status 3; restarting every task (1/1) in 0.1 s\n",
-                      result.stderr)
-        self.assertEqual(result.stdout.count("[worker:0] task worker 0"), 2)
-        self.assertRegex(result.stdout, r"job done: 2 task\(s\) exited 0, after 1 restart\(s\) "
-                                        r"in \d+\.\d s\n$")
+                      result.stderr, "the failed task's restart")
+        self.assertEqual(result.stdout.count("[worker:0] task worker 0"), 2,
+                         "the group restarts: worker 0 ran twice")
+        self.assertRegex(result.stdout.splitlines()[-1],
+                         r"^tfdist launch: job done: 2 task\(s\) exited 0, after 1 restart\(s\) "
+                         r"in \d+\.\d s$", "the last line says the job is done")
+        with open(os.path.join(logs, "worker-1.log"), encoding="utf-8") as log:
+            self.assertEqual(log.read(), "task worker 1 keras 1\n" * 2,
+                             "each task's log holds its output of every run, unprefixed")
 
-    def test_final_failure_stops_everything_with_the_tasks_status(self):
-        script = self.script(_FLAKY_TASK.replace("not os.path.exists(marker)", "True") +
-                             "import time\ntime.sleep(600)\n")
+    def test_final_failure_stops_everything_and_every_task_gets_the_keras_launch_names(self):
         start = time.monotonic()
-        result = run_tfdist("launch", "--num_workers=2", "--", sys.executable, script, self.dir)
+        result = run_tfdist("launch", "--num_workers=2", "--keras=3", "--", sys.executable,
+                            self.script(_FLAKY_TASK), self.dir, "always")
         self.assertEqual(result.returncode, 3, result.stderr)
+        for index in (0, 1):  # TF_USE_LEGACY_KERAS=0: tf.keras is Keras 3.
+            self.assertIn(f"[worker:{index}] task worker {index} keras 0", result.stdout,
+                          "--keras=3 reaches every task")
         self.assertIn("worker:1 exited with status 3 after 0 restart(s); stopped every task",
-                      result.stderr)
-        self.assertLess(time.monotonic() - start, 60)
-
-    def test_restarts_back_off_doubling(self):
-        start = time.monotonic()
-        # One worker: with two, which one's failure the launcher sees first is a race.
-        result = run_tfdist("launch", "--num_workers=1", "--max_restarts=3",
-                            "--restart_backoff_s=0.4", "--", sys.executable, "-c",
-                            "raise SystemExit(3)")
-        self.assertEqual(result.returncode, 3, result.stderr)
-        self.assertEqual([line for line in result.stderr.splitlines() if "restarting" in line], [
-            f"tfdist launch: worker:0 exited with status 3; restarting every task ({count}/3) "
-            f"in {delay} s" for count, delay in ((1, 0.4), (2, 0.8), (3, 1.6))])
-        self.assertGreater(time.monotonic() - start, 2.8)
-
-    def test_a_lost_ps_task_restarts_every_task(self):
-        # ps:0 fails on its first run; the chief fails 10 s into its first run (a job that lost
-        # its variables), and exits 0 on the next.
-        script = self.script(textwrap.dedent("""
-            import json, os, sys, time
-            task = json.loads(os.environ["TF_CONFIG"])["task"]["type"]
-            marker = os.path.join(sys.argv[1], f"{task}-ran")
-            first_run = not os.path.exists(marker)
-            open(marker, "w").close()
-            if task == "ps" and first_run:
-                sys.exit(3)
-            if task == "chief":
-                time.sleep(10 if first_run else 0)
-                sys.exit(1 if first_run else 0)
-            time.sleep(120)
-        """))
-        result = run_tfdist("launch", "--num_ps=1", "--chief", "--max_restarts=1",
-                            "--restart_backoff_s=0.1", "--", sys.executable, script, self.dir)
-        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-        self.assertIn("tfdist launch: ps:0 exited with status 3; restarting every task (1/1) in "
-                      "0.1 s: a ps task loses its variables with it\n", result.stderr)
-        self.assertEqual(result.stdout.count("started chief:0"), 2)
-
-    def test_the_final_line_names_the_first_failure(self):
-        # worker:1 fails first; after the restart, worker:0.
-        script = self.script(textwrap.dedent("""
-            import json, os, sys, time
-            index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
-            marker = os.path.join(sys.argv[1], "failed-once")
-            if index == 1 and not os.path.exists(marker):
-                open(marker, "w").close()
-                sys.exit(3)
-            if index == 0 and os.path.exists(marker):
-                time.sleep(0.5)
-                sys.exit(5)
-            time.sleep(120)
-        """))
-        result = run_tfdist("launch", "--num_workers=2", "--max_restarts=1",
-                            "--restart_backoff_s=0.1", "--", sys.executable, script, self.dir)
-        self.assertEqual(result.returncode, 5, result.stderr)
-        self.assertEqual(result.stderr.splitlines()[-1],
-                         "tfdist launch: worker:1 exited with status 3 first; after 1 "
-                         "restart(s), worker:0 exited with status 5; stopped every task")
+                      result.stderr, "the final failure's line")
+        self.assertLess(time.monotonic() - start, 60, "worker 0, asleep, was stopped")
 
     def test_tasks_and_what_they_started_die_with_a_killed_launcher(self):
         launcher = subprocess.Popen(  # pylint: disable=consider-using-with
@@ -204,15 +155,6 @@ class SupervisionTest(_Scratch, unittest.TestCase):
             self.assertLess(started_gone_s, 10.0)  # Measured: 0.3 s (the guardian's start).
             self.assertEqual(glob.glob(os.path.join(parent, f"tfdist-{launcher.pid}-*")), [])
 
-    def test_timeout_stops_everything(self):
-        script = self.script("import time\ntime.sleep(600)\n")
-        start = time.monotonic()
-        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=2", "--", sys.executable,
-                            script)
-        self.assertEqual(result.returncode, 124, result.stderr)
-        self.assertIn("timed out after 2 s; stopped every task", result.stderr)
-        self.assertLess(time.monotonic() - start, 60)
-
 
 def _cgroups_parent() -> str | None:
     """Where `tfdist launch` makes its cgroups on this machine; None where it makes none."""
@@ -235,53 +177,76 @@ class StragglerNoticeTest(unittest.TestCase):
                 self.assertEqual(stderr.getvalue(), said, now)
 
 
+_REFUSED = (
+    ("no_command", ["--num_workers=2"], "launch needs a command after `--`"),
+    ("empty_command", ["--num_workers=2", "--"], "launch needs a command after `--`"),
+    ("not_executable", ["--", "no-such-program-xyz"],
+     "command 'no-such-program-xyz' is not an executable file or on PATH"),
+    ("ps_without_chief", ["--num_ps=1", "--", "python"], "num_ps=1: 1 ps task(s) but no chief"),
+    ("negative_restarts", ["--max_restarts=-1", "--", "python"], "--max_restarts=-1"),
+    ("negative_backoff", ["--restart_backoff_s=-1", "--", "python"],
+     "restart_backoff_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
+     "--restart_backoff_s=1, or 0 to restart at once."),
+    ("nan_backoff", ["--restart_backoff_s=nan", "--", "python"], "restart_backoff_s"),
+    ("negative_join_check", ["--join_check_s=-1", "--", "python"],
+     "join_check_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
+     "--join_check_s=120, or 0 to check only when a task exits."),
+    # The flag or LaunchConfig (library users) rejects these; either names the value.
+    ("nan_timeout", ["--timeout_s=nan", "--", "python"], "timeout_s=nan"),
+    ("infinite_timeout", ["--timeout_s=inf", "--", "python"], "timeout_s=inf"),
+    ("negative_timeout", ["--timeout_s=-1", "--", "python"], "timeout_s=-1"),
+    ("zero_timeout", ["--timeout_s=0", "--", "python"], "timeout_s=0"),
+    ("more_tasks_than_memory", ["--num_workers=2000", "--", "python"],
+     "num_workers=2000 makes 2000 task(s) in all, more than this machine can run: at most "),
+)
+
+
+@pytest.fixture(name="refused_launches", scope="module")
+def _refused_launches(tmp_path_factory) -> tuple[dict, dict[str, str]]:
+    """Runs each launch of _REFUSED, and with a --log_dir that cannot be written, through the
+    CLI in one child process that cannot import TensorFlow; returns their results by name, and
+    the log dirs by name."""
+    a_file = tmp_path_factory.mktemp("launch") / "a_file"
+    a_file.write_text("", encoding="utf-8")
+    # Root may write anywhere a file system allows: these fail for root too.
+    log_dirs = {"a_file": str(a_file), "under_a_file": os.path.join(a_file, "logs"),
+                "proc": "/proc"}
+    cases = {name: ["launch", *args] for name, args, _ in _REFUSED}
+    cases.update({f"log_dir_{name}": ["launch", f"--log_dir={path}", "--", "python"]
+                  for name, path in log_dirs.items()})
+    results = run_tfdist_cases(list(cases.values()), without_tensorflow=True)
+    return dict(zip(cases, results)), log_dirs
+
+
 class BadLaunchTest(_Scratch, parameterized.TestCase):
 
-    @parameterized.named_parameters(
-        ("no_command", ["--num_workers=2"], "launch needs a command after `--`"),
-        ("empty_command", ["--num_workers=2", "--"], "launch needs a command after `--`"),
-        ("not_executable", ["--", "no-such-program-xyz"],
-         "command 'no-such-program-xyz' is not an executable file or on PATH"),
-        ("ps_without_chief", ["--num_ps=1", "--", "python"], "num_ps=1: 1 ps task(s) but no chief"),
-        ("negative_restarts", ["--max_restarts=-1", "--", "python"], "--max_restarts=-1"),
-        ("negative_backoff", ["--restart_backoff_s=-1", "--", "python"],
-         "restart_backoff_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
-         "--restart_backoff_s=1, or 0 to restart at once."),
-        ("nan_backoff", ["--restart_backoff_s=nan", "--", "python"], "restart_backoff_s"),
-        ("negative_join_check", ["--join_check_s=-1", "--", "python"],
-         "join_check_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
-         "--join_check_s=120, or 0 to check only when a task exits."),
-        # The flag or LaunchConfig (library users) rejects these; either names the value.
-        ("nan_timeout", ["--timeout_s=nan", "--", "python"], "timeout_s=nan"),
-        ("infinite_timeout", ["--timeout_s=inf", "--", "python"], "timeout_s=inf"),
-        ("negative_timeout", ["--timeout_s=-1", "--", "python"], "timeout_s=-1"),
-        ("zero_timeout", ["--timeout_s=0", "--", "python"], "timeout_s=0"),
-        ("more_tasks_than_memory", ["--num_workers=2000", "--", "python"],
-         "num_workers=2000 makes 2000 task(s) in all, more than this machine can run: at most "),
-    )
+    @pytest.fixture(autouse=True)
+    def _refused(self, request):
+        if request.node.get_closest_marker("multiprocess") is not None:
+            self.refused, self.log_dirs = request.getfixturevalue("refused_launches")
+
+    @parameterized.named_parameters(*((name, name, expected) for name, _, expected in _REFUSED))
     @pytest.mark.multiprocess
-    def test_one_line_error(self, args, expected):
-        result = run_tfdist("launch", *args)
+    def test_one_line_error(self, case, expected):
+        result = self.refused[case]
         assert_one_line_error(self, result, expected)
         self.assertNotIn("started", result.stdout)
 
     @pytest.mark.multiprocess
     def test_log_dir_that_is_a_file(self):
-        path = self.script("")
-        result = run_tfdist("launch", f"--log_dir={path}", "--", "python")
+        path = self.log_dirs["a_file"]
+        result = self.refused["log_dir_a_file"]
         assert_one_line_error(self, result, f"log_dir={path!r} is a file; pass a directory.")
         self.assertNotIn("started", result.stdout)
 
     @parameterized.named_parameters(
-        # Root may write anywhere a file system allows: these fail for root too.
-        ("under_a_file", lambda scratch: os.path.join(scratch.script(""), "logs"),
-         "is a file, not a directory; pass a directory."),
-        ("proc", lambda scratch: "/proc", ": cannot write in /proc ("),
+        ("under_a_file", "under_a_file", "is a file, not a directory; pass a directory."),
+        ("proc", "proc", ": cannot write in /proc ("),
     )
     @pytest.mark.multiprocess
-    def test_log_dir_that_cannot_be_written(self, make_path, expected):
-        path = make_path(self)
-        result = run_tfdist("launch", f"--log_dir={path}", "--", "python")
+    def test_log_dir_that_cannot_be_written(self, name, expected):
+        path = self.log_dirs[name]
+        result = self.refused[f"log_dir_{name}"]
         assert_one_line_error(self, result, f"log_dir={path!r}", expected)
         self.assertNotIn("started", result.stdout)
 
@@ -549,43 +514,9 @@ class TfdistCommandLaunchTest(unittest.TestCase):
 
 @pytest.mark.multiprocess
 class ClusterLaunchTest(_Scratch, unittest.TestCase):
-
-    @pytest.fixture(autouse=True)
-    def _data(self, small_shapes_data_dir):
-        self.data_dir = small_shapes_data_dir
-
-    def _launch_train(self, *launch_args: str, strategy: str,
-                      train_args: tuple[str, ...] = ("--validation_steps=2",)) -> dict:
-        metrics = os.path.join(self.dir, "metrics.json")
-        result = run_tfdist("launch", *launch_args, "--timeout_s=400", "--", "train",
-                            f"--strategy={strategy}", f"--data_dir={self.data_dir}",
-                            "--epochs=2", "--steps_per_epoch=4", "--global_batch_size=32",
-                            f"--metrics_json={metrics}", *train_args)
-        self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-3000:])
-        with open(metrics, encoding="utf-8") as metrics_file:
-            return json.load(metrics_file)
-
-    def test_multi_worker_mirrored_with_an_evaluator(self):
-        model_dir = os.path.join(self.dir, "model")
-        metrics = self._launch_train("--num_workers=2", "--evaluator",
-                                     strategy="multi_worker_mirrored",
-                                     train_args=(f"--model_dir={model_dir}",))
-        self.assertEqual((metrics["strategy"], metrics["num_workers"]),
-                         ("multi_worker_mirrored", 2))
-        with open(os.path.join(model_dir, "evaluations.json"), encoding="utf-8") as file:
-            evaluations = json.load(file)
-        self.assertIn("epoch-002", evaluations)  # The evaluator saw the last checkpoint.
-        # It evaluates the whole validation split on one task; the workers validated it
-        # sharded, each example once: the same weights give the same accuracy.
-        self.assertAlmostEqual(evaluations["epoch-002"]["accuracy"],
-                               metrics["final"]["val_accuracy"], places=6)
-        self.assertAlmostEqual(evaluations["epoch-002"]["loss"],
-                               metrics["final"]["val_loss"], places=4)
-
-    def test_parameter_server(self):
-        metrics = self._launch_train("--num_workers=2", "--num_ps=1", "--chief",
-                                     strategy="parameter_server")
-        self.assertEqual((metrics["strategy"], metrics["num_workers"]), ("parameter_server", 2))
+    """Users' own multi-worker programs as the tasks; `tfdist train` clusters (multi-worker
+    mirrored with an evaluator, parameter server) are in FaultToleranceTest, where they also
+    lose a task."""
 
     def test_unmodified_tf_keras_multi_worker_script(self):
         script = self.script(_KERAS_MULTI_WORKER_SCRIPT)
@@ -619,7 +550,7 @@ _TRAIN_CRASHING_ONCE = textwrap.dedent("""
     import tf_keras
 
     marker, args = sys.argv[1], sys.argv[2:]
-    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]  # The evaluator's is 0.
 
     class CrashOnce(tf_keras.callbacks.Callback):
         epoch = 0
@@ -638,79 +569,133 @@ _TRAIN_CRASHING_ONCE = textwrap.dedent("""
     sys.exit(cli.main(["tfdist", "train", *args]))
 """)
 
+# Runs `tfdist launch ARGV[2:]` in this process with its --timeout_s counted from the moment a
+# task's output holds ARGV[1] (120 s after the tasks start at the latest), not from their start,
+# and a 1 s grace period (processes.STOP_GRACE_S) before SIGKILL: a launch timeout that ends a
+# task stuck waiting without first waiting out the task's TensorFlow import, nor 15 s for a
+# task whose wait ignores SIGTERM (tfdist.cluster.join_deadline says whose does).
+_LAUNCH_TIMED_FROM_A_LINE = textwrap.dedent("""
+    import sys, threading
+    from tfdist.commands import cli
+    from tfdist.cluster import launcher as launch
+    from tfdist.cluster import processes
+
+    line, seen = sys.argv[1], threading.Event()
+
+    class Watched:
+        def __init__(self, stream):
+            self._stream = stream
+        def write(self, text):
+            if line in text:
+                seen.set()
+            return self._stream.write(text)
+        def __getattr__(self, name):
+            return getattr(self._stream, name)
+
+    sys.stdout = Watched(sys.stdout)
+    supervise = launch._supervise
+    def supervise_once_seen(*args):
+        seen.wait(120)
+        return supervise(*args)
+    launch._supervise = supervise_once_seen
+    processes.STOP_GRACE_S = 1.0
+    sys.exit(cli.main(["tfdist", "launch", *sys.argv[2:]]))
+""")
+
+# A task that trains, except worker 1, which never starts (it sleeps).
+_WORKER_1_NEVER_STARTS = textwrap.dedent("""
+    import json, os, sys, time
+    if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
+        time.sleep(600)
+    from tfdist.commands import cli
+    sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
+""")
+
 
 @pytest.mark.multiprocess
 class FaultToleranceTest(_Scratch, unittest.TestCase):
+    """`tfdist train` clusters under `tfdist launch` that lose a task, or never get one."""
 
     @pytest.fixture(autouse=True)
     def _data(self, small_shapes_data_dir):
         self.data_dir = small_shapes_data_dir
 
-    def test_multi_worker_group_restarts_and_resumes_from_the_backup(self):
+    def test_multi_worker_group_with_an_evaluator_restarts_and_resumes_from_the_backup(self):
+        model_dir, metrics_path = os.path.join(self.dir, "model"), os.path.join(self.dir, "m.json")
         result = run_tfdist(
-            "launch", "--num_workers=2", "--max_restarts=1", "--timeout_s=500", "--",
-            sys.executable, self.script(_TRAIN_CRASHING_ONCE), os.path.join(self.dir, "crashed"),
-            "--strategy=multi_worker_mirrored", f"--data_dir={self.data_dir}", "--epochs=3",
-            "--steps_per_epoch=4", "--validation_steps=1", "--global_batch_size=32",
-            f"--model_dir={os.path.join(self.dir, 'model')}", "--collective_timeout_s=60")
+            "launch", "--num_workers=2", "--evaluator", "--max_restarts=1", "--timeout_s=500",
+            "--", sys.executable, self.script(_TRAIN_CRASHING_ONCE),
+            os.path.join(self.dir, "crashed"), "--strategy=multi_worker_mirrored",
+            f"--data_dir={self.data_dir}", "--epochs=2", "--steps_per_epoch=4",
+            "--global_batch_size=32", f"--model_dir={model_dir}", "--collective_timeout_s=60",
+            f"--metrics_json={metrics_path}")
         self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-2000:])
         self.assertIn("worker:1 exited with status 7; restarting every task (1/1)",
-                      result.stderr)
+                      result.stderr, "the crashed worker restarts the group")
         worker_0 = [line for line in result.stdout.splitlines()
                     if line.startswith("[worker:0]")]
-        self.assertEqual(sum("Epoch 1/3" in line for line in worker_0), 1, "epoch 1 redone")
+        self.assertEqual(sum("Epoch 1/2" in line for line in worker_0), 1, "epoch 1 redone")
         # The survivor says it lost its peer in one line (or is stopped first), no traceback.
         self.assertFalse([line for line in worker_0 if "Traceback" in line], worker_0[-40:])
-        self.assertEqual(sum("Epoch 3/3" in line for line in worker_0), 1)
+        self.assertEqual(sum("Epoch 2/2" in line for line in worker_0), 2,
+                         "epoch 2, begun when worker 1 crashed, run again from the backup")
         checksums = {line.split("weights ")[1] for line in result.stdout.splitlines()
                      if "] weights " in line}
-        self.assertEqual(len(checksums), 1, result.stdout[-2000:])
+        self.assertEqual(len(checksums), 1, "the workers end with the same weights: "
+                                            f"{result.stdout[-2000:]}")
+        with open(metrics_path, encoding="utf-8") as metrics_file:
+            metrics = json.load(metrics_file)
+        self.assertEqual((metrics["strategy"], metrics["num_workers"]),
+                         ("multi_worker_mirrored", 2), "the metrics name the cluster")
+        assert_evaluator_agrees(self, model_dir, metrics, "epoch-002")  # Restarted too.
 
-
-    def test_parameter_server_job_survives_a_killed_worker(self):
+    def test_parameter_server_job_trains_and_survives_a_killed_worker(self):
+        metrics_path = os.path.join(self.dir, "m.json")
         command = [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--num_ps=1",
                    "--chief", "--max_restarts=1", "--timeout_s=400", "--", "train",
                    "--strategy=parameter_server", f"--data_dir={self.data_dir}", "--epochs=3",
-                   "--steps_per_epoch=20", "--validation_steps=1", "--global_batch_size=32"]
+                   "--steps_per_epoch=20", "--validation_steps=2", "--global_batch_size=32",
+                   f"--metrics_json={metrics_path}"]
         output, killed, status = launch_killing(command, when="[chief:0] Epoch 2/3",
                                                 task="worker:1")
         self.assertTrue(killed, output[-3000:])
         self.assertEqual(status, 0, output[-3000:])
-        self.assertIn("[chief:0] tfdist: parameter_server", output)
-        self.assertIn("3 epoch(s) of 20 steps", output)
-
-
-    def _launch_with_a_worker_that_never_starts(self, *train_flags: str,
-                                                timeout_s: int) -> subprocess.CompletedProcess:
-        script = self.script(textwrap.dedent("""
-            import json, os, sys, time
-            if json.loads(os.environ["TF_CONFIG"])["task"]["index"] == 1:
-                time.sleep(600)
-            from tfdist.commands import cli
-            sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
-        """))
-        return run_tfdist("launch", "--num_workers=2", f"--timeout_s={timeout_s}", "--",
-                          sys.executable, script, "--strategy=multi_worker_mirrored",
-                          f"--data_dir={self.data_dir}", *train_flags)
+        self.assertIn("[chief:0] tfdist: parameter_server", output, "the chief's summary")
+        self.assertIn("3 epoch(s) of 20 steps", output, "every epoch ran")
+        with open(metrics_path, encoding="utf-8") as metrics_file:
+            metrics = json.load(metrics_file)
+        self.assertEqual((metrics["strategy"], metrics["num_workers"]), ("parameter_server", 2),
+                         "the metrics name the cluster")
 
     def test_worker_that_never_starts_fails_its_peer_at_the_collective_timeout(self):
+        # The timeout counts from worker 0's join attempt (tfdist.runtime.setup).
         start = time.monotonic()
-        result = self._launch_with_a_worker_that_never_starts("--collective_timeout_s=10",
-                                                               timeout_s=300)
+        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=300", "--", sys.executable,
+                            self.script(_WORKER_1_NEVER_STARTS), "--strategy=multi_worker_mirrored",
+                            f"--data_dir={self.data_dir}", "--collective_timeout_s=1")
         self.assertNotIn(result.returncode, (0, 124), result.stderr[-2000:])
         self.assertRegex(result.stdout,
-                         r"\[worker:0\] tfdist train: error: worker:0 waited 10 s "
+                         r"\[worker:0\] tfdist train: error: worker:0 waited 1 s "
                          r"\(--collective_timeout_s\) for the other 1 worker\(s\) to join; .* "
                          r"Not answering: 127\.0\.0\.1:\d+\.")
         self.assertLess(time.monotonic() - start, 90)
 
     def test_worker_that_never_starts_without_a_collective_timeout_ends_at_the_launch_timeout(
             self):
+        # Also `tfdist launch --timeout_s` with real processes: exit 124 and its one line.
+        waiting = "waiting for all 2 workers to join, without a time limit"
         start = time.monotonic()
-        result = self._launch_with_a_worker_that_never_starts(timeout_s=20)
+        result = subprocess.run(
+            [sys.executable, "-c", _LAUNCH_TIMED_FROM_A_LINE, waiting, "--num_workers=2",
+             "--timeout_s=2", "--", sys.executable, self.script(_WORKER_1_NEVER_STARTS),
+             "--strategy=multi_worker_mirrored", f"--data_dir={self.data_dir}"],
+            capture_output=True, text=True, timeout=300, check=False,
+            env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"})
+        self.assertIn(f"[worker:0] tfdist: worker:0 {waiting} (set --collective_timeout_s to "
+                      "bound it)", result.stdout, "worker 0 says it waits without a limit")
         self.assertEqual(result.returncode, 124, result.stderr[-2000:])
-        self.assertIn("waiting for all 2 workers to join, without a time limit", result.stdout)
-        self.assertIn("timed out after 20 s; stopped every task", result.stderr)
+        self.assertIn("tfdist launch: timed out after 2 s; stopped every task\n", result.stderr,
+                      "the launch timeout ends the job, 2 s into worker 0's wait")
         self.assertLess(time.monotonic() - start, 90)
 
 

@@ -88,14 +88,18 @@ class InProcessTest(_PolicyReset):
         self.assertNotEqual(one[0], other[0])
 
 
+# Fits a model once per item of --fits, in order, on one plan (the strategy, and with it the
+# cluster, made once): "+"-joined words say how its dataset function reads (noshard: without
+# sharding; seed:N: shuffled with seed N, else unseeded; batch_by_global: batches of the global
+# batch) and whether fit checks it (nocheck: check_input=False). Each fit prints a line: "fit
+# ITEM: trained N step(s)", or "fit ITEM: raised ..." with the check's error; the last fit's
+# error is not caught, so tfdist.run says it in its one line and exits 2.
 _PROGRAM = """
 from absl import flags
 import tfdist
+from tfdist.runtime.config import ConfigError
 tfdist.define_flags()
-_SHARD = flags.DEFINE_bool("shard", True, "")
-_SEED = flags.DEFINE_integer("shuffle_seed", None, "")
-_CHECK = flags.DEFINE_bool("check", True, "")
-_GLOBAL = flags.DEFINE_bool("batch_by_global", False, "")
+_FITS = flags.DEFINE_list("fits", [], "")
 
 def main(argv):
     config = tfdist.config_from_flags()
@@ -103,17 +107,31 @@ def main(argv):
     plan = tfdist.setup(config, train_examples=256)
     features = np.random.default_rng(0).normal(size=(256, 6)).astype("float32")
 
-    def make(context):
-        dataset = tf.data.Dataset.from_tensor_slices((features, np.arange(256) % 2))
-        if _SHARD.value:
-            dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
-        dataset = dataset.shuffle(256, seed=_SEED.value).repeat()
-        return dataset.batch(plan.global_batch_size if _GLOBAL.value
-                             else context.get_per_replica_batch_size(plan.global_batch_size))
+    def dataset_fn(words, seed):
+        def make(context):
+            dataset = tf.data.Dataset.from_tensor_slices((features, np.arange(256) % 2))
+            if "noshard" not in words:
+                dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
+            dataset = dataset.shuffle(256, seed=seed).repeat()
+            return dataset.batch(plan.global_batch_size if "batch_by_global" in words
+                                 else context.get_per_replica_batch_size(plan.global_batch_size))
+        return make
 
     model = lambda: tf.keras.Sequential([tf.keras.layers.Input((6,)), tf.keras.layers.Dense(2)])
-    tfdist.fit(plan, model, make, validation_data=None, check_input=_CHECK.value,
-               loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    for number, item in enumerate(_FITS.value, 1):
+        words = item.split("+")
+        seeds = [int(word.split(":")[1]) for word in words if word.startswith("seed:")]
+        try:
+            summary = tfdist.fit(
+                plan, model, dataset_fn(words, seeds[0] if seeds else None), validation_data=None,
+                check_input="nocheck" not in words,
+                loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        except ConfigError as error:
+            if number == len(_FITS.value):
+                raise
+            print(f"fit {item}: raised {error}", flush=True)
+        else:
+            print(f"fit {item}: trained {summary['steps']} step(s)", flush=True)
 
 if __name__ == "__main__":
     tfdist.run(main)
@@ -122,39 +140,47 @@ if __name__ == "__main__":
 
 @pytest.mark.multiprocess
 class UnderLaunchTest(tf.test.TestCase):
+    """One launch per strategy, whose tasks fit several dataset functions in turn."""
 
-    def _launch(self, cluster: list[str], *flags: str) -> subprocess.CompletedProcess:
+    def _launch(self, cluster: list[str], fits: list[str]) -> subprocess.CompletedProcess:
         program = os.path.join(self.get_temp_dir(), "program.py")
         with open(program, "w", encoding="utf-8") as file:
             file.write(textwrap.dedent(_PROGRAM))
         return subprocess.run(
             [sys.executable, "-m", "tfdist", "launch", "--timeout_s=300", *cluster, "--",
              sys.executable, program, "--epochs=1", "--steps_per_epoch=4",
-             "--global_batch_size=16", *flags],
+             "--global_batch_size=16", f"--fits={','.join(fits)}"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=320,
             check=False)
 
     def test_multi_worker_mirrored_workers_that_read_the_same_examples(self):
-        result = self._launch(["--num_workers=2"], "--noshard")
-        self.assertNotEqual(result.returncode, 0)
-        lines = [line for line in result.stdout.splitlines() if "error:" in line]
+        result = self._launch(["--num_workers=2"], ["noshard+nocheck", "batch_by_global",
+                                                    "noshard"])
+        output = result.stdout
+        for index in (0, 1):
+            self.assertIn(f"[worker:{index}] fit noshard+nocheck: trained 4 step(s)", output,
+                          "opted out, workers that read the same examples train")
+        self.assertRegex(output, r"\[worker:0\] fit batch_by_global: raised train_data: its "
+                                 r"first batch holds 16 examples, but each replica's batch is 8 "
+                                 r"\(global batch 16 over 2 replica",
+                         "batches of the global batch are refused")
+        self.assertEqual(result.returncode, 2, output[-3000:])
+        lines = [line for line in output.splitlines() if "error:" in line]
+        self.assertTrue(lines, output[-3000:])
         self.assertRegex(lines[0], r"program.py: error: train_data: workers 0 and 1 read the "
-                                   r"same first batch")
-        self.assertNotIn("Traceback", result.stdout)
-        opted_out = self._launch(["--num_workers=2"], "--noshard", "--nocheck")
-        self.assertEqual(opted_out.returncode, 0, opted_out.stdout[-3000:])
-        too_large = self._launch(["--num_workers=2"], "--batch_by_global")
-        self.assertRegex(too_large.stdout, r"\[worker:0\] program.py: error: train_data: its "
-                                           r"first batch holds 16 examples, but each replica's "
-                                           r"batch is 8 \(global batch 16 over 2 replica")
+                                   r"same first batch",
+                         "workers that read the same examples: tfdist.run's one line")
+        self.assertNotIn("Traceback", output)
 
     def test_parameter_server_workers_that_shuffle_alike(self):
-        cluster = ["--num_workers=2", "--num_ps=1", "--chief"]
-        result = self._launch(cluster, "--shuffle_seed=7")
-        self.assertEqual(result.returncode, 2, result.stdout[-3000:])
-        self.assertRegex(result.stdout, r"\[chief:0\] program.py: error: train_data: "
-                                        r"parameter-server workers 0 and 1 read the same first "
-                                        r"batch.*unseeded shuffle")
-        self.assertNotIn("Traceback", result.stdout)
-        unseeded = self._launch(cluster)
-        self.assertEqual(unseeded.returncode, 0, unseeded.stdout[-3000:])
+        result = self._launch(["--num_workers=2", "--num_ps=1", "--chief"],
+                              ["unseeded", "seed:7"])
+        output = result.stdout
+        self.assertIn("[chief:0] fit unseeded: trained 4 step(s)", output,
+                      "workers that shuffle unseeded pass the check and train")
+        self.assertEqual(result.returncode, 2, output[-3000:])
+        self.assertRegex(output, r"\[chief:0\] program.py: error: train_data: "
+                                 r"parameter-server workers 0 and 1 read the same first "
+                                 r"batch.*unseeded shuffle",
+                         "workers that shuffle alike: the chief's one line")
+        self.assertNotIn("Traceback", output)

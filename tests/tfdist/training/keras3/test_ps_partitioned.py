@@ -1,8 +1,9 @@
 """Keras 3 models (`--keras=3`) under parameter server with `--variable_partition`: a variable
 split over 2 ps tasks trains shard by shard, its optimizer slots and gradient accumulators beside
 each shard, and resumes from the backup when a ps task is killed (each task a process under
-`tfdist launch`); the CTR example's embedding table; and a split variable's checkpoint, which
-restores into the variable split or whole (in-process)."""
+`tfdist launch`); the CTR example's embedding table, on 2 workers whose every update counts;
+and a split variable's checkpoint, which restores into the variable split or whole
+(in-process)."""
 
 import json
 import os
@@ -143,16 +144,27 @@ class PartitionedClusterTest(unittest.TestCase):
         self.assertLess(final["loss"], 3.0)  # Finite, near ln(10) = 2.30 after 12 batches.
 
     def test_ctr_example_embedding_sharded_over_two_ps_tasks(self):
+        # Also Keras 3 under parameter server on 2 workers (test_step_on_clusters has none).
+        metrics_path = os.path.join(self.dir, "m.json")
         result = run_tfdist(*_LAUNCH, "--num_workers=2", "--", sys.executable,
                             os.path.join(_EXAMPLES, "ctr_parameter_server.py"),
                             "--variable_partition=max_shards:2", "--hash_buckets=16384",
-                            "--epochs=1", "--steps_per_epoch=20")
+                            "--epochs=1", "--steps_per_epoch=20",
+                            f"--metrics_json={metrics_path}")
         self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr[-2000:])
         self.assertRegex(result.stdout,
                          r"\[chief:0\] tfdist: variable hashed_ids/embeddings 16384x8 "
                          r"\(0\.5 MiB\) in 2 shards: rows 0-8191 on ps:0, rows 8192-16383 "
-                         r"on ps:1")
-        self.assertGreater(float(re.search(r"ctr: val_auc=([0-9.]+)", result.stdout)[1]), 0.6)
+                         r"on ps:1", "the table's shards and where they live")
+        self.assertGreater(float(re.search(r"ctr: val_auc=([0-9.]+)", result.stdout)[1]), 0.6,
+                           "the example learns")
+        # Every update counted, though both workers update at once.
+        self.assertIn("[chief:0] tfdist: Keras 3 step: 20 optimizer updates", result.stdout,
+                      "the optimizer's update count")
+        with open(metrics_path, encoding="utf-8") as metrics_file:
+            metrics = json.load(metrics_file)
+        self.assertEqual((metrics["strategy"], metrics["num_workers"]), ("parameter_server", 2),
+                         "the metrics name the cluster")
 
 
 def _table(*blocks: np.ndarray) -> keras.Model:

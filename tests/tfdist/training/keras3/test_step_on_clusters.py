@@ -1,6 +1,7 @@
 """Keras 3 models (`--keras=3`) as a cluster's tasks, each a process under `tfdist launch`:
-multi-worker mirrored with an evaluator, parameter server, and a killed worker's group
-resuming from its backup with weights identical on every worker."""
+multi-worker mirrored with an evaluator, whose killed worker's group resumes from its backup with
+weights identical on every worker. Keras 3 under parameter server: test_ps_partitioned (2
+workers in the CTR example; `tfdist train` resuming when a ps task is killed)."""
 
 import json
 import os
@@ -10,6 +11,7 @@ import unittest
 
 import pytest
 
+from tests.tfdist.cli_runner import assert_evaluator_agrees
 from tests.tfdist.cli_runner import run_tfdist
 
 # `tfdist train` whose worker 1 dies at the start of epoch 2 of its first attempt (a marker
@@ -22,7 +24,7 @@ _TRAIN_CRASHING_ONCE = textwrap.dedent("""
     from tfdist.training import from_config as train_command
 
     marker, args = sys.argv[1], sys.argv[2:]
-    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]  # The evaluator's is 0.
 
     class CrashOnce(keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
@@ -55,53 +57,32 @@ class Keras3ClusterTest(unittest.TestCase):
         with open(path, encoding="utf-8") as metrics_file:
             return json.load(metrics_file)
 
-    def test_multi_worker_mirrored_with_an_evaluator(self):
-        model_dir, path = os.path.join(self.dir, "model"), os.path.join(self.dir, "m.json")
-        result = run_tfdist("launch", "--num_workers=2", "--evaluator", "--timeout_s=400", "--",
-                            "train", *self._train_flags("multi_worker_mirrored",
-                                                        f"--model_dir={model_dir}",
-                                                        f"--metrics_json={path}"))
-        metrics = self._metrics(result, path)
-        self.assertEqual((metrics["strategy"], metrics["num_workers"]),
-                         ("multi_worker_mirrored", 2))
-        self.assertIn("[worker:0] tfdist: Keras 3 step: 8 optimizer updates", result.stdout)
-        with open(os.path.join(model_dir, "evaluations.json"), encoding="utf-8") as file:
-            evaluations = json.load(file)
-        # The evaluator reads the whole validation split on one task; the workers read it
-        # sharded, each example once: the same weights give the same accuracy.
-        self.assertAlmostEqual(evaluations["epoch-002"]["accuracy"],
-                               metrics["final"]["val_accuracy"], places=6)
-        self.assertAlmostEqual(evaluations["epoch-002"]["loss"],
-                               metrics["final"]["val_loss"], places=4)
-
-    def test_parameter_server(self):
-        path = os.path.join(self.dir, "m.json")
-        result = run_tfdist("launch", "--num_workers=2", "--num_ps=1", "--chief",
-                            "--timeout_s=400", "--", "train",
-                            *self._train_flags("parameter_server", "--validation_steps=2",
-                                               f"--metrics_json={path}"))
-        metrics = self._metrics(result, path)
-        self.assertEqual((metrics["strategy"], metrics["num_workers"]), ("parameter_server", 2))
-        # Every update counted, though both workers update at once.
-        self.assertIn("[chief:0] tfdist: Keras 3 step: 8 optimizer updates", result.stdout)
-
-    def test_killed_worker_resumes_from_the_backup_with_identical_weights(self):
+    def test_multi_worker_mirrored_with_an_evaluator_resumes_a_killed_worker_from_the_backup(
+            self):
         script = os.path.join(self.dir, "crash_once.py")
         with open(script, "w", encoding="utf-8") as script_file:
             script_file.write(_TRAIN_CRASHING_ONCE)
+        model_dir, path = os.path.join(self.dir, "model"), os.path.join(self.dir, "m.json")
         result = run_tfdist(
-            "launch", "--num_workers=2", "--max_restarts=1", "--timeout_s=500", "--",
-            sys.executable, script, os.path.join(self.dir, "crashed"),
-            *self._train_flags("multi_worker_mirrored", "--epochs=3", "--validation_steps=1",
-                               f"--model_dir={os.path.join(self.dir, 'model')}",
-                               "--collective_timeout_s=60"))
-        self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-2000:])
+            "launch", "--num_workers=2", "--evaluator", "--max_restarts=1", "--timeout_s=500",
+            "--", sys.executable, script, os.path.join(self.dir, "crashed"),
+            *self._train_flags("multi_worker_mirrored", f"--model_dir={model_dir}",
+                               f"--metrics_json={path}", "--collective_timeout_s=60"))
+        metrics = self._metrics(result, path)
+        self.assertEqual((metrics["strategy"], metrics["num_workers"]),
+                         ("multi_worker_mirrored", 2), "the metrics name the cluster")
         self.assertIn("worker:1 exited with status 7; restarting every task (1/1)",
-                      result.stderr)
+                      result.stderr, "the killed worker restarts the group")
         worker_0 = [line for line in result.stdout.splitlines() if line.startswith("[worker:0]")]
-        self.assertEqual(sum("Epoch 1/3" in line for line in worker_0), 1, "epoch 1 redone")
-        self.assertEqual(sum("Epoch 3/3" in line for line in worker_0), 1)
-        self.assertIn("resuming at epoch 2", result.stdout)
+        self.assertEqual(sum("Epoch 1/2" in line for line in worker_0), 1, "epoch 1 redone")
+        self.assertIn("[worker:0] tfdist: resuming at epoch 2", result.stdout,
+                      "the group resumes from the backup")
+        self.assertEqual(sum("Epoch 2/2" in line for line in worker_0), 1, "epoch 2 once")
         checksums = {line.split("weights ")[1] for line in result.stdout.splitlines()
                      if "] weights " in line}
-        self.assertEqual(len(checksums), 1, result.stdout[-2000:])
+        self.assertEqual(len(checksums), 1, "the workers end with the same weights: "
+                                            f"{result.stdout[-2000:]}")
+        # Every update counted, those restored from the backup too.
+        self.assertIn("[worker:0] tfdist: Keras 3 step: 8 optimizer updates", result.stdout,
+                      "the optimizer's update count")
+        assert_evaluator_agrees(self, model_dir, metrics, "epoch-002")
