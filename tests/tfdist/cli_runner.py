@@ -91,8 +91,9 @@ def run_tfdist_cases(cases: list[list[str]], *, case_envs: list[dict[str, str]] 
     TensorFlow is imported once for all of them (`without_tensorflow`: never, as in
     `run_tfdist`). Each case sees the child's environment (this one's less TF_CONFIG, with
     `extra_env`) with its variables of `case_envs` over it, TF_CONFIG among them. For cases that
-    end before training, such as the errors a user's plug-in or a combination of flags causes;
-    each result is that case's status, stdout and stderr, and its `seconds`."""
+    need no process of their own: errors a user's plug-in or a combination of flags causes,
+    short runs one after the other (process-wide state such as split CPU devices stays for the
+    cases after). Each result is that case's status, stdout and stderr, and its `seconds`."""
     env = _child_env(extra_env)
     if without_tensorflow:
         env = _without_tensorflow(env)

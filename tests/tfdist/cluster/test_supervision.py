@@ -1,8 +1,8 @@
 """`tfdist launch`'s supervision without processes: `launcher._supervise` and `processes.stop_all`
 over fake tasks whose runs follow a script, on a fake clock that only sleeps and waits move.
 
-Restarts, back-off, the final lines and the order of signals, exactly; `test_launcher` runs the
-same with real processes (multiprocess tier).
+Restarts, back-off, the final lines and the order of signals, exactly; `test_launcher` keeps what
+only real processes show (prefixed output, logs, TF_CONFIG per task, a real restart and stop).
 """
 
 import contextlib
