@@ -59,6 +59,7 @@ def main(argv):
 if __name__ == "__main__":
     app.run(main)
 """
+_EMPTY_TENSORFLOW = '''"""Stands in for TensorFlow in a program whose flags are under test."""'''
 # A program with its own defaults for tfdist's flags, set the absl way after define_flags().
 _DEFAULTS_PROGRAM = """\
 import json
@@ -93,12 +94,21 @@ class UserProgramTest(unittest.TestCase):
     TensorFlow."""
 
     def run_program(self, *args: str, text: str | None = None) -> subprocess.CompletedProcess:
-        """The program `text` (else `_USER_PROGRAM`, which runs without TensorFlow)."""
+        """The program `text` (else `_USER_PROGRAM`, which runs without TensorFlow). `text`
+        runs with an empty `tensorflow` module for the one that `tfdist.config_from_flags()`
+        imports once the config is built: TensorFlow itself is not under test there, and its
+        import would cost each child seconds of CPU."""
         directory = self.enterContext(tempfile.TemporaryDirectory())
         program = pathlib.Path(directory, "my_train.py")
         program.write_text(text or _USER_PROGRAM.format(cli_only=_CLI_ONLY), encoding="utf-8")
+        tensorflow = _NO_TENSORFLOW
+        if text:
+            tensorflow = pathlib.Path(directory, "empty_tensorflow")
+            (tensorflow / "tensorflow").mkdir(parents=True)
+            (tensorflow / "tensorflow" / "__init__.py").write_text(_EMPTY_TENSORFLOW,
+                                                                   encoding="utf-8")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-            None if text else str(_NO_TENSORFLOW), str(_ROOT), os.environ.get("PYTHONPATH")])))
+            str(tensorflow), str(_ROOT), os.environ.get("PYTHONPATH")])))
         env.pop("TF_CONFIG", None)
         return subprocess.run([sys.executable, str(program), *args], capture_output=True,
                               text=True, env=env, cwd=directory, timeout=120, check=False)

@@ -12,7 +12,6 @@ import unittest
 import pytest
 
 from tests.tfdist.cli_runner import assert_one_line_error
-from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.runtime import plugins
 from tfdist.runtime.config import ConfigError
@@ -86,6 +85,41 @@ def good_records(split):
 _BROKEN = "raise RuntimeError('boom at import')\n"
 _EXITS = "import sys\nsys.exit(0)\n"
 
+# Each way a user's plug-in goes wrong: `tfdist train` arguments and its one stderr line.
+_BAD_PLUGINS = [
+    (["--model=user_broken:build"],
+     "model='user_broken:build': importing user_broken failed: RuntimeError: boom at "
+     "import; fix the module."),
+    (["--model=user_models:nope"], "has no 'nope'; check the name after the colon."),
+    (["--model=user_exits:build"],
+     "model='user_exits:build': importing user_exits called sys.exit(0)"),
+    (["--model=user_models:tabular", "--dataset=synthetic"],
+     "model='user_models:tabular': calling it with input_shape (32, 32, 3), "
+     "num_classes 10 failed: TypeError: tabular() got an unexpected keyword argument "
+     "'input_shape'; fix the function."),
+    (["--dataset=python:user_data:fits", "--model=user_models:small_cnn",
+      "--steps_per_epoch=2"],
+     "model='user_models:small_cnn': calling it failed: TypeError: small_cnn() missing "
+     "2 required keyword-only arguments: 'input_shape' and 'num_classes'; fix the "
+     "function."),
+    (["--model=user_models:not_a_model", "--dataset=synthetic"],
+     "model='user_models:not_a_model' returned a builtins.int, not a tf-keras model"),
+    (["--model=user_models:keras3_model", "--dataset=synthetic"],
+     "model='user_models:keras3_model' built a Keras 3 model (keras.src.models."
+     "sequential.Sequential, from `import keras`); train it with --keras=3, or build it "
+     "with tf.keras (with TF_USE_LEGACY_KERAS=1) or tf_keras."),
+    (["--dataset=python:user_data:fits", "--model=user_models:tabular"],
+     "--dataset='python:user_data:fits' does not say how many training examples it "
+     "has; set --steps_per_epoch=N."),
+    (["--dataset=python:user_data:too_wide", "--model=user_models:tabular",
+      "--steps_per_epoch=2", "--global_batch_size=32"],
+     "train_data: its batches do not fit model 'tabular'"),
+    (["--dataset=python:user_data:fits", "--steps_per_epoch=2"],
+     "model='small_cnn' is built for image datasets"),
+    (["--dataset=python:user_data:broken_records", "--model=user_models:tabular",
+      "--steps_per_epoch=2"], "records.tfrecord"),
+]
+
 
 @pytest.mark.multiprocess
 class PluginsTest(unittest.TestCase):
@@ -114,81 +148,45 @@ class PluginsTest(unittest.TestCase):
             with open(os.path.join(self.tmp, f"{name}.py"), "w", encoding="utf-8") as module:
                 module.write(textwrap.dedent(text))
 
-    def _train(self, *args: str):
-        return run_tfdist("train", f"--data_dir={self.data_dir}", *args,
-                          extra_env={"PYTHONPATH": self.tmp})
-
-    def test_a_users_model_function_learns_the_built_in_dataset(self):
+    def test_a_users_model_and_dataset_and_records_and_bad_plugins_each_in_one_line(self):
+        """In one child (TensorFlow imported once): a user's model function learns the built-in
+        dataset, a user's dataset function trains, `data check` counts a user's records, and
+        each way a plug-in goes wrong is one line."""
         path = os.path.join(self.tmp, "metrics.json")
-        result = self._train("--model=user_models:small_cnn", "--epochs=3",
-                             f"--metrics_json={path}")
-        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-        with open(path, encoding="utf-8") as metrics:
-            summary = json.load(metrics)
-        self.assertEqual((summary["model"], summary["epochs"]), ("user_cnn", 3))
-        self.assertGreaterEqual(summary["final"]["val_accuracy"], 0.8)
-
-    def test_a_users_dataset_function(self):
-        result = self._train("--dataset=python:user_data:fits", "--model=user_models:tabular",
-                             "--steps_per_epoch=5", "--global_batch_size=32")
-        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-        self.assertIn("tfdist: one_device on 1 replica(s), 3 epoch(s) of 5 steps", result.stdout)
-
-    def test_data_check_counts_a_users_records(self):
-        env = {"PYTHONPATH": self.tmp}
-        sharded = run_tfdist("data", "check", "--dataset=python:user_data:good_records",
-                             "--num_workers=2", "--replicas_per_worker=2",
-                             "--global_batch_size=4", extra_env=env)
-        self.assertEqual(sharded.returncode, 0, sharded.stderr[-3000:])
-        self.assertIn("split train: 32 examples; 2 worker(s) x 2 replica(s)", sharded.stdout)
-        self.assertIn("ok: every example read exactly once", sharded.stdout)
-        unsharded = run_tfdist("data", "check", "--dataset=python:user_data:good_records",
-                               "--num_workers=2", "--global_batch_size=4", "--autoshard=off",
-                               extra_env=env)
-        self.assertEqual(unsharded.returncode, 1, unsharded.stderr[-3000:])
-        self.assertIn("FAIL: 32 example(s) read more than once", unsharded.stdout)
-
-    def test_bad_plugins_are_one_line_each(self):
-        cases = [
-            (["--model=user_broken:build"],
-             "model='user_broken:build': importing user_broken failed: RuntimeError: boom at "
-             "import; fix the module."),
-            (["--model=user_models:nope"], "has no 'nope'; check the name after the colon."),
-            (["--model=user_exits:build"],
-             "model='user_exits:build': importing user_exits called sys.exit(0)"),
-            (["--model=user_models:tabular", "--dataset=synthetic"],
-             "model='user_models:tabular': calling it with input_shape (32, 32, 3), "
-             "num_classes 10 failed: TypeError: tabular() got an unexpected keyword argument "
-             "'input_shape'; fix the function."),
-            (["--dataset=python:user_data:fits", "--model=user_models:small_cnn",
-              "--steps_per_epoch=2"],
-             "model='user_models:small_cnn': calling it failed: TypeError: small_cnn() missing "
-             "2 required keyword-only arguments: 'input_shape' and 'num_classes'; fix the "
-             "function."),
-            (["--model=user_models:not_a_model", "--dataset=synthetic"],
-             "model='user_models:not_a_model' returned a builtins.int, not a tf-keras model"),
-            (["--model=user_models:keras3_model", "--dataset=synthetic"],
-             "model='user_models:keras3_model' built a Keras 3 model (keras.src.models."
-             "sequential.Sequential, from `import keras`); train it with --keras=3, or build it "
-             "with tf.keras (with TF_USE_LEGACY_KERAS=1) or tf_keras."),
-            (["--dataset=python:user_data:fits", "--model=user_models:tabular"],
-             "--dataset='python:user_data:fits' does not say how many training examples it "
-             "has; set --steps_per_epoch=N."),
-            (["--dataset=python:user_data:too_wide", "--model=user_models:tabular",
-              "--steps_per_epoch=2", "--global_batch_size=32"],
-             "train_data: its batches do not fit model 'tabular'"),
-            (["--dataset=python:user_data:fits", "--steps_per_epoch=2"],
-             "model='small_cnn' is built for image datasets"),
-            (["--dataset=python:user_data:broken_records", "--model=user_models:tabular",
-              "--steps_per_epoch=2"], "records.tfrecord"),
-        ]
-        results = run_tfdist_cases(
-            [["train", f"--data_dir={self.data_dir}", *args, "--epochs=1"] for args, _ in cases],
-            extra_env={"PYTHONPATH": self.tmp})
-        for (args, expected), result in zip(cases, results):
+        model_function = ["train", f"--data_dir={self.data_dir}", "--model=user_models:small_cnn",
+                          "--epochs=2", "--steps_per_epoch=60", "--validation_steps=4",
+                          f"--metrics_json={path}"]
+        dataset_function = ["train", f"--data_dir={self.data_dir}",
+                            "--dataset=python:user_data:fits", "--model=user_models:tabular",
+                            "--steps_per_epoch=5", "--global_batch_size=32"]
+        checks = [["data", "check", "--dataset=python:user_data:good_records", "--num_workers=2",
+                   "--replicas_per_worker=2", "--global_batch_size=4"],
+                  ["data", "check", "--dataset=python:user_data:good_records", "--num_workers=2",
+                   "--global_batch_size=4", "--autoshard=off"]]
+        bad = [["train", f"--data_dir={self.data_dir}", *args, "--epochs=1"]
+               for args, _ in _BAD_PLUGINS]
+        learned, trained, sharded, unsharded, *refused = run_tfdist_cases(
+            [model_function, dataset_function, *checks, *bad], extra_env={"PYTHONPATH": self.tmp})
+        with self.subTest("a user's model function learns the built-in dataset"):
+            self.assertEqual(learned.returncode, 0, learned.stderr[-3000:])
+            with open(path, encoding="utf-8") as metrics:
+                summary = json.load(metrics)
+            self.assertEqual((summary["model"], summary["epochs"]), ("user_cnn", 2))
+            self.assertGreaterEqual(summary["final"]["val_accuracy"], 0.8, "it learns")
+        with self.subTest("a user's dataset function trains"):
+            self.assertEqual(trained.returncode, 0, trained.stderr[-3000:])
+            self.assertIn("tfdist: one_device on 1 replica(s), 3 epoch(s) of 5 steps",
+                          trained.stdout)
+        with self.subTest("data check reads each of a user's records once, sharded"):
+            self.assertEqual(sharded.returncode, 0, sharded.stderr[-3000:])
+            self.assertIn("split train: 32 examples; 2 worker(s) x 2 replica(s)", sharded.stdout)
+            self.assertIn("ok: every example read exactly once", sharded.stdout)
+        with self.subTest("data check finds a user's records read twice, unsharded"):
+            self.assertEqual(unsharded.returncode, 1, unsharded.stderr[-3000:])
+            self.assertIn("FAIL: 32 example(s) read more than once", unsharded.stdout)
+        for (args, expected), result in zip(_BAD_PLUGINS, refused, strict=True):
             with self.subTest(args=args):
                 assert_one_line_error(self, result, expected)
-
 
 
 class SystemExitTest(unittest.TestCase):

@@ -1,10 +1,15 @@
 """The backups of `tfdist.training.callbacks`, through `tfdist train --model_dir` as a user runs
 it: killed in epoch 2 and started again, it resumes from its backup on one_device and on mirrored
-CPUs; started with another model, it says so in one line; a second run on the same dir is
-refused."""
+CPUs; started with another model, it says so in one line; a run holds its model dir's lock, and a
+second run on a dir in use is refused; a full disk is one line and keeps the last complete backup.
+
+Each strategy's scenario starts one run, kills it in epoch 2 and runs what follows (the runs that
+cannot go on, then the resumed run) as cases of one child: TensorFlow is imported once for them.
+"""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,12 +20,12 @@ import unittest
 
 import pytest
 import tensorflow as tf
-from absl.testing import parameterized
 
 from tests import scratch_files
 from tests.tfdist.cli_runner import DEFAULT_TIMEOUT_S
 from tests.tfdist.cli_runner import assert_one_line_error
-from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
+from tfdist.runtime import model_dir
 from tfdist.runtime.config import ConfigError
 from tfdist.training import callbacks
 
@@ -45,60 +50,102 @@ def _read_until(process: subprocess.Popen, marker: str) -> str:
 
 
 @pytest.mark.multiprocess
-class ResumeTest(parameterized.TestCase):
+class ResumeTest(unittest.TestCase):
 
     @pytest.fixture(autouse=True)
     def _dirs(self, small_shapes_data_dir, tmp_path):
+        self.tmp = tmp_path
         self.model_dir = str(tmp_path / "model")
         self.metrics = str(tmp_path / "metrics.json")
         self.args = [f"--data_dir={small_shapes_data_dir}", f"--model_dir={self.model_dir}",
                      f"--metrics_json={self.metrics}", f"--epochs={_EPOCHS}",
                      "--steps_per_epoch=20", "--global_batch_size=32"]
 
-    @parameterized.named_parameters(
-        ("one_device", ["--strategy=one_device"]),
-        ("mirrored_cpus", ["--strategy=mirrored", "--num_cpu_devices=2"]),
-    )
-    def test_killed_in_epoch_2_resumes_there(self, strategy_args):
+    def _kill_in_epoch_2(self, strategy_args: list[str], while_stopped=lambda pid: None) -> None:
+        """Starts a run and SIGKILLs it once it prints "Epoch 2/" (Keras prints it once every
+        callback has ended epoch 1: the backup is written); `while_stopped(pid)` runs between,
+        the run stopped (SIGSTOP) in that state, its lock still held."""
         run = _start(*self.args, *strategy_args)
-        # Keras prints "Epoch 2/3" once every callback has ended epoch 1: the backup is written.
-        output = _read_until(run, "Epoch 2/")
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=60)
-        run.stdout.close()
-        self.assertIn("Epoch 2/", output)
-        self.assertFalse(os.path.exists(self.metrics))
+        try:
+            output = _read_until(run, "Epoch 2/")
+            run.send_signal(signal.SIGSTOP)
+            self.assertIn("Epoch 2/", output, "the first run reaches epoch 2")
+            while_stopped(run.pid)
+        finally:
+            run.kill()
+            run.wait(timeout=60)
+            run.stdout.close()
+        self.assertFalse(os.path.exists(self.metrics), "the killed run wrote no metrics")
 
-        backup = os.path.join(self.model_dir, "backup")
-        fewer = run_tfdist("train", *self.args, *strategy_args, "--epochs=1")
-        assert_one_line_error(self, fewer, "epochs=1: the backup in --model_dir=", "has 1 epoch(s) "
-                              "done, so nothing is left to train", "(the backup is kept)")
-        self.assertTrue(os.listdir(backup))
-
-        result = run_tfdist("train", *self.args, *strategy_args)
+    def _assert_resumed_in_epoch_2(self, result: subprocess.CompletedProcess) -> None:
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-        self.assertNotIn("Epoch 1/", result.stdout)
-        self.assertIn("Epoch 2/", result.stdout)
-        self.assertIn("(resumed at epoch 2)", result.stdout)
+        self.assertNotIn("Epoch 1/", result.stdout, "the resumed run skips epoch 1")
+        self.assertIn("Epoch 2/", result.stdout, "the resumed run trains epoch 2")
+        self.assertIn("(resumed at epoch 2)", result.stdout,
+                      "the summary says it resumed from the backup (kept by any refused run)")
         self.assertIn("tfdist: resuming at epoch 2 from the backup an earlier run left in this "
-                      "--model_dir", result.stderr)
+                      "--model_dir", result.stderr, "the resumed run says where it resumes")
         with open(self.metrics, encoding="utf-8") as metrics_file:
             metrics = json.load(metrics_file)
-        self.assertEqual(metrics["resumed_from_epoch"], 1)
+        self.assertEqual(metrics["resumed_from_epoch"], 1, "metrics: resumed_from_epoch")
         for name, values in metrics["history"].items():
-            self.assertLen(values, _EPOCHS, name)
-            self.assertNotIn(None, values, name)
+            self.assertEqual(len(values), _EPOCHS, f"metrics: {name} has every epoch")
+            self.assertNotIn(None, values, f"metrics: {name} has every epoch")
         self.assertEqual(sorted(os.listdir(os.path.join(self.model_dir, "checkpoints")))[-1:],
-                         ["epoch-003.index"])
-        self.assertTrue(os.listdir(os.path.join(self.model_dir, "logs", "train")))
+                         ["epoch-003.index"], "the last epoch's checkpoint")
+        self.assertTrue(os.listdir(os.path.join(self.model_dir, "logs", "train")),
+                        "the train logs")
 
-    def test_the_backup_of_another_model_is_one_line(self):
-        run = _start(*self.args, "--strategy=one_device")
-        self.assertIn("Epoch 2/", _read_until(run, "Epoch 2/"))
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=60)
-        run.stdout.close()
-        result = run_tfdist("train", *self.args, "--strategy=one_device", "--model=resnet20")
+    def _assert_fewer_epochs_refused(self, result: subprocess.CompletedProcess) -> None:
+        with self.subTest("a run of fewer epochs than the backup has done is refused"):
+            assert_one_line_error(self, result, "epochs=1: the backup in --model_dir=",
+                                  "has 1 epoch(s) done, so nothing is left to train",
+                                  "(the backup is kept)")
+
+    def test_killed_in_epoch_2_resumes_there_mirrored_cpus(self):
+        strategy_args = ["--strategy=mirrored", "--num_cpu_devices=2"]
+        self._kill_in_epoch_2(strategy_args)
+        fewer, resumed = run_tfdist_cases([["train", *self.args, *strategy_args, "--epochs=1"],
+                                           ["train", *self.args, *strategy_args]])
+        self._assert_fewer_epochs_refused(fewer)
+        self._assert_resumed_in_epoch_2(resumed)  # The refused run kept the backup.
+
+    def test_killed_in_epoch_2_resumes_there_one_device(self):
+        """With, on the way, the runs that cannot go on: a second run on a model dir in use,
+        one with another model, one whose disk fills up."""
+        strategy_args = ["--strategy=one_device"]
+
+        def holds_its_lock(pid: int) -> None:
+            refusal = rf"^model_dir={re.escape(repr(self.model_dir))} is in use by another run "
+            with self.assertRaisesRegex(ConfigError, refusal + rf"\(pid {pid} on ",
+                                        msg="a training run holds its model dir's lock"):
+                model_dir.ModelDir(self.model_dir).hold().release()
+
+        self._kill_in_epoch_2(strategy_args, while_stopped=holds_its_lock)
+        in_use = str(self.tmp / "in_use")
+        with scratch_files.small_tmpfs(1200) as disk, model_dir.ModelDir(in_use).owned():
+            full_disk_dir = os.path.join(disk, "run")  # Room for one backup, not for more.
+            other_args = [arg for arg in self.args
+                          if not arg.startswith(("--model_dir=", "--metrics_json="))]
+            second, fewer, another_model, resumed, full_disk = run_tfdist_cases([
+                ["train", *other_args, f"--model_dir={in_use}", *strategy_args],
+                ["train", *self.args, *strategy_args, "--epochs=1"],
+                ["train", *self.args, *strategy_args, "--model=resnet20"],
+                ["train", *self.args, *strategy_args],
+                ["train", *other_args, f"--model_dir={full_disk_dir}",
+                 f"--metrics_json={self.tmp / 'full_disk.json'}", *strategy_args]])
+            with self.subTest("a second run on a model dir in use is refused"):
+                assert_one_line_error(self, second, f"model_dir={in_use!r} is in use by another "
+                                                    f"run (pid {os.getpid()} on ")
+            self._assert_fewer_epochs_refused(fewer)
+            with self.subTest("the backup of another model is one line"):
+                self._assert_another_model_refused(another_model)
+            # The refused runs keep the backup: the run after them resumes from it.
+            self._assert_resumed_in_epoch_2(resumed)
+            with self.subTest("a full disk is one line and keeps the last complete backup"):
+                self._assert_full_disk_kept_a_backup(full_disk, disk, full_disk_dir)
+
+    def _assert_another_model_refused(self, result: subprocess.CompletedProcess) -> None:
         # Found when the backup is restored into the built model, after the input notices.
         self.assertEqual(result.returncode, 2, result.stderr[-3000:])
         self.assertNotIn("Traceback", result.stderr)
@@ -110,38 +157,21 @@ class ResumeTest(parameterized.TestCase):
         self.assertIn("resume it with that run's --model and flags, or pass another "
                       "--model_dir", last)
 
-    def test_a_second_run_on_the_same_model_dir_is_refused(self):
-        # Long enough to outlive the second run's start (3 short epochs end within seconds).
-        first = _start(*self.args, "--strategy=one_device", "--steps_per_epoch=100000")
-        try:
-            self.assertIn("Epoch 1/", _read_until(first, "Epoch 1/"))
-            result = run_tfdist("train", *self.args, "--strategy=one_device")
-            assert_one_line_error(self, result, f"model_dir={self.model_dir!r} is in use by "
-                                                f"another run (pid {first.pid} on ")
-        finally:
-            first.kill()
-            first.wait(timeout=60)
-            first.stdout.close()
-
-    def test_a_full_disk_is_one_line_and_keeps_the_last_complete_backup(self):
-        with scratch_files.small_tmpfs(1200) as disk:  # Room for one backup, not for more.
-            model_dir = os.path.join(disk, "run")
-            args = [arg for arg in self.args if not arg.startswith("--model_dir=")]
-            result = run_tfdist("train", *args, f"--model_dir={model_dir}",
-                                "--strategy=one_device")
-            self.assertEqual(result.returncode, 2, result.stderr[-3000:])
-            self.assertNotIn("Traceback", result.stderr)
-            self.assertRegex(result.stderr.strip().splitlines()[-1],
-                             r"^tfdist train: error: --model_dir='.*': saving into it failed "
-                             r"\(No space left on device\); the last complete backup and "
-                             "checkpoints are kept")
-            left = [os.path.join(directory, name) for directory, names, files in os.walk(disk)
-                    for name in names + files]
-            self.assertFalse([path for path in left if "temp" in os.path.basename(path)], left)
-            backup = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
-            self.assertIsNotNone(backup, left)
-            self.assertGreaterEqual(tf.train.load_variable(
-                backup, "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"), 0)
+    def _assert_full_disk_kept_a_backup(self, result: subprocess.CompletedProcess, disk: str,
+                                        model_dir: str) -> None:
+        self.assertEqual(result.returncode, 2, result.stderr[-3000:])
+        self.assertNotIn("Traceback", result.stderr)
+        self.assertRegex(result.stderr.strip().splitlines()[-1],
+                         r"^tfdist train: error: --model_dir='.*': saving into it failed "
+                         r"\(No space left on device\); the last complete backup and "
+                         "checkpoints are kept")
+        left = [os.path.join(directory, name) for directory, names, files in os.walk(disk)
+                for name in names + files]
+        self.assertFalse([path for path in left if "temp" in os.path.basename(path)], left)
+        backup = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
+        self.assertIsNotNone(backup, left)
+        self.assertGreaterEqual(tf.train.load_variable(
+            backup, "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"), 0)
 
 
 class NoiseScaleAdviceTest(unittest.TestCase):
