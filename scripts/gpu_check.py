@@ -24,6 +24,7 @@ Without a GPU it says so in one line, runs doctor and exits 0. Exit 1 when a ste
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,12 +36,16 @@ from tfdist.runtime import output_files  # noqa: E402  pylint: disable=wrong-imp
 _STEP_TIMEOUT_S = 300
 _BUDGET_S = 8 * 60
 _IMAGE_BYTES = 32 * 32 * 3  # The built-in dataset's images.
+# Doctor's line of the devices TensorFlow shows this process.
+_DOCTOR_DEVICES = re.compile(r"^local devices: \d+ CPU, (\d+) GPU$", re.MULTILINE)
 
 
-def _run(name: str, args: list[str], report: dict, started: float, path: str) -> dict | None:
+def _run(name: str, args: list[str], report: dict, started: float, path: str,
+         output_to: list[str] | None = None) -> dict | None:
     """Runs `python -m tfdist ARGS`; records status, seconds and the tail of its output under
-    report["steps"][name]; returns the JSON the step wrote to {json}, if any. Saves the report
-    to PATH first, so a run cut short keeps every figure measured before it."""
+    report["steps"][name] (and appends the whole output to `output_to`); returns the JSON the
+    step wrote to {json}, if any. Saves the report to PATH first, so a run cut short keeps every
+    figure measured before it."""
     report["seconds"] = round(time.perf_counter() - started, 1)
     output_files.write_json("json", path, report)
     if time.perf_counter() - started > _BUDGET_S:
@@ -60,6 +65,8 @@ def _run(name: str, args: list[str], report: dict, started: float, path: str) ->
                 "seconds": round(time.perf_counter() - begun, 1),
                 "output_tail": output.strip().splitlines()[-8:]}
         report["steps"][name] = step
+        if output_to is not None:
+            output_to.append(output)
         print(f"gpu_check: {name}: status {status} in {step['seconds']} s", flush=True)
         if status == 0 and os.path.exists(path):
             with open(path, encoding="utf-8") as file:
@@ -67,7 +74,12 @@ def _run(name: str, args: list[str], report: dict, started: float, path: str) ->
     return None
 
 
-def _visible_gpus() -> int:
+def _visible_gpus(doctor_output: str) -> int:
+    """The GPUs TensorFlow shows, as doctor counted them; asked of TensorFlow in a process of
+    its own where doctor did not say (it failed)."""
+    counted = _DOCTOR_DEVICES.search(doctor_output)
+    if counted:
+        return int(counted.group(1))
     probe = subprocess.run(
         [sys.executable, "-c", "import tfdist.runtime.tf_import as t; t.import_tensorflow(False); "
          "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"],
@@ -96,8 +108,9 @@ def main(out_dir: str) -> int:
     report = {"steps": {}}
     path = os.path.join(out_dir, "gpu_check.json")
     run = functools.partial(_run, report=report, started=started, path=path)
-    gpus = report["gpus"] = _visible_gpus()
-    run("doctor", ["doctor"])
+    doctor_output = []
+    run("doctor", ["doctor"], output_to=doctor_output)
+    gpus = report["gpus"] = _visible_gpus("".join(doctor_output))
     if not gpus:
         print("gpu_check: no GPU visible to TensorFlow; ran doctor only, every GPU check "
               "skipped.")

@@ -1,7 +1,10 @@
 """The measurement scripts in scripts/: their arithmetic on inputs worked out by hand, the
 published check of `tfdist plan`, and the GPU proof kit on a machine without a GPU."""
 
+import argparse
+import contextlib
 import importlib
+import io
 import json
 import math
 import os
@@ -9,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import unittest
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -20,6 +24,28 @@ def _script(name: str):
     if _SCRIPTS not in sys.path:
         sys.path.insert(0, _SCRIPTS)
     return importlib.import_module(name)
+
+
+def _run_main(name: str, *flags: str) -> subprocess.CompletedProcess:
+    """`python scripts/NAME.py FLAGS` run through its `main` in this process, where TensorFlow
+    is imported already (conftest), so that only the processes the script starts import it
+    again: its exit status, standard output and standard error, as the interpreter gives them
+    (a child that failed the script's check: status 1, with that child's standard error)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with mock.patch.object(sys, "argv", [os.path.join(_SCRIPTS, f"{name}.py"), *flags]), \
+            contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        try:
+            _script(name).main()
+            status = 0
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
+            if exit_.code is not None and not isinstance(exit_.code, int):
+                print(exit_.code, file=sys.stderr)
+        except subprocess.CalledProcessError as error:
+            status = 1
+            print(f"{error}\n{error.stderr}", file=sys.stderr)
+    return subprocess.CompletedProcess([name, *flags], status, stdout.getvalue(),
+                                       stderr.getvalue())
 
 
 class BatchScalingStudyTest(unittest.TestCase):
@@ -99,28 +125,85 @@ if __name__ == "__main__":
 @pytest.mark.multiprocess
 def test_benchmark_input_reports_medians_with_spreads_and_a_trace(small_shapes_data_dir,
                                                                    tmp_path):
+    """One round end to end (each pipeline and the trace in a child of its own); the medians
+    and spreads over several rounds:
+    `test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline`."""
     json_path = tmp_path / "input.json"
-    subprocess.run([sys.executable, os.path.join(_SCRIPTS, "benchmark_input.py"),
-                    f"--data_dir={small_shapes_data_dir}", "--rounds=2", "--examples=1280",
-                    "--trace", f"--json={json_path}"], check=True, capture_output=True,
-                   timeout=600)
+    result = _run_main("benchmark_input", f"--data_dir={small_shapes_data_dir}", "--rounds=1",
+                       "--examples=1280", "--trace", f"--json={json_path}")
+    assert result.returncode == 0, result.stderr
     figures = json.loads(json_path.read_text())
-    assert figures["rounds"] == 2 and len(figures["rounds_eps"]) == 2
+    assert figures["rounds"] == 1 and len(figures["rounds_eps"]) == 1, figures["rounds_eps"]
+    (measured,) = figures["rounds_eps"]
+    for name in ("naive", "tfdist", "parse_only"):
+        assert measured[name] > 0 and figures[f"{name}_eps"] == pytest.approx(measured[name],
+                                                                               abs=0.5), name
     for ratio, baseline in (("speedup_vs_naive", "naive"),
                             ("fraction_of_parse_only", "parse_only")):
-        per_round = sorted(round_["tfdist"] / round_[baseline] for round_ in figures["rounds_eps"])
-        low, high = figures[f"{ratio}_spread"]
-        assert low == pytest.approx(per_round[0], rel=0.01)
-        assert high == pytest.approx(per_round[1], rel=0.01)
-        assert low <= figures[ratio] <= high
+        assert figures[ratio] == pytest.approx(measured["tfdist"] / measured[baseline],
+                                               rel=0.01), ratio
+        assert figures[f"{ratio}_spread"] == [figures[ratio]] * 2, ratio  # One round's.
     assert {"TFRecord", "ParseExampleV2", "XLA"} <= set(figures["trace"]["stage_us_per_example"])
 
 
-@pytest.mark.multiprocess
+def test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline():
+    """Both modes' rounds, with each child's figures stood in for: every round times every
+    pipeline in a child of its own, in order; each figure is the median over the rounds and
+    each ratio the median of the rounds' ratios, with their [min, max]."""
+    benchmark = _script("benchmark_input")
+    rates = {"naive": iter([100.0, 100.0, 200.0]), "tfdist": iter([200.0, 300.0, 300.0]),
+             "parse_only": iter([400.0, 300.0, 600.0])}
+    asked = []
+
+    def measure_in_child(name, args):  # pylint: disable=unused-argument
+        asked.append(name)
+        return next(rates[name])
+
+    with mock.patch.object(benchmark, "_measure_in_child", side_effect=measure_in_child):
+        figures = benchmark._rounds(  # pylint: disable=protected-access
+            argparse.Namespace(rounds=3, stages=False))
+    assert asked == ["naive", "tfdist", "parse_only"] * 3
+    assert (figures["naive_eps"], figures["tfdist_eps"], figures["parse_only_eps"]) == (
+        100, 300, 400)
+    # tfdist/naive per round 2, 3, 1.5; tfdist/parse_only 0.5, 1, 0.5.
+    assert (figures["speedup_vs_naive"], figures["speedup_vs_naive_spread"]) == (2, [1.5, 3])
+    assert (figures["fraction_of_parse_only"], figures["fraction_of_parse_only_spread"]) == (
+        0.5, [0.5, 1])
+    assert figures["rounds_eps"][1] == {"naive": 100, "tfdist": 300, "parse_only": 300}
+
+    # With --dataset: images/s and images per CPU-second of each of the five pipelines.
+    per_s = {"naive": iter([10.0, 20.0, 10.0]), "tfdist": iter([40.0, 40.0, 60.0]),
+             "tfdist_device": iter([50.0, 50.0, 50.0]), "best_practice": iter([20.0, 40.0, 20.0]),
+             "decode_only": iter([80.0, 40.0, 120.0])}
+    asked.clear()
+
+    def child_output(args, flag):  # pylint: disable=unused-argument
+        asked.append(flag.removeprefix("--pipeline="))
+        rate = next(per_s[asked[-1]])
+        return json.dumps({"images_per_s": rate, "images_per_cpu_s": rate / 2})
+
+    with mock.patch.object(benchmark, "_child_output", side_effect=child_output):
+        figures = benchmark._jpeg_rounds(  # pylint: disable=protected-access
+            argparse.Namespace(rounds=3))
+    assert asked == ["naive", "tfdist", "tfdist_device", "best_practice", "decode_only"] * 3
+    assert figures["images_per_s"] == {"naive": 10, "tfdist": 40, "tfdist_device": 50,
+                                       "best_practice": 20, "decode_only": 80}
+    assert figures["host_examples_per_core"] == figures["images_per_cpu_s"]["tfdist"] == 20
+    assert figures["decode_examples_per_core"] == 25
+    # tfdist/naive per round 4, 2, 6; tfdist/best_practice 2, 1, 3; tfdist/decode_only 0.5,
+    # 1, 0.5: the same per CPU-second, each pipeline's CPU time being half its wall time.
+    for prefix in ("", "per_cpu_"):
+        assert (figures[f"{prefix}speedup_vs_naive"],
+                figures[f"{prefix}speedup_vs_naive_spread"]) == (4, [2, 6]), prefix
+        assert (figures[f"{prefix}fraction_of_best_practice"],
+                figures[f"{prefix}fraction_of_best_practice_spread"]) == (2, [1, 3]), prefix
+        assert (figures[f"{prefix}fraction_of_decode_only"],
+                figures[f"{prefix}fraction_of_decode_only_spread"]) == (0.5, [0.5, 1]), prefix
+    assert len(figures["rounds_measured"]) == 3
+
+
 def test_benchmark_input_refuses_zero_rounds():
-    result = subprocess.run([sys.executable, os.path.join(_SCRIPTS, "benchmark_input.py"),
-                             "--rounds=0"], capture_output=True, text=True, timeout=120,
-                            check=False)
+    result = _run_main("benchmark_input", "--rounds=0")
     assert result.returncode == 2
     assert "--rounds: 0 is not a positive integer" in result.stderr
 
@@ -138,11 +221,11 @@ def test_the_breakdown_divides_trace_time_by_the_traced_steps():
 
 
 def _make_jpeg_records(out_dir, *flags: str) -> subprocess.CompletedProcess:
-    """A small set (24 + 8 images of 48-96 px, 3 classes, 4 + 2 files) into `out_dir`."""
-    return subprocess.run([sys.executable, os.path.join(_SCRIPTS, "make_jpeg_records.py"),
-                           f"--out_dir={out_dir}", "--train_images=24", "--validation_images=8",
-                           "--num_classes=3", "--files=4", "--min_size=48", "--max_size=96",
-                           *flags], capture_output=True, text=True, timeout=300, check=False)
+    """A small set (24 + 8 images of 48-96 px, 3 classes, 4 + 2 files) into `out_dir`, by the
+    script's `main` in this process."""
+    return _run_main("make_jpeg_records", f"--out_dir={out_dir}", "--train_images=24",
+                     "--validation_images=8", "--num_classes=3", "--files=4", "--min_size=48",
+                     "--max_size=96", *flags)
 
 
 def _records(path: str) -> list:
@@ -167,7 +250,6 @@ def test_make_jpeg_records_draws_the_stripe_count_per_image_only_when_asked():
     assert len(stripe_counts("image")) == 3
 
 
-@pytest.mark.multiprocess
 def test_make_jpeg_records_writes_imagenet_files_the_same_each_time_and_never_over_them(
         tmp_path):
     made = _make_jpeg_records(tmp_path / "set", "--label_base=1")
@@ -203,13 +285,12 @@ def test_make_jpeg_records_writes_imagenet_files_the_same_each_time_and_never_ov
 
 @pytest.mark.multiprocess
 def test_benchmark_input_compares_the_jpeg_pipelines_per_second_and_per_core(tmp_path):
-    assert _make_jpeg_records(tmp_path / "set").returncode == 0
+    made = _make_jpeg_records(tmp_path / "set")
+    assert made.returncode == 0, made.stderr
     json_path = tmp_path / "jpeg.json"
-    result = subprocess.run(
-        [sys.executable, os.path.join(_SCRIPTS, "benchmark_input.py"),
-         f"--dataset=tfrecord:{tmp_path / 'set'}/{{split}}-*", "--num_classes=3",
-         "--image_size=32", "--global_batch_size=4", "--rounds=1", "--seconds=0.3",
-         f"--json={json_path}"], capture_output=True, text=True, timeout=600, check=False)
+    result = _run_main("benchmark_input", f"--dataset=tfrecord:{tmp_path / 'set'}/{{split}}-*",
+                       "--num_classes=3", "--image_size=32", "--global_batch_size=4",
+                       "--rounds=1", "--seconds=0.1", f"--json={json_path}")
     assert result.returncode == 0, result.stderr
     figures = json.loads(json_path.read_text())
     pipelines = {"naive", "tfdist", "tfdist_device", "best_practice", "decode_only"}
@@ -224,15 +305,12 @@ def test_benchmark_input_compares_the_jpeg_pipelines_per_second_and_per_core(tmp
     assert "tfdist/best_practice: " in result.stdout
 
 
-@pytest.mark.multiprocess
 def test_benchmark_input_refuses_flags_of_the_other_mode_in_one_line():
-    script = os.path.join(_SCRIPTS, "benchmark_input.py")
     for flags, error in (
             (["--seconds=3"], "--seconds only times a --dataset; leave it out."),
             (["--dataset=tfrecord:/x/*", "--num_classes=2", "--examples=9", "--stages"],
              "--examples, --stages only time the built-in dataset, without --dataset; leave "
              "them out."),
             (["--dataset=tfrecord:/x/*"], "--dataset=tfrecord:/x/* needs --num_classes=N")):
-        result = subprocess.run([sys.executable, script, *flags], capture_output=True,
-                                text=True, timeout=120, check=False)
+        result = _run_main("benchmark_input", *flags)
         assert result.returncode == 2 and error in result.stderr.splitlines()[-1], result.stderr

@@ -5,6 +5,7 @@ import dataclasses
 import io
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -14,14 +15,34 @@ import pytest
 from absl.testing import parameterized
 
 from tests.tfdist.cli_runner import assert_one_line_error
-from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
+from tfdist.commands import cli
+from tfdist.commands import flags as flags_lib
 from tfdist.commands.benchmark import command as benchmark_command
+from tfdist.commands.benchmark import rounds as benchmark_rounds
 from tfdist.runtime.config import ConfigError
 from tfdist.strategies import StrategyConfig
 
 
+def _benchmark_here(test: unittest.TestCase, *args: str) -> subprocess.CompletedProcess:
+    """`tfdist benchmark ARGS` through `cli.main` in this process, where TensorFlow is imported
+    already (conftest): only the configurations' processes import it again, each bounded by 10
+    minutes. Its exit status, standard output and standard error; the flags are unparsed after
+    `test`."""
+    test.addCleanup(flags_lib.FLAGS.unparse_flags)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), \
+            mock.patch.object(benchmark_rounds, "_WAIT_S", 600):
+        status = cli.main(["tfdist", "benchmark", *args])
+    return subprocess.CompletedProcess(["tfdist", "benchmark", *args], status,
+                                       stdout.getvalue(), stderr.getvalue())
+
+
 @pytest.mark.multiprocess
 class ShortSweepTest(unittest.TestCase):
+    """The whole sweep, each configuration in a process of its own, in two rounds: the fewest
+    in which each configuration's process times a round again, and whose figures (the mean of
+    two) a slow moment of this shared machine in one round moves half as far."""
 
     @pytest.fixture(autouse=True)
     def _data(self, small_shapes_data_dir):
@@ -31,10 +52,10 @@ class ShortSweepTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as scratch:
             report_path, plot_path = (os.path.join(scratch, name)
                                       for name in ("report.json", "plot.png"))
-            result = run_tfdist("benchmark", "--replicas=1,2", "--warmup_steps=3",
-                                "--timed_steps=10", "--rounds=2",
-                                "--global_batch_size=32", f"--data_dir={self.data_dir}",
-                                f"--json={report_path}", f"--plot={plot_path}", timeout_s=600)
+            result = _benchmark_here(self, "--replicas=1,2", "--warmup_steps=3",
+                                     "--timed_steps=10", "--rounds=2", "--global_batch_size=32",
+                                     f"--data_dir={self.data_dir}", f"--json={report_path}",
+                                     f"--plot={plot_path}")
             self.assertEqual(result.returncode, 0, result.stderr[-3000:])
             with open(report_path, encoding="utf-8") as report_file:
                 report = json.load(report_file)
@@ -107,19 +128,33 @@ class TaxPairTest(unittest.TestCase):
                          "applies to strategy=multi_worker_mirrored, not mirrored.\n")
 
 
+# `tfdist benchmark` flags that fail in one line, with a part of that line.
+_BAD_INPUT = {
+    "zero_replicas": (["--replicas=0"], "replicas='0' is not a list of integers from 1 to 1024"),
+    "text_replicas": (["--replicas=one"], "replicas='one'"),
+    "unknown_data": (["--data=fake"], "data='fake' is not understood"),
+    "zero_timed_steps": (["--timed_steps=0"], "--timed_steps=0"),
+    "bad_train_flag": (["--global_batch_size=0"], "--global_batch_size=0"),
+}
+
+
 class BadBenchmarkInputTest(parameterized.TestCase):
 
-    @parameterized.named_parameters(
-        ("zero_replicas", ["--replicas=0"],
-         "replicas='0' is not a list of integers from 1 to 1024"),
-        ("text_replicas", ["--replicas=one"], "replicas='one'"),
-        ("unknown_data", ["--data=fake"], "data='fake' is not understood"),
-        ("zero_timed_steps", ["--timed_steps=0"], "--timed_steps=0"),
-        ("bad_train_flag", ["--global_batch_size=0"], "--global_batch_size=0"),
-    )
+    _results = None
+
+    @classmethod
+    def _result(cls, name: str):
+        """The result of `tfdist benchmark` with the flags `_BAD_INPUT[name]`: every case runs
+        in one child (`run_tfdist_cases`), started by the first test that reads one."""
+        if cls._results is None:
+            results = run_tfdist_cases([["benchmark", *args] for args, _ in _BAD_INPUT.values()])
+            cls._results = dict(zip(_BAD_INPUT, results))
+        return cls._results[name]
+
+    @parameterized.named_parameters(*((name, name) for name in _BAD_INPUT))
     @pytest.mark.multiprocess
-    def test_one_line_error(self, args, expected):
-        assert_one_line_error(self, run_tfdist("benchmark", *args), expected)
+    def test_one_line_error(self, name):
+        assert_one_line_error(self, self._result(name), _BAD_INPUT[name][1])
 
     def test_plot_without_matplotlib_says_how_to_install_it(self):
         with mock.patch.dict(sys.modules, {"matplotlib": None}):

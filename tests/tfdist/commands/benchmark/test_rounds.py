@@ -65,15 +65,27 @@ class BenchmarkRoundsTest(unittest.TestCase):
 
     @pytest.mark.multiprocess
     def test_a_silent_configuration_is_stopped_after_the_wait(self):
-        with mock.patch.object(benchmark_rounds, "_WAIT_S", 3), \
-                mock.patch.object(benchmark_rounds, "_EXIT_WAIT_S", 3):
-            with self.assertRaisesRegex(ConfigError, r"`tfdist train b` gave no answer in 3 s"):
+        # The children may take up to a minute to start; once the rounds begin, an answer is
+        # due within 2 s (the stand-in answers at once), and a child closed out gets half a
+        # second to exit before it is killed.
+        child_class = benchmark_rounds._Child  # pylint: disable=protected-access
+        request = child_class.request
+
+        def request_then_wait_2_s(child):
+            benchmark_rounds._WAIT_S = 2  # pylint: disable=protected-access
+            request(child)
+
+        with mock.patch.object(benchmark_rounds, "_WAIT_S", 60), \
+                mock.patch.object(benchmark_rounds, "_EXIT_WAIT_S", 0.5), \
+                mock.patch.object(child_class, "request", request_then_wait_2_s):
+            with self.assertRaisesRegex(ConfigError, r"`tfdist train b` gave no answer in 2 s"):
                 benchmark_rounds.run(self._specs("ab", b={"hang_on_round": 1}),
                                      self._env(), rounds=2)
-        pids = {int(pid) for _, pid in self._logged()}
-        for pid in pids:  # Every child has exited (killed, or closed with its input).
-            with self.assertRaises(ProcessLookupError):
-                os.kill(pid, 0)
+        logged = self._logged()
+        self.assertEqual([name for name, _ in logged], ["a", "b"])  # b was asked, and hung.
+        for name, pid in logged:  # Every child has exited (killed, or closed with its input).
+            with self.assertRaises(ProcessLookupError, msg=f"{name} is still running"):
+                os.kill(int(pid), 0)
 
     def test_children_see_no_tf_config_and_grow_gpu_memory_only_on_gpus(self):
         with mock.patch.dict(os.environ, {"TF_CONFIG": "{}"}):

@@ -8,7 +8,7 @@ import unittest
 
 import pytest
 
-from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.commands.cost_plan import input_rates
 from tfdist.runtime.config import ConfigError
 
@@ -73,17 +73,19 @@ class PlanFromAnInputBenchmarkTest(unittest.TestCase):
             plan = ["plan", "--compute_ms=100", "--per_replica_batch_size=64",
                     "--gradient_mib=100", "--gpus_per_node=8", "--nodes=1",
                     f"--input_benchmark={path}"]
-            result = run_tfdist(*plan, "--image_size=224", without_tensorflow=True)
-            self.assertEqual(result.returncode, 0, result.stderr)
-            self.assertIn("host_examples_per_core from input benchmark", result.stdout)
-            # 8 GPUs x 640 examples/s: 5120 / 700.5 and 5120 / 880 cores.
-            self.assertIn("| 7.3, 5.8 |", result.stdout)
-            result = run_tfdist(*plan, "--image_size=128", without_tensorflow=True)
-        self.assertEqual(result.returncode, 2)
-        self.assertEqual(result.stdout, "")
-        self.assertRegex(result.stderr, r"^tfdist plan: error: --input_benchmark=.* measured 224x224 "
-                                        r"images, this plan 128x128: pass --image_size=224")
-        self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
+            result, refused = run_tfdist_cases([[*plan, "--image_size=224"],
+                                                [*plan, "--image_size=128"]],
+                                               without_tensorflow=True)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("host_examples_per_core from input benchmark", result.stdout)
+        # 8 GPUs x 640 examples/s: 5120 / 700.5 and 5120 / 880 cores.
+        self.assertIn("| 7.3, 5.8 |", result.stdout)
+        self.assertEqual(refused.returncode, 2)
+        self.assertEqual(refused.stdout, "")
+        self.assertRegex(refused.stderr, r"^tfdist plan: error: --input_benchmark=.* measured "
+                                         r"224x224 images, this plan 128x128: pass "
+                                         r"--image_size=224")
+        self.assertEqual(len(refused.stderr.splitlines()), 1, refused.stderr)
 
 
 if __name__ == "__main__":
