@@ -26,6 +26,7 @@ from tests.tfdist.cluster.rehearsal.test_hosts import our_namespaces
 from tfdist.cluster import manifests
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.commands import cli
+from tfdist.commands import flags as flags_lib
 
 TIMEOUT_S = 300
 # How long after a cut link every other pod may take to end, beyond --collective_timeout_s:
@@ -33,23 +34,52 @@ TIMEOUT_S = 300
 # and the process then takes a few seconds to end on 2 cores.
 LOST_PEER_MARGIN_S = 40
 # `tfdist train` that prints a checksum of the weights when training ends: a user's program
-# that finds its cluster in the JobSet pod's environment by itself.
-_TRAIN_WITH_CHECKSUM = textwrap.dedent("""
+# that finds its cluster in the JobSet pod's environment by itself. Its first two arguments
+# are a file on the shared volume and a pod's hostname: that pod, while the file is missing,
+# makes it and stops at epoch 2's start, saying HOLDING, until it is killed (so a kill there
+# falls before epoch 2's steps however fast they run; the pod restarted runs on).
+HOLDING = "holding at epoch 2 until killed"
+_TRAIN_WITH_CHECKSUM = textwrap.dedent(f"""
+    import os
     import sys
+    import time
     import tensorflow as tf
     import tf_keras
     from tfdist.commands import cli
     from tfdist.training.keras2 import fit as training
 
+    held, holding_pod = sys.argv[1:3]
+
     class Checksum(tf_keras.callbacks.Callback):
         def on_train_end(self, logs=None):
             total = sum(float(tf.reduce_sum(weight)) for weight in self.model.weights)
-            print(f"weights {total:.6f}", flush=True)
+            print(f"weights {{total:.6f}}", flush=True)
+
+    class HoldOnce(tf_keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            if epoch == 1 and os.environ["HOSTNAME"] == holding_pod and not os.path.exists(held):
+                open(held, "w").close()
+                print("{HOLDING}", flush=True)
+                time.sleep(600)
 
     callbacks = training._output_callbacks
-    training._output_callbacks = lambda *a: callbacks(*a) + [Checksum()]
-    sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
+    training._output_callbacks = lambda *a: callbacks(*a) + [Checksum(), HoldOnce()]
+    sys.exit(cli.main(["tfdist", "train", *sys.argv[3:]]))
 """)
+
+
+def write_manifest(test: unittest.TestCase, path: str, *args: str) -> str:
+    """Writes to `path` what `tfdist manifest ARGS` prints, run through `cli.main` in this
+    process: writing a manifest imports no TensorFlow and starts nothing, so it needs no child
+    (the flags it parsed are unparsed when `test` ends). Returns `path`."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    test.addCleanup(flags_lib.FLAGS.unparse_flags)
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        status = cli.main(["tfdist", "manifest", *args])
+    test.assertEqual(status, 0, f"tfdist manifest {' '.join(args)}: {stderr.getvalue()}")
+    with open(path, "w", encoding="utf-8") as manifest:
+        manifest.write(stdout.getvalue())
+    return path
 
 
 def _log(log_dir: str, pod: str) -> str:
@@ -69,15 +99,13 @@ class RehearseTest(unittest.TestCase):
 
     def _manifest(self, *args: str, name: str = "job.yaml") -> str:
         image = [] if "--format=slurm" in args else ["--image=local"]
-        result = run_tfdist("manifest", *image, *args)
-        self.assertEqual(result.returncode, 0, result.stderr)
-        path = os.path.join(self.dir, name)
-        with open(path, "w", encoding="utf-8") as manifest:
-            manifest.write(result.stdout)
-        return path
+        return write_manifest(self, os.path.join(self.dir, name), *image, *args)
 
     def _train(self, *flags: str) -> list[str]:
-        return [f"--data_dir={self.data_dir}", "--global_batch_size=32", *flags]
+        # The built-in dataset, each pod reading its own files; no augmentation, which no
+        # property here needs and which every pod that reads would compile.
+        return [f"--data_dir={self.data_dir}", "--global_batch_size=32", "--augment=none",
+                *flags]
 
     def _rehearse(self, path: str, *flags: str) -> subprocess.CompletedProcess:
         start = time.monotonic()
@@ -99,23 +127,59 @@ class RehearseTest(unittest.TestCase):
                                         r"exited 0")
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
-    def test_multi_worker_mirrored_on_two_pods_trains_identical_weights(self):
+    def test_a_killed_pod_restarts_the_jobset_which_resumes_to_identical_weights(self):
+        # A user's program (not `tfdist train`) on multi-worker mirrored pods: it finds its
+        # cluster in the JobSet pod's environment by itself, and once the JobSet has restarted
+        # for the killed pod, both pods resume from the backup and end with identical weights.
         script = os.path.join(self.dir, "train_with_checksum.py")
         with open(script, "w", encoding="utf-8") as program:
             program.write(_TRAIN_WITH_CHECKSUM)
-        path = self._manifest("--name=mwms", "--num_workers=2", "--", sys.executable, script,
+        model_dir = os.path.join(self.mount, "run")
+        metrics = os.path.join(model_dir, "metrics.json")
+        path = self._manifest("--name=kill", "--num_workers=2", "--max_restarts=1",
+                              "--volume_claim=runs", f"--mount_path={self.mount}", "--",
+                              sys.executable, script, os.path.join(self.mount, "held"),
+                              "kill-worker-0-1",
                               *self._train("--strategy=multi_worker_mirrored", "--epochs=2",
-                                           "--steps_per_epoch=4", "--validation_steps=1"))
-        result = self._rehearse(path)
-        self.assert_done(result, 2)
-        checksums = [re.findall(r"^weights (\S+)$", _log(self.log_dir, f"mwms-worker-0-{index}"),
-                                re.M) for index in (0, 1)]
-        self.assertEqual(checksums[0], checksums[1])
-        self.assertEqual(len(checksums[0]), 1)
+                                           "--steps_per_epoch=4", "--validation_steps=1",
+                                           f"--model_dir={model_dir}",
+                                           f"--metrics_json={metrics}",
+                                           "--collective_timeout_s=60"))
+        rehearsal = self._start(path)
+        with _stopped_at_the_end(rehearsal):
+            # Killed where it holds: after epoch 1's backup, before epoch 2's steps.
+            lines, killed = read_killing(rehearsal.stdout, when=f"[kill-worker-0-1] {HOLDING}",
+                                         task="kill-worker-0-1")
+            status = rehearsal.wait(timeout=TIMEOUT_S)
+        output = "".join(lines)
+        self.assertTrue(killed, f"kill-worker-0-1 never held at epoch 2: {output[-3000:]}")
+        self.assertEqual(status, 0, output[-5000:])
+        self.assertIn("kill-worker-0-1 exited with status -9: restarting JobSet kill, every pod "
+                      "(1/1)", output, "the killed pod restarts the JobSet")
+        self.assertIn("resuming at epoch 2", output, "the restarted pods resume from the backup")
+        self.assertIn("JobSet kill done: 2 pod(s) exited 0, after 1 restart(s)", output,
+                      "the restarted JobSet completes")
+        with open(os.path.join(self.log_dir, "volumes", "runs", "run", "metrics.json"),
+                  encoding="utf-8") as metrics_file:
+            history = json.load(metrics_file)["history"]
+        self.assertEqual({name: len(values) for name, values in history.items()},
+                         {name: 2 for name in history},
+                         "the metrics history holds every epoch, before the kill and after")
+        self.assertIn("loss", history)
+        logs = [_log(self.log_dir, f"kill-worker-0-{index}") for index in (0, 1)]
+        checksums = [re.findall(r"^weights (\S+)$", log, re.M) for log in logs]
+        self.assertEqual([len(found) for found in checksums], [1, 1],
+                         "each pod's program ends training once, in the restarted JobSet")
+        self.assertEqual(checksums[0], checksums[1],
+                         "multi-worker mirrored pods train identical weights")
         for index in (0, 1):
-            self.assertIn(f"worker:{index} waiting for all 2 workers", result.stdout)
+            # Its task and the group's size, from the JobSet pod's environment.
+            self.assertIn(f"[kill-worker-0-{index}] tfdist input: train: input pipeline "
+                          f"{index}/2 reads", output, f"the program on pod {index} finds its "
+                          "cluster in the pod's environment")
             self.assertIn("multi_worker_mirrored on 2 replica(s) in all (2 workers x 1)",
-                          _log(self.log_dir, f"mwms-worker-0-{index}"))
+                          logs[index], f"pod {index} trains with both workers' replicas")
+        self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
     def test_parameter_server_with_an_evaluator(self):
         model_dir = os.path.join(self.mount, "ctr")
@@ -127,59 +191,53 @@ class RehearseTest(unittest.TestCase):
                                                           f"--model_dir={model_dir}"))
         result = self._rehearse(path)
         self.assert_done(result, 2)  # The chief and the evaluator; the rest are stopped.
-        self.assertIn("stopped ctr-worker-0-0, ctr-worker-0-1, ctr-ps-0-0", result.stdout)
+        self.assertIn("done: 2 pod(s) exited 0, stopped ctr-worker-0-0, ctr-worker-0-1, "
+                      "ctr-ps-0-0 in ", result.stdout,
+                      "the workers and the ps serve until the JobSet is done")
         self.assertRegex(_log(self.log_dir, "ctr-evaluator-0-0"),
-                         r"evaluator done after [12] evaluation\(s\)")
+                         r"evaluator done after [12] evaluation\(s\)",
+                         "the evaluator pod ends once it has evaluated the last checkpoint")
         with open(os.path.join(self.log_dir, "volumes", "runs", "ctr", "evaluations.json"),
                   encoding="utf-8") as evaluations:
             # It read the chief's checkpoints through the volume; it skips one that a newer
             # replaced before it looked, but always evaluates the last.
-            self.assertIn("epoch-002", json.load(evaluations))
+            self.assertIn("epoch-002", json.load(evaluations),
+                          "the evaluator evaluates the chief's last checkpoint")
         self.assertFalse(os.path.exists(self.mount), "the mount point made was not removed")
 
-    def test_a_killed_pod_restarts_the_jobset_which_resumes_from_the_backup(self):
-        model_dir = os.path.join(self.mount, "run")
-        metrics = os.path.join(model_dir, "metrics.json")
-        path = self._manifest("--name=kill", "--num_workers=2", "--max_restarts=1",
-                              "--volume_claim=runs", f"--mount_path={self.mount}", "--", "train",
-                              *self._train("--strategy=multi_worker_mirrored", "--epochs=3",
-                                           "--steps_per_epoch=60", "--validation_steps=1",
-                                           f"--model_dir={model_dir}",
-                                           f"--metrics_json={metrics}",
-                                           "--collective_timeout_s=60"))
-        rehearsal = self._start(path)
-        with _stopped_at_the_end(rehearsal):
-            # At once: epoch 2's 60 steps are still to run, and a second's sleep here outlasted
-            # them on a loaded CI machine (the kill then fell in epoch 3).
-            lines, killed = read_killing(rehearsal.stdout, when="[kill-worker-0-1] Epoch 2/3",
-                                         task="kill-worker-0-1")
-            status = rehearsal.wait(timeout=TIMEOUT_S)
-        output = "".join(lines)
-        self.assertTrue(killed, output[-3000:])
-        self.assertEqual(status, 0, output[-5000:])
-        self.assertIn("kill-worker-0-1 exited with status -9: restarting JobSet kill, every pod "
-                      "(1/1)", output)
-        self.assertIn("resuming at epoch 2", output)
-        self.assertIn("JobSet kill done: 2 pod(s) exited 0, after 1 restart(s)", output)
-        with open(os.path.join(self.log_dir, "volumes", "runs", "run", "metrics.json"),
-                  encoding="utf-8") as metrics_file:
-            history = json.load(metrics_file)["history"]
-        self.assertEqual({name: len(values) for name, values in history.items()},
-                         {name: 3 for name in history})
-        self.assertIn("loss", history)
+    def test_the_data_service_pods_feed_the_multi_worker_mirrored_workers(self):
+        path = self._manifest("--name=ds", "--num_workers=2", "--data_service_workers=2", "--",
+                              "train", *self._train("--strategy=multi_worker_mirrored",
+                                                    "--epochs=1", "--steps_per_epoch=3",
+                                                    "--validation_steps=1"))
+        result = self._rehearse(path)
+        self.assert_done(result, 2)
+        self.assertIn("done: 2 pod(s) exited 0, stopped ds-dispatcher-0-0, ds-data-worker-0-0, "
+                      "ds-data-worker-0-1 in ", result.stdout,
+                      "the data-service pods serve until the JobSet is done")
+        for index in (0, 1):
+            self.assertIn("runs on the tf.data service at grpc://ds-dispatcher-0-0.ds:2222",
+                          _log(self.log_dir, f"ds-worker-0-{index}"),
+                          f"worker {index}'s input runs on the dispatcher pod, by its JobSet name")
+            self.assertIn("worker of the dispatcher at ds-dispatcher-0-0.ds:2222, reached at "
+                          f"ds-data-worker-0-{index}.ds:2222",
+                          _log(self.log_dir, f"ds-data-worker-0-{index}"),
+                          f"data-service pod {index} joins the dispatcher pod, by its own name")
 
     def test_a_cut_link_ends_every_other_pod_with_one_line_naming_the_lost_peer(self):
         timeout_s = 10
+        # Synthetic data: what is read does not matter here, only that the pods train.
         path = self._manifest("--name=cut", "--num_workers=2", "--", "train",
-                              *self._train("--strategy=multi_worker_mirrored", "--epochs=100",
-                                           "--steps_per_epoch=20",
-                                           f"--collective_timeout_s={timeout_s}"))
+                              "--strategy=multi_worker_mirrored", "--dataset=synthetic",
+                              "--num_classes=10", "--global_batch_size=32", "--epochs=100",
+                              "--steps_per_epoch=20", f"--collective_timeout_s={timeout_s}")
         rehearsal = self._start(path)
         lines, cut_at = [], None
         with _stopped_at_the_end(rehearsal):
             for line in rehearsal.stdout:
                 lines.append(line)
-                if cut_at is None and line.startswith("[cut-worker-0-0] Epoch 3/"):
+                # Once both pods have run a whole epoch of collectives together.
+                if cut_at is None and line.startswith("[cut-worker-0-0] Epoch 2/"):
                     namespace = re.search(r"started cut-worker-0-1 .*\(netns (\S+)\)",
                                           "".join(lines)).group(1)
                     subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "down"],
@@ -219,18 +277,6 @@ class RehearseTest(unittest.TestCase):
                               log.read())
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
-    def test_the_data_service_pods_feed_the_workers(self):
-        path = self._manifest("--name=ds", "--num_workers=2", "--data_service_workers=2", "--",
-                              "train", *self._train("--strategy=multi_worker_mirrored",
-                                                    "--epochs=1", "--steps_per_epoch=3",
-                                                    "--validation_steps=1"))
-        result = self._rehearse(path)
-        self.assert_done(result, 2)
-        self.assertIn("runs on the tf.data service at grpc://ds-dispatcher-0-0.ds:2222",
-                      _log(self.log_dir, "ds-worker-0-0"))
-        self.assertIn("worker of the dispatcher at ds-dispatcher-0-0.ds:2222",
-                      _log(self.log_dir, "ds-data-worker-0-1"))
-
 
 @pytest.mark.multiprocess
 class CleanUpTest(unittest.TestCase):
@@ -240,11 +286,8 @@ class CleanUpTest(unittest.TestCase):
     def _scratch(self, tmp_path):
         emulated_hosts_or_skip()
         self.dir = str(tmp_path)
-        result = run_tfdist("manifest", "--image=local", "--name=sleep", "--num_workers=2", "--",
-                            "sleep", "600")
-        self.path = os.path.join(self.dir, "sleep.yaml")
-        with open(self.path, "w", encoding="utf-8") as manifest:
-            manifest.write(result.stdout)
+        self.path = write_manifest(self, os.path.join(self.dir, "sleep.yaml"), "--image=local",
+                                   "--name=sleep", "--num_workers=2", "--", "sleep", "600")
 
     def _start(self) -> subprocess.Popen:
         rehearsal = subprocess.Popen(  # pylint: disable=consider-using-with
@@ -269,10 +312,8 @@ class CleanUpTest(unittest.TestCase):
         rehearsal.kill()
         rehearsal.wait(timeout=60)
         self.assertNotEqual(our_namespaces(rehearsal.pid), [])
-        quick = run_tfdist("manifest", "--image=local", "--name=quick", "--", "true")
-        path = os.path.join(self.dir, "quick.yaml")
-        with open(path, "w", encoding="utf-8") as manifest:
-            manifest.write(quick.stdout)
+        path = write_manifest(self, os.path.join(self.dir, "quick.yaml"), "--image=local",
+                              "--name=quick", "--", "true")
         result = run_tfdist("rehearse", f"--log_dir={self.dir}/logs", "--timeout_s=60", path)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertEqual(our_namespaces(rehearsal.pid), [])
