@@ -1,5 +1,6 @@
 """Test-session setup: tf-keras, and the host CPU split into 2 logical devices before any op;
-and the rule that only tests marked `multiprocess` start processes.
+the rule that only tests marked `multiprocess` start processes; and the lock that keeps
+rehearsals from removing the hosts another test left behind on purpose (under `pytest -n`).
 
 In-process tests that need 2 replicas use "/cpu:0" and "/cpu:1"; tests that change process-wide
 TensorFlow state (collectives, remote clusters) run in subprocesses instead, marked
@@ -7,8 +8,12 @@ TensorFlow state (collectives, remote clusters) run in subprocesses instead, mar
 """
 
 import _posixsubprocess
+import contextlib
+import fcntl
 import os
 import subprocess
+import tempfile
+import time
 
 import pytest
 
@@ -54,6 +59,46 @@ def _processes_only_where_marked(request, monkeypatch):
 def shapes_data_dir(tmp_path_factory):
     """A data dir holding the built-in dataset, generated once per test session."""
     return str(tmp_path_factory.mktemp("tensorflow_datasets"))
+
+
+# Rehearsals share this machine's network namespaces: each one's start removes every dead
+# rehearsal's emulated hosts. A test that leaves such hosts behind on purpose holds this lock
+# alone; tests that run rehearsals share it, side by side under `pytest -n`. A lock file in the
+# temp dir, so that every worker and every session on this machine sees it.
+_REHEARSAL_HOSTS_LOCK = os.path.join(tempfile.gettempdir(), "tfdist-tests-rehearsal-hosts.lock")
+_REHEARSAL_HOSTS_WAIT_S = 600
+
+
+@contextlib.contextmanager
+def _rehearsal_hosts_lock(mode: int, nodeid: str):
+    with open(_REHEARSAL_HOSTS_LOCK, "a", encoding="utf-8") as lock:
+        deadline = time.monotonic() + _REHEARSAL_HOSTS_WAIT_S
+        while True:
+            try:
+                fcntl.flock(lock, mode | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    pytest.fail(f"{nodeid}: another test held {_REHEARSAL_HOSTS_LOCK} for "
+                                f"{_REHEARSAL_HOSTS_WAIT_S} s", pytrace=False)
+                time.sleep(0.1)
+        yield  # Closing the file releases the lock.
+
+
+@pytest.fixture
+def rehearsals_side_by_side(request):
+    """For a test that runs rehearsals: others may run beside it, but no test that leaves a dead
+    rehearsal's hosts behind (its start would remove them)."""
+    with _rehearsal_hosts_lock(fcntl.LOCK_SH, request.node.nodeid):
+        yield
+
+
+@pytest.fixture
+def rehearsals_alone(request):
+    """For a test that leaves a dead rehearsal's hosts behind and checks who removes them: no
+    rehearsal starts while it runs."""
+    with _rehearsal_hosts_lock(fcntl.LOCK_EX, request.node.nodeid):
+        yield
 
 
 SMALL_TRAIN_SIZE = 640

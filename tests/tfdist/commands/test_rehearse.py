@@ -88,6 +88,7 @@ def _log(log_dir: str, pod: str) -> str:
 
 
 @pytest.mark.multiprocess
+@pytest.mark.usefixtures("rehearsals_side_by_side")
 class RehearseTest(unittest.TestCase):
 
     @pytest.fixture(autouse=True)
@@ -298,6 +299,7 @@ class CleanUpTest(unittest.TestCase):
                 return rehearsal
         self.fail("the pods did not start")
 
+    @pytest.mark.usefixtures("rehearsals_side_by_side")
     def test_sigterm_and_ctrl_c_stop_the_pods_and_remove_the_hosts(self):
         for signum in (signal.SIGTERM, signal.SIGINT):
             rehearsal = self._start()
@@ -307,6 +309,7 @@ class CleanUpTest(unittest.TestCase):
                 self.assertEqual(rehearsal.wait(timeout=60), 128 + signum)
             self.assertEqual(our_namespaces(rehearsal.pid), [])
 
+    @pytest.mark.usefixtures("rehearsals_alone")
     def test_a_killed_rehearsals_hosts_are_removed_by_the_next(self):
         rehearsal = self._start()
         rehearsal.kill()

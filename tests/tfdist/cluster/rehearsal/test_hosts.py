@@ -90,6 +90,7 @@ class HostsTest(unittest.TestCase):
         self.assertEqual(our_namespaces(os.getpid()), [])
         made.close()
 
+    @pytest.mark.usefixtures("rehearsals_alone")
     def test_a_killed_rehearsals_hosts_and_processes_are_cleaned_by_the_next(self):
         gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True, check=True, timeout=30)
