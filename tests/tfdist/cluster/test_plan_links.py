@@ -1,6 +1,7 @@
 """`tfdist plan` against a link we control: one cell of scripts/check_plan_links.py (2 emulated
-hosts on a 0.1 Gbit/s link, ring all-reduce in float32) predicted within 25%, and nothing left
-behind; and the parts of the cost model and of the shaping that it rests on.
+hosts on a 0.1 Gbit/s link, ring all-reduce in float32, docs/PLANNING.md's 1,280-unit MLP)
+predicted within 25%, and nothing left behind; and the parts of the cost model and of the shaping
+that it rests on.
 
 The cell needs root, network namespaces and tc's token-bucket filter; skipped where this
 machine refuses them."""
@@ -50,7 +51,7 @@ class PlanLinksTest(unittest.TestCase):
             path = os.path.join(scratch, "cells.json")
             script = subprocess.Popen(  # pylint: disable=consider-using-with
                 [sys.executable, _SCRIPT, "--hosts=2", "--gbps=0.1", "--exchanges=ring-float32",
-                 "--width=512", "--epoch_s=3", "--compute_steps=8", f"--json={path}"],
+                 "--width=1280", "--epoch_s=3", "--compute_steps=8", f"--json={path}"],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             self.addCleanup(script.kill)
             output, _ = script.communicate(timeout=300)
