@@ -98,8 +98,14 @@ class HostsTest(unittest.TestCase):
         stale = hosts_lib.Hosts([("a-0",)], owner=dead_pid)  # Left as a killed rehearsal would.
         self.addCleanup(stale.close)
         sleeper = subprocess.Popen(  # pylint: disable=consider-using-with
-            [*stale.hosts[0].enter(), "--", "sleep", "600"])
+            [*stale.hosts[0].enter(), "--", "sh", "-c", "echo inside; exec sleep 600"],
+            stdout=subprocess.PIPE, text=True)
+        self.addCleanup(sleeper.stdout.close)
         self.addCleanup(sleeper.wait, 30)
+        self.addCleanup(sleeper.kill)  # Only if the clean-up missed it (a failure below).
+        # Inside its host before the clean-up looks, as a killed rehearsal's pods were long
+        # since: one still on its way in would be missed by `ip netns pids` and kept alive.
+        self.assertEqual(sleeper.stdout.readline().strip(), "inside")
         self.assertNotEqual(our_namespaces(dead_pid), [])
         removed = hosts_lib.clean_stale()
         self.assertEqual(sorted(set(removed)), sorted(set(stale._made)))  # pylint: disable=protected-access
