@@ -173,6 +173,10 @@ def _text(manifest_format: str, values: dict, train_args: list[str] | None,
         if not equals:
             raise ManifestError(f"node_selector={entry!r} is not key=value; write e.g. "
                                 "--node_selector=cloud.google.com/gke-accelerator=nvidia-l4.")
+        if key in node_selector:
+            raise ManifestError(f"node_selector={entry!r} repeats the key {key!r} (already "
+                                f"{node_selector[key]!r}); a node has one value per label: "
+                                "give each key once.")
         node_selector[key] = value
     pods = manifests.Pods(
         image=values["image"], cpu=values["cpu"], memory=values["memory"],

@@ -11,9 +11,8 @@ import yaml
 
 from tfdist import strategies
 from tfdist.cluster import ClusterError
+from tfdist.cluster import kubernetes_rules
 
-_K8S_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-K8S_NAME_MAX = 63
 _PLAIN_RE = re.compile(r"[A-Za-z][A-Za-z0-9_./-]*")
 _YAML_WORDS = frozenset(("y", "n", "yes", "no", "true", "false", "on", "off", "null"))
 _MAX_SHOWN = 80
@@ -46,19 +45,23 @@ def check_layout(where: str, *, num_workers: int, num_ps: int, chief: bool) -> N
     require(not problem, f"{where} num_ps", num_ps, "add --chief", problem=f"means {problem}")
 
 
+def follow(problem: str | None, field: str, value: Any, fix: str) -> None:
+    """Raises the one-line `ManifestError` "<field>: <value> <problem>; <fix>." when a rule of
+    `kubernetes_rules` found a `problem`."""
+    require(problem is None, field, value, fix, problem=problem or "")
+
+
 def check_k8s_name(field: str, name: Any) -> None:
     """A Kubernetes object name that is also a DNS label (RFC 1123)."""
-    valid = (isinstance(name, str) and len(name) <= K8S_NAME_MAX
-             and bool(_K8S_NAME_RE.fullmatch(name)))
-    require(valid, field, name, f'use at most {K8S_NAME_MAX} lowercase letters, digits and "-", '
-            'starting and ending with a letter or digit, e.g. "tfdist-train"',
-            problem="is not a Kubernetes name")
+    follow(kubernetes_rules.dns1123_label(name), field, name,
+           f'use at most {kubernetes_rules.LABEL_MAX} lowercase letters, digits and "-", e.g. '
+           '"tfdist-train"')
 
 
 def check_image(field: str, image: Any) -> None:
-    require(isinstance(image, str) and bool(image) and not any(c.isspace() for c in image),
-            field, image, 'pass a container image with tfdist installed, e.g. '
-            '"registry.example.com/tfdist:0.1.0"', problem="is not an image name")
+    follow(kubernetes_rules.image_reference(image), field, image,
+           'pass a container image with tfdist installed, e.g. '
+           '"registry.example.com/tfdist:0.1.0"')
 
 
 def check_choice(field: str, value: Any, choices: Sequence[str]) -> None:
@@ -78,6 +81,12 @@ def check_args(where: str, train_args: Any, field: str = "train_args") -> list[s
             'pass a list of strings, e.g. ["--strategy=multi_worker_mirrored"]',
             problem="is not a list of strings")
     return list(train_args)
+
+
+def kubernetes_literal(word: str) -> str:
+    """A command word that Kubernetes passes to the container as written: it expands `$(VAR)`
+    in a container's command and args and turns `$$` into `$`, so every `$` is doubled."""
+    return word.replace("$", "$$")
 
 
 def describe_layout(*, num_workers: int, num_ps: int, chief: bool) -> str:

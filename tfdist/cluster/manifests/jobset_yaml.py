@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import posixpath
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdist.cluster import kubernetes_rules
 from tfdist.cluster.manifests import checks
 from tfdist.cluster.manifests.checks import require
 from tfdist.strategies import jobset as jobset_pods
@@ -39,13 +39,9 @@ _UNKNOWN = object()  # A program's model_dir: not ours to read.
 _URL_MARK = "://"
 TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
-# Kubernetes' resource quantities ("500m", "4", "16Gi", "1e3") and label syntax.
-_QUANTITY_RE = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][0-9]+)?")
-_DNS_LABEL_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")  # RFC 1035: JobSet names its Service so.
 _POD_NAME_SUFFIX = "-xxxxx"  # The Job controller's random suffix on each pod's name.
-_LABEL_NAME_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-
+CPU_RANGE = ("1m", "100000")  # Per pod; a quantity outside is a typo.
+MEMORY_RANGE = ("6Mi", "1Pi")  # runc's least memory limit, and more than any node has.
 
 @dataclasses.dataclass(frozen=True)
 class Pods:
@@ -102,9 +98,9 @@ def jobset(*, name: str, pods: Pods, num_workers: int, num_ps: int = 0, chief: b
     Raises:
       ManifestError: an argument is invalid.
     """
-    require(isinstance(name, str) and bool(_DNS_LABEL_RE.fullmatch(name)), "jobset name", name,
-            'use lowercase letters, digits and "-", starting with a letter and ending with a '
-            'letter or digit, e.g. "tfdist-train"', problem="is not a JobSet name")
+    checks.follow(kubernetes_rules.dns1035_label(name), "jobset name", name,
+                  'use lowercase letters, digits and "-", starting with a letter, e.g. '
+                  '"tfdist-train"')
     checks.check_layout("jobset", num_workers=num_workers, num_ps=num_ps, chief=chief)
     require(isinstance(evaluator, bool), "jobset evaluator", evaluator, "pass True or False",
             problem="is not a bool")
@@ -121,9 +117,9 @@ def jobset(*, name: str, pods: Pods, num_workers: int, num_ps: int = 0, chief: b
     layout = {job: count for job, count in layout.items() if count}
     longest = max((jobset_pods.hostname(name, job, count - 1) for job, count in layout.items()),
                   key=len)
-    require(len(longest) + len(_POD_NAME_SUFFIX) <= checks.K8S_NAME_MAX, "jobset name", name,
-            f"use a shorter name: pods are named <name>-<replicatedJob>-0-<index>"
-            f"{_POD_NAME_SUFFIX}, at most {checks.K8S_NAME_MAX} characters",
+    require(len(longest) + len(_POD_NAME_SUFFIX) <= kubernetes_rules.LABEL_MAX, "jobset name",
+            name, f"use a shorter name: pods are named <name>-<replicatedJob>-0-<index>"
+            f"{_POD_NAME_SUFFIX}, at most {kubernetes_rules.LABEL_MAX} characters",
             problem=f"makes pod names such as {longest + _POD_NAME_SUFFIX!r} too long")
     command = _task_command(name, port, data_service_workers, train_args, program)
     _check_volume(pods, max_restarts=max_restarts, evaluator=evaluator,
@@ -175,19 +171,20 @@ def _task_command(name: str, port: int, data_service_workers: int,
             problem="and program are both given or both missing")
     if program is not None:
         program = checks.check_args("jobset", program, field="program")
-        require(bool(program), "jobset program", program, "pass the program's argv, e.g. "
-                '["python", "my_train.py"]', problem="is empty")
+        require(bool(program) and bool(program[0].strip()), "jobset program", program,
+                "pass the program's argv, e.g. "'["python", "my_train.py"]',
+                problem="has no program to run")
         require(not data_service_workers, "jobset data_service_workers", data_service_workers,
                 "run `-- train ...` to read input through the tf.data service, or start the "
                 "service yourself", problem="needs a tfdist train command, not a program")
-        return program
+        return [checks.kubernetes_literal(word) for word in program]
     args = checks.check_args("jobset", train_args)
     for flag in (JOBSET_RESOLVER_FLAG.partition("=")[0],
                  *([DATA_SERVICE_FLAG] if data_service_workers else [])):
         given = [arg for arg in args if arg.lstrip("-").partition("=")[0] == flag.lstrip("-")]
         require(not given, "jobset train_args", given[0] if given else None,
                 "leave it out: the manifest sets it for the JobSet", problem="is set")
-    command = ["tfdist", "train", JOBSET_RESOLVER_FLAG, *args]
+    command = ["tfdist", "train", JOBSET_RESOLVER_FLAG, *(checks.kubernetes_literal(arg) for arg in args)]
     if data_service_workers:
         dispatcher = f"{jobset_pods.hostname(name, jobset_pods.DISPATCHER, 0)}.{name}:{port}"
         command.append(f"{DATA_SERVICE_FLAG}=grpc://{dispatcher}")
@@ -258,33 +255,34 @@ def _check_pods(pods: Any) -> None:
     require(isinstance(pods, Pods), "jobset pods", pods, "pass a manifests.Pods(image=...)",
             problem="is not a Pods")
     checks.check_image("jobset image", pods.image)
-    for field in ("cpu", "memory"):
+    for field, (least, most) in (("cpu", CPU_RANGE), ("memory", MEMORY_RANGE)):
         value = getattr(pods, field)
-        require(value is None or (isinstance(value, str) and bool(_QUANTITY_RE.fullmatch(value))),
-                f"jobset {field}", value, 'use a Kubernetes quantity, e.g. "4", "500m" or "16Gi"',
-                problem="is not a quantity")
+        if value is not None:
+            checks.follow(kubernetes_rules.quantity(value, least=least, most=most),
+                          f"jobset {field}", value, f'use a Kubernetes quantity from {least} to '
+                          f'{most}, e.g. "4", "500m" or "16Gi"')
     require(checks.is_int(pods.gpus) and pods.gpus >= 0, "jobset gpus", pods.gpus,
             "pass 0 or more GPUs per pod", problem="is not a count")
     for field in ("queue", "priority_class", "service_account", "volume_claim"):
         value = getattr(pods, field)
         if value is not None:
-            _check_subdomain(f"jobset {field}", value)
+            checks.follow(kubernetes_rules.dns1123_subdomain(value), f"jobset {field}", value,
+                          'use lowercase letters, digits, "-" and ".", e.g. "team-a"')
+    if pods.queue is not None:  # Also the value of the JobSet's queue label.
+        checks.follow(kubernetes_rules.label_value(pods.queue), "jobset queue", pods.queue,
+                      f"use a LocalQueue name of at most {kubernetes_rules.LABEL_MAX} characters")
     for key, value in dict(pods.node_selector).items():
-        _check_label_key("jobset node_selector", key)
-        _check_label_value("jobset node_selector", key, value)
+        _check_label("jobset node_selector", key, value)
     for text in pods.tolerations:
         require(isinstance(text, str), "jobset tolerations", text,
                 'write each as "key[=value][:Effect]", e.g. "gpu=true:NoSchedule"',
                 problem="is not a string")
         toleration = _toleration(text)
-        _check_label_key("jobset tolerations", toleration["key"])
-        _check_label_value("jobset tolerations", toleration["key"], toleration.get("value", ""))
+        _check_label("jobset tolerations", toleration["key"], toleration.get("value", ""))
         checks.check_choice("jobset tolerations effect", toleration.get("effect", "NoSchedule"),
                             TOLERATION_EFFECTS)
-    require(isinstance(pods.mount_path, str) and posixpath.isabs(pods.mount_path)
-            and posixpath.normpath(pods.mount_path) != "/", "jobset mount_path",
-            pods.mount_path, 'use an absolute directory other than "/", e.g. "/mnt/tfdist"',
-            problem="is not a mount path")
+    checks.follow(kubernetes_rules.mount_path(pods.mount_path), "jobset mount_path",
+                  pods.mount_path, 'use a directory of its own, e.g. "/mnt/tfdist"')
 
 
 def _check_volume(pods: Pods, *, max_restarts: int, evaluator: bool,
@@ -305,25 +303,9 @@ def _check_volume(pods: Pods, *, max_restarts: int, evaluator: bool,
             problem=f"needs a model_dir every pod shares, not {model_dir!r}")
 
 
-def _check_subdomain(field: str, value: Any) -> None:
-    require(isinstance(value, str) and len(value) <= 253
-            and bool(_DNS_SUBDOMAIN_RE.fullmatch(value)), field, value,
-            'use lowercase letters, digits, "-" and ".", e.g. "team-a"',
-            problem="is not a Kubernetes name")
-
-
-def _check_label_key(field: str, key: Any) -> None:
-    prefix, _, label = key.rpartition("/") if isinstance(key, str) else ("", "", None)
-    valid = (isinstance(label, str) and len(label) <= checks.K8S_NAME_MAX
-             and bool(_LABEL_NAME_RE.fullmatch(label))
-             and (not prefix or (len(prefix) <= 253 and bool(_DNS_SUBDOMAIN_RE.fullmatch(prefix)))))
-    require(valid, field, key, 'use a label key such as "cloud.google.com/gke-accelerator"',
-            problem="is not a label key")
-
-
-def _check_label_value(field: str, key: str, value: Any) -> None:
-    valid = isinstance(value, str) and (value == "" or (
-        len(value) <= checks.K8S_NAME_MAX and bool(_LABEL_NAME_RE.fullmatch(value))))
-    require(valid, f"{field} {key}", value,
-            'use at most 63 letters, digits, "-", "_" and ".", e.g. "nvidia-h100-80gb"',
-            problem="is not a label value")
+def _check_label(field: str, key: Any, value: Any) -> None:
+    checks.follow(kubernetes_rules.label_key(key), field, key,
+                  'use a label key such as "cloud.google.com/gke-accelerator"')
+    checks.follow(kubernetes_rules.label_value(value), f"{field} {key}", value,
+                  f'use at most {kubernetes_rules.LABEL_MAX} letters, digits, "-", "_" and ".", '
+                  'e.g. "nvidia-h100-80gb"')

@@ -44,7 +44,8 @@ def tfjob(*, name: str, image: str, train_args: Sequence[str], num_workers: int,
     checks.check_choice("tfjob restart_policy", restart_policy, RESTART_POLICIES)
     checks.check_layout("tfjob", num_workers=num_workers, num_ps=num_ps, chief=chief)
     checks.check_port("tfjob port", port)
-    command = ["tfdist", "train", *checks.check_args("tfjob", train_args)]
+    command = ["tfdist", "train", *map(checks.kubernetes_literal,
+                                        checks.check_args("tfjob", train_args))]
     counts = {"Chief": int(chief), "Worker": num_workers, "PS": num_ps, "Evaluator": int(evaluator)}
     replica_specs = {kind: _replica_spec(replicas, restart_policy, image, command, port)
                      for kind, replicas in counts.items() if replicas}

@@ -1,6 +1,7 @@
 """The JobSet v1alpha2 schema of kubernetes-sigs/jobset v0.12.0 (tests/data/jobset, with its
 source and license), as a JSON Schema validator that refuses unknown fields, as `kubectl apply
---validate=strict` does; and the JobSet webhook's rules on names that the schema leaves out.
+--validate=strict` does; and the rules that the schema leaves out: the JobSet webhook's on names,
+the API server's on label values, resource quantities and mount paths.
 
 Kubernetes validates a custom resource against its CRD's OpenAPI v3 schema and prunes (or, with
 strict validation, refuses) fields the schema does not list. This turns that schema into a JSON
@@ -21,6 +22,9 @@ CRD_PATH = (pathlib.Path(__file__).resolve().parents[3] / "data" / "jobset"
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+# k8s.io/apimachinery resource.Quantity: a signed decimal with a binary, decimal or exponent
+# suffix; the API server also refuses a request of zero for what tfdist writes (cpu, memory).
+_QUANTITY = re.compile(r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?")
 
 
 def _strict(node):
@@ -79,7 +83,32 @@ def webhook_problems(document: dict) -> list[str]:
     targets = document["spec"].get("successPolicy", {}).get("targetReplicatedJobs", [])
     problems += [f"successPolicy names {target!r}, not a replicated job" for target in targets
                  if target not in replicated]
-    for key, value in document["metadata"].get("labels", {}).items():
+    labels = dict(document["metadata"].get("labels", {}))
+    for job in document["spec"]["replicatedJobs"]:
+        pod = job["template"]["spec"]["template"]["spec"]
+        labels.update(pod.get("nodeSelector", {}))
+        labels.update((toleration["key"], toleration["value"])
+                      for toleration in pod.get("tolerations", []) if "value" in toleration)
+        for container in pod["containers"]:
+            problems += _container_problems(container)
+    for key, value in labels.items():
         if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
             problems.append(f"label {key}={value!r} is not a label value")
+    return problems
+
+
+def _container_problems(container: dict) -> list[str]:
+    problems = []
+    resources = container.get("resources", {})
+    for kind in ("requests", "limits"):
+        for resource, amount in resources.get(kind, {}).items():
+            text = str(amount)
+            if not _QUANTITY.fullmatch(text) or len(text) > 32 or \
+                    not 0 < float(text.rstrip("KMGTPEinumk") or 0) < float("inf"):
+                problems.append(f"{kind} {resource}={amount!r} is not a positive quantity")
+    for mount in container.get("volumeMounts", []):
+        path = mount["mountPath"]
+        if not path.startswith("/") or not path.isprintable() or \
+                path.split("/")[1] in ("", "etc", "usr", "bin", "lib", "proc", "sys", "dev"):
+            problems.append(f"mountPath {path!r} hides the container's own files")
     return problems

@@ -13,6 +13,7 @@ from absl.testing import parameterized
 from tests.tfdist.cluster.manifests import jobset_crd
 from tfdist.cluster import manifests
 from tfdist.cluster.manifests import ManifestError
+from tfdist.cluster.rehearsal.jobset_plan import expand
 from tfdist.strategies import jobset as jobset_pods
 
 _VALIDATOR = jobset_crd.validator()
@@ -83,6 +84,15 @@ class SchemaTest(parameterized.TestCase):
         document["metadata"]["name"] = "x" * 50
         document["spec"]["successPolicy"]["targetReplicatedJobs"] = ["chief"]
         self.assertLen(jobset_crd.webhook_problems(document), 2)  # A pod name, the target.
+
+    def test_the_label_quantity_and_mount_check_can_fail(self):
+        document = yaml.safe_load(_jobset(**LAYOUTS["gpus_and_queue"][0]))
+        pod = _pod(document, "worker")
+        pod["nodeSelector"]["cloud.google.com/gke-accelerator"] = "n" * 64
+        pod["containers"][0]["resources"]["requests"]["cpu"] = "0"
+        pod["containers"][0]["resources"]["limits"]["memory"] = "1e400"
+        pod["containers"][0]["volumeMounts"] = [{"name": "v", "mountPath": "/etc"}]
+        self.assertLen(jobset_crd.webhook_problems(document), 4)
 
 
 class LayoutTest(absltest.TestCase):
@@ -166,11 +176,15 @@ class LayoutTest(absltest.TestCase):
         self.assertEqual(_pod(document, "worker")["containers"][0]["command"],
                          ["python", "my_train.py", "--epochs=3"])
 
-    def test_hostile_arguments_survive_the_yaml(self):
+    def test_hostile_arguments_survive_the_yaml_and_kubernetes_expansion(self):
         hostile = ["yes", "null", "1.5", "it's \"quoted\" $HOME #x", "a: b", "- c", "é😀",
-                   "line\nbreak", "*alias", "{flow}"]
-        document = yaml.safe_load(_jobset(num_workers=1, train_args=hostile))
-        self.assertEqual(_pod(document, "worker")["containers"][0]["command"][3:], hostile)
+                   "line\nbreak", "*alias", "{flow}", "$(HOME)", "$$(HOME)", "$", "$$"]
+        for arguments in (dict(train_args=hostile), dict(program=["python", *hostile])):
+            document = yaml.safe_load(_jobset(num_workers=1, **arguments))
+            written = _pod(document, "worker")["containers"][0]["command"]
+            # What the container gets once Kubernetes has expanded $(VAR) and $$.
+            received = [expand(word, {"HOME": "/root"}) for word in written]
+            self.assertEqual(received[-len(hostile):], hostile, arguments)
 
 
 class ErrorsTest(parameterized.TestCase):
@@ -193,7 +207,32 @@ class ErrorsTest(parameterized.TestCase):
         ("node_selector", dict(pods=manifests.Pods(image="i", node_selector={"a b": "c"})),
          "jobset node_selector", "'a b'", "label key"),
         ("mount_path", dict(pods=manifests.Pods(image="i", mount_path="relative")),
-         "jobset mount_path", "'relative'", "absolute"),
+         "jobset mount_path", "'relative' is not an absolute path", "directory of its own"),
+        # What Kubernetes would refuse, or take to mean something else.
+        *((f"image_{name}", dict(pods=manifests.Pods(image=image)), "jobset image",
+           repr(image)[:20], "container image") for name, image in (
+            ("ampersand", "&a"), ("command", "$(id)"), ("not_ascii", "ünï/img:1"),
+            ("bad_digest", "img@sha256:abc"), ("short_sha256", "img@sha256:" + "a" * 40),
+            ("long", "a" * 10_000), ("right_to_left", "img\u202e:1"), ("upper", "Img:1"))),
+        *((f"cpu_{name}", dict(pods=manifests.Pods(image="i", cpu=cpu)), "jobset cpu",
+           repr(cpu)[:20], "from 1m to 100000") for name, cpu in (
+            ("huge_exponent", "1e400"), ("twenty_digits", "99999999999999999999"),
+            ("zero", "0"), ("below_a_millicore", "0.1m"), ("hundred_chars", "1" * 100))),
+        *((f"memory_{name}", dict(pods=manifests.Pods(image="i", memory=memory)),
+           "jobset memory", repr(memory), "from 6Mi to 1Pi") for name, memory in (
+            ("huge_exponent", "1e400"), ("zero", "0"), ("a_byte", "1"))),
+        ("queue_too_long", dict(pods=manifests.Pods(image="i", queue="q" * 100)),
+         "jobset queue", "'qqq", "at most 63"),
+        ("toleration_value_too_long", dict(pods=manifests.Pods(
+            image="i", tolerations=("gpu=" + "v" * 64,))), "jobset tolerations gpu", "'vvv",
+         "at most 63"),
+        *((f"mount_path_{name}", dict(pods=manifests.Pods(image="i", mount_path=path)),
+           "jobset mount_path", repr(path)[:10], "directory of its own") for name, path in (
+            ("etc", "/etc"), ("under_usr", "/usr/local/data"), ("dot_dot", "/mnt/../etc"),
+            ("newline", "/mnt/a\nb"), ("root", "/"), ("double_slash", "//mnt"),
+            ("trailing_slash", "/mnt/runs/"))),
+        ("empty_program", dict(train_args=None, program=[""]), "jobset program", "['']",
+         "my_train.py"),
         ("ps_without_chief", dict(num_ps=1), "jobset num_ps", "1", "add --chief"),
         ("port", dict(port=0), "jobset port", "0", "from 1 to 65535"),
         ("restarts_without_volume", dict(max_restarts=2, model_dir="/tmp/run"),

@@ -11,6 +11,8 @@ from tfdist.cluster.manifests import ManifestError
 
 _TRAIN_ARGS = ["--strategy=parameter_server", "--epochs=2", "--model_dir=/tmp/my run",
                "--dataset=tfrecord:/data/{split}-*", "yes", "it's \"quoted\" $HOME #x"]
+# As written: Kubernetes expands $(VAR) in a container's command, and turns $$ into $.
+_WRITTEN_ARGS = [*_TRAIN_ARGS[:-1], "it's \"quoted\" $$HOME #x"]
 _TFJOB = dict(name="tfdist-train", image="registry.example.com/tfdist:0.1.0",
               train_args=_TRAIN_ARGS)
 
@@ -35,7 +37,7 @@ class TfjobTest(parameterized.TestCase):
         self.assertEqual(_container(document, "Worker"), {
             "name": "tensorflow",
             "image": "registry.example.com/tfdist:0.1.0",
-            "command": ["tfdist", "train", *_TRAIN_ARGS],
+            "command": ["tfdist", "train", *_WRITTEN_ARGS],
             "ports": [{"name": "tfjob-port", "containerPort": 2222}],
         })
 
@@ -56,14 +58,15 @@ class TfjobTest(parameterized.TestCase):
             self.assertEqual(spec["restartPolicy"], "ExitCode")
             container = _container(document, kind)
             self.assertEqual(container["name"], "tensorflow")
-            self.assertEqual(container["command"], ["tfdist", "train", *_TRAIN_ARGS])
+            self.assertEqual(container["command"], ["tfdist", "train", *_WRITTEN_ARGS])
             self.assertEqual(container["ports"], [{"name": "tfjob-port", "containerPort": 5000}])
 
     @parameterized.named_parameters(
         ("name_upper", dict(name="My_Job"), "tfjob name", "'My_Job'", "lowercase"),
         ("name_too_long", dict(name="a" * 64), "tfjob name", "'aaaa", "at most 63"),
-        ("name_dash_end", dict(name="job-"), "tfjob name", "'job-'", "ending with a letter"),
+        ("name_dash_end", dict(name="job-"), "tfjob name", "'job-'", '"tfdist-train"'),
         ("image_empty", dict(image=""), "tfjob image", "''", "container image"),
+        ("image_shell", dict(image="$(id)"), "tfjob image", "'$(id)'", "container image"),
         ("no_workers", dict(num_workers=0), "tfjob num_workers", "0", "at least 1 worker"),
         ("negative_ps", dict(num_ps=-1, chief=True), "tfjob num_ps", "-1", "0 or more"),
         ("ps_without_chief", dict(num_ps=2), "tfjob num_ps", "2", "add --chief"),
