@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TextIO
+from typing import BinaryIO
 
 from tfdist.cluster import PYTHON
 
@@ -36,6 +36,8 @@ _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 _MOUNTS, _OWN_CGROUP = "/proc/self/mounts", "/proc/self/cgroup"
 _TEARDOWN_S = 10.0
+_READ_BYTES = 1 << 16
+_LONGEST_LINE = 1 << 20
 _GUARDIAN = "import sys; from tfdist.cluster import processes; processes.guard(sys.argv[1])"
 
 
@@ -73,32 +75,36 @@ class Process:
         log_file = None
         if self._log_path:
             try:
-                log_file = open(self._log_path, "a", encoding="utf-8")
+                log_file = open(self._log_path, "ab")  # pylint: disable=consider-using-with
             except OSError as error:
                 self._log_lost(error)
         self.process = subprocess.Popen(  # pylint: disable=consider-using-with
             self._argv, env=self._env, cwd=self._cwd, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, errors="replace",
-            start_new_session=True,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             preexec_fn=functools.partial(_in_child, os.getpid(), self._cgroup))
         self.started_s = time.monotonic()
         self._pump = threading.Thread(target=self._copy_output, args=(log_file,), daemon=True)
         self._pump.start()
-        print(f"{self._announcer}: started {self.name}{note} pid={self.process.pid}", flush=True)
+        with self._lock:  # Not inside a line of another process's.
+            print(f"{self._announcer}: started {self.name}{note} pid={self.process.pid}",
+                  flush=True)
 
-    def _copy_output(self, log_file: TextIO | None) -> None:
+    def _copy_output(self, log_file: BinaryIO | None) -> None:
         """Drains the process's output to the end whatever fails to take it: a pipe nobody
-        drains would stop the process. A log that cannot be written (a full disk) is said once
-        and closed; the output goes on to our stdout."""
-        for line in self.process.stdout:
-            with self._lock, contextlib.suppress(OSError, ValueError):  # Our stdout closed.
-                sys.stdout.write(f"[{self.name}] {line}")
-                sys.stdout.flush()
-            if self._on_line:  # After the line: what it says about the line comes below it.
-                self._on_line(line)
+        drains would stop the process. Whole lines, as many as have arrived at once, go out
+        prefixed in one write to each side, without a Python step per line, so that the copy
+        keeps up with a process printing as fast as it can. A log that cannot be written (a
+        full disk) is said once and closed; the output goes on to our stdout."""
+        prefix = f"[{self.name}] ".encode()
+        for batch in _whole_lines(self.process.stdout.fileno()):
+            _write_stdout(self._lock, prefix + batch[:-1].replace(b"\n", b"\n" + prefix)
+                          + b"\n")
+            if self._on_line:  # After the lines: what it says about a line comes below it.
+                for line in batch.decode().splitlines(keepends=True):
+                    self._on_line(line)
             if log_file:
                 try:
-                    log_file.write(line)
+                    log_file.write(batch)
                     log_file.flush()
                 except OSError as error:
                     self._log_lost(error)
@@ -136,6 +142,35 @@ class Process:
         stop_all([self])
 
 
+def _whole_lines(descriptor: int) -> Iterator[bytes]:
+    """What is read from `descriptor` to its end, in batches of whole lines as they arrive,
+    each batch valid UTF-8 (bad bytes replaced) and ending in a newline; a line is cut every
+    _LONGEST_LINE bytes (each piece a line), and the last given a newline if it has none."""
+    pending = b""
+    while chunk := os.read(descriptor, _READ_BYTES):
+        complete, newline, pending = (pending + chunk).rpartition(b"\n")
+        batch = complete + newline
+        while len(pending) >= _LONGEST_LINE:
+            batch, pending = batch + pending[:_LONGEST_LINE] + b"\n", pending[_LONGEST_LINE:]
+        if batch:
+            yield batch.decode("utf-8", "replace").encode()
+    if pending:
+        yield pending.decode("utf-8", "replace").encode() + b"\n"
+
+
+def _write_stdout(lock: threading.Lock, data: bytes) -> None:
+    """Writes `data` (UTF-8) to our stdout, after what was printed before, as one write."""
+    with lock, contextlib.suppress(OSError, ValueError):  # Our stdout closed.
+        binary = getattr(sys.stdout, "buffer", None)
+        if binary is None:  # A text stream standing in (a test's capture).
+            sys.stdout.write(data.decode())
+            sys.stdout.flush()
+            return
+        sys.stdout.flush()
+        binary.write(data)
+        binary.flush()
+
+
 def stop_all(members: Sequence[Process]) -> None:
     """Stops every started process and what it started: SIGTERM to all at once, SIGKILL to all
     once each has ended or STOP_GRACE_S has passed; waits (bounded) for them and their output."""
@@ -166,7 +201,7 @@ def _in_child(supervisor_pid: int, cgroup: str | None) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _close_quietly(file: TextIO) -> None:
+def _close_quietly(file: BinaryIO) -> None:
     with contextlib.suppress(OSError):  # Its last buffered bytes on a full disk.
         file.close()
 
@@ -305,14 +340,30 @@ class Stopped(Exception):
         self.signum = signum
 
 
+_STOP_ASKED: list[int] = []  # The signal that asked to stop, once one has.
+
+
 def _raise_stopped(signum, frame):
     del frame
+    if _STOP_ASKED:  # Stopping already: what cleans up goes on undisturbed.
+        return
+    _STOP_ASKED.append(signum)
     raise Stopped(signum)
+
+
+def raise_if_stopped() -> None:
+    """Raises `Stopped` if a signal asked to stop: call it where the supervisor waits, in case
+    the signal's own exception was lost (raised where Python ignores exceptions, in a
+    `__del__`)."""
+    if _STOP_ASKED:
+        raise Stopped(_STOP_ASKED[0])
 
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
-    """Within it, SIGINT and SIGTERM raise `Stopped`; the previous handlers come back after."""
+    """Within it, the first SIGINT or SIGTERM raises `Stopped` (later ones are ignored, so that
+    cleaning up is not interrupted); the previous handlers come back after."""
+    _STOP_ASKED.clear()
     previous = {signum: signal.signal(signum, _raise_stopped)
                 for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -320,3 +371,4 @@ def stop_on_signals() -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        _STOP_ASKED.clear()

@@ -583,6 +583,8 @@ _LAUNCH_TIMED_FROM_A_LINE = textwrap.dedent("""
     line, seen = sys.argv[1], threading.Event()
 
     class Watched:
+        buffer = None  # No binary side: the launcher's pump writes text, which this watches.
+
         def __init__(self, stream):
             self._stream = stream
         def write(self, text):

@@ -164,6 +164,45 @@ class FullLogDiskTest(unittest.TestCase):
                                       "to stdout only")
 
 
+@pytest.mark.multiprocess
+class OutputCopyTest(unittest.TestCase):
+
+    def test_every_line_arrives_whole_prefixed_and_in_order(self):
+        lines = 100_000
+        long_line = 3 * 2 ** 20  # No newline for 3 MiB: cut into 1 MiB lines.
+        program = textwrap.dedent(f"""
+            import sys
+            for i in range({lines}):
+                print("line", i)
+            sys.stdout.flush()
+            sys.stdout.buffer.write(b"bad \\xff\\xfe bytes\\n" + b"x" * {long_line} + b"\\n")
+            sys.stdout.buffer.write(b"last, without a newline")
+        """)
+        stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+        seen: list[str] = []
+        with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(stdout):
+            log_path = os.path.join(scratch, "task.log")
+            process = processes.Process("task", [sys.executable, "-c", program],
+                                        dict(os.environ), log_path, threading.Lock(),
+                                        announcer="test", on_line=seen.append)
+            process.start()
+            self.addCleanup(_kill, process.process.pid)
+            self.assertEqual(process.process.wait(timeout=_WAIT_S), 0)
+            process.wait_ended(time.monotonic() + _WAIT_S)
+            with open(log_path, "rb") as log:
+                logged = log.read().decode()
+        stdout.flush()
+        copied = stdout.buffer.getvalue().decode().splitlines()
+        expected = [*(f"line {i}" for i in range(lines)), "bad \ufffd\ufffd bytes",
+                    *["x" * 2 ** 20] * 3, "last, without a newline"]
+        announced = [line for line in copied if line.startswith("test: started task pid=")]
+        self.assertEqual(len(announced), 1, copied[:3])  # Before or among the lines.
+        copied.remove(announced[0])
+        self.assertEqual(copied, [f"[task] {line}" for line in expected])
+        self.assertEqual(logged, "".join(f"{line}\n" for line in expected))
+        self.assertEqual(seen, [f"{line}\n" for line in expected])
+
+
 def _kill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
