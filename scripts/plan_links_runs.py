@@ -151,7 +151,7 @@ def measured_step(made: hosts_lib.Hosts, exchange: str, workers: int, batch: int
             for task, host in layout.items():
                 job, index = task.split("-")
                 tf_config = {"cluster": cluster, "task": {"type": job, "index": int(index)}}
-                argv = [*host.enter(), "--", sys.executable, "-m", "tfdist", "train", *flags,
+                argv = [*host.enter(), sys.executable, "-m", "tfdist", "train", *flags,
                         *_train_flags(batch, steps, os.path.join(scratch, f"{task}.json"))]
                 tasks.start(task, argv, _environment(width, tf_config))
             done = [task for task in layout if task.startswith("worker")] if kind == "ring" \

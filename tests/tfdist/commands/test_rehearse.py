@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ import unittest
 from unittest import mock
 
 import pytest
+import yaml
 
 from tests.tfdist.cli_runner import read_killing
 from tests.tfdist.cli_runner import run_tfdist
@@ -25,6 +27,7 @@ from tests.tfdist.cluster.rehearsal.test_hosts import emulated_hosts_or_skip
 from tests.tfdist.cluster.rehearsal.test_hosts import our_namespaces
 from tfdist.cluster import manifests
 from tfdist.cluster.rehearsal import hosts as hosts_lib
+from tfdist.cluster.rehearsal import jobset_run
 from tfdist.commands import cli
 from tfdist.commands import flags as flags_lib
 
@@ -280,6 +283,79 @@ class RehearseTest(unittest.TestCase):
 
 
 @pytest.mark.multiprocess
+@pytest.mark.usefixtures("rehearsals_side_by_side")
+class SandboxTest(unittest.TestCase):
+    """A pod (a shell, no TensorFlow) that tries to touch the host, as root."""
+
+    def test_a_pod_cannot_touch_the_host(self):
+        emulated_hosts_or_skip()
+        scratch = tempfile.mkdtemp(prefix="tfdist-sandbox-")
+        self.addCleanup(shutil.rmtree, scratch)
+        outside, mount = os.path.join(scratch, "outside"), os.path.join(scratch, "mnt")
+        os.mkdir(outside)
+        namespace = f"tfdist-sandbox-probe-{os.getpid()}"
+        self.addCleanup(subprocess.run, ["ip", "netns", "delete", namespace],
+                        capture_output=True, check=False, timeout=30)
+        sleeper = subprocess.Popen(["sleep", "600"])  # pylint: disable=consider-using-with
+        self.addCleanup(sleeper.wait, timeout=60)
+        self.addCleanup(sleeper.kill)
+        probe = os.path.join(scratch, "probe.sh")
+        ip, mount_tool, kill = (shutil.which(tool) for tool in ("ip", "mount", "kill"))
+        with open(probe, "w", encoding="utf-8") as script:
+            script.write(textwrap.dedent(f"""\
+                read hostname < /proc/sys/kernel/hostname
+                echo "hostname $hostname cwd $(pwd) PATH $PATH"
+                [ -e /run/netns ] || echo "no /run/netns"
+                echo pod > /etc/tfdist-sandbox-probe && echo "wrote /etc"
+                echo pod > {outside}/from-pod && echo "wrote outside"
+                {ip} netns add {namespace} 2>/dev/null || echo "netns refused"
+                {mount_tool} -t tmpfs none {outside} 2>/dev/null || echo "mount refused"
+                {kill} -9 {sleeper.pid} 2>/dev/null || echo "kill refused"
+                echo pod > {mount}/from-pod && echo "wrote the volume"
+                """))
+        path = write_manifest(self, os.path.join(scratch, "job.yaml"), "--image=local",
+                              "--name=probe", "--num_workers=1", "--volume_claim=runs", f"--mount_path={mount}",
+                              "--", "/bin/sh", probe)
+        with open(path, encoding="utf-8") as manifest:
+            document = yaml.safe_load(manifest)
+        container = document["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+            "spec"]["containers"][0]
+        container["workingDir"] = f"{scratch}/not/there"
+        container["env"].append({"name": "PATH", "value": "/nonexistent"})  # No tools on it.
+        with open(path, "w", encoding="utf-8") as manifest:
+            yaml.safe_dump(document, manifest)
+        mounts_before = _host_mounts()
+        result = run_tfdist("rehearse", f"--log_dir={scratch}/logs", "--timeout_s=60", path,
+                            timeout_s=120)
+        self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
+        self.assertIn(f"[probe-worker-0-0] hostname probe-worker-0-0 cwd {scratch}/not/there "
+                      "PATH /nonexistent", result.stdout,
+                      "the pod has its own name, its workingDir (made in its own file "
+                      "system), and its own PATH, which the rehearsal's tools do not need")
+        for line in ("no /run/netns", "wrote /etc", "wrote outside", "netns refused", "mount refused",
+                     "kill refused", "wrote the volume"):
+            self.assertIn(f"[probe-worker-0-0] {line}\n", result.stdout)
+        self.assertFalse(os.path.exists("/etc/tfdist-sandbox-probe"), "the pod wrote /etc")
+        self.assertEqual(os.listdir(outside), [], "the pod wrote outside its volume")
+        self.assertFalse(os.path.exists(f"{scratch}/not"), "the workingDir was made here")
+        self.assertNotIn(namespace, subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                   text=True, check=True, timeout=30).stdout)
+        self.assertIsNone(sleeper.poll(), "the pod killed a process of the host")
+        self.assertEqual(_host_mounts(), mounts_before)
+        with open(f"{scratch}/logs/volumes/runs/from-pod", encoding="utf-8") as written:
+            self.assertEqual(written.read(), "pod\n", "the volume is this machine's directory")
+        self.assertEqual(sorted(os.listdir(f"{scratch}/logs")),
+                         ["probe-worker-0-0.log", "volumes"], "the pods' sandboxes are removed")
+
+
+def _host_mounts() -> list[str]:
+    """This machine's mount points, less the network namespaces other tests' rehearsals hold."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
+        return sorted(line.split()[4] for line in mountinfo
+                      if not line.split()[4].startswith("/run/netns/"))
+
+
+@pytest.mark.multiprocess
 class CleanUpTest(unittest.TestCase):
     """Pods that sleep (no TensorFlow): the rehearsal stopped by a signal, or killed."""
 
@@ -309,6 +385,22 @@ class CleanUpTest(unittest.TestCase):
                 self.assertEqual(rehearsal.wait(timeout=60), 128 + signum)
             self.assertEqual(our_namespaces(rehearsal.pid), [])
 
+    @pytest.mark.usefixtures("rehearsals_side_by_side")
+    def test_the_timeout_covers_setting_up_the_hosts(self):
+        path = write_manifest(self, os.path.join(self.dir, "wide.yaml"), "--image=local",
+                              "--name=wide", "--num_workers=40", "--", "true")
+        rehearsal = subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-m", "tfdist", "rehearse", f"--log_dir={self.dir}/logs",
+             "--timeout_s=0.05", path],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        with _stopped_at_the_end(rehearsal):
+            stdout, stderr = rehearsal.communicate(timeout=120)
+        self.assertEqual(rehearsal.returncode, 124, stdout[-2000:] + stderr[-2000:])
+        self.assertEqual(stderr, "tfdist rehearse: timed out after 0.05 s; 40 emulated hosts "
+                                 "were still being set up; removed them\n")
+        self.assertNotIn("started", stdout, "no pod starts once the time is up")
+        self.assertEqual(our_namespaces(rehearsal.pid), [])
+
     @pytest.mark.usefixtures("rehearsals_alone")
     def test_a_killed_rehearsals_hosts_are_removed_by_the_next(self):
         rehearsal = self._start()
@@ -323,6 +415,23 @@ class CleanUpTest(unittest.TestCase):
 
 
 class RefusedTest(unittest.TestCase):
+
+    def test_a_rehearsal_too_large_for_this_machine_is_refused_before_it_starts(self):
+        with tempfile.TemporaryDirectory() as scratch:
+            path = write_manifest(self, os.path.join(scratch, "job.yaml"), "--image=local",
+                                  "--name=wide", "--num_workers=3", "--memory=1Gi", "--",
+                                  "true")
+            stderr = io.StringIO()
+            with mock.patch.object(jobset_run, "available_memory_bytes",
+                                   return_value=2 * 2 ** 30), \
+                    contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+            self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
+        self.assertEqual(status, 2)
+        self.assertEqual(stderr.getvalue(), "tfdist rehearse: error: the manifest's 3 pods need "
+                         "3.0 GiB (their memory requests, at least 64 MiB each), more than the "
+                         "2.0 GiB this machine has available; rehearse fewer replicas (e.g. "
+                         "tfdist manifest --num_workers=2), or smaller requests.\n")
 
     def test_a_machine_that_refuses_namespaces_is_one_line(self):
         with tempfile.TemporaryDirectory() as scratch:

@@ -3,7 +3,9 @@ batch script) on this machine as the cluster would, one emulated host per pod (o
 a network namespace with its own address on a private bridge, the pods' DNS names in its hosts
 file, the same port on every host, the environment Kubernetes and JobSet (or sbatch and srun)
 give, the manifest's own command (the local Python environment stands in for the image), and
-JobSet's failure and success policies.
+JobSet's failure and success policies. Each pod runs in a sandbox of its own that cannot touch
+this machine (`enter`): its own namespaces, a root file system whose writes are its own and
+lost when it ends, and a container's capabilities.
 
 A rehearsal proves wiring: names, addresses, ports, environment, the derived TF_CONFIG, restarts,
 resuming from the shared volume. It does not prove speed (every host shares this machine's CPUs
@@ -58,6 +60,7 @@ def rehearse(path: str, options: Options, *, nodes: int | None = None) -> int:
                              f"({getattr(error, 'problem', None) or 'unreadable'}); pass a "
                              "manifest written by `tfdist manifest`.") from None
     plan = jobset_plan.read(document)
+    jobset_run.check_fits(plan, jobset_run.available_memory_bytes())
     hosts.require_tools()
     return jobset_run.run(plan, options.made())
 

@@ -24,9 +24,11 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 
 from tfdist.cluster import ClusterError
 from tfdist.cluster import PYTHON
+from tfdist.cluster.rehearsal import enter
 
 PREFIX = "tfdist-rh"
 NETNS_DIR = "/etc/netns"  # Where `ip netns exec` finds a namespace's own /etc files.
@@ -37,6 +39,7 @@ _IP_TIMEOUT_S = 30.0
 _NAME_RE = re.compile(rf"{PREFIX}(\d+)-(.+)")
 _SERIALS = itertools.count()
 _SWITCH = "switch"
+_ENTER = "import sys; from tfdist.cluster.rehearsal import enter; enter.main(sys.argv[1:])"
 _MIN_BURST_BYTES = 64 * 1024  # One GSO packet of a veth, so that packets pass whole.
 _BURST_S, _QUEUE_S = 1e-3, 20e-3  # The bucket holds 1 ms at the rate; 20 ms more may queue.
 
@@ -60,11 +63,15 @@ class Host:
     address: str
     namespace: str
 
-    def enter(self) -> list[str]:
+    def enter(self, *, staging: str | None = None, binds: tuple[tuple[str, str], ...] = (),
+              working_dir: str | None = None) -> list[str]:
         """The argv prefix that runs a program on this host: in its network namespace (with its
-        hosts file as /etc/hosts) and a UTS namespace named after it."""
-        return ["ip", "netns", "exec", self.namespace, "unshare", "--uts", "--", *PYTHON, "-m",
-                "tfdist.cluster.rehearsal.enter", "--hostname", self.hostname]
+        hosts file as /etc/hosts) and a UTS namespace named after it; with `staging`, in a pod's
+        sandbox built there, with `binds` and `working_dir` (`enter.Spec`). Its tools come from
+        this machine's PATH, whatever PATH the program is given."""
+        spec = enter.Spec(self.hostname, staging=staging, binds=binds, working_dir=working_dir)
+        return [_tool("ip"), "netns", "exec", self.namespace, *PYTHON, "-c", _ENTER,
+                spec.to_json(), "--"]
 
     def cut_link(self) -> None:
         """Takes this host's link down, as a failed cable or switch port would."""
@@ -74,8 +81,10 @@ class Host:
 class Hosts:
     """A set of emulated hosts; `close` (or leaving the `with`) removes everything made."""
 
-    def __init__(self, names: list[tuple[str, ...]], *, owner: int | None = None):
-        """Makes one host per entry of `names` (its hostname first, then other names).
+    def __init__(self, names: list[tuple[str, ...]], *, owner: int | None = None,
+                 checkpoint: Callable[[], None] | None = None):
+        """Makes one host per entry of `names` (its hostname first, then other names), calling
+        `checkpoint` before each, which may raise to stop (what was made is removed).
 
         Raises:
           NoHosts: this machine refuses, or there are more than MAX_HOSTS hosts.
@@ -90,7 +99,7 @@ class Hosts:
                           "rehearse a smaller layout.")
         require_tools()
         try:
-            self._make(names)
+            self._make(names, checkpoint or (lambda: None))
         except BaseException:
             self.close()
             raise
@@ -117,12 +126,13 @@ class Hosts:
     def _namespace(self, suffix: str) -> str:
         return f"{PREFIX}{self._owner}-{self._serial}-{suffix}"
 
-    def _make(self, names: list[tuple[str, ...]]) -> None:
+    def _make(self, names: list[tuple[str, ...]], checkpoint: Callable[[], None]) -> None:
         switch = self._namespace(_SWITCH)
         self._add_namespace(switch)
         _ip("-n", switch, "link", "add", "br0", "type", "bridge")
         _ip("-n", switch, "link", "set", "br0", "up")
         for index, host_names in enumerate(names):
+            checkpoint()
             number = index + 2
             address = f"{SUBNET_PREFIX}.{number >> 8}.{number & 255}"
             namespace = self._namespace(str(index))
@@ -224,14 +234,18 @@ def _remove(namespaces: list[str]) -> None:
 
 def require_tools() -> None:
     """Raises NoHosts, in one line, unless this machine has what emulating hosts takes."""
-    missing = [tool for tool in ("ip", "unshare") if shutil.which(tool) is None]
-    if missing:
-        raise NoHosts(f"{' and '.join(missing)} not on PATH; a rehearsal emulates hosts with "
-                      "iproute2 and util-linux: install them (apt install iproute2 util-linux).")
+    if shutil.which("ip") is None:
+        raise NoHosts("ip not on PATH; a rehearsal emulates hosts with iproute2: install it "
+                      "(apt install iproute2).")
     if os.geteuid() != 0:
         raise NoHosts("a rehearsal emulates hosts with network namespaces, which need root; "
                       "run `tfdist rehearse` as root (e.g. with sudo, or in a container run with "
                       "--cap-add=NET_ADMIN --cap-add=SYS_ADMIN).")
+
+
+def _tool(name: str) -> str:
+    """The path of tool `name` on this machine's PATH (this process's)."""
+    return shutil.which(name) or name
 
 
 def _ip(*args: str) -> None:

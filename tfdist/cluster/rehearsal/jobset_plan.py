@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfdist.cluster import RehearsalError
+from tfdist.cluster import kubernetes_rules
 from tfdist.strategies import jobset as jobset_pods
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -42,6 +43,7 @@ class Pod:
       scratch: mountPath of each emptyDir it mounts.
       working_dir: the container's workingDir, if any.
       backoff_limit: how often its Job recreates a failed pod before the Job fails.
+      memory_bytes: the memory its container requests (else its limit), if any.
     """
     hostname: str
     replicated_job: str
@@ -53,6 +55,7 @@ class Pod:
     scratch: tuple[str, ...]
     working_dir: str | None
     backoff_limit: int
+    memory_bytes: int | None = None
 
     @property
     def job(self) -> tuple[str, int]:
@@ -142,11 +145,15 @@ def read(document: Any) -> JobSetPlan:
              "apiVersion/kind", f"{document.get('apiVersion')}/{document.get('kind')}",
              f"is not {API_VERSION}/JobSet; rehearse a JobSet written by `tfdist manifest`")
     name = _get(document, "metadata.name", str)
+    _follow(kubernetes_rules.dns1035_label(name), "metadata.name", name)
     spec = _get(document, "spec", dict)
     for key in _REFUSED_SPEC:
         _require(key not in spec, f"spec.{key}", spec.get(key), "is not rehearsed; remove it")
     network = spec.get("network") or {}
     subdomain = (network.get("subdomain") or name) if network.get("enableDNSHostnames") else None
+    if subdomain is not None:  # A DNS name, and the name of a Service.
+        _follow(kubernetes_rules.dns1123_subdomain(subdomain)
+                or kubernetes_rules.dns1035_label(subdomain), "spec.network.subdomain", subdomain)
     failure = spec.get("failurePolicy") or {}
     _require(not failure.get("rules"), "spec.failurePolicy.rules", failure.get("rules"),
              "are not rehearsed (every failure restarts the JobSet); remove them")
@@ -174,6 +181,7 @@ def read(document: Any) -> JobSetPlan:
 def _pods(name: str, replicated_job: Any, path: str) -> list[Pod]:
     _require(isinstance(replicated_job, dict), path, replicated_job, "is not a mapping")
     rjob = _get(replicated_job, "name", str, path)
+    _follow(kubernetes_rules.dns1035_label(rjob), f"{path}.name", rjob)
     _require("dependsOn" not in replicated_job,
              f"{path}.dependsOn", replicated_job.get("dependsOn"), "is not rehearsed; remove it")
     replicas = replicated_job.get("replicas", 1)
@@ -210,11 +218,34 @@ def _pods(name: str, replicated_job: Any, path: str) -> list[Pod]:
     for number, entry in enumerate(env):
         _check_env(entry, f"{cpath}.env[{number}]")
     claims, scratch = _volumes(pod_spec, container, where, cpath)
+    memory_bytes = _memory_bytes(container, cpath)
+    working_dir = container.get("workingDir")
+    _require(working_dir is None or (isinstance(working_dir, str) and working_dir.startswith("/")
+                                     and working_dir.isprintable()),
+             f"{cpath}.workingDir", working_dir, "is not an absolute path")
+    # The JobSet webhook's rule: every Job's and pod's name (with the Job controller's
+    # 5-character suffix) is a DNS-1035 label.
+    longest = jobset_pods.hostname(name, rjob, completions - 1, replicas - 1) + "-abcde"
+    _follow(kubernetes_rules.dns1035_label(longest), f"{path}.name",
+            f"{name} and {rjob}, whose longest pod name is {longest}")
     return [Pod(hostname=jobset_pods.hostname(name, rjob, pod_index, job_index),
                 replicated_job=rjob, job_index=job_index, pod_index=pod_index,
                 command=tuple(command), env=tuple(env), claims=claims, scratch=scratch,
-                working_dir=container.get("workingDir"), backoff_limit=backoff_limit)
+                working_dir=working_dir, backoff_limit=backoff_limit, memory_bytes=memory_bytes)
             for job_index in range(replicas) for pod_index in range(completions)]
+
+
+def _memory_bytes(container: dict, cpath: str) -> int | None:
+    resources = container.get("resources") or {}
+    _require(isinstance(resources, dict), f"{cpath}.resources", resources, "is not a mapping")
+    for kind in ("requests", "limits"):
+        memory = (resources.get(kind) or {}).get("memory")
+        if memory is not None:
+            amount = kubernetes_rules.quantity_value(str(memory))
+            _require(amount is not None and 0 < amount < 2 ** 63,
+                     f"{cpath}.resources.{kind}.memory", memory, "is not a memory quantity")
+            return int(amount)
+    return None
 
 
 def _check_env(entry: Any, path: str) -> None:
@@ -237,9 +268,9 @@ def _volumes(pod_spec: dict, container: dict, where: str,
     claims, scratch = [], []
     for number, mount in enumerate(container.get("volumeMounts") or ()):
         path = f"{cpath}.volumeMounts[{number}]"
-        _require(isinstance(mount, dict) and isinstance(mount.get("mountPath"), str)
-                 and mount["mountPath"].startswith("/"), path, mount,
-                 "is not a mount with an absolute mountPath")
+        _require(isinstance(mount, dict), path, mount, "is not a mount")
+        _follow(kubernetes_rules.mount_path(mount.get("mountPath")), f"{path}.mountPath",
+                mount.get("mountPath"))
         _require("subPath" not in mount and "subPathExpr" not in mount, f"{path}.subPath",
                  mount.get("subPath"), "is not rehearsed; mount the whole volume")
         volume = volumes.get(mount.get("name"))
@@ -247,9 +278,8 @@ def _volumes(pod_spec: dict, container: dict, where: str,
                  f"names no volume of {where}.volumes")
         if "persistentVolumeClaim" in volume:
             claim = (volume["persistentVolumeClaim"] or {}).get("claimName")
-            _require(isinstance(claim, str) and bool(re.fullmatch(r"[a-z0-9][-a-z0-9.]*", claim)),
-                     f"{where}.volumes.{mount['name']}.persistentVolumeClaim.claimName", claim,
-                     "is not a claim name")
+            _follow(kubernetes_rules.dns1123_subdomain(claim),
+                    f"{where}.volumes.{mount['name']}.persistentVolumeClaim.claimName", claim)
             claims.append((claim, mount["mountPath"]))
         elif "emptyDir" in volume:
             scratch.append(mount["mountPath"])
@@ -272,6 +302,12 @@ def _get(mapping: dict, dotted: str, kind: type, base: str = "") -> Any:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 31
+
+
+def _follow(problem: str | None, field: str, value: Any) -> None:
+    """Raises RehearsalError when a rule of `kubernetes_rules` found a `problem`, which
+    Kubernetes would refuse too."""
+    _require(problem is None, field, value, f"{problem}, which Kubernetes refuses")
 
 
 def _require(ok: bool, field: str, value: Any, problem: str) -> None:

@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 
+from tfdist.cluster import RehearsalError
 from tfdist.cluster import processes
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.cluster.rehearsal import local_image
@@ -22,6 +23,9 @@ from tfdist.cluster.rehearsal.jobset_plan import expand
 
 ANNOUNCER = "tfdist rehearse"
 EXIT_TIMEOUT = 124
+# What a pod takes at the least: its two processes of ours (`enter`, 18 MiB measured) and a
+# small program; a pod that requests more memory counts its request.
+POD_MEMORY_FLOOR_BYTES = 64 << 20
 _POLL_S = 0.2
 
 
@@ -48,39 +52,66 @@ class Options:
         return dataclasses.replace(self, log_dir=log_dir, volume_dir=volume_dir)
 
 
+class OutOfTime(Exception):
+    """The rehearsal's time limit passed while it set up."""
+
+
+class Clock:
+    """The rehearsal's time limit, from its start: set-up, pods and clean-up."""
+
+    def __init__(self, timeout_s: float | None):
+        self.timeout_s, self.start = timeout_s, time.monotonic()
+
+    def out_of_time(self) -> bool:
+        return self.timeout_s is not None and time.monotonic() - self.start > self.timeout_s
+
+    def checkpoint(self) -> None:
+        """Raises `processes.Stopped` once a signal asked to stop, `OutOfTime` once the time is
+        up: what set-up calls between its steps."""
+        processes.raise_if_stopped()
+        if self.out_of_time():
+            raise OutOfTime()
+
+    def say_out_of_time(self, what: str) -> int:
+        print(f"{ANNOUNCER}: timed out after {self.timeout_s:g} s; {what}", file=sys.stderr,
+              flush=True)
+        return EXIT_TIMEOUT
+
+
 class _Run:
     """The pods of one rehearsal and what the controllers track of them."""
 
-    def __init__(self, plan: JobSetPlan, hosts: list[hosts_lib.Host], options: Options,
-                 mounts: local_image.MountPoints):
+    def __init__(self, plan: JobSetPlan, hosts: list[hosts_lib.Host], options: Options):
         self.plan, self.options = plan, options
         self.hosts = {pod.hostname: host for pod, host in zip(plan.pods, hosts)}
         self._lock = threading.Lock()
-        self._scratch = tempfile.mkdtemp(prefix="emptydir-", dir=options.log_dir)
+        # Each pod's sandbox is built on a directory here, and its emptyDirs are directories
+        # here: all removed at the end.
+        self._scratch = tempfile.mkdtemp(prefix="pods-", dir=options.log_dir)
         self.attempt = 0
         self.running: dict[str, processes.Process] = {}
         for pod in plan.pods:
-            for claim, path in pod.claims:
+            for path in (*(path for _, path in pod.claims), *pod.scratch):
+                local_image.check_mount_path(path)
+            for claim, _ in pod.claims:
                 os.makedirs(os.path.join(options.volume_dir, claim), exist_ok=True)
-                mounts.ensure(path)
-            for path in pod.scratch:
-                mounts.ensure(path)
 
     def start(self, pod: Pod) -> None:
-        """Starts `pod` (anew) in the current restart attempt."""
+        """Starts `pod` (anew, in a new sandbox) in the current restart attempt."""
         host = self.hosts[pod.hostname]
         env = self.plan.environment(pod, address=host.address, attempt=self.attempt)
-        binds = []
-        for claim, path in pod.claims:
-            binds += ["--bind", os.path.join(self.options.volume_dir, claim), path]
-        for path in pod.scratch:  # A fresh emptyDir for every pod that starts.
-            binds += ["--bind", tempfile.mkdtemp(dir=self._scratch), path]
-        argv = [*host.enter(), *binds, "--", *(expand(word, env) for word in pod.command)]
+        binds = [(os.path.join(self.options.volume_dir, claim), path)
+                 for claim, path in pod.claims]
+        # A fresh emptyDir for every pod that starts.
+        binds += [(tempfile.mkdtemp(dir=self._scratch), path) for path in pod.scratch]
+        staging = tempfile.mkdtemp(prefix=f"{pod.hostname}-", dir=self._scratch)
+        argv = [*host.enter(staging=staging, binds=tuple(binds), working_dir=pod.working_dir),
+                *(expand(word, env) for word in pod.command)]
         log_path = os.path.join(self.options.log_dir, f"{pod.hostname}.log")
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(f"{ANNOUNCER}: restart attempt {self.attempt}\n")
         process = processes.Process(pod.hostname, argv, local_image.environment(env), log_path,
-                                    self._lock, announcer=ANNOUNCER, cwd=pod.working_dir)
+                                    self._lock, announcer=ANNOUNCER)
         process.start(f" at {host.address} (netns {host.namespace})")
         self.running[pod.hostname] = process
 
@@ -99,14 +130,14 @@ def run(plan: JobSetPlan, options: Options) -> int:
       NoHosts: this machine cannot emulate hosts.
       RehearsalError: a mount point that cannot be one.
     """
+    clock = Clock(options.timeout_s)
     hosts_lib.clean_stale()
-    mounts = local_image.MountPoints(ANNOUNCER)
     try:
-        with processes.stop_on_signals(), \
-                hosts_lib.Hosts([plan.names(pod) for pod in plan.pods]) as hosts:
-            pods = _Run(plan, hosts.hosts, options, mounts)
+        with processes.stop_on_signals(), hosts_lib.Hosts(
+                [plan.names(pod) for pod in plan.pods], checkpoint=clock.checkpoint) as hosts:
+            pods = _Run(plan, hosts.hosts, options)
             try:
-                return _supervise(pods)
+                return _supervise(pods, clock)
             finally:
                 pods.stop_all()
                 pods.close()
@@ -114,13 +145,35 @@ def run(plan: JobSetPlan, options: Options) -> int:
         print(f"{ANNOUNCER}: stopped every pod on signal {stop.signum}", file=sys.stderr,
               flush=True)
         return 128 + stop.signum
-    finally:
-        mounts.close()
+    except OutOfTime:
+        return clock.say_out_of_time(f"{len(plan.pods)} emulated hosts were still being set "
+                                     "up; removed them")
 
 
-def _supervise(pods: _Run) -> int:
+def check_fits(plan: JobSetPlan, available_bytes: int) -> None:
+    """Raises RehearsalError, in one line, when the pods' memory (each its request, at least
+    POD_MEMORY_FLOOR_BYTES) is more than `available_bytes`: such a rehearsal would stall or be
+    killed by the kernel part of the way through."""
+    need = sum(max(pod.memory_bytes or 0, POD_MEMORY_FLOOR_BYTES) for pod in plan.pods)
+    if need > available_bytes:
+        raise RehearsalError(
+            f"the manifest's {len(plan.pods)} pods need {need / 2 ** 30:.1f} GiB (their memory "
+            f"requests, at least {POD_MEMORY_FLOOR_BYTES >> 20} MiB each), more than the "
+            f"{available_bytes / 2 ** 30:.1f} GiB this machine has available; rehearse fewer "
+            "replicas (e.g. tfdist manifest --num_workers=2), or smaller requests.")
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable of /proc/meminfo: what can be used without swapping."""
+    with open("/proc/meminfo", encoding="ascii") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    raise RehearsalError("/proc/meminfo has no MemAvailable; rehearse on Linux 3.14 or later.")
+
+
+def _supervise(pods: _Run, clock: Clock) -> int:
     plan = pods.plan
-    start = time.monotonic()
     print(f"{ANNOUNCER}: JobSet {plan.name}: {len(plan.pods)} pod(s) on emulated hosts; "
           f"logs in {pods.options.log_dir}", flush=True)
     for pod in plan.pods:
@@ -129,12 +182,10 @@ def _supervise(pods: _Run) -> int:
     done: set[str] = set()
     failures: dict[tuple[str, int], int] = {}
     while True:
-        if pods.options.timeout_s is not None and \
-                time.monotonic() - start > pods.options.timeout_s:
+        processes.raise_if_stopped()
+        if clock.out_of_time():
             pods.stop_all()
-            print(f"{ANNOUNCER}: timed out after {pods.options.timeout_s:g} s; stopped every pod",
-                  file=sys.stderr, flush=True)
-            return EXIT_TIMEOUT
+            return clock.say_out_of_time("stopped every pod")
         for pod in plan.pods:
             status = pods.running[pod.hostname].poll()
             if status is None or pod.hostname in done:
@@ -172,7 +223,7 @@ def _supervise(pods: _Run) -> int:
             print(f"{ANNOUNCER}: JobSet {plan.name} done: {len(done)} pod(s) exited 0"
                   f"{', stopped ' + ', '.join(stopped) if stopped else ''}"
                   f"{f', after {restarts} restart(s)' if restarts else ''} in "
-                  f"{time.monotonic() - start:.1f} s", flush=True)
+                  f"{time.monotonic() - clock.start:.1f} s", flush=True)
             return 0
         time.sleep(_POLL_S)
 

@@ -1,6 +1,6 @@
 """What stands in for the container image and the node in a rehearsal: this machine's Python
 environment (the one running `tfdist rehearse`, its `bin` first on PATH), without the variables
-that would tell a task where it stands (a cluster gives those), and mount points for volumes."""
+that would tell a task where it stands (a cluster gives those); volumes mount on its directories."""
 
 import os
 import sys
@@ -23,40 +23,11 @@ def environment(extra: dict[str, str]) -> dict[str, str]:
     return {**base, **extra}
 
 
-class MountPoints:
-    """Directories that volumes are mounted on inside the emulated hosts: those missing on this
-    machine are made (and said), and removed by `close` if still empty (never recursively)."""
-
-    def __init__(self, announcer: str):
-        self._announcer = announcer
-        self._made: list[str] = []
-
-    def ensure(self, path: str) -> None:
-        """Makes `path` (and missing parents) unless it is there.
-
-        Raises:
-          RehearsalError: `path` is there but not a directory.
-        """
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise RehearsalError(f"mount path {path} is not a directory on this "
-                                 "machine, so no volume can be mounted there; mount the volume "
-                                 "elsewhere (tfdist manifest --mount_path=DIR).")
-        missing = []
-        current = os.path.normpath(path)
-        while not os.path.exists(current):
-            missing.append(current)
-            current = os.path.dirname(current)
-        for directory in reversed(missing):
-            os.mkdir(directory)
-            self._made.append(directory)
-        if missing:
-            print(f"{self._announcer}: made the mount point {path} on this machine (removed "
-                  "again when empty)", flush=True)
-
-    def close(self) -> None:
-        made, self._made = self._made, []
-        for directory in reversed(made):
-            try:
-                os.rmdir(directory)
-            except OSError:
-                pass
+def check_mount_path(path: str) -> None:
+    """Raises RehearsalError, in one line, if `path` is something other than a directory in the
+    image (this machine), where no volume can be mounted; the pod makes a missing one in its
+    own file system."""
+    if os.path.lexists(path) and not os.path.isdir(path):
+        raise RehearsalError(f"mount path {path} is not a directory in the image (this "
+                             "machine), so no volume can be mounted there; mount the volume "
+                             "elsewhere (tfdist manifest --mount_path=DIR).")

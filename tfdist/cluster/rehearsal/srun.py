@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
             env = dict(os.environ, **step, SLURM_PROCID=str(rank), SLURM_LOCALID=str(local_id),
                        SLURM_NODEID=str(node_id), SLURMD_NODENAME=node.hostname)
             tasks.append(processes.Process(
-                f"task {rank}", [*node.enter(), "--", *command], env,
+                f"task {rank}", [*node.enter(), *command], env,
                 os.path.join(log_dir, f"task-{rank}.log"), lock, announcer="srun"))
             rank += 1
     try:

@@ -34,7 +34,7 @@ def our_namespaces(owner: int) -> list[str]:
 
 
 def _run_on(host: hosts_lib.Host, code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*host.enter(), "--", sys.executable, "-c", textwrap.dedent(code)],
+    return subprocess.run([*host.enter(), sys.executable, "-c", textwrap.dedent(code)],
                           capture_output=True, text=True, timeout=60, check=False)
 
 
@@ -49,7 +49,7 @@ class HostsTest(unittest.TestCase):
         with hosts_lib.Hosts([("a-0", "a-0.sub"), ("b-0", "b-0.sub")]) as made:
             first, second = made.hosts
             server = subprocess.Popen(  # pylint: disable=consider-using-with
-                [*second.enter(), "--", sys.executable, "-c",
+                [*second.enter(), sys.executable, "-c",
                  "import socket; s = socket.create_server(('', 2222)); print('up', flush=True);"
                  " s.accept()"], stdout=subprocess.PIPE, text=True)
             self.addCleanup(server.wait, 30)
@@ -98,7 +98,7 @@ class HostsTest(unittest.TestCase):
         stale = hosts_lib.Hosts([("a-0",)], owner=dead_pid)  # Left as a killed rehearsal would.
         self.addCleanup(stale.close)
         sleeper = subprocess.Popen(  # pylint: disable=consider-using-with
-            [*stale.hosts[0].enter(), "--", "sh", "-c", "echo inside; exec sleep 600"],
+            [*stale.hosts[0].enter(), "sh", "-c", "echo inside; exec sleep 600"],
             stdout=subprocess.PIPE, text=True)
         self.addCleanup(sleeper.stdout.close)
         self.addCleanup(sleeper.wait, 30)
@@ -125,7 +125,7 @@ class RefusalTest(unittest.TestCase):
 
     def test_without_iproute2_one_line(self):
         with mock.patch.object(hosts_lib.shutil, "which", return_value=None):
-            with self.assertRaisesRegex(hosts_lib.NoHosts, "ip and unshare not on PATH"):
+            with self.assertRaisesRegex(hosts_lib.NoHosts, "ip not on PATH"):
                 hosts_lib.Hosts([("a-0",)])
 
     def test_too_many_hosts(self):

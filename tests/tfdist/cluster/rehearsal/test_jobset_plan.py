@@ -112,6 +112,23 @@ class RefusalTest(parameterized.TestCase):
             completions=10 ** 20, parallelism=10 ** 20), "completions"),
         ("unknown_target", lambda d: d["spec"]["successPolicy"].update(
             targetReplicatedJobs=["chief"]), "targetReplicatedJobs"),
+        # Names that become paths, namespaces and hostnames, by Kubernetes' own rules.
+        ("name_a_path", lambda d: d["metadata"].update(name="../../etc"), "metadata.name"),
+        ("name_with_semicolon", lambda d: d["metadata"].update(name="a;b"), "metadata.name"),
+        ("name_of_300", lambda d: d["metadata"].update(name="a" * 300), "metadata.name"),
+        ("pod_name_too_long", lambda d: d["metadata"].update(name="a" * 50),
+         "spec.replicatedJobs[0].name"),
+        ("replicated_job_a_path", lambda d: d["spec"]["replicatedJobs"][0].update(name="../x"),
+         "spec.replicatedJobs[0].name"),
+        ("subdomain", lambda d: d["spec"]["network"].update(subdomain="a/b"),
+         "spec.network.subdomain"),
+        ("claim_a_path", lambda d: d["spec"]["replicatedJobs"][0]["template"]["spec"][
+            "template"]["spec"]["volumes"][0]["persistentVolumeClaim"].update(
+            claimName="x" * 300), "claimName"),
+        ("mount_over_etc", lambda d: RefusalTest._container(d)["volumeMounts"][0].update(
+            mountPath="/mnt/../etc"), "mountPath"),
+        ("relative_working_dir", lambda d: RefusalTest._container(d).update(workingDir="w"),
+         "workingDir"),
     )
     def test_what_the_rehearsal_cannot_run_is_one_line(self, change, field):
         document = self._document()
