@@ -69,7 +69,13 @@ def cluster_from_slurm(port_base: int = 8888, *, num_ps: int = 0, chief: bool = 
     resolver = probe if num_workers == num_tasks else _resolver(
         {job: n for job, n in jobs.items() if n}, port_base, rpc_layer)
     spec = _cluster_spec(resolver)
-    _check_host_order([address for addresses in spec.values() for address in addresses])
+    addresses = [address for addresses in spec.values() for address in addresses]
+    highest = max(int(address.rpartition(":")[2]) for address in addresses)
+    if highest > 65535:
+        shared = highest - port_base + 1
+        raise _error(f"port_base={port_base} gives the {shared} tasks that share a node ports up "
+                     f"to {highest}", f"use a port_base of at most {65536 - shared}")
+    _check_host_order(addresses)
     task_type, task_id = resolver.get_task_info()
     if task_type is None:
         raise _error(f"this task's rank (SLURM_PROCID) is not one of the step's {num_tasks} "

@@ -123,9 +123,10 @@ class ClusterFromSlurmTest(parameterized.TestCase):
     def test_bad_port_base(self):
         self._assert_one_line_error(_step(0), r"port_base=0 is not a port", port_base=0)
 
-    def test_port_overflow_is_checked_like_tf_config(self):
-        self._assert_one_line_error(_step(0), r"TF_CONFIG cluster.worker\[1\]: \"n1:65536\"",
-                                    port_base=65535)
+    def test_a_port_base_too_high_for_the_tasks_sharing_a_node(self):
+        self._assert_one_line_error(_step(0), r"port_base=65535 gives the 2 tasks that share a "
+                                              r"node ports up to 65536; use a port_base of at "
+                                              r"most 65534", port_base=65535)
 
     def test_text_order_of_hosts_differs_from_slurm_order(self):
         env = _step(0, nodelist="n[9-10]", tasks_per_node="1(x2)", num_tasks=2)

@@ -7,13 +7,13 @@ from absl import logging  # noqa: F401  (defines --log_dir, which launch and reh
 from tfdist.commands import flags as flags_lib
 from tfdist.runtime.config import MAX_COUNT
 
-NUM_WORKERS = flags.DEFINE_integer(
+NUM_WORKERS = flags_lib.define_integer(
     "num_workers", 2, "launch: worker tasks to start; manifest: worker tasks of the job; "
                       "data check: workers to simulate; data serve: tf.data service "
                       "workers to start.", lower_bound=1, upper_bound=flags_lib.MAX_TASKS)
 EVALUATOR = flags.DEFINE_bool("evaluator", False,
                               "launch: start an evaluator task; manifest: add one.")
-MAX_RESTARTS = flags.DEFINE_integer(
+MAX_RESTARTS = flags_lib.define_integer(
     "max_restarts", 0, "launch: restart up to K times after a task fails, backing off "
                        "(--restart_backoff_s): every task, or in a job with ps tasks only a "
                        "failed task that is not a ps; "

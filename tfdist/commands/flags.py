@@ -28,6 +28,11 @@ MAX_FLAGFILE_DEPTH = 32  # Flag files that name flag files, nested.
 COMMAND_FLAGS: dict[str, Holders] = {}
 _PARSING = {"command": "train"}  # What `parse` parses for; a user's program parses train flags.
 
+MAX_NUMBER_DIGITS = 19  # Of a number flag: more than any count or size tfdist takes.
+_INTEGER_TEXT = re.compile(rf"[-+]?[0-9]{{1,{MAX_NUMBER_DIGITS}}}", re.ASCII)
+_FLOAT_TEXT = re.compile(rf"[-+]?([0-9]{{1,{MAX_NUMBER_DIGITS}}}(\.[0-9]{{0,{MAX_NUMBER_DIGITS}}})?"
+                         rf"|\.[0-9]{{1,{MAX_NUMBER_DIGITS}}})([eE][-+]?[0-9]{{1,3}})?", re.ASCII)
+
 # The helpers below define flags for other modules: those are the key flags of their callers.
 flags.disclaim_key_flags()
 
@@ -47,15 +52,52 @@ def register(command: str, *groups: Holders) -> None:
                               for name, holder in holders.items()}
 
 
-def _is_finite(value: float | None) -> bool:
-    return value is None or math.isfinite(value)
+class _DecimalIntegerParser(flags.IntegerParser):
+    """absl's integer parser, taking plain decimal text only: ASCII digits (not `٣٢`, `0x8`,
+    `1_000` or ` 8`, which Python's int() takes), at most MAX_NUMBER_DIGITS of them, checked
+    before conversion."""
+
+    def convert(self, argument):
+        if isinstance(argument, str) and not _INTEGER_TEXT.fullmatch(argument):
+            raise ValueError(f"{printable(argument)!r} is not a decimal integer (ASCII digits, "
+                             f"at most {MAX_NUMBER_DIGITS})")
+        return super().convert(argument)
 
 
-def define_float(name: str, default: float | None, text: str) -> flags.FlagHolder:
-    """A float flag that must be finite: NaN passes absl's bounds (every comparison with it is
-    false)."""
-    holder = flags.DEFINE_float(name, default, text)
-    flags.register_validator(holder, _is_finite, message="must be a finite number")
+class _DecimalFloatParser(flags.FloatParser):
+    """absl's float parser, taking plain decimal text only (ASCII digits, a point, an exponent
+    of at most 3 digits; not `nan`, `inf` or `٠.1`), checked before conversion."""
+
+    def convert(self, argument):
+        if isinstance(argument, str) and not _FLOAT_TEXT.fullmatch(argument):
+            raise ValueError(f"{printable(argument)!r} is not a decimal number (ASCII digits, "
+                             f"e.g. 0.1 or 1e-3)")
+        value = super().convert(argument)
+        if not math.isfinite(value):
+            raise ValueError(f"{argument} is not a finite number")
+        return value
+
+
+def define_integer(name: str, default: int | None, text: str, *, lower_bound: int | None = None,
+                   upper_bound: int | None = None) -> flags.FlagHolder:
+    """An integer flag of decimal ASCII digits (`_DecimalIntegerParser`), within the bounds."""
+    return _define_number(_DecimalIntegerParser(lower_bound, upper_bound), name, default, text)
+
+
+def define_float(name: str, default: float | None, text: str, *,
+                 lower_bound: float | None = None,
+                 upper_bound: float | None = None) -> flags.FlagHolder:
+    """A finite float flag of decimal ASCII text (`_DecimalFloatParser`), within the bounds."""
+    return _define_number(_DecimalFloatParser(lower_bound, upper_bound), name, default, text)
+
+
+def _define_number(parser: flags.ArgumentParser, name: str, default, text: str
+                   ) -> flags.FlagHolder:
+    holder = flags.DEFINE(parser, name, default, text, serializer=flags.ArgumentSerializer())
+    flags.register_validator(  # A value set in code, not parsed (a default, a test's).
+        holder, lambda value: value is None or (
+            math.isfinite(value) and not parser.is_outside_bounds(value)),
+        message=f"must be a finite {parser.syntactic_help.removeprefix('a ')}")
     return holder
 
 

@@ -13,7 +13,7 @@ _VOLUME_DIR = flags.DEFINE_string(
     "volume_dir", None, "rehearse: the directory that stands in for the JobSet's "
                         "PersistentVolumeClaims, each as DIR/<claimName> (unset: "
                         "<log_dir>/volumes).")
-_NODES = flags.DEFINE_integer(
+_NODES = flags_lib.define_integer(
     "slurm_nodes", None, "rehearse: emulated nodes of a Slurm script (unset: its #SBATCH --nodes, "
                    "else one per task).", lower_bound=1, upper_bound=flags_lib.MAX_TASKS)
 flags_lib.register("rehearse", flags_lib.group(cli_flags.LOG_DIR, _VOLUME_DIR, _NODES,

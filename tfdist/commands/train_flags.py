@@ -55,22 +55,22 @@ STRATEGY = flags_lib.group(
                       "tf.distribute strategy; auto picks parameter_server when TF_CONFIG has ps "
                       "tasks, multi_worker_mirrored with several workers, mirrored with several "
                       "local devices, else one_device."),
-    flags.DEFINE_integer("num_gpus", None, "GPUs per worker; unset uses every visible GPU.",
+    flags_lib.define_integer("num_gpus", None, "GPUs per worker; unset uses every visible GPU.",
                          lower_bound=0, upper_bound=MAX_REPLICA_DEVICES),
-    flags.DEFINE_integer("num_cpu_devices", 1,
+    flags_lib.define_integer("num_cpu_devices", 1,
                          "Split the host CPU into N logical devices, so N replicas run on a "
                          "CPU-only machine (mirrored).",
                          lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
-    flags.DEFINE_integer("num_logical_gpus", 1,
+    flags_lib.define_integer("num_logical_gpus", 1,
                          "Split the first GPU into N logical GPUs, so N replicas run on one GPU "
                          "(mirrored; all-reduce by hierarchical copy, as NCCL needs distinct "
                          "GPUs).", lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
-    flags.DEFINE_integer("logical_gpu_memory_mib", 8192,
+    flags_lib.define_integer("logical_gpu_memory_mib", 8192,
                          "Memory of each logical GPU of --num_logical_gpus, in MiB.",
                          lower_bound=1, upper_bound=MAX_GPU_MEMORY_MIB),
     flags_lib.define_enum("all_reduce", AllReduce("auto"), AllReduce,
                       "Mirrored cross-device all-reduce."),
-    flags.DEFINE_integer("num_packs", 1, "Gradient packs for nccl/hierarchical_copy all-reduce.",
+    flags_lib.define_integer("num_packs", 1, "Gradient packs for nccl/hierarchical_copy all-reduce.",
                          lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
     flags_lib.define_enum("collective", Collective("auto"), Collective,
                       "Multi-worker collective implementation."),
@@ -84,7 +84,7 @@ STRATEGY = flags_lib.group(
                       "Cast gradients to this dtype for the all-reduce between replicas and back "
                       "after it (mirrored strategies): bfloat16 or float16 halve the bytes on the "
                       "wire (docs/PERFORMANCE.md)."),
-    flags.DEFINE_integer("allreduce_pack_mib", 0,
+    flags_lib.define_integer("allreduce_pack_mib", 0,
                          "Multi-worker: all-reduce gradients in packs of this many MiB; 0 lets "
                          "TensorFlow choose.", lower_bound=0, upper_bound=MAX_PACK_MIB))
 # The records and their batching: what `tfdist data check` reads too.
@@ -103,20 +103,20 @@ SOURCE = flags_lib.group(
     flags.DEFINE_bool("download", False,
                       "Let TFDS download and prepare a dataset that is not prepared (needs "
                       "network)."),
-    flags.DEFINE_integer("num_classes", None, "Classes of a tfrecord: or synthetic dataset.",
+    flags_lib.define_integer("num_classes", None, "Classes of a tfrecord: or synthetic dataset.",
                          lower_bound=1, upper_bound=MAX_NUM_CLASSES),
-    flags.DEFINE_integer("label_offset", 0, "Subtracted from every label of a tfrecord: dataset; "
+    flags_lib.define_integer("label_offset", 0, "Subtracted from every label of a tfrecord: dataset; "
                          "1 reads ImageNet's, labelled 1..1000.", lower_bound=0,
                          upper_bound=MAX_NUM_CLASSES),
-    flags.DEFINE_integer("image_size", None,
+    flags_lib.define_integer("image_size", None,
                          "Resize images to this square size; unset keeps a TFDS dataset's size, "
                          "224 for tfrecord:, 32 for synthetic.",
                          lower_bound=1, upper_bound=MAX_IMAGE_SIZE),
-    flags.DEFINE_integer("global_batch_size", 128,
+    flags_lib.define_integer("global_batch_size", 128,
                          "Examples per step over all replicas; must divide by the replica count. "
                          "Or give --per_replica_batch_size instead (not both).",
                          lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
-    flags.DEFINE_integer("shuffle_buffer_size", 10_000,
+    flags_lib.define_integer("shuffle_buffer_size", 10_000,
                          "Examples in the training shuffle buffer.",
                          lower_bound=1, upper_bound=MAX_BUFFER_SIZE),
     flags_lib.define_enum("autoshard", AutoShard("auto"), AutoShard,
@@ -127,7 +127,7 @@ SOURCE = flags_lib.group(
     flags.DEFINE_bool("deterministic", None,
                       "Produce input in a fixed order (--nodeterministic trades order for "
                       "speed); unset keeps tf.data's default."),
-    flags.DEFINE_integer("datasets_num_private_threads", None,
+    flags_lib.define_integer("datasets_num_private_threads", None,
                          "Give each input pipeline a private thread pool of this size.",
                          lower_bound=1, upper_bound=MAX_THREADS),
     flags.DEFINE_bool("skip_corrupt_records", False,
@@ -155,16 +155,16 @@ INPUT = {**SOURCE, **flags_lib.group(
     flags_lib.define_enum("tf_data_service_mode", ServiceMode("distributed_epoch"), ServiceMode,
                       "distributed_epoch: service workers split each epoch, every example once; "
                       "parallel_epochs: every service worker produces the whole epoch."))}
-EPOCHS = flags.DEFINE_integer("epochs", 3, "Training epochs.",
+EPOCHS = flags_lib.define_integer("epochs", 3, "Training epochs.",
                                lower_bound=1, upper_bound=MAX_COUNT)
 # Also `tfdist plan`'s, in the same sense: one flag, as absl flags are global.
-PER_REPLICA_BATCH_SIZE = flags.DEFINE_integer(
+PER_REPLICA_BATCH_SIZE = flags_lib.define_integer(
     "per_replica_batch_size", None,
     "Examples per replica per step. train, benchmark: the batch instead of --global_batch_size "
     "(not both), which is then N x the replicas in sync, known once the strategy is built "
     "(e.g. 64 on 2 workers of 1 GPU: 128); plan: the batch of one replica's step.",
     lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE)
-SEED = flags.DEFINE_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
+SEED = flags_lib.define_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
                              lower_bound=0, upper_bound=MAX_SEED)
 KERAS = flags.DEFINE_enum(
     "keras", str(keras_env.environment_choice()), KERAS_VERSIONS,
@@ -177,14 +177,14 @@ TRAIN = flags_lib.group(
                         "MODULE:FUNCTION, a model function of yours, imported when training "
                         "starts (README \"Use tfdist from your own program\")."),
     EPOCHS,
-    flags.DEFINE_integer("steps_per_epoch", None,
+    flags_lib.define_integer("steps_per_epoch", None,
                          "Steps per epoch; unset covers the training split once.",
                          lower_bound=1, upper_bound=MAX_COUNT),
     PER_REPLICA_BATCH_SIZE,
-    flags.DEFINE_integer("validation_steps", None,
+    flags_lib.define_integer("validation_steps", None,
                          "Validation steps per epoch; unset reads the whole validation split.",
                          lower_bound=1, upper_bound=MAX_COUNT),
-    flags.DEFINE_integer("steps_per_execution", 1,
+    flags_lib.define_integer("steps_per_execution", 1,
                          "Steps run per tf.function call; more cuts Python overhead per step.",
                          lower_bound=1, upper_bound=MAX_COUNT),
     flags_lib.define_enum("mixed_precision", Precision("float32"), Precision,
@@ -209,7 +209,7 @@ OPTIMIZER = flags_lib.group(
     flags_lib.define_enum("lr_scaling", LrScaling("none"), LrScaling,
                       "Scale the peak rate with global batch / --base_batch_size: linear, or its "
                       "square root."),
-    flags.DEFINE_integer("base_batch_size", 256, "The global batch --learning_rate is meant for.",
+    flags_lib.define_integer("base_batch_size", 256, "The global batch --learning_rate is meant for.",
                          lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
     flags_lib.define_float("warmup_epochs", 0.0,
                   "Rise linearly from --learning_rate to the scaled peak over these epochs."),
@@ -221,7 +221,7 @@ OPTIMIZER = flags_lib.group(
     flags_lib.define_float("lr_step_factor", 0.1, "lr_schedule=step: factor at each boundary."),
     flags_lib.define_float("clip_norm", None,
                   "Clip the all-reduced gradients to this global norm; unset does not clip."),
-    flags.DEFINE_integer("grad_accum_steps", 1,
+    flags_lib.define_integer("grad_accum_steps", 1,
                          "Apply one update per N micro-batches, with their mean gradient (an "
                          "effective global batch N times larger).",
                          lower_bound=1, upper_bound=MAX_COUNT),
@@ -247,11 +247,11 @@ CLUSTER_RESOLVER = flags.DEFINE_enum(
     "tf_config: TF_CONFIG only; jobset: the JobSet pod's environment (every task at its JobSet "
     "DNS name); slurm: the Slurm job step (each task started by srun; with --slurm_port_base, "
     "--num_ps and --chief as `tfdist manifest --format=slurm` writes them).")
-SLURM_PORT_BASE = flags.DEFINE_integer(
+SLURM_PORT_BASE = flags_lib.define_integer(
     "slurm_port_base", 8888,
     "cluster_resolver=slurm: port of the first task on each Slurm node; the n-th uses base + n.",
     lower_bound=1, upper_bound=65535)
-NUM_PS = flags.DEFINE_integer(
+NUM_PS = flags_lib.define_integer(
     "num_ps", 0, "Parameter-server (ps) tasks: of the Slurm job (cluster_resolver=slurm), or "
                  "that `tfdist launch` starts or `tfdist manifest` describes; plan: exchange "
                  "through N ps tasks instead of all-reduce.",

@@ -178,16 +178,25 @@ class FlagsTest(unittest.TestCase):
                   if command != "train" for name in holders}
         self.assertLessEqual(set(_CLI_ONLY), others)
 
-    def test_every_float_flag_must_be_finite(self):
+    def test_every_number_flag_takes_finite_ascii_decimals_only(self):
+        # Python's int() and float() take all of these; absl's parsers pass them on.
+        refused = {"not_ascii": "٣٢", "hex": "0x8", "underscore": "1_0", "twenty_digits": "9" * 20,
+                   "space": " 8", "nan": "nan", "inf": "inf", "overflow": "1e400",
+                   "fullwidth": "８"}
+        numbers = 0
         for command, holders in tfdist_flags.COMMAND_FLAGS.items():
             for name in holders:
-                if not isinstance(tfdist_flags.FLAGS[name].parser, flags.FloatParser):
+                parser = tfdist_flags.FLAGS[name].parser
+                if not isinstance(parser, (flags.IntegerParser, flags.FloatParser)):
                     continue
-                for value in ("nan", "inf"):
-                    with self.subTest(command=command, name=name, value=value):
-                        with self.assertRaisesRegex(flags.IllegalFlagValueError,
-                                                    f"--{name}=.*must be a finite number"):
+                numbers += 1
+                for case, value in refused.items():
+                    with self.subTest(command=command, name=name, case=case):
+                        with self.assertRaisesRegex(
+                                flags.IllegalFlagValueError,
+                                rf"^flag --{name}=.*(is not a decimal|is not a finite)"):
                             _parse(command, f"--{name}={value}")
+        self.assertGreater(numbers, 40)
 
     def test_durations_must_be_above_zero(self):
         for command, name in (("train", "collective_timeout_s"), ("launch", "timeout_s"),

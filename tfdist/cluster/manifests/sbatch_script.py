@@ -55,6 +55,11 @@ def slurm(*, job_name: str, train_args: Sequence[str], num_workers: int, num_ps:
                    problem="is not a count")
     args = checks.check_args("slurm", train_args)
     num_tasks = int(chief) + num_workers + num_ps
+    # Slurm may put every task on one node, whose n-th task listens on port + n.
+    checks.require(port + num_tasks - 1 <= 65535, "slurm port", port,
+                   f"use a port of at most {65536 - num_tasks}",
+                   problem=f"gives {num_tasks} tasks that may share a node ports up to "
+                           f"{port + num_tasks - 1}")
     layout = checks.describe_layout(num_workers=num_workers, num_ps=num_ps, chief=chief)
     flags = slurm_train_flags(port=port, num_ps=num_ps, chief=chief)
     command = ["srun", "tfdist", "train", *flags, *args]

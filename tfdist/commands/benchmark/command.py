@@ -39,12 +39,12 @@ _REPLICAS = flags.DEFINE_list("replicas", ["1", "2"],
 _DATA = flags.DEFINE_list("data", ["synthetic", "real"],
                           "benchmark: synthetic (one batch, no input cost) and/or real "
                           "(--dataset).")
-_WARMUP_STEPS = flags.DEFINE_integer("warmup_steps", 5,
+_WARMUP_STEPS = flags_lib.define_integer("warmup_steps", 5,
                                      "benchmark: untimed steps first (tracing, warm-up).",
                                      lower_bound=1, upper_bound=MAX_COUNT)
-_TIMED_STEPS = flags.DEFINE_integer("timed_steps", 20, "benchmark: timed steps per round.",
+_TIMED_STEPS = flags_lib.define_integer("timed_steps", 20, "benchmark: timed steps per round.",
                                     lower_bound=1, upper_bound=MAX_COUNT)
-_ROUNDS = flags.DEFINE_integer("rounds", 7,
+_ROUNDS = flags_lib.define_integer("rounds", 7,
                                "benchmark: timed rounds per configuration; figures are medians "
                                "over rounds, with their spread.",
                                lower_bound=1, upper_bound=MAX_COUNT)

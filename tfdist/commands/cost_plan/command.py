@@ -48,7 +48,7 @@ _OWN = flags_lib.group(
     flags_lib.define_measure("gradient_mib", "plan: float32 gradient MiB per step; unset counts "
                     "--model's trainable parameters (or takes the benchmark's).",
                     1e-6, 2.0 ** 30),
-    flags.DEFINE_integer("gpus_per_node", 8, "plan: GPUs in each node.",
+    flags_lib.define_integer("gpus_per_node", 8, "plan: GPUs in each node.",
                          lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
     flags.DEFINE_list("nodes", ["1", "2", "4", "8", "16", "32", "64"],
                       "plan: node counts to predict."),
@@ -76,7 +76,7 @@ _OWN = flags_lib.group(
                       "plan: one ring through every GPU, or reduce inside nodes, all-reduce "
                       "between them, broadcast inside them."),
     _OVERLAP, _BACKWARD,
-    flags.DEFINE_integer("host_cores_per_node", None,
+    flags_lib.define_integer("host_cores_per_node", None,
                          "plan: host cores for the input pipeline on each node; unset: as "
                          "many as it needs (the table says how many).",
                          lower_bound=1, upper_bound=MAX_THREADS),

@@ -54,7 +54,9 @@ class InputRatesTest(unittest.TestCase):
                        {**MEASURED, "decode_examples_per_core": float("nan")},
                        {**MEASURED, "host_examples_per_core": -3},
                        {**MEASURED, "host_examples_per_core": True},
-                       {**MEASURED, "host_examples_per_core": "700"}):
+                       {**MEASURED, "host_examples_per_core": "700"},
+                       # Was an OverflowError: Python reads the digits; no float holds them.
+                       json.dumps(MEASURED)[:-1] + ', "host_examples_per_core": 1%s}' % ("0" * 400)):
             with self.subTest(report=report):
                 path = self._file(report if isinstance(report, str) else json.dumps(report))
                 with self.assertRaisesRegex(ConfigError, r"^input_benchmark='.*'[: ].*"

@@ -94,7 +94,10 @@ class ReadNoiseScaleTest(unittest.TestCase):
                 ([1, 2], "has no noise_scale history"),
                 ({"history": {"noise_scale": ["13"]}}, "not a number of at most 1e\\+12"),
                 ({"history": {"noise_scale": [True]}}, "not a number"),
-                ('{"history": {"noise_scale": [1e400]}}', "not a number"),
+                ('{"history": {"noise_scale": [1e400]}}', "1e400, which is not a finite number"),
+                ('{"history": {"noise_scale": [%s]}}' % ("9" * 401),
+                 "99999999999999999999..., which is not a finite number of at most 32 digits"),
+                ('{"history": {"noise_scale": [NaN]}}', "NaN, which is not a finite number"),
                 ({"history": {"noise_scale": [None, -1.0, 0]}}, "no positive noise_scale")):
             with self.subTest(content=str(content)[:40]):
                 with self.assertRaisesRegex(ConfigError,
