@@ -44,6 +44,9 @@ ENV_POD_INDEX = "JOB_COMPLETION_INDEX"
 ENV_SUBDOMAIN = "TFDIST_JOBSET_SUBDOMAIN"
 ENV_PORT = "TFDIST_JOBSET_PORT"
 ENV_LAYOUT = "TFDIST_JOBSET_LAYOUT"
+# Every variable the manifest gives a pod for its place (a JobSet pod has them all).
+ENV_VARIABLES = (ENV_JOBSET_NAME, ENV_REPLICATED_JOB, ENV_JOB_INDEX, ENV_POD_INDEX,
+                 ENV_SUBDOMAIN, ENV_PORT, ENV_LAYOUT)
 # Each variable the manifest fills from the pod's own metadata, and the field it reads.
 DOWNWARD_API = {
     ENV_JOBSET_NAME: f"metadata.labels['{JOBSET_NAME_LABEL}']",
@@ -73,6 +76,12 @@ _FIX = ("run it in a pod of a JobSet that `tfdist manifest --format=jobset` wrot
 def hostname(jobset: str, replicated_job: str, pod_index: int, job_index: int = 0) -> str:
     """The hostname JobSet gives a pod: `<jobset>-<replicatedJob>-<jobIndex>-<podIndex>`."""
     return f"{jobset}-{replicated_job}-{job_index}-{pod_index}"
+
+
+def variables_set(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Which of ENV_VARIABLES the environment sets."""
+    environ = os.environ if environ is None else environ
+    return [name for name in ENV_VARIABLES if name in environ]
 
 
 def is_jobset_pod(environ: Mapping[str, str] | None = None) -> bool:

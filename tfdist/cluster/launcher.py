@@ -16,7 +16,7 @@ says which ports are open on which interfaces.
 When the job is done: without ps tasks, when every chief and worker exited 0; with ps tasks, when
 the chief (the coordinator) exited 0. Tasks still running then (ps and worker servers, the
 evaluator) are stopped. When a task fails, the launcher restarts it up to `max_restarts` times,
-after a back-off (`restart_delay`): the whole group without ps tasks (a lost peer breaks a
+after a back-off (`backoff`): the whole group without ps tasks (a lost peer breaks a
 collective group) or when a ps task failed (its variables are gone with it), else only that
 task. On a final failure it stops every task, names the first failure and exits with the last
 failed task's status. Stopping and what ends with the tasks (their process groups, cgroups, the
@@ -39,6 +39,7 @@ import portpicker
 from tfdist import strategies
 from tfdist.cluster import LaunchError
 from tfdist.cluster import PYTHON
+from tfdist.cluster import backoff
 from tfdist.cluster import capacity
 from tfdist.cluster import joining
 from tfdist.cluster import network
@@ -59,7 +60,6 @@ _URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _LOCAL_SCHEMES = frozenset({"file", "ram"})
 _DOWNLOAD = "--download"
 _FALSE = ("0", "f", "false")  # absl's spellings of a false boolean, lower-cased.
-MAX_RESTART_BACKOFF_S = 30.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +73,7 @@ class LaunchConfig:
       log_dir: where each task's output goes as `<type>-<index>.log`; None keeps no files.
       max_restarts: how many times a failed task (or group) is restarted.
       restart_backoff_s: the wait before the first restart, doubled before each next one, at
-        most MAX_RESTART_BACKOFF_S; 0 restarts at once.
+        most backoff.MAX_DELAY_S; 0 restarts at once.
       timeout_s: stop every task and fail after this long; None waits for the job to end.
       network: which network the tasks run on (see `Network`).
       env: variables every task gets on top of this process's environment (`tfdist launch`
@@ -232,12 +232,6 @@ class _Stragglers:
               file=sys.stderr, flush=True)
 
 
-def restart_delay(config: LaunchConfig, restarts: int) -> float:
-    """The back-off before restart number `restarts` (1 for the first): `restart_backoff_s`,
-    doubled each time, at most MAX_RESTART_BACKOFF_S."""
-    return min(config.restart_backoff_s * 2.0 ** min(restarts - 1, 32), MAX_RESTART_BACKOFF_S)
-
-
 class _Job:
     """The tasks as the supervisor tracks them: which exited 0, the restarts so far and the
     first failure, and the tasks stopped until their restart's back-off has passed."""
@@ -269,11 +263,14 @@ class _Job:
         self.first_failure = self.first_failure or (task.name, status)
         lost_ps = task.name.startswith("ps:")
         group = self.tasks if lost_ps or not self.config.num_ps else [task]
-        delay = restart_delay(self.config, self.restarts)
+        config = self.config
+        delay = backoff.delay(config.restart_backoff_s, self.restarts)
+        bound = backoff.bound(config.restart_backoff_s, config.max_restarts,
+                              timed=bool(config.timeout_s)) if self.restarts == 1 else ""
         print(f"tfdist launch: {task.name} exited with status {status}; restarting "
               f"{'every task' if group is self.tasks else 'it'} "
               f"({self.restarts}/{self.config.max_restarts}) in {delay:g} s"
-              f"{': a ps task loses its variables with it' if lost_ps else ''}",
+              f"{': a ps task loses its variables with it' if lost_ps else ''}{bound}",
               file=sys.stderr, flush=True)
         processes.stop_all(group)
         self.done.difference_update(member.name for member in group)

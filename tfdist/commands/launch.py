@@ -2,6 +2,7 @@
 `tfdist.cluster.launcher`; the command after `--` is a tfdist command (`train ...`, whose flags
 are checked before any task starts) or any program."""
 
+from tfdist.cluster import backoff
 from tfdist.cluster import joining
 from tfdist.cluster import launcher
 from tfdist.cluster.network import Network
@@ -22,7 +23,7 @@ _NETWORK = flags_lib.define_enum(
 _RESTART_BACKOFF_S = flags_lib.define_float(
     "restart_backoff_s", 1.0,
     "launch: wait this many seconds before the first restart (--max_restarts), twice as long "
-    f"before each next one, at most {launcher.MAX_RESTART_BACKOFF_S:g} s; 0 restarts at once.")
+    f"before each next one, at most {backoff.MAX_DELAY_S:g} s; 0 restarts at once.")
 _JOIN_CHECK_S = flags_lib.define_float(
     "join_check_s", joining.JOIN_CHECK_S,
     "launch: a program's task (not a tfdist command's) that does not listen on its TF_CONFIG "

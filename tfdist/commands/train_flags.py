@@ -378,12 +378,21 @@ def cluster_and_source() -> tuple[ClusterConfig | None, list[str]]:
     if resolver != "jobset":
         found = from_environment()
         if found is not None or resolver == "tf_config" or not jobset.is_jobset_pod():
-            return found, ["TF_CONFIG"]
+            return found, ["TF_CONFIG", *_ignored_jobset_variables(found)]
     pod = jobset.from_environment()
     why = ("--cluster_resolver=jobset" if resolver == "jobset" else
            f"--cluster_resolver=auto: TF_CONFIG is unset and {jobset.ENV_LAYOUT} is set")
     return pod.cluster(), [f"the JobSet pod's environment ({why})",
                            *(f"  {source}" for source in pod.sources)]
+
+
+def _ignored_jobset_variables(found: ClusterConfig | None) -> list[str]:
+    """The line naming a JobSet pod's variables that TF_CONFIG's cluster `found` overrides."""
+    names = jobset.variables_set()
+    if found is None or not names:
+        return []
+    return [f"  ignored: the JobSet pod's {', '.join(names)} (TF_CONFIG comes first; "
+            "--cluster_resolver=jobset reads them instead)"]
 
 
 def check_train_args(args: list[str]) -> None:

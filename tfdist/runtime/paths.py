@@ -5,6 +5,7 @@ under `--model_dir`, and its lock, is `model_dir`'s.
 """
 
 import dataclasses
+import errno
 import os
 import tempfile
 
@@ -12,6 +13,9 @@ from tfdist.runtime import output_files
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 
+
+
+_PROBE_BYTES = 4096  # One block: what a full file system refuses.
 
 
 def _nearest_existing(path: str, field: str = "path") -> str:
@@ -53,12 +57,15 @@ def _check_creatable(field: str, path: str, *, directory: bool) -> None:
     if not os.path.isdir(parent):
         raise ConfigError(f"{field}={path!r}: {parent} is a file, not a directory; {fix}.")
     writable = path if directory and os.path.isdir(path) else parent
-    try:  # A real write: permission bits do not stop root, and /proc or a read-only mount do.
-        with tempfile.TemporaryFile(dir=writable):
-            pass
+    try:  # A real write: permission bits do not stop root, and /proc, a read-only mount or a
+        # full disk (a block of data, not only a name) do.
+        with tempfile.TemporaryFile(dir=writable, buffering=0) as probe:
+            probe.write(bytes(_PROBE_BYTES))
     except OSError as error:
+        fix = ("free space there, or pass a path on another file system"
+               if error.errno in (errno.ENOSPC, errno.EDQUOT) else "pass a path you may write")
         raise ConfigError(f"{field}={path!r}: cannot write in {writable} ({error.strerror}); "
-                          "pass a path you may write.") from None
+                          f"{fix}.") from None
 
 
 def absolute(config: RunConfig) -> RunConfig:

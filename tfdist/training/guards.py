@@ -24,9 +24,12 @@ from tfdist.strategies.config import check_int
 # Metric names Keras resolves from the loss, not by `metrics.get`.
 _METRICS_BY_LOSS = ("accuracy", "acc", "crossentropy", "ce")
 _EXAMPLES = {"loss": "sparse_categorical_crossentropy", "metric": "accuracy"}
-# Keras' words for a batch that does not fit the model (raised while tracing the first step).
+# What the training step says of batches that hold features only, for a compiled loss.
+NO_LOSS = "the batches hold no labels, so the compiled loss has nothing to compare with"
+# Keras' words (and the step's) for a batch that does not fit the model (raised while tracing
+# the first step).
 _MISFIT_WORDS = ("is incompatible with the layer", "expects", "are incompatible",
-                 "Incompatible shapes", "Missing data for input")
+                 "Incompatible shapes", "Missing data for input", NO_LOSS)
 _KERAS_NO_BATCH = "Empty logs"  # Keras' words for an epoch whose first step found no batch.
 # How a collective fails when a peer is lost (killed, or its link cut).
 _PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
@@ -229,7 +232,7 @@ def _misfit(error: ValueError) -> str | None:
     """Keras' line saying a batch does not fit the model, if that is what `error` is."""
     for line in str(error).splitlines():
         if any(words in line for words in _MISFIT_WORDS):
-            return line.strip()
+            return line.strip().removeprefix("ValueError: ")
     return None
 
 

@@ -33,6 +33,7 @@ from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.cluster import PYTHON
 from tfdist.commands import cli
+from tfdist.cluster import backoff
 from tfdist.cluster import launcher as launch
 from tfdist.cluster import network
 from tfdist.cluster import processes
@@ -314,11 +315,13 @@ class CommandTest(parameterized.TestCase):
         self.assertEqual(launch._network_flag(command), expected)
 
     def test_restart_back_off_doubles_up_to_its_cap(self):
-        config = launch.LaunchConfig(command=("python",))
-        self.assertEqual([launch.restart_delay(config, restarts) for restarts in (1, 2, 5, 6, 500)],
+        self.assertEqual([backoff.delay(1.0, restarts) for restarts in (1, 2, 5, 6, 500)],
                          [1.0, 2.0, 16.0, 30.0, 30.0])
-        self.assertEqual(launch.restart_delay(
-            launch.LaunchConfig(command=("python",), restart_backoff_s=0), 3), 0.0)
+        self.assertEqual(backoff.delay(0.0, 3), 0.0)
+        self.assertEqual(backoff.bound(1.0, 50, timed=True),
+                         " (the back-off doubles up to 30 s: at most 1,381 s over 50 restarts)")
+        self.assertEqual(backoff.bound(1.0, 1, timed=False), "")  # One wait: the line says it.
+        self.assertEqual(backoff.bound(0.0, 9, timed=False), "")
 
     def test_other_programs_are_looked_up_on_path_and_python_is_ours(self):
         self.assertEqual(launch.resolve_command(("env", "x"), cli.COMMANDS),

@@ -202,10 +202,20 @@ class SuperviseTest(parameterized.TestCase):
         self.assertEqual(status, 3)
         self.assertEqual(stderr[:-1], [
             f"tfdist launch: worker:0 exited with status 3; restarting every task ({count}/3) "
-            f"in {delay} s" for count, delay in ((1, "0.25"), (2, "0.5"), (3, "1"))])
+            f"in {delay} s{bound}" for count, delay, bound in (
+                (1, "0.25", " (the back-off doubles up to 30 s: at most 2 s over 3 restarts; "
+                            "--timeout_s=S bounds the whole job)"),
+                (2, "0.5", ""), (3, "1", ""))])
         # Each run fails as it starts: the next starts its back-off later.
         self.assertEqual(self.host.starts(), ["0 worker:0 start", "0.25 worker:0 start",
                                               "0.75 worker:0 start", "1.75 worker:0 start"])
+
+    def test_the_first_restart_states_the_back_offs_total(self):
+        _, _, stderr = self._supervise(self._workers([(0.0, 3)]), num_workers=1,
+                                       max_restarts=50, restart_backoff_s=1.0, timeout_s=5.0)
+        self.assertTrue(stderr[0].endswith(
+            "restarting every task (1/50) in 1 s (the back-off doubles up to 30 s: at most "
+            "1,381 s over 50 restarts)"), stderr[0])
 
     @parameterized.named_parameters(
         ("ps", "ps:0", ["0.5 chief:0 start", "0.5 worker:0 start", "0.5 worker:1 start",

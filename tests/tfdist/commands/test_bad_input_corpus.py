@@ -24,6 +24,7 @@ from unittest import mock
 import pytest
 from absl import flags
 
+from tests import scratch_files
 from tests.input_pipelines.test_records import bytes_feature
 from tests.input_pipelines.test_records import encoded_image
 from tests.input_pipelines.test_records import image_example
@@ -37,8 +38,11 @@ from tfdist.cluster import rehearsal
 from tfdist.runtime import tf_import
 
 HUGE = "99999999999999999999"
-_INTEGERS = ("nan", "inf", "1.5", "x", "", HUGE, "-" + HUGE)
-_FLOATS = ("nan", "inf", "-inf", "1e999", "x", "", "-1")
+# Digits Python's int() and float() take that are not plain decimals: Arabic-Indic, full-width,
+# hexadecimal, with an underscore.
+_NOT_DECIMAL = ("\u0663\u0662", "\uff18", "0x8", "1_0")
+_INTEGERS = ("nan", "inf", "1.5", "x", "", HUGE, "-" + HUGE, *_NOT_DECIMAL)
+_FLOATS = ("nan", "inf", "-inf", "1e999", "x", "", "-1", *_NOT_DECIMAL, "\u0660.5")
 # Bad values of the flags that are strings or lists, by flag. {file} is an existing file,
 # {dir} an existing directory.
 _STRINGS = {
@@ -48,16 +52,17 @@ _STRINGS = {
     "model": ("vgg", "", "a:", ":build", "my module:build", "no_such_module_x:build",
               "no_such_package_x.models:build"),
     "data_dir": ("{file}", "{file}/sub", "/proc/tfdist_data"),
-    "image": ("", "a b"),
-    "cpu": ("-1", "x", "1.5.2", ""),
-    "memory": ("16 GB", "-1Gi", ""),
-    "queue": ("Team A", "", "a" * 300),
+    "image": ("", "a b", "&a", "$(id)", "\u00fcn\u00ef/img:1", "img@sha256:abc", "a" * 10_000,
+              "img\u202e:1"),
+    "cpu": ("-1", "x", "1.5.2", "", "1e400", HUGE, "0"),
+    "memory": ("16 GB", "-1Gi", "", "1e400", "0"),
+    "queue": ("Team A", "", "a" * 300, "q" * 100),
     "priority_class": ("Bad Name", ""),
     "service_account": ("Bad Name", ""),
     "volume_claim": ("Bad Name", ""),
-    "node_selector": ("novalue", "a b=c", "k=v v"),
+    "node_selector": ("novalue", "a b=c", "k=v v", "a=b,a=c"),
     "tolerations": ("k:Sometimes", ":NoSchedule", "a b"),
-    "mount_path": ("relative", "/", ""),
+    "mount_path": ("relative", "/", "", "/etc", "/mnt/../etc", "/mnt/a\nb"),
     "volume_dir": ("{file}", "{file}/sub", "/proc/sys/volumes"),
     "json": ("{dir}", "{file}/report.json", "/proc/report.json"),
     "lars_exclude": ("[unclosed", "(?P<x"),
@@ -65,7 +70,7 @@ _STRINGS = {
     "lr_step_boundaries": ("x", "nan", "inf", "3,1"),
     "metrics_json": ("{dir}", "{file}/m.json", "/proc/m.json"),
     "model_dir": ("{file}", "{file}/sub", "/proc/sys/model"),
-    "name": ("My_Job", "", "a" * 64),
+    "name": ("My_Job", "", "a" * 64, "../../etc"),
     "plot": ("{dir}", "/proc/plot.png"),
     "replicas": ("0", "x", "", HUGE, "-1"),
     "nodes": ("0", "x", "", HUGE, "-1", "1,,2"),
@@ -344,6 +349,12 @@ class HostileInputTest(_RejectingTest):
 
     def test_values_beyond_what_their_field_takes(self):
         for argv, named in (
+                (["manifest", "--format=slurm", "--slurm_port_base=65535", "--num_workers=4",
+                  "--", "train"], "slurm port: 65535 gives 4 tasks"),
+                (["manifest", "--image=img", "--", ""], "jobset program"),
+                (["plan", "--compute_ms=100", "--input_benchmark=" + self._write(
+                    "digits.json", '{"host_examples_per_core": 1%s, "decode_examples_per_core": '
+                                   '5}' % ("0" * 400))], "input_benchmark"),
                 (["manifest", "--format=slurm", "--time_limit=١٢", "--", "train"], "time_limit"),
                 ([*_PLAN, "--num_ps=2", "--allreduce=hierarchical"], "--allreduce"),
                 (["train", "--image_size=1"], "image_size"),
@@ -351,6 +362,15 @@ class HostileInputTest(_RejectingTest):
                 ([*_PLAN, "--model=resnet50", "--image_size=8"], "32x32")):
             with self.subTest(argv=argv):
                 self.assert_rejected(argv, named)
+
+    def test_an_output_on_a_full_disk_before_anything_runs(self):
+        with scratch_files.small_tmpfs(64) as disk:
+            scratch_files.fill(disk)
+            for argv, named in ((["train", f"--metrics_json={disk}/m.json"], "metrics_json"),
+                                (["data", "check", f"--json={disk}/r.json"], "json"),
+                                ([*_PLAN, f"--json={disk}/plan.json"], "json")):
+                with self.subTest(argv=argv):
+                    self.assert_rejected(argv, f"{named}='{disk}/")
 
     def test_a_deleted_working_directory(self):
         here = os.getcwd()
@@ -398,6 +418,9 @@ def _after_tensorflow(tmp_path_factory):
                   "--epochs=1", "--steps_per_epoch=2"], None),
         "too_large": (["train", "--num_cpu_devices=2", "--per_replica_batch_size=16777216"],
                       None),
+        "features_only": (["train", "--dataset=python:raising_data:features_only",
+                           "--model=raising_data:build", "--epochs=1", "--steps_per_epoch=2",
+                           "--validation_steps=1"], None),
     }
     results = run_tfdist_cases([args for args, _ in cases.values()],
                                extra_env={"PYTHONPATH": str(scratch / "code")})
@@ -436,6 +459,11 @@ class AfterTensorFlowTest(unittest.TestCase):
         assert_one_line_error(self, result, "dataset function raising_data:",
                               "RuntimeError: boom in the generator")
 
+    def test_a_dataset_plugin_whose_batches_hold_no_labels(self):
+        result, _ = self.results["features_only"]
+        assert_one_line_error(self, result, "train_data: its batches do not fit model",
+                              "(the batches hold no labels, so the compiled loss has nothing")
+
     def test_tensorflow_that_cannot_load(self):
         result = subprocess.run([sys.executable, "-m", "tfdist", "train"], capture_output=True,
                                 text=True, timeout=300, check=False, preexec_fn=_memory_limited)
@@ -457,6 +485,10 @@ def splits(split):
         return None
     return lambda context: tf.data.Dataset.from_generator(_examples, output_signature=(
         tf.TensorSpec((4,)), tf.TensorSpec((), tf.int32))).batch(1).repeat()
+
+
+def features_only(split):
+    return lambda context: tf.data.Dataset.from_tensors(tf.zeros((4,))).repeat().batch(2)
 
 
 def build():

@@ -37,7 +37,7 @@ _CASES = {
     "sound": (["doctor", f"--tf_config={_CHIEF_OF_PS_CLUSTER}"], {}),
     "environment": (["doctor"], {"TF_CONFIG": json.dumps({
         "cluster": {"worker": ["127.0.0.1:2001", "[::1]:2002"]},
-        "task": {"type": "worker", "index": 1}, "environment": "cloud"})}),
+        "task": {"type": "worker", "index": 1}, "environment": "cloud"}), **_JOBSET_POD}),
     "not_json": (["doctor", "--tf_config={worker"], {}),
     "duplicate_address": (["doctor", f"--tf_config={_DUPLICATE_ADDRESS}"], {}),
     "probe": (["doctor", "--probe", "--probe_timeout_s=3", "--tf_config=" + json.dumps(
@@ -144,8 +144,13 @@ class DoctorTest(_DoctorResults, parameterized.TestCase):
         self.assertIn("local devices:", result.stdout)
 
     def test_reads_environment(self):
-        result = self.results["environment"]
+        result = self.results["environment"]  # TF_CONFIG, in a JobSet pod's environment.
         self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("cluster: valid, from TF_CONFIG\n  ignored: the JobSet pod's "
+                      "TFDIST_JOBSET_NAME, TFDIST_REPLICATED_JOB, TFDIST_JOB_INDEX, "
+                      "JOB_COMPLETION_INDEX, TFDIST_JOBSET_SUBDOMAIN, TFDIST_JOBSET_PORT, "
+                      "TFDIST_JOBSET_LAYOUT (TF_CONFIG comes first; --cluster_resolver=jobset "
+                      "reads them instead)\n", result.stdout)
         self.assertIn("this task: worker:1 at [::1]:2002", result.stdout)
         self.assertIn("auto picks multi_worker_mirrored", result.stdout)
 

@@ -416,6 +416,27 @@ class CleanUpTest(unittest.TestCase):
 
 class RefusedTest(unittest.TestCase):
 
+    def test_names_kubernetes_refuses_are_one_line_before_anything_starts(self):
+        # The names become log paths, namespaces and hostnames here.
+        for name in ("../../etc", "a;b", "a" * 300):
+            with self.subTest(name=name[:12]), tempfile.TemporaryDirectory() as scratch:
+                path = write_manifest(self, os.path.join(scratch, "job.yaml"), "--image=local",
+                                      "--name=ok", "--", "true")
+                with open(path, encoding="utf-8") as manifest:
+                    document = yaml.safe_load(manifest)
+                document["metadata"]["name"] = name
+                with open(path, "w", encoding="utf-8") as manifest:
+                    yaml.safe_dump(document, manifest)
+                stderr = io.StringIO()
+                with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                    status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+                self.assertEqual(status, 2)
+                self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
+                lines = stderr.getvalue().splitlines()
+                self.assertEqual(len(lines), 1, lines)
+                self.assertRegex(lines[0], r"^tfdist rehearse: error: manifest metadata.name: .* "
+                                           r"(is not a DNS-1035 label|more than 63)")
+
     def test_a_rehearsal_too_large_for_this_machine_is_refused_before_it_starts(self):
         with tempfile.TemporaryDirectory() as scratch:
             path = write_manifest(self, os.path.join(scratch, "job.yaml"), "--image=local",

@@ -6,6 +6,8 @@ import unittest
 
 from absl.testing import parameterized
 
+from tests import scratch_files
+
 from tfdist.input_pipelines import InputConfig
 from tfdist.strategies import make_cluster
 from tfdist.runtime import paths
@@ -80,6 +82,21 @@ class CheckTest(parameterized.TestCase):
         config = RunConfig(train=TrainConfig(metrics_json=self.dir), cluster=worker)
         paths.check(config)  # Worker 1 writes no summary.
 
+
+
+class FullDiskTest(unittest.TestCase):
+
+    def test_an_output_on_a_full_disk_is_refused_before_anything_runs(self):
+        with scratch_files.small_tmpfs(64) as disk:
+            scratch_files.fill(disk)
+            for check, path in ((paths.check_output_file, f"{disk}/metrics.json"),
+                                (paths.check_output_dir, f"{disk}/logs")):
+                with self.subTest(check=check.__name__):
+                    with self.assertRaisesRegex(ConfigError, rf"^json={path!r}: cannot write in "
+                                                             rf"{disk} \(No space left on device"
+                                                             r"\); free space there"):
+                        check("json", path)
+            self.assertEqual(len(os.listdir(disk)), 1, "only the filler")
 
 
 class AbsoluteTest(unittest.TestCase):

@@ -11,6 +11,8 @@ optimizer in its LossScaleOptimizer when compiling; the wrapper then stands by (
 import tensorflow as tf
 import tf_keras
 
+from tfdist.training import guards
+
 
 def minimize(optimizer: tf_keras.optimizers.Optimizer, loss: tf.Tensor, tape: tf.GradientTape,
              variables: list) -> None:
@@ -49,6 +51,8 @@ def install(model: tf_keras.Model, optimizer: tf_keras.optimizers.Optimizer) -> 
         with tf.GradientTape() as tape:
             predictions = model(features, training=True)
             loss = model.compute_loss(features, labels, predictions, sample_weight)
+        if loss is None:  # Batches without labels, and a model with no loss of its own.
+            raise ValueError(guards.NO_LOSS)
         minimize(optimizer, loss, tape, model.trainable_variables)
         return model.compute_metrics(features, labels, predictions, sample_weight)
 

@@ -77,6 +77,9 @@ def _build(model: keras.Model, optimizer: keras.optimizers.Optimizer,
 
     Keras' `_symbolic_build` would build the model's optimizer on the model's own variables,
     whole ones where the partitioner split them, so it is shown the optimizer as built."""
+    _, labels, _ = keras.utils.unpack_x_y_sample_weight(data_spec)
+    if labels is None and model.loss is not None:  # Features only, for a compiled loss.
+        raise ValueError(fit_guards.NO_LOSS)
     compiled = model.optimizer
     unbuilt = not compiled.built
     compiled.built = True
