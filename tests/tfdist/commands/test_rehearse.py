@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from tests.tfdist.cli_runner import read_killing
+from tests.tfdist.cluster.manifests import jobset_crd
 from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cluster.rehearsal.test_hosts import emulated_hosts_or_skip
 from tests.tfdist.cluster.rehearsal.test_hosts import our_namespaces
@@ -74,12 +75,17 @@ _TRAIN_WITH_CHECKSUM = textwrap.dedent(f"""
 def write_manifest(test: unittest.TestCase, path: str, *args: str) -> str:
     """Writes to `path` what `tfdist manifest ARGS` prints, run through `cli.main` in this
     process: writing a manifest imports no TensorFlow and starts nothing, so it needs no child
-    (the flags it parsed are unparsed when `test` ends). Returns `path`."""
+    (the flags it parsed are unparsed when `test` ends); a JobSet is first checked as
+    Kubernetes would (`jobset_crd`). Returns `path`."""
     stdout, stderr = io.StringIO(), io.StringIO()
     test.addCleanup(flags_lib.FLAGS.unparse_flags)
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         status = cli.main(["tfdist", "manifest", *args])
     test.assertEqual(status, 0, f"tfdist manifest {' '.join(args)}: {stderr.getvalue()}")
+    if "--format=slurm" not in args:  # What Kubernetes would accept, as it is.
+        document = yaml.safe_load(stdout.getvalue())
+        jobset_crd.validator().validate(document)
+        test.assertEqual(jobset_crd.webhook_problems(document), [])
     with open(path, "w", encoding="utf-8") as manifest:
         manifest.write(stdout.getvalue())
     return path

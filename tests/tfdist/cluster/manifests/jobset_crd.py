@@ -11,6 +11,7 @@ Not checked: the CRD's CEL rules (x-kubernetes-validations: immutability on upda
 with dependsOn) and the API server's own ObjectMeta checks, apart from the name and labels.
 """
 
+import functools
 import pathlib
 import re
 
@@ -46,6 +47,7 @@ def _strict(node):
     return schema
 
 
+@functools.cache
 def validator() -> jsonschema.Draft7Validator:
     """Validates a JobSet document against the CRD's v1alpha2 schema, strictly."""
     crd = yaml.safe_load(CRD_PATH.read_text())
