@@ -145,13 +145,13 @@ class Keras3FitCrash:
         return read
 
     def _say(self, name: str) -> None:
-        with self._lock:
+        with self._lock:  # Also keeps two tasks' lines whole, each task on its own thread.
             if name in self._said:
                 return
             self._said.add(name)
-        with contextlib.suppress(OSError, ValueError):  # Our stderr closed.
-            print(f"{self._announcer}: {name} crashed in Keras 3's own model.fit, which cannot "
-                  "train under MultiWorkerMirroredStrategy (keras-team/keras#20585); train the "
-                  "model through tfdist.fit, which runs Keras 3 models under every strategy "
-                  "(README \"Use tfdist from your own program\" and \"Keras 2 or 3\")",
-                  file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError, ValueError):  # Our stderr closed.
+                print(f"{self._announcer}: {name} crashed in Keras 3's own model.fit, which "
+                      "cannot train under MultiWorkerMirroredStrategy (keras-team/keras#20585); "
+                      "train the model through tfdist.fit, which runs Keras 3 models under "
+                      "every strategy (README \"Use tfdist from your own program\" and \"Keras "
+                      "2 or 3\")", file=sys.stderr, flush=True)
