@@ -50,34 +50,27 @@ _SYSTEM_DIRECTORIES = ("/", "/home", "/root", "/tmp", "/var")
 
 def dns1123_label(value: Any) -> str | None:
     """A DNS label (RFC 1123): most names, e.g. a container's, a volume's."""
-    if not isinstance(value, str) or not _DNS1123_LABEL_RE.fullmatch(value):
-        return 'is not a DNS label (lowercase letters, digits and "-", starting and ending ' \
-               'with a letter or digit)'
-    return _longer_than(value, LABEL_MAX)
+    return _matching(value, _DNS1123_LABEL_RE, LABEL_MAX, 'a DNS label (lowercase letters, '
+                     'digits and "-", starting and ending with a letter or digit)')
 
 
 def dns1035_label(value: Any) -> str | None:
     """A DNS label that starts with a letter (RFC 1035): a Service's name, so a JobSet's
     subdomain, its Jobs' and its pods' names."""
-    if not isinstance(value, str) or not _DNS1035_LABEL_RE.fullmatch(value):
-        return 'is not a DNS-1035 label (lowercase letters, digits and "-", starting with a ' \
-               'letter and ending with a letter or digit)'
-    return _longer_than(value, LABEL_MAX)
+    return _matching(value, _DNS1035_LABEL_RE, LABEL_MAX, 'a DNS-1035 label (lowercase '
+                     'letters, digits and "-", starting with a letter and ending with a letter '
+                     'or digit)')
 
 
 def dns1123_subdomain(value: Any) -> str | None:
     """A DNS subdomain (RFC 1123): an object's name, e.g. a PersistentVolumeClaim's."""
-    if not isinstance(value, str) or not _DNS1123_SUBDOMAIN_RE.fullmatch(value):
-        return 'is not a DNS subdomain (lowercase letters, digits, "-" and ".", starting and ' \
-               'ending with a letter or digit)'
-    return _longer_than(value, SUBDOMAIN_MAX)
+    return _matching(value, _DNS1123_SUBDOMAIN_RE, SUBDOMAIN_MAX, 'a DNS subdomain (lowercase '
+                     'letters, digits, "-" and ".", starting and ending with a letter or digit)')
 
 
 def label_value(value: Any) -> str | None:
-    if not isinstance(value, str) or not _LABEL_VALUE_RE.fullmatch(value):
-        return 'is not a label value (letters, digits, "-", "_" and ".", starting and ending ' \
-               'with a letter or digit)'
-    return _longer_than(value, LABEL_MAX)
+    return _matching(value, _LABEL_VALUE_RE, LABEL_MAX, 'a label value (letters, digits, "-", '
+                     '"_" and ".", starting and ending with a letter or digit)')
 
 
 def label_key(value: Any) -> str | None:
@@ -146,5 +139,9 @@ def mount_path(value: Any) -> str | None:
     return None
 
 
-def _longer_than(value: str, most: int) -> str | None:
+def _matching(value: Any, pattern: re.Pattern, most: int, what: str) -> str | None:
+    """None when `value` is a string that `pattern` matches whole, of at most `most`
+    characters; else which it is not."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        return f"is not {what}"
     return f"has {len(value)} characters, more than {most}" if len(value) > most else None
