@@ -1,7 +1,7 @@
 """The JobSet v1alpha2 schema of kubernetes-sigs/jobset v0.12.0 (tests/data/jobset, with its
 source and license), as a JSON Schema validator that refuses unknown fields, as `kubectl apply
 --validate=strict` does; and the rules that the schema leaves out: the JobSet webhook's on names,
-the API server's on label values, resource quantities and mount paths.
+the API server's on label values, resource quantities, mount paths and image references.
 
 Kubernetes validates a custom resource against its CRD's OpenAPI v3 schema and prunes (or, with
 strict validation, refuses) fields the schema does not list. This turns that schema into a JSON
@@ -25,6 +25,11 @@ _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 # k8s.io/apimachinery resource.Quantity: a signed decimal with a binary, decimal or exponent
 # suffix; the API server also refuses a request of zero for what tfdist writes (cpu, memory).
+# An image reference as container runtimes parse it (distribution/reference), simplified: a
+# registry host with its port, lowercase path components, a tag, a sha256 digest.
+_IMAGE = re.compile(r"([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*"
+                    r"(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+                    r"(@sha256:[0-9a-f]{64})?", re.ASCII)
 _QUANTITY = re.compile(r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?")
 
 
@@ -100,7 +105,8 @@ def webhook_problems(document: dict) -> list[str]:
 
 
 def _container_problems(container: dict) -> list[str]:
-    problems = []
+    problems = [] if _IMAGE.fullmatch(container["image"]) else [
+        f"image {container['image']!r} is not an image reference"]
     resources = container.get("resources", {})
     for kind in ("requests", "limits"):
         for resource, amount in resources.get(kind, {}).items():

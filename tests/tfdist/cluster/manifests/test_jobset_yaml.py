@@ -85,14 +85,15 @@ class SchemaTest(parameterized.TestCase):
         document["spec"]["successPolicy"]["targetReplicatedJobs"] = ["chief"]
         self.assertLen(jobset_crd.webhook_problems(document), 2)  # A pod name, the target.
 
-    def test_the_label_quantity_and_mount_check_can_fail(self):
+    def test_the_label_quantity_mount_and_image_check_can_fail(self):
         document = yaml.safe_load(_jobset(**LAYOUTS["gpus_and_queue"][0]))
         pod = _pod(document, "worker")
         pod["nodeSelector"]["cloud.google.com/gke-accelerator"] = "n" * 64
         pod["containers"][0]["resources"]["requests"]["cpu"] = "0"
         pod["containers"][0]["resources"]["limits"]["memory"] = "1e400"
         pod["containers"][0]["volumeMounts"] = [{"name": "v", "mountPath": "/etc"}]
-        self.assertLen(jobset_crd.webhook_problems(document), 4)
+        pod["containers"][0]["image"] = "$(id)"
+        self.assertLen(jobset_crd.webhook_problems(document), 5)
 
 
 class LayoutTest(absltest.TestCase):
