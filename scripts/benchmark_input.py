@@ -181,8 +181,8 @@ def _stages(figures: dict) -> dict:
         cost = 1e6 / rate
         stages[name] = {"eps": round(rate), "added_us_per_example": round(cost - before, 2)}
         before = cost
-        print(f"  + {name:18s} {rate:>10,.0f} examples/s  {stages[name]['added_us_per_example']:+6.2f}"
-              " us/example")
+        added = stages[name]["added_us_per_example"]
+        print(f"  + {name:18s} {rate:>10,.0f} examples/s  {added:+6.2f} us/example")
     return stages
 
 
@@ -268,7 +268,8 @@ def _jpeg_main(args: argparse.Namespace, config: InputConfig) -> None:
         write_json("json", args.json, {
             "dataset": args.dataset, "num_classes": args.num_classes,
             "image_size": args.image_size, "global_batch_size": args.global_batch_size,
-            "augmentation": config.augmentation.value, "seconds": args.seconds, "rounds": args.rounds, "cpu_count": os.cpu_count(),
+            "augmentation": config.augmentation.value, "seconds": args.seconds,
+            "rounds": args.rounds, "cpu_count": os.cpu_count(),
             "load_average_before": load_before,
             "train_images": input_pipelines.prepare(config).num_examples["train"],
             **figures})

@@ -103,10 +103,10 @@ def main() -> None:
               f"{row['exchange_s'] * 1000:.1f} | {row['predicted_s'] * 1000:.1f} | "
               f"{row['measured_s'] * 1000:.1f} | {row['ratio']:.2f} |")
     if args.json:
-        write_json("json", args.json, {"model": args.model, "per_replica_batch": args.per_replica_batch,
-                               "link": {"gbit_per_s": link.gbit_per_s,
-                                        "latency_us": link.latency_us},
-                               "trainable_parameters": parameters, "rows": rows})
+        write_json("json", args.json, {
+            "model": args.model, "per_replica_batch": args.per_replica_batch,
+            "link": {"gbit_per_s": link.gbit_per_s, "latency_us": link.latency_us},
+            "trainable_parameters": parameters, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -63,7 +63,8 @@ def main() -> None:
                   f"Keras 3 / tf-keras examples/s = {ratio:.2f}", flush=True)
             results[name] = {"runs": runs, "medians": medians, "keras3_over_tf_keras": ratio}
     if args.json:
-        write_json("json", args.json, {"cpu_count": os.cpu_count(), "rounds": args.rounds, **results})
+        write_json("json", args.json,
+                   {"cpu_count": os.cpu_count(), "rounds": args.rounds, **results})
 
 
 if __name__ == "__main__":

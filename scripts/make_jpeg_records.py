@@ -126,8 +126,13 @@ def _example(encoded: bytes, label: int, height: int, width: int) -> bytes:
     """A serialized tf.train.Example in ImageNet's layout; its features in sorted order (else
     the order of a protobuf map may change between processes)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    as_bytes = lambda value: tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-    as_int = lambda value: tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
+    def as_bytes(value: bytes) -> tf.train.Feature:
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    def as_int(value: int) -> tf.train.Feature:
+        return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
+
     return tf.train.Example(features=tf.train.Features(feature={
         "image/encoded": as_bytes(encoded), "image/format": as_bytes(b"JPEG"),
         "image/class/label": as_int(label), "image/height": as_int(height),

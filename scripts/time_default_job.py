@@ -38,7 +38,8 @@ def main() -> None:
     for name, figures in runs.items():
         print(f"{name}: {figures}")
     if args.json:
-        write_json("json", args.json, {"cpu_count": os.cpu_count(), "extra_flags": args.extra, **runs})
+        write_json("json", args.json,
+                   {"cpu_count": os.cpu_count(), "extra_flags": args.extra, **runs})
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ _Enum = TypeVar("_Enum", bound=enum.Enum)
 
 def coerce_enum(field: str, value: "str | _Enum", enum_type: type[_Enum],
                 error: type[ValueError] = StrategyConfigError) -> _Enum:
-    """Returns `value` as a member of `enum_type`, or raises `error` with one line naming `field`."""
+    """Returns `value` as a member of `enum_type`, or raises `error` in one line naming `field`."""
     try:
         return enum_type(value)
     except ValueError:
@@ -154,8 +154,8 @@ class StrategyConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "strategy", coerce_enum("strategy", self.strategy, StrategyKind))
-        object.__setattr__(self, "all_reduce", coerce_enum("all_reduce", self.all_reduce, AllReduce))
-        object.__setattr__(self, "collective", coerce_enum("collective", self.collective, Collective))
+        for field, enum_type in (("all_reduce", AllReduce), ("collective", Collective)):
+            object.__setattr__(self, field, coerce_enum(field, getattr(self, field), enum_type))
         object.__setattr__(self, "allreduce_dtype",
                            coerce_enum("allreduce_dtype", self.allreduce_dtype, WireDtype))
         if isinstance(self.variable_partition, str):

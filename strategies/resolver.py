@@ -6,7 +6,8 @@ from .cluster import ClusterConfig
 from .cluster import TaskType
 
 
-def cluster_resolver(cluster: ClusterConfig | None) -> tf.distribute.cluster_resolver.ClusterResolver:
+def cluster_resolver(
+        cluster: ClusterConfig | None) -> tf.distribute.cluster_resolver.ClusterResolver:
     """Returns a resolver for `cluster`; an empty one for a single process.
 
     The resolver is built from our validated config rather than TF's own TF_CONFIG reader, so the

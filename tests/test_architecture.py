@@ -1,4 +1,4 @@
-"""Enforces ../shared/ARCHITECTURE.md by parsing every module's imports: the rooms' order, no
+"""Enforces docs/ARCHITECTURE.md by parsing every module's imports: the rooms' order, no
 cycles, the two libraries on their own, Keras 3 behind its seam, flags in the command layer, and
 what a user's program loads; and the house's measures (room and module sizes, packaging)."""
 
@@ -10,7 +10,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import textwrap
 import unittest
 
 import pytest

@@ -1,4 +1,4 @@
-"""Every fact about a run is derived in one place (../shared/ARCHITECTURE.md "Derive once").
+"""Every fact about a run is derived in one place (docs/ARCHITECTURE.md "Derive once").
 
 Each test replaces the one derivation of a fact, wherever a module has bound it, and shows that
 every consumer follows the replacement: none computes the fact again on its own.

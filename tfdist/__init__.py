@@ -44,7 +44,8 @@ __all__ = [
     "Precision", "ConfigError", "StrategyConfigError", "ClusterConfigError", "InputConfigError",
     "USER_ERRORS", "cost_model", "profile_stages", "read_trace",
 ]
-_LAZY = {"setup": "tfdist.runtime.setup", "Plan": "tfdist.runtime.setup", "Role": "tfdist.runtime.setup",
+_LAZY = {"setup": "tfdist.runtime.setup", "Plan": "tfdist.runtime.setup",
+         "Role": "tfdist.runtime.setup",
          "fit": "tfdist.training.fit", "serve": "tfdist.training.ps_task",
          "dataset_fn": "tfdist.training.data",
          "CustomLoop": "tfdist.training.keras2.custom_loop", "train": "tfdist.training.from_config",

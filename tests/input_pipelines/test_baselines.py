@@ -83,5 +83,6 @@ def test_jpeg_baselines_refuse_raw_pixels_in_one_line(small_shapes_data_dir):
 
 def test_an_unknown_kind_is_one_line_naming_the_kinds(jpeg_config):
     with pytest.raises(InputConfigError, match=r"^kind='fast' is not a baseline pipeline; pass "
-                       r"one of 'naive', 'tfdist', 'tfdist_device', 'best_practice', 'decode_only', 'read'"):
+                       r"one of 'naive', 'tfdist', 'tfdist_device', 'best_practice', "
+                       r"'decode_only', 'read'"):
         input_pipelines.baseline_pipeline(jpeg_config, "fast")

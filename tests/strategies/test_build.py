@@ -1,4 +1,5 @@
-"""tfdist.strategies.build on CPU: one device, mirrored over 2 logical CPUs, single-worker multi-worker.
+"""tfdist.strategies.build on CPU: one device, mirrored over 2 logical CPUs, single-worker
+multi-worker.
 
 The session's conftest splits the CPU into 2 logical devices before any op runs.
 """

@@ -29,10 +29,11 @@ from tfdist.strategies import jobset
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
 
 _REPLICAS_PER_WORKER = flags_lib.define_integer("replicas_per_worker", 1,
-                                            "data check: replicas on each simulated worker.",
-                                            lower_bound=1, upper_bound=MAX_REPLICA_DEVICES)
-_PORT = flags_lib.define_integer("port", 5050, "data serve: port of the tf.data service dispatcher.",
-                             lower_bound=1, upper_bound=65535)
+                                                "data check: replicas on each simulated worker.",
+                                                lower_bound=1, upper_bound=MAX_REPLICA_DEVICES)
+_PORT = flags_lib.define_integer(
+    "port", 5050, "data serve: port of the tf.data service dispatcher.", lower_bound=1,
+    upper_bound=65535)
 flags_lib.register("data check", train_flags.SOURCE, flags_lib.group(
     train_flags.SEED, cli_flags.NUM_WORKERS, _REPLICAS_PER_WORKER, cli_flags.JSON,
     train_flags.TF_LOGS))

@@ -31,8 +31,8 @@ _JOIN_CHECK_S = flags_lib.define_float(
     "not join the cluster, so the tasks train as independent copies; 0 checks only when a task "
     "exits (a task that exits 0 without ever listening is always named).")
 flags_lib.register("launch", flags_lib.group(
-    cli_flags.NUM_WORKERS, train_flags.NUM_PS, train_flags.CHIEF, cli_flags.EVALUATOR, cli_flags.LOG_DIR,
-    cli_flags.MAX_RESTARTS, _RESTART_BACKOFF_S, cli_flags.TIMEOUT_S, _NETWORK,
+    cli_flags.NUM_WORKERS, train_flags.NUM_PS, train_flags.CHIEF, cli_flags.EVALUATOR,
+    cli_flags.LOG_DIR, cli_flags.MAX_RESTARTS, _RESTART_BACKOFF_S, cli_flags.TIMEOUT_S, _NETWORK,
     train_flags.KERAS, _JOIN_CHECK_S))
 
 

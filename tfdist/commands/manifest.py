@@ -26,16 +26,15 @@ _NAME = flags.DEFINE_string("name", "tfdist",
 _IMAGE = flags.DEFINE_string("image", None,
                              "manifest: container image of a JobSet or TFJob (with tfdist in it).")
 _TASK_PORT = flags_lib.define_integer("task_port", 2222,
-                                  "manifest: the port every pod listens on (jobset, tfjob).",
-                                  lower_bound=1, upper_bound=65535)
+                                      "manifest: the port every pod listens on (jobset, tfjob).",
+                                      lower_bound=1, upper_bound=65535)
 _RESTART_POLICY = flags.DEFINE_enum("restart_policy", "OnFailure", list(manifests.RESTART_POLICIES),
                                     "manifest: TFJob replicas' restart policy.")
 _TIME_LIMIT = flags.DEFINE_string("time_limit", "01:00:00", "manifest: Slurm --time of the job.")
-_GPUS_PER_TASK = flags_lib.define_integer("gpus_per_task", 0,
-                                      "manifest: GPUs of each task: Slurm --gpus-per-task; JobSet "
-                                      "nvidia.com/gpu of each pod that trains (the workers, and "
-                                      "the chief without ps).",
-                                      lower_bound=0, upper_bound=MAX_REPLICA_DEVICES)
+_GPUS_PER_TASK = flags_lib.define_integer(
+    "gpus_per_task", 0, "manifest: GPUs of each task: Slurm --gpus-per-task; JobSet "
+                        "nvidia.com/gpu of each pod that trains (the workers, and the chief "
+                        "without ps).", lower_bound=0, upper_bound=MAX_REPLICA_DEVICES)
 _DATA_SERVICE_WORKERS = flags_lib.define_integer(
     "data_service_workers", 0, "manifest: JobSet pods of a tf.data service (plus its "
                                "dispatcher) that `tfdist train` reads its input through; 0 adds "

@@ -9,6 +9,8 @@ imported after parsing.
 from absl import flags
 
 from tfdist.commands import flags as flags_lib
+from tfdist.commands.flags import define_float
+from tfdist.commands.flags import define_integer
 from tfdist.input_pipelines import AutoShard
 from tfdist.input_pipelines import DATASET_FORMS
 from tfdist.input_pipelines import InputConfig
@@ -55,23 +57,23 @@ STRATEGY = flags_lib.group(
                       "tf.distribute strategy; auto picks parameter_server when TF_CONFIG has ps "
                       "tasks, multi_worker_mirrored with several workers, mirrored with several "
                       "local devices, else one_device."),
-    flags_lib.define_integer("num_gpus", None, "GPUs per worker; unset uses every visible GPU.",
-                         lower_bound=0, upper_bound=MAX_REPLICA_DEVICES),
-    flags_lib.define_integer("num_cpu_devices", 1,
-                         "Split the host CPU into N logical devices, so N replicas run on a "
-                         "CPU-only machine (mirrored).",
-                         lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
-    flags_lib.define_integer("num_logical_gpus", 1,
-                         "Split the first GPU into N logical GPUs, so N replicas run on one GPU "
-                         "(mirrored; all-reduce by hierarchical copy, as NCCL needs distinct "
-                         "GPUs).", lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
-    flags_lib.define_integer("logical_gpu_memory_mib", 8192,
-                         "Memory of each logical GPU of --num_logical_gpus, in MiB.",
-                         lower_bound=1, upper_bound=MAX_GPU_MEMORY_MIB),
+    define_integer("num_gpus", None, "GPUs per worker; unset uses every visible GPU.",
+                   lower_bound=0, upper_bound=MAX_REPLICA_DEVICES),
+    define_integer("num_cpu_devices", 1,
+                   "Split the host CPU into N logical devices, so N replicas run on a "
+                   "CPU-only machine (mirrored).",
+                   lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+    define_integer("num_logical_gpus", 1,
+                   "Split the first GPU into N logical GPUs, so N replicas run on one GPU "
+                   "(mirrored; all-reduce by hierarchical copy, as NCCL needs distinct "
+                   "GPUs).", lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+    define_integer("logical_gpu_memory_mib", 8192,
+                   "Memory of each logical GPU of --num_logical_gpus, in MiB.",
+                   lower_bound=1, upper_bound=MAX_GPU_MEMORY_MIB),
     flags_lib.define_enum("all_reduce", AllReduce("auto"), AllReduce,
                       "Mirrored cross-device all-reduce."),
-    flags_lib.define_integer("num_packs", 1, "Gradient packs for nccl/hierarchical_copy all-reduce.",
-                         lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+    define_integer("num_packs", 1, "Gradient packs for nccl/hierarchical_copy all-reduce.",
+                   lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
     flags_lib.define_enum("collective", Collective("auto"), Collective,
                       "Multi-worker collective implementation."),
     flags_lib.define_duration("collective_timeout_s", None,
@@ -84,9 +86,9 @@ STRATEGY = flags_lib.group(
                       "Cast gradients to this dtype for the all-reduce between replicas and back "
                       "after it (mirrored strategies): bfloat16 or float16 halve the bytes on the "
                       "wire (docs/PERFORMANCE.md)."),
-    flags_lib.define_integer("allreduce_pack_mib", 0,
-                         "Multi-worker: all-reduce gradients in packs of this many MiB; 0 lets "
-                         "TensorFlow choose.", lower_bound=0, upper_bound=MAX_PACK_MIB))
+    define_integer("allreduce_pack_mib", 0,
+                   "Multi-worker: all-reduce gradients in packs of this many MiB; 0 lets "
+                   "TensorFlow choose.", lower_bound=0, upper_bound=MAX_PACK_MIB))
 # The records and their batching: what `tfdist data check` reads too.
 SOURCE = flags_lib.group(
     flags.DEFINE_string("dataset", "shapes",
@@ -103,22 +105,22 @@ SOURCE = flags_lib.group(
     flags.DEFINE_bool("download", False,
                       "Let TFDS download and prepare a dataset that is not prepared (needs "
                       "network)."),
-    flags_lib.define_integer("num_classes", None, "Classes of a tfrecord: or synthetic dataset.",
-                         lower_bound=1, upper_bound=MAX_NUM_CLASSES),
-    flags_lib.define_integer("label_offset", 0, "Subtracted from every label of a tfrecord: dataset; "
-                         "1 reads ImageNet's, labelled 1..1000.", lower_bound=0,
-                         upper_bound=MAX_NUM_CLASSES),
-    flags_lib.define_integer("image_size", None,
-                         "Resize images to this square size; unset keeps a TFDS dataset's size, "
-                         "224 for tfrecord:, 32 for synthetic.",
-                         lower_bound=1, upper_bound=MAX_IMAGE_SIZE),
-    flags_lib.define_integer("global_batch_size", 128,
-                         "Examples per step over all replicas; must divide by the replica count. "
-                         "Or give --per_replica_batch_size instead (not both).",
-                         lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
-    flags_lib.define_integer("shuffle_buffer_size", 10_000,
-                         "Examples in the training shuffle buffer.",
-                         lower_bound=1, upper_bound=MAX_BUFFER_SIZE),
+    define_integer("num_classes", None, "Classes of a tfrecord: or synthetic dataset.",
+                   lower_bound=1, upper_bound=MAX_NUM_CLASSES),
+    define_integer("label_offset", 0, "Subtracted from every label of a tfrecord: dataset; "
+                   "1 reads ImageNet's, labelled 1..1000.", lower_bound=0,
+                   upper_bound=MAX_NUM_CLASSES),
+    define_integer("image_size", None,
+                   "Resize images to this square size; unset keeps a TFDS dataset's size, "
+                   "224 for tfrecord:, 32 for synthetic.",
+                   lower_bound=1, upper_bound=MAX_IMAGE_SIZE),
+    define_integer("global_batch_size", 128,
+                   "Examples per step over all replicas; must divide by the replica count. "
+                   "Or give --per_replica_batch_size instead (not both).",
+                   lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
+    define_integer("shuffle_buffer_size", 10_000,
+                   "Examples in the training shuffle buffer.",
+                   lower_bound=1, upper_bound=MAX_BUFFER_SIZE),
     flags_lib.define_enum("autoshard", AutoShard("auto"), AutoShard,
                       "How input pipelines divide the data: file (whole files each), data (every "
                       "N-th example), off (all read everything), auto (file when there are "
@@ -127,9 +129,9 @@ SOURCE = flags_lib.group(
     flags.DEFINE_bool("deterministic", None,
                       "Produce input in a fixed order (--nodeterministic trades order for "
                       "speed); unset keeps tf.data's default."),
-    flags_lib.define_integer("datasets_num_private_threads", None,
-                         "Give each input pipeline a private thread pool of this size.",
-                         lower_bound=1, upper_bound=MAX_THREADS),
+    define_integer("datasets_num_private_threads", None,
+                   "Give each input pipeline a private thread pool of this size.",
+                   lower_bound=1, upper_bound=MAX_THREADS),
     flags.DEFINE_bool("skip_corrupt_records", False,
                       "Skip the rest of a damaged TFRecord file (logged and counted) instead of "
                       "failing."))
@@ -155,17 +157,17 @@ INPUT = {**SOURCE, **flags_lib.group(
     flags_lib.define_enum("tf_data_service_mode", ServiceMode("distributed_epoch"), ServiceMode,
                       "distributed_epoch: service workers split each epoch, every example once; "
                       "parallel_epochs: every service worker produces the whole epoch."))}
-EPOCHS = flags_lib.define_integer("epochs", 3, "Training epochs.",
-                               lower_bound=1, upper_bound=MAX_COUNT)
+EPOCHS = define_integer("epochs", 3, "Training epochs.",
+                        lower_bound=1, upper_bound=MAX_COUNT)
 # Also `tfdist plan`'s, in the same sense: one flag, as absl flags are global.
-PER_REPLICA_BATCH_SIZE = flags_lib.define_integer(
+PER_REPLICA_BATCH_SIZE = define_integer(
     "per_replica_batch_size", None,
     "Examples per replica per step. train, benchmark: the batch instead of --global_batch_size "
     "(not both), which is then N x the replicas in sync, known once the strategy is built "
     "(e.g. 64 on 2 workers of 1 GPU: 128); plan: the batch of one replica's step.",
     lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE)
-SEED = flags_lib.define_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
-                             lower_bound=0, upper_bound=MAX_SEED)
+SEED = define_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
+                      lower_bound=0, upper_bound=MAX_SEED)
 KERAS = flags.DEFINE_enum(
     "keras", str(keras_env.environment_choice()), KERAS_VERSIONS,
     "The Keras models are written in: 2 (tf-keras) or 3 (`import keras`); the default follows "
@@ -173,20 +175,21 @@ KERAS = flags.DEFINE_enum(
     "check this task for it.")
 TRAIN = flags_lib.group(
     flags.DEFINE_string("model", ModelName.SMALL_CNN.value,
-                        f"Model to train: a built-in one ({', '.join([name.value for name in ModelName])}) or "
+                        f"Model to train: a built-in one "
+                        f"({', '.join([name.value for name in ModelName])}) or "
                         "MODULE:FUNCTION, a model function of yours, imported when training "
                         "starts (README \"Use tfdist from your own program\")."),
     EPOCHS,
-    flags_lib.define_integer("steps_per_epoch", None,
-                         "Steps per epoch; unset covers the training split once.",
-                         lower_bound=1, upper_bound=MAX_COUNT),
+    define_integer("steps_per_epoch", None,
+                   "Steps per epoch; unset covers the training split once.",
+                   lower_bound=1, upper_bound=MAX_COUNT),
     PER_REPLICA_BATCH_SIZE,
-    flags_lib.define_integer("validation_steps", None,
-                         "Validation steps per epoch; unset reads the whole validation split.",
-                         lower_bound=1, upper_bound=MAX_COUNT),
-    flags_lib.define_integer("steps_per_execution", 1,
-                         "Steps run per tf.function call; more cuts Python overhead per step.",
-                         lower_bound=1, upper_bound=MAX_COUNT),
+    define_integer("validation_steps", None,
+                   "Validation steps per epoch; unset reads the whole validation split.",
+                   lower_bound=1, upper_bound=MAX_COUNT),
+    define_integer("steps_per_execution", 1,
+                   "Steps run per tf.function call; more cuts Python overhead per step.",
+                   lower_bound=1, upper_bound=MAX_COUNT),
     flags_lib.define_enum("mixed_precision", Precision("float32"), Precision,
                       "Dtype policy; mixed_float16 adds dynamic loss scaling."),
     flags.DEFINE_string("model_dir", None,
@@ -200,41 +203,41 @@ TRAIN = flags_lib.group(
 # OptimizerConfig's fields (README "Large-batch training").
 OPTIMIZER = flags_lib.group(
     flags_lib.define_enum("optimizer", OptimizerName("adam"), OptimizerName, "Optimizer."),
-    flags_lib.define_float("learning_rate", 3e-3,
-                  "Base learning rate: the rate at --base_batch_size, where warmup starts."),
-    flags_lib.define_float("momentum", 0.9, "Momentum of momentum, nesterov and lars."),
-    flags_lib.define_float("weight_decay", 0.0,
-                  "Weight decay: decoupled for sgd/momentum/nesterov/adam/adamw/rmsprop, in the "
-                  "update for lars."),
+    define_float("learning_rate", 3e-3,
+                 "Base learning rate: the rate at --base_batch_size, where warmup starts."),
+    define_float("momentum", 0.9, "Momentum of momentum, nesterov and lars."),
+    define_float("weight_decay", 0.0,
+                 "Weight decay: decoupled for sgd/momentum/nesterov/adam/adamw/rmsprop, in the "
+                 "update for lars."),
     flags_lib.define_enum("lr_scaling", LrScaling("none"), LrScaling,
                       "Scale the peak rate with global batch / --base_batch_size: linear, or its "
                       "square root."),
-    flags_lib.define_integer("base_batch_size", 256, "The global batch --learning_rate is meant for.",
-                         lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
-    flags_lib.define_float("warmup_epochs", 0.0,
-                  "Rise linearly from --learning_rate to the scaled peak over these epochs."),
+    define_integer("base_batch_size", 256, "The global batch --learning_rate is meant for.",
+                   lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
+    define_float("warmup_epochs", 0.0,
+                 "Rise linearly from --learning_rate to the scaled peak over these epochs."),
     flags_lib.define_enum("lr_schedule", LrSchedule("constant"), LrSchedule,
                       "Decay after warmup: constant, cosine to 0 at the end, or step."),
     flags.DEFINE_list("lr_step_boundaries", [],
                       "lr_schedule=step: epochs (from the start) at which the rate is multiplied "
                       "by --lr_step_factor, e.g. 30,60,80."),
-    flags_lib.define_float("lr_step_factor", 0.1, "lr_schedule=step: factor at each boundary."),
-    flags_lib.define_float("clip_norm", None,
-                  "Clip the all-reduced gradients to this global norm; unset does not clip."),
-    flags_lib.define_integer("grad_accum_steps", 1,
-                         "Apply one update per N micro-batches, with their mean gradient (an "
-                         "effective global batch N times larger).",
-                         lower_bound=1, upper_bound=MAX_COUNT),
-    flags_lib.define_float("gradient_noise_eta", 0.0,
-                  "Add Gaussian noise of variance eta / (1 + t)^gamma to the all-reduced "
-                  "gradients (t = updates so far); 0 adds none."),
-    flags_lib.define_float("gradient_noise_gamma", 0.55, "Annealing exponent of --gradient_noise_eta."),
+    define_float("lr_step_factor", 0.1, "lr_schedule=step: factor at each boundary."),
+    define_float("clip_norm", None,
+                 "Clip the all-reduced gradients to this global norm; unset does not clip."),
+    define_integer("grad_accum_steps", 1,
+                   "Apply one update per N micro-batches, with their mean gradient (an "
+                   "effective global batch N times larger).",
+                   lower_bound=1, upper_bound=MAX_COUNT),
+    define_float("gradient_noise_eta", 0.0,
+                 "Add Gaussian noise of variance eta / (1 + t)^gamma to the all-reduced "
+                 "gradients (t = updates so far); 0 adds none."),
+    define_float("gradient_noise_gamma", 0.55, "Annealing exponent of --gradient_noise_eta."),
     flags.DEFINE_boolean("measure_noise_scale", False,
                          "Measure the gradient noise scale B_simple (about the critical batch "
                          "size) from the replicas' own gradients, or from the micro-batches with "
                          "--grad_accum_steps > 1; logged per epoch and kept in the metrics "
                          "JSON as noise_scale (README \"How far can this job scale?\")."),
-    flags_lib.define_float("lars_eeta", 0.001, "lars: trust coefficient."),
+    define_float("lars_eeta", 0.001, "lars: trust coefficient."),
     flags_lib.define_enum("lars_mode", LarsMode("scale"), LarsMode,
                       "lars: scale the rate by the trust ratio, or clip the ratio at 1 (LARC)."),
     flags.DEFINE_list("lars_exclude", list(DEFAULT_LARS_EXCLUDE),
@@ -247,11 +250,11 @@ CLUSTER_RESOLVER = flags.DEFINE_enum(
     "tf_config: TF_CONFIG only; jobset: the JobSet pod's environment (every task at its JobSet "
     "DNS name); slurm: the Slurm job step (each task started by srun; with --slurm_port_base, "
     "--num_ps and --chief as `tfdist manifest --format=slurm` writes them).")
-SLURM_PORT_BASE = flags_lib.define_integer(
+SLURM_PORT_BASE = define_integer(
     "slurm_port_base", 8888,
     "cluster_resolver=slurm: port of the first task on each Slurm node; the n-th uses base + n.",
     lower_bound=1, upper_bound=65535)
-NUM_PS = flags_lib.define_integer(
+NUM_PS = define_integer(
     "num_ps", 0, "Parameter-server (ps) tasks: of the Slurm job (cluster_resolver=slurm), or "
                  "that `tfdist launch` starts or `tfdist manifest` describes; plan: exchange "
                  "through N ps tasks instead of all-reduce.",
@@ -389,10 +392,8 @@ def cluster_and_source() -> tuple[ClusterConfig | None, list[str]]:
 def _ignored_jobset_variables(found: ClusterConfig | None) -> list[str]:
     """The line naming a JobSet pod's variables that TF_CONFIG's cluster `found` overrides."""
     names = jobset.variables_set()
-    if found is None or not names:
-        return []
     return [f"  ignored: the JobSet pod's {', '.join(names)} (TF_CONFIG comes first; "
-            "--cluster_resolver=jobset reads them instead)"]
+            "--cluster_resolver=jobset reads them instead)"] if found is not None and names else []
 
 
 def check_train_args(args: list[str]) -> None:

@@ -143,7 +143,8 @@ def _num_workers(kind: StrategyKind, config: RunConfig) -> int:
 
 def _build_strategy(config: RunConfig, kind: StrategyKind) -> tf.distribute.Strategy:
     """The strategy; a multi-worker task that joins peers waits at most
-    `--collective_timeout_s` for them (`tfdist.cluster.join_deadline` says why it takes a process)."""
+    `--collective_timeout_s` for them (`tfdist.cluster.join_deadline` says why it takes a
+    process)."""
     cluster = config.cluster
     if cluster is None or cluster.num_workers < 2 or kind is not StrategyKind.MULTI_WORKER_MIRRORED:
         return strategies.build(config.strategy, cluster)

@@ -202,8 +202,8 @@ class EpochHistory(tf_keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         self._epochs[epoch] = {name: float(value) for name, value in (logs or {}).items()}
         if self._path and self._writes:
-            output_files.write_json("model_dir", self._path, {"epochs": {str(index): values for index, values
-                                                       in sorted(self._epochs.items())}})
+            epochs = {str(index): values for index, values in sorted(self._epochs.items())}
+            output_files.write_json("model_dir", self._path, {"epochs": epochs})
 
     def _earlier(self) -> dict[int, dict[str, float]]:
         if not self._path or not os.path.exists(self._path):

@@ -1,4 +1,5 @@
-"""`tfdist.cluster.network`: which interfaces expose a port, and launch's loopback-only namespace."""
+"""`tfdist.cluster.network`: which interfaces expose a port, and launch's loopback-only
+namespace."""
 
 import subprocess
 import sys

@@ -1,4 +1,5 @@
-"""`tfdist.cluster.probe` against real sockets on 127.0.0.1: answering, closed, unresolvable, hanging."""
+"""`tfdist.cluster.probe` against real sockets on 127.0.0.1: answering, closed, unresolvable,
+hanging."""
 
 import socket
 import threading

@@ -320,7 +320,8 @@ class SandboxTest(unittest.TestCase):
                 echo pod > {mount}/from-pod && echo "wrote the volume"
                 """))
         path = write_manifest(self, os.path.join(scratch, "job.yaml"), "--image=local",
-                              "--name=probe", "--num_workers=1", "--volume_claim=runs", f"--mount_path={mount}",
+                              "--name=probe", "--num_workers=1", "--volume_claim=runs",
+                              f"--mount_path={mount}",
                               "--", "/bin/sh", probe)
         with open(path, encoding="utf-8") as manifest:
             document = yaml.safe_load(manifest)
@@ -338,7 +339,8 @@ class SandboxTest(unittest.TestCase):
                       "PATH /nonexistent", result.stdout,
                       "the pod has its own name, its workingDir (made in its own file "
                       "system), and its own PATH, which the rehearsal's tools do not need")
-        for line in ("no /run/netns", "wrote /etc", "wrote outside", "netns refused", "mount refused",
+        for line in ("no /run/netns", "wrote /etc", "wrote outside", "netns refused",
+                     "mount refused",
                      "kill refused", "wrote the volume"):
             self.assertIn(f"[probe-worker-0-0] {line}\n", result.stdout)
         self.assertFalse(os.path.exists("/etc/tfdist-sandbox-probe"), "the pod wrote /etc")

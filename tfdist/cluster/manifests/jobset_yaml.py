@@ -184,7 +184,7 @@ def _task_command(name: str, port: int, data_service_workers: int,
         given = [arg for arg in args if arg.lstrip("-").partition("=")[0] == flag.lstrip("-")]
         require(not given, "jobset train_args", given[0] if given else None,
                 "leave it out: the manifest sets it for the JobSet", problem="is set")
-    command = ["tfdist", "train", JOBSET_RESOLVER_FLAG, *(checks.kubernetes_literal(arg) for arg in args)]
+    command = ["tfdist", "train", JOBSET_RESOLVER_FLAG, *map(checks.kubernetes_literal, args)]
     if data_service_workers:
         dispatcher = f"{jobset_pods.hostname(name, jobset_pods.DISPATCHER, 0)}.{name}:{port}"
         command.append(f"{DATA_SERVICE_FLAG}=grpc://{dispatcher}")

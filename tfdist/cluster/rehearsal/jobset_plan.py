@@ -86,7 +86,8 @@ class JobSetPlan:
         if self.subdomain is None:
             return (pod.hostname,)
         short = f"{pod.hostname}.{self.subdomain}"
-        return (pod.hostname, short, f"{short}.{NAMESPACE}", f"{short}.{NAMESPACE}.{CLUSTER_DOMAIN}")
+        namespaced = f"{short}.{NAMESPACE}"
+        return (pod.hostname, short, namespaced, f"{namespaced}.{CLUSTER_DOMAIN}")
 
     def environment(self, pod: Pod, *, address: str, attempt: int) -> dict[str, str]:
         """The variables Kubernetes gives `pod`'s container in restart attempt `attempt`: the

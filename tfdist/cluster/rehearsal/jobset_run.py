@@ -123,8 +123,8 @@ class _Run:
 
 
 def run(plan: JobSetPlan, options: Options) -> int:
-    """Rehearses `plan` with `options.made()`; returns 0 when the JobSet completes, else the failed pod's status
-    (124 on the timeout, 128 + N on signal N).
+    """Rehearses `plan` with `options.made()`; returns 0 when the JobSet completes, else the
+    failed pod's status (124 on the timeout, 128 + N on signal N).
 
     Raises:
       NoHosts: this machine cannot emulate hosts.

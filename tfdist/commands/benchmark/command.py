@@ -40,14 +40,14 @@ _DATA = flags.DEFINE_list("data", ["synthetic", "real"],
                           "benchmark: synthetic (one batch, no input cost) and/or real "
                           "(--dataset).")
 _WARMUP_STEPS = flags_lib.define_integer("warmup_steps", 5,
-                                     "benchmark: untimed steps first (tracing, warm-up).",
-                                     lower_bound=1, upper_bound=MAX_COUNT)
+                                         "benchmark: untimed steps first (tracing, warm-up).",
+                                         lower_bound=1, upper_bound=MAX_COUNT)
 _TIMED_STEPS = flags_lib.define_integer("timed_steps", 20, "benchmark: timed steps per round.",
-                                    lower_bound=1, upper_bound=MAX_COUNT)
+                                        lower_bound=1, upper_bound=MAX_COUNT)
 _ROUNDS = flags_lib.define_integer("rounds", 7,
-                               "benchmark: timed rounds per configuration; figures are medians "
-                               "over rounds, with their spread.",
-                               lower_bound=1, upper_bound=MAX_COUNT)
+                                   "benchmark: timed rounds per configuration; figures are medians "
+                                   "over rounds, with their spread.",
+                                   lower_bound=1, upper_bound=MAX_COUNT)
 _OVERHEAD = flags.DEFINE_boolean("overhead", True,
                                  "benchmark: on synthetic data, each round also times a plain "
                                  "Keras script in the strategy's scope and with no strategy "

@@ -1,7 +1,8 @@
 """The figures of `tfdist benchmark` from its configurations' rounds, and their table and plot.
 
-A round's figure is the median of its timed steps; each figure below is the median over rounds with its spread (min,
-max; for a ratio `<ratio>_spread`), and each ratio the median of its per-round ratios, so that
+A round's figure is the median of its timed steps; each figure below is the median over rounds
+with its spread (min, max; for a ratio `<ratio>_spread`), and each ratio the median of its
+per-round ratios, so that
 both sides of a ratio come from the same round. A ratio whose spread is wider than its distance
 from 1 is named after the table: that difference is noise.
 

@@ -81,8 +81,8 @@ class _Child:
 
 def run(specs: Sequence[dict], env: dict[str, str], *, rounds: int) -> list[dict]:
     """Times `rounds` rounds of each configuration (its `tfdist.commands.benchmark.child` spec),
-    interleaved; returns per configuration its description with each round's figures in a list under each
-    key of `tfdist.commands.benchmark.child`'s round message (`trainable_parameters` and
+    interleaved; returns per configuration its description with each round's figures in a list
+    under each key of `tfdist.commands.benchmark.child`'s round message (`trainable_parameters` and
     `noise_scale`: the last round's).
 
     Raises:

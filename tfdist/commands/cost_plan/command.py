@@ -32,7 +32,7 @@ _OVERLAP = flags_lib.define_float(
     "overlap", 0.0, "plan: the share of the backward pass the gradient exchange runs "
                     "behind, 0 (after the whole backward pass: TensorFlow's one pack) to 1.")
 _BACKWARD = flags_lib.define_float("backward_fraction", 2 / 3,
-                         "plan: the backward pass's share of the step's compute time.")
+                                   "plan: the backward pass's share of the step's compute time.")
 for _holder in (_OVERLAP, _BACKWARD):
     flags.register_validator(_holder, lambda value: 0 <= value <= 1,
                              message="must lie in [0, 1]")
@@ -49,7 +49,7 @@ _OWN = flags_lib.group(
                     "--model's trainable parameters (or takes the benchmark's).",
                     1e-6, 2.0 ** 30),
     flags_lib.define_integer("gpus_per_node", 8, "plan: GPUs in each node.",
-                         lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
+                             lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
     flags.DEFINE_list("nodes", ["1", "2", "4", "8", "16", "32", "64"],
                       "plan: node counts to predict."),
     flags.DEFINE_enum("intra_link", "nvlink3", _INTRA,
@@ -77,9 +77,9 @@ _OWN = flags_lib.group(
                       "between them, broadcast inside them."),
     _OVERLAP, _BACKWARD,
     flags_lib.define_integer("host_cores_per_node", None,
-                         "plan: host cores for the input pipeline on each node; unset: as "
-                         "many as it needs (the table says how many).",
-                         lower_bound=1, upper_bound=MAX_THREADS),
+                             "plan: host cores for the input pipeline on each node; unset: as "
+                             "many as it needs (the table says how many).",
+                             lower_bound=1, upper_bound=MAX_THREADS),
     flags_lib.define_measure("host_examples_per_core", "plan: examples/s one host core's pipeline "
                     "delivers with preprocessing on the host (scripts/benchmark_input.py).",
                     1e-3, 1e9),

@@ -56,7 +56,8 @@ class InputRatesTest(unittest.TestCase):
                        {**MEASURED, "host_examples_per_core": True},
                        {**MEASURED, "host_examples_per_core": "700"},
                        # Was an OverflowError: Python reads the digits; no float holds them.
-                       json.dumps(MEASURED)[:-1] + ', "host_examples_per_core": 1%s}' % ("0" * 400)):
+                       json.dumps(MEASURED)[:-1]
+                       + ', "host_examples_per_core": 1%s}' % ("0" * 400)):
             with self.subTest(report=report):
                 path = self._file(report if isinstance(report, str) else json.dumps(report))
                 with self.assertRaisesRegex(ConfigError, r"^input_benchmark='.*'[: ].*"
