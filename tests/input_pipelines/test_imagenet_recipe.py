@@ -2,6 +2,9 @@
 training, the 0.875 centre crop for evaluation, PNG decoded whole then cut; which recipe `auto`
 picks; ImageNet's 1-based labels read with `label_offset`; the announce line."""
 
+from tests.input_pipelines.imagenet_examples import encode_image
+from tests.input_pipelines.imagenet_examples import imagenet_example
+from tests.input_pipelines.imagenet_examples import smooth_pixels
 import contextlib
 import io
 import os
@@ -10,7 +13,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl.testing import parameterized
-from PIL import Image
 
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import Placement
@@ -19,31 +21,10 @@ from tfdist.input_pipelines import ReadOptions
 from tfdist.input_pipelines import imagenet_recipe
 from tfdist.input_pipelines import pipeline
 from tfdist.input_pipelines.config import Augment
-from tests.input_pipelines.test_records import bytes_feature
-from tests.input_pipelines.test_records import int64_feature
-from tests.input_pipelines.test_records import write_records
+from tests.input_pipelines.records import write_records
 
 _CONTEXT = tf.distribute.InputContext()
 _DEVICE = Placement(PreprocessOn.DEVICE)
-
-
-def _pixels(height: int, width: int, seed: int) -> np.ndarray:
-    """Smooth random colours (JPEG keeps them close), different in every window."""
-    coarse = np.random.default_rng(seed).integers(0, 256, (height // 8 + 1, width // 8 + 1, 3))
-    return np.asarray(Image.fromarray(coarse.astype(np.uint8)).resize((width, height)))
-
-
-def _encode(pixels: np.ndarray, image_format: str) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format=image_format, **(
-        {"quality": 95} if image_format == "JPEG" else {}))
-    return buffer.getvalue()
-
-
-def _example(encoded: bytes, label: int) -> bytes:
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image/encoded": bytes_feature(encoded),
-        "image/class/label": int64_feature(label)})).SerializeToString()
 
 
 def _mean_difference(first: tf.Tensor, second: tf.Tensor) -> float:
@@ -101,16 +82,16 @@ class CropTest(tf.test.TestCase):
 
     def test_evaluation_reads_the_centre_crop_of_a_png_exactly(self):
         # At 224 the crop of a 256x320 image is 224x224: resizing it changes nothing.
-        pixels = _pixels(256, 320, seed=1)
-        images = imagenet_recipe.crop_encoded(tf.constant([_encode(pixels, "PNG")]),
+        pixels = smooth_pixels(256, 320, seed=1)
+        images = imagenet_recipe.crop_encoded(tf.constant([encode_image(pixels, "PNG")]),
                                               _crop(training=False, image_size=224))
         self.assertEqual(images.dtype, tf.uint8)
         self.assertAllEqual(images[0], pixels[16:240, 48:272])
 
     def test_evaluation_of_a_jpeg_is_the_resized_centre_crop(self):
         # 0.875 of the short side 40: the central 35x35, at rows 3.. and columns 13..
-        pixels = _pixels(40, 60, seed=2)
-        encoded = _encode(pixels, "JPEG")
+        pixels = smooth_pixels(40, 60, seed=2)
+        encoded = encode_image(pixels, "JPEG")
         decoded = tf.io.decode_jpeg(encoded, channels=3)
         expected = tf.cast(tf.image.resize(decoded[3:38, 13:48], [32, 32]), tf.uint8)
         images = imagenet_recipe.crop_encoded(tf.constant([encoded]), _crop(training=False))
@@ -121,8 +102,8 @@ class CropTest(tf.test.TestCase):
         self.assertGreater(_mean_difference(images[0], shifted), 4.0)
 
     def test_training_crops_vary_and_png_and_jpeg_mix_in_a_batch(self):
-        pixels = _pixels(120, 160, seed=3)
-        encoded = tf.constant([_encode(pixels, "JPEG"), _encode(pixels, "PNG")] * 8)
+        pixels = smooth_pixels(120, 160, seed=3)
+        encoded = tf.constant([encode_image(pixels, "JPEG"), encode_image(pixels, "PNG")] * 8)
         images = imagenet_recipe.crop_encoded(encoded, _crop(training=True)).numpy()
         self.assertEqual((images.shape, images.dtype), ((16, 32, 32, 3), np.uint8))
         self.assertLen({image.tobytes() for image in images}, 16)
@@ -130,7 +111,7 @@ class CropTest(tf.test.TestCase):
         self.assertFalse(np.array_equal(images, again))
 
     def test_decoded_batches_are_cut_the_same_way(self):
-        pixels = np.stack([_pixels(64, 64, seed) for seed in range(4)])
+        pixels = np.stack([smooth_pixels(64, 64, seed) for seed in range(4)])
         centre = imagenet_recipe.crop_decoded(tf.constant(pixels), _crop(training=False))
         # 0.875 of 64: the central 56x56, from row and column 4, resized to 32.
         expected = tf.cast(tf.image.resize(pixels[2][4:60, 4:60], [32, 32]), tf.uint8)
@@ -146,9 +127,10 @@ class PipelineTest(tf.test.TestCase, parameterized.TestCase):
     def _files(self, tmp_path):
         self.directory = str(tmp_path)
         for split, count in (("train", 12), ("validation", 4)):
-            records = [_example(_encode(_pixels(50 + 9 * index, 70 - 3 * index, index),
-                                        "PNG" if index % 4 == 3 else "JPEG"), 1 + index % 3)
-                       for index in range(count)]
+            records = [imagenet_example(
+                encode_image(smooth_pixels(50 + 9 * index, 70 - 3 * index, index),
+                             "PNG" if index % 4 == 3 else "JPEG"), 1 + index % 3)
+                for index in range(count)]
             write_records(os.path.join(self.directory, f"{split}-0"), records)
 
     def _config(self, **options) -> InputConfig:
@@ -191,7 +173,7 @@ class PipelineTest(tf.test.TestCase, parameterized.TestCase):
         read = ReadOptions(split="validation", training=False, placement=_DEVICE)
         batch = next(iter(pipeline.examples(self._config(augment="small"), read, _CONTEXT,
                                             announce=False)))
-        first = tf.io.decode_jpeg(_encode(_pixels(50, 70, 0), "JPEG"), channels=3)
+        first = tf.io.decode_jpeg(encode_image(smooth_pixels(50, 70, 0), "JPEG"), channels=3)
         expected = tf.cast(tf.image.resize(first, [32, 32]), tf.uint8)
         self.assertLess(_mean_difference(batch["image"][0], expected), 1.0)
 

@@ -25,10 +25,10 @@ from tfdist.input_pipelines import Records
 from tfdist.input_pipelines import pipeline
 from tfdist.input_pipelines import records as record_checks
 from tfdist.input_pipelines import service
-from tests.input_pipelines.test_records import damage_first_record
-from tests.input_pipelines.test_records import float_feature
-from tests.input_pipelines.test_records import int64_feature
-from tests.input_pipelines.test_records import write_records
+from tests.input_pipelines.records import damage_first_record
+from tests.input_pipelines.records import float_feature
+from tests.input_pipelines.records import int64_feature
+from tests.input_pipelines.records import write_records
 
 _NUM_TRAIN_FILES = 8
 _RECORDS_PER_FILE = 3

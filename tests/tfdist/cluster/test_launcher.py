@@ -37,7 +37,7 @@ from tfdist.cluster import backoff
 from tfdist.cluster import launcher as launch
 from tfdist.cluster import network
 from tfdist.cluster import processes
-from tests.tfdist.cluster import test_processes
+from tests.tfdist.cluster import process_checks
 
 # Prints its task from TF_CONFIG and the Keras it was given, then records that it printed (a file
 # in argv[1]). Worker 1 then fails with status 3: on its first run only, or (argv[2] "always")
@@ -132,7 +132,7 @@ class SupervisionTest(_Scratch, unittest.TestCase):
     def test_tasks_and_what_they_started_die_with_a_killed_launcher(self):
         launcher = subprocess.Popen(  # pylint: disable=consider-using-with
             [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--", sys.executable,
-             "-c", test_processes.PARENT], stdout=subprocess.PIPE, text=True)
+             "-c", process_checks.PARENT], stdout=subprocess.PIPE, text=True)
         pids = []
         try:
             for line in launcher.stdout:  # The tasks print within seconds, or sleep 120 s.
@@ -141,8 +141,8 @@ class SupervisionTest(_Scratch, unittest.TestCase):
                 if len(pids) == 2:
                     break
             launcher.kill()
-            tasks_gone_s = test_processes.seconds_until_gone([task for task, *_ in pids], 10)
-            started_gone_s = test_processes.seconds_until_gone(sum(pids, []), 30)
+            tasks_gone_s = process_checks.seconds_until_gone([task for task, *_ in pids], 10)
+            started_gone_s = process_checks.seconds_until_gone(sum(pids, []), 30)
         finally:
             launcher.kill()
             launcher.communicate(timeout=60)

@@ -25,10 +25,10 @@ import pytest
 from absl import flags
 
 from tests import scratch_files
-from tests.input_pipelines.test_records import bytes_feature
-from tests.input_pipelines.test_records import encoded_image
-from tests.input_pipelines.test_records import image_example
-from tests.input_pipelines.test_records import write_records
+from tests.input_pipelines.records import bytes_feature
+from tests.input_pipelines.records import encoded_image
+from tests.input_pipelines.records import image_example
+from tests.input_pipelines.records import write_records
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.commands import cli

@@ -17,13 +17,13 @@ import pytest
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from tests.input_pipelines.test_pipeline import write_image_tfrecords
-from tests.input_pipelines.test_records import bytes_feature
-from tests.input_pipelines.test_records import damage_first_record
-from tests.input_pipelines.test_records import encoded_image
-from tests.input_pipelines.test_records import image_example
-from tests.input_pipelines.test_records import int64_feature
-from tests.input_pipelines.test_records import write_records
+from tests.input_pipelines.images import write_image_tfrecords
+from tests.input_pipelines.records import bytes_feature
+from tests.input_pipelines.records import damage_first_record
+from tests.input_pipelines.records import encoded_image
+from tests.input_pipelines.records import image_example
+from tests.input_pipelines.records import int64_feature
+from tests.input_pipelines.records import write_records
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cli_runner import run_tfdist_cases

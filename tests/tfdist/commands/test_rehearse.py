@@ -24,8 +24,8 @@ import yaml
 from tests.tfdist.cli_runner import read_killing
 from tests.tfdist.cluster.manifests import jobset_crd
 from tests.tfdist.cli_runner import run_tfdist
-from tests.tfdist.cluster.rehearsal.test_hosts import emulated_hosts_or_skip
-from tests.tfdist.cluster.rehearsal.test_hosts import our_namespaces
+from tests.tfdist.cluster.rehearsal.emulated_hosts import emulated_hosts_or_skip
+from tests.tfdist.cluster.rehearsal.emulated_hosts import our_namespaces
 from tfdist.cluster import manifests
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.cluster.rehearsal import jobset_run

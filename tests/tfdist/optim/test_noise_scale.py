@@ -17,11 +17,11 @@ from tfdist.optim import noise_scale
 from tfdist.optim.gradient_path import GradientPath
 from tfdist.optim.gradient_path import GradientTransforms
 from tfdist.training.keras2 import step as tfdist_step
-from tests.tfdist.training.keras3.test_step import keras3_tabular_model
-from tests.tfdist.training.test_fit import _MIRRORED
-from tests.tfdist.training.test_fit import _config
-from tests.tfdist.training.test_fit import tabular_dataset_fn
-from tests.tfdist.training.test_fit import tabular_model
+from tests.tfdist.training.keras3.keras3_tabular import keras3_tabular_model
+from tests.tfdist.training.tabular import MIRRORED
+from tests.tfdist.training.tabular import run_config
+from tests.tfdist.training.tabular import tabular_dataset_fn
+from tests.tfdist.training.tabular import tabular_model
 
 
 class EstimatorTest(tf.test.TestCase):
@@ -137,11 +137,11 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
     """`fit` puts B_simple into every epoch's history, in either Keras."""
 
     @parameterized.named_parameters(
-        ("tf_keras_mirrored", 2, _MIRRORED, 1), ("keras3_mirrored", 3, _MIRRORED, 1),
+        ("tf_keras_mirrored", 2, MIRRORED, 1), ("keras3_mirrored", 3, MIRRORED, 1),
         ("tf_keras_micro_batches", 2, {"strategy": "one_device"}, 2),
         ("keras3_micro_batches", 3, {"strategy": "one_device"}, 2))
     def test_each_epoch_has_a_noise_scale(self, keras, strategy, accum_steps):
-        plan = tfdist.setup(_config(
+        plan = tfdist.setup(run_config(
             strategy=strategy, keras=keras, epochs=2, steps_per_epoch=20,
             optimizer=tfdist.OptimizerConfig(measure_noise_scale=True,
                                              grad_accum_steps=accum_steps)))
@@ -155,8 +155,8 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_tensorboard_gets_it_as_a_scalar(self):
         model_dir = self.enterContext(tempfile.TemporaryDirectory())
-        plan = tfdist.setup(_config(
-            strategy=_MIRRORED, epochs=1, steps_per_epoch=10, model_dir=model_dir,
+        plan = tfdist.setup(run_config(
+            strategy=MIRRORED, epochs=1, steps_per_epoch=10, model_dir=model_dir,
             optimizer=tfdist.OptimizerConfig(measure_noise_scale=True)))
         tfdist.fit(plan, tabular_model, tabular_dataset_fn(16), None,
                    loss="sparse_categorical_crossentropy")

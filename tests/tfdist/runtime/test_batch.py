@@ -7,7 +7,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tfdist
-from tests.tfdist.training.test_fit import _PolicyReset
+from tests.tfdist.training.tabular import PolicyReset
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.runtime.config import ConfigError
@@ -57,7 +57,7 @@ class ConfigTest(parameterized.TestCase):
             _ = _per_replica(32).update_batch_size
 
 
-class PlanTest(_PolicyReset):
+class PlanTest(PolicyReset):
     """`setup` derives the global batch from a per-replica one, and the plan's readers read it."""
 
     def test_the_global_batch_is_per_replica_times_replicas(self):

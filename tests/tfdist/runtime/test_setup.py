@@ -4,17 +4,17 @@ and a dataset that does not say its size."""
 import tensorflow as tf
 
 import tfdist
-from tests.tfdist.training.test_fit import _PolicyReset
-from tests.tfdist.training.test_fit import _config
+from tests.tfdist.training.tabular import PolicyReset
+from tests.tfdist.training.tabular import run_config
 from tfdist.input_pipelines import InputConfig
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 
 
-class PlanTest(_PolicyReset):
+class PlanTest(PolicyReset):
 
     def test_steps_from_the_size_of_the_users_data(self):
-        plan = tfdist.setup(_config(steps_per_epoch=None), train_examples=1000)
+        plan = tfdist.setup(run_config(steps_per_epoch=None), train_examples=1000)
         self.assertEqual((plan.steps_per_epoch, plan.steps_from), (62, "train_examples"))
 
     def test_a_python_dataset_needs_steps(self):

@@ -12,10 +12,10 @@ import tf_keras
 from absl.testing import parameterized
 
 import tfdist
-from tests.input_pipelines.test_imagenet_recipe import _encode
-from tests.input_pipelines.test_imagenet_recipe import _example
-from tests.input_pipelines.test_imagenet_recipe import _pixels
-from tests.input_pipelines.test_records import write_records
+from tests.input_pipelines.imagenet_examples import encode_image
+from tests.input_pipelines.imagenet_examples import imagenet_example
+from tests.input_pipelines.imagenet_examples import smooth_pixels
+from tests.input_pipelines.records import write_records
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines.config import Augment
 from tfdist.runtime.config import RunConfig
@@ -38,8 +38,8 @@ class DeviceRecipeTest(tf.test.TestCase, parameterized.TestCase):
         self.pattern = f"tfrecord:{tmp_path}/{{split}}-*"
         for split, count in (("train", 16), ("validation", 8)):
             write_records(os.path.join(tmp_path, f"{split}-0"), [
-                _example(_encode(_pixels(40 + 3 * index, 56 - 2 * index, index), "JPEG"),
-                         1 + index % 3) for index in range(count)])
+                imagenet_example(encode_image(smooth_pixels(40 + 3 * index, 56 - 2 * index, index),
+                                              "JPEG"), 1 + index % 3) for index in range(count)])
 
     def _config(self, strategy: StrategyConfig | None = None, **input_options) -> RunConfig:
         return RunConfig(

@@ -1,6 +1,6 @@
 """tfdist's public `setup` and `fit` in-process (`tfdist.training.fit`): the built-in job
 (strategy x precision), a user's own model and data (dataset function, `tfdist.Records`), and the
-API's entry points given what they cannot take. Its helpers (a tabular job) serve other tests."""
+API's entry points given what they cannot take (the tabular job: tests/tfdist/training/tabular)."""
 
 import contextlib
 import io
@@ -10,7 +10,6 @@ import stat
 import tempfile
 from unittest import mock
 
-import numpy as np
 import pytest
 import tensorflow as tf
 import tf_keras
@@ -19,9 +18,15 @@ from absl.testing import parameterized
 
 import tfdist
 from tests import scratch_files
+from tests.tfdist.training.tabular import FEATURES
+from tests.tfdist.training.tabular import MIRRORED
+from tests.tfdist.training.tabular import PolicyReset
+from tests.tfdist.training.tabular import run_config
+from tests.tfdist.training.tabular import tabular
+from tests.tfdist.training.tabular import tabular_dataset_fn
+from tests.tfdist.training.tabular import tabular_model
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import InputConfigError
-from tfdist.strategies import StrategyConfig
 from tfdist.training import data
 from tfdist.training import from_config as train_command
 from tfdist.training import summary
@@ -29,57 +34,9 @@ from tfdist.training.fit import ResultNotSaved
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import Precision
 from tfdist.runtime.config import RunConfig
-from tfdist.runtime.config import TrainConfig
 from tfdist.runtime.config import OptimizerConfig
 
-_MIRRORED = dict(strategy="mirrored", num_cpu_devices=2)
-_FEATURES = 6
-
-
-def _config(data_dir=None, global_batch_size=16, preprocess_on="auto", strategy=None,
-            optimizer=None, **train) -> RunConfig:
-    return RunConfig(
-        strategy=StrategyConfig(**(strategy or {})),
-        input=InputConfig(data_dir=data_dir, global_batch_size=global_batch_size,
-                          preprocess_on=preprocess_on),
-        optimizer=optimizer or OptimizerConfig(),
-        train=TrainConfig(**{"epochs": 1, "steps_per_epoch": 2, "validation_steps": 1,
-                             **train}))
-
-
-def _tabular(count: int, seed: int):
-    """Features whose sign pattern decides the label: learnable in a few steps."""
-    rng = np.random.default_rng(seed)
-    features = rng.normal(size=(count, _FEATURES)).astype("float32")
-    return features, (features[:, 0] + features[:, 1] > 0).astype("int64")
-
-
-def tabular_dataset_fn(global_batch_size: int, count: int = 512, training: bool = True):
-    features, labels = _tabular(count, seed=int(training))
-
-    def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        dataset = tf.data.Dataset.from_tensor_slices((features, labels)).shard(
-            context.num_input_pipelines, context.input_pipeline_id)
-        dataset = dataset.repeat() if training else dataset
-        return dataset.batch(context.get_per_replica_batch_size(global_batch_size))
-    return make
-
-
-def tabular_model() -> tf_keras.Model:
-    return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES,)),
-                                tf_keras.layers.Dense(16, activation="relu"),
-                                tf_keras.layers.Dense(2, activation="softmax", dtype="float32")],
-                               name="tabular")
-
-
-class _PolicyReset(tf.test.TestCase):
-
-    def tearDown(self):
-        tf_keras.mixed_precision.set_global_policy("float32")
-        super().tearDown()
-
-
-class BuiltInJobTest(_PolicyReset, parameterized.TestCase):
+class BuiltInJobTest(PolicyReset, parameterized.TestCase):
     """`tfdist train`'s path: `train_command.train`, built on `setup` and `fit`."""
 
     @pytest.fixture(autouse=True)
@@ -87,10 +44,10 @@ class BuiltInJobTest(_PolicyReset, parameterized.TestCase):
         self.data_dir = shapes_data_dir
 
     @parameterized.product(
-        strategy=[dict(strategy="one_device"), _MIRRORED],
+        strategy=[dict(strategy="one_device"), MIRRORED],
         mixed_precision=[Precision.FLOAT32, Precision.MIXED_FLOAT16, Precision.MIXED_BFLOAT16])
     def test_fits_under_strategy_and_precision(self, strategy, mixed_precision):
-        result = train_command.train(_config(self.data_dir, strategy=strategy,
+        result = train_command.train(run_config(self.data_dir, strategy=strategy,
                                              mixed_precision=mixed_precision,
                                              steps_per_execution=2))
         self.assertEqual((result["steps_per_epoch"], result["steps"]), (2, 2))
@@ -102,15 +59,15 @@ class BuiltInJobTest(_PolicyReset, parameterized.TestCase):
 
     @parameterized.parameters(Precision.FLOAT32, Precision.MIXED_BFLOAT16)
     def test_device_preprocessing_under_mirrored(self, mixed_precision):
-        result = train_command.train(_config(self.data_dir, preprocess_on="device",
-                                             strategy=_MIRRORED, mixed_precision=mixed_precision))
+        result = train_command.train(run_config(self.data_dir, preprocess_on="device",
+                                             strategy=MIRRORED, mixed_precision=mixed_precision))
         self.assertTrue(math.isfinite(result["final"]["val_loss"]))
 
     def test_batch_that_does_not_split_over_replicas(self):
         with self.assertRaisesRegex(
                 InputConfigError, r"global_batch_size=5 does not split evenly over 2 replicas.*"
                                   r"e.g. global_batch_size=4 or 6"):
-            tfdist.setup(_config(self.data_dir, global_batch_size=5, strategy=_MIRRORED))
+            tfdist.setup(run_config(self.data_dir, global_batch_size=5, strategy=MIRRORED))
 
     def test_whole_epoch_steps_come_from_the_split_size(self):
         config = RunConfig(input=InputConfig(data_dir=self.data_dir, global_batch_size=10 ** 6))
@@ -118,12 +75,12 @@ class BuiltInJobTest(_PolicyReset, parameterized.TestCase):
             tfdist.setup(config)
 
 
-class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
+class UserModelAndDataTest(PolicyReset, parameterized.TestCase):
     """`fit` with a user's model function and dataset function or records."""
 
-    @parameterized.parameters(dict(strategy="one_device"), _MIRRORED)
+    @parameterized.parameters(dict(strategy="one_device"), MIRRORED)
     def test_a_users_model_learns_a_users_data(self, **strategy):
-        plan = tfdist.setup(_config(global_batch_size=32, strategy=strategy, epochs=3,
+        plan = tfdist.setup(run_config(global_batch_size=32, strategy=strategy, epochs=3,
                                     steps_per_epoch=None, validation_steps=None),
                             train_examples=512)
         stdout = io.StringIO()
@@ -140,7 +97,7 @@ class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
     def test_a_summary_that_cannot_be_written_is_printed_first(self):
         with tempfile.TemporaryDirectory() as scratch:
             full = scratch_files.device(scratch, "full", scratch_files.FULL)
-            plan = tfdist.setup(_config(global_batch_size=32, epochs=1, steps_per_epoch=2,
+            plan = tfdist.setup(run_config(global_batch_size=32, epochs=1, steps_per_epoch=2,
                                         validation_steps=None, metrics_json=full),
                                 train_examples=64)
             stdout = io.StringIO()
@@ -157,7 +114,7 @@ class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
 
     def test_records_with_a_dict_of_features(self):
         directory = self.get_temp_dir()
-        features, labels = _tabular(256, seed=3)
+        features, labels = tabular(256, seed=3)
         for index in range(2):
             with tf.io.TFRecordWriter(os.path.join(directory, f"t-{index}.tfrecord")) as writer:
                 for row, label in zip(features[index::2], labels[index::2]):
@@ -168,16 +125,16 @@ class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
 
         def parse(serialized):
             parsed = tf.io.parse_example(serialized, {
-                "x": tf.io.FixedLenFeature([_FEATURES], tf.float32),
+                "x": tf.io.FixedLenFeature([FEATURES], tf.float32),
                 "y": tf.io.FixedLenFeature([], tf.int64)})
             return {"x": parsed["x"]}, parsed["y"]
 
         def model():
-            inputs = tf_keras.Input((_FEATURES,), name="x")
+            inputs = tf_keras.Input((FEATURES,), name="x")
             return tf_keras.Model({"x": inputs}, tf_keras.layers.Dense(2, activation="softmax")(
                 inputs), name="dict_model")
 
-        plan = tfdist.setup(_config(global_batch_size=32, strategy=_MIRRORED,
+        plan = tfdist.setup(run_config(global_batch_size=32, strategy=MIRRORED,
                                     steps_per_epoch=None, validation_steps=None),
                             train_examples=256)
         records = tfdist.Records(os.path.join(directory, "*.tfrecord"), parse)
@@ -190,14 +147,14 @@ class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
         self.assertTrue(math.isfinite(result["final"]["val_loss"]))
 
     def _plan(self, **config):
-        return tfdist.setup(_config(global_batch_size=16, **config), train_examples=64)
+        return tfdist.setup(run_config(global_batch_size=16, **config), train_examples=64)
 
     def test_an_uncompiled_model_needs_a_loss(self):
         with self.assertRaisesRegex(ConfigError, r"^loss: the model is not compiled; pass "):
             tfdist.fit(self._plan(), tabular_model, tabular_dataset_fn(16))
 
     def test_a_model_built_outside_the_scope(self):
-        plan = self._plan(strategy=_MIRRORED)
+        plan = self._plan(strategy=MIRRORED)
         with self.assertRaisesRegex(ConfigError, r"^model 'tabular' was built outside "
                                                  r"plan.strategy.scope\(\); pass a function"):
             tfdist.fit(plan, tabular_model(), tabular_dataset_fn(16), loss="mse")
@@ -209,7 +166,7 @@ class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
 
     def test_batches_that_do_not_fit_the_model(self):
         def wide_model():
-            return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES + 1,)),
+            return tf_keras.Sequential([tf_keras.layers.Input((FEATURES + 1,)),
                                         tf_keras.layers.Dense(2)], name="wide")
         with self.assertRaisesRegex(ConfigError, r"^train_data: its batches do not fit model "
                                                  r"'wide' \(.*\); make the dataset yield"):
@@ -221,22 +178,7 @@ class UserModelAndDataTest(_PolicyReset, parameterized.TestCase):
             tfdist.fit(self._plan(), tabular_model, 3, loss="mse")
 
 
-def _arrays_dataset_fn(features, labels, *, repeat: bool = True):
-    """A dataset function over the whole arrays, in batches of 16."""
-    def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        del context
-        dataset = tf.data.Dataset.from_tensor_slices((features, labels))
-        return (dataset.repeat() if repeat else dataset).batch(16, drop_remainder=True)
-    return make
-
-
-def _linear_model() -> tf_keras.Model:
-    """A model that passes NaN inputs on to its loss (a ReLU turns them into zeros)."""
-    return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES,)),
-                                tf_keras.layers.Dense(2, activation="softmax")], name="linear")
-
-
-class ApiArgumentsTest(_PolicyReset):
+class ApiArgumentsTest(PolicyReset):
     """The public API's entry points given what they cannot take: one line each."""
 
     @pytest.fixture(autouse=True)
@@ -261,7 +203,7 @@ class ApiArgumentsTest(_PolicyReset):
                 call()
 
     def test_a_split_the_dataset_does_not_have(self):
-        plan = tfdist.setup(_config(data_dir=self.data_dir))
+        plan = tfdist.setup(run_config(data_dir=self.data_dir))
         with self.assertRaisesRegex(InputConfigError, r"^split='test': dataset='shapes' has no "
                                                       r"such split; pass one of 'train', "):
             tfdist.dataset_fn(plan, plan.config.input, "test", training=False)(

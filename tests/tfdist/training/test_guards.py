@@ -12,14 +12,14 @@ import tensorflow as tf
 import tf_keras
 
 import tfdist
-from tests.input_pipelines.test_records import GRAPH_ERROR
-from tests.tfdist.training.test_fit import _MIRRORED
-from tests.tfdist.training.test_fit import _PolicyReset
-from tests.tfdist.training.test_fit import _arrays_dataset_fn
-from tests.tfdist.training.test_fit import _config
-from tests.tfdist.training.test_fit import _linear_model
-from tests.tfdist.training.test_fit import _tabular
-from tests.tfdist.training.test_fit import tabular_model
+from tests.input_pipelines.records import GRAPH_ERROR
+from tests.tfdist.training.tabular import MIRRORED
+from tests.tfdist.training.tabular import PolicyReset
+from tests.tfdist.training.tabular import arrays_dataset_fn
+from tests.tfdist.training.tabular import run_config
+from tests.tfdist.training.tabular import linear_model
+from tests.tfdist.training.tabular import tabular
+from tests.tfdist.training.tabular import tabular_model
 from tfdist.training import guards as fit_guards
 from tfdist.runtime.config import ConfigError
 
@@ -98,13 +98,13 @@ class FiniteLossTest(tf.test.TestCase):
             self._guard(False, 1.0).on_epoch_end(0, {"loss": float("inf")})
 
 
-class FitGuardsTest(_PolicyReset):
+class FitGuardsTest(PolicyReset):
     """Runs that ended in a traceback, or with status 0 having done something else than asked,
     stop with one line (`tfdist.training.guards`)."""
 
     def _fit(self, train_data, validation_data=None, model=tabular_model, check_input=True,
              **config):
-        plan = tfdist.setup(_config(global_batch_size=16, **config), train_examples=64)
+        plan = tfdist.setup(run_config(global_batch_size=16, **config), train_examples=64)
         return tfdist.fit(plan, model, train_data, validation_data=validation_data,
                           loss="sparse_categorical_crossentropy", check_input=check_input)
 
@@ -113,11 +113,11 @@ class FitGuardsTest(_PolicyReset):
             with self.subTest(count=count):
                 with self.assertRaisesRegex(ConfigError, rf"^train_examples={count!r} is not an "
                                                          r"integer from 1 to 1099511627776; "):
-                    tfdist.setup(_config(steps_per_epoch=None), train_examples=count)
+                    tfdist.setup(run_config(steps_per_epoch=None), train_examples=count)
 
     def test_bad_arguments_of_fit(self):
-        features, labels = _tabular(64, seed=1)
-        data = _arrays_dataset_fn(features, labels)
+        features, labels = tabular(64, seed=1)
+        data = arrays_dataset_fn(features, labels)
         for arguments, error in (
                 (dict(validation_steps=0), r"^validation_steps=0 is not an integer from 1 to "),
                 (dict(validation_steps=1.5), r"^validation_steps=1.5 is not an integer from 1 "),
@@ -127,7 +127,7 @@ class FitGuardsTest(_PolicyReset):
                 (dict(metrics=["accuracy", "nope"]), r"^metrics: Keras knows no metric named "
                                                      r"'nope'; pass a metric name")):
             with self.subTest(arguments=arguments):
-                plan = tfdist.setup(_config(global_batch_size=16), train_examples=64)
+                plan = tfdist.setup(run_config(global_batch_size=16), train_examples=64)
                 with self.assertRaisesRegex(ConfigError, error):
                     tfdist.fit(plan, tabular_model, data, validation_data=data,
                                **{"loss": "sparse_categorical_crossentropy", **arguments})
@@ -138,61 +138,61 @@ class FitGuardsTest(_PolicyReset):
             self._fit(lambda context: None)
 
     def test_labels_the_loss_cannot_take(self):
-        features, _ = _tabular(64, seed=1)
+        features, _ = tabular(64, seed=1)
         with self.assertRaisesRegex(ConfigError, r"^train_data: model 'tabular' failed on one of "
                                                  r"its batches \(InvalidArgumentError: Received a "
                                                  r"label value of 7 .*\); make the dataset"):
-            self._fit(_arrays_dataset_fn(features, np.full(64, 7)))
+            self._fit(arrays_dataset_fn(features, np.full(64, 7)))
 
     def test_validation_labels_the_loss_cannot_take(self):
-        features, labels = _tabular(64, seed=1)
+        features, labels = tabular(64, seed=1)
         with self.assertRaisesRegex(ConfigError, r"^validation_data: model 'tabular' failed on"):
-            self._fit(_arrays_dataset_fn(features, labels),
-                      _arrays_dataset_fn(features, np.full(64, 7), repeat=False))
+            self._fit(arrays_dataset_fn(features, labels),
+                      arrays_dataset_fn(features, np.full(64, 7), repeat=False))
 
     def test_features_of_strings(self):
-        features, labels = _tabular(64, seed=1)
+        features, labels = tabular(64, seed=1)
         with self.assertRaisesRegex(ConfigError, r"^train_data: model 'tabular' failed on one of "
                                                  r"its batches \(UnimplementedError: Cast string"):
-            self._fit(_arrays_dataset_fn(features.astype(str), labels))
+            self._fit(arrays_dataset_fn(features.astype(str), labels))
 
     def test_training_data_that_runs_out(self):
-        features, labels = _tabular(64, seed=1)  # 4 batches; the run takes 2 x 3.
+        features, labels = tabular(64, seed=1)  # 4 batches; the run takes 2 x 3.
         with self.assertRaisesRegex(ConfigError, r"^train_data: an input pipeline holds 4 "
                                                  r"batches but the run takes 2 steps x 3 epochs = "
                                                  r"6 of them; end the dataset with \.repeat\(\)"):
-            self._fit(_arrays_dataset_fn(features, labels, repeat=False), epochs=3)
+            self._fit(arrays_dataset_fn(features, labels, repeat=False), epochs=3)
 
     def test_training_data_of_one_epoch_is_read_again_without_a_strategy(self):
-        features, labels = _tabular(32, seed=1)  # 2 batches: one epoch, read afresh each epoch.
-        result = self._fit(_arrays_dataset_fn(features, labels, repeat=False), epochs=3)
+        features, labels = tabular(32, seed=1)  # 2 batches: one epoch, read afresh each epoch.
+        result = self._fit(arrays_dataset_fn(features, labels, repeat=False), epochs=3)
         self.assertLen(result["history"]["loss"], 3)
 
     def test_training_data_of_one_epoch_runs_out_under_a_strategy(self):
-        features, labels = _tabular(64, seed=1)  # Each replica's pipeline: 4 batches of 16.
+        features, labels = tabular(64, seed=1)  # Each replica's pipeline: 4 batches of 16.
         with self.assertRaisesRegex(ConfigError, r"holds 4 batches but the run takes 4 steps x "
                                                  r"2 epochs = 8"):
-            self._fit(_arrays_dataset_fn(features, labels, repeat=False), epochs=2,
-                      steps_per_epoch=4, strategy=_MIRRORED,
+            self._fit(arrays_dataset_fn(features, labels, repeat=False), epochs=2,
+                      steps_per_epoch=4, strategy=MIRRORED,
                       check_input=False)  # Unsharded, and 16 per replica: what it counts.
 
     def test_a_loss_that_diverges(self):
-        features, labels = _tabular(64, seed=1)
+        features, labels = tabular(64, seed=1)
         model_dir = self.get_temp_dir()
         with self.assertRaisesRegex(ConfigError, r"^loss: training diverged in epoch 1 \(loss "
                                                  r"nan\); its checkpoint was not written\. Lower "
                                                  r"the learning rate \(--learning_rate=0.003, "):
-            self._fit(_arrays_dataset_fn(features * np.nan, labels), model=_linear_model,
+            self._fit(arrays_dataset_fn(features * np.nan, labels), model=linear_model,
                       model_dir=model_dir)
         self.assertFalse(tf.io.gfile.exists(os.path.join(model_dir, "checkpoints")))
 
     def test_a_validation_loss_that_is_not_finite(self):
-        features, labels = _tabular(64, seed=1)
+        features, labels = tabular(64, seed=1)
         with self.assertRaisesRegex(ConfigError, r"^val_loss: nan after epoch 1, while the "
                                                  r"training loss and the weights are finite"):
-            self._fit(_arrays_dataset_fn(features, labels),
-                      _arrays_dataset_fn(features * np.nan, labels, repeat=False),
-                      model=_linear_model)
+            self._fit(arrays_dataset_fn(features, labels),
+                      arrays_dataset_fn(features * np.nan, labels, repeat=False),
+                      model=linear_model)
 
 
 # A user's program whose second worker reads only NaN features.

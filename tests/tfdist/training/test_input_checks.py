@@ -13,20 +13,20 @@ import pytest
 import tensorflow as tf
 
 import tfdist
-from tests.tfdist.training.test_fit import _MIRRORED
-from tests.tfdist.training.test_fit import _PolicyReset
-from tests.tfdist.training.test_fit import _config
-from tests.tfdist.training.test_fit import tabular_dataset_fn
-from tests.tfdist.training.test_fit import tabular_model
+from tests.tfdist.training.tabular import MIRRORED
+from tests.tfdist.training.tabular import PolicyReset
+from tests.tfdist.training.tabular import run_config
+from tests.tfdist.training.tabular import tabular_dataset_fn
+from tests.tfdist.training.tabular import tabular_model
 from tfdist.runtime.config import ConfigError
 from tfdist.training import input_checks
 
-_FEATURES = np.random.default_rng(0).normal(size=(256, 6)).astype("float32")
+FEATURES = np.random.default_rng(0).normal(size=(256, 6)).astype("float32")
 
 
 def _user_dataset_fn(global_batch_size: int, *, shard: bool = True, per_replica: bool = True):
     def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        dataset = tf.data.Dataset.from_tensor_slices((_FEATURES, np.arange(256) % 2))
+        dataset = tf.data.Dataset.from_tensor_slices((FEATURES, np.arange(256) % 2))
         if shard:
             dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
         batch = context.get_per_replica_batch_size(global_batch_size) if per_replica \
@@ -35,10 +35,10 @@ def _user_dataset_fn(global_batch_size: int, *, shard: bool = True, per_replica:
     return make
 
 
-class InProcessTest(_PolicyReset):
+class InProcessTest(PolicyReset):
 
     def _fit(self, data, **kwargs):
-        plan = tfdist.setup(_config(global_batch_size=32, strategy=_MIRRORED))
+        plan = tfdist.setup(run_config(global_batch_size=32, strategy=MIRRORED))
         return tfdist.fit(plan, tabular_model, data(plan.global_batch_size),
                           validation_data=None, loss="sparse_categorical_crossentropy",
                           **kwargs)
@@ -70,7 +70,7 @@ class InProcessTest(_PolicyReset):
             self._fit(tabular_dataset_fn, check_input="no")
 
     def test_custom_loop_checks_its_training_data(self):
-        plan = tfdist.setup(_config(global_batch_size=32, strategy=_MIRRORED))
+        plan = tfdist.setup(run_config(global_batch_size=32, strategy=MIRRORED))
         loop = tfdist.CustomLoop(plan, tabular_model)
         with self.assertRaisesRegex(ConfigError, r"^train data: replica pipelines 0 and 1"):
             loop.distribute(_user_dataset_fn(32, shard=False))

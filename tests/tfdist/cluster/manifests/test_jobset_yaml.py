@@ -2,6 +2,8 @@
 v1alpha2 schema of kubernetes-sigs/jobset v0.12.0 with unknown fields refused (jobset_crd), and
 a broken one does not."""
 
+from tests.tfdist.cluster.manifests.layouts import LAYOUTS
+from tests.tfdist.cluster.manifests.layouts import SHARED
 import copy
 import re
 
@@ -17,30 +19,7 @@ from tfdist.cluster.rehearsal.jobset_plan import expand
 from tfdist.strategies import jobset as jobset_pods
 
 _VALIDATOR = jobset_crd.validator()
-_SHARED = manifests.Pods(image="registry.example.com/tfdist:0.2", volume_claim="tfdist-runs",
-                         mount_path="/mnt/runs")
 # Every layout a user asks for, as (manifest arguments, replicated jobs and their pods).
-LAYOUTS = {
-    "multi_worker": (dict(num_workers=2, train_args=["--strategy=multi_worker_mirrored"]),
-                     {"worker": 2}),
-    "parameter_server_with_evaluator": (
-        dict(num_workers=2, num_ps=1, chief=True, evaluator=True, pods=_SHARED, max_restarts=3,
-             train_args=["--strategy=parameter_server", "--model_dir=/mnt/runs/ctr"],
-             model_dir="/mnt/runs/ctr"),
-        {"chief": 1, "worker": 2, "ps": 1, "evaluator": 1}),
-    "gpus_and_queue": (
-        dict(num_workers=4, train_args=["--precision=mixed_float16"], pods=manifests.Pods(
-            image="registry.example.com/tfdist:0.2", cpu="8", memory="64Gi", gpus=8,
-            queue="team-a", priority_class="high", service_account="trainer",
-            node_selector={"cloud.google.com/gke-accelerator": "nvidia-h100-80gb"},
-            tolerations=("nvidia.com/gpu:NoSchedule", "dedicated=ml:NoExecute", "spot")),
-        ),
-        {"worker": 4}),
-    "data_service": (dict(num_workers=2, data_service_workers=3, train_args=["--epochs=3"]),
-                     {"worker": 2, "dispatcher": 1, "data-worker": 3}),
-    "program": (dict(num_workers=2, program=["python", "my_train.py", "--epochs=3"]),
-                {"worker": 2}),
-}
 
 
 def _jobset(**kwargs) -> str:
@@ -240,7 +219,7 @@ class ErrorsTest(parameterized.TestCase):
          "jobset max_restarts", "2", "volume_claim"),
         ("evaluator_without_volume", dict(evaluator=True), "jobset evaluator", "True",
          "volume_claim"),
-        ("model_dir_off_the_volume", dict(max_restarts=1, pods=_SHARED, model_dir="/tmp/run"),
+        ("model_dir_off_the_volume", dict(max_restarts=1, pods=SHARED, model_dir="/tmp/run"),
          "jobset max_restarts", "1", "/mnt/runs/run1"),
         ("resolver_given", dict(train_args=["--cluster_resolver=tf_config"]),
          "jobset train_args", "'--cluster_resolver=tf_config'", "the manifest sets it"),

@@ -3,6 +3,8 @@ else, links can be cut, and nothing is left behind, also by a rehearsal that was
 
 Needs root and network namespaces; skipped where this machine refuses them."""
 
+from tests.tfdist.cluster.rehearsal.emulated_hosts import emulated_hosts_or_skip
+from tests.tfdist.cluster.rehearsal.emulated_hosts import our_namespaces
 import os
 import subprocess
 import sys
@@ -13,24 +15,6 @@ from unittest import mock
 import pytest
 
 from tfdist.cluster.rehearsal import hosts as hosts_lib
-
-
-def emulated_hosts_or_skip() -> None:
-    """Skips the calling test unless this machine can emulate hosts."""
-    try:
-        hosts_lib.Hosts([("probe",)]).close()
-    except hosts_lib.NoHosts as refused:
-        pytest.skip(f"this machine cannot emulate hosts: {refused}")
-
-
-def our_namespaces(owner: int) -> list[str]:
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                            check=True, timeout=30).stdout
-    prefix = f"{hosts_lib.PREFIX}{owner}-"
-    names = [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
-    if os.path.isdir(hosts_lib.NETNS_DIR):
-        names += [name for name in os.listdir(hosts_lib.NETNS_DIR) if name.startswith(prefix)]
-    return names
 
 
 def _run_on(host: hosts_lib.Host, code: str) -> subprocess.CompletedProcess:

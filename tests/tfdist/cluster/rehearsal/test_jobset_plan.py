@@ -7,7 +7,7 @@ import yaml
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from tests.tfdist.cluster.manifests import test_jobset_yaml
+from tests.tfdist.cluster.manifests.layouts import LAYOUTS
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import manifests
 from tfdist.cluster.rehearsal import jobset_plan
@@ -23,7 +23,7 @@ class ManifestToPodTest(parameterized.TestCase):
 
     @parameterized.named_parameters(*((name, arguments)
                                       for name, (arguments, _) in
-                                      test_jobset_yaml.LAYOUTS.items()))
+                                      LAYOUTS.items()))
     def test_every_pod_derives_the_same_cluster_and_its_own_task(self, arguments):
         plan = _plan(**arguments)
         clusters = {}
@@ -44,7 +44,7 @@ class ManifestToPodTest(parameterized.TestCase):
         self.assertLen({tuple(cluster.jobs.items()) for cluster in clusters.values()}, 1)
 
     def test_plan_of_a_parameter_server_jobset(self):
-        arguments, _ = test_jobset_yaml.LAYOUTS["parameter_server_with_evaluator"]
+        arguments, _ = LAYOUTS["parameter_server_with_evaluator"]
         plan = _plan(**arguments)
         self.assertEqual([pod.hostname for pod in plan.pods],
                          ["ctr-chief-0-0", "ctr-worker-0-0", "ctr-worker-0-1", "ctr-ps-0-0",

@@ -9,24 +9,24 @@ import tensorflow as tf
 import tf_keras
 
 import tfdist
-from tests.tfdist.training.test_fit import _FEATURES
-from tests.tfdist.training.test_fit import _MIRRORED
-from tests.tfdist.training.test_fit import _PolicyReset
-from tests.tfdist.training.test_fit import _arrays_dataset_fn
-from tests.tfdist.training.test_fit import _config
-from tests.tfdist.training.test_fit import _tabular
-from tests.tfdist.training.test_fit import tabular_dataset_fn
-from tests.tfdist.training.test_fit import tabular_model
+from tests.tfdist.training.tabular import FEATURES
+from tests.tfdist.training.tabular import MIRRORED
+from tests.tfdist.training.tabular import PolicyReset
+from tests.tfdist.training.tabular import arrays_dataset_fn
+from tests.tfdist.training.tabular import run_config
+from tests.tfdist.training.tabular import tabular
+from tests.tfdist.training.tabular import tabular_dataset_fn
+from tests.tfdist.training.tabular import tabular_model
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.model_dir import ModelDir
 from tfdist.strategies import make_cluster
 
 
-class CustomLoopTest(_PolicyReset):
+class CustomLoopTest(PolicyReset):
 
     def test_a_loop_learns_and_resumes_from_its_checkpoint(self):
         model_dir = self.get_temp_dir()
-        config = _config(global_batch_size=32, strategy=_MIRRORED, steps_per_epoch=16,
+        config = run_config(global_batch_size=32, strategy=MIRRORED, steps_per_epoch=16,
                          model_dir=model_dir)
         plan = tfdist.setup(config)
 
@@ -61,7 +61,8 @@ class CustomLoopTest(_PolicyReset):
                                             "--model_dir to start afresh\n")
 
     def _loop_and_step(self, model_dir=None, model=tabular_model):
-        plan = tfdist.setup(_config(global_batch_size=16, model_dir=model_dir), train_examples=64)
+        plan = tfdist.setup(run_config(global_batch_size=16, model_dir=model_dir),
+                            train_examples=64)
         loop = tfdist.CustomLoop(plan, model)
 
         def step(features, labels):
@@ -77,8 +78,8 @@ class CustomLoopTest(_PolicyReset):
                                                  r"builtins.NoneType, not a tf-keras model"):
             self._loop_and_step(model=lambda: None)
         loop, step = self._loop_and_step()
-        features, labels = _tabular(64, seed=1)
-        finite = loop.distribute(_arrays_dataset_fn(features, labels, repeat=False))
+        features, labels = tabular(64, seed=1)
+        finite = loop.distribute(arrays_dataset_fn(features, labels, repeat=False))
         for steps in (0, -1, 1.5):
             with self.assertRaisesRegex(ConfigError, rf"^steps={steps} is not an integer from 1 "):
                 loop.run(step, finite, steps)
@@ -89,15 +90,15 @@ class CustomLoopTest(_PolicyReset):
             loop.save(-1)
         with self.assertRaisesRegex(ConfigError, r"^step_fn=42 is a int, not a function"):
             loop.run(42, finite, 1)
-        plan = tfdist.setup(_config(global_batch_size=16), train_examples=64)
+        plan = tfdist.setup(run_config(global_batch_size=16), train_examples=64)
         with self.assertRaisesRegex(ConfigError, r"^optimizer='adam' is a str, not a tf_keras "
                                                  r"optimizer; pass one built in"):
             tfdist.CustomLoop(plan, tabular_model, optimizer="adam")
 
     def test_an_iterator_is_read_as_it_is(self):
         loop, step = self._loop_and_step()
-        features, labels = _tabular(64, seed=1)
-        finite = loop.distribute(_arrays_dataset_fn(features, labels, repeat=False))
+        features, labels = tabular(64, seed=1)
+        finite = loop.distribute(arrays_dataset_fn(features, labels, repeat=False))
         for _ in range(2):  # A fresh pass each time, as an evaluation reads it.
             self.assertGreater(loop.run(step, iter(finite), 4), 0.0)
         loop.run(step, finite, 4)
@@ -108,7 +109,7 @@ class CustomLoopTest(_PolicyReset):
         cluster = dict(num_workers=1, num_ps=1, chief=True, evaluator=True, ports=[1, 2, 3, 4])
         for task, role in ((("worker", 0), "serve"), (("ps", 0), "serve"),
                            (("evaluator", 0), "evaluate")):
-            config = dataclasses.replace(_config(model_dir=self.get_temp_dir()),
+            config = dataclasses.replace(run_config(model_dir=self.get_temp_dir()),
                                          cluster=make_cluster(**cluster, task=task))
             plan = tfdist.setup(config, train_examples=64)
             self.assertEqual(plan.role.value, role)
@@ -117,7 +118,7 @@ class CustomLoopTest(_PolicyReset):
                 tfdist.CustomLoop(plan, tabular_model)
         with self.assertRaisesRegex(ConfigError, r"^serve: local has role train, not serve; "
                                                  r"call it only when plan.role is"):
-            tfdist.serve(tfdist.setup(_config(), train_examples=64))
+            tfdist.serve(tfdist.setup(run_config(), train_examples=64))
 
     def test_a_loop_holds_its_model_dir(self):
         model_dir = self.get_temp_dir()
@@ -135,7 +136,7 @@ class CustomLoopTest(_PolicyReset):
         self._loop_and_step(model_dir)[0].save(1)
 
         def wider():
-            return tf_keras.Sequential([tf_keras.layers.Input((_FEATURES,)),
+            return tf_keras.Sequential([tf_keras.layers.Input((FEATURES,)),
                                         tf_keras.layers.Dense(7), tf_keras.layers.Dense(2)])
         loop, _ = self._loop_and_step(model_dir, wider)
         with self.assertRaisesRegex(ConfigError, rf"^model_dir='{model_dir}': the checkpoint a "

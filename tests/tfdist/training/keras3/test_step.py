@@ -3,6 +3,7 @@ its gradient transforms and loss scaling, backups, and the flavour errors. The o
 tests/tfdist/training/keras3/test_optim.py; multi-process strategies:
 tests/tfdist/training/keras3/test_step_on_clusters.py."""
 
+from tests.tfdist.training.keras3.keras3_tabular import keras3_tabular_model
 import os
 from unittest import mock
 
@@ -18,22 +19,14 @@ from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import KerasFlavourError
 from tfdist.runtime.config import OptimizerConfig
 from tfdist.runtime.config import TrainConfig
-from tests.tfdist.training.test_fit import _FEATURES
-from tests.tfdist.training.test_fit import _MIRRORED
-from tests.tfdist.training.test_fit import _arrays_dataset_fn
-from tests.tfdist.training.test_fit import _config
-from tests.tfdist.training.test_fit import tabular_dataset_fn
-from tests.tfdist.training.test_fit import tabular_model
+from tests.tfdist.training.tabular import FEATURES
+from tests.tfdist.training.tabular import MIRRORED
+from tests.tfdist.training.tabular import arrays_dataset_fn
+from tests.tfdist.training.tabular import run_config
+from tests.tfdist.training.tabular import tabular_dataset_fn
+from tests.tfdist.training.tabular import tabular_model
 
 _LOSS = "sparse_categorical_crossentropy"
-
-
-def keras3_tabular_model() -> keras.Model:
-    return keras.Sequential([keras.layers.Input((_FEATURES,)),
-                             keras.layers.Dense(16, activation="relu"),
-                             keras.layers.Dense(2),
-                             keras.layers.Activation("softmax", dtype="float32")],
-                            name="keras3_tabular")
 
 
 class _Interrupt(Exception):
@@ -58,14 +51,14 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
 
     def _fit(self, *, strategy=None, callbacks=(), **train):
         train = {"keras": 3, "epochs": 3, "steps_per_epoch": 20, "validation_steps": 8, **train}
-        plan = tfdist.setup(_config(strategy=strategy, **train))
+        plan = tfdist.setup(run_config(strategy=strategy, **train))
         summary = tfdist.fit(plan, keras3_tabular_model, tabular_dataset_fn(16),
                              tabular_dataset_fn(16, count=128, training=False),
                              loss=_LOSS, metrics=["accuracy"], callbacks=callbacks)
         return plan, summary
 
     @parameterized.named_parameters(("one_device", {"strategy": "one_device"}),
-                                    ("mirrored", _MIRRORED))
+                                    ("mirrored", MIRRORED))
     def test_learns_and_reports_like_tf_keras(self, strategy):
         plan, summary = self._fit(strategy=strategy)
         self.assertEqual(summary["num_replicas"], plan.num_replicas)
@@ -78,8 +71,8 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
         self.assertGreater(summary["examples_per_sec"], 0)
 
     def test_steps_per_execution_runs_every_step(self):
-        plan = tfdist.setup(_config(keras=3, epochs=1, steps_per_epoch=7,
-                                    steps_per_execution=3, strategy=_MIRRORED))
+        plan = tfdist.setup(run_config(keras=3, epochs=1, steps_per_epoch=7,
+                                    steps_per_execution=3, strategy=MIRRORED))
         with plan.strategy.scope():
             model = keras3_tabular_model()
         tfdist.fit(plan, model, tabular_dataset_fn(16), None, loss=_LOSS)
@@ -88,9 +81,9 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
     def test_replicas_stay_identical_with_every_gradient_transform(self):
         # Reduced through one device: a collective key reused in this process with another
         # dtype aborts (tests/tfdist/optim/test_gradient_path.py:_mirrored).
-        plan = tfdist.setup(_config(
+        plan = tfdist.setup(run_config(
             keras=3, epochs=1, steps_per_epoch=6,
-            strategy={**_MIRRORED, "allreduce_dtype": "float16",
+            strategy={**MIRRORED, "allreduce_dtype": "float16",
                       "all_reduce": "reduction_to_one_device"},
             optimizer=OptimizerConfig(clip_norm=0.5, gradient_noise_eta=0.3,
                                       grad_accum_steps=2)))
@@ -107,7 +100,7 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_accumulating_two_micro_batches_is_one_batch_twice_as_large(self):
         def trained_weights(global_batch_size, grad_accum_steps, steps):
-            plan = tfdist.setup(_config(
+            plan = tfdist.setup(run_config(
                 keras=3, epochs=1, steps_per_epoch=steps, global_batch_size=global_batch_size,
                 optimizer=OptimizerConfig(optimizer="sgd", learning_rate=0.5,
                                           grad_accum_steps=grad_accum_steps)))
@@ -127,8 +120,8 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
         def huge_loss(labels, predictions):  # Overflows float16 at the initial loss scale.
             return 1e4 * keras.losses.sparse_categorical_crossentropy(labels, predictions)
 
-        plan = tfdist.setup(_config(keras=3, epochs=2, steps_per_epoch=20,
-                                    mixed_precision="mixed_float16", strategy=_MIRRORED,
+        plan = tfdist.setup(run_config(keras=3, epochs=2, steps_per_epoch=20,
+                                    mixed_precision="mixed_float16", strategy=MIRRORED,
                                     optimizer=OptimizerConfig(optimizer="sgd",
                                                               learning_rate=1e-5)))
         with plan.strategy.scope():
@@ -163,32 +156,32 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_a_loss_that_diverges_stops_before_the_epoch_is_saved(self):
         model_dir = self.get_temp_dir()
-        plan = tfdist.setup(_config(keras=3, epochs=2, steps_per_epoch=4, model_dir=model_dir))
-        features = np.full((64, _FEATURES), np.nan, "float32")
+        plan = tfdist.setup(run_config(keras=3, epochs=2, steps_per_epoch=4, model_dir=model_dir))
+        features = np.full((64, FEATURES), np.nan, "float32")
         with self.assertRaisesRegex(ConfigError, r"^loss: training diverged in epoch 1 "):
-            tfdist.fit(plan, lambda: keras.Sequential([keras.layers.Input((_FEATURES,)),
+            tfdist.fit(plan, lambda: keras.Sequential([keras.layers.Input((FEATURES,)),
                                                        keras.layers.Dense(2, "softmax")]),
-                       _arrays_dataset_fn(features, np.zeros(64, "int64")), None, loss=_LOSS)
+                       arrays_dataset_fn(features, np.zeros(64, "int64")), None, loss=_LOSS)
         self.assertFalse(os.path.exists(os.path.join(model_dir, "checkpoints")))
 
     def test_training_data_that_runs_out(self):
-        plan = tfdist.setup(_config(keras=3, epochs=3, steps_per_epoch=2))
-        features, labels = np.zeros((64, _FEATURES), "float32"), np.zeros(64, "int64")
+        plan = tfdist.setup(run_config(keras=3, epochs=3, steps_per_epoch=2))
+        features, labels = np.zeros((64, FEATURES), "float32"), np.zeros(64, "int64")
         with self.assertRaisesRegex(ConfigError, r"^train_data: an input pipeline holds 4 "
                                                  r"batches but the run takes 2 steps x 3 epochs"):
             tfdist.fit(plan, keras3_tabular_model,
-                       _arrays_dataset_fn(features, labels, repeat=False), None, loss=_LOSS)
+                       arrays_dataset_fn(features, labels, repeat=False), None, loss=_LOSS)
 
 
     def test_a_loss_name_keras_3_does_not_know(self):
-        plan = tfdist.setup(_config(keras=3))
+        plan = tfdist.setup(run_config(keras=3))
         with self.assertRaisesRegex(ConfigError, r"^loss: Keras knows no loss named 'nope'; "):
             tfdist.fit(plan, keras3_tabular_model, tabular_dataset_fn(16), None, loss="nope")
 
     def test_uncounted_training_data_that_runs_out(self):
-        plan = tfdist.setup(_config(keras=3, epochs=3, steps_per_epoch=2))
-        features, labels = np.zeros((64, _FEATURES), "float32"), np.zeros(64, "int64")
-        filtered = _arrays_dataset_fn(features, labels, repeat=False)
+        plan = tfdist.setup(run_config(keras=3, epochs=3, steps_per_epoch=2))
+        features, labels = np.zeros((64, FEATURES), "float32"), np.zeros(64, "int64")
+        filtered = arrays_dataset_fn(features, labels, repeat=False)
         with self.assertRaisesRegex(ConfigError, r"^train_data: it ran out of batches before the "
                                                  r"run's last step; end the dataset with"):
             tfdist.fit(plan, keras3_tabular_model,
@@ -199,13 +192,13 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
 class Keras3ErrorsTest(tf.test.TestCase):
 
     def test_keras3_model_under_keras_2(self):
-        plan = tfdist.setup(_config())
+        plan = tfdist.setup(run_config())
         with self.assertRaisesRegex(KerasFlavourError, "built a Keras 3 model .* train it with "
                                                        "keras=3"):
             tfdist.fit(plan, keras3_tabular_model, tabular_dataset_fn(16), None, loss=_LOSS)
 
     def test_tf_keras_model_under_keras_3(self):
-        plan = tfdist.setup(_config(keras=3))
+        plan = tfdist.setup(run_config(keras=3))
         with self.assertRaisesRegex(KerasFlavourError, "built a tf-keras model .* but keras=3; "
                                                        "build it with `import keras`"):
             tfdist.fit(plan, tabular_model, tabular_dataset_fn(16), None, loss=_LOSS)
@@ -223,18 +216,18 @@ class Keras3ErrorsTest(tf.test.TestCase):
 
     def test_step_backups_and_custom_loop_are_refused_under_keras_3(self):
         with self.assertRaisesRegex(ConfigError, "backup_every='100' with keras=3"):
-            _config(keras=3, backup_every="100", model_dir="/tmp/x")
-        plan = tfdist.setup(_config(keras=3))
+            run_config(keras=3, backup_every="100", model_dir="/tmp/x")
+        plan = tfdist.setup(run_config(keras=3))
         with self.assertRaisesRegex(ConfigError, "keras=3: CustomLoop trains tf-keras models"):
             tfdist.CustomLoop(plan, keras3_tabular_model)
 
     def test_uncompiled_model_without_a_loss(self):
-        plan = tfdist.setup(_config(keras=3))
+        plan = tfdist.setup(run_config(keras=3))
         with self.assertRaisesRegex(ConfigError, "loss: the model is not compiled"):
             tfdist.fit(plan, keras3_tabular_model, tabular_dataset_fn(16), None)
 
     def test_model_built_outside_the_scope(self):
-        plan = tfdist.setup(_config(keras=3, strategy=_MIRRORED))
+        plan = tfdist.setup(run_config(keras=3, strategy=MIRRORED))
         with self.assertRaisesRegex(ConfigError, "was built outside plan.strategy.scope()"):
             tfdist.fit(plan, keras3_tabular_model(), tabular_dataset_fn(16), None, loss=_LOSS)
 

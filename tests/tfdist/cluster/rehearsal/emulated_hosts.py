@@ -1,0 +1,27 @@
+"""For tests that emulate hosts: skip where this machine cannot, and the namespaces a
+rehearsal holds."""
+
+import os
+import subprocess
+
+import pytest
+
+from tfdist.cluster.rehearsal import hosts as hosts_lib
+
+
+def emulated_hosts_or_skip() -> None:
+    """Skips the calling test unless this machine can emulate hosts."""
+    try:
+        hosts_lib.Hosts([("probe",)]).close()
+    except hosts_lib.NoHosts as refused:
+        pytest.skip(f"this machine cannot emulate hosts: {refused}")
+
+
+def our_namespaces(owner: int) -> list[str]:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                            check=True, timeout=30).stdout
+    prefix = f"{hosts_lib.PREFIX}{owner}-"
+    names = [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
+    if os.path.isdir(hosts_lib.NETNS_DIR):
+        names += [name for name in os.listdir(hosts_lib.NETNS_DIR) if name.startswith(prefix)]
+    return names
