@@ -2,6 +2,7 @@
 `tfdist` defines, every flag a FlagHolder of its command, and the checks on numbers and between
 flags."""
 
+import dataclasses
 import io
 import json
 import os
@@ -177,6 +178,22 @@ class FlagsTest(unittest.TestCase):
         others = {name for command, holders in tfdist_flags.COMMAND_FLAGS.items()
                   if command != "train" for name in holders}
         self.assertLessEqual(set(_CLI_ONLY), others)
+
+    def test_every_train_flags_default_builds_its_config_fields_default(self):
+        # Written twice (the config's field and the flag) until the flags are generated from
+        # the config: this holds each pair equal.
+        _parse("train")
+        built, checked = train_flags.run_config(None), 0
+        for part in ("strategy", "input", "train", "optimizer"):
+            config = getattr(built, part)
+            defaults = type(config)()
+            for field in dataclasses.fields(config):
+                if field.name in tfdist_flags.COMMAND_FLAGS["train"]:
+                    checked += 1
+                    with self.subTest(flag=field.name):
+                        self.assertEqual(getattr(config, field.name),
+                                         getattr(defaults, field.name))
+        self.assertGreaterEqual(checked, 59)
 
     def test_every_number_flag_takes_finite_ascii_decimals_only(self):
         # Python's int() and float() take all of these; absl's parsers pass them on.
