@@ -11,7 +11,8 @@ gives it, built here and gone when the pod ends, so it cannot touch the host:
     the pod) that passes signals on and reaps, as `docker run --init` does;
   - its own root file system: every file system of this machine's (the image) under an overlay
     whose upper layer is a tmpfs of the pod's own, so what the pod writes outside its volumes
-    is its own and lost when it ends, as a container's writable layer is; the manifest's
+    is its own and lost when it ends, as a container's writable layer is (a file system that
+    overlayfs cannot stack on is bound read-only instead, said in the pod's log); the manifest's
     volumes bind-mounted over it; a fresh /proc, /dev (null, zero, full, random, urandom, tty,
     its own pts and shm), /run and /tmp-as-in-the-image, /sys read-only;
   - Docker's default capabilities less CAP_MKNOD (no mounts, no namespaces, no raw devices, no
@@ -149,8 +150,13 @@ def _build_root(spec: Spec) -> None:
         os.makedirs(os.path.join(layer, "work"))
         os.makedirs(inside, exist_ok=True)
         lower = target.replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
-        _mount("overlay", inside, "overlay", _MS_NODEV,
-               f"lowerdir={lower},upperdir={layer}/upper,workdir={layer}/work")
+        try:
+            _mount("overlay", inside, "overlay", _MS_NODEV,
+                   f"lowerdir={lower},upperdir={layer}/upper,workdir={layer}/work")
+        except OSError as refused:  # A file system overlayfs cannot stack on: read-only.
+            _mount(target, inside, None, _MS_BIND)
+            _mount("none", inside, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+            _say(f"pod {spec.hostname}: {target} is read-only in the pod ({refused.strerror})")
     _fresh_trees(root)
     for source, path in spec.binds:
         inside = root + path
