@@ -396,7 +396,7 @@ class CleanUpTest(unittest.TestCase):
     @pytest.mark.usefixtures("rehearsals_side_by_side")
     def test_the_timeout_covers_setting_up_the_hosts(self):
         path = write_manifest(self, os.path.join(self.dir, "wide.yaml"), "--image=local",
-                              "--name=wide", "--num_workers=40", "--", "true")
+                              "--name=wide", "--num_workers=20", "--", "true")
         rehearsal = subprocess.Popen(  # pylint: disable=consider-using-with
             [sys.executable, "-m", "tfdist", "rehearse", f"--log_dir={self.dir}/logs",
              "--timeout_s=0.05", path],
@@ -404,7 +404,7 @@ class CleanUpTest(unittest.TestCase):
         with _stopped_at_the_end(rehearsal):
             stdout, stderr = rehearsal.communicate(timeout=120)
         self.assertEqual(rehearsal.returncode, 124, stdout[-2000:] + stderr[-2000:])
-        self.assertEqual(stderr, "tfdist rehearse: timed out after 0.05 s; 40 emulated hosts "
+        self.assertEqual(stderr, "tfdist rehearse: timed out after 0.05 s; 20 emulated hosts "
                                  "were still being set up; removed them\n")
         self.assertNotIn("started", stdout, "no pod starts once the time is up")
         self.assertEqual(our_namespaces(rehearsal.pid), [])
