@@ -26,9 +26,9 @@ from tests.tfdist.cluster.manifests import jobset_crd
 from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cluster.rehearsal.emulated_hosts import emulated_hosts_or_skip
 from tests.tfdist.cluster.rehearsal.emulated_hosts import our_namespaces
+from tfdist.cluster import capacity
 from tfdist.cluster import manifests
 from tfdist.cluster.rehearsal import hosts as hosts_lib
-from tfdist.cluster.rehearsal import jobset_run
 from tfdist.commands import cli
 from tfdist.commands import flags as flags_lib
 
@@ -451,15 +451,17 @@ class RefusedTest(unittest.TestCase):
                                   "--name=wide", "--num_workers=3", "--memory=1Gi", "--",
                                   "true")
             stderr = io.StringIO()
-            with mock.patch.object(jobset_run, "available_memory_bytes",
-                                   return_value=2 * 2 ** 30), \
+            small = capacity.MachineLimits(memory_bytes=2 * 2 ** 30, memory_source="memory",
+                                           max_threads=None)
+            with mock.patch.object(capacity.MachineLimits, "of_this_machine",
+                                   return_value=small), \
                     contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
                 status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
             self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
         self.assertEqual(status, 2)
         self.assertEqual(stderr.getvalue(), "tfdist rehearse: error: the manifest's 3 pods need "
                          "3.0 GiB (their memory requests, at least 64 MiB each), more than the "
-                         "2.0 GiB this machine has available; rehearse fewer replicas (e.g. "
+                         "2.0 GiB of memory this machine has; rehearse fewer replicas (e.g. "
                          "tfdist manifest --num_workers=2), or smaller requests.\n")
 
     def test_a_machine_that_refuses_namespaces_is_one_line(self):

@@ -19,6 +19,7 @@ import stat
 import yaml
 
 from tfdist.cluster import RehearsalError
+from tfdist.cluster import capacity
 from tfdist.cluster.rehearsal import hosts
 from tfdist.cluster.rehearsal import jobset_plan
 from tfdist.cluster.rehearsal import jobset_run
@@ -60,7 +61,7 @@ def rehearse(path: str, options: Options, *, nodes: int | None = None) -> int:
                              f"({getattr(error, 'problem', None) or 'unreadable'}); pass a "
                              "manifest written by `tfdist manifest`.") from None
     plan = jobset_plan.read(document)
-    jobset_run.check_fits(plan, jobset_run.available_memory_bytes())
+    jobset_run.check_fits(plan, capacity.MachineLimits.of_this_machine())
     hosts.require_tools()
     return jobset_run.run(plan, options.made())
 

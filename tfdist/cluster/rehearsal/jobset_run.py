@@ -14,6 +14,7 @@ import threading
 import time
 
 from tfdist.cluster import RehearsalError
+from tfdist.cluster import capacity
 from tfdist.cluster import processes
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.cluster.rehearsal import local_image
@@ -150,26 +151,18 @@ def run(plan: JobSetPlan, options: Options) -> int:
                                      "up; removed them")
 
 
-def check_fits(plan: JobSetPlan, available_bytes: int) -> None:
+def check_fits(plan: JobSetPlan, limits: capacity.MachineLimits) -> None:
     """Raises RehearsalError, in one line, when the pods' memory (each its request, at least
-    POD_MEMORY_FLOOR_BYTES) is more than `available_bytes`: such a rehearsal would stall or be
-    killed by the kernel part of the way through."""
+    POD_MEMORY_FLOOR_BYTES) is more than this machine's (`limits`, as `tfdist launch` reads
+    them): such a rehearsal would stall or be killed by the kernel part of the way through."""
     need = sum(max(pod.memory_bytes or 0, POD_MEMORY_FLOOR_BYTES) for pod in plan.pods)
-    if need > available_bytes:
+    if need > limits.memory_bytes:
         raise RehearsalError(
             f"the manifest's {len(plan.pods)} pods need {need / 2 ** 30:.1f} GiB (their memory "
             f"requests, at least {POD_MEMORY_FLOOR_BYTES >> 20} MiB each), more than the "
-            f"{available_bytes / 2 ** 30:.1f} GiB this machine has available; rehearse fewer "
-            "replicas (e.g. tfdist manifest --num_workers=2), or smaller requests.")
-
-
-def available_memory_bytes() -> int:
-    """MemAvailable of /proc/meminfo: what can be used without swapping."""
-    with open("/proc/meminfo", encoding="ascii") as meminfo:
-        for line in meminfo:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    raise RehearsalError("/proc/meminfo has no MemAvailable; rehearse on Linux 3.14 or later.")
+            f"{limits.memory_bytes / 2 ** 30:.1f} GiB of {limits.memory_source} this machine "
+            "has; rehearse fewer replicas (e.g. tfdist manifest --num_workers=2), or smaller "
+            "requests.")
 
 
 def _supervise(pods: _Run, clock: Clock) -> int:
