@@ -107,7 +107,7 @@ def main(argv: list[str]) -> None:
     # passes each signal on to the pod's init, and ends as the pod does.
     for signum in _FORWARDED:
         signal.signal(signum, functools.partial(_pass_on, init))
-    sys.exit(_exit_status(_wait(init)))
+    sys.exit(_exit_status(os.waitpid(init, 0)[1]))  # Retried on a signal (PEP 475).
 
 
 def _run_init(spec: Spec, command: list[str], parent_alive: int) -> None:
@@ -129,7 +129,7 @@ def _run_init(spec: Spec, command: list[str], parent_alive: int) -> None:
     for signum in _FORWARDED:
         signal.signal(signum, functools.partial(_pass_on, -1))  # -1: all the pod's processes.
     while True:
-        pid, status = _wait(-1, with_pid=True)
+        pid, status = os.waitpid(-1, 0)
         if pid == child:
             os._exit(_exit_status(status))  # pylint: disable=protected-access
 
@@ -268,15 +268,6 @@ def _pass_on(pid: int, signum: int, _frame) -> None:
         os.kill(pid, signum)
     except ProcessLookupError:
         pass
-
-
-def _wait(pid: int, *, with_pid: bool = False):
-    while True:
-        try:
-            ended, status = os.waitpid(pid, 0)
-        except InterruptedError:
-            continue
-        return (ended, status) if with_pid else status
 
 
 def _exit_status(status: int) -> int:
