@@ -31,7 +31,6 @@ import re
 import shutil
 import sys
 import threading
-import time
 from collections.abc import Collection
 
 import portpicker
@@ -44,14 +43,12 @@ from tfdist.cluster import capacity
 from tfdist.cluster import joining
 from tfdist.cluster import network
 from tfdist.cluster import processes
+from tfdist.cluster import supervisor
 from tfdist.cluster.network import Network
 from tfdist.strategies import ClusterConfig
 
 HOST = "127.0.0.1"
-EXIT_TIMEOUT = 124
-_POLL_S = 0.2
 _ANNOUNCER = "tfdist launch"
-_STRAGGLER_NOTICE_S = 60.0
 _TRAIN = "train"
 # A tfdist command that passes a URL (--tf_data_service=grpc://..., --model_dir=gs://...) or
 # --download needs this machine's network: `auto` does not isolate such a job. A local file
@@ -202,137 +199,61 @@ def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str],
     return tasks
 
 
-def _is_primary(task: processes.Process, config: LaunchConfig) -> bool:
+def _is_primary(name: str, config: LaunchConfig) -> bool:
     """Whether the job waits for this task: the chief under ps, else every chief and worker;
     the evaluator too, which stops after the last checkpoint or once the chief is gone."""
-    job = task.name.split(":")[0]
+    job = name.split(":")[0]
     return job in ("chief", "evaluator") if config.num_ps else job != "ps"
 
 
-class _Stragglers:
-    """Says once, in a line, when tasks the job waits for still run `_STRAGGLER_NOTICE_S`
-    after the first task finished: in a synchronous job, a task stuck or left behind, which
-    would otherwise keep the launcher waiting without a word."""
+class _Restarts:
+    """`tfdist launch`'s answer to a failed task (a `supervisor.Policy`): restart the whole
+    group without ps tasks (a lost peer breaks a collective group) or when a ps task failed
+    (its variables are gone with it), else only that task, after a doubling back-off, up to
+    `max_restarts` times; then fail, naming the first failure."""
 
-    def __init__(self):
-        self._first_done_s: float | None = None
-        self._said = False
+    def __init__(self, config: LaunchConfig, names: list[str]):
+        self.config, self.names = config, names
+        self.first_failure: str | None = None
 
-    def notice(self, done: set[str], waiting_for: list[str], *, timed: bool) -> None:
-        if not done or not waiting_for or self._said:
-            return
-        now = time.monotonic()
-        self._first_done_s = self._first_done_s or now
-        if now - self._first_done_s < _STRAGGLER_NOTICE_S:
-            return
-        self._said = True
-        print(f"tfdist launch: still waiting for {', '.join(waiting_for)}, "
-              f"{_STRAGGLER_NOTICE_S:.0f} s after {', '.join(sorted(done))} exited 0"
-              f"{'' if timed else ', with no time limit (--timeout_s=S bounds the job)'}",
-              file=sys.stderr, flush=True)
-
-
-class _Job:
-    """The tasks as the supervisor tracks them: which exited 0, the restarts so far and the
-    first failure, and the tasks stopped until their restart's back-off has passed."""
-
-    def __init__(self, config: LaunchConfig, tasks: list[processes.Process]):
-        self.config, self.tasks = config, tasks
-        self.restarts = 0
-        self.done: set[str] = set()
-        self.first_failure: tuple[str, int] | None = None
-        self._waiting: list[processes.Process] = []
-        self._restart_at = 0.0
-
-    def failure(self) -> tuple[processes.Process, int] | None:
-        """A task that exited non-zero and is not waiting for its restart, with its status;
-        records the tasks that exited 0."""
-        for task in self.tasks:
-            status = task.poll()
-            if status is None or task.name in self.done or task in self._waiting:
-                continue
-            if status == 0:
-                self.done.add(task.name)
-                continue
-            return task, status
-        return None
-
-    def restart_later(self, task: processes.Process, status: int) -> None:
-        """Stops what `task`'s failure breaks; it starts again once the back-off has passed."""
-        self.restarts += 1
-        self.first_failure = self.first_failure or (task.name, status)
-        lost_ps = task.name.startswith("ps:")
-        group = self.tasks if lost_ps or not self.config.num_ps else [task]
+    def __call__(self, name: str, status: int, restarts: int) -> supervisor.Restart | \
+            supervisor.Fail:
         config = self.config
-        delay = backoff.delay(config.restart_backoff_s, self.restarts)
+        failure = f"{name} {supervisor.ended(status)}"
+        if restarts >= config.max_restarts:
+            last = (f"{self.first_failure} first; after {restarts} restart(s), {failure}"
+                    if self.first_failure else f"{failure} after {restarts} restart(s)")
+            return supervisor.Fail(f"{last}; stopped every task")
+        self.first_failure = self.first_failure or failure
+        lost_ps = name.startswith("ps:")
+        every_task = lost_ps or not config.num_ps
+        delay = backoff.delay(config.restart_backoff_s, restarts + 1)
         bound = backoff.bound(config.restart_backoff_s, config.max_restarts,
-                              timed=bool(config.timeout_s)) if self.restarts == 1 else ""
-        print(f"tfdist launch: {task.name} exited with status {status}; restarting "
-              f"{'every task' if group is self.tasks else 'it'} "
-              f"({self.restarts}/{self.config.max_restarts}) in {delay:g} s"
-              f"{': a ps task loses its variables with it' if lost_ps else ''}{bound}",
-              file=sys.stderr, flush=True)
-        processes.stop_all(group)
-        self.done.difference_update(member.name for member in group)
-        self._waiting = [member for member in self.tasks
-                         if member in group or member in self._waiting]
-        self._restart_at = time.monotonic() + delay
-
-    def start_due(self) -> None:
-        """Starts the tasks whose restart's back-off has passed."""
-        if self._waiting and time.monotonic() >= self._restart_at:
-            for task in self._waiting:
-                task.start()
-            self._waiting = []
-
-    def fail(self, task: processes.Process, status: int) -> int:
-        """Stops every task after a failure past `max_restarts`; returns the exit status."""
-        processes.stop_all(self.tasks)
-        last = f"{task.name} exited with status {status}"
-        if self.first_failure:
-            first, first_status = self.first_failure
-            last = (f"{first} exited with status {first_status} first; after "
-                    f"{self.restarts} restart(s), {last}")
-        else:
-            last += f" after {self.restarts} restart(s)"
-        print(f"tfdist launch: {last}; stopped every task", file=sys.stderr, flush=True)
-        return status if status > 0 else 128 - status
+                              timed=bool(config.timeout_s)) if restarts == 0 else ""
+        return supervisor.Restart(
+            tuple(self.names) if every_task else (name,),
+            f"restarting {'every task' if every_task else 'it'} ({restarts + 1}/"
+            f"{config.max_restarts}) in {delay:g} s"
+            f"{': a ps task loses its variables with it' if lost_ps else ''}{bound}", delay)
 
 
 def _supervise(config: LaunchConfig, tasks: list[processes.Process],
                joins: joining.JoinWatch | None) -> int:
-    """Waits for the job, restarting failed tasks (and watching that they join, with `joins`);
-    returns the launcher's exit status."""
-    start = time.monotonic()
-    deadline = None if config.timeout_s is None else start + config.timeout_s
-    job = _Job(config, tasks)
-    straggling = _Stragglers()
-    while True:
-        if deadline is not None and time.monotonic() > deadline:
-            processes.stop_all(tasks)
-            print(f"tfdist launch: timed out after {config.timeout_s:g} s; stopped every task",
-                  file=sys.stderr, flush=True)
-            return EXIT_TIMEOUT
-        job.start_due()
-        if joins:
-            joins.notice(tasks)
-        failure = job.failure()
-        if failure and job.restarts >= config.max_restarts:
-            return job.fail(*failure)
-        if failure:
-            job.restart_later(*failure)
-        waiting_for = [task.name for task in tasks
-                       if _is_primary(task, config) and task.name not in job.done]
-        straggling.notice(job.done, waiting_for, timed=deadline is not None)
-        if not waiting_for:
-            stopped = [task.name for task in tasks if task.poll() is None]
-            processes.stop_all(tasks)
-            print(f"tfdist launch: job done: {len(job.done)} task(s) exited 0"
-                  f"{', stopped ' + ', '.join(stopped) if stopped else ''}"
-                  f"{f', after {job.restarts} restart(s)' if job.restarts else ''} in "
-                  f"{time.monotonic() - start:.1f} s", flush=True)
-            return 0
-        time.sleep(_POLL_S)
+    """Starts `tasks` and supervises them until the job ends, the time limit passes or a
+    signal stops it (watching that they join, with `joins`); returns the exit status."""
+    by_name = {task.name: task for task in tasks}
+
+    def start(name: str) -> processes.Process:
+        by_name[name].start()
+        return by_name[name]
+
+    names = list(by_name)
+    watcher = supervisor.Supervisor(_ANNOUNCER, timeout_s=config.timeout_s,
+                                    straggler_hint="--timeout_s=S bounds the job")
+    group = supervisor.Group(names, start, _Restarts(config, names),
+                             awaited=lambda name: _is_primary(name, config),
+                             on_poll=joins.notice if joins else None)
+    return watcher.run(lambda: watcher.watch(group))
 
 
 def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) -> int:
@@ -371,8 +292,8 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
             if program and len(ports) > 1 else None
         crashes = joining.Keras3FitCrash(announcer=_ANNOUNCER) \
             if program and config.keras == 3 else None
-        return _run(config, _tasks(config, cluster, [*namespace.enter, *argv] if namespace
-                                   else argv, cgroups, crashes), joins)
+        return _supervise(config, _tasks(config, cluster, [*namespace.enter, *argv]
+                                         if namespace else argv, cgroups, crashes), joins)
 
 
 def _open_network(config: LaunchConfig, cluster: ClusterConfig, *,
@@ -393,18 +314,3 @@ def _network_flag(command: tuple[str, ...]) -> str | None:
         if schemes - _LOCAL_SCHEMES or (name == _DOWNLOAD and value.lower() not in _FALSE):
             return arg
     return None
-
-
-def _run(config: LaunchConfig, tasks: list[processes.Process],
-         joins: joining.JoinWatch | None) -> int:
-    """Starts `tasks` and supervises them until the job ends or a signal stops it."""
-    try:
-        with processes.stop_on_signals():
-            for task in tasks:
-                task.start()
-            return _supervise(config, tasks, joins)
-    except processes.Stopped as stop:
-        processes.stop_all(tasks)
-        print(f"tfdist launch: stopped every task on signal {stop.signum}", file=sys.stderr,
-              flush=True)
-        return 128 + stop.signum

@@ -163,21 +163,6 @@ def _cgroups_parent() -> str | None:
         return os.path.dirname(cgroups.root) if cgroups else None
 
 
-class StragglerNoticeTest(unittest.TestCase):
-
-    def test_said_once_a_minute_after_the_first_task_finished(self):
-        line = ("tfdist launch: still waiting for worker:1, 60 s after worker:0 exited 0, with no "
-                "time limit (--timeout_s=S bounds the job)\n")
-        stragglers, stderr = launch._Stragglers(), io.StringIO()
-        with contextlib.redirect_stderr(stderr), mock.patch.object(time, "monotonic") as clock:
-            for now, done, said in ((0.0, set(), ""), (5.0, {"worker:0"}, ""),
-                                    (64.0, {"worker:0"}, ""), (65.0, {"worker:0"}, line),
-                                    (200.0, {"worker:0"}, line)):
-                clock.return_value = now
-                stragglers.notice(done, ["worker:1"], timed=False)
-                self.assertEqual(stderr.getvalue(), said, now)
-
-
 _REFUSED = (
     ("no_command", ["--num_workers=2"], "launch needs a command after `--`"),
     ("empty_command", ["--num_workers=2", "--"], "launch needs a command after `--`"),
@@ -578,10 +563,10 @@ _TRAIN_CRASHING_ONCE = textwrap.dedent("""
 # task stuck waiting without first waiting out the task's TensorFlow import, nor 15 s for a
 # task whose wait ignores SIGTERM (tfdist.cluster.join_deadline says whose does).
 _LAUNCH_TIMED_FROM_A_LINE = textwrap.dedent("""
-    import sys, threading
+    import sys, threading, time
     from tfdist.commands import cli
-    from tfdist.cluster import launcher as launch
     from tfdist.cluster import processes
+    from tfdist.cluster import supervisor
 
     line, seen = sys.argv[1], threading.Event()
 
@@ -598,11 +583,15 @@ _LAUNCH_TIMED_FROM_A_LINE = textwrap.dedent("""
             return getattr(self._stream, name)
 
     sys.stdout = Watched(sys.stdout)
-    supervise = launch._supervise
-    def supervise_once_seen(*args):
-        seen.wait(120)
-        return supervise(*args)
-    launch._supervise = supervise_once_seen
+    out_of_time = supervisor.Supervisor.out_of_time
+    def out_of_time_from_the_line(self):
+        if not seen.is_set() and time.monotonic() - self.start_s < 120:
+            return False
+        if not seen.is_set() or getattr(self, "line_seen", False):
+            return out_of_time(self)
+        self.line_seen, self.start_s = True, time.monotonic()
+        return False
+    supervisor.Supervisor.out_of_time = out_of_time_from_the_line
     processes.STOP_GRACE_S = 1.0
     sys.exit(cli.main(["tfdist", "launch", *sys.argv[2:]]))
 """)

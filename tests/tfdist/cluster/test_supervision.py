@@ -1,4 +1,5 @@
-"""`tfdist launch`'s supervision without processes: `launcher._supervise` and `processes.stop_all`
+"""`tfdist launch`'s supervision without processes: `launcher._supervise` (the supervisor with
+launch's policy) and `processes.stop_all`
 over fake tasks whose runs follow a script, on a fake clock that only sleeps and waits move.
 
 Restarts, back-off, the final lines and the order of signals, exactly; `test_launcher` keeps what
@@ -18,6 +19,9 @@ from absl.testing import parameterized
 
 from tfdist.cluster import launcher as launch
 from tfdist.cluster import processes
+from tfdist.cluster import supervisor
+from tfdist.cluster.rehearsal import jobset_plan
+from tfdist.cluster.rehearsal import jobset_run
 
 # Powers of two (the back-off too), so the fake clock adds them up without rounding.
 _POLL_S = 0.125
@@ -153,12 +157,10 @@ class SuperviseTest(parameterized.TestCase):
         """Starts `tasks` and supervises them as `tfdist launch` does; its status, stdout and
         stderr lines."""
         config = launch.LaunchConfig(command=("python",), **options)
-        for task in tasks:
-            task.start()
         stdout, stderr = io.StringIO(), io.StringIO()
-        with mock.patch.object(launch, "time", self.host), \
+        with mock.patch.object(supervisor, "time", self.host), \
                 mock.patch.object(processes, "time", self.host), \
-                mock.patch.object(launch, "_POLL_S", _POLL_S), \
+                mock.patch.object(supervisor, "POLL_S", _POLL_S), \
                 contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             status = launch._supervise(config, tasks, None)  # pylint: disable=protected-access
         return status, stdout.getvalue().splitlines(), stderr.getvalue().splitlines()
@@ -170,7 +172,7 @@ class SuperviseTest(parameterized.TestCase):
         ("no_restarts", 0, [(0.0, 3)], 3,
          "worker:1 exited with status 3 after 0 restart(s)"),
         ("killed", 0, [(0.0, -9)], 137,
-         "worker:1 exited with status -9 after 0 restart(s)"),
+         "worker:1 was killed by signal 9 (SIGKILL) after 0 restart(s)"),
         ("after_restarts", 2, [(0.0, 3)], 3,
          "worker:1 exited with status 3 first; after 2 restart(s), worker:1 exited with "
          "status 3"),
@@ -248,12 +250,118 @@ class SuperviseTest(parameterized.TestCase):
     def test_timeout_stops_every_task(self):
         status, stdout, stderr = self._supervise(self._workers([_FOREVER], [_FOREVER]),
                                                  num_workers=2, timeout_s=1.0)
-        self.assertEqual(status, launch.EXIT_TIMEOUT)
+        self.assertEqual(status, supervisor.EXIT_TIMEOUT)
         self.assertEqual(stdout, [])
         self.assertEqual(stderr, ["tfdist launch: timed out after 1 s; stopped every task"])
         self.assertEqual([event for event in self.host.events if "SIG" in event], [
             "1.125 worker:0 SIGTERM", "1.125 worker:1 SIGTERM", "1.125 worker:0 SIGKILL",
             "1.125 worker:1 SIGKILL"])
+
+
+    def test_says_once_which_tasks_it_still_waits_for_a_minute_after_the_first_exited_0(self):
+        status, _, stderr = self._supervise(self._workers([(0.5, 0)], [(62.0, 0)]),
+                                            num_workers=2)
+        self.assertEqual(status, 0)
+        self.assertEqual(stderr, [
+            "tfdist launch: still waiting for worker:1, 60 s after worker:0 exited 0, with no "
+            "time limit (--timeout_s=S bounds the job)"])
+
+
+def _pod(name: str, replicated_job: str, backoff_limit: int = 0) -> jobset_plan.Pod:
+    return jobset_plan.Pod(name, replicated_job, 0, int(name[-1]), (), (), (), (), None,
+                           backoff_limit, None)
+
+
+class OtherPoliciesTest(parameterized.TestCase):
+    """The same supervisor under the JobSet rehearsal's and srun's policies."""
+
+    def setUp(self):
+        super().setUp()
+        self.host = _Host()
+
+    def _watch(self, watcher: supervisor.Supervisor, group: supervisor.Group):
+        stdout, stderr = io.StringIO(), io.StringIO()
+        with mock.patch.object(supervisor, "time", self.host), \
+                mock.patch.object(processes, "time", self.host), \
+                mock.patch.object(supervisor, "POLL_S", _POLL_S), \
+                contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            status = watcher.run(lambda: watcher.watch(group))
+        return status, stdout.getvalue().splitlines(), stderr.getvalue().splitlines()
+
+    def _jobset(self, runs: dict[str, list], *, backoff_limit: int, max_restarts: int):
+        plan = jobset_plan.JobSetPlan(
+            "js", None, tuple(_pod(name, name.rsplit("-", 2)[0], backoff_limit)
+                              for name in runs), "All", ("worker",), max_restarts)
+        tasks = {name: _Task(self.host, name, run) for name, run in runs.items()}
+        pods = mock.Mock(plan=plan, attempt=0)
+        pods.start.side_effect = lambda pod: (tasks[pod.hostname].start(),
+                                              tasks[pod.hostname])[1]
+        with mock.patch.object(supervisor, "time", self.host):
+            watcher = supervisor.Supervisor(jobset_run.ANNOUNCER, timeout_s=None,
+                                            everything="every pod")
+        return watcher, jobset_run._group(pods), pods  # pylint: disable=protected-access
+
+    def test_a_jobs_backoff_limit_recreates_its_pod_then_the_jobset_restarts_then_fails(self):
+        watcher, group, pods = self._jobset(
+            {"worker-0": [(0.5, 3)], "ps-0": [_FOREVER]}, backoff_limit=1, max_restarts=1)
+        status, stdout, stderr = self._watch(watcher, group)
+        self.assertEqual((status, stdout), (3, []))
+        self.assertEqual(stderr, [
+            "tfdist rehearse: worker-0 exited with status 3; its Job recreates it (1/1)",
+            "tfdist rehearse: worker-0 exited with status 3; restarting JobSet js, every pod "
+            "(1/1)",
+            "tfdist rehearse: worker-0 exited with status 3; its Job recreates it (1/1)",
+            "tfdist rehearse: worker-0 exited with status 3; JobSet js failed after 1 "
+            "restart(s) (maxRestarts 1); stopped every pod"])
+        self.assertEqual(pods.attempt, 1)
+        self.assertEqual([event.split()[1] for event in self.host.starts()],
+                         ["worker-0", "ps-0", "worker-0", "worker-0", "ps-0", "worker-0"])
+
+    def test_the_success_policy_ends_the_jobset_and_stops_the_rest(self):
+        watcher, group, _ = self._jobset(
+            {"worker-0": [(0.5, 0)], "ps-0": [_FOREVER]}, backoff_limit=0, max_restarts=0)
+        status, stdout, stderr = self._watch(watcher, group)
+        self.assertEqual((status, stderr), (0, []))
+        self.assertEqual(stdout, ["tfdist rehearse: JobSet js done: 1 pod(s) exited 0, "
+                                  "stopped ps-0 in 0.5 s"])
+
+    @parameterized.named_parameters(("kill_on_bad_exit", True, 3, 1.0),
+                                    ("waits_for_every_task", False, 3, 2.0))
+    def test_srun_fails_the_step_on_a_bad_exit_only_with_kill(self, kill, status, ended_s):
+        tasks = {"task 0": _Task(self.host, "task 0", [(1.0, 3)]),
+                 "task 1": _Task(self.host, "task 1", [(2.0, 0)])}
+        watcher = supervisor.Supervisor("srun", timeout_s=None, everything="the step")
+
+        def start(name):
+            tasks[name].start()
+            return tasks[name]
+
+        def on_failure(name, failed, restarts):
+            del restarts
+            return supervisor.Fail(f"{name} {supervisor.ended(failed)}") if kill else None
+
+        result, _, stderr = self._watch(watcher, supervisor.Group(
+            tuple(tasks), start, on_failure, closing=lambda *ended: None))
+        self.assertEqual(result, status)
+        self.assertEqual(stderr, ["srun: task 0 exited with status 3"] if kill else [])
+        self.assertEqual(self.host.now, ended_s)
+
+    def test_a_signal_stops_everything_with_one_line(self):
+        task = _Task(self.host, "batch", [_FOREVER])
+        watcher = supervisor.Supervisor("tfdist rehearse", timeout_s=None,
+                                        everything="the job")
+
+        def start(name):
+            task.start()
+            return task
+
+        with mock.patch.object(processes, "raise_if_stopped",
+                               side_effect=processes.Stopped(15)):
+            status, _, stderr = self._watch(watcher, supervisor.Group(
+                ("batch",), start, lambda *failure: None))
+        self.assertEqual(status, 143)
+        self.assertEqual(stderr, ["tfdist rehearse: stopped the job on signal 15"])
+        self.assertEqual(task.poll(), -15)
 
 
 if __name__ == "__main__":

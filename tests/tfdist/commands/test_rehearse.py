@@ -164,8 +164,8 @@ class RehearseTest(unittest.TestCase):
         output = "".join(lines)
         self.assertTrue(killed, f"kill-worker-0-1 never held at epoch 2: {output[-3000:]}")
         self.assertEqual(status, 0, output[-5000:])
-        self.assertIn("kill-worker-0-1 exited with status -9: restarting JobSet kill, every pod "
-                      "(1/1)", output, "the killed pod restarts the JobSet")
+        self.assertIn("kill-worker-0-1 was killed by signal 9 (SIGKILL); restarting JobSet "
+                      "kill, every pod (1/1)", output, "the killed pod restarts the JobSet")
         self.assertIn("resuming at epoch 2", output, "the restarted pods resume from the backup")
         self.assertIn("JobSet kill done: 2 pod(s) exited 0, after 1 restart(s)", output,
                       "the restarted JobSet completes")
@@ -261,7 +261,7 @@ class RehearseTest(unittest.TestCase):
         self.assertLess(ended_after_s, timeout_s + LOST_PEER_MARGIN_S, output[-3000:])
         # Both sides of the cut lose their peer; the first to notice fails the JobSet, and
         # the rehearsal then stops the other.
-        first = re.search(r"cut-worker-0-([01]) exited with status 1: JobSet cut failed", output)
+        first = re.search(r"cut-worker-0-([01]) exited with status 1; JobSet cut failed", output)
         self.assertIsNotNone(first, output[-3000:])
         index = int(first.group(1))
         log = _log(self.log_dir, f"cut-worker-0-{index}")

@@ -8,14 +8,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import sys
 import tempfile
 import threading
-import time
 
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import capacity
 from tfdist.cluster import processes
+from tfdist.cluster import supervisor
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.cluster.rehearsal import local_image
 from tfdist.cluster.rehearsal.jobset_plan import JobSetPlan
@@ -23,11 +22,9 @@ from tfdist.cluster.rehearsal.jobset_plan import Pod
 from tfdist.cluster.rehearsal.jobset_plan import expand
 
 ANNOUNCER = "tfdist rehearse"
-EXIT_TIMEOUT = 124
 # What a pod takes at the least: its two processes of ours (`enter`, 18 MiB measured) and a
 # small program; a pod that requests more memory counts its request.
 POD_MEMORY_FLOOR_BYTES = 64 << 20
-_POLL_S = 0.2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,32 +50,6 @@ class Options:
         return dataclasses.replace(self, log_dir=log_dir, volume_dir=volume_dir)
 
 
-class OutOfTime(Exception):
-    """The rehearsal's time limit passed while it set up."""
-
-
-class Clock:
-    """The rehearsal's time limit, from its start: set-up, pods and clean-up."""
-
-    def __init__(self, timeout_s: float | None):
-        self.timeout_s, self.start = timeout_s, time.monotonic()
-
-    def out_of_time(self) -> bool:
-        return self.timeout_s is not None and time.monotonic() - self.start > self.timeout_s
-
-    def checkpoint(self) -> None:
-        """Raises `processes.Stopped` once a signal asked to stop, `OutOfTime` once the time is
-        up: what set-up calls between its steps."""
-        processes.raise_if_stopped()
-        if self.out_of_time():
-            raise OutOfTime()
-
-    def say_out_of_time(self, what: str) -> int:
-        print(f"{ANNOUNCER}: timed out after {self.timeout_s:g} s; {what}", file=sys.stderr,
-              flush=True)
-        return EXIT_TIMEOUT
-
-
 class _Run:
     """The pods of one rehearsal and what the controllers track of them."""
 
@@ -90,14 +61,13 @@ class _Run:
         # here: all removed at the end.
         self._scratch = tempfile.mkdtemp(prefix="pods-", dir=options.log_dir)
         self.attempt = 0
-        self.running: dict[str, processes.Process] = {}
         for pod in plan.pods:
             for path in (*(path for _, path in pod.claims), *pod.scratch):
                 local_image.check_mount_path(path)
             for claim, _ in pod.claims:
                 os.makedirs(os.path.join(options.volume_dir, claim), exist_ok=True)
 
-    def start(self, pod: Pod) -> None:
+    def start(self, pod: Pod) -> processes.Process:
         """Starts `pod` (anew, in a new sandbox) in the current restart attempt."""
         host = self.hosts[pod.hostname]
         env = self.plan.environment(pod, address=host.address, attempt=self.attempt)
@@ -114,10 +84,7 @@ class _Run:
         process = processes.Process(pod.hostname, argv, local_image.environment(env), log_path,
                                     self._lock, announcer=ANNOUNCER)
         process.start(f" at {host.address} (netns {host.namespace})")
-        self.running[pod.hostname] = process
-
-    def stop_all(self) -> None:
-        processes.stop_all(list(self.running.values()))
+        return process
 
     def close(self) -> None:
         shutil.rmtree(self._scratch, ignore_errors=True)
@@ -131,24 +98,24 @@ def run(plan: JobSetPlan, options: Options) -> int:
       NoHosts: this machine cannot emulate hosts.
       RehearsalError: a mount point that cannot be one.
     """
-    clock = Clock(options.timeout_s)
+    watcher = supervisor.Supervisor(ANNOUNCER, timeout_s=options.timeout_s,
+                                    everything="every pod",
+                                    straggler_hint="--timeout_s=S bounds the rehearsal")
     hosts_lib.clean_stale()
-    try:
-        with processes.stop_on_signals(), hosts_lib.Hosts(
-                [plan.names(pod) for pod in plan.pods], checkpoint=clock.checkpoint) as hosts:
+
+    def rehearse() -> int:
+        with hosts_lib.Hosts([plan.names(pod) for pod in plan.pods],
+                             checkpoint=watcher.checkpoint) as hosts:
             pods = _Run(plan, hosts.hosts, options)
             try:
-                return _supervise(pods, clock)
+                print(f"{ANNOUNCER}: JobSet {plan.name}: {len(plan.pods)} pod(s) on emulated "
+                      f"hosts; logs in {options.log_dir}", flush=True)
+                return watcher.watch(_group(pods))
             finally:
-                pods.stop_all()
                 pods.close()
-    except processes.Stopped as stop:
-        print(f"{ANNOUNCER}: stopped every pod on signal {stop.signum}", file=sys.stderr,
-              flush=True)
-        return 128 + stop.signum
-    except OutOfTime:
-        return clock.say_out_of_time(f"{len(plan.pods)} emulated hosts were still being set "
-                                     "up; removed them")
+
+    return watcher.run(rehearse, setting_up=f"{len(plan.pods)} emulated hosts were still being "
+                       "set up; removed them")
 
 
 def check_fits(plan: JobSetPlan, limits: capacity.MachineLimits) -> None:
@@ -165,60 +132,33 @@ def check_fits(plan: JobSetPlan, limits: capacity.MachineLimits) -> None:
             "requests.")
 
 
-def _supervise(pods: _Run, clock: Clock) -> int:
+def _group(pods: _Run) -> supervisor.Group:
+    """The pods as the JobSet and Job controllers treat them: a failed pod recreated while its
+    Job's backoffLimit allows, else the whole JobSet restarted (every pod, a new restart
+    attempt) up to maxRestarts, else failed; done once the success policy holds."""
     plan = pods.plan
-    print(f"{ANNOUNCER}: JobSet {plan.name}: {len(plan.pods)} pod(s) on emulated hosts; "
-          f"logs in {pods.options.log_dir}", flush=True)
-    for pod in plan.pods:
-        pods.start(pod)
-    restarts = 0
-    done: set[str] = set()
+    by_name = {pod.hostname: pod for pod in plan.pods}
+    names = tuple(by_name)
     failures: dict[tuple[str, int], int] = {}
-    while True:
-        processes.raise_if_stopped()
-        if clock.out_of_time():
-            pods.stop_all()
-            return clock.say_out_of_time("stopped every pod")
-        for pod in plan.pods:
-            status = pods.running[pod.hostname].poll()
-            if status is None or pod.hostname in done:
-                continue
-            if status == 0:
-                done.add(pod.hostname)
-                continue
-            failures[pod.job] = failures.get(pod.job, 0) + 1
-            if failures[pod.job] <= pod.backoff_limit:
-                print(f"{ANNOUNCER}: {pod.hostname} exited with status {status}; its Job "
-                      f"recreates it ({failures[pod.job]}/{pod.backoff_limit})",
-                      file=sys.stderr, flush=True)
-                pods.start(pod)
-                continue
-            if restarts >= plan.max_restarts:
-                pods.stop_all()
-                print(f"{ANNOUNCER}: {pod.hostname} exited with status {status}: JobSet "
-                      f"{plan.name} failed after {restarts} restart(s) (maxRestarts "
-                      f"{plan.max_restarts}); stopped every pod", file=sys.stderr, flush=True)
-                return status if status > 0 else 128 - status
-            restarts += 1
-            print(f"{ANNOUNCER}: {pod.hostname} exited with status {status}: restarting JobSet "
-                  f"{plan.name}, every pod ({restarts}/{plan.max_restarts})", file=sys.stderr,
-                  flush=True)
-            pods.stop_all()
-            done.clear()
-            failures.clear()
-            pods.attempt = restarts
-            for member in plan.pods:
-                pods.start(member)
-            break
-        if _succeeded(plan, done):
-            stopped = [name for name, process in pods.running.items() if process.poll() is None]
-            pods.stop_all()
-            print(f"{ANNOUNCER}: JobSet {plan.name} done: {len(done)} pod(s) exited 0"
-                  f"{', stopped ' + ', '.join(stopped) if stopped else ''}"
-                  f"{f', after {restarts} restart(s)' if restarts else ''} in "
-                  f"{time.monotonic() - clock.start:.1f} s", flush=True)
-            return 0
-        time.sleep(_POLL_S)
+
+    def on_failure(name: str, status: int, restarts: int):
+        pod = by_name[name]
+        failures[pod.job] = failures.get(pod.job, 0) + 1
+        if failures[pod.job] <= pod.backoff_limit:
+            return supervisor.Restart((name,), f"its Job recreates it ({failures[pod.job]}/"
+                                      f"{pod.backoff_limit})", counted=False)
+        if restarts >= plan.max_restarts:
+            return supervisor.Fail(f"{name} {supervisor.ended(status)}; JobSet {plan.name} "
+                                   f"failed after {restarts} restart(s) (maxRestarts "
+                                   f"{plan.max_restarts}); stopped every pod")
+        failures.clear()
+        pods.attempt = restarts + 1
+        return supervisor.Restart(names, f"restarting JobSet {plan.name}, every pod "
+                                         f"({restarts + 1}/{plan.max_restarts})")
+
+    return supervisor.Group(names, lambda name: pods.start(by_name[name]), on_failure,
+                            job=f"JobSet {plan.name}", noun="pod",
+                            succeeded=lambda done: _succeeded(plan, done))
 
 
 def _succeeded(plan: JobSetPlan, done: set[str]) -> bool:

@@ -13,26 +13,22 @@ import os
 import re
 import shlex
 import stat
-import sys
 import threading
-import time
 
 from tfdist.cluster import PYTHON
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import processes
+from tfdist.cluster import supervisor
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.cluster.rehearsal import local_image
 from tfdist.cluster.rehearsal.jobset_run import ANNOUNCER
-from tfdist.cluster.rehearsal.jobset_run import Clock
 from tfdist.cluster.rehearsal.jobset_run import Options
-from tfdist.cluster.rehearsal.jobset_run import OutOfTime
 
 ENV_NODES = "TFDIST_REHEARSAL_NODES"  # [[hostname, address, namespace], ...] for our srun.
 ENV_LOG_DIR = "TFDIST_REHEARSAL_LOG_DIR"
 _DIRECTIVE_RE = re.compile(r"#SBATCH\s+(.*)")
 _SHELLS = ("#!/bin/bash", "#!/usr/bin/env bash", "#!/bin/sh")
 _MAX_NODES = 64
-_POLL_S = 0.2
 
 
 def read(text: str) -> dict[str, str]:
@@ -128,27 +124,35 @@ def run(slurm_job: SlurmJob, options: Options) -> int:
     Raises:
       NoHosts: this machine cannot emulate hosts.
     """
-    clock = Clock(options.timeout_s)
+    watcher = supervisor.Supervisor(ANNOUNCER, timeout_s=options.timeout_s,
+                                    everything="the job")
     hosts_lib.clean_stale()
-    try:
-        with processes.stop_on_signals(), hosts_lib.Hosts(
-                [(name,) for name in slurm_job.nodes], checkpoint=clock.checkpoint) as hosts:
+    nodes = len(slurm_job.nodes)
+
+    def rehearse() -> int:
+        with hosts_lib.Hosts([(name,) for name in slurm_job.nodes],
+                             checkpoint=watcher.checkpoint) as hosts:
             batch = processes.Process(
                 "batch", [*hosts.hosts[0].enter(), "bash", slurm_job.script_path],
                 local_image.environment(_batch_environment(
                     hosts.hosts, slurm_job.name, slurm_job.num_tasks, options.log_dir)),
                 os.path.join(options.log_dir, f"slurm-{os.getpid()}.out"), threading.Lock(),
                 announcer=ANNOUNCER)
-            try:
-                return _supervise(batch, slurm_job.name, len(slurm_job.nodes), options, clock)
-            finally:
-                batch.stop()
-    except processes.Stopped as stop:
-        print(f"{ANNOUNCER}: stopped the job on signal {stop.signum}", file=sys.stderr,
-              flush=True)
-        return 128 + stop.signum
-    except OutOfTime:
-        return clock.say_out_of_time("the emulated nodes were still being set up; removed them")
+
+            def start(_) -> processes.Process:
+                batch.start(" on node 1 (the batch script)")
+                return batch
+
+            print(f"{ANNOUNCER}: Slurm job {slurm_job.name} on {nodes} emulated node(s); logs "
+                  f"in {options.log_dir}", flush=True)
+            return watcher.watch(supervisor.Group(
+                ("batch",), start, lambda *failure: None,
+                closing=lambda status, seconds: (
+                    f"Slurm job {slurm_job.name}: the batch script exited {status} on {nodes} "
+                    f"emulated node(s) in {seconds:.1f} s")))
+
+    return watcher.run(rehearse, setting_up="the emulated nodes were still being set up; "
+                       "removed them")
 
 
 def _batch_environment(hosts: list[hosts_lib.Host], job_name: str, num_tasks: int,
@@ -167,25 +171,6 @@ def _batch_environment(hosts: list[hosts_lib.Host], job_name: str, num_tasks: in
         ENV_LOG_DIR: log_dir,
         "PATH": f"{_srun_dir(log_dir)}{os.pathsep}{local_image.environment({})['PATH']}",
     }
-
-
-def _supervise(batch: processes.Process, job_name: str, nodes: int, options: Options,
-               clock: Clock) -> int:
-    print(f"{ANNOUNCER}: Slurm job {job_name} on {nodes} emulated node(s); logs in "
-          f"{options.log_dir}", flush=True)
-    batch.start(" on node 1 (the batch script)")
-    while batch.poll() is None:
-        processes.raise_if_stopped()
-        if clock.out_of_time():
-            batch.stop()
-            return clock.say_out_of_time("stopped the job")
-        time.sleep(_POLL_S)
-    batch.stop()  # Collects the rest of its output.
-    status = batch.poll()
-    print(f"{ANNOUNCER}: Slurm job {job_name}: the batch script exited {status} on {nodes} "
-          f"emulated node(s) in {time.monotonic() - clock.start:.1f} s", flush=True,
-          file=sys.stdout if status == 0 else sys.stderr)
-    return status if status >= 0 else 128 - status
 
 
 def _srun_dir(log_dir: str) -> str:

@@ -9,14 +9,13 @@ import json
 import os
 import sys
 import threading
-import time
 
 from tfdist.cluster import processes
+from tfdist.cluster import supervisor
 from tfdist.cluster.rehearsal import slurm_run
 from tfdist.cluster.rehearsal.hosts import Host
 
 EXIT_USAGE = 2
-_POLL_S = 0.2
 
 
 def _options(argv: list[str]) -> tuple[int, bool, list[str]]:
@@ -58,41 +57,33 @@ def main(argv: list[str]) -> int:
             "SLURM_STEP_TASKS_PER_NODE": slurm_run.tasks_per_node(layout)}
     lock = threading.Lock()
     log_dir = os.environ[slurm_run.ENV_LOG_DIR]
-    tasks, rank = [], 0
+    tasks, rank = {}, 0
     for node_id, (node, count) in enumerate(zip(nodes, layout)):
         for local_id in range(count):
             env = dict(os.environ, **step, SLURM_PROCID=str(rank), SLURM_LOCALID=str(local_id),
                        SLURM_NODEID=str(node_id), SLURMD_NODENAME=node.hostname)
-            tasks.append(processes.Process(
+            tasks[f"task {rank}"] = (node.hostname, processes.Process(
                 f"task {rank}", [*node.enter(), *command], env,
                 os.path.join(log_dir, f"task-{rank}.log"), lock, announcer="srun"))
             rank += 1
-    try:
-        with processes.stop_on_signals():
-            for task, node in zip(tasks, (n for n, c in zip(nodes, layout) for _ in range(c))):
-                task.start(f" on {node.hostname}")
-            return _wait(tasks, kill)
-    except processes.Stopped as stop:
-        processes.stop_all(tasks)
-        return 128 + stop.signum
 
+    def start(name: str) -> processes.Process:
+        node, task = tasks[name]
+        task.start(f" on {node}")
+        return task
 
-def _wait(tasks: list[processes.Process], kill: bool) -> int:
-    worst = 0
-    while any(task.poll() is None for task in tasks):
-        failed = [task for task in tasks if task.poll() not in (None, 0)]
-        if failed and kill:
-            print(f"srun: {failed[0].name} exited with status {failed[0].poll()}; stopping the "
-                  "step (--kill-on-bad-exit)", file=sys.stderr, flush=True)
-            processes.stop_all(tasks)
-            break
-        time.sleep(_POLL_S)
-    processes.stop_all(tasks)  # Collects the output of those that ended.
-    for task in tasks:
-        status = task.poll()
-        status = status if status >= 0 else 128 - status
+    def on_failure(name: str, status: int, restarts: int) -> supervisor.Fail | None:
+        del restarts  # srun restarts nothing.
+        return supervisor.Fail(f"{name} {supervisor.ended(status)}; stopping the step "
+                               "(--kill-on-bad-exit)") if kill else None
+
+    watcher = supervisor.Supervisor("srun", timeout_s=None, everything="the step")
+    worst = watcher.run(lambda: watcher.watch(supervisor.Group(
+        tuple(tasks), start, on_failure, closing=lambda status, seconds: None)))
+    for name, (_, task) in tasks.items():  # Each has ended: the supervisor stops what runs.
+        status = supervisor.exit_status(task.poll())
         if status:
-            print(f"srun: error: {task.name}: exited with exit code {status}", file=sys.stderr,
+            print(f"srun: error: {name}: exited with exit code {status}", file=sys.stderr,
                   flush=True)
         worst = max(worst, status)
     return worst

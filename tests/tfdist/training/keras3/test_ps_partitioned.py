@@ -122,7 +122,7 @@ class PartitionedClusterTest(unittest.TestCase):
         self.assertEqual(output.count(
             "[chief:0] tfdist: variable wide/hidden/kernel 192x1024 (0.8 MiB) in 2 shards: "
             "rows 0-95 on ps:0, rows 96-191 on ps:1\n"), 2, output[-3000:])
-        self.assertIn("ps:1 exited with status -9; restarting every task (1/1)", output)
+        self.assertIn("ps:1 was killed by signal 9 (SIGKILL); restarting every task (1/1)", output)
         self.assertIn("resuming at epoch 2", output)
         self.assertEqual([line.split(" - ")[0] for line in lines
                           if line.startswith("[chief:0] Epoch ")],
