@@ -10,6 +10,8 @@ import os
 import re
 import sys
 
+from tfdist import errors
+
 BUILTIN_DATASET = "shapes"
 SYNTHETIC_DATASET = "synthetic"
 TFRECORD_PREFIX = "tfrecord:"
@@ -51,7 +53,7 @@ _LIMITS = {"global_batch_size": (1, MAX_GLOBAL_BATCH_SIZE),
 BASELINE_STAGES = ("read", "shuffle", "parse", "decode")
 
 
-class InputConfigError(ValueError):
+class InputConfigError(errors.UsageError):
     """An input option is invalid; the message is one line: field, value, fix."""
 
 

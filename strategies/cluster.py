@@ -29,12 +29,13 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdist import errors
+
 _ENV_VAR = "TF_CONFIG"
 _JOB_ORDER = ("chief", "worker", "ps", "evaluator")
 _ALIASES = {"master": "chief"}
 _HOST_RE = re.compile(r"[A-Za-z0-9_.-]+")
 _PORT_RE = re.compile(r"[0-9]+")
-_MAX_SHOWN = 80
 _MISSING = object()
 _CLUSTER_EXAMPLE = '"cluster": {"worker": ["localhost:2222"]}'
 _TASK_EXAMPLE = '"task": {"type": "worker", "index": 0}'
@@ -45,7 +46,7 @@ _TYPE_FIX = f"set task.type to {_JOB_NAMES}"
 _INDEX_FIX = "set task.index to this task's position in its job's address list, counting from 0"
 
 
-class ClusterConfigError(ValueError):
+class ClusterConfigError(errors.UsageError):
     """TF_CONFIG is invalid; the message is one user-facing line."""
 
 
@@ -411,10 +412,9 @@ def _show(value: Any) -> str:
         text = json.dumps(value)
     except (TypeError, ValueError):
         text = repr(value).replace("\n", "\\n")
-    return text if len(text) <= _MAX_SHOWN else text[:_MAX_SHOWN - 3] + "..."
+    return errors.cut(text)
 
 
 def _error(path: str, problem: str, fix: str) -> ClusterConfigError:
-    """Returns the one-line error "TF_CONFIG <path>: <problem>; <fix>."."""
-    where = f"TF_CONFIG {path}" if path else "TF_CONFIG"
-    return ClusterConfigError(f"{where}: {problem}; {fix}.")
+    """The one-line error "TF_CONFIG <path>: <problem>; <fix>."."""
+    return ClusterConfigError(errors.problem(f"TF_CONFIG {path}".rstrip(), problem, fix))

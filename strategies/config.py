@@ -5,6 +5,8 @@ import enum
 import math
 from typing import TypeVar
 
+from tfdist import errors
+
 # Upper bounds, beyond which TensorFlow or the OS fails (e.g. an OverflowError for 10**20
 # logical CPUs); 512 logical CPU devices were measured to start in 1.4 s.
 MAX_REPLICA_DEVICES = 1024
@@ -15,7 +17,7 @@ MAX_PARTITION_BYTES = 1 << 40
 MAX_SHARDS = 1 << 16
 
 
-class StrategyConfigError(ValueError):
+class StrategyConfigError(errors.UsageError):
     """A strategy option is invalid; the message is one line: field, value, fix."""
 
 

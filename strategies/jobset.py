@@ -25,6 +25,8 @@ import os
 import re
 from collections.abc import Mapping
 
+from tfdist import errors
+
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
 from .cluster import parse_tf_config
@@ -68,7 +70,6 @@ _SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 _COUNT_RE = re.compile(r"[1-9][0-9]{0,3}")
 _INDEX_RE = re.compile(r"0|[1-9][0-9]{0,3}")
 _PORT_RE = re.compile(r"[1-9][0-9]{0,4}")
-_MAX_SHOWN = 80
 _FIX = ("run it in a pod of a JobSet that `tfdist manifest --format=jobset` wrote (its containers "
         "map the pod's JobSet labels into these variables), or set TF_CONFIG instead")
 
@@ -231,5 +232,4 @@ def _layout(value: str) -> dict[str, int]:
 
 
 def _error(name: str, value: str, problem: str, fix: str) -> ClusterConfigError:
-    shown = value if len(value) <= _MAX_SHOWN else value[:_MAX_SHOWN - 3] + "..."
-    return ClusterConfigError(f"JobSet pod: {name}={shown!r} {problem}; {fix}.")
+    return ClusterConfigError(errors.problem(f"JobSet pod: {name}", problem, fix, value=value))

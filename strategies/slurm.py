@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tfdist import errors
+
 from . import cluster as cluster_lib
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
@@ -147,4 +149,4 @@ def _resolver_error(exc: Exception) -> ClusterConfigError:
 
 
 def _error(problem: str, fix: str) -> ClusterConfigError:
-    return ClusterConfigError(f"{_PREFIX}: {problem}; {fix}.")
+    return ClusterConfigError(errors.problem(_PREFIX, problem, fix))

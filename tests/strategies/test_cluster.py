@@ -123,7 +123,7 @@ class RejectTest(parameterized.TestCase):
         ("rpc_layer_not_string", _tf_config(_TWO_WORKERS, rpc_layer=5), "rpc_layer",
          "5 is not a string"),
         ("value_truncated", _tf_config({"worker": "x" * 500}), "cluster.worker",
-         r'"xxx+\.\.\. is not a list'),
+         r'"xxx+ \.\.\. is not a list'),
     )
     def test_rejects(self, value, path, detail):
         prefix = f"TF_CONFIG {path}" if path else "TF_CONFIG"

@@ -6,13 +6,15 @@ module says otherwise; the ground floor of tfdist's core (it imports only `tfdis
 
 import sys
 
+from tfdist import errors
+
 # The interpreter that runs the processes tfdist starts itself (tasks of its own commands, the
 # join deadline, network namespaces' holders, benchmark configurations): without the working
 # directory on sys.path (`-P`, Python 3.11+), so that no module there shadows one of tfdist's.
 PYTHON = (sys.executable, "-P") if sys.version_info >= (3, 11) else (sys.executable,)
 
 
-class ClusterError(ValueError):
+class ClusterError(errors.UsageError):
     """A launch or manifest that cannot be made as asked; the message is one line: input, value,
     fix."""
 
@@ -24,7 +26,3 @@ class LaunchError(ClusterError):
 class RehearsalError(ClusterError):
     """A manifest or option that `tfdist rehearse` cannot run as asked; one line."""
 
-
-class LostPeer(RuntimeError):
-    """A peer stopped answering mid-run (killed, or its link cut); the message is one line that
-    names it. Not the input's fault: commands exit 1 on it, not 2."""

@@ -17,7 +17,8 @@ import re
 import threading
 import time
 
-from tfdist.cluster import LostPeer
+from tfdist import errors
+from tfdist.errors import LostPeer
 from tfdist.cluster.probe import answers
 from tfdist.strategies import ClusterConfig
 
@@ -80,17 +81,14 @@ def _group_peers(cluster: ClusterConfig, own: tuple[str, int]) -> list[tuple[str
 
 def _first_line(message: str) -> str:
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return _cut(lines[0]) if lines else "no message"
-
-
-def _cut(line: str) -> str:
-    return line if len(line) <= _MAX_QUOTED else line[:_MAX_QUOTED - 4] + " ..."
+    return errors.cut(lines[0], _MAX_QUOTED) if lines else "no message"
 
 
 def _telling_line(message: str) -> str:
     """The first line of `message` in TensorFlow's words for a lost peer, else its first."""
     lines = [line.strip() for line in message.splitlines()]
-    return next((_cut(line) for line in lines if any(words in line for words in _PEER_WORDS)),
+    return next((errors.cut(line, _MAX_QUOTED) for line in lines
+                 if any(words in line for words in _PEER_WORDS)),
                 _first_line(message))
 
 

@@ -4,27 +4,20 @@ run `main` so that bad input ends as one line and exit status 2, as in `tfdist t
 Pure Python until the config is built: TensorFlow is imported after the flags are parsed.
 """
 
-import os
 import sys
 from typing import Callable
 
 from absl import app as absl_app
 from absl import flags
 
-from tfdist.cluster import ClusterError
-from tfdist.cluster import LostPeer
-from tfdist.input_pipelines import InputConfigError
+from tfdist import errors
 from tfdist.runtime import tf_import
-from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
-from tfdist.strategies import ClusterConfigError
-from tfdist.strategies import StrategyConfigError
 
-EXIT_USAGE = 2
-EXIT_LOST_PEER = 1
-# Every error that means "the input is wrong", each worded in one line that names the field.
-USER_ERRORS = (ConfigError, StrategyConfigError, ClusterConfigError, InputConfigError,
-               ClusterError)
+EXIT_USAGE = errors.EXIT_USAGE
+# Every error tfdist words in one line, as users' programs catch them (`tfdist.errors`): usage
+# errors (exit 2) and run-time failures (exit 1).
+USER_ERRORS = (errors.TfdistError,)
 
 # `define_flags` makes the train flags key flags of the module that calls it, not of this one.
 flags.disclaim_key_flags()
@@ -62,7 +55,8 @@ def config_from_flags() -> RunConfig:
       ...     plan = tfdist.setup(tfdist.config_from_flags(), train_examples=50_000)
 
     Raises:
-      ConfigError (and the packages' config errors): a bad flag value or TF_CONFIG, one line.
+      tfdist.errors.UsageError (ConfigError, the packages' config errors): a bad flag value or
+        TF_CONFIG, one line.
     """
     # pylint: disable=import-outside-toplevel
     from tfdist.commands import flags as flags_lib
@@ -73,40 +67,40 @@ def config_from_flags() -> RunConfig:
     return config
 
 
+def report(error: errors.TfdistError) -> int:
+    """Prints `error` as the one line the user sees (`<program>: error: ...`, its fields named
+    as the flags that set them); returns its exit status. The one printer of tfdist's errors."""
+    from tfdist.commands import flags as flags_lib  # pylint: disable=import-outside-toplevel
+    print(errors.line(flags_lib.as_flags(str(error))), file=sys.stderr, flush=True)
+    return error.exit_status
+
+
 def run(main: Callable[[list[str]], int | None]) -> None:
-    """`absl.app.run(main)`, except that tfdist's input errors end as one line on stderr and
-    exit status 2 instead of a traceback, and a peer lost mid-run as one line and status 1.
+    """`absl.app.run(main)`, except that tfdist's errors end as one line on stderr instead of a
+    traceback: bad input with exit status 2, a run-time failure (divergence, a full disk, a
+    lost peer) with status 1.
 
     Example:
       >>> if __name__ == "__main__":
       ...     tfdist.run(main)
     """
     from tfdist.commands import flags as flags_lib  # pylint: disable=import-outside-toplevel
-    program = os.path.basename(sys.argv[0])
 
     def main_with_one_line_errors(argv: list[str]) -> int | None:
         try:
             return main(argv)
-        except USER_ERRORS as error:
-            print(f"{program}: error: {flags_lib.as_flags(str(error))}", file=sys.stderr,
-                  flush=True)
-            return EXIT_USAGE
-        except LostPeer as error:
-            print(f"{program}: error: {error}", file=sys.stderr, flush=True)
-            return EXIT_LOST_PEER
+        except errors.TfdistError as error:
+            return report(error)
 
     def one_line_usage_errors(argv: list[str]) -> list[str]:
         """absl's parse, with a bad flag one line and status 2 (absl prints two, status 1)."""
         try:
             return flags.FLAGS(argv)
         except flags.Error as error:
-            print(f"{program}: error: {flags_lib.as_flags(str(error))}; see `{program} "
-                  "--help`.", file=sys.stderr, flush=True)
-            sys.exit(EXIT_USAGE)
+            sys.exit(report(errors.UsageError(f"{error}; see `{errors.program()} --help`.")))
 
     try:  # Before absl reads them: it would hang on a FIFO, or trace back on a binary file.
         flags_lib.check_flagfiles(sys.argv)
-    except flags_lib.UsageError as error:
-        print(f"{program}: error: {error}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_USAGE)
+    except errors.UsageError as error:
+        sys.exit(report(error))
     absl_app.run(main_with_one_line_errors, flags_parser=one_line_usage_errors)

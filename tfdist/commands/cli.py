@@ -9,7 +9,7 @@ import sys
 
 from absl import flags
 
-from tfdist.cluster import LostPeer
+from tfdist import errors
 from tfdist.commands import app
 from tfdist.commands import data
 from tfdist.commands import doctor
@@ -48,10 +48,8 @@ commands:
 
 `tfdist <command> --help` lists a command's flags; --helpfull lists every flag."""
 
-EXIT_USAGE = app.EXIT_USAGE
+EXIT_USAGE = errors.EXIT_USAGE
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a Ctrl-C.
-EXIT_LOST_PEER = app.EXIT_LOST_PEER
-USER_ERRORS = (*app.USER_ERRORS, flags_lib.UsageError)
 
 
 def _launch(command: list[str]) -> int:
@@ -69,9 +67,9 @@ GROUPS = {"data": ("check", "serve")}
 
 
 def _fail(command: str, message: object) -> int:
-    print(f"tfdist {flags_lib.printable(command)}: error: {flags_lib.as_flags(str(message))}",
-          file=sys.stderr)
-    return EXIT_USAGE
+    """A usage error of `tfdist <command>` (the command's name itself may be what is wrong)."""
+    with errors.running_as(f"tfdist {flags_lib.printable(command)}"):
+        return app.report(errors.UsageError(message))
 
 
 def _command_and_args(args: list[str]) -> tuple[str, list[str]]:
@@ -122,21 +120,19 @@ def main(argv: list[str]) -> int:
                                     takes_a_command=command in _TAKES_A_COMMAND)
     except flags.Error as error:
         return _fail(command, f"{error}; see `tfdist {command} --help`.")
-    except flags_lib.UsageError as error:
+    except errors.UsageError as error:
         return _fail(command, error)
-    try:
-        if command in _TAKES_A_COMMAND:
-            return COMMANDS[command](child_command)
-        return COMMANDS[command](arguments) if command in _TAKES_ARGUMENTS \
-            else COMMANDS[command]()
-    except USER_ERRORS as error:
-        return _fail(command, error)
-    except LostPeer as error:  # Not the input's fault, and not a bug: one line, exit 1.
-        print(f"tfdist {command}: error: {error}", file=sys.stderr, flush=True)
-        return EXIT_LOST_PEER
-    except KeyboardInterrupt:  # Ctrl-C: the user knows why; one line, not a traceback.
-        print(f"tfdist {command}: interrupted.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    with errors.running_as(f"tfdist {command}"):
+        try:
+            if command in _TAKES_A_COMMAND:
+                return COMMANDS[command](child_command)
+            return COMMANDS[command](arguments) if command in _TAKES_ARGUMENTS \
+                else COMMANDS[command]()
+        except errors.TfdistError as error:  # Bad input (2) or a failed run (1): one line.
+            return app.report(error)
+        except KeyboardInterrupt:  # Ctrl-C: the user knows why; one line, not a traceback.
+            print(f"tfdist {command}: interrupted.", file=sys.stderr)
+            return EXIT_INTERRUPTED
 
 
 def run() -> None:

@@ -15,6 +15,8 @@ import stat
 
 from absl import flags
 
+from tfdist import errors
+
 from tfdist.runtime.config import ConfigError
 from tfdist.strategies.config import MAX_TIMEOUT_S
 from tfdist.strategies.config import is_duration
@@ -37,8 +39,7 @@ _FLOAT_TEXT = re.compile(rf"[-+]?([0-9]{{1,{MAX_NUMBER_DIGITS}}}(\.[0-9]{{0,{MAX
 flags.disclaim_key_flags()
 
 
-class UsageError(ValueError):
-    """A flag was given to a command that does not take it, or a stray argument."""
+UsageError = errors.UsageError  # A flag a command does not take, a stray argument, ...
 
 
 def group(*holders: flags.FlagHolder) -> Holders:

@@ -12,8 +12,9 @@ def main() -> int:
     of the run (`fit` prints the summary line); returns 0.
 
     Raises:
-      ConfigError (and the packages' config errors): bad input, in one line; ResultNotSaved
-        after the summary line when --metrics_json cannot be written.
+      tfdist.errors.UsageError (ConfigError, the packages' config errors): bad input, one line.
+      tfdist.errors.RunFailure: the run failed (Diverged, DiskFull, LostPeer), one line;
+        ResultNotSaved after the summary line when --metrics_json cannot be written.
     """
     config = train_flags.run_config(train_flags.cluster())
     paths.check(config)  # Before TensorFlow's seconds of start-up; `setup` checks again.

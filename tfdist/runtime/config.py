@@ -9,6 +9,7 @@ import math
 import os
 import re
 
+from tfdist import errors
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_SEED
@@ -23,7 +24,7 @@ MAX_COUNT = (1 << 31) - 1  # Steps, epochs and other counts TensorFlow keeps in 
 _MAX_FLOAT32 = 3.4028234663852886e38
 
 
-class ConfigError(ValueError):
+class ConfigError(errors.UsageError):
     """A training option is invalid; the message is one line: field, value, fix."""
 
 
@@ -147,14 +148,8 @@ def _epochs(value) -> tuple[float, ...]:
                 isinstance(epoch, (int, float)) and not isinstance(epoch, bool)
                 for epoch in value):
             return tuple(float(epoch) for epoch in value)
-    raise ConfigError(f"lr_step_boundaries={_short(value)} is not a list of epochs (finite "
+    raise ConfigError(f"lr_step_boundaries={errors.shown(value)} is not a list of epochs (finite "
                       "numbers); pass e.g. lr_step_boundaries=(30, 60).")
-
-
-def _short(value, limit: int = 80) -> str:
-    """`repr(value)`, cut to `limit` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 4] + " ..."
 
 
 class OptimizerName(str, enum.Enum):
@@ -237,7 +232,7 @@ class OptimizerConfig:
         object.__setattr__(self, "lr_step_boundaries", _epochs(self.lr_step_boundaries))
         if not isinstance(self.lars_exclude, (list, tuple)) or not all(
                 isinstance(pattern, str) for pattern in self.lars_exclude):
-            raise ConfigError(f"lars_exclude={_short(self.lars_exclude)} is not a list of "
+            raise ConfigError(f"lars_exclude={errors.shown(self.lars_exclude)} is not a list of "
                               "regular expressions; pass strings, e.g. ('bias', 'gamma').")
         object.__setattr__(self, "lars_exclude", tuple(self.lars_exclude))
         self._check_finite()

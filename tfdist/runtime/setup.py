@@ -22,6 +22,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from tfdist import errors
 from tfdist import input_pipelines
 from tfdist import strategies
 from tfdist.cluster import join_deadline
@@ -156,9 +157,10 @@ def _build_strategy(config: RunConfig, kind: StrategyKind) -> tf.distribute.Stra
         return strategies.build(config.strategy, cluster)
     peers = [address for job in ("chief", "worker") for address in cluster.jobs.get(job, ())
              if address != cluster.task_address]
-    message = (f"tfdist train: error: {task} waited {timeout_s:g} s (--collective_timeout_s) "
-               f"for the other {cluster.num_workers - 1} worker(s) to join; start every task, "
-               "check them with `tfdist doctor --probe`, or raise --collective_timeout_s.")
+    message = errors.line(f"{task} waited {timeout_s:g} s (--collective_timeout_s) for the "
+                          f"other {cluster.num_workers - 1} worker(s) to join; start every task, "
+                          "check them with `tfdist doctor --probe`, or raise "
+                          "--collective_timeout_s.")
     with join_deadline.deadline(timeout_s, message, peers):
         return strategies.build(config.strategy, cluster)
 

@@ -18,6 +18,7 @@ from typing import Sequence
 import tensorflow as tf
 
 from tfdist.runtime import output_files
+from tfdist import errors
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.model_dir import EVALUATOR
 from tfdist.runtime.model_dir import ModelDir
@@ -35,14 +36,6 @@ from tfdist.training.data import Data
 
 # The flavour packages by `--keras`; each has `train`, `build_model` and `evaluate_checkpoints`.
 _FLAVOURS = {2: "tfdist.training.keras2", 3: "tfdist.training.keras3"}
-
-
-class ResultNotSaved(ConfigError):
-    """The run trained, but `--metrics_json` could not be written; `summary` holds the result."""
-
-    def __init__(self, message: str, summary: dict):
-        super().__init__(message)
-        self.summary = summary
 
 
 def flavour(plan: Plan):
@@ -94,8 +87,10 @@ def fit(plan: Plan, model, train_data: Data | None = None,
       ...                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
 
     Raises:
-      ConfigError (and the packages' config errors), one line each: a model or data that does
-      not fit, a damaged record file, a metrics JSON that cannot be written (ResultNotSaved).
+      tfdist.errors.UsageError (ConfigError, the packages' config errors), one line each: a
+        model or data that does not fit, a damaged record file.
+      tfdist.errors.RunFailure, one line: divergence (Diverged), a full disk (DiskFull), a
+        lost peer (LostPeer), a metrics JSON that cannot be written (ResultNotSaved).
     """
     require_plan(plan)
     train_data = plan.config.input if train_data is None else train_data
@@ -143,7 +138,7 @@ def _full_disk_is_one_line(model_dir: ModelDir):
             for partial in [name for name in subdirectories if name.endswith("_temp")]:
                 shutil.rmtree(os.path.join(directory, partial), ignore_errors=True)
                 subdirectories.remove(partial)
-        raise ConfigError(f"model_dir={model_dir.root!r}: saving into it failed ({full}); the "
+        raise errors.DiskFull(f"model_dir={model_dir.root!r}: saving into it failed ({full}); the "
                           "last complete backup and checkpoints are kept: free space there and "
                           "run again to resume, or pass another --model_dir.") from None
 
@@ -197,4 +192,4 @@ def _write_summary(plan: Plan, summary: dict) -> None:
     try:
         output_files.write_json("metrics_json", path, summary)
     except output_files.OutputFileError as error:
-        raise ResultNotSaved(f"{error} (The summary line is above.)", summary) from None
+        raise errors.ResultNotSaved(f"{error} (The summary line is above.)", summary) from None

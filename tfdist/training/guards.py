@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 import tf_keras
 
+from tfdist import errors
 from tfdist.cluster import liveness
 from tfdist.input_pipelines import records
 from tfdist.runtime.config import ConfigError
@@ -60,7 +61,7 @@ def check_arguments(validation_steps, callbacks) -> list:
 def check_flag(name: str, value) -> None:
     """Raises ConfigError unless the argument `name` is True or False."""
     if not isinstance(value, bool):
-        raise ConfigError(f"{name}={_short(value)} is not True or False; pass a bool.")
+        raise ConfigError(f"{name}={errors.shown(value)} is not True or False; pass a bool.")
 
 
 def check_compile_names(keras_module, loss, metrics) -> None:
@@ -68,12 +69,12 @@ def check_compile_names(keras_module, loss, metrics) -> None:
     (tf_keras or Keras 3) does not know; Keras itself says so only while tracing the first
     step, in a traceback; or a loss or metric that is neither a name nor callable."""
     if metrics is not None and not isinstance(metrics, (list, tuple, dict)):
-        raise ConfigError(f"metrics={_short(metrics)} is not a list; pass e.g. "
+        raise ConfigError(f"metrics={errors.shown(metrics)} is not a list; pass e.g. "
                           "metrics=['accuracy'].")
     for field, kind, given in (("loss", "loss", loss), ("metrics", "metric", metrics)):
         for value in tf.nest.flatten(given) if given is not None else ():
             if not (isinstance(value, str) or callable(value)):
-                raise ConfigError(f"{field}: {_short(value)} is not a {kind}; pass a {kind} "
+                raise ConfigError(f"{field}: {errors.shown(value)} is not a {kind}; pass a {kind} "
                                   f"name (e.g. {_EXAMPLES[kind]!r}), a function or a Keras "
                                   f"{kind} object.")
     if isinstance(loss, str):
@@ -81,12 +82,6 @@ def check_compile_names(keras_module, loss, metrics) -> None:
     for metric in tf.nest.flatten(metrics):
         if isinstance(metric, str) and metric not in _METRICS_BY_LOSS:
             _known("metrics", "metric", metric, keras_module.metrics.get)
-
-
-def _short(value, limit: int = 60) -> str:
-    """`repr(value)`, cut to `limit` characters."""
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit - 4] + " ..."
 
 
 def _known(field: str, kind: str, name: str, get: Callable) -> None:
@@ -180,9 +175,10 @@ def no_batch(model_name: str) -> ConfigError:
 
 
 class FiniteLoss(tf_keras.callbacks.Callback):
-    """Stops the run with a one-line ConfigError when an epoch ends with a loss (or validation
-    loss) that is NaN or infinite. Put it before the callbacks that save: the diverged epoch is
-    then neither backed up nor checkpointed (a backup of the last good epoch stays).
+    """Stops the run with a one-line `errors.Diverged` when an epoch ends with a loss (or
+    weights) that is NaN or infinite, a ConfigError when only the validation loss is. Put it
+    before the callbacks that save: the diverged epoch is then neither backed up nor
+    checkpointed (a backup of the last good epoch stays).
 
     With `weights_every_epoch` it also reads the weights at every epoch's end: workers of a
     multi-worker run log their own losses, but hold the same weights, so they all stop at the
@@ -212,7 +208,7 @@ class FiniteLoss(tf_keras.callbacks.Callback):
         if finite and not sign:
             return
         if sign:
-            raise ConfigError(
+            raise errors.Diverged(
                 f"loss: training diverged in epoch {epoch + 1} ({sign}); its checkpoint was "
                 "not written. Lower the learning rate "
                 f"(--learning_rate={self._learning_rate:g}, unless the model came compiled with "

@@ -4,7 +4,7 @@ raised them in rehearsals whose link to a pod was cut) as one line naming the pe
 from absl.testing import absltest
 
 from tfdist import strategies
-from tfdist.cluster import LostPeer
+from tfdist.errors import LostPeer
 from tfdist.cluster import liveness
 
 # What worker 0 of two raised when worker 1's link went down, and what worker 1 raised.

@@ -30,7 +30,7 @@ from tfdist.input_pipelines import InputConfigError
 from tfdist.training import data
 from tfdist.training import from_config as train_command
 from tfdist.training import summary
-from tfdist.training.fit import ResultNotSaved
+from tfdist.errors import ResultNotSaved
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import Precision
 from tfdist.runtime.config import RunConfig

@@ -19,7 +19,7 @@ import tempfile
 from typing import Sequence
 
 from tfdist.cluster import PYTHON
-from tfdist.runtime.config import ConfigError
+from tfdist import errors
 
 CHILD_MODULE = "tfdist.commands.benchmark.child"
 # The longest a child may take to start or to time one round.
@@ -44,7 +44,7 @@ class _Child:
         self._process.stdin.flush()
 
     def reply(self) -> dict:
-        """The child's next message; ConfigError when it fails or is silent for `_WAIT_S`."""
+        """The child's next message; RunFailure when it fails or is silent for `_WAIT_S`."""
         ready, _, _ = select.select([self._process.stdout], [], [], _WAIT_S)
         line = self._process.stdout.readline() if ready else ""
         if line:
@@ -54,8 +54,8 @@ class _Child:
             why = f"failed: {self._last_error_line()}"
         else:
             why = f"gave no answer in {_WAIT_S:g} s"
-        raise ConfigError(f"benchmark configuration `tfdist train {' '.join(self.train_args)}` "
-                          f"{why}")
+        raise errors.RunFailure(
+            f"benchmark configuration `tfdist train {' '.join(self.train_args)}` {why}")
 
     def _last_error_line(self) -> str:
         self._stderr.seek(0)
@@ -86,7 +86,7 @@ def run(specs: Sequence[dict], env: dict[str, str], *, rounds: int) -> list[dict
     `noise_scale`: the last round's).
 
     Raises:
-      ConfigError: a configuration failed or went silent (every child is stopped).
+      RunFailure: a configuration failed or went silent (every child is stopped).
     """
     children = []
     try:

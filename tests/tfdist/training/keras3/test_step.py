@@ -13,6 +13,7 @@ import tensorflow as tf
 from absl.testing import parameterized
 
 import tfdist
+from tfdist import errors
 from tfdist.optim.gradient_path import INITIAL_LOSS_SCALE
 from tfdist.runtime import keras_flavour
 from tfdist.runtime.config import ConfigError
@@ -158,7 +159,7 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
         model_dir = self.get_temp_dir()
         plan = tfdist.setup(run_config(keras=3, epochs=2, steps_per_epoch=4, model_dir=model_dir))
         features = np.full((64, FEATURES), np.nan, "float32")
-        with self.assertRaisesRegex(ConfigError, r"^loss: training diverged in epoch 1 "):
+        with self.assertRaisesRegex(errors.Diverged, r"^loss: training diverged in epoch 1 "):
             tfdist.fit(plan, lambda: keras.Sequential([keras.layers.Input((FEATURES,)),
                                                        keras.layers.Dense(2, "softmax")]),
                        arrays_dataset_fn(features, np.zeros(64, "int64")), None, loss=_LOSS)
