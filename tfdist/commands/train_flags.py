@@ -38,57 +38,19 @@ from tfdist.runtime.config import OptimizerName
 from tfdist.runtime.config import Precision
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
-from tfdist.strategies import AllReduce
 from tfdist.strategies import ClusterConfig
-from tfdist.strategies import Collective
 from tfdist.strategies import StrategyConfig
-from tfdist.strategies import StrategyKind
-from tfdist.strategies import WireDtype
 from tfdist.strategies import from_environment
 from tfdist.strategies import jobset
-from tfdist.strategies.config import MAX_GPU_MEMORY_MIB
-from tfdist.strategies.config import MAX_PACK_MIB
-from tfdist.strategies.config import MAX_REPLICA_DEVICES
 
 FLAGS = flags.FLAGS
 
-STRATEGY = flags_lib.group(
-    flags_lib.define_enum("strategy", StrategyKind("auto"), StrategyKind,
-                      "tf.distribute strategy; auto picks parameter_server when TF_CONFIG has ps "
-                      "tasks, multi_worker_mirrored with several workers, mirrored with several "
-                      "local devices, else one_device."),
-    define_integer("num_gpus", None, "GPUs per worker; unset uses every visible GPU.",
-                   lower_bound=0, upper_bound=MAX_REPLICA_DEVICES),
-    define_integer("num_cpu_devices", 1,
-                   "Split the host CPU into N logical devices, so N replicas run on a "
-                   "CPU-only machine (mirrored).",
-                   lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
-    define_integer("num_logical_gpus", 1,
-                   "Split the first GPU into N logical GPUs, so N replicas run on one GPU "
-                   "(mirrored; all-reduce by hierarchical copy, as NCCL needs distinct "
-                   "GPUs).", lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
-    define_integer("logical_gpu_memory_mib", 8192,
-                   "Memory of each logical GPU of --num_logical_gpus, in MiB.",
-                   lower_bound=1, upper_bound=MAX_GPU_MEMORY_MIB),
-    flags_lib.define_enum("all_reduce", AllReduce("auto"), AllReduce,
-                      "Mirrored cross-device all-reduce."),
-    define_integer("num_packs", 1, "Gradient packs for nccl/hierarchical_copy all-reduce.",
-                   lower_bound=1, upper_bound=MAX_REPLICA_DEVICES),
-    flags_lib.define_enum("collective", Collective("auto"), Collective,
-                      "Multi-worker collective implementation."),
-    flags_lib.define_duration("collective_timeout_s", None,
-                     "Fail a multi-worker collective that takes longer than this, instead of "
-                     "hanging on a lost peer; unset waits forever."),
-    flags.DEFINE_string("variable_partition", "none",
-                        "Parameter-server variable sharding: none, min_size:<bytes> or "
-                        "max_shards:<n>."),
-    flags_lib.define_enum("allreduce_dtype", WireDtype("float32"), WireDtype,
-                      "Cast gradients to this dtype for the all-reduce between replicas and back "
-                      "after it (mirrored strategies): bfloat16 or float16 halve the bytes on the "
-                      "wire (docs/PERFORMANCE.md)."),
-    define_integer("allreduce_pack_mib", 0,
-                   "Multi-worker: all-reduce gradients in packs of this many MiB; 0 lets "
-                   "TensorFlow choose.", lower_bound=0, upper_bound=MAX_PACK_MIB))
+STRATEGY = flags_lib.fields(
+    StrategyConfig, "strategy", "num_gpus", "num_cpu_devices", "num_logical_gpus",
+    "logical_gpu_memory_mib", "all_reduce", "num_packs", "collective",
+    flags_lib.define_field(StrategyConfig, "collective_timeout_s",
+                           define=flags_lib.define_duration),
+    "variable_partition", "allreduce_dtype", "allreduce_pack_mib")
 # The records and their batching: what `tfdist data check` reads too.
 SOURCE = flags_lib.group(
     flags.DEFINE_string("dataset", "shapes",
