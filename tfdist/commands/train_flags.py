@@ -11,19 +11,11 @@ from absl import flags
 from tfdist.commands import flags as flags_lib
 from tfdist.commands.flags import define_float
 from tfdist.commands.flags import define_integer
-from tfdist.input_pipelines import AutoShard
-from tfdist.input_pipelines import DATASET_FORMS
 from tfdist.input_pipelines import InputConfig
-from tfdist.input_pipelines import PreprocessOn
-from tfdist.input_pipelines import ServiceMode
-from tfdist.input_pipelines.config import Augment
-from tfdist.input_pipelines.config import MAX_BUFFER_SIZE
+from tfdist.input_pipelines.config import CROP_AREA_RANGE
 from tfdist.input_pipelines.config import MAX_CROP_ASPECT
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
-from tfdist.input_pipelines.config import MAX_IMAGE_SIZE
-from tfdist.input_pipelines.config import MAX_NUM_CLASSES
 from tfdist.input_pipelines.config import MAX_SEED
-from tfdist.input_pipelines.config import MAX_THREADS
 from tfdist.runtime import keras_env
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import DEFAULT_LARS_EXCLUDE
@@ -52,73 +44,20 @@ STRATEGY = flags_lib.fields(
                            define=flags_lib.define_duration),
     "variable_partition", "allreduce_dtype", "allreduce_pack_mib")
 # The records and their batching: what `tfdist data check` reads too.
-SOURCE = flags_lib.group(
-    flags.DEFINE_string("dataset", "shapes",
-                        f"Training data, one of {DATASET_FORMS}|python:MODULE:FUNCTION: shapes is "
-                        "the built-in 10-class image dataset, generated locally on first use; "
-                        "synthetic is one random batch repeated (compute throughput only); "
-                        "tfrecord:<glob> reads image/encoded and image/class/label ({split} in "
-                        "the glob becomes train and validation); python:MODULE:FUNCTION is a "
-                        "dataset function of yours (README \"Use tfdist from your own "
-                        "program\"); anything else is a prepared TFDS dataset."),
-    flags.DEFINE_string("data_dir", None,
-                        "Where prepared datasets live; unset uses $TFDS_DATA_DIR or "
-                        "~/tensorflow_datasets."),
-    flags.DEFINE_bool("download", False,
-                      "Let TFDS download and prepare a dataset that is not prepared (needs "
-                      "network)."),
-    define_integer("num_classes", None, "Classes of a tfrecord: or synthetic dataset.",
-                   lower_bound=1, upper_bound=MAX_NUM_CLASSES),
-    define_integer("label_offset", 0, "Subtracted from every label of a tfrecord: dataset; "
-                   "1 reads ImageNet's, labelled 1..1000.", lower_bound=0,
-                   upper_bound=MAX_NUM_CLASSES),
-    define_integer("image_size", None,
-                   "Resize images to this square size; unset keeps a TFDS dataset's size, "
-                   "224 for tfrecord:, 32 for synthetic.",
-                   lower_bound=1, upper_bound=MAX_IMAGE_SIZE),
-    define_integer("global_batch_size", 128,
-                   "Examples per step over all replicas; must divide by the replica count. "
-                   "Or give --per_replica_batch_size instead (not both).",
-                   lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
-    define_integer("shuffle_buffer_size", 10_000,
-                   "Examples in the training shuffle buffer.",
-                   lower_bound=1, upper_bound=MAX_BUFFER_SIZE),
-    flags_lib.define_enum("autoshard", AutoShard("auto"), AutoShard,
-                      "How input pipelines divide the data: file (whole files each), data (every "
-                      "N-th example), off (all read everything), auto (file when there are "
-                      "enough files, else data)."),
-    flags.DEFINE_bool("cache", False, "Keep the records in memory after the first epoch."),
-    flags.DEFINE_bool("deterministic", None,
-                      "Produce input in a fixed order (--nodeterministic trades order for "
-                      "speed); unset keeps tf.data's default."),
-    define_integer("datasets_num_private_threads", None,
-                   "Give each input pipeline a private thread pool of this size.",
-                   lower_bound=1, upper_bound=MAX_THREADS),
-    flags.DEFINE_bool("skip_corrupt_records", False,
-                      "Skip the rest of a damaged TFRecord file (logged and counted) instead of "
-                      "failing."))
-INPUT = {**SOURCE, **flags_lib.group(
-    flags_lib.define_enum("preprocess_on", PreprocessOn("auto"), PreprocessOn,
-                      "Where augmentation, normalisation and the cast run: host (tf.data), device "
-                      "(inside each replica's step; the host only decodes and batches uint8), "
-                      "auto (device when there are GPUs)."),
-    flags_lib.define_enum("augment", Augment("auto"), Augment, "Training augmentation: imagenet "
-                      "(random-resized crop in the JPEG decode, flip; evaluation: 0.875 centre "
-                      "crop), small (4 px shift, flip, brightness), none; auto: imagenet for "
-                      "tfrecord: and TFDS datasets given --image_size, else small."),
+SOURCE = flags_lib.fields(
+    InputConfig, "dataset", "data_dir", "download", "num_classes", "label_offset", "image_size",
+    "global_batch_size", "shuffle_buffer_size", "autoshard", "cache", "deterministic",
+    "datasets_num_private_threads", "skip_corrupt_records")
+INPUT = {**SOURCE, **flags_lib.fields(
+    InputConfig, "preprocess_on", "augment",
     flags_lib.define_measure("crop_area_min", "augment=imagenet: the least fraction of an "
-                             "image's area a random crop covers (the most is 1); unset: 0.08, "
-                             "the published 90-epoch setting; 0.35 learned better in short "
-                             "runs at low resolution (docs/PERFORMANCE.md, \"Accuracy\").",
-                             0.01, 1),
+                             "image's area a random crop covers (the most is 1); unset: "
+                             f"{CROP_AREA_RANGE[0]:g}, the published 90-epoch setting; 0.35 "
+                             "learned better in short runs at low resolution "
+                             "(docs/PERFORMANCE.md, \"Accuracy\").", 0.01, 1),
     flags_lib.define_measure("crop_aspect_max", "augment=imagenet: random crops' width/height "
                              "lies in [1/this, this]; unset: 4/3.", 1, MAX_CROP_ASPECT),
-    flags.DEFINE_string("tf_data_service", None,
-                        "grpc://host:port of a tf.data service dispatcher (see `tfdist data "
-                        "serve`) to run the input pipeline on."),
-    flags_lib.define_enum("tf_data_service_mode", ServiceMode("distributed_epoch"), ServiceMode,
-                      "distributed_epoch: service workers split each epoch, every example once; "
-                      "parallel_epochs: every service worker produces the whole epoch."))}
+    "tf_data_service", "tf_data_service_mode")}
 EPOCHS = define_integer("epochs", 3, "Training epochs.",
                         lower_bound=1, upper_bound=MAX_COUNT)
 # Also `tfdist plan`'s, in the same sense: one flag, as absl flags are global.
