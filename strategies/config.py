@@ -103,7 +103,7 @@ def option(default, help: str | None = None, *, bounds: tuple[int, int] | None =
            fix: str | None = None) -> dataclasses.Field:
     """A config field that carries, once, what the `tfdist train` flag of its name is made of:
     its default, its help and, for an integer, its bounds [lowest, highest], which the config
-    checks too (`check_bounds`; `fix` ends its error, else "e.g. <the default>")."""
+    checks too (`check_bounds`; `fix` ends its error: `fix_of`)."""
     metadata = {"help": help, "bounds": bounds, "fix": fix}
     return dataclasses.field(default=default, metadata={key: value for key, value in
                                                         metadata.items() if value is not None})
@@ -115,8 +115,22 @@ def check_bounds(config, error: type[ValueError] = StrategyConfigError) -> None:
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         if "bounds" in field.metadata and not (value is None and field.default is None):
-            check_int(field.name, value, *field.metadata["bounds"],
-                      field.metadata.get("fix", f"e.g. {field.default}"), error=error)
+            check_int(field.name, value, *field.metadata["bounds"], fix_of(field), error=error)
+
+
+def fix_of(field: dataclasses.Field) -> str:
+    """How to fix a bad value of `field`, which ends its error: its `fix`, else its default as
+    an example."""
+    return field.metadata.get("fix", f"e.g. {field.default}")
+
+
+def coerce_enums(config, error: type[ValueError] = StrategyConfigError) -> None:
+    """Sets each field of the frozen dataclass `config` whose type is an enum to its member
+    (`coerce_enum`: a value such as "mirrored" becomes StrategyKind.MIRRORED)."""
+    for field in dataclasses.fields(config):
+        if isinstance(field.type, type) and issubclass(field.type, enum.Enum):
+            object.__setattr__(config, field.name, coerce_enum(
+                field.name, getattr(config, field.name), field.type, error=error))
 
 
 def is_duration(value: float) -> bool:
@@ -179,11 +193,7 @@ class StrategyConfig:
         fix="pass a size in MiB, or 0 to let TensorFlow choose")
 
     def __post_init__(self):
-        object.__setattr__(self, "strategy", coerce_enum("strategy", self.strategy, StrategyKind))
-        for field, enum_type in (("all_reduce", AllReduce), ("collective", Collective)):
-            object.__setattr__(self, field, coerce_enum(field, getattr(self, field), enum_type))
-        object.__setattr__(self, "allreduce_dtype",
-                           coerce_enum("allreduce_dtype", self.allreduce_dtype, WireDtype))
+        coerce_enums(self)
         if isinstance(self.variable_partition, str):
             object.__setattr__(self, "variable_partition",
                                VariablePartition.parse(self.variable_partition))

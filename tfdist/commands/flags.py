@@ -130,17 +130,17 @@ def define_enum(name: str, default, enum_type, text: str) -> flags.FlagHolder:
     return flags.DEFINE_enum_class(name, default, enum_type, text, case_sensitive=False)
 
 
-def define_field(config: type, field: str, *, name: str | None = None,
+def define_field(config: type, field: str, *, name: str | None = None, help: str | None = None,
                  define: Callable[[str, object, str], flags.FlagHolder] | None = None
                  ) -> flags.FlagHolder:
     """The flag of the dataclass `config`'s `field` (named `name`, else as the field): the
-    field's default and help (`strategies.config.option`), and the parse its type calls for: an
-    enum's members, a bool, an integer within the field's bounds, a float, a string, a list (a
-    tuple field), the text form of a type that `parse`s it; `define(name, default, help)` for
-    another."""
+    field's default, help (unless `help` is given) and bounds (`strategies.config.option`), and
+    the parse its type calls for: an enum's members, a bool, an integer within the bounds, a
+    float, a string, a list (a tuple field), the text form of a type that `parse`s it;
+    `define(name, default, help)` for another."""
     spec = next(each for each in dataclasses.fields(config) if each.name == field)
     kind = _without_none(spec.type)
-    name, default, text = name or field, spec.default, spec.metadata["help"]
+    name, default, text = name or field, spec.default, help or spec.metadata["help"]
     if define is not None:
         holder = define(name, default, text)
     elif isinstance(kind, type) and issubclass(kind, enum.Enum):

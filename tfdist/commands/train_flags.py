@@ -9,25 +9,14 @@ imported after parsing.
 from absl import flags
 
 from tfdist.commands import flags as flags_lib
-from tfdist.commands.flags import define_float
 from tfdist.commands.flags import define_integer
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines.config import CROP_AREA_RANGE
 from tfdist.input_pipelines.config import MAX_CROP_ASPECT
-from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
-from tfdist.input_pipelines.config import MAX_SEED
 from tfdist.runtime import keras_env
 from tfdist.runtime import tf_import
-from tfdist.runtime.config import DEFAULT_LARS_EXCLUDE
 from tfdist.runtime.config import KERAS_VERSIONS
-from tfdist.runtime.config import LarsMode
-from tfdist.runtime.config import LrScaling
-from tfdist.runtime.config import LrSchedule
-from tfdist.runtime.config import MAX_COUNT
-from tfdist.runtime.config import ModelName
 from tfdist.runtime.config import OptimizerConfig
-from tfdist.runtime.config import OptimizerName
-from tfdist.runtime.config import Precision
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import ClusterConfig
@@ -58,92 +47,29 @@ INPUT = {**SOURCE, **flags_lib.fields(
     flags_lib.define_measure("crop_aspect_max", "augment=imagenet: random crops' width/height "
                              "lies in [1/this, this]; unset: 4/3.", 1, MAX_CROP_ASPECT),
     "tf_data_service", "tf_data_service_mode")}
-EPOCHS = define_integer("epochs", 3, "Training epochs.",
-                        lower_bound=1, upper_bound=MAX_COUNT)
 # Also `tfdist plan`'s, in the same sense: one flag, as absl flags are global.
-PER_REPLICA_BATCH_SIZE = define_integer(
-    "per_replica_batch_size", None,
-    "Examples per replica per step. train, benchmark: the batch instead of --global_batch_size "
-    "(not both), which is then N x the replicas in sync, known once the strategy is built "
-    "(e.g. 64 on 2 workers of 1 GPU: 128); plan: the batch of one replica's step.",
-    lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE)
-SEED = define_integer("seed", 0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
-                      lower_bound=0, upper_bound=MAX_SEED)
+PER_REPLICA_BATCH_SIZE = flags_lib.define_field(
+    TrainConfig, "per_replica_batch_size",
+    help="Examples per replica per step. train, benchmark: the batch instead of "
+         "--global_batch_size (not both), which is then N x the replicas in sync, known once the "
+         "strategy is built (e.g. 64 on 2 workers of 1 GPU: 128); plan: the batch of one "
+         "replica's step.")
 KERAS = flags.DEFINE_enum(
     "keras", str(keras_env.environment_choice()), KERAS_VERSIONS,
     "The Keras models are written in: 2 (tf-keras) or 3 (`import keras`); the default follows "
     "TF_USE_LEGACY_KERAS (unset: 2). launch: the Keras `tf.keras` is in every task; doctor: "
     "check this task for it.")
-TRAIN = flags_lib.group(
-    flags.DEFINE_string("model", ModelName.SMALL_CNN.value,
-                        f"Model to train: a built-in one "
-                        f"({', '.join([name.value for name in ModelName])}) or "
-                        "MODULE:FUNCTION, a model function of yours, imported when training "
-                        "starts (README \"Use tfdist from your own program\")."),
-    EPOCHS,
-    define_integer("steps_per_epoch", None,
-                   "Steps per epoch; unset covers the training split once.",
-                   lower_bound=1, upper_bound=MAX_COUNT),
-    PER_REPLICA_BATCH_SIZE,
-    define_integer("validation_steps", None,
-                   "Validation steps per epoch; unset reads the whole validation split.",
-                   lower_bound=1, upper_bound=MAX_COUNT),
-    define_integer("steps_per_execution", 1,
-                   "Steps run per tf.function call; more cuts Python overhead per step.",
-                   lower_bound=1, upper_bound=MAX_COUNT),
-    flags_lib.define_enum("mixed_precision", Precision("float32"), Precision,
-                      "Dtype policy; mixed_float16 adds dynamic loss scaling."),
-    flags.DEFINE_string("model_dir", None,
-                        "Where checkpoints and TensorBoard logs go; unset keeps nothing."),
-    flags.DEFINE_string("backup_every", "epoch",
-                        "With --model_dir: back up training state every epoch or every N steps, "
-                        "so a restarted job resumes where it stopped."),
-    flags.DEFINE_string("metrics_json", None, "Write the run summary as JSON to this path."),
-    SEED,
+TRAIN = flags_lib.fields(
+    TrainConfig, "model", "epochs", "steps_per_epoch", PER_REPLICA_BATCH_SIZE, "validation_steps",
+    "steps_per_execution", "mixed_precision", "model_dir", "backup_every", "metrics_json", "seed",
     KERAS)
+EPOCHS, SEED = TRAIN["epochs"], TRAIN["seed"]
 # OptimizerConfig's fields (README "Large-batch training").
-OPTIMIZER = flags_lib.group(
-    flags_lib.define_enum("optimizer", OptimizerName("adam"), OptimizerName, "Optimizer."),
-    define_float("learning_rate", 3e-3,
-                 "Base learning rate: the rate at --base_batch_size, where warmup starts."),
-    define_float("momentum", 0.9, "Momentum of momentum, nesterov and lars."),
-    define_float("weight_decay", 0.0,
-                 "Weight decay: decoupled for sgd/momentum/nesterov/adam/adamw/rmsprop, in the "
-                 "update for lars."),
-    flags_lib.define_enum("lr_scaling", LrScaling("none"), LrScaling,
-                      "Scale the peak rate with global batch / --base_batch_size: linear, or its "
-                      "square root."),
-    define_integer("base_batch_size", 256, "The global batch --learning_rate is meant for.",
-                   lower_bound=1, upper_bound=MAX_GLOBAL_BATCH_SIZE),
-    define_float("warmup_epochs", 0.0,
-                 "Rise linearly from --learning_rate to the scaled peak over these epochs."),
-    flags_lib.define_enum("lr_schedule", LrSchedule("constant"), LrSchedule,
-                      "Decay after warmup: constant, cosine to 0 at the end, or step."),
-    flags.DEFINE_list("lr_step_boundaries", [],
-                      "lr_schedule=step: epochs (from the start) at which the rate is multiplied "
-                      "by --lr_step_factor, e.g. 30,60,80."),
-    define_float("lr_step_factor", 0.1, "lr_schedule=step: factor at each boundary."),
-    define_float("clip_norm", None,
-                 "Clip the all-reduced gradients to this global norm; unset does not clip."),
-    define_integer("grad_accum_steps", 1,
-                   "Apply one update per N micro-batches, with their mean gradient (an "
-                   "effective global batch N times larger).",
-                   lower_bound=1, upper_bound=MAX_COUNT),
-    define_float("gradient_noise_eta", 0.0,
-                 "Add Gaussian noise of variance eta / (1 + t)^gamma to the all-reduced "
-                 "gradients (t = updates so far); 0 adds none."),
-    define_float("gradient_noise_gamma", 0.55, "Annealing exponent of --gradient_noise_eta."),
-    flags.DEFINE_boolean("measure_noise_scale", False,
-                         "Measure the gradient noise scale B_simple (about the critical batch "
-                         "size) from the replicas' own gradients, or from the micro-batches with "
-                         "--grad_accum_steps > 1; logged per epoch and kept in the metrics "
-                         "JSON as noise_scale (README \"How far can this job scale?\")."),
-    define_float("lars_eeta", 0.001, "lars: trust coefficient."),
-    flags_lib.define_enum("lars_mode", LarsMode("scale"), LarsMode,
-                      "lars: scale the rate by the trust ratio, or clip the ratio at 1 (LARC)."),
-    flags.DEFINE_list("lars_exclude", list(DEFAULT_LARS_EXCLUDE),
-                      "lars: variables whose name matches one of these regular expressions get "
-                      "trust 1 and no weight decay."))
+OPTIMIZER = flags_lib.fields(
+    OptimizerConfig, "optimizer", "learning_rate", "momentum", "weight_decay", "lr_scaling",
+    "base_batch_size", "warmup_epochs", "lr_schedule", "lr_step_boundaries", "lr_step_factor",
+    "clip_norm", "grad_accum_steps", "gradient_noise_eta", "gradient_noise_gamma",
+    "measure_noise_scale", "lars_eeta", "lars_mode", "lars_exclude")
 CLUSTER_RESOLVER = flags.DEFINE_enum(
     "cluster_resolver", "auto", ["auto", "tf_config", "jobset", "slurm"],
     "Where this task finds its cluster. auto: TF_CONFIG when set, else the JobSet pod's "
@@ -165,8 +91,7 @@ CHIEF = flags.DEFINE_bool(
                     "(cluster_resolver=slurm), or that `tfdist launch` starts or `tfdist "
                     "manifest` describes.")
 SLURM = flags_lib.group(SLURM_PORT_BASE, NUM_PS, CHIEF)  # Only with --cluster_resolver=slurm.
-TF_LOGS = flags.DEFINE_bool("tf_logs", False,
-                             "Show TensorFlow's start-up and C++ logs (hidden by default).")
+TF_LOGS = flags_lib.define_field(RunConfig, "show_tf_logs", name="tf_logs")
 
 
 flags_lib.register("train", STRATEGY, INPUT, TRAIN, OPTIMIZER, flags_lib.group(CLUSTER_RESOLVER),
