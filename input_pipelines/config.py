@@ -211,8 +211,8 @@ def _as_enum(field: str, value, enum_type: type[enum.Enum]):
 
 @dataclasses.dataclass(frozen=True)
 class InputConfig:
-    """Options for `input_pipelines.dataset_fn`. Each field carries its help (the `tfdist
-    train` flag of its name has it), default and bounds (`option`).
+    """Options for `input_pipelines.dataset_fn`. Each field carries its help, default and bounds
+    (`option`), which the `tfdist train` flag of its name, where there is one, is made of.
 
     Example:
       >>> InputConfig(dataset="tfrecord:/data/{split}-*", num_classes=1000, image_size=224,

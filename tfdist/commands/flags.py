@@ -15,6 +15,7 @@ import os
 import re
 import stat
 import types
+import typing
 from typing import Callable
 
 from absl import flags
@@ -161,7 +162,7 @@ def define_field(config: type, field: str, *, name: str | None = None, help: str
     return holder
 
 
-def fields(config: type, *names: str | flags.FlagHolder) -> Holders:
+def from_fields(config: type, *names: str | flags.FlagHolder) -> Holders:
     """A group of flags in order: those of `config`'s fields `names` (`define_field`), and
     flags defined otherwise, given as their holders."""
     return group(*(define_field(config, name) if isinstance(name, str) else name
@@ -171,8 +172,8 @@ def fields(config: type, *names: str | flags.FlagHolder) -> Holders:
 def _without_none(annotation):
     """`int` of `int | None`; `tuple` of `tuple[str, ...]`; else `annotation`."""
     if isinstance(annotation, types.UnionType):
-        annotation, = (each for each in annotation.__args__ if each is not type(None))
-    return getattr(annotation, "__origin__", annotation)
+        annotation, = (each for each in typing.get_args(annotation) if each is not type(None))
+    return typing.get_origin(annotation) or annotation
 
 
 def counts(text: list[str], highest: int) -> list[int] | None:

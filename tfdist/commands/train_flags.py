@@ -26,18 +26,18 @@ from tfdist.strategies import jobset
 
 FLAGS = flags.FLAGS
 
-STRATEGY = flags_lib.fields(
+STRATEGY = flags_lib.from_fields(
     StrategyConfig, "strategy", "num_gpus", "num_cpu_devices", "num_logical_gpus",
     "logical_gpu_memory_mib", "all_reduce", "num_packs", "collective",
     flags_lib.define_field(StrategyConfig, "collective_timeout_s",
                            define=flags_lib.define_duration),
     "variable_partition", "allreduce_dtype", "allreduce_pack_mib")
 # The records and their batching: what `tfdist data check` reads too.
-SOURCE = flags_lib.fields(
+SOURCE = flags_lib.from_fields(
     InputConfig, "dataset", "data_dir", "download", "num_classes", "label_offset", "image_size",
     "global_batch_size", "shuffle_buffer_size", "autoshard", "cache", "deterministic",
     "datasets_num_private_threads", "skip_corrupt_records")
-INPUT = {**SOURCE, **flags_lib.fields(
+INPUT = {**SOURCE, **flags_lib.from_fields(
     InputConfig, "preprocess_on", "augment",
     flags_lib.define_measure("crop_area_min", "augment=imagenet: the least fraction of an "
                              "image's area a random crop covers (the most is 1); unset: "
@@ -59,13 +59,13 @@ KERAS = flags.DEFINE_enum(
     "The Keras models are written in: 2 (tf-keras) or 3 (`import keras`); the default follows "
     "TF_USE_LEGACY_KERAS (unset: 2). launch: the Keras `tf.keras` is in every task; doctor: "
     "check this task for it.")
-TRAIN = flags_lib.fields(
+TRAIN = flags_lib.from_fields(
     TrainConfig, "model", "epochs", "steps_per_epoch", PER_REPLICA_BATCH_SIZE, "validation_steps",
     "steps_per_execution", "mixed_precision", "model_dir", "backup_every", "metrics_json", "seed",
     KERAS)
-EPOCHS, SEED = TRAIN["epochs"], TRAIN["seed"]
+SEED = TRAIN["seed"]  # Also InputConfig's, and `data check`'s.
 # OptimizerConfig's fields (README "Large-batch training").
-OPTIMIZER = flags_lib.fields(
+OPTIMIZER = flags_lib.from_fields(
     OptimizerConfig, "optimizer", "learning_rate", "momentum", "weight_decay", "lr_scaling",
     "base_batch_size", "warmup_epochs", "lr_schedule", "lr_step_boundaries", "lr_step_factor",
     "clip_norm", "grad_accum_steps", "gradient_noise_eta", "gradient_noise_gamma",
