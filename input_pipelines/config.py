@@ -17,8 +17,16 @@ SYNTHETIC_DATASET = "synthetic"
 TFRECORD_PREFIX = "tfrecord:"
 PYTHON_PREFIX = "python:"  # A user's dataset function, imported by the program that trains.
 SPLIT_PLACEHOLDER = "{split}"
-DATASET_FORMS = (f"{BUILTIN_DATASET}|{SYNTHETIC_DATASET}|{TFRECORD_PREFIX}<glob>|"
-                 f"{PYTHON_PREFIX}MODULE:FUNCTION|<tfds name>[:<version>]")
+# What `dataset` takes, each form once with what it reads: the field's help and errors say it.
+DATASET_SOURCES = {
+    BUILTIN_DATASET: "is the built-in 10-class image dataset, generated locally on first use",
+    SYNTHETIC_DATASET: "is one random batch repeated (compute throughput only)",
+    f"{TFRECORD_PREFIX}<glob>": "reads image/encoded and image/class/label ({split} in the glob "
+                                "becomes train and validation)",
+    f"{PYTHON_PREFIX}MODULE:FUNCTION": "is a dataset function of yours (README \"Use tfdist "
+                                       "from your own program\")",
+    "<tfds name>[:<version>]": "is a prepared TFDS dataset"}
+DATASET_FORMS = "|".join(DATASET_SOURCES)
 _DOTTED_NAME = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 PYTHON_FUNCTION = re.compile(  # MODULE:FUNCTION, both dotted names.
     rf"{_DOTTED_NAME}:{_DOTTED_NAME}")
@@ -42,19 +50,22 @@ CROP_AREA_RANGE = (0.08, 1.0)
 CROP_ASPECT_RANGE = (3 / 4, 4 / 3)
 LABEL_BYTES = 8  # int64
 _COMPUTE_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-_LIMITS = {"global_batch_size": (1, MAX_GLOBAL_BATCH_SIZE),
-           "shuffle_buffer_size": (1, MAX_BUFFER_SIZE),
-           "num_classes": (1, MAX_NUM_CLASSES),
-           "image_size": (1, MAX_IMAGE_SIZE),
-           "datasets_num_private_threads": (1, MAX_THREADS),
-           "seed": (0, MAX_SEED),
-           "label_offset": (0, MAX_NUM_CLASSES)}
 # The steps of tfdist's training pipeline that `baseline_pipeline` can cut it after, in order.
 BASELINE_STAGES = ("read", "shuffle", "parse", "decode")
 
 
 class InputConfigError(errors.UsageError):
     """An input option is invalid; the message is one line: field, value, fix."""
+
+
+def option(default, help: str | None = None, *,
+           bounds: tuple[int, int] | None = None) -> dataclasses.Field:
+    """A config field that carries, once, what the `tfdist train` flag of its name is made of:
+    its default, its help and, for an integer, its bounds [lowest, highest], which the config
+    checks too (as `strategies.config.option`, which this library does not import)."""
+    metadata = {"help": help, "bounds": bounds}
+    return dataclasses.field(default=default, metadata={key: value for key, value in
+                                                        metadata.items() if value is not None})
 
 
 def log(line: str) -> None:
@@ -178,6 +189,19 @@ def _fraction_range(field: str, value, what: str, highest: float,
     return float(pair[0]), float(pair[1])
 
 
+def _check_bounds(config) -> None:
+    """Each field of the dataclass `config` with bounds (`option`) holds an integer within them;
+    None passes where it is the default."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if "bounds" not in field.metadata or (value is None and field.default is None):
+            continue
+        lowest, highest = field.metadata["bounds"]
+        if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
+            raise InputConfigError(f"{field.name}={value!r} is not an integer from {lowest} to "
+                                   f"{highest}.")
+
+
 def _as_enum(field: str, value, enum_type: type[enum.Enum]):
     try:
         return enum_type(value)
@@ -189,66 +213,67 @@ def _as_enum(field: str, value, enum_type: type[enum.Enum]):
 
 @dataclasses.dataclass(frozen=True)
 class InputConfig:
-    """Options for `input_pipelines.dataset_fn`.
+    """Options for `input_pipelines.dataset_fn`. Each field carries its help, default and bounds
+    (`option`), which the `tfdist train` flag of its name, where there is one, is made of.
 
     Example:
       >>> InputConfig(dataset="tfrecord:/data/{split}-*", num_classes=1000, image_size=224,
       ...             global_batch_size=1024, autoshard="file", preprocess_on="device")
-
-    Attributes:
-      dataset: `shapes` (the built-in 10-class image dataset, generated locally), `synthetic`
-        (one random batch repeated: compute throughput without input cost),
-        `tfrecord:<glob>` (files with `image/encoded` and `image/class/label`; a `{split}` in the
-        glob is replaced by the split name), or a prepared TFDS dataset by name.
-      data_dir: where prepared TFDS datasets live; None means TFDS's default
-        (~/tensorflow_datasets, or $TFDS_DATA_DIR).
-      download: let TFDS download and prepare a dataset that is not prepared yet.
-      num_classes: classes of a `tfrecord:` dataset (labels in [0, num_classes)); also the class
-        count of `synthetic`.
-      image_size: side of the square images a `tfrecord:` or `synthetic` dataset is resized to
-        (decoded images of other sizes are resized); None keeps 32 for synthetic and 224 for
-        tfrecord.
-      global_batch_size: examples per step across all replicas; each replica gets an equal share.
-      shuffle_buffer_size: examples held by the training shuffle buffer.
-      seed: seeds file and example shuffling and host augmentation.
-      autoshard: how input pipelines divide the data (see `AutoShard`).
-      cache: keep the decoded examples in memory after the first epoch.
-      deterministic: produce elements in a fixed order (slower with parallel reads); None keeps
-        tf.data's default (deterministic).
-      datasets_num_private_threads: give each pipeline its own thread pool of this size.
-      preprocess_on: where augmentation, normalisation and the cast run (see `PreprocessOn`).
-      tf_data_service: `grpc://host:port` of a tf.data service dispatcher to run the pipeline on.
-      tf_data_service_mode: how the service workers divide an epoch (see `ServiceMode`).
-      skip_corrupt_records: skip unreadable records (logging and counting them) instead of
-        failing.
-      label_offset: subtracted from every label of a `tfrecord:` dataset before use: 1 reads
-        ImageNet's TFRecords, whose labels run 1..1000 (0 stood for a background class).
-      augment: how training images are augmented (see `Augment`); `augmentation` is the
-        recipe it resolves to.
-      crop_area_range: (min, max) fraction of an image's area that the random-resized crop of
-        augment=imagenet covers.
-      crop_aspect_range: (min, max) width over height of that crop.
     """
-    dataset: str = BUILTIN_DATASET
-    data_dir: str | None = None
-    download: bool = False
-    num_classes: int | None = None
-    image_size: int | None = None
-    global_batch_size: int = 128
-    shuffle_buffer_size: int = 10_000
-    seed: int = 0
-    autoshard: AutoShard = AutoShard.AUTO
-    cache: bool = False
-    deterministic: bool | None = None
-    datasets_num_private_threads: int | None = None
-    preprocess_on: PreprocessOn = PreprocessOn.AUTO
-    tf_data_service: str | None = None
-    tf_data_service_mode: ServiceMode = ServiceMode.DISTRIBUTED_EPOCH
-    skip_corrupt_records: bool = False
-    label_offset: int = 0
-    augment: Augment = Augment.AUTO
-    crop_area_range: tuple[float, float] = CROP_AREA_RANGE
-    crop_aspect_range: tuple[float, float] = CROP_ASPECT_RANGE
+    dataset: str = option(BUILTIN_DATASET, f"Training data, one of {DATASET_FORMS}: "
+                          f"{'; '.join(' '.join(form) for form in DATASET_SOURCES.items())}.")
+    data_dir: str | None = option(None, "Where prepared datasets live; unset uses $TFDS_DATA_DIR "
+                                  "or ~/tensorflow_datasets.")
+    download: bool = option(False, "Let TFDS download and prepare a dataset that is not "
+                            "prepared (needs network).")
+    num_classes: int | None = option(None, "Classes of a tfrecord: or synthetic dataset.",
+                                     bounds=(1, MAX_NUM_CLASSES))
+    image_size: int | None = option(
+        None, "Resize images to this square size; unset keeps a TFDS dataset's size, 224 for "
+        "tfrecord:, 32 for synthetic.", bounds=(1, MAX_IMAGE_SIZE))
+    global_batch_size: int = option(
+        128, "Examples per step over all replicas; must divide by the replica count. Or give "
+        "--per_replica_batch_size instead (not both).", bounds=(1, MAX_GLOBAL_BATCH_SIZE))
+    shuffle_buffer_size: int = option(10_000, "Examples in the training shuffle buffer.",
+                                      bounds=(1, MAX_BUFFER_SIZE))
+    seed: int = option(0, "Seeds file and example shuffling and host augmentation.",
+                       bounds=(0, MAX_SEED))
+    autoshard: AutoShard = option(
+        AutoShard.AUTO, "How input pipelines divide the data: file (whole files each), data "
+        "(every N-th example), off (all read everything), auto (file when there are enough "
+        "files, else data).")
+    cache: bool = option(False, "Keep the records in memory after the first epoch.")
+    deterministic: bool | None = option(
+        None, "Produce input in a fixed order (--nodeterministic trades order for speed); unset "
+        "keeps tf.data's default.")
+    datasets_num_private_threads: int | None = option(
+        None, "Give each input pipeline a private thread pool of this size.",
+        bounds=(1, MAX_THREADS))
+    preprocess_on: PreprocessOn = option(
+        PreprocessOn.AUTO, "Where augmentation, normalisation and the cast run: host (tf.data), "
+        "device (inside each replica's step; the host only decodes and batches uint8), auto "
+        "(device when there are GPUs).")
+    tf_data_service: str | None = option(
+        None, "grpc://host:port of a tf.data service dispatcher (see `tfdist data serve`) to run "
+        "the input pipeline on.")
+    tf_data_service_mode: ServiceMode = option(
+        ServiceMode.DISTRIBUTED_EPOCH, "distributed_epoch: service workers split each epoch, "
+        "every example once; parallel_epochs: every service worker produces the whole epoch.")
+    skip_corrupt_records: bool = option(
+        False, "Skip the rest of a damaged TFRecord file (logged and counted) instead of "
+        "failing.")
+    label_offset: int = option(
+        0, "Subtracted from every label of a tfrecord: dataset; 1 reads ImageNet's, labelled "
+        "1..1000.", bounds=(0, MAX_NUM_CLASSES))
+    augment: Augment = option(
+        Augment.AUTO, "Training augmentation: imagenet (random-resized crop in the JPEG decode, "
+        "flip; evaluation: 0.875 centre crop), small (4 px shift, flip, brightness), none; auto: "
+        "imagenet for tfrecord: and TFDS datasets given --image_size, else small.")
+    crop_area_range: tuple[float, float] = option(
+        CROP_AREA_RANGE, "augment=imagenet: the (min, max) fraction of an image's area that a "
+        "random crop covers.")
+    crop_aspect_range: tuple[float, float] = option(
+        CROP_ASPECT_RANGE, "augment=imagenet: the (min, max) width over height of a random crop.")
 
     def __post_init__(self):
         if not isinstance(self.dataset, str):
@@ -274,12 +299,7 @@ class InputConfig:
         object.__setattr__(self, "crop_aspect_range", _fraction_range(
             "crop_aspect_range", self.crop_aspect_range, "widths over heights",
             MAX_CROP_ASPECT, CROP_ASPECT_RANGE))
-        for field, (lowest, highest) in _LIMITS.items():
-            value = getattr(self, field)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or
-                                      not lowest <= value <= highest):
-                raise InputConfigError(f"{field}={value!r} is not an integer from {lowest} to "
-                                       f"{highest}.")
+        _check_bounds(self)
         if self.tf_data_service is not None:
             parse_service_address(self.tf_data_service)
         if kind is SourceKind.TFRECORD and self.num_classes is None:

@@ -101,6 +101,40 @@ def check_int(field: str, value: int, lowest: int, highest: int, fix: str,
         raise error(f"{field}={value!r} is not an integer from {lowest} to {highest}; {fix}.")
 
 
+def option(default, help: str | None = None, *, bounds: tuple[int, int] | None = None,
+           fix: str | None = None) -> dataclasses.Field:
+    """A config field that carries, once, what the `tfdist train` flag of its name is made of:
+    its default, its help and, for an integer, its bounds [lowest, highest], which the config
+    checks too (`check_bounds`; `fix` ends its error: `fix_of`)."""
+    metadata = {"help": help, "bounds": bounds, "fix": fix}
+    return dataclasses.field(default=default, metadata={key: value for key, value in
+                                                        metadata.items() if value is not None})
+
+
+def check_bounds(config, error: type[ValueError] = StrategyConfigError) -> None:
+    """`check_int` on each field of the dataclass `config` that has bounds (`option`); None
+    passes where it is the default."""
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if "bounds" in field.metadata and not (value is None and field.default is None):
+            check_int(field.name, value, *field.metadata["bounds"], fix_of(field), error=error)
+
+
+def fix_of(field: dataclasses.Field) -> str:
+    """How to fix a bad value of `field`, which ends its error: its `fix`, else its default as
+    an example."""
+    return field.metadata.get("fix", f"e.g. {field.default}")
+
+
+def coerce_enums(config, error: type[ValueError] = StrategyConfigError) -> None:
+    """Sets each field of the frozen dataclass `config` whose type is an enum to its member
+    (`coerce_enum`: a value such as "mirrored" becomes StrategyKind.MIRRORED)."""
+    for field in dataclasses.fields(config):
+        if isinstance(field.type, type) and issubclass(field.type, enum.Enum):
+            object.__setattr__(config, field.name, coerce_enum(
+                field.name, getattr(config, field.name), field.type, error=error))
+
+
 def is_duration(value: float) -> bool:
     """Whether `value` is a finite number of seconds in (0, MAX_TIMEOUT_S]."""
     return isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S
@@ -116,50 +150,52 @@ def check_seconds(field: str, value: float, fix: str,
 
 @dataclasses.dataclass(frozen=True)
 class StrategyConfig:
-    """Options for `strategies.build`. Field names match the `tfdist train` flags.
+    """Options for `strategies.build`. Each field is the `tfdist train` flag of its name and
+    carries that flag's help, default and bounds (`option`).
 
     Example:
       >>> StrategyConfig(strategy="multi_worker_mirrored", collective="nccl",
       ...                allreduce_dtype="bfloat16", collective_timeout_s=300)
-
-    Attributes:
-      strategy: which strategy; `auto` picks one from the cluster and the local devices.
-      num_gpus: GPUs each worker uses; None uses every visible GPU.
-      num_cpu_devices: logical devices the host CPU is split into, so that N replicas run on a
-        CPU-only machine (mirrored only).
-      num_logical_gpus: logical GPUs the first GPU is split into, so that N replicas run on one
-        physical GPU (mirrored only; their all-reduce is hierarchical copy, as NCCL needs
-        distinct GPUs).
-      logical_gpu_memory_mib: the memory each logical GPU may take.
-      all_reduce: MirroredStrategy's cross-device reduction.
-      num_packs: gradient packs for `nccl`/`hierarchical_copy` all-reduce.
-      collective: MultiWorkerMirroredStrategy's collective implementation.
-      collective_timeout_s: bound on each collective, so a lost peer fails instead of hanging.
-      variable_partition: ParameterServerStrategy's variable sharding.
-      allreduce_dtype: gradients are cast to this dtype for the all-reduce between replicas
-        and back after it (mirrored strategies); float32 leaves them as they are.
-      allreduce_pack_mib: MultiWorkerMirroredStrategy packs gradients into all-reduces of
-        this many MiB; 0 lets TensorFlow choose.
     """
-    strategy: StrategyKind = StrategyKind.AUTO
-    num_gpus: int | None = None
-    num_cpu_devices: int = 1
-    num_logical_gpus: int = 1
-    logical_gpu_memory_mib: int = 8192
-    all_reduce: AllReduce = AllReduce.AUTO
-    num_packs: int = 1
-    collective: Collective = Collective.AUTO
-    collective_timeout_s: float | None = None
-    variable_partition: VariablePartition = VariablePartition()
-    allreduce_dtype: WireDtype = WireDtype.FLOAT32
-    allreduce_pack_mib: int = 0
+    strategy: StrategyKind = option(
+        StrategyKind.AUTO, "tf.distribute strategy; auto picks parameter_server when TF_CONFIG "
+        "has ps tasks, multi_worker_mirrored with several workers, mirrored with several local "
+        "devices, else one_device.")
+    num_gpus: int | None = option(
+        None, "GPUs per worker; unset uses every visible GPU.", bounds=(0, MAX_REPLICA_DEVICES),
+        fix="pass 0 for CPU only, or leave it unset to use every visible GPU")
+    num_cpu_devices: int = option(
+        1, "Split the host CPU into N logical devices, so N replicas run on a CPU-only machine "
+        "(mirrored).", bounds=(1, MAX_REPLICA_DEVICES), fix="e.g. 2 for two CPU replicas")
+    num_logical_gpus: int = option(
+        1, "Split the first GPU into N logical GPUs, so N replicas run on one GPU (mirrored; "
+        "all-reduce by hierarchical copy, as NCCL needs distinct GPUs).",
+        bounds=(1, MAX_REPLICA_DEVICES), fix="e.g. 2 for two replicas on one GPU")
+    logical_gpu_memory_mib: int = option(
+        8192, "Memory of each logical GPU of --num_logical_gpus, in MiB.",
+        bounds=(1, MAX_GPU_MEMORY_MIB),
+        fix="e.g. 8192, with num_logical_gpus x that within the GPU's memory")
+    all_reduce: AllReduce = option(AllReduce.AUTO, "Mirrored cross-device all-reduce.")
+    num_packs: int = option(1, "Gradient packs for nccl/hierarchical_copy all-reduce.",
+                            bounds=(1, MAX_REPLICA_DEVICES), fix="e.g. 1 or 2")
+    collective: Collective = option(Collective.AUTO, "Multi-worker collective implementation.")
+    collective_timeout_s: float | None = option(
+        None, "Fail a multi-worker collective that takes longer than this, instead of hanging "
+        "on a lost peer; unset waits forever.")
+    variable_partition: VariablePartition = option(
+        VariablePartition(), "Parameter-server variable sharding: none, min_size:<bytes> or "
+        "max_shards:<n>.")
+    allreduce_dtype: WireDtype = option(
+        WireDtype.FLOAT32, "Cast gradients to this dtype for the all-reduce between replicas "
+        "and back after it (mirrored strategies): bfloat16 or float16 halve the bytes on the "
+        "wire (docs/PERFORMANCE.md).")
+    allreduce_pack_mib: int = option(
+        0, "Multi-worker: all-reduce gradients in packs of this many MiB; 0 lets TensorFlow "
+        "choose.", bounds=(0, MAX_PACK_MIB),
+        fix="pass a size in MiB, or 0 to let TensorFlow choose")
 
     def __post_init__(self):
-        object.__setattr__(self, "strategy", coerce_enum("strategy", self.strategy, StrategyKind))
-        for field, enum_type in (("all_reduce", AllReduce), ("collective", Collective)):
-            object.__setattr__(self, field, coerce_enum(field, getattr(self, field), enum_type))
-        object.__setattr__(self, "allreduce_dtype",
-                           coerce_enum("allreduce_dtype", self.allreduce_dtype, WireDtype))
+        coerce_enums(self)
         if isinstance(self.variable_partition, str):
             object.__setattr__(self, "variable_partition",
                                VariablePartition.parse(self.variable_partition))
@@ -167,18 +203,7 @@ class StrategyConfig:
         self._check_options_fit_strategy()
 
     def _check_counts(self) -> None:
-        if self.num_gpus is not None:
-            check_int("num_gpus", self.num_gpus, 0, MAX_REPLICA_DEVICES,
-                      "pass 0 for CPU only, or leave it unset to use every visible GPU")
-        check_int("num_cpu_devices", self.num_cpu_devices, 1, MAX_REPLICA_DEVICES,
-                  "e.g. 2 for two CPU replicas")
-        check_int("num_logical_gpus", self.num_logical_gpus, 1, MAX_REPLICA_DEVICES,
-                  "e.g. 2 for two replicas on one GPU")
-        check_int("logical_gpu_memory_mib", self.logical_gpu_memory_mib, 1, MAX_GPU_MEMORY_MIB,
-                  "e.g. 8192, with num_logical_gpus x that within the GPU's memory")
-        check_int("allreduce_pack_mib", self.allreduce_pack_mib, 0, MAX_PACK_MIB,
-                  "pass a size in MiB, or 0 to let TensorFlow choose")
-        check_int("num_packs", self.num_packs, 1, MAX_REPLICA_DEVICES, "e.g. 1 or 2")
+        check_bounds(self)
         if self.collective_timeout_s is not None:
             check_seconds("collective_timeout_s", self.collective_timeout_s,
                           "e.g. 300, or leave it unset for no timeout")

@@ -8,10 +8,15 @@ would collide with a user's own flags. Each module registers its command's flags
 order `--help` lists them. Pure Python: TensorFlow is imported after parsing.
 """
 
+import dataclasses
+import enum
 import math
 import os
 import re
 import stat
+import types
+import typing
+from typing import Callable
 
 from absl import flags
 
@@ -28,6 +33,8 @@ MAX_TEXT_BYTES = 1 << 20  # A flag file or a benchmark JSON: far more than eithe
 MAX_FLAGFILE_DEPTH = 32  # Flag files that name flag files, nested.
 # The flags each command takes, registered by the modules that define them.
 COMMAND_FLAGS: dict[str, Holders] = {}
+# The flags made from a config's field (`define_field`): flag name -> (config class, field name).
+FIELDS: dict[str, tuple[type, str]] = {}
 _PARSING = {"command": "train"}  # What `parse` parses for; a user's program parses train flags.
 
 MAX_NUMBER_DIGITS = 19  # Of a number flag: more than any count or size tfdist takes.
@@ -123,6 +130,51 @@ def define_enum(name: str, default, enum_type, text: str) -> flags.FlagHolder:
     """A flag whose value is a member of the string enum `enum_type`, written as its value
     (`--strategy=mirrored`)."""
     return flags.DEFINE_enum_class(name, default, enum_type, text, case_sensitive=False)
+
+
+def define_field(config: type, field: str, *, name: str | None = None, help: str | None = None,
+                 define: Callable[[str, object, str], flags.FlagHolder] | None = None
+                 ) -> flags.FlagHolder:
+    """The flag of the dataclass `config`'s `field` (named `name`, else as the field): the
+    field's default, help (unless `help` is given) and bounds (`strategies.config.option`), and
+    the parse its type calls for: an enum's members, a bool, an integer within the bounds, a
+    float, a string, a list (a tuple field), the text form of a type that `parse`s it;
+    `define(name, default, help)` for another."""
+    spec = next(each for each in dataclasses.fields(config) if each.name == field)
+    kind = _without_none(spec.type)
+    name, default, text = name or field, spec.default, help or spec.metadata["help"]
+    if define is not None:
+        holder = define(name, default, text)
+    elif isinstance(kind, type) and issubclass(kind, enum.Enum):
+        holder = define_enum(name, default, kind, text)
+    elif kind is int:
+        lowest, highest = spec.metadata["bounds"]
+        holder = define_integer(name, default, text, lower_bound=lowest, upper_bound=highest)
+    elif kind is tuple:
+        holder = flags.DEFINE_list(name, list(default), text)
+    elif kind in (bool, float, str):
+        holder = {bool: flags.DEFINE_bool, float: define_float, str: flags.DEFINE_string}[kind](
+            name, default, text)
+    elif hasattr(kind, "parse"):
+        holder = flags.DEFINE_string(name, str(default), text)
+    else:
+        raise TypeError(f"{config.__name__}.{field}: no flag for {spec.type}; pass `define`.")
+    FIELDS[name] = (config, field)
+    return holder
+
+
+def from_fields(config: type, *names: str | flags.FlagHolder) -> Holders:
+    """A group of flags in order: those of `config`'s fields `names` (`define_field`), and
+    flags defined otherwise, given as their holders."""
+    return group(*(define_field(config, name) if isinstance(name, str) else name
+                   for name in names))
+
+
+def _without_none(annotation):
+    """`int` of `int | None`; `tuple` of `tuple[str, ...]`; else `annotation`."""
+    if isinstance(annotation, types.UnionType):
+        annotation, = (each for each in typing.get_args(annotation) if each is not type(None))
+    return typing.get_origin(annotation) or annotation
 
 
 def counts(text: list[str], highest: int) -> list[int] | None:

@@ -16,8 +16,10 @@ from tfdist.input_pipelines.config import MAX_SEED
 from tfdist.input_pipelines.config import PYTHON_FUNCTION
 from tfdist.strategies import ClusterConfig
 from tfdist.strategies import StrategyConfig
-from tfdist.strategies.config import check_int
-from tfdist.strategies.config import coerce_enum
+from tfdist.strategies.config import check_bounds
+from tfdist.strategies.config import coerce_enums
+from tfdist.strategies.config import fix_of
+from tfdist.strategies.config import option
 
 KERAS_VERSIONS = ("2", "3")
 MAX_COUNT = (1 << 31) - 1  # Steps, epochs and other counts TensorFlow keeps in int32 or more.
@@ -61,37 +63,41 @@ def check_image_size(model: str, image_size: int | None) -> None:
                           f"image_size={smallest} or more.")
 
 
-def _as_enum(field: str, value, enum_type: type[enum.Enum]):
-    return coerce_enum(field, value, enum_type, error=ConfigError)
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    """How to train: model, epochs, precision and where results go.
-
-    `model` is a built-in model (`ModelName`) or a user's model function as MODULE:FUNCTION.
-    `keras` is the Keras the model is written in: 2 (tf-keras, `tf.keras` with
-    TF_USE_LEGACY_KERAS=1) or 3 (`import keras`, README "Keras 2 or 3").
-    `steps_per_epoch=None` covers the training split once per epoch; `validation_steps=None`
-    reads the whole validation split. With `model_dir`, a backup is written every epoch or every
-    `backup_every` steps, and a restarted job resumes from it.
+    """How to train: model, epochs, precision and where results go; each field carries its help
+    (its `tfdist train` flag's), default and bounds (`option`). `keras` is the Keras the model is
+    written in: 2 (tf-keras, `tf.keras` with TF_USE_LEGACY_KERAS=1) or 3 (`import keras`).
 
     Example:
       >>> tfdist.TrainConfig(model="my_project.models:build", epochs=5,
       ...                    mixed_precision="mixed_bfloat16", metrics_json="/tmp/m.json")
     """
-    model: str = ModelName.SMALL_CNN.value
-    epochs: int = 3
-    steps_per_epoch: int | None = None
-    validation_steps: int | None = None
-    steps_per_execution: int = 1
-    mixed_precision: Precision = Precision.FLOAT32
-    model_dir: str | None = None
-    backup_every: str = "epoch"
-    metrics_json: str | None = None
-    seed: int = 0
-    keras: int = 2
-    per_replica_batch_size: int | None = None  # Not InputConfig's: setup derives the global.
+    model: str = option(
+        ModelName.SMALL_CNN.value, "Model to train: a built-in one "
+        f"({', '.join(name.value for name in ModelName)}) or MODULE:FUNCTION, a model function "
+        "of yours, imported when training starts (README \"Use tfdist from your own program\").")
+    epochs: int = option(3, "Training epochs.", bounds=(1, MAX_COUNT))
+    steps_per_epoch: int | None = option(None, "Steps per epoch; unset covers the training "
+                                         "split once.", bounds=(1, MAX_COUNT), fix="e.g. 100")
+    validation_steps: int | None = option(None, "Validation steps per epoch; unset reads the "
+                                          "whole validation split.", bounds=(1, MAX_COUNT),
+                                          fix="e.g. 10")
+    steps_per_execution: int = option(1, "Steps run per tf.function call; more cuts Python "
+                                      "overhead per step.", bounds=(1, MAX_COUNT))
+    mixed_precision: Precision = option(
+        Precision.FLOAT32, "Dtype policy; mixed_float16 adds dynamic loss scaling.")
+    model_dir: str | None = option(
+        None, "Where checkpoints and TensorBoard logs go; unset keeps nothing.")
+    backup_every: str = option(
+        "epoch", "With --model_dir: back up training state every epoch or every N steps, so a "
+        "restarted job resumes where it stopped.")
+    metrics_json: str | None = option(None, "Write the run summary as JSON to this path.")
+    seed: int = option(0, "Seeds Python, NumPy, TensorFlow and input shuffling.",
+                       bounds=(0, MAX_SEED))
+    keras: int = 2  # Its flag's default follows TF_USE_LEGACY_KERAS.
+    per_replica_batch_size: int | None = option(  # Not InputConfig's: setup derives the global.
+        None, bounds=(1, MAX_GLOBAL_BATCH_SIZE), fix="e.g. 64")
 
     def __post_init__(self):
         if isinstance(self.model, ModelName):
@@ -110,14 +116,8 @@ class TrainConfig:
             if not PYTHON_FUNCTION.fullmatch(self.model):
                 raise ConfigError(f"model={self.model!r} is not MODULE:FUNCTION; write e.g. "
                                   "my_project.models:build (a module on PYTHONPATH).")
-        object.__setattr__(self, "mixed_precision",
-                           _as_enum("mixed_precision", self.mixed_precision, Precision))
-        for field, highest in (("epochs", MAX_COUNT), ("steps_per_epoch", MAX_COUNT),
-                               ("validation_steps", MAX_COUNT), ("steps_per_execution", MAX_COUNT),
-                               ("per_replica_batch_size", MAX_GLOBAL_BATCH_SIZE)):
-            if getattr(self, field) is not None:
-                check_int(field, getattr(self, field), 1, highest, "e.g. 3", error=ConfigError)
-        check_int("seed", self.seed, 0, MAX_SEED, "e.g. 0", error=ConfigError)
+        coerce_enums(self, error=ConfigError)
+        check_bounds(self, error=ConfigError)
         if str(self.keras) not in KERAS_VERSIONS:
             raise ConfigError(f"keras={self.keras!r} is not a Keras tfdist trains with; use "
                               "keras=2 (tf-keras) or keras=3 (`import keras`).")
@@ -189,46 +189,59 @@ DEFAULT_LARS_EXCLUDE = ("bias", "batch_normalization", "layer_normalization", "g
 
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
-    """The optimizer, its learning-rate schedule and what happens to gradients before an update.
-
-    Field names are the `tfdist train` flags. Rates: the peak is `learning_rate` scaled by
-    `global_batch_size / base_batch_size` (`lr_scaling`); warmup rises from `learning_rate` to
-    the peak over `warmup_epochs`; `lr_schedule` then decays from the peak until training ends
-    (`TrainConfig.epochs`), at `lr_step_boundaries` (epochs from the start) by `lr_step_factor`
-    for `step`. Gradients, after the all-reduce: clipped to global norm `clip_norm`, given
-    Gaussian noise of variance `gradient_noise_eta / (1 + t) ** gradient_noise_gamma`, and
-    averaged over `grad_accum_steps` micro-batches per update. `measure_noise_scale` measures
-    the gradient noise scale (`tfdist.optim.noise_scale`), which needs 2+ replicas in sync or
-    `grad_accum_steps` > 1.
+    """The optimizer, its learning-rate schedule and what happens to gradients before an update;
+    each field carries its help (its `tfdist train` flag's), default and bounds (`option`).
+    Warmup rises from `learning_rate` to `peak_learning_rate`, from which `lr_schedule` decays
+    until training ends (`TrainConfig.epochs`).
 
     Example (Goyal et al.'s recipe: linear scaling from 256, 5 warmup epochs, step decay):
       >>> tfdist.OptimizerConfig(optimizer="momentum", learning_rate=0.1, lr_scaling="linear",
       ...                        base_batch_size=256, warmup_epochs=5, lr_schedule="step",
       ...                        lr_step_boundaries=(30, 60, 80))
     """
-    optimizer: OptimizerName = OptimizerName.ADAM
-    learning_rate: float = 3e-3
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    lr_scaling: LrScaling = LrScaling.NONE
-    base_batch_size: int = 256
-    warmup_epochs: float = 0.0
-    lr_schedule: LrSchedule = LrSchedule.CONSTANT
-    lr_step_boundaries: tuple[float, ...] = ()
-    lr_step_factor: float = 0.1
-    clip_norm: float | None = None
-    grad_accum_steps: int = 1
-    gradient_noise_eta: float = 0.0
-    gradient_noise_gamma: float = 0.55
-    measure_noise_scale: bool = False
-    lars_eeta: float = 0.001
-    lars_mode: LarsMode = LarsMode.SCALE
-    lars_exclude: tuple[str, ...] = DEFAULT_LARS_EXCLUDE
+    optimizer: OptimizerName = option(OptimizerName.ADAM, "Optimizer.")
+    learning_rate: float = option(3e-3, "Base learning rate: the rate at --base_batch_size, "
+                                  "where warmup starts.", fix="e.g. 0.1")
+    momentum: float = option(0.9, "Momentum of momentum, nesterov and lars.")
+    weight_decay: float = option(
+        0.0, "Weight decay: decoupled for sgd/momentum/nesterov/adam/adamw/rmsprop, in the update "
+        "for lars.", fix="e.g. 0.0001")
+    lr_scaling: LrScaling = option(
+        LrScaling.NONE, "Scale the peak rate with global batch / --base_batch_size: linear, or "
+        "its square root.")
+    base_batch_size: int = option(256, "The global batch --learning_rate is meant for.",
+                                  bounds=(1, MAX_GLOBAL_BATCH_SIZE))
+    warmup_epochs: float = option(0.0, "Rise linearly from --learning_rate to the scaled peak "
+                                  "over these epochs.", fix="e.g. 5")
+    lr_schedule: LrSchedule = option(
+        LrSchedule.CONSTANT, "Decay after warmup: constant, cosine to 0 at the end, or step.")
+    lr_step_boundaries: tuple[float, ...] = option(
+        (), "lr_schedule=step: epochs (from the start) at which the rate is multiplied by "
+        "--lr_step_factor, e.g. 30,60,80.", fix="e.g. 30")
+    lr_step_factor: float = option(0.1, "lr_schedule=step: factor at each boundary.")
+    clip_norm: float | None = option(None, "Clip the all-reduced gradients to this global norm; "
+                                     "unset does not clip.", fix="e.g. 1.0")
+    grad_accum_steps: int = option(
+        1, "Apply one update per N micro-batches, with their mean gradient (an effective global "
+        "batch N times larger).", bounds=(1, MAX_COUNT))
+    gradient_noise_eta: float = option(
+        0.0, "Add Gaussian noise of variance eta / (1 + t)^gamma to the all-reduced gradients "
+        "(t = updates so far); 0 adds none.", fix="e.g. 0.01")
+    gradient_noise_gamma: float = option(0.55, "Annealing exponent of --gradient_noise_eta.")
+    measure_noise_scale: bool = option(
+        False, "Measure the gradient noise scale B_simple (about the critical batch size) from "
+        "the replicas' own gradients, or from the micro-batches with --grad_accum_steps > 1; "
+        "logged per epoch and kept in the metrics JSON as noise_scale (README \"How far can "
+        "this job scale?\").")
+    lars_eeta: float = option(0.001, "lars: trust coefficient.")
+    lars_mode: LarsMode = option(
+        LarsMode.SCALE, "lars: scale the rate by the trust ratio, or clip the ratio at 1 (LARC).")
+    lars_exclude: tuple[str, ...] = option(
+        DEFAULT_LARS_EXCLUDE, "lars: variables whose name matches one of these regular "
+        "expressions get trust 1 and no weight decay.")
 
     def __post_init__(self):
-        for field, enum_type in (("optimizer", OptimizerName), ("lr_scaling", LrScaling),
-                                 ("lr_schedule", LrSchedule), ("lars_mode", LarsMode)):
-            object.__setattr__(self, field, _as_enum(field, getattr(self, field), enum_type))
+        coerce_enums(self, error=ConfigError)
         object.__setattr__(self, "lr_step_boundaries", _epochs(self.lr_step_boundaries))
         if not isinstance(self.lars_exclude, (list, tuple)) or not all(
                 isinstance(pattern, str) for pattern in self.lars_exclude):
@@ -242,17 +255,17 @@ class OptimizerConfig:
 
     def _check_finite(self) -> None:
         """NaN and infinities (and floats beyond float32, which the optimizer computes in)."""
-        numbers = {field: getattr(self, field) for field in _FLOAT_EXAMPLES
-                   if field != "lr_step_boundaries"}
-        numbers.update({f"lr_step_boundaries[{index}]": epoch
-                        for index, epoch in enumerate(self.lr_step_boundaries)})
-        for field, value in numbers.items():
+        fields = {field.name: field for field in dataclasses.fields(self)}
+        numbers = [(name, getattr(self, name), field) for name, field in fields.items()
+                   if field.type in (float, float | None)]
+        numbers += [(f"lr_step_boundaries[{index}]", epoch, fields["lr_step_boundaries"])
+                    for index, epoch in enumerate(self.lr_step_boundaries)]
+        for name, value, field in numbers:
             if value is not None and not (isinstance(value, (int, float)) and
                                           not isinstance(value, bool) and
                                           math.isfinite(value) and abs(value) <= _MAX_FLOAT32):
-                raise ConfigError(
-                    f"{field}={value!r} is not a finite number (within float32's range); pass "
-                    f"e.g. {_FLOAT_EXAMPLES[field.split('[')[0]]}.")
+                raise ConfigError(f"{name}={value!r} is not a finite number (within float32's "
+                                  f"range); pass {fix_of(field)}.")
 
     def _check_ranges(self) -> None:
         if not self.learning_rate > 0:
@@ -263,10 +276,7 @@ class OptimizerConfig:
                 raise ConfigError(f"{field}={getattr(self, field)} is negative; use 0 or more.")
         if not 0 <= self.momentum < 1:
             raise ConfigError(f"momentum={self.momentum} is outside [0, 1); e.g. 0.9.")
-        check_int("base_batch_size", self.base_batch_size, 1, MAX_GLOBAL_BATCH_SIZE, "e.g. 256",
-                  error=ConfigError)
-        check_int("grad_accum_steps", self.grad_accum_steps, 1, MAX_COUNT, "e.g. 1",
-                  error=ConfigError)
+        check_bounds(self, error=ConfigError)
         if self.clip_norm is not None and not self.clip_norm > 0:
             raise ConfigError(f"clip_norm={self.clip_norm} must be positive; leave it unset "
                               "to not clip.")
@@ -337,13 +347,6 @@ def check_schedule_fits(config: OptimizerConfig, epochs: int) -> None:
                           f"training (epochs={epochs}); drop the last or train longer.")
 
 
-# The float options, each with an example value for error messages.
-_FLOAT_EXAMPLES = {"learning_rate": 0.1, "momentum": 0.9, "weight_decay": 0.0001,
-                   "warmup_epochs": 5, "lr_step_boundaries": 30, "lr_step_factor": 0.1,
-                   "clip_norm": 1.0, "gradient_noise_eta": 0.01, "gradient_noise_gamma": 0.55,
-                   "lars_eeta": 0.001}
-
-
 def _show(boundaries: tuple[float, ...]) -> str:
     return ",".join(f"{epoch:g}" for epoch in boundaries)
 
@@ -351,11 +354,6 @@ def _show(boundaries: tuple[float, ...]) -> str:
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """One run: the strategy, the input, the training, and the cluster this process belongs to.
-
-    Attributes:
-      optimizer: the optimizer and its schedule, which spans `train.epochs`.
-      cluster: the validated TF_CONFIG, or None for a single-process job.
-      show_tf_logs: keep TensorFlow's start-up and C++ logs (hidden by default).
 
     Example (a run without flags; `tfdist.config_from_flags` builds one from them):
       >>> config = tfdist.RunConfig(
@@ -370,8 +368,9 @@ class RunConfig:
     input: InputConfig = InputConfig()
     train: TrainConfig = TrainConfig()
     optimizer: OptimizerConfig = OptimizerConfig()
-    cluster: ClusterConfig | None = None
-    show_tf_logs: bool = False
+    cluster: ClusterConfig | None = None  # The validated TF_CONFIG; None: a single process.
+    show_tf_logs: bool = option(False, "Show TensorFlow's start-up and C++ logs (hidden by "
+                                "default).")
 
     def __post_init__(self):
         for field, kind in (("strategy", StrategyConfig), ("input", InputConfig),

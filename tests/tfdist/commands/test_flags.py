@@ -180,20 +180,43 @@ class FlagsTest(unittest.TestCase):
         self.assertLessEqual(set(_CLI_ONLY), others)
 
     def test_every_train_flags_default_builds_its_config_fields_default(self):
-        # Written twice (the config's field and the flag) until the flags are generated from
-        # the config: this holds each pair equal.
+        # The flags made from a config's field (flags.FIELDS) and those written by hand for one
+        # alike: parsed at their defaults, they build each field's default.
         _parse("train")
-        built, checked = train_flags.run_config(None), 0
-        for part in ("strategy", "input", "train", "optimizer"):
-            config = getattr(built, part)
-            defaults = type(config)()
+        built, checked = train_flags.run_config(None), set()
+        flag_of = {field: name for name, field in tfdist_flags.FIELDS.items()}
+        configs = {part: getattr(built, part) for part in ("strategy", "input", "train",
+                                                           "optimizer")}
+        for part, config in [*configs.items(), ("run", built)]:
             for field in dataclasses.fields(config):
-                if field.name in tfdist_flags.COMMAND_FLAGS["train"]:
-                    checked += 1
-                    with self.subTest(flag=field.name):
-                        self.assertEqual(getattr(config, field.name),
-                                         getattr(defaults, field.name))
-        self.assertGreaterEqual(checked, 59)
+                # A RunConfig field is a flag's only when made from it (--strategy is not).
+                name = flag_of.get((type(config), field.name),
+                                   None if part == "run" else field.name)
+                if name in tfdist_flags.COMMAND_FLAGS["train"]:
+                    checked.add(name)
+                    with self.subTest(flag=name):
+                        self.assertEqual(getattr(config, field.name), field.default)
+        made = {name for name in tfdist_flags.FIELDS if name in tfdist_flags.COMMAND_FLAGS["train"]}
+        self.assertLessEqual(made, checked)
+        self.assertGreaterEqual(len(made), 59)
+        self.assertEqual(checked - made, {"keras"})  # By hand: its default follows the env.
+
+    def test_every_flag_made_from_a_field_has_its_default_help_and_bounds(self):
+        for name, (config, field_name) in tfdist_flags.FIELDS.items():
+            field = next(each for each in dataclasses.fields(config) if each.name == field_name)
+            flag = tfdist_flags.FLAGS[name]
+            default = field.default
+            if isinstance(default, tuple):
+                default = list(default)
+            elif hasattr(type(default), "parse"):
+                default = str(default)
+            with self.subTest(flag=name):
+                self.assertEqual(flag.default, default)
+                if "help" in field.metadata and name != "per_replica_batch_size":  # Its plan:.
+                    self.assertTrue(flag.help.endswith(field.metadata["help"]), flag.help)
+                if "bounds" in field.metadata:
+                    self.assertEqual((flag.parser.lower_bound, flag.parser.upper_bound),
+                                     field.metadata["bounds"])
 
     def test_every_number_flag_takes_finite_ascii_decimals_only(self):
         # Python's int() and float() take all of these; absl's parsers pass them on.

@@ -36,7 +36,7 @@ class ConfigTest(parameterized.TestCase):
     @parameterized.parameters(0, -1, MAX_GLOBAL_BATCH_SIZE + 1, True, 2.0, "32")
     def test_a_per_replica_batch_is_a_count(self, value):
         with self.assertRaisesRegex(ConfigError, r"^per_replica_batch_size=.* is not an integer "
-                                                 r"from 1 to 16777216; e\.g\. 3\.$"):
+                                                 r"from 1 to 16777216; e\.g\. 64\.$"):
             TrainConfig(per_replica_batch_size=value)
 
     def test_both_batches_are_refused(self):
