@@ -11,6 +11,7 @@ import re
 import sys
 
 from tfdist import errors
+from tfdist.fields import option
 
 BUILTIN_DATASET = "shapes"
 SYNTHETIC_DATASET = "synthetic"
@@ -56,16 +57,6 @@ BASELINE_STAGES = ("read", "shuffle", "parse", "decode")
 
 class InputConfigError(errors.UsageError):
     """An input option is invalid; the message is one line: field, value, fix."""
-
-
-def option(default, help: str | None = None, *,
-           bounds: tuple[int, int] | None = None) -> dataclasses.Field:
-    """A config field that carries, once, what the `tfdist train` flag of its name is made of:
-    its default, its help and, for an integer, its bounds [lowest, highest], which the config
-    checks too (as `strategies.config.option`, which this library does not import)."""
-    metadata = {"help": help, "bounds": bounds}
-    return dataclasses.field(default=default, metadata={key: value for key, value in
-                                                        metadata.items() if value is not None})
 
 
 def log(line: str) -> None:

@@ -6,6 +6,8 @@ import math
 from typing import TypeVar
 
 from tfdist import errors
+from tfdist.fields import fix_of
+from tfdist.fields import option
 
 # Upper bounds, beyond which TensorFlow or the OS fails (e.g. an OverflowError for 10**20
 # logical CPUs); 512 logical CPU devices were measured to start in 1.4 s.
@@ -101,29 +103,13 @@ def check_int(field: str, value: int, lowest: int, highest: int, fix: str,
         raise error(f"{field}={value!r} is not an integer from {lowest} to {highest}; {fix}.")
 
 
-def option(default, help: str | None = None, *, bounds: tuple[int, int] | None = None,
-           fix: str | None = None) -> dataclasses.Field:
-    """A config field that carries, once, what the `tfdist train` flag of its name is made of:
-    its default, its help and, for an integer, its bounds [lowest, highest], which the config
-    checks too (`check_bounds`; `fix` ends its error: `fix_of`)."""
-    metadata = {"help": help, "bounds": bounds, "fix": fix}
-    return dataclasses.field(default=default, metadata={key: value for key, value in
-                                                        metadata.items() if value is not None})
-
-
 def check_bounds(config, error: type[ValueError] = StrategyConfigError) -> None:
-    """`check_int` on each field of the dataclass `config` that has bounds (`option`); None
+    """`check_int` on each field of the dataclass `config` that has bounds (`fields.option`); None
     passes where it is the default."""
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
         if "bounds" in field.metadata and not (value is None and field.default is None):
             check_int(field.name, value, *field.metadata["bounds"], fix_of(field), error=error)
-
-
-def fix_of(field: dataclasses.Field) -> str:
-    """How to fix a bad value of `field`, which ends its error: its `fix`, else its default as
-    an example."""
-    return field.metadata.get("fix", f"e.g. {field.default}")
 
 
 def coerce_enums(config, error: type[ValueError] = StrategyConfigError) -> None:

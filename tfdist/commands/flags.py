@@ -136,7 +136,7 @@ def define_field(config: type, field: str, *, name: str | None = None, help: str
                  define: Callable[[str, object, str], flags.FlagHolder] | None = None
                  ) -> flags.FlagHolder:
     """The flag of the dataclass `config`'s `field` (named `name`, else as the field): the
-    field's default, help (unless `help` is given) and bounds (`strategies.config.option`), and
+    field's default, help (unless `help` is given) and bounds (`fields.option`), and
     the parse its type calls for: an enum's members, a bool, an integer within the bounds, a
     float, a string, a list (a tuple field), the text form of a type that `parse`s it;
     `define(name, default, help)` for another."""

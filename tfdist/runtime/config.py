@@ -10,6 +10,8 @@ import os
 import re
 
 from tfdist import errors
+from tfdist.fields import fix_of
+from tfdist.fields import option
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_SEED
@@ -18,8 +20,6 @@ from tfdist.strategies import ClusterConfig
 from tfdist.strategies import StrategyConfig
 from tfdist.strategies.config import check_bounds
 from tfdist.strategies.config import coerce_enums
-from tfdist.strategies.config import fix_of
-from tfdist.strategies.config import option
 
 KERAS_VERSIONS = ("2", "3")
 MAX_COUNT = (1 << 31) - 1  # Steps, epochs and other counts TensorFlow keeps in int32 or more.
