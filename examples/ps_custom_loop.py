@@ -9,7 +9,7 @@ and strategy from TF_CONFIG (`setup`), the worker and ps tasks serving until the
 scheduling (`CustomLoop.distribute` and `run`), and checkpoints under `--model_dir`.
 
   tfdist launch --num_workers=2 --num_ps=2 --chief -- \\
-      python scripts/examples/ps_custom_loop.py --variable_partition=max_shards:2 \\
+      python examples/ps_custom_loop.py --variable_partition=max_shards:2 \\
       --model_dir=/tmp/ps_loop
 """
 

@@ -7,7 +7,7 @@ buckets) and two dense features; a click is drawn from a hidden logistic model o
 popularity and the dense features.
 
   tfdist launch --num_workers=2 --num_ps=2 --chief -- \
-      python scripts/examples/ctr_parameter_server.py --variable_partition=max_shards:2
+      python examples/ctr_parameter_server.py --variable_partition=max_shards:2
 
 The same with `launch --keras=3` trains the model in Keras 3, whose `tf.keras` it is then.
 """

@@ -4,11 +4,11 @@ The model of TensorFlow's multi-worker Keras tutorial, trained on digit-like 28x
 generated here (each class a fixed random stroke pattern plus noise; nothing is downloaded).
 The program only uses tfdist's public API, so it runs unchanged as every task of a cluster:
 
-  python scripts/examples/keras_multi_worker.py                         # one process
-  python scripts/examples/keras_multi_worker.py --strategy=mirrored --num_cpu_devices=2
-  tfdist launch --num_workers=2 -- python scripts/examples/keras_multi_worker.py
+  python examples/keras_multi_worker.py                         # one process
+  python examples/keras_multi_worker.py --strategy=mirrored --num_cpu_devices=2
+  tfdist launch --num_workers=2 -- python examples/keras_multi_worker.py
   tfdist launch --num_workers=2 --num_ps=1 --chief --evaluator -- \
-      python scripts/examples/keras_multi_worker.py --model_dir=/tmp/mw --validation_steps=8
+      python examples/keras_multi_worker.py --model_dir=/tmp/mw --validation_steps=8
 """
 
 from absl import flags

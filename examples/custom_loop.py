@@ -3,7 +3,7 @@ multi-worker mirrored: tfdist builds the model and its optimizer recipe in the s
 scope, distributes your dataset function, scales the loss by the global batch, all-reduces
 and transforms the gradients, and checkpoints so a restarted job resumes.
 
-  tfdist launch --num_workers=2 -- python scripts/examples/custom_loop.py \
+  tfdist launch --num_workers=2 -- python examples/custom_loop.py \
       --strategy=multi_worker_mirrored --model_dir=/tmp/loop
 """
 

@@ -5,7 +5,7 @@ most of its words come from the upper half of the vocabulary); the model is an e
 average pooling and a softmax. The records reach the model through `tfdist.Records`: tfdist's
 sharding plan, shuffling, per-replica batching, then this file's `parse` once per batch.
 
-  python scripts/examples/text_classifier.py --records_dir=/tmp/text \
+  python examples/text_classifier.py --records_dir=/tmp/text \
       --strategy=mirrored --num_cpu_devices=2
 """
 
