@@ -255,7 +255,7 @@ def main() -> None:
     parser.add_argument("--train_examples", type=int, default=None,
                         help="examples drawn for training (default: the built-in 10,000)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out_dir", default="docs")
+    parser.add_argument("--out_dir", default="docs/results")
     parser.add_argument("--verbose", action="store_true", help="print every evaluation")
     args = parser.parse_args()
     started = time.perf_counter()

@@ -48,7 +48,7 @@ from tfdist.runtime.output_files import write_json
 
 _MIB = 1024 * 1024
 # The latency of one message of TensorFlow's gRPC ring on this machine: a 2-process all-reduce
-# of 4 KiB (docs/plan_local.json, scripts/check_plan_local.py). tbf adds none.
+# of 4 KiB (docs/results/plan_local.json, scripts/check_plan_local.py). tbf adds none.
 _LATENCY_US = 1279.0
 # The rate of the same 2-process all-reduce (64 MiB) over loopback: TensorFlow's gRPC ring
 # where no link limits it, the host's stack alone.
@@ -151,11 +151,11 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--per_replica_batch", type=int, default=32)
     parser.add_argument("--latency_us", type=float, default=_LATENCY_US,
                         help="plan's --inter_latency_us (default: TensorFlow's gRPC ring "
-                             "message on this machine, docs/plan_local.json)")
+                             "message on this machine, docs/results/plan_local.json)")
     parser.add_argument("--stack_gbps", type=float, default=_STACK_GBPS,
                         help="plan's --inter_stack_gbps "
                              "(default: TensorFlow's gRPC ring between 2 processes on this "
-                             "machine, docs/plan_local.json)")
+                             "machine, docs/results/plan_local.json)")
     parser.add_argument("--epoch_s", type=float, default=8.0,
                         help="about how long each timed epoch runs")
     parser.add_argument("--most_steps", type=int, default=60)

@@ -123,7 +123,7 @@ def main() -> None:
                         type=lambda text: [float(rate) for rate in text.split(",")],
                         help="one LARS run per base rate")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out_dir", default="docs")
+    parser.add_argument("--out_dir", default="docs/results")
     args = parser.parse_args()
     try:
         import matplotlib  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import

@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--global_batch_size", type=int, default=128)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out_dir", default="docs")
+    parser.add_argument("--out_dir", default="docs/results")
     args = parser.parse_args()
     started = time.perf_counter()
     results: dict[str, list[dict]] = {mode: [] for mode in _MODES}
