@@ -20,7 +20,8 @@ throughput between 2 processes against raw loopback TCP, all in one run.
 Each all-reduce case runs WARMUP times, then REPS timed times; the median is reported. Prints
 a table, and with --json=PATH writes every figure.
 
-    python scripts/benchmark_cluster.py [--json=PATH] [--steps_per_epoch=N] [--skip_training]
+    python scripts/cluster/benchmark_cluster.py [--json=PATH] [--steps_per_epoch=N]
+        [--skip_training]
 """
 
 import argparse
@@ -36,7 +37,8 @@ import time
 
 from tfdist.runtime.output_files import write_json
 
-from train_runs import train_and_read_metrics
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # train_runs
+from train_runs import train_and_read_metrics  # noqa: E402
 
 MIB = 1024 * 1024
 PAYLOAD_BYTES = 64 * MIB

@@ -18,7 +18,7 @@ McCandlish et al.'s model S(B) = S_min (1 + B_crit / B) is fitted to the steps o
 runs: B_crit is the measured knee, compared with B_simple. Writes
 OUT_DIR/batch_scaling.{json,md,png} (the plot needs matplotlib: `pip install -e .[plot]`).
 
-    python scripts/batch_scaling_study.py [--batches=16,32,...,2048] [--target=0.95]
+    python scripts/large_batch/batch_scaling_study.py [--batches=16,32,...,2048] [--target=0.95]
 """
 
 import argparse
@@ -288,7 +288,7 @@ def main() -> None:
     report["median_noise_scale"] = float(np.median(
         [best["noise_scale"] for _, best in reached if best.get("noise_scale") is not None]))
     report["wall_s"] = time.perf_counter() - started
-    command = "python scripts/batch_scaling_study.py " + " ".join(sys.argv[1:])
+    command = "python scripts/large_batch/batch_scaling_study.py " + " ".join(sys.argv[1:])
     os.makedirs(args.out_dir, exist_ok=True)
     write_json("json", os.path.join(args.out_dir, "batch_scaling.json"),
                {"command": command.strip(), **report})

@@ -1,7 +1,7 @@
 """Writes an ImageNet-like set of JPEG TFRecord files, generated here (no download), to time and
 train tfdist's pipeline on JPEG data of ImageNet's layout and sizes.
 
-    python scripts/make_jpeg_records.py --out_dir=DIR [--train_images=2500]
+    python scripts/input_pipeline/make_jpeg_records.py --out_dir=DIR [--train_images=2500]
         [--validation_images=500] [--num_classes=10] [--label_base=0] [--seed=0] [--files=8]
         [--validation_files=2] [--min_size=300] [--max_size=500] [--stripes_by=class]
 

@@ -2,7 +2,7 @@
 flags, the model's scaling efficiency against the paper's. Sources and the reasoning behind
 every input are in docs/PLANNING.md ("Checked against published runs").
 
-    python scripts/plan_published.py [--overlap=0] [--json=PATH]
+    python scripts/planning/plan_published.py [--overlap=0] [--json=PATH]
 
 Efficiency is relative to what the paper compares with: one GPU (Horovod) or one 8-GPU server
 (Goyal et al.); the latter is the ratio of the two rows' step times.

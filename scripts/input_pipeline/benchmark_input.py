@@ -26,13 +26,13 @@ per example (from the medians) under "stages". --trace also runs tfdist's pipeli
 TensorFlow's profiler and writes, under "trace", the trace time of each tf.data transformation
 and each op per example (`input_pipelines.profile_stages`).
 
-    python scripts/benchmark_input.py [--json=PATH] [--rounds=5] [--examples=N]
+    python scripts/input_pipeline/benchmark_input.py [--json=PATH] [--rounds=5] [--examples=N]
         [--data_dir=DIR] [--stages] [--trace]
 
 With --dataset=tfrecord:GLOB (JPEG records in ImageNet's layout, e.g. as
-scripts/make_jpeg_records.py writes them; `{split}` in GLOB stands for train and validation)
-it compares instead, on that dataset's training files, batches of --global_batch_size (64)
-images of --image_size (224):
+scripts/input_pipeline/make_jpeg_records.py writes them; `{split}` in GLOB stands for train and
+validation) it compares instead, on that dataset's training files, batches of --global_batch_size
+(64) images of --image_size (224):
 
   naive          one sequential reader, a per-example map (parse, decode the whole image,
                  resize, flip, normalise), batch.
@@ -58,8 +58,8 @@ CPU-second: the per-core rate of host preprocessing a planner needs) and
 `decode_examples_per_core` (tfdist_device's: the same with preprocessing on the device), which
 `tfdist plan --input_benchmark` reads.
 
-    python scripts/benchmark_input.py --dataset='tfrecord:DIR/{split}-*' --num_classes=10
-        [--image_size=224] [--global_batch_size=64] [--augment=auto] [--rounds=3]
+    python scripts/input_pipeline/benchmark_input.py --dataset='tfrecord:DIR/{split}-*' \
+        --num_classes=10 [--image_size=224] [--global_batch_size=64] [--augment=auto] [--rounds=3]
         [--seconds=20] [--json=PATH]
 """
 

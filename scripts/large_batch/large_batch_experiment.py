@@ -21,7 +21,7 @@ shows the gradient noise scale B_simple of each run's last epoch.
 Writes OUT_DIR/large_batch.{md,json,png} (validation accuracy per epoch; the plot needs
 matplotlib: `pip install -e .[plot]`).
 
-    python scripts/large_batch_experiment.py [--epochs=3] [--large_batches=64,256,1024]
+    python scripts/large_batch/large_batch_experiment.py [--epochs=3] [--large_batches=64,256,1024]
 """
 
 import argparse
@@ -31,7 +31,8 @@ import time
 
 from tfdist.runtime.output_files import write_json
 
-from train_runs import train_and_read_metrics
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # train_runs
+from train_runs import train_and_read_metrics  # noqa: E402
 
 _TIMEOUT_S = 3600
 
@@ -141,7 +142,8 @@ def main() -> None:
         accuracy = metrics["history"]["val_accuracy"]
         print(f"{name}: final val_accuracy {accuracy[-1]:.4f}, best {max(accuracy):.4f} "
               f"({wall_s:.0f} s)", flush=True)
-    command = ("python scripts/large_batch_experiment.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python scripts/large_batch/large_batch_experiment.py "
+               + " ".join(sys.argv[1:])).strip()
     os.makedirs(args.out_dir, exist_ok=True)
     with open(os.path.join(args.out_dir, "large_batch.md"), "w", encoding="utf-8") as table:
         table.write(_table(results, command))

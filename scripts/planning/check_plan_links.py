@@ -29,9 +29,9 @@ gradient bytes are large and the compute small. Per cell (hosts x link rate x ex
 
 Prints a table and writes --json (every figure) and --plot. Linux, as root (namespaces, tc).
 
-    python scripts/check_plan_links.py [--hosts=2,4] [--gbps=0.1,1,10]
+    python scripts/planning/check_plan_links.py [--hosts=2,4] [--gbps=0.1,1,10]
         [--exchanges=ring-float32,ring-bfloat16,ps-1,ps-2] [--json=PATH] [--plot=PATH]
-    python scripts/check_plan_links.py --replan=PATH [--json=PATH] [--plot=PATH]
+    python scripts/planning/check_plan_links.py --replan=PATH [--json=PATH] [--plot=PATH]
 """
 
 import argparse
@@ -48,7 +48,7 @@ from tfdist.runtime.output_files import write_json
 
 _MIB = 1024 * 1024
 # The latency of one message of TensorFlow's gRPC ring on this machine: a 2-process all-reduce
-# of 4 KiB (docs/results/plan_local.json, scripts/check_plan_local.py). tbf adds none.
+# of 4 KiB (docs/results/plan_local.json, scripts/planning/check_plan_local.py). tbf adds none.
 _LATENCY_US = 1279.0
 # The rate of the same 2-process all-reduce (64 MiB) over loopback: TensorFlow's gRPC ring
 # where no link limits it, the host's stack alone.

@@ -13,7 +13,7 @@ run `--repeats` times. Validation accuracy per epoch against examples seen and a
 training seconds (validation excluded) go into one plot and one table:
 OUT_DIR/sync_vs_async.{json,md,png} (the plot needs matplotlib: `pip install -e .[plot]`).
 
-    python scripts/sync_vs_async.py [--epochs=5] [--global_batch_size=128] [--repeats=2]
+    python scripts/large_batch/sync_vs_async.py [--epochs=5] [--global_batch_size=128] [--repeats=2]
 """
 
 import argparse
@@ -25,7 +25,8 @@ import time
 
 from tfdist.runtime.output_files import write_json
 
-from train_runs import train_and_read_metrics
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # train_runs
+from train_runs import train_and_read_metrics  # noqa: E402
 
 _TIMEOUT_S = 1800
 _MODES = {
@@ -103,7 +104,7 @@ def main() -> None:
         print(f"{mode} seed {seed}: val_accuracy {run['val_accuracy'][-1]:.4f}, "
               f"{run['train_s'][-1]:.0f} s of training, {run['wall_s']:.0f} s in all",
               flush=True)
-    command = ("python scripts/sync_vs_async.py " + " ".join(sys.argv[1:])).strip()
+    command = ("python scripts/large_batch/sync_vs_async.py " + " ".join(sys.argv[1:])).strip()
     os.makedirs(args.out_dir, exist_ok=True)
     write_json("json", os.path.join(args.out_dir, "sync_vs_async.json"),
                {"command": command, "wall_s": time.perf_counter() - started, "runs": results})

@@ -4,16 +4,18 @@ Run 1 starts from an empty data dir (the built-in dataset is generated); run 2 r
 run is a fresh process, so TensorFlow's import is included. Prints one line per run and, with
 --json=PATH, writes the figures.
 
-    python scripts/time_default_job.py [--json=PATH] [-- extra tfdist train flags]
+    python scripts/default_job/time_default_job.py [--json=PATH] [-- extra tfdist train flags]
 """
 
 import argparse
 import os
+import sys
 import tempfile
 
 from tfdist.runtime.output_files import write_json
 
-from train_runs import train_and_read_metrics
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # train_runs
+from train_runs import train_and_read_metrics  # noqa: E402
 
 _TIMEOUT_S = 600
 

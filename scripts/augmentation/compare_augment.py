@@ -3,21 +3,22 @@ recipe R, at equal steps, seeds and everything else, alternating recipe by recip
 seed; prints each run's validation accuracy, then each recipe's median and the difference
 (the check: the ImageNet recipe learns at least as well as the small-image one).
 
-    python scripts/compare_augment.py [--data='tfrecord:DIR/{split}-*' --num_classes=N]
+    python scripts/augmentation/compare_augment.py
+        [--data='tfrecord:DIR/{split}-*' --num_classes=N]
         [--recipes=imagenet/--crop_area_min=0.35,small] [--seeds=1,2] [--epochs=25]
         [--image_size=64] [--model=resnet20] [--stripes_by=class] [--json=PATH]
 
-A recipe may carry train flags of its own after slashes. The default runs the ImageNet recipe
-with its smallest crop at 35% of the area, which README recommends for short runs at low
+A recipe may carry train flags of its own after slashes. The default runs the ImageNet recipe with
+its smallest crop at 35% of the area, which docs/input_pipelines.md recommends for short runs at low
 resolution: on the generated sets it learns at least as well as the small recipe, where the
-published 8% crop (`--recipes=imagenet,small`) does not (docs/PERFORMANCE.md, "Accuracy").
-Every run decays its rate to 0 by a cosine (`--lr_schedule=cosine`), so that the last epoch's
-accuracy is the run's, not a point on a noisy curve.
+published 8% crop (`--recipes=imagenet,small`) does not (docs/PERFORMANCE.md, "Accuracy"). Every run
+decays its rate to 0 by a cosine (`--lr_schedule=cosine`), so that the last epoch's accuracy is the
+run's, not a point on a noisy curve.
 
-Without --data, scripts/make_jpeg_records.py generates the check's set into a temporary
-directory first: its ImageNet-like JPEGs of 300-500 px, but 30 classes with 40 training images
-each (and 600 for validation), whose neighbours' hues overlap, so that the recipes do not both
-reach 99% as on the generator's default set (docs/PERFORMANCE.md, "Accuracy", has both).
+Without --data, scripts/input_pipeline/make_jpeg_records.py generates the check's set into a
+temporary directory first: its ImageNet-like JPEGs of 300-500 px, but 30 classes with 40 training
+images each (and 600 for validation), whose neighbours' hues overlap, so that the recipes do not
+both reach 99% as on the generator's default set (docs/PERFORMANCE.md, "Accuracy", has both).
 Validation reads each recipe's own evaluation view (the imagenet recipe a centre crop, the
 small one the whole image), as training with it would.
 """
@@ -31,10 +32,12 @@ import tempfile
 
 from tfdist.runtime.output_files import write_json
 
-from train_runs import train_and_read_metrics
+_SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, _SCRIPTS)  # train_runs
+from train_runs import train_and_read_metrics  # noqa: E402
 
 _TIMEOUT_S = 1800
-_SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+_MAKE_JPEG_RECORDS = os.path.join(_SCRIPTS, "input_pipeline", "make_jpeg_records.py")
 _SET_FLAGS = ("--num_classes=30", "--train_images=1200", "--validation_images=600")
 
 
@@ -60,7 +63,7 @@ def _set_flags(args) -> list[str]:
 
 def _generated(out_dir: str, args) -> str:
     """The check's JPEG set, written into `out_dir`; its dataset flag."""
-    subprocess.run([sys.executable, os.path.join(_SCRIPTS, "make_jpeg_records.py"),
+    subprocess.run([sys.executable, _MAKE_JPEG_RECORDS,
                     f"--out_dir={out_dir}", *_set_flags(args)], check=True, timeout=_TIMEOUT_S)
     return f"tfrecord:{out_dir}/{{split}}-*"
 

@@ -1,6 +1,6 @@
-"""The runs of scripts/check_plan_links.py: `tfdist train` tasks on emulated hosts, each with
-its own log, and the compute-only runs beside them (the check's table, plot and predictions are
-in check_plan_links.py).
+"""The runs of scripts/planning/check_plan_links.py: `tfdist train` tasks on emulated hosts,
+each with its own log, and the compute-only runs beside them (the check's table, plot and
+predictions are in check_plan_links.py).
 
 The model, `--model=plan_links_runs:wide_mlp`, is found on PYTHONPATH: every task gets this
 folder on it.

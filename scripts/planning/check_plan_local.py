@@ -14,18 +14,22 @@ Predicted step: compute(N) + ring all-reduce of the gradients over N processes o
 Measured step: global batch / examples/s of `tfdist train --strategy=multi_worker_mirrored
 --dataset=synthetic` over N processes (`tfdist launch`), the second epoch.
 
-    python scripts/check_plan_local.py [--processes=1,2,4] [--json=PATH]
+    python scripts/planning/check_plan_local.py [--processes=1,2,4] [--json=PATH]
 """
 
 import argparse
 import concurrent.futures
+import os
+import sys
 
 from tfdist import cost_model
 from tfdist.runtime.output_files import write_json
 
-from benchmark_cluster import ALLREDUCE_CASES
-from benchmark_cluster import allreduce_seconds
-from train_runs import train_and_read_metrics
+_SCRIPTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [_SCRIPTS, os.path.join(_SCRIPTS, "cluster")]  # train_runs, benchmark_cluster
+from benchmark_cluster import ALLREDUCE_CASES  # noqa: E402
+from benchmark_cluster import allreduce_seconds  # noqa: E402
+from train_runs import train_and_read_metrics  # noqa: E402
 
 _TIMEOUT_S = 1200
 _BANDWIDTH_CASE, _LATENCY_CASE = "1 x 64 MiB float32", "1 x 4 KiB float32 (latency)"

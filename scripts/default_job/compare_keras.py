@@ -2,7 +2,7 @@
 alternating in the same run, under each strategy; prints each run, then the medians and the
 ratio Keras 3 / tf-keras of examples/s (the goal: at least 0.9).
 
-    python scripts/compare_keras.py [--rounds=2] [--json=PATH]
+    python scripts/default_job/compare_keras.py [--rounds=2] [--json=PATH]
 
 The built-in dataset is generated once, before the first run. Under parameter server the
 launcher runs a chief, 2 workers and 1 ps; multi-worker mirrored runs 2 workers.
@@ -11,11 +11,13 @@ launcher runs a chief, 2 workers and 1 ps; multi-worker mirrored runs 2 workers.
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 
 from tfdist.runtime.output_files import write_json
 
-from train_runs import train_and_read_metrics
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # train_runs
+from train_runs import train_and_read_metrics  # noqa: E402
 
 _TIMEOUT_S = 900
 # name: (train flags, launch flags or None)

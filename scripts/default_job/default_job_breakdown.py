@@ -13,7 +13,8 @@ epoch with TensorFlow's profiler: per step, the trace time of each op of the ste
 gradients, update), of the wait for input, and of each tf.data transformation and op of the
 input pipeline running beside it on the same cores (`input_pipelines.read_trace`).
 
-    python scripts/default_job_breakdown.py [--runs=5] [--json=PATH] [--fresh_data] [--trace]
+    python scripts/default_job/default_job_breakdown.py [--runs=5] [--json=PATH] [--fresh_data]
+        [--trace]
 """
 
 import argparse
@@ -25,7 +26,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 from tfdist.runtime import output_files  # noqa: E402  pylint: disable=wrong-import-position
 
 _TIMEOUT_S = 600
