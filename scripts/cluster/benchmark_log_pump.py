@@ -1,7 +1,7 @@
 """How fast tfdist copies a supervised process's output (`tfdist launch`'s tasks, `tfdist
 rehearse`'s pods) against the same process with a plain reader, in the same run, in turns:
 
-    python scripts/cluster/benchmark_log_pump.py [--lines=N] [--rounds=R] [--no-flush] \
+    python scripts/cluster/benchmark_log_pump.py [--lines=N] [--rounds=R] [--no-flush] \\
         | cat > /dev/null
 
 The process prints N numbered lines as fast as Python can: `print(..., flush=True)`, one write

@@ -58,7 +58,7 @@ CPU-second: the per-core rate of host preprocessing a planner needs) and
 `decode_examples_per_core` (tfdist_device's: the same with preprocessing on the device), which
 `tfdist plan --input_benchmark` reads.
 
-    python scripts/input_pipeline/benchmark_input.py --dataset='tfrecord:DIR/{split}-*' \
+    python scripts/input_pipeline/benchmark_input.py --dataset='tfrecord:DIR/{split}-*' \\
         --num_classes=10 [--image_size=224] [--global_batch_size=64] [--augment=auto] [--rounds=3]
         [--seconds=20] [--json=PATH]
 """
