@@ -97,8 +97,8 @@ SOURCE = flags_lib.group(
                         "synthetic is one random batch repeated (compute throughput only); "
                         "tfrecord:<glob> reads image/encoded and image/class/label ({split} in "
                         "the glob becomes train and validation); python:MODULE:FUNCTION is a "
-                        "dataset function of yours (README \"Use tfdist from your own "
-                        "program\"); anything else is a prepared TFDS dataset."),
+                        "dataset function of yours (docs/library.md); anything else is a "
+                        "prepared TFDS dataset."),
     flags.DEFINE_string("data_dir", None,
                         "Where prepared datasets live; unset uses $TFDS_DATA_DIR or "
                         "~/tensorflow_datasets."),
@@ -178,7 +178,7 @@ TRAIN = flags_lib.group(
                         f"Model to train: a built-in one "
                         f"({', '.join([name.value for name in ModelName])}) or "
                         "MODULE:FUNCTION, a model function of yours, imported when training "
-                        "starts (README \"Use tfdist from your own program\")."),
+                        "starts (docs/library.md)."),
     EPOCHS,
     define_integer("steps_per_epoch", None,
                    "Steps per epoch; unset covers the training split once.",
@@ -200,7 +200,7 @@ TRAIN = flags_lib.group(
     flags.DEFINE_string("metrics_json", None, "Write the run summary as JSON to this path."),
     SEED,
     KERAS)
-# OptimizerConfig's fields (README "Large-batch training").
+# OptimizerConfig's fields (docs/large_batch.md).
 OPTIMIZER = flags_lib.group(
     flags_lib.define_enum("optimizer", OptimizerName("adam"), OptimizerName, "Optimizer."),
     define_float("learning_rate", 3e-3,
@@ -236,7 +236,7 @@ OPTIMIZER = flags_lib.group(
                          "Measure the gradient noise scale B_simple (about the critical batch "
                          "size) from the replicas' own gradients, or from the micro-batches with "
                          "--grad_accum_steps > 1; logged per epoch and kept in the metrics "
-                         "JSON as noise_scale (README \"How far can this job scale?\")."),
+                         "JSON as noise_scale (docs/large_batch.md)."),
     define_float("lars_eeta", 0.001, "lars: trust coefficient."),
     flags_lib.define_enum("lars_mode", LarsMode("scale"), LarsMode,
                       "lars: scale the rate by the trust ratio, or clip the ratio at 1 (LARC)."),

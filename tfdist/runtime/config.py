@@ -70,7 +70,7 @@ class TrainConfig:
 
     `model` is a built-in model (`ModelName`) or a user's model function as MODULE:FUNCTION.
     `keras` is the Keras the model is written in: 2 (tf-keras, `tf.keras` with
-    TF_USE_LEGACY_KERAS=1) or 3 (`import keras`, README "Keras 2 or 3").
+    TF_USE_LEGACY_KERAS=1) or 3 (`import keras`, docs/keras.md).
     `steps_per_epoch=None` covers the training split once per epoch; `validation_steps=None`
     reads the whole validation split. With `model_dir`, a backup is written every epoch or every
     `backup_every` steps, and a restarted job resumes from it.
