@@ -161,3 +161,11 @@ def test_a_bogus_command_or_flag_is_caught(tmp_path):
     assert "takes no --bogus_flag" in problems[0]
     assert "`tfdist train` takes no --gpus_per_task" in problems[1]
     assert "`tfdist trian` is no command" in problems[2]
+
+
+def test_every_result_is_listed_with_its_command():
+    index = _ROOT / "docs" / "results" / "README.md"
+    listed = {(index.parent / target).resolve() for target in
+              _LINK.findall(index.read_text(encoding="utf-8"))}
+    results = {path for path in index.parent.glob("**/*") if path.is_file() and path != index}
+    assert sorted(str(path.relative_to(_ROOT)) for path in results - listed) == []
