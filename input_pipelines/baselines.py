@@ -1,5 +1,5 @@
 """Pipelines to measure tfdist's training pipeline against, on one input pipeline's share of a
-dataset's training files (`scripts/benchmark_input.py`):
+dataset's training files (`scripts/input_pipeline/benchmark_input.py`):
 
   naive          the pipeline as first written in TF's tf.data performance guide: one sequential
                  reader, a per-example map (parse, decode, augment with tf.image's per-image ops,

@@ -24,8 +24,7 @@ DATASET_SOURCES = {
     SYNTHETIC_DATASET: "is one random batch repeated (compute throughput only)",
     f"{TFRECORD_PREFIX}<glob>": "reads image/encoded and image/class/label ({split} in the glob "
                                 "becomes train and validation)",
-    f"{PYTHON_PREFIX}MODULE:FUNCTION": "is a dataset function of yours (README \"Use tfdist "
-                                       "from your own program\")",
+    f"{PYTHON_PREFIX}MODULE:FUNCTION": "is a dataset function of yours (docs/library.md)",
     "<tfds name>[:<version>]": "is a prepared TFDS dataset"}
 DATASET_FORMS = "|".join(DATASET_SOURCES)
 _DOTTED_NAME = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU proof kit (README "GPU proof kit"): runs every GPU path of tfdist once and writes
+# The GPU proof kit (docs/gpus.md): runs every GPU path of tfdist once and writes
 # OUT_DIR/gpu_check.json; without a GPU, says so and runs doctor only. See scripts/gpu_check.py.
 #   bash scripts/gpu_check.sh [OUT_DIR]
 set -euo pipefail

@@ -5,8 +5,8 @@ TensorFlow's CollectiveReduceV2 takes `max_subdivs_per_device`, which tf.distrib
 one at a time over gRPC. With up to 8 subdivisions per device the ring cuts a pack into chunks
 of at most 4 MiB (`kMaxChunkSizeBytes` in TF's ring_alg.cc) and starts all their transfers at
 once; TF's DTensor sets 16. Measured between 2 processes on 127.0.0.1, 64 MiB
-(scripts/benchmark_cluster.py, docs/PERFORMANCE.md "Cluster"): float32 8.2% of loopback TCP
-with -1, 17.3% with 4, 16.6% with 8, 17.4% with 32; bfloat16 on the wire 22.6%, 35.8%, 37.5%
+(scripts/cluster/benchmark_cluster.py, docs/PERFORMANCE.md "Cluster"): float32 8.2% of loopback
+TCP with -1, 17.3% with 4, 16.6% with 8, 17.4% with 32; bfloat16 on the wire 22.6%, 35.8%, 37.5%
 and 29.3%.
 
 No public API sets it, so `apply` wraps `collective_ops.all_reduce_v2`, which tf.distribute's

@@ -237,8 +237,8 @@ class ArrowsTest(unittest.TestCase):
                 self.assertTrue(_distributions(top) & runtime,
                                 f"{path} imports {top}, which install_requires does not declare")
 
-    def test_scripts_use_the_libraries_faces_only(self):
-        for path in sorted((ROOT / "scripts").rglob("*.py")):
+    def test_scripts_and_examples_use_the_libraries_faces_only(self):
+        for path in sorted([*(ROOT / "scripts").rglob("*.py"), *(ROOT / "examples").rglob("*.py")]):
             for module in _third_party(ast.parse(path.read_text())):
                 for library in LIBRARIES:
                     self.assertFalse((module or "").startswith(library + "."),

@@ -1,4 +1,4 @@
-"""scripts/examples, run as a user runs them: each a program of its own on tfdist's public API,
+"""examples/, run as a user runs them: each a program of its own on tfdist's public API,
 alone or under `tfdist launch`, as every task of the cluster."""
 
 import json
@@ -10,8 +10,7 @@ import unittest
 
 import pytest
 
-_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
-                         "examples")
+_EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples")
 _TIMEOUT_S = 420
 # The tutorial's model reaches the tests' 0.9 validation accuracy within one short epoch.
 _SHORT = ("--epochs=1", "--steps_per_epoch=24")

@@ -20,17 +20,22 @@ import pytest
 _SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
 
 
-def _script(name: str):
-    if _SCRIPTS not in sys.path:
-        sys.path.insert(0, _SCRIPTS)
+def _script(path: str):
+    """scripts/PATH.py (e.g. "large_batch/batch_scaling_study") as a module, with its folder and
+    scripts/ (their shared train_runs) on sys.path, as when it runs."""
+    folder, name = os.path.split(os.path.join(_SCRIPTS, path))
+    for entry in (_SCRIPTS, folder):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
     return importlib.import_module(name)
 
 
 def _run_main(name: str, *flags: str) -> subprocess.CompletedProcess:
-    """`python scripts/NAME.py FLAGS` run through its `main` in this process, where TensorFlow
-    is imported already (conftest), so that only the processes the script starts import it
-    again: its exit status, standard output and standard error, as the interpreter gives them
-    (a child that failed the script's check: status 1, with that child's standard error)."""
+    """`python scripts/NAME.py FLAGS` (NAME: "group/script") run through its `main` in this
+    process, where TensorFlow is imported already (conftest), so that only the processes the
+    script starts import it again: its exit status, standard output and standard error, as the
+    interpreter gives them (a child that failed the script's check: status 1, with that child's
+    standard error)."""
     stdout, stderr = io.StringIO(), io.StringIO()
     with mock.patch.object(sys, "argv", [os.path.join(_SCRIPTS, f"{name}.py"), *flags]), \
             contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
@@ -51,7 +56,7 @@ def _run_main(name: str, *flags: str) -> subprocess.CompletedProcess:
 class BatchScalingStudyTest(unittest.TestCase):
 
     def test_the_knee_fit_recovers_a_known_critical_batch(self):
-        study = _script("batch_scaling_study")
+        study = _script("large_batch/batch_scaling_study")
         batches = [16, 32, 64, 128, 256, 512, 1024, 2048]
         steps = [50 * (1 + 300 / batch) for batch in batches]
         s_min, b_crit = study._fit_knee(batches, steps)
@@ -59,7 +64,7 @@ class BatchScalingStudyTest(unittest.TestCase):
         self.assertAlmostEqual(b_crit / 300, 1, delta=0.01)
 
     def test_the_rate_search_walks_towards_fewer_steps(self):
-        study = _script("batch_scaling_study")
+        study = _script("large_batch/batch_scaling_study")
 
         def train_at(rate, best):
             return {"steps": round(100 * (1 + abs(math.log2(rate / 0.16)))), "best": best}
@@ -70,14 +75,14 @@ class BatchScalingStudyTest(unittest.TestCase):
         self.assertEqual(len(study._search_rate(0.04, train_at, max_runs=3)), 3)
 
     def test_evaluations_fall_on_a_quarter_octave_grid(self):
-        steps = _script("batch_scaling_study")._evaluation_steps(20)
+        steps = _script("large_batch/batch_scaling_study")._evaluation_steps(20)
         self.assertEqual(steps, [1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 13, 16, 19])
 
 
 class LargeBatchExperimentTest(unittest.TestCase):
 
     def test_the_table_shows_the_last_measured_noise_scale(self):
-        experiment = _script("large_batch_experiment")
+        experiment = _script("large_batch/large_batch_experiment")
         history = {"val_accuracy": [0.5, 0.9], "val_loss": [1.0, 0.25], "accuracy": [0.6, 0.95],
                    "noise_scale": [120.4, 87.6]}
         run = {"name": "r", "wall_s": 12.3, "metrics": {"steps": 38, "history": history}}
@@ -91,7 +96,7 @@ class LargeBatchExperimentTest(unittest.TestCase):
 class PlanPublishedTest(unittest.TestCase):
 
     def test_the_model_lands_within_10_points_of_three_published_runs(self):
-        published = _script("plan_published")
+        published = _script("planning/plan_published")
         for run in published.PUBLISHED:
             with self.subTest(run=run["name"]):
                 predicted, _ = published.predicted_efficiency(run, overlap=0.0)
@@ -129,8 +134,8 @@ def test_benchmark_input_reports_medians_with_spreads_and_a_trace(small_shapes_d
     and spreads over several rounds:
     `test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline`."""
     json_path = tmp_path / "input.json"
-    result = _run_main("benchmark_input", f"--data_dir={small_shapes_data_dir}", "--rounds=1",
-                       "--examples=1280", "--trace", f"--json={json_path}")
+    result = _run_main("input_pipeline/benchmark_input", f"--data_dir={small_shapes_data_dir}",
+                       "--rounds=1", "--examples=1280", "--trace", f"--json={json_path}")
     assert result.returncode == 0, result.stderr
     figures = json.loads(json_path.read_text())
     assert figures["rounds"] == 1 and len(figures["rounds_eps"]) == 1, figures["rounds_eps"]
@@ -150,7 +155,7 @@ def test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline
     """Both modes' rounds, with each child's figures stood in for: every round times every
     pipeline in a child of its own, in order; each figure is the median over the rounds and
     each ratio the median of the rounds' ratios, with their [min, max]."""
-    benchmark = _script("benchmark_input")
+    benchmark = _script("input_pipeline/benchmark_input")
     rates = {"naive": iter([100.0, 100.0, 200.0]), "tfdist": iter([200.0, 300.0, 300.0]),
              "parse_only": iter([400.0, 300.0, 600.0])}
     asked = []
@@ -203,13 +208,13 @@ def test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline
 
 
 def test_benchmark_input_refuses_zero_rounds():
-    result = _run_main("benchmark_input", "--rounds=0")
+    result = _run_main("input_pipeline/benchmark_input", "--rounds=0")
     assert result.returncode == 2
     assert "--rounds: 0 is not a positive integer" in result.stderr
 
 
 def test_the_breakdown_divides_trace_time_by_the_traced_steps():
-    breakdown = _script("default_job_breakdown")
+    breakdown = _script("default_job/default_job_breakdown")
     steps = breakdown._TRACED_STEPS  # pylint: disable=protected-access
     events = [("epoch_begin", 0.0)] + [("batch_begin", 1.0 + step) for step in range(steps + 5)]
     events.insert(steps + 3, ("trace_stopped", 1.0 + steps + 1.5))
@@ -223,9 +228,9 @@ def test_the_breakdown_divides_trace_time_by_the_traced_steps():
 def _make_jpeg_records(out_dir, *flags: str) -> subprocess.CompletedProcess:
     """A small set (24 + 8 images of 48-96 px, 3 classes, 4 + 2 files) into `out_dir`, by the
     script's `main` in this process."""
-    return _run_main("make_jpeg_records", f"--out_dir={out_dir}", "--train_images=24",
-                     "--validation_images=8", "--num_classes=3", "--files=4", "--min_size=48",
-                     "--max_size=96", *flags)
+    return _run_main("input_pipeline/make_jpeg_records", f"--out_dir={out_dir}",
+                     "--train_images=24", "--validation_images=8", "--num_classes=3",
+                     "--files=4", "--min_size=48", "--max_size=96", *flags)
 
 
 def _records(path: str) -> list:
@@ -235,7 +240,7 @@ def _records(path: str) -> list:
 
 
 def test_make_jpeg_records_draws_the_stripe_count_per_image_only_when_asked():
-    make_jpeg_records = _script("make_jpeg_records")
+    make_jpeg_records = _script("input_pipeline/make_jpeg_records")
     across = np.linspace(-1, 1, 400)[None, :]  # The object's middle row, edge to edge.
 
     def stripe_counts(stripes_by: str) -> set[int]:
@@ -288,9 +293,10 @@ def test_benchmark_input_compares_the_jpeg_pipelines_per_second_and_per_core(tmp
     made = _make_jpeg_records(tmp_path / "set")
     assert made.returncode == 0, made.stderr
     json_path = tmp_path / "jpeg.json"
-    result = _run_main("benchmark_input", f"--dataset=tfrecord:{tmp_path / 'set'}/{{split}}-*",
-                       "--num_classes=3", "--image_size=32", "--global_batch_size=4",
-                       "--rounds=1", "--seconds=0.1", f"--json={json_path}")
+    result = _run_main("input_pipeline/benchmark_input",
+                       f"--dataset=tfrecord:{tmp_path / 'set'}/{{split}}-*", "--num_classes=3",
+                       "--image_size=32", "--global_batch_size=4", "--rounds=1",
+                       "--seconds=0.1", f"--json={json_path}")
     assert result.returncode == 0, result.stderr
     figures = json.loads(json_path.read_text())
     pipelines = {"naive", "tfdist", "tfdist_device", "best_practice", "decode_only"}
@@ -312,5 +318,5 @@ def test_benchmark_input_refuses_flags_of_the_other_mode_in_one_line():
              "--examples, --stages only time the built-in dataset, without --dataset; leave "
              "them out."),
             (["--dataset=tfrecord:/x/*"], "--dataset=tfrecord:/x/* needs --num_classes=N")):
-        result = _run_main("benchmark_input", *flags)
+        result = _run_main("input_pipeline/benchmark_input", *flags)
         assert result.returncode == 2 and error in result.stderr.splitlines()[-1], result.stderr

@@ -1,6 +1,6 @@
 """tfdist: TensorFlow distribution strategies, input sharding and cluster launches in one tool.
 
-The public API (README "Use tfdist from your own program"): a user's absl program defines
+The public API (docs/library.md): a user's absl program defines
 tfdist's flags beside its own, builds the run's config from them, sets the process up once
 (`setup` returns the frozen `Plan`), and hands its own model and data to `fit`, which trains
 under the plan's strategy, or serves or evaluates when this task of the cluster should. Custom
@@ -8,7 +8,7 @@ training loops use `CustomLoop`.
 
 Importing tfdist selects tf-keras (Keras 2) as TensorFlow's Keras when TensorFlow is not imported
 yet and the environment has not chosen (docs/ARCHITECTURE.md); `--keras=3` trains Keras 3 models
-(README "Keras 2 or 3"). Nothing here imports TensorFlow at import time.
+(docs/keras.md). Nothing here imports TensorFlow at import time.
 """
 
 from tfdist.runtime import keras_env

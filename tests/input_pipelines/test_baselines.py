@@ -1,6 +1,6 @@
-"""The pipelines `scripts/benchmark_input.py` measures tfdist's against (`baseline_pipeline`),
-on JPEG records of varying sizes in the ImageNet layout written here: what each yields, and the
-one-line errors."""
+"""The pipelines `scripts/input_pipeline/benchmark_input.py` measures tfdist's against
+(`baseline_pipeline`), on JPEG records of varying sizes in the ImageNet layout written here: what
+each yields, and the one-line errors."""
 
 import os
 

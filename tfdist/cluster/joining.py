@@ -153,5 +153,5 @@ class Keras3FitCrash:
                 print(f"{self._announcer}: {name} crashed in Keras 3's own model.fit, which "
                       "cannot train under MultiWorkerMirroredStrategy (keras-team/keras#20585); "
                       "train the model through tfdist.fit, which runs Keras 3 models under "
-                      "every strategy (README \"Use tfdist from your own program\" and \"Keras "
-                      "2 or 3\")", file=sys.stderr, flush=True)
+                      "every strategy (docs/library.md and docs/keras.md)", file=sys.stderr,
+                      flush=True)

@@ -64,7 +64,7 @@ TRAIN = flags_lib.from_fields(
     "steps_per_execution", "mixed_precision", "model_dir", "backup_every", "metrics_json", "seed",
     KERAS)
 SEED = TRAIN["seed"]  # Also InputConfig's, and `data check`'s.
-# OptimizerConfig's fields (README "Large-batch training").
+# OptimizerConfig's fields (docs/large_batch.md).
 OPTIMIZER = flags_lib.from_fields(
     OptimizerConfig, "optimizer", "learning_rate", "momentum", "weight_decay", "lr_scaling",
     "base_batch_size", "warmup_epochs", "lr_schedule", "lr_step_boundaries", "lr_step_factor",

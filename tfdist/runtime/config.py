@@ -67,7 +67,7 @@ def check_image_size(model: str, image_size: int | None) -> None:
 class TrainConfig:
     """How to train: model, epochs, precision and where results go; each field carries its help
     (its `tfdist train` flag's), default and bounds (`option`). `keras` is the Keras the model is
-    written in: 2 (tf-keras, `tf.keras` with TF_USE_LEGACY_KERAS=1) or 3 (`import keras`).
+    written in: 2 (tf-keras, TF_USE_LEGACY_KERAS=1) or 3 (`import keras`; docs/keras.md).
 
     Example:
       >>> tfdist.TrainConfig(model="my_project.models:build", epochs=5,
@@ -76,7 +76,7 @@ class TrainConfig:
     model: str = option(
         ModelName.SMALL_CNN.value, "Model to train: a built-in one "
         f"({', '.join(name.value for name in ModelName)}) or MODULE:FUNCTION, a model function "
-        "of yours, imported when training starts (README \"Use tfdist from your own program\").")
+        "of yours, imported when training starts (docs/library.md).")
     epochs: int = option(3, "Training epochs.", bounds=(1, MAX_COUNT))
     steps_per_epoch: int | None = option(None, "Steps per epoch; unset covers the training "
                                          "split once.", bounds=(1, MAX_COUNT), fix="e.g. 100")
@@ -231,8 +231,7 @@ class OptimizerConfig:
     measure_noise_scale: bool = option(
         False, "Measure the gradient noise scale B_simple (about the critical batch size) from "
         "the replicas' own gradients, or from the micro-batches with --grad_accum_steps > 1; "
-        "logged per epoch and kept in the metrics JSON as noise_scale (README \"How far can "
-        "this job scale?\").")
+        "logged per epoch and kept in the metrics JSON as noise_scale (docs/large_batch.md).")
     lars_eeta: float = option(0.001, "lars: trust coefficient.")
     lars_mode: LarsMode = option(
         LarsMode.SCALE, "lars: scale the rate by the trust ratio, or clip the ratio at 1 (LARC).")

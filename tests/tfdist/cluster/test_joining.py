@@ -72,8 +72,8 @@ array([[0.52911144, 0.44037598, 0.06549644, 0.6870546 ],
 # pylint: enable=line-too-long
 _HINT = ("tfdist launch: {} crashed in Keras 3's own model.fit, which cannot train under "
          "MultiWorkerMirroredStrategy (keras-team/keras#20585); train the model through "
-         "tfdist.fit, which runs Keras 3 models under every strategy (README \"Use tfdist from "
-         "your own program\" and \"Keras 2 or 3\")")
+         "tfdist.fit, which runs Keras 3 models under every strategy (docs/library.md and "
+         "docs/keras.md)")
 
 
 class ListeningPortsTest(unittest.TestCase):

@@ -1,7 +1,7 @@
-"""`tfdist plan` against a link we control: one cell of scripts/check_plan_links.py (2 emulated
-hosts on a 0.1 Gbit/s link, ring all-reduce in float32, docs/PLANNING.md's 1,280-unit MLP)
-predicted within 25%, and nothing left behind; and the parts of the cost model and of the shaping
-that it rests on.
+"""`tfdist plan` against a link we control: one cell of scripts/planning/check_plan_links.py
+(2 emulated hosts on a 0.1 Gbit/s link, ring all-reduce in float32, docs/PLANNING.md's
+1,280-unit MLP) predicted within 25%, and nothing left behind; and the parts of the cost model
+and of the shaping that it rests on.
 
 The cell needs root, network namespaces and tc's token-bucket filter; skipped where this
 machine refuses them."""
@@ -20,7 +20,7 @@ from tfdist import cost_model
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 
 _SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))), "scripts", "check_plan_links.py")
+    os.path.abspath(__file__))))), "scripts", "planning", "check_plan_links.py")
 
 
 def shaped_hosts_or_skip() -> None:

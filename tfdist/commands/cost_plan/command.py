@@ -70,7 +70,8 @@ _OWN = flags_lib.group(
                     1e-3, 1e9),
     flags_lib.define_measure("inter_stack_gbps", "plan: Gbit/s one node's network stack moves "
                              "of an all-reduce where no link limits it (TensorFlow's gRPC ring: "
-                             "a 2-process all-reduce over loopback, scripts/check_plan_local.py); "
+                             "a 2-process all-reduce over loopback, "
+                             "scripts/planning/check_plan_local.py); "
                              "its cost adds to the link's. Unset: unlimited.", 1e-3, 1e6),
     flags.DEFINE_enum("allreduce", "ring", ["ring", "hierarchical"],
                       "plan: one ring through every GPU, or reduce inside nodes, all-reduce "
@@ -81,12 +82,13 @@ _OWN = flags_lib.group(
                              "many as it needs (the table says how many).",
                              lower_bound=1, upper_bound=MAX_THREADS),
     flags_lib.define_measure("host_examples_per_core", "plan: examples/s one host core's pipeline "
-                    "delivers with preprocessing on the host (scripts/benchmark_input.py).",
+                    "delivers with preprocessing on the host "
+                    "(scripts/input_pipeline/benchmark_input.py).",
                     1e-3, 1e9),
     flags_lib.define_measure("decode_examples_per_core", "plan: the same with preprocessing on the "
                     "device (the host only decodes and batches).", 1e-3, 1e9),
     flags.DEFINE_string("input_benchmark", None,
-                        "plan: a `scripts/benchmark_input.py --json` file: its "
+                        "plan: a `scripts/input_pipeline/benchmark_input.py --json` file: its "
                         "host_examples_per_core and decode_examples_per_core (images per "
                         "CPU-second, measured on your files with --dataset=tfrecord:GLOB) are "
                         "the host's rates; the two flags override them."),

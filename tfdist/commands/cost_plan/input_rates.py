@@ -1,9 +1,9 @@
 """The host's input rates `tfdist plan` plans host cores from: examples/s one host core delivers
 with tfdist's training pipeline (preprocessing on the host) and with only decoding and batching
 (preprocessing on the device). `--host_examples_per_core` and `--decode_examples_per_core` give
-them; `--input_benchmark` takes both from a `scripts/benchmark_input.py --json` file, which
-measures them as images per CPU-second on the user's own files; unset, the host is not a limit
-and the table's host-core column stays empty."""
+them; `--input_benchmark` takes both from a `scripts/input_pipeline/benchmark_input.py --json`
+file, which measures them as images per CPU-second on the user's own files; unset, the host is
+not a limit and the table's host-core column stays empty."""
 
 import dataclasses
 import math
@@ -31,8 +31,8 @@ def read(path: str) -> tuple[dict[str, float], int | None]:
       ConfigError: a file that cannot be read, is not such a JSON, or holds a rate that is not a
         positive number.
     """
-    fix = ("give a file `python scripts/benchmark_input.py --json=FILE` wrote (with "
-           "--dataset=tfrecord:GLOB for your own images)")
+    fix = ("give a file `python scripts/input_pipeline/benchmark_input.py --json=FILE` wrote "
+           "(with --dataset=tfrecord:GLOB for your own images)")
     report = workload.read_json("input_benchmark", path, "an input benchmark", fix)
     values = [report.get(name) for name in RATES] if isinstance(report, dict) else [None]
     if not all(isinstance(value, (int, float)) and not isinstance(value, bool) and

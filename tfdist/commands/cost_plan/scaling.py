@@ -16,7 +16,8 @@ from tfdist.commands.cost_plan import workload
 from tfdist.runtime.config import ConfigError
 
 MAX_NOISE_SCALE = 1e12  # Examples; Dota's, the largest McCandlish et al. measured, is ~1e7.
-# The batch-scaling study's fitted knee over its median B_simple: 44 / 13 (docs/batch_scaling.md).
+# The batch-scaling study's fitted knee over its median B_simple: 44 / 13
+# (docs/results/batch_scaling.md).
 STUDY_KNEE_OVER_B_SIMPLE = 3.4
 # A history whose largest B_simple is this many times its smallest grew as training converged
 # (26, 158, 3,756 over 3 epochs in the large-batch experiment): the median then depends on how

@@ -1,7 +1,7 @@
 """`tfdist plan --noise_scale_json / --critical_batch`: the steps-to-target model, the rule for
 where scaling stops paying, the metrics JSON reader and its errors, and the check against this
-project's batch-scaling study (docs/batch_scaling.json). In this process, through `cli.main`,
-with TensorFlow's import replaced by a failure: none of it may need TensorFlow."""
+project's batch-scaling study (docs/results/batch_scaling.json). In this process, through
+`cli.main`, with TensorFlow's import replaced by a failure: none of it may need TensorFlow."""
 
 import contextlib
 import io
@@ -19,9 +19,9 @@ from tfdist.commands.cost_plan import scaling
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import ConfigError
 
-_DOCS = os.path.join(os.path.dirname(__file__), *[os.pardir] * 4, "docs")
+_RESULTS = os.path.join(os.path.dirname(__file__), *[os.pardir] * 4, "docs", "results")
 # The study's B_simple where each batch's best run reached its target: median 13
-# (docs/batch_scaling.md).
+# (docs/results/batch_scaling.md).
 STUDY_B_SIMPLE = [16, 8, 12, 5, 18, 11, 14, 22]
 # McCandlish et al. find B_simple and B_crit within about an order of magnitude of each other.
 PAPERS_FACTOR = 10
@@ -85,7 +85,7 @@ class ReadNoiseScaleTest(unittest.TestCase):
                                              "last": 20.0, "epochs": 3})
 
     def test_files_that_hold_no_noise_scale_are_one_clear_error(self):
-        benchmark = os.path.join(_DOCS, "benchmark_noise_scale.json")  # A benchmark report.
+        benchmark = os.path.join(_RESULTS, "benchmark_noise_scale.json")  # A benchmark report.
         for content, expected in (
                 ("{not json", "it is not JSON"),
                 ("[" * 60_000 + "]" * 60_000, "nested too deeply to be a metrics JSON"),
@@ -228,7 +228,7 @@ class StudyCheckTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        with open(os.path.join(_DOCS, "batch_scaling.json"), encoding="utf-8") as file:
+        with open(os.path.join(_RESULTS, "batch_scaling.json"), encoding="utf-8") as file:
             cls.study = json.load(file)
         cls.steps = {int(batch): entry["best"]["steps"]
                      for batch, entry in cls.study["batches"].items()}

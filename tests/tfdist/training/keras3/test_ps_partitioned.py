@@ -22,7 +22,7 @@ from tests.tfdist.cli_runner import run_tfdist
 from tfdist.training.keras3 import shards as keras3_shards
 
 _EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 4,
-                         "scripts", "examples")
+                         "examples")
 _LAUNCH = ("launch", "--keras=3", "--num_ps=2", "--chief", "--timeout_s=300")
 
 # A Keras 3 model whose hidden kernel (192 x 1024 floats, 768 KiB) `max_shards:2` splits in 2.
