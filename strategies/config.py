@@ -64,8 +64,8 @@ def coerce_enum(field: str, value: "str | _Enum", enum_type: type[_Enum],
         return enum_type(value)
     except ValueError:
         choices = "|".join(member.value for member in enum_type)
-        raise error(
-            f"{field}={value!r} is not a known value; use one of {choices}.") from None
+        raise error(errors.problem(field, "is not a known value", f"use one of {choices}",
+                                   value=value)) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,7 +100,8 @@ def check_int(field: str, value: int, lowest: int, highest: int, fix: str,
               error: type[ValueError] = StrategyConfigError) -> None:
     """Raises `error` naming `field` unless `value` is an integer in [lowest, highest]."""
     if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
-        raise error(f"{field}={value!r} is not an integer from {lowest} to {highest}; {fix}.")
+        raise error(errors.problem(field, f"is not an integer from {lowest} to {highest}", fix,
+                                   value=value))
 
 
 def check_bounds(config, error: type[ValueError] = StrategyConfigError) -> None:
@@ -130,8 +131,8 @@ def check_seconds(field: str, value: float, fix: str,
                   error: type[ValueError] = StrategyConfigError) -> None:
     """Raises `error` naming `field` unless `value` is a duration (`is_duration`)."""
     if not is_duration(value):
-        raise error(f"{field}={value!r} is not a number of seconds above 0 and at most "
-                    f"{MAX_TIMEOUT_S:.0f} (30 days); {fix}.")
+        raise error(errors.problem(field, "is not a number of seconds above 0 and at most "
+                                   f"{MAX_TIMEOUT_S:.0f} (30 days)", fix, value=value))
 
 
 @dataclasses.dataclass(frozen=True)

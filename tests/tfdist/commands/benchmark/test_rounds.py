@@ -10,7 +10,7 @@ from unittest import mock
 import pytest
 
 from tfdist.commands.benchmark import rounds as benchmark_rounds
-from tfdist.runtime.config import ConfigError
+from tfdist.errors import RunFailure
 
 _ROOT = pathlib.Path(__file__).resolve().parents[4]
 
@@ -57,7 +57,7 @@ class BenchmarkRoundsTest(unittest.TestCase):
 
     @pytest.mark.multiprocess
     def test_a_failing_configuration_names_itself_and_its_error(self):
-        with self.assertRaisesRegex(ConfigError, r"^benchmark configuration `tfdist train b` "
+        with self.assertRaisesRegex(RunFailure, r"^benchmark configuration `tfdist train b` "
                                                  r"failed: b: failed on purpose in round 2$"):
             benchmark_rounds.run(self._specs("ab", b={"fail_on_round": 2}), self._env(),
                                  rounds=3)
@@ -78,7 +78,7 @@ class BenchmarkRoundsTest(unittest.TestCase):
         with mock.patch.object(benchmark_rounds, "_WAIT_S", 60), \
                 mock.patch.object(benchmark_rounds, "_EXIT_WAIT_S", 0.5), \
                 mock.patch.object(child_class, "request", request_then_wait_2_s):
-            with self.assertRaisesRegex(ConfigError, r"`tfdist train b` gave no answer in 2 s"):
+            with self.assertRaisesRegex(RunFailure, r"`tfdist train b` gave no answer in 2 s"):
                 benchmark_rounds.run(self._specs("ab", b={"hang_on_round": 1}),
                                      self._env(), rounds=2)
         logged = self._logged()
