@@ -27,7 +27,7 @@ from tfdist.commands import launch
 from tfdist.input_pipelines import InputConfig
 from tfdist.runtime import keras_env
 from tfdist.runtime import precision
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.runtime.model_dir import ModelDir

@@ -26,8 +26,8 @@ from tfdist.input_pipelines import InputConfigError
 from tfdist.input_pipelines import Records
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
-from tfdist.runtime.config import OptimizerConfig
-from tfdist.runtime.config import OptimizerName
+from tfdist.runtime.optimizer_config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerName
 from tfdist.runtime.config import Precision
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig

@@ -3,6 +3,7 @@
 
     TfdistError                      every error tfdist words in one line; `exit_status`
       UsageError (ValueError)        the input is wrong: a flag, a config field, a file; exit 2
+        ConfigError                  a run's option (the core's configs, a model, data)
       RunFailure (RuntimeError)      the input was fine, the run failed; exit 1
         Diverged                     the loss or weights became NaN or infinite
         DiskFull                     a save found no space (the last complete state is kept)
@@ -33,6 +34,11 @@ class UsageError(TfdistError, ValueError):
     """The input is wrong (a flag, a config field, TF_CONFIG, a manifest, a file); the message
     names it, its value and the fix. Exit status 2, as for a bad flag."""
     exit_status = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """A training option is invalid (the core's configs, `fit`'s model and data); the message is
+    one line: field, value, fix. The libraries' configs raise their own UsageErrors."""
 
 
 class RunFailure(TfdistError, RuntimeError):

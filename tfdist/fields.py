@@ -4,6 +4,9 @@ libraries and the core; imports nothing of tfdist."""
 
 import dataclasses
 
+MAX_COUNT = (1 << 31) - 1  # Steps, epochs and other counts TensorFlow keeps in int32 or more.
+MAX_FLOAT32 = 3.4028234663852886e38  # Floats TensorFlow computes in float32 stay below it.
+
 
 def option(default, help: str | None = None, *,  # pylint: disable=redefined-builtin
            bounds: tuple[int, int] | None = None, fix: str | None = None) -> dataclasses.Field:

@@ -5,7 +5,7 @@ from absl import flags
 from absl import logging  # noqa: F401  (defines --log_dir, which launch and rehearse write to)
 
 from tfdist.commands import flags as flags_lib
-from tfdist.runtime.config import MAX_COUNT
+from tfdist.fields import MAX_COUNT
 
 NUM_WORKERS = flags_lib.define_integer(
     "num_workers", 2, "launch: worker tasks to start; manifest: worker tasks of the job; "

@@ -16,7 +16,7 @@ from tfdist.input_pipelines.config import MAX_CROP_ASPECT
 from tfdist.runtime import keras_env
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import KERAS_VERSIONS
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import ClusterConfig

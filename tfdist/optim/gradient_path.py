@@ -29,7 +29,7 @@ import functools
 import tensorflow as tf
 
 from tfdist.optim.noise_scale import NoiseScale
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.strategies import WireDtype
 
 INITIAL_LOSS_SCALE = 2.0 ** 15

@@ -9,7 +9,7 @@ import re
 import tensorflow as tf
 import tf_keras
 
-from tfdist.runtime.config import DEFAULT_LARS_EXCLUDE as DEFAULT_EXCLUDE
+from tfdist.runtime.optimizer_config import DEFAULT_LARS_EXCLUDE as DEFAULT_EXCLUDE
 
 LearningRateSchedule = tf_keras.optimizers.schedules.LearningRateSchedule
 _MODES = ("scale", "clip")

@@ -16,10 +16,10 @@ import tf_keras
 from tfdist.optim.gradient_path import GradientPath
 from tfdist.optim.gradient_path import GradientTransforms
 from tfdist.optim.lars import LARS
-from tfdist.runtime.config import LrSchedule
-from tfdist.runtime.config import OptimizerConfig
-from tfdist.runtime.config import OptimizerName
-from tfdist.runtime.config import peak_learning_rate
+from tfdist.runtime.optimizer_config import LrSchedule
+from tfdist.runtime.optimizer_config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerName
+from tfdist.runtime.optimizer_config import peak_learning_rate
 
 class WarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from `initial` to `peak` over `warmup_steps`, then `decay` from the peak

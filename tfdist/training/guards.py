@@ -16,7 +16,7 @@ from tfdist import errors
 from tfdist.cluster import liveness
 from tfdist.input_pipelines import records
 from tfdist.runtime.config import ConfigError
-from tfdist.runtime.config import MAX_COUNT
+from tfdist.fields import MAX_COUNT
 from tfdist.runtime.setup import Plan
 from tfdist.strategies import ClusterConfig
 from tfdist.strategies import StrategyKind

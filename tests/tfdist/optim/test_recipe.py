@@ -11,10 +11,10 @@ from tfdist.input_pipelines import InputConfig
 from tfdist.optim import recipe as optim
 from tfdist.optim.gradient_path import GradientTransforms
 from tfdist.runtime.config import ConfigError
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
-from tfdist.runtime.config import check_peak_learning_rate
+from tfdist.runtime.optimizer_config import check_peak_learning_rate
 from tfdist.training.keras2 import fit as keras2_train
 
 _STEPS_PER_EPOCH = 10

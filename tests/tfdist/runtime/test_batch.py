@@ -11,7 +11,7 @@ from tests.tfdist.training.tabular import PolicyReset
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.runtime.config import ConfigError
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import StrategyConfig

@@ -10,7 +10,7 @@ from absl.testing import parameterized
 from tfdist.training import models
 from tfdist.runtime import precision
 from tfdist.runtime.config import ConfigError
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import StrategyConfig

@@ -6,7 +6,7 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist.input_pipelines import InputConfig
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import StrategyConfig

@@ -34,7 +34,7 @@ from tfdist.errors import ResultNotSaved
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import Precision
 from tfdist.runtime.config import RunConfig
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 
 class BuiltInJobTest(PolicyReset, parameterized.TestCase):
     """`tfdist train`'s path: `train_command.train`, built on `setup` and `fit`."""

@@ -28,7 +28,7 @@ from tfdist.runtime import paths
 from tfdist.runtime import plugins
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import ConfigError
-from tfdist.runtime.config import MAX_COUNT
+from tfdist.fields import MAX_COUNT
 from tfdist.strategies import StrategyConfig
 from tfdist.strategies import StrategyKind
 from tfdist.strategies.config import MAX_REPLICA_DEVICES

@@ -20,7 +20,7 @@ import tensorflow as tf
 import tf_keras
 
 from tfdist.runtime.config import ConfigError
-from tfdist.runtime.config import MAX_COUNT
+from tfdist.fields import MAX_COUNT
 from tfdist.runtime.model_dir import Lock
 from tfdist.runtime.model_dir import ModelDir
 from tfdist.runtime.setup import Plan

@@ -16,7 +16,7 @@ from tfdist.optim import lars
 from tfdist.optim import recipe as optim
 from tfdist.optim.gradient_path import GradientPath
 from tfdist.optim.gradient_path import GradientTransforms
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 
 
 class _Schedule(keras.optimizers.schedules.LearningRateSchedule):

@@ -9,7 +9,7 @@ from tfdist.optim.gradient_path import GradientTransforms
 from tfdist.training.keras3 import optim as keras3_optim
 from tfdist.optim import lars
 from tfdist.optim import recipe as optim
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 
 
 class Keras3OptimizerTest(tf.test.TestCase):

@@ -18,7 +18,7 @@ from tfdist.optim.gradient_path import INITIAL_LOSS_SCALE
 from tfdist.runtime import keras_flavour
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import KerasFlavourError
-from tfdist.runtime.config import OptimizerConfig
+from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import TrainConfig
 from tests.tfdist.training.tabular import FEATURES
 from tests.tfdist.training.tabular import MIRRORED
