@@ -23,13 +23,17 @@ def speed_factor(first_command_output: str, usual_train_s: float) -> float:
     when its summary line is missing)."""
     trained = _TRAINED_IN.findall(first_command_output)
     if not trained:
-        print("ci: warning: no `tfdist train` summary line in README's first command's output; "
-              "the budget is not scaled")
+        print(
+            "ci: warning: no `tfdist train` summary line in README's first command's output; "
+            "the budget is not scaled"
+        )
         return 1.0
     train_s = float(trained[-1])
     factor = max(1.0, train_s / usual_train_s)
-    print(f"ci: README's first command trained in {train_s:g} s (usually {usual_train_s:g} s): "
-          f"the budget is scaled by {factor:.2f}")
+    print(
+        f"ci: README's first command trained in {train_s:g} s (usually {usual_train_s:g} s): "
+        f"the budget is scaled by {factor:.2f}"
+    )
     return factor
 
 
@@ -39,17 +43,27 @@ def main(report: str, budget_s: float, usual_train_s: float, first_command_log: 
     suite = ElementTree.parse(report).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     seconds = float(suite.get("time"))
-    cases = sorted(((float(case.get("time", 0)), f"{case.get('classname')}::{case.get('name')}")
-                    for case in suite.iter("testcase")), reverse=True)
-    print(f"ci: README's test command: pytest's own time {seconds:.0f} s ({seconds / 60:.1f} min) "
-          f"for {len(cases)} tests; budget {budget_s:.0f} s. The {SLOWEST} slowest:")
+    cases = sorted(
+        (
+            (float(case.get("time", 0)), f"{case.get('classname')}::{case.get('name')}")
+            for case in suite.iter("testcase")
+        ),
+        reverse=True,
+    )
+    print(
+        f"ci: README's test command: pytest's own time {seconds:.0f} s ({seconds / 60:.1f} min) "
+        f"for {len(cases)} tests; budget {budget_s:.0f} s. The {SLOWEST} slowest:"
+    )
     for case_s, name in cases[:SLOWEST]:
         print(f"ci: {case_s:7.1f} s  {name}")
     if seconds > budget_s:
-        print(f"ci: error: the suite took {seconds:.0f} s, over its budget of {budget_s:.0f} s; "
-              "make the new slow tests cheaper (share a child, merge a scenario, wait on an event "
-              "instead of a fixed time), or raise the budget in .ci/run with the figures that "
-              "justify it.", file=sys.stderr)
+        print(
+            f"ci: error: the suite took {seconds:.0f} s, over its budget of {budget_s:.0f} s; "
+            "make the new slow tests cheaper (share a child, merge a scenario, wait on an event "
+            "instead of a fixed time), or raise the budget in .ci/run with the figures that "
+            "justify it.",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

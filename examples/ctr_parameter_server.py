@@ -26,6 +26,7 @@ def click_logs(seed):
     """An endless stream of (features, clicked) with a learnable click rate; `seed` (an int
     or an int64 tensor) decides the draws, not the rate."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     buckets = _BUCKETS.value
 
     def example(index):
@@ -34,13 +35,15 @@ def click_logs(seed):
         user = tf.random.stateless_uniform([], key + 1, maxval=1 << 30, dtype=tf.int64)
         dense = tf.random.stateless_normal([2], key + 2)
         logit = 2.0 * tf.cast(item % 7 < 3, tf.float32) - 1.0 + dense[0] - 0.5 * dense[1]
-        clicked = tf.cast(tf.random.stateless_uniform([], key + 3) < tf.sigmoid(logit),
-                          tf.int64)
+        clicked = tf.cast(tf.random.stateless_uniform([], key + 3) < tf.sigmoid(logit), tf.int64)
         ids = tf.strings.to_hash_bucket_fast(
-            tf.strings.join(["item:", tf.strings.as_string(item)]), buckets)
+            tf.strings.join(["item:", tf.strings.as_string(item)]), buckets
+        )
         user_ids = tf.strings.to_hash_bucket_fast(
-            tf.strings.join(["user:", tf.strings.as_string(user % 100_000)]), buckets)
+            tf.strings.join(["user:", tf.strings.as_string(user % 100_000)]), buckets
+        )
         return {"ids": tf.stack([ids, user_ids]), "numeric": dense}, clicked
+
     return tf.data.Dataset.range(1 << 40).map(example, num_parallel_calls=tf.data.AUTOTUNE)
 
 
@@ -53,13 +56,16 @@ def dataset_fn(global_batch_size: int, seed: int, training: bool):
         # train each example on every worker (tfdist refuses that).
         worker_seed = tf.cast(tf.timestamp() * 1e6, tf.int64)
         dataset = click_logs(worker_seed) if training else click_logs(seed).take(_VALIDATION)
-        return dataset.batch(context.get_per_replica_batch_size(global_batch_size),
-                             drop_remainder=training).prefetch(2)
+        return dataset.batch(
+            context.get_per_replica_batch_size(global_batch_size), drop_remainder=training
+        ).prefetch(2)
+
     return make
 
 
 def build_model():
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     layers = tf.keras.layers
     ids = layers.Input((2,), dtype="int64", name="ids")
     numeric = layers.Input((2,), name="numeric")
@@ -73,12 +79,15 @@ def main(argv):
     del argv
     config = tfdist.config_from_flags()
     plan = tfdist.setup(config, train_examples=_EXAMPLES)
-    summary = tfdist.fit(plan, build_model,
-                         dataset_fn(plan.global_batch_size, seed=1, training=True),
-                         validation_data=dataset_fn(plan.global_batch_size, seed=2,
-                                                    training=False),
-                         validation_steps=_VALIDATION // plan.global_batch_size,
-                         loss="binary_crossentropy", metrics=["AUC"])
+    summary = tfdist.fit(
+        plan,
+        build_model,
+        dataset_fn(plan.global_batch_size, seed=1, training=True),
+        validation_data=dataset_fn(plan.global_batch_size, seed=2, training=False),
+        validation_steps=_VALIDATION // plan.global_batch_size,
+        loss="binary_crossentropy",
+        metrics=["AUC"],
+    )
     if summary["role"] == "train":
         final = {name.lower(): value for name, value in summary["final"].items()}
         print(f"ctr: val_auc={final['val_auc']:.4f}")  # Keras 3 (--keras=3) says val_AUC.

@@ -24,13 +24,17 @@ def main(argv):
     del argv
     config = tfdist.config_from_flags()  # Before TensorFlow's import: its start-up logs hidden.
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     plan = tfdist.setup(config, train_examples=_EXAMPLES)
     loop = tfdist.CustomLoop(plan, tutorial.build_model)
-    batches = loop.distribute(tutorial.dataset_fn(_EXAMPLES, seed=1,
-                                                  global_batch_size=plan.global_batch_size,
-                                                  training=True))
+    batches = loop.distribute(
+        tutorial.dataset_fn(
+            _EXAMPLES, seed=1, global_batch_size=plan.global_batch_size, training=True
+        )
+    )
     loss_fn = tf.keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+        from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+    )
 
     def step(images, labels):
         with tf.GradientTape() as tape:
@@ -46,8 +50,11 @@ def main(argv):
         accuracy.reset_state()
         loss = loop.run(step, batches, plan.steps_per_epoch)
         loop.save(epoch + 1)
-        print(f"{plan.task}: epoch {epoch + 1}: loss={loss:.4f} "
-              f"accuracy={float(accuracy.result()):.4f}", flush=True)
+        print(
+            f"{plan.task}: epoch {epoch + 1}: loss={loss:.4f} "
+            f"accuracy={float(accuracy.result()):.4f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -23,9 +23,11 @@ _NUM_CLASSES = 10
 def images_and_labels(count: int, seed: int):
     """`count` images whose class decides a fixed pattern (the same for every seed)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     patterns = tf.random.stateless_uniform((_NUM_CLASSES, 28, 28), seed=(7, 7)) > 0.8
-    labels = tf.random.stateless_uniform((count,), seed=(seed, 1), maxval=_NUM_CLASSES,
-                                         dtype=tf.int32)
+    labels = tf.random.stateless_uniform(
+        (count,), seed=(seed, 1), maxval=_NUM_CLASSES, dtype=tf.int32
+    )
     noise = tf.random.stateless_normal((count, 28, 28), seed=(seed, 2), stddev=1.0)
     return tf.cast(tf.gather(patterns, labels), tf.float32) + noise, labels
 
@@ -40,40 +42,52 @@ def dataset_fn(count: int, seed: int, global_batch_size: int, training: bool):
         dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
         if training:  # Unseeded: under parameter server each worker draws its own order.
             dataset = dataset.shuffle(count).repeat()
-        return dataset.batch(context.get_per_replica_batch_size(global_batch_size),
-                             drop_remainder=training).prefetch(2)
+        return dataset.batch(
+            context.get_per_replica_batch_size(global_batch_size), drop_remainder=training
+        ).prefetch(2)
+
     return make
 
 
 def build_model():
     """The tutorial's CNN (called by tfdist inside the strategy's scope)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     layers = tf.keras.layers
-    return tf.keras.Sequential([
-        layers.Input((28, 28)),
-        layers.Reshape((28, 28, 1)),
-        layers.Conv2D(32, 3, activation="relu"),
-        layers.Flatten(),
-        layers.Dense(128, activation="relu"),
-        layers.Dense(_NUM_CLASSES),
-    ], name="tutorial_cnn")
+    return tf.keras.Sequential(
+        [
+            layers.Input((28, 28)),
+            layers.Reshape((28, 28, 1)),
+            layers.Conv2D(32, 3, activation="relu"),
+            layers.Flatten(),
+            layers.Dense(128, activation="relu"),
+            layers.Dense(_NUM_CLASSES),
+        ],
+        name="tutorial_cnn",
+    )
 
 
 def main(argv):
     del argv
     config = tfdist.config_from_flags()  # Before TensorFlow's import: its start-up logs hidden.
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     plan = tfdist.setup(config, train_examples=_EXAMPLES.value)
     batch = plan.global_batch_size
     summary = tfdist.fit(
-        plan, build_model,
+        plan,
+        build_model,
         dataset_fn(_EXAMPLES.value, seed=1, global_batch_size=batch, training=True),
         validation_data=dataset_fn(1024, seed=2, global_batch_size=batch, training=False),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"])
+        metrics=["accuracy"],
+    )
     if summary["role"] == "train":
-        print(f"{plan.task}: {summary['strategy']}: "
-              f"val_accuracy={summary['final']['val_accuracy']:.4f}", flush=True)
+        print(
+            f"{plan.task}: {summary['strategy']}: "
+            f"val_accuracy={summary['final']['val_accuracy']:.4f}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

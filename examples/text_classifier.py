@@ -25,6 +25,7 @@ def write_records(directory: str, split: str, files: int, seed: int) -> str:
     """Writes `files` TFRecord files of `_PER_FILE` examples; returns their glob."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     os.makedirs(directory, exist_ok=True)
     rng = np.random.default_rng(seed)
     for index in range(files):
@@ -36,12 +37,25 @@ def write_records(directory: str, split: str, files: int, seed: int) -> str:
                 label = int(rng.integers(2))
                 length = int(rng.integers(4, MAX_TOKENS))
                 upper = rng.random(length) < (0.7 if label else 0.3)
-                tokens = np.where(upper, rng.integers(VOCABULARY // 2, VOCABULARY, length),
-                                  rng.integers(1, VOCABULARY // 2, length))
-                writer.write(tf.train.Example(features=tf.train.Features(feature={
-                    "tokens": tf.train.Feature(int64_list=tf.train.Int64List(value=tokens)),
-                    "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-                })).SerializeToString())
+                tokens = np.where(
+                    upper,
+                    rng.integers(VOCABULARY // 2, VOCABULARY, length),
+                    rng.integers(1, VOCABULARY // 2, length),
+                )
+                writer.write(
+                    tf.train.Example(
+                        features=tf.train.Features(
+                            feature={
+                                "tokens": tf.train.Feature(
+                                    int64_list=tf.train.Int64List(value=tokens)
+                                ),
+                                "label": tf.train.Feature(
+                                    int64_list=tf.train.Int64List(value=[label])
+                                ),
+                            }
+                        )
+                    ).SerializeToString()
+                )
         os.replace(path + ".tmp", path)
     return os.path.join(directory, f"{split}-*.tfrecord")
 
@@ -50,15 +64,18 @@ def parse(serialized):
     """A batch of serialized examples -> ({"tokens": [batch, MAX_TOKENS] ids, 0-padded},
     labels)."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    parsed = tf.io.parse_example(serialized, {
-        "tokens": tf.io.RaggedFeature(tf.int64),
-        "label": tf.io.FixedLenFeature([], tf.int64)})
+
+    parsed = tf.io.parse_example(
+        serialized,
+        {"tokens": tf.io.RaggedFeature(tf.int64), "label": tf.io.FixedLenFeature([], tf.int64)},
+    )
     tokens = parsed["tokens"][:, :MAX_TOKENS].to_tensor(0, shape=[None, MAX_TOKENS])
     return {"tokens": tokens}, parsed["label"]
 
 
 def build_model():
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     layers = tf.keras.layers
     tokens = layers.Input((MAX_TOKENS,), dtype="int64", name="tokens")
     embedded = layers.Embedding(VOCABULARY, 16, mask_zero=True)(tokens)
@@ -73,10 +90,14 @@ def main(argv):
     train = write_records(_RECORDS_DIR.value, "train", _FILES, seed=1)
     validation = write_records(_RECORDS_DIR.value, "validation", 2, seed=2)
     plan = tfdist.setup(config, train_examples=_FILES * _PER_FILE)
-    summary = tfdist.fit(plan, build_model, tfdist.Records(train, parse),
-                         validation_data=tfdist.Records(validation, parse,
-                                                        num_examples=2 * _PER_FILE),
-                         loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    summary = tfdist.fit(
+        plan,
+        build_model,
+        tfdist.Records(train, parse),
+        validation_data=tfdist.Records(validation, parse, num_examples=2 * _PER_FILE),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
     if summary["role"] == "train":
         print(f"text classifier: val_accuracy={summary['final']['val_accuracy']:.4f}")
 

@@ -28,9 +28,12 @@ def builtin_examples(split: str, num_examples: int | None = None):
     int64 labels), drawn in memory as `prepare` writes them; `num_examples` draws that many
     from the split's seed instead (a larger split of the same kind of images)."""
     from . import shapes
+
     builder = shapes.TfdistShapes
-    size, seed = {"train": (builder.TRAIN_SIZE, builder.TRAIN_SEED),
-                  "validation": (builder.VALIDATION_SIZE, builder.VALIDATION_SEED)}[split]
+    size, seed = {
+        "train": (builder.TRAIN_SIZE, builder.TRAIN_SEED),
+        "validation": (builder.VALIDATION_SIZE, builder.VALIDATION_SEED),
+    }[split]
     return shapes.draw_examples(num_examples or size, seed)
 
 
@@ -38,6 +41,7 @@ def prepare(config: InputConfig):
     """Makes the dataset ready to read (generating the built-in one once); returns its
     `DatasetInfo`."""
     from . import sources
+
     return sources.info(config)
 
 
@@ -45,8 +49,10 @@ def resolve_placement(config: InputConfig, *, num_gpus: int, compute_dtype: str 
     """Where preprocessing runs (`--preprocess_on`, `auto` = device when there are GPUs); returns
     a `Placement`."""
     from . import preprocessing
-    return preprocessing.resolve_placement(config.preprocess_on, num_gpus=num_gpus,
-                                           compute_dtype=compute_dtype)
+
+    return preprocessing.resolve_placement(
+        config.preprocess_on, num_gpus=num_gpus, compute_dtype=compute_dtype
+    )
 
 
 def device_preprocessing(augmentation="small"):
@@ -54,15 +60,17 @@ def device_preprocessing(augmentation="small"):
     as `augmentation` says: the recipe the pipeline read the images for
     (`InputConfig.augmentation`: "imagenet", "small" or "none")."""
     from . import preprocessing
-    return preprocessing.DevicePreprocessing(augmentation=augmentation,
-                                             name="device_preprocessing")
+
+    return preprocessing.DevicePreprocessing(augmentation=augmentation, name="device_preprocessing")
 
 
 def device_preprocess(images, *, training: bool, compute_dtype: str, augmentation="small"):
     """`device_preprocessing` as a function of a uint8 batch, for a step of one's own."""
     from . import preprocessing
-    return preprocessing.preprocess(images, training=training, compute_dtype=compute_dtype,
-                                    augmentation=Augment(augmentation))
+
+    return preprocessing.preprocess(
+        images, training=training, compute_dtype=compute_dtype, augmentation=Augment(augmentation)
+    )
 
 
 def dataset_fn(config: InputConfig, read: ReadOptions):
@@ -71,6 +79,7 @@ def dataset_fn(config: InputConfig, read: ReadOptions):
     or parameter-server per-worker datasets (`read.independent_order=True`); `read.placement`
     is required."""
     from . import datasets
+
     return datasets.dataset_fn(config, read)
 
 
@@ -81,16 +90,24 @@ def records_dataset_fn(records: Records, config: InputConfig, read: ReadOptions)
     Parses the first record once, now: raises a one-line InputConfigError naming the file when
     no file matches, a file is damaged, or `parse_fn` fails on it."""
     from . import datasets
+
     return datasets.records_dataset_fn(records, config, read)
 
 
-def check_coverage(config: InputConfig, *, num_workers: int, replicas_per_worker: int,
-                   records: Records | None = None):
+def check_coverage(
+    config: InputConfig,
+    *,
+    num_workers: int,
+    replicas_per_worker: int,
+    records: Records | None = None,
+):
     """Reads one training epoch as each simulated worker, of `records` when given, else of the
     image dataset `config.dataset`; returns a `CoverageReport`."""
     from . import coverage
-    return coverage.check_coverage(config, num_workers=num_workers,
-                                   replicas_per_worker=replicas_per_worker, records=records)
+
+    return coverage.check_coverage(
+        config, num_workers=num_workers, replicas_per_worker=replicas_per_worker, records=records
+    )
 
 
 def explain_input_error(config: InputConfig, error: Exception) -> None:
@@ -99,6 +116,7 @@ def explain_input_error(config: InputConfig, error: Exception) -> None:
     one-line InputConfigError naming the damaged file, or the record whose image does not
     decode, when there is one; else returns, and the caller re-raises `error`."""
     from . import sources
+
     sources.explain_read_error(config, error)
 
 
@@ -107,6 +125,7 @@ def explain_records_error(records: Records, split: str, error: Exception) -> Non
     damaged file, or the first record of `split` that `records.parse_fn` fails on (parsing the
     split until one fails), when there is one; else returns, and the caller re-raises `error`."""
     from . import records as record_checks
+
     record_checks.explain_parse_error(records.paths(split), records.parse_fn, error)
 
 
@@ -114,6 +133,7 @@ def check_dispatcher(config: InputConfig) -> None:
     """With `config.tf_data_service`, waits up to 20 s for its dispatcher to answer, else raises
     InputConfigError in one line (TensorFlow itself would wait forever). Pure Python."""
     from . import dispatcher
+
     if config.tf_data_service:
         dispatcher.check_dispatcher(config.tf_data_service)
 
@@ -122,6 +142,7 @@ def start_service(port: int, num_workers: int):
     """Starts a tf.data service dispatcher on `port` and `num_workers` workers on 127.0.0.1;
     returns the running cluster (`.address`, `.worker_addresses`, `.stop()`)."""
     from . import service
+
     return service.start(port, num_workers)
 
 
@@ -131,19 +152,23 @@ def start_service_part(port: int, *, dispatcher: str | None, advertised: str):
     ("host:port"); either is reached at `advertised` ("host:port"). Returns it running (`.stop()`).
     """
     from . import service
+
     if dispatcher is None:
         return service.start_dispatcher(port, host=advertised.rpartition(":")[0])
     return service.start_worker(port, dispatcher, advertised)
 
 
-def profile_stages(dataset, *, num_elements: int, warmup_elements: int = 10,
-                   logdir: str | None = None):
+def profile_stages(
+    dataset, *, num_elements: int, warmup_elements: int = 10, logdir: str | None = None
+):
     """Takes `num_elements` from any `tf.data.Dataset` (yours too) under TensorFlow's profiler
     and returns a `StageProfile`: the trace time of each tf.data transformation and each op run
     in its map functions (`.stage_s`, `.per_element_us(stage)`). `logdir` keeps the trace."""
     from . import stage_profile
-    return stage_profile.profile_stages(dataset, num_elements=num_elements,
-                                        warmup_elements=warmup_elements, logdir=logdir)
+
+    return stage_profile.profile_stages(
+        dataset, num_elements=num_elements, warmup_elements=warmup_elements, logdir=logdir
+    )
 
 
 def read_trace(logdir: str):
@@ -151,6 +176,7 @@ def read_trace(logdir: str):
     `tf.profiler.experimental.start(logdir)` ... `stop()` wrote, around any code (`model.fit`
     steps too: the ops of the step show as stages)."""
     from . import stage_profile
+
     return stage_profile.read_trace(logdir)
 
 
@@ -164,12 +190,19 @@ def baseline_pipeline(config: InputConfig, kind: str, *, shuffle: bool = True):
     "decode_only" (every image decoded whole, nothing else: the floor).
     Prepares the dataset first (the built-in one generated once)."""
     from . import baselines
+
     if kind in BASELINE_STAGES:
         return baselines.stage(config, kind, shuffle=shuffle)
-    pipelines = {"naive": baselines.naive, "tfdist": baselines.tfdist,
-                 "tfdist_device": lambda config: baselines.tfdist(config, PreprocessOn.DEVICE),
-                 "best_practice": baselines.best_practice, "decode_only": baselines.decode_only}
+    pipelines = {
+        "naive": baselines.naive,
+        "tfdist": baselines.tfdist,
+        "tfdist_device": lambda config: baselines.tfdist(config, PreprocessOn.DEVICE),
+        "best_practice": baselines.best_practice,
+        "decode_only": baselines.decode_only,
+    }
     if kind not in pipelines:
-        raise InputConfigError(f"kind={kind!r} is not a baseline pipeline; pass one of "
-                               f"{', '.join(map(repr, [*pipelines, *BASELINE_STAGES]))}.")
+        raise InputConfigError(
+            f"kind={kind!r} is not a baseline pipeline; pass one of "
+            f"{', '.join(map(repr, [*pipelines, *BASELINE_STAGES]))}."
+        )
     return pipelines[kind](config)

@@ -29,8 +29,9 @@ from .config import Placement
 from .config import PreprocessOn
 from .config import ReadOptions
 
-_SINGLE_PIPELINE = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
-                                              num_replicas_in_sync=1)
+_SINGLE_PIPELINE = tf.distribute.InputContext(
+    num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1
+)
 
 
 def _naive_image(source: sources.Source, features: dict[str, tf.Tensor]) -> tf.Tensor:
@@ -39,17 +40,19 @@ def _naive_image(source: sources.Source, features: dict[str, tf.Tensor]) -> tf.T
     the dataset's size and flipped; either is normalised to [-1, 1]."""
     size = source.info.image_shape[0]
     if source.raw_image_shape:
-        image = tf.reshape(tf.io.decode_raw(features[source.image_key], tf.uint8),
-                           source.raw_image_shape)
+        image = tf.reshape(
+            tf.io.decode_raw(features[source.image_key], tf.uint8), source.raw_image_shape
+        )
         padded = size + 2 * preprocessing.CROP_PADDING
-        image = tf.image.random_crop(tf.image.resize_with_crop_or_pad(image, padded, padded),
-                                     source.info.image_shape)
+        image = tf.image.random_crop(
+            tf.image.resize_with_crop_or_pad(image, padded, padded), source.info.image_shape
+        )
         image = tf.image.random_flip_left_right(image)
-        image = tf.image.random_brightness(tf.cast(image, tf.float32),
-                                           255 * preprocessing.MAX_BRIGHTNESS_DELTA)
+        image = tf.image.random_brightness(
+            tf.cast(image, tf.float32), 255 * preprocessing.MAX_BRIGHTNESS_DELTA
+        )
     else:
-        image = tf.io.decode_image(features[source.image_key], channels=3,
-                                   expand_animations=False)
+        image = tf.io.decode_image(features[source.image_key], channels=3, expand_animations=False)
         image = tf.image.random_flip_left_right(tf.image.resize(image, [size, size]))
     return tf.clip_by_value(image, 0.0, 255.0) / 127.5 - 1.0
 
@@ -72,7 +75,8 @@ def tfdist(config: InputConfig, on: PreprocessOn = PreprocessOn.HOST) -> tf.data
     host's share when the device preprocesses (decode, and the imagenet recipe's crop)."""
     read = ReadOptions(split=sources.TRAIN, training=True, placement=Placement(on))
     return pipeline.examples(config, read, _SINGLE_PIPELINE, announce=False).prefetch(
-        tf.data.AUTOTUNE)
+        tf.data.AUTOTUNE
+    )
 
 
 def stage(config: InputConfig, last: str, *, shuffle: bool = True) -> tf.data.Dataset:
@@ -85,12 +89,15 @@ def stage(config: InputConfig, last: str, *, shuffle: bool = True) -> tf.data.Da
     records = pipeline.read_records(config, files, plan, shuffle_seed=config.seed)
     if shuffle and last != "read":
         records = records.shuffle(config.shuffle_buffer_size, seed=config.seed)
-    work = {"parse": lambda serialized: tf.io.parse_example(serialized, source.features),
-            "decode": lambda serialized: pipeline.parse_and_decode(source, serialized)}.get(last)
+    work = {
+        "parse": lambda serialized: tf.io.parse_example(serialized, source.features),
+        "decode": lambda serialized: pipeline.parse_and_decode(source, serialized),
+    }.get(last)
     if work:  # Batched and mapped as tfdist's pipeline does, several batches per map call.
         calls = pipeline.batches_per_call(batch, math.prod(source.info.image_shape))
-        batches = pipeline.map_batches(records.repeat(), batch, work, drop_remainder=True,
-                                       calls=calls)
+        batches = pipeline.map_batches(
+            records.repeat(), batch, work, drop_remainder=True, calls=calls
+        )
     else:
         batches = records.repeat().batch(batch, drop_remainder=True)
     return batches.with_options(pipeline.options(config)).prefetch(tf.data.AUTOTUNE)
@@ -99,9 +106,13 @@ def stage(config: InputConfig, last: str, *, shuffle: bool = True) -> tf.data.Da
 # TF's official ResNet ImageNet input (see the module's docstring): its reader's cycle length, the
 # random crop's bounds, and the channel means it subtracts.
 _OFFICIAL_CYCLE_LENGTH = 10
-_OFFICIAL_CROP = {"min_object_covered": 0.1, "aspect_ratio_range": (0.75, 1.33),
-                  "area_range": (0.05, 1.0), "max_attempts": 100,
-                  "use_image_if_no_bounding_boxes": True}
+_OFFICIAL_CROP = {
+    "min_object_covered": 0.1,
+    "aspect_ratio_range": (0.75, 1.33),
+    "area_range": (0.05, 1.0),
+    "max_attempts": 100,
+    "use_image_if_no_bounding_boxes": True,
+}
 _OFFICIAL_CHANNEL_MEANS = (123.68, 116.78, 103.94)
 
 
@@ -109,8 +120,10 @@ def _jpeg_source(config: InputConfig, kind: str) -> sources.Source:
     """The source of `config`, which must hold encoded images."""
     source = sources.source(config)
     if source.raw_image_shape:
-        raise InputConfigError(f"kind={kind!r} reads JPEG records, and dataset={config.dataset!r} "
-                               "stores raw pixels; pass dataset='tfrecord:<glob>' of JPEG records.")
+        raise InputConfigError(
+            f"kind={kind!r} reads JPEG records, and dataset={config.dataset!r} "
+            "stores raw pixels; pass dataset='tfrecord:<glob>' of JPEG records."
+        )
     return source
 
 
@@ -118,8 +131,11 @@ def _official_reader(config: InputConfig, source: sources.Source) -> tf.data.Dat
     """The training files in a new order each epoch, read by a parallel interleave."""
     files = list(source.files[sources.TRAIN])
     dataset = tf.data.Dataset.from_tensor_slices(files).shuffle(len(files), seed=config.seed)
-    return dataset.interleave(tf.data.TFRecordDataset, cycle_length=_OFFICIAL_CYCLE_LENGTH,
-                              num_parallel_calls=tf.data.AUTOTUNE)
+    return dataset.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=_OFFICIAL_CYCLE_LENGTH,
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
 
 
 def best_practice(config: InputConfig) -> tf.data.Dataset:
@@ -137,18 +153,21 @@ def best_practice(config: InputConfig) -> tf.data.Dataset:
         features = tf.io.parse_single_example(record, source.features)
         encoded = features[source.image_key]
         begin, crop_size, _ = tf.image.sample_distorted_bounding_box(
-            tf.image.extract_jpeg_shape(encoded), bounding_boxes=no_boxes, **_OFFICIAL_CROP)
+            tf.image.extract_jpeg_shape(encoded), bounding_boxes=no_boxes, **_OFFICIAL_CROP
+        )
         window = tf.stack([begin[0], begin[1], crop_size[0], crop_size[1]])
         image = tf.image.decode_and_crop_jpeg(encoded, window, channels=3)
         image = tf.image.resize(tf.image.random_flip_left_right(image), [size, size])
         image = tf.ensure_shape(image, source.info.image_shape)
         return image - _OFFICIAL_CHANNEL_MEANS, features[source.label_key]
 
-    dataset = _official_reader(config, source).shuffle(config.shuffle_buffer_size,
-                                                       seed=config.seed).repeat()
+    dataset = (
+        _official_reader(config, source)
+        .shuffle(config.shuffle_buffer_size, seed=config.seed)
+        .repeat()
+    )
     dataset = dataset.map(parse_and_preprocess, num_parallel_calls=tf.data.AUTOTUNE)
-    return dataset.batch(config.global_batch_size, drop_remainder=True).prefetch(
-        tf.data.AUTOTUNE)
+    return dataset.batch(config.global_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
 def decode_only(config: InputConfig) -> tf.data.Dataset:
@@ -165,5 +184,4 @@ def decode_only(config: InputConfig) -> tf.data.Dataset:
 
     dataset = _official_reader(config, source).repeat()
     dataset = dataset.map(parse_and_decode, num_parallel_calls=tf.data.AUTOTUNE)
-    return dataset.batch(config.global_batch_size, drop_remainder=True).prefetch(
-        tf.data.AUTOTUNE)
+    return dataset.batch(config.global_batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

@@ -38,7 +38,8 @@ def dataset_fn(config: InputConfig, read: ReadOptions) -> DatasetFn:
         raise InputConfigError(
             f"placement=None: dataset={config.dataset!r} is an image dataset and needs to know "
             "where preprocessing runs; pass ReadOptions(placement=input_pipelines."
-            "resolve_placement(config, num_gpus=...)).")
+            "resolve_placement(config, num_gpus=...))."
+        )
 
     def make_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
         if config.source_kind is SourceKind.SYNTHETIC:
@@ -69,8 +70,8 @@ def records_dataset_fn(records: Records, config: InputConfig, read: ReadOptions)
     check_parse_fn(paths, records.parse_fn, config.skip_corrupt_records)
 
     def make_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        return pipeline.batches(config, read, paths, context, records.parse_fn,
-                                job_name=records.job_name(read.split)).prefetch(
-                                    tf.data.AUTOTUNE)
+        return pipeline.batches(
+            config, read, paths, context, records.parse_fn, job_name=records.job_name(read.split)
+        ).prefetch(tf.data.AUTOTUNE)
 
     return make_dataset

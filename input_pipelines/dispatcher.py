@@ -32,16 +32,17 @@ def check_dispatcher(address: str, *, wait_s: float = DISPATCHER_WAIT_S) -> None
         if remaining <= 0:
             break
         time.sleep(min(_RETRY_S, remaining))
-    raise InputConfigError(f"tf_data_service={address!r}: no dispatcher answered there within "
-                           f"{wait_s:g} s (last try: {reason}); start one with `tfdist data serve "
-                           f"--port={port}`, or fix the address.")
+    raise InputConfigError(
+        f"tf_data_service={address!r}: no dispatcher answered there within "
+        f"{wait_s:g} s (last try: {reason}); start one with `tfdist data serve "
+        f"--port={port}`, or fix the address."
+    )
 
 
 def _connect_error(host: str, port: int, deadline: float) -> str | None:
     """None when a TCP connection to host:port opens before `deadline`; else why not."""
     try:
-        with socket.create_connection((host, port),
-                                      timeout=max(deadline - time.monotonic(), 0.1)):
+        with socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.1)):
             return None
     except socket.gaierror:
         return f"host {host!r} does not resolve"

@@ -21,7 +21,8 @@ def check(owner: str, paths: tuple[str, ...]) -> None:
         if os.path.isdir(path):
             raise InputConfigError(
                 f"{owner}: {path} is a directory, not a TFRecord file; make the pattern match "
-                f"files only, e.g. {os.path.join(path, '*')}.")
+                f"files only, e.g. {os.path.join(path, '*')}."
+            )
         if os.path.islink(path) and not os.path.exists(path):
             raise InputConfigError(f"{owner}: {path} is a broken link; fix or remove it.")
         if not os.path.exists(path):
@@ -29,7 +30,8 @@ def check(owner: str, paths: tuple[str, ...]) -> None:
         if not os.path.getsize(path):
             raise InputConfigError(
                 f"{owner}: file {path} is empty (0 bytes), most likely a failed write; "
-                "re-create it, or move it out of the pattern.")
+                "re-create it, or move it out of the pattern."
+            )
 
 
 def some(paths: tuple[str, ...], shown: int = 3) -> str:

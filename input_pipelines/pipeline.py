@@ -88,19 +88,24 @@ def _uses_service(config: InputConfig, training: bool) -> bool:
     return bool(config.tf_data_service) and training
 
 
-def shard_plan(config: InputConfig, num_files: int, context: tf.distribute.InputContext, *,
-               training: bool) -> sharding.ShardPlan:
+def shard_plan(
+    config: InputConfig, num_files: int, context: tf.distribute.InputContext, *, training: bool
+) -> sharding.ShardPlan:
     """This pipeline's plan over a split of `num_files` files. Through the tf.data service the
     pipeline is one whole job (OFF) that the service splits between its workers."""
     if _uses_service(config, training):
         return sharding.plan(AutoShard.OFF, num_files=num_files, num_pipelines=1, pipeline_id=0)
-    return sharding.plan(config.autoshard, num_files=num_files,
-                         num_pipelines=context.num_input_pipelines,
-                         pipeline_id=context.input_pipeline_id)
+    return sharding.plan(
+        config.autoshard,
+        num_files=num_files,
+        num_pipelines=context.num_input_pipelines,
+        pipeline_id=context.input_pipeline_id,
+    )
 
 
-def _read_file(file_index: tf.Tensor, path: tf.Tensor, *, skip_corrupt: bool,
-               tag_positions: bool) -> tf.data.Dataset:
+def _read_file(
+    file_index: tf.Tensor, path: tf.Tensor, *, skip_corrupt: bool, tag_positions: bool
+) -> tf.data.Dataset:
     """The serialized records of one file; with `tag_positions`, (record, position id) pairs,
     the id being `file_index << 32 | position` (this costs a map per record)."""
     file_records = tf.data.TFRecordDataset(path)
@@ -112,9 +117,15 @@ def _read_file(file_index: tf.Tensor, path: tf.Tensor, *, skip_corrupt: bool,
     return file_records.enumerate().map(lambda position, record: (record, first_id + position))
 
 
-def read_records(config: InputConfig, files: tuple[str, ...], plan: sharding.ShardPlan, *,
-                 shuffle_seed: int | None, first_order_seed: tf.Tensor | None = None,
-                 tag_positions: bool = False) -> tf.data.Dataset:
+def read_records(
+    config: InputConfig,
+    files: tuple[str, ...],
+    plan: sharding.ShardPlan,
+    *,
+    shuffle_seed: int | None,
+    first_order_seed: tf.Tensor | None = None,
+    tag_positions: bool = False,
+) -> tf.data.Dataset:
     """Serialized records of this pipeline's share of `files` (a split's), one epoch (see
     `_read_file`).
 
@@ -123,18 +134,27 @@ def read_records(config: InputConfig, files: tuple[str, ...], plan: sharding.Sha
     """
     indices = tf.constant(list(plan.file_indices), tf.int64)
     if first_order_seed is not None:
-        indices = tf.gather(indices, tf.argsort(tf.random.stateless_uniform(
-            indices.shape, seed=tf.stack([first_order_seed, 0]))))
+        indices = tf.gather(
+            indices,
+            tf.argsort(
+                tf.random.stateless_uniform(indices.shape, seed=tf.stack([first_order_seed, 0]))
+            ),
+        )
     dataset = tf.data.Dataset.from_tensor_slices((indices, tf.gather(files, indices)))
     if shuffle_seed is not None:
-        dataset = dataset.shuffle(len(plan.file_indices), seed=shuffle_seed,
-                                  reshuffle_each_iteration=True)
+        dataset = dataset.shuffle(
+            len(plan.file_indices), seed=shuffle_seed, reshuffle_each_iteration=True
+        )
     deterministic = True if plan.keeps_every_nth else config.deterministic
     dataset = dataset.interleave(
-        lambda index, path: _read_file(index, path, skip_corrupt=config.skip_corrupt_records,
-                                       tag_positions=tag_positions),
-        cycle_length=min(len(plan.file_indices), _MAX_READERS), block_length=_READ_BLOCK,
-        num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
+        lambda index, path: _read_file(
+            index, path, skip_corrupt=config.skip_corrupt_records, tag_positions=tag_positions
+        ),
+        cycle_length=min(len(plan.file_indices), _MAX_READERS),
+        block_length=_READ_BLOCK,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=deterministic,
+    )
     if plan.keeps_every_nth:
         dataset = dataset.shard(plan.num_pipelines, plan.pipeline_id)
     return dataset
@@ -146,8 +166,10 @@ def _log_damaged_files(files: list[str]) -> None:
     for path, (readable, reason) in damaged.items():
         log(f"skipping the rest of {path} after {readable} record(s): {reason}")
     if damaged:
-        log(f"{len(damaged)} of {len(files)} file(s) damaged; their records after the damage "
-            "are skipped (--skip_corrupt_records)")
+        log(
+            f"{len(damaged)} of {len(files)} file(s) damaged; their records after the damage "
+            "are skipped (--skip_corrupt_records)"
+        )
 
 
 def _decode_images(encoded: tf.Tensor, source: Source, crop: Crop | None = None) -> tf.Tensor:
@@ -173,20 +195,30 @@ def _decode_images(encoded: tf.Tensor, source: Source, crop: Crop | None = None)
             image = tf.cast(tf.image.resize(image, [height, width]), tf.uint8)
         return tf.ensure_shape(image, source.info.image_shape)
 
-    return tf.map_fn(decode, encoded, parallel_iterations=_DECODE_PARALLELISM,
-                     fn_output_signature=tf.TensorSpec(source.info.image_shape, tf.uint8))
+    return tf.map_fn(
+        decode,
+        encoded,
+        parallel_iterations=_DECODE_PARALLELISM,
+        fn_output_signature=tf.TensorSpec(source.info.image_shape, tf.uint8),
+    )
 
 
-def parse_and_decode(source: Source, serialized: tf.Tensor,
-                     position_ids: tf.Tensor | None = None, *,
-                     crop: Crop | None = None) -> dict[str, tf.Tensor]:
+def parse_and_decode(
+    source: Source,
+    serialized: tf.Tensor,
+    position_ids: tf.Tensor | None = None,
+    *,
+    crop: Crop | None = None,
+) -> dict[str, tf.Tensor]:
     """Parses and decodes one batch of records into {image uint8, label[, id]}, the images
     cropped as `crop` says when given, the labels less the source's `label_offset`; the id is
     the stored one, else `position_ids` when given."""
     features = tf.io.parse_example(serialized, source.features)
     labels = features[source.label_key]
-    batch = {IMAGE: _decode_images(features[source.image_key], source, crop),
-             LABEL: labels - source.label_offset if source.label_offset else labels}
+    batch = {
+        IMAGE: _decode_images(features[source.image_key], source, crop),
+        LABEL: labels - source.label_offset if source.label_offset else labels,
+    }
     if source.id_key or position_ids is not None:
         batch[ID] = features[source.id_key] if source.id_key else position_ids
     return batch
@@ -198,20 +230,27 @@ def _clock_seed() -> tf.Tensor:
     return tf.cast(tf.timestamp() * 1e6, tf.int64)
 
 
-def _describe(config: InputConfig, plan: sharding.ShardPlan, training: bool,
-              independent: bool) -> str:
+def _describe(
+    config: InputConfig, plan: sharding.ShardPlan, training: bool, independent: bool
+) -> str:
     if independent:
-        return (f"each worker reads all {plan.num_files} files, starting from its own random "
-                "file order (every worker gets the same input context, so nothing can be "
-                "sharded); spread over the workers, each epoch's steps see each example once on "
-                "average, not exactly once (--tf_data_service gives exactly once)")
+        return (
+            f"each worker reads all {plan.num_files} files, starting from its own random "
+            "file order (every worker gets the same input context, so nothing can be "
+            "sharded); spread over the workers, each epoch's steps see each example once on "
+            "average, not exactly once (--tf_data_service gives exactly once)"
+        )
     if not _uses_service(config, training):
         return plan.describe()
-    each = ("the service workers split each epoch, each example once across all training "
-            "workers" if config.tf_data_service_mode is ServiceMode.DISTRIBUTED_EPOCH else
-            "every service worker produces every example once per epoch")
-    return (f"runs on the tf.data service at {config.tf_data_service} "
-            f"({config.tf_data_service_mode.value}): {each}")
+    each = (
+        "the service workers split each epoch, each example once across all training workers"
+        if config.tf_data_service_mode is ServiceMode.DISTRIBUTED_EPOCH
+        else "every service worker produces every example once per epoch"
+    )
+    return (
+        f"runs on the tf.data service at {config.tf_data_service} "
+        f"({config.tf_data_service_mode.value}): {each}"
+    )
 
 
 def batches_per_call(per_replica_batch_size: int, bytes_per_example: int | None) -> int:
@@ -226,32 +265,51 @@ def batches_per_call(per_replica_batch_size: int, bytes_per_example: int | None)
 def _split(calls: int, batch_size: int, element: Any) -> tf.data.Dataset:
     """One map call's element of `calls * batch_size` examples as `calls` batches, in order.
     The slices share the element's memory where aligned (tf.data copies only unaligned ones)."""
-    return tf.data.Dataset.from_tensor_slices(tf.nest.map_structure(
-        lambda tensor: tf.reshape(tensor, [calls, batch_size, *tensor.shape[1:]]), element))
+    return tf.data.Dataset.from_tensor_slices(
+        tf.nest.map_structure(
+            lambda tensor: tf.reshape(tensor, [calls, batch_size, *tensor.shape[1:]]), element
+        )
+    )
 
 
-def map_batches(records: tf.data.Dataset, batch_size: int, parse_batch: Callable[..., Any], *,
-                drop_remainder: bool, calls: int = 1,
-                deterministic: bool | None = None) -> tf.data.Dataset:
+def map_batches(
+    records: tf.data.Dataset,
+    batch_size: int,
+    parse_batch: Callable[..., Any],
+    *,
+    drop_remainder: bool,
+    calls: int = 1,
+    deterministic: bool | None = None,
+) -> tf.data.Dataset:
     """`records` in batches of `batch_size`, each made into an element by `parse_batch` in a
     parallel map; with `calls` > 1 (only when dropping the remainder), `calls` batches go
     through each map call and are split back, in order."""
     if calls > 1 and not drop_remainder:
-        raise ValueError(f"calls={calls} needs drop_remainder=True: a partial last batch "
-                         "cannot be split evenly")
+        raise ValueError(
+            f"calls={calls} needs drop_remainder=True: a partial last batch cannot be split evenly"
+        )
     dataset = records.batch(batch_size * calls, drop_remainder=drop_remainder)
-    dataset = dataset.map(parse_batch, num_parallel_calls=tf.data.AUTOTUNE,
-                          deterministic=deterministic)
+    dataset = dataset.map(
+        parse_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
+    )
     if calls > 1:
         dataset = dataset.flat_map(functools.partial(_split, calls, batch_size))
     return dataset
 
 
-def batches(config: InputConfig, read: ReadOptions, files: tuple[str, ...],
-            context: tf.distribute.InputContext, parse_batch: Callable[..., Any], *,
-            job_name: str, repeat: bool = True, announce: bool = True,
-            tag_positions: bool = False, bytes_per_example: int | None = None
-            ) -> tf.data.Dataset:
+def batches(
+    config: InputConfig,
+    read: ReadOptions,
+    files: tuple[str, ...],
+    context: tf.distribute.InputContext,
+    parse_batch: Callable[..., Any],
+    *,
+    job_name: str,
+    repeat: bool = True,
+    announce: bool = True,
+    tag_positions: bool = False,
+    bytes_per_example: int | None = None,
+) -> tf.data.Dataset:
     """This pipeline's share of `files` (the split `read.split` of a dataset), as per-replica
     batches of serialized records that one parallel map turns into elements: `parse_batch`
     receives the batch of records and, with `tag_positions`, their position ids (see
@@ -287,11 +345,14 @@ def batches(config: InputConfig, read: ReadOptions, files: tuple[str, ...],
     # independent_order the files start from a different order on each worker, so the same
     # shuffles give each worker its own order. (The tf.data service hands out files itself; a
     # file shuffle would make the job unsplittable.)
-    dataset = read_records(config, files, plan,
-                           shuffle_seed=config.seed if shuffled and not config.tf_data_service
-                           else None,
-                           first_order_seed=_clock_seed() if independent else None,
-                           tag_positions=tag_positions)
+    dataset = read_records(
+        config,
+        files,
+        plan,
+        shuffle_seed=config.seed if shuffled and not config.tf_data_service else None,
+        first_order_seed=_clock_seed() if independent else None,
+        tag_positions=tag_positions,
+    )
     if config.cache:
         dataset = dataset.cache()
     if shuffled:
@@ -300,32 +361,52 @@ def batches(config: InputConfig, read: ReadOptions, files: tuple[str, ...],
     if training and repeat:
         dataset = dataset.repeat()
         calls = batches_per_call(batch_size, bytes_per_example)
-    dataset = map_batches(dataset, batch_size, parse_batch, drop_remainder=training and repeat,
-                          calls=calls, deterministic=config.deterministic)
+    dataset = map_batches(
+        dataset,
+        batch_size,
+        parse_batch,
+        drop_remainder=training and repeat,
+        calls=calls,
+        deterministic=config.deterministic,
+    )
     if _uses_service(config, training):
-        dataset = service.distribute(dataset, config.tf_data_service,
-                                     config.tf_data_service_mode, job_name=job_name)
+        dataset = service.distribute(
+            dataset, config.tf_data_service, config.tf_data_service_mode, job_name=job_name
+        )
     return dataset.with_options(options(config))
 
 
-def _host_work(config: InputConfig, source: Source, read: ReadOptions,
-               records: tuple[tf.Tensor, ...]) -> dict[str, tf.Tensor]:
+def _host_work(
+    config: InputConfig, source: Source, read: ReadOptions, records: tuple[tf.Tensor, ...]
+) -> dict[str, tf.Tensor]:
     """Everything the host does to one batch of images, in one map: parse, decode (cropped
     with augment=imagenet) and, when placed on the host, preprocess."""
     augmentation = config.augmentation
-    crop = Crop.of(config, source.info.image_shape, training=read.training) \
-        if augmentation is Augment.IMAGENET else None
+    crop = (
+        Crop.of(config, source.info.image_shape, training=read.training)
+        if augmentation is Augment.IMAGENET
+        else None
+    )
     batch = parse_and_decode(source, *records, crop=crop)
     if not read.placement.on_device:
         batch[IMAGE] = preprocessing.preprocess_on_host(
-            batch[IMAGE], training=read.training, compute_dtype=read.placement.compute_dtype,
-            augmentation=augmentation)
+            batch[IMAGE],
+            training=read.training,
+            compute_dtype=read.placement.compute_dtype,
+            augmentation=augmentation,
+        )
     return batch
 
 
-def examples(config: InputConfig, read: ReadOptions, context: tf.distribute.InputContext, *,
-             repeat: bool = True, announce: bool = True,
-             with_ids: bool = False) -> tf.data.Dataset:
+def examples(
+    config: InputConfig,
+    read: ReadOptions,
+    context: tf.distribute.InputContext,
+    *,
+    repeat: bool = True,
+    announce: bool = True,
+    with_ids: bool = False,
+) -> tf.data.Dataset:
     """Batched examples as dicts {image, label[, id]} of this pipeline's share of the image
     dataset's split `read.split` (see `batches`).
 
@@ -337,32 +418,45 @@ def examples(config: InputConfig, read: ReadOptions, context: tf.distribute.Inpu
     """
     source = sources.source(config)
     if read.split not in source.files:
-        raise InputConfigError(f"split={read.split!r}: dataset={config.dataset!r} has no such "
-                               f"split; pass one of {', '.join(map(repr, source.files))}.")
-    dataset = batches(config, read, source.files[read.split], context,
-                      lambda *records: _host_work(config, source, read, records),
-                      job_name=f"tfdist-{source.info.name}-{read.split}", repeat=repeat,
-                      announce=announce, tag_positions=with_ids and not source.id_key,
-                      bytes_per_example=math.prod(source.info.image_shape))
+        raise InputConfigError(
+            f"split={read.split!r}: dataset={config.dataset!r} has no such "
+            f"split; pass one of {', '.join(map(repr, source.files))}."
+        )
+    dataset = batches(
+        config,
+        read,
+        source.files[read.split],
+        context,
+        lambda *records: _host_work(config, source, read, records),
+        job_name=f"tfdist-{source.info.name}-{read.split}",
+        repeat=repeat,
+        announce=announce,
+        tag_positions=with_ids and not source.id_key,
+        bytes_per_example=math.prod(source.info.image_shape),
+    )
     if announce and read.training:
         shape = source.info.image_shape
-        log(f"{read.placement.describe(shape, config.augmentation)}; "
-            f"{imagenet_recipe.describe(config)}")
+        log(
+            f"{read.placement.describe(shape, config.augmentation)}; "
+            f"{imagenet_recipe.describe(config)}"
+        )
     return dataset
 
 
-def synthetic(config: InputConfig, context: tf.distribute.InputContext, *,
-              placement: Placement) -> tf.data.Dataset:
+def synthetic(
+    config: InputConfig, context: tf.distribute.InputContext, *, placement: Placement
+) -> tf.data.Dataset:
     """One random batch, made once in the model's input format and repeated: no reading,
     decoding or host preprocessing per step."""
     info = sources.synthetic_info(config)
     batch_size = per_replica_batch_size(config.global_batch_size, context.num_replicas_in_sync)
-    images = tf.random.uniform((batch_size, *info.image_shape), 0, 256, tf.int32,
-                               seed=config.seed)
+    images = tf.random.uniform((batch_size, *info.image_shape), 0, 256, tf.int32, seed=config.seed)
     images = tf.cast(images, tf.uint8)
     if not placement.on_device:
         images = preprocessing.normalise(images, placement.compute_dtype)
     labels = tf.random.uniform((batch_size,), 0, info.num_classes, tf.int64, seed=config.seed)
-    return tf.data.Dataset.from_tensors({IMAGE: images, LABEL: labels}).repeat().with_options(
-        options(config))
-
+    return (
+        tf.data.Dataset.from_tensors({IMAGE: images, LABEL: labels})
+        .repeat()
+        .with_options(options(config))
+    )

@@ -30,18 +30,21 @@ _CPU_DEVICE_MS = "0.6-1.0"
 _CPU_HOST_MS = "0.06-0.13"
 
 
-def resolve_placement(preprocess_on: PreprocessOn, *, num_gpus: int,
-                      compute_dtype: str = "float32") -> Placement:
+def resolve_placement(
+    preprocess_on: PreprocessOn, *, num_gpus: int, compute_dtype: str = "float32"
+) -> Placement:
     """`auto` is DEVICE when the replicas are GPUs, else HOST. DEVICE asked for without GPU
     replicas is kept, with one warning line: the work then runs in the training step on the
     CPU, without the host's XLA compilation."""
     if preprocess_on is PreprocessOn.AUTO:
         preprocess_on = PreprocessOn.DEVICE if num_gpus else PreprocessOn.HOST
     elif preprocess_on is PreprocessOn.DEVICE and not num_gpus:
-        log(f"--preprocess_on=device with no GPU replicas: augmentation and normalisation run "
+        log(
+            f"--preprocess_on=device with no GPU replicas: augmentation and normalisation run "
             f"inside each training step on the CPU, without XLA, {_CPU_DEVICE_MS} ms of CPU per "
             f"224x224 image against {_CPU_HOST_MS} ms on the host (measured on 2 cores); use "
-            "--preprocess_on=host, or auto (device only with GPUs)")
+            "--preprocess_on=host, or auto (device only with GPUs)"
+        )
     return Placement(preprocess_on, compute_dtype)
 
 
@@ -64,15 +67,20 @@ def augment(images: tf.Tensor, seed: int | None = None) -> tf.Tensor:
     images = tf.cast(images, tf.float32)
     batch_size, height, width = tf.shape(images)[0], tf.shape(images)[1], tf.shape(images)[2]
     seeds = [None] * 3 if seed is None else [seed, seed + 1, seed + 2]
-    offsets = tf.random.uniform([2, batch_size], -CROP_PADDING, CROP_PADDING + 1, tf.int32,
-                                seed=seeds[0])
+    offsets = tf.random.uniform(
+        [2, batch_size], -CROP_PADDING, CROP_PADDING + 1, tf.int32, seed=seeds[0]
+    )
     rows = _reflect(offsets[0][:, None] + tf.range(height)[None], height)
     cols = _reflect(offsets[1][:, None] + tf.range(width)[None], width)
     flip = tf.random.uniform([batch_size, 1], seed=seeds[1]) < 0.5
     cols = tf.where(flip, tf.reverse(cols, axis=[1]), cols)
     images = tf.gather(tf.gather(images, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
-    delta = tf.random.uniform([batch_size, 1, 1, 1], -255.0 * MAX_BRIGHTNESS_DELTA,
-                              255.0 * MAX_BRIGHTNESS_DELTA, seed=seeds[2])
+    delta = tf.random.uniform(
+        [batch_size, 1, 1, 1],
+        -255.0 * MAX_BRIGHTNESS_DELTA,
+        255.0 * MAX_BRIGHTNESS_DELTA,
+        seed=seeds[2],
+    )
     return tf.clip_by_value(images + delta, 0.0, 255.0)
 
 
@@ -95,8 +103,14 @@ def normalise(images: tf.Tensor, compute_dtype: str) -> tf.Tensor:
     return tf.cast(tf.cast(images, tf.float32) / 127.5 - 1.0, compute_dtype)
 
 
-def preprocess(images: tf.Tensor, *, training: bool, compute_dtype: str,
-               seed: int | None = None, augmentation: Augment = Augment.SMALL) -> tf.Tensor:
+def preprocess(
+    images: tf.Tensor,
+    *,
+    training: bool,
+    compute_dtype: str,
+    seed: int | None = None,
+    augmentation: Augment = Augment.SMALL,
+) -> tf.Tensor:
     """What every batch goes through before the model: the recipe's augmentation when
     training (`augmentation`: small, imagenet or none; see the module's docstring), then
     normalisation and the cast."""
@@ -122,12 +136,18 @@ class DevicePreprocessing(tf_keras.layers.Layer):
         super().__init__(**kwargs)
         self.augmentation = Augment(augmentation)
         if self.augmentation is Augment.AUTO:
-            raise ValueError("augmentation=auto is resolved by the input config; pass "
-                             "InputConfig.augmentation (imagenet, small or none).")
+            raise ValueError(
+                "augmentation=auto is resolved by the input config; pass "
+                "InputConfig.augmentation (imagenet, small or none)."
+            )
 
     def call(self, images, training=None):  # pylint: disable=arguments-differ
-        return preprocess(images, training=bool(training), compute_dtype=self.compute_dtype,
-                          augmentation=self.augmentation)
+        return preprocess(
+            images,
+            training=bool(training),
+            compute_dtype=self.compute_dtype,
+            augmentation=self.augmentation,
+        )
 
     def get_config(self) -> dict:
         return {**super().get_config(), "augmentation": self.augmentation.value}

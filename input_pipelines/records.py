@@ -12,8 +12,11 @@ from .config import InputConfigError
 
 # How the formats tf.io.decode_image reads start (TF 2.21): JPEG, PNG, GIF, BMP, WebP and JPEG XL
 # (bare codestream or container).
-_IMAGE_SIGNATURE = re.compile(rb"\xff\xd8\xff|\x89PNG\r\n\x1a\n|GIF8|BM|RIFF.{4}WEBP|"
-                              rb"\xff\x0a|\x00\x00\x00\x0cJXL \r\n\x87\n", re.DOTALL)
+_IMAGE_SIGNATURE = re.compile(
+    rb"\xff\xd8\xff|\x89PNG\r\n\x1a\n|GIF8|BM|RIFF.{4}WEBP|"
+    rb"\xff\x0a|\x00\x00\x00\x0cJXL \r\n\x87\n",
+    re.DOTALL,
+)
 _SIGNATURE_BYTES = 12
 _IMAGE_FORMATS = "JPEG, PNG, GIF, BMP, WebP or JPEG XL"
 _CHECK_BATCH = 1024  # Records parsed at once by the validation pass.
@@ -25,6 +28,7 @@ class RecordLayout:
     """What each record of an image-classification TFRecord file holds: a serialized
     tf.train.Example with one encoded image under `image_key` and one class index in
     `[label_offset, label_offset + num_classes)` under `label_key`."""
+
     image_key: str
     label_key: str
     num_classes: int
@@ -32,14 +36,18 @@ class RecordLayout:
 
     @property
     def features(self) -> dict[str, tf.io.FixedLenFeature]:
-        return {self.image_key: tf.io.FixedLenFeature([], tf.string),
-                self.label_key: tf.io.FixedLenFeature([], tf.int64)}
+        return {
+            self.image_key: tf.io.FixedLenFeature([], tf.string),
+            self.label_key: tf.io.FixedLenFeature([], tf.int64),
+        }
 
     @property
     def description(self) -> str:
         """The layout, as error messages tell it."""
-        return (f"records need one encoded image as {self.image_key} (bytes_list) and one class "
-                f"index as {self.label_key} (int64_list)")
+        return (
+            f"records need one encoded image as {self.image_key} (bytes_list) and one class "
+            f"index as {self.label_key} (int64_list)"
+        )
 
 
 def _count(dataset: tf.data.Dataset) -> int:
@@ -85,7 +93,8 @@ def damage_error(path: str, damage: tuple[int, str]) -> InputConfigError:
     readable, reason = damage
     return InputConfigError(
         f"file {path} is damaged ({reason}; {readable} record(s) readable before it); re-create "
-        "it, or set skip_corrupt_records=true to skip the rest of damaged files.")
+        "it, or set skip_corrupt_records=true to skip the rest of damaged files."
+    )
 
 
 def raise_if_damaged(files: list[str] | tuple[str, ...]) -> None:
@@ -125,15 +134,16 @@ def _parse_problem(layout: RecordLayout, serialized: bytes) -> str | None:
     return None
 
 
-def _raise_if_unparsable(path: str, layout: RecordLayout, first: int,
-                         batch: list[bytes]) -> None:
+def _raise_if_unparsable(path: str, layout: RecordLayout, first: int, batch: list[bytes]) -> None:
     """Raises the error of the first record that does not parse in `batch`, the serialized
     records of `path` from index `first` on."""
     for index, serialized in enumerate(batch, start=first):
         problem = _parse_problem(layout, serialized)
         if problem:
-            raise InputConfigError(f"file {path}, record {index} (from 0) {problem}; tfrecord: "
-                                   f"{layout.description}: re-write it.")
+            raise InputConfigError(
+                f"file {path}, record {index} (from 0) {problem}; tfrecord: "
+                f"{layout.description}: re-write it."
+            )
 
 
 def _label_problem(layout: RecordLayout, label: int, lowest: int) -> str | None:
@@ -144,15 +154,19 @@ def _label_problem(layout: RecordLayout, label: int, lowest: int) -> str | None:
     index = label - offset
     if 0 <= index < num_classes:
         return None
-    shown = f"{layout.label_key}={label}" + (f" (less label_offset={offset}: {index})"
-                                             if offset else "")
+    shown = f"{layout.label_key}={label}" + (
+        f" (less label_offset={offset}: {index})" if offset else ""
+    )
     more_classes = f"num_classes={index + 1} if the dataset has that many classes"
     if index == num_classes and lowest - offset >= 1:
-        fix = (f"the labels look 1-based (none below {offset + 1}): set label_offset="
-               f"{offset + 1} to read them as classes 0..{num_classes - 1}, or {more_classes}")
+        fix = (
+            f"the labels look 1-based (none below {offset + 1}): set label_offset="
+            f"{offset + 1} to read them as classes 0..{num_classes - 1}, or {more_classes}"
+        )
     else:
-        fix = "re-write the label as a class index" + (f", or set {more_classes}"
-                                                        if index > 0 else "")
+        fix = "re-write the label as a class index" + (
+            f", or set {more_classes}" if index > 0 else ""
+        )
     return f"{shown} is outside [0, {num_classes}) (num_classes={num_classes}); {fix}."
 
 
@@ -164,9 +178,11 @@ def _value_problem(layout: RecordLayout, label: int, head: bytes, lowest: int) -
         return problem
     if not _IMAGE_SIGNATURE.match(head):
         start = f"it starts {head[:8].hex(' ')}" if head else "it is empty"
-        return (f"{layout.image_key} holds no encoded image ({start}); tfdist decodes "
-                f"{_IMAGE_FORMATS} bytes there, not raw pixels: re-write the record with an "
-                "encoded image.")
+        return (
+            f"{layout.image_key} holds no encoded image ({start}); tfdist decodes "
+            f"{_IMAGE_FORMATS} bytes there, not raw pixels: re-write the record with an "
+            "encoded image."
+        )
     return None
 
 
@@ -191,10 +207,17 @@ def _check_batch(path: str, layout: RecordLayout, first: int, batch: tf.Tensor) 
 def _file_batches(files: list[str] | tuple[str, ...], skip_corrupt: bool) -> tf.data.Dataset:
     """(file index, up to `_CHECK_BATCH` serialized records of that file), file after file: one
     dataset for all files (a dataset per file costs ~15 ms to start)."""
-    return tf.data.Dataset.from_tensor_slices(list(files)).enumerate().interleave(
-        lambda index, path: _read(path, skip_corrupt).batch(_CHECK_BATCH).map(
-            lambda batch: (index, batch)),
-        cycle_length=1).prefetch(1)
+    return (
+        tf.data.Dataset.from_tensor_slices(list(files))
+        .enumerate()
+        .interleave(
+            lambda index, path: (
+                _read(path, skip_corrupt).batch(_CHECK_BATCH).map(lambda batch: (index, batch))
+            ),
+            cycle_length=1,
+        )
+        .prefetch(1)
+    )
 
 
 def check(files: list[str] | tuple[str, ...], layout: RecordLayout, skip_corrupt: bool) -> int:
@@ -224,29 +247,33 @@ def decode_image(encoded: tf.Tensor, channels: int) -> tf.Tensor:
     return tf.io.decode_image(encoded, channels=channels, expand_animations=False)
 
 
-def _decode_error(path: str, image_key: str, channels: int,
-                  skip_corrupt: bool) -> tuple[int, str] | None:
+def _decode_error(
+    path: str, image_key: str, channels: int, skip_corrupt: bool
+) -> tuple[int, str] | None:
     """(index, TensorFlow's complaint) of the first record of `path` whose image does not
     decode, or None. Decodes the file's images in parallel, in order, until one fails."""
     spec = {image_key: tf.io.FixedLenFeature([], tf.string)}
 
     def decoded_shape(serialized: tf.Tensor) -> tf.Tensor:
         # The shape, not a control dependency (optimised away), makes the decode run.
-        return tf.shape(decode_image(tf.io.parse_single_example(serialized, spec)[image_key],
-                                     channels))
+        return tf.shape(
+            decode_image(tf.io.parse_single_example(serialized, spec)[image_key], channels)
+        )
 
     position = 0
     try:
-        for _ in _read(path, skip_corrupt).map(decoded_shape, num_parallel_calls=tf.data.AUTOTUNE,
-                                               deterministic=True):
+        for _ in _read(path, skip_corrupt).map(
+            decoded_shape, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        ):
             position += 1
     except tf.errors.InvalidArgumentError as error:
         return position, _reason(error)
     return None
 
 
-def raise_if_undecodable(files: list[str] | tuple[str, ...], image_key: str, channels: int,
-                         skip_corrupt: bool) -> None:
+def raise_if_undecodable(
+    files: list[str] | tuple[str, ...], image_key: str, channels: int, skip_corrupt: bool
+) -> None:
     """Raises the one-line error of the first record among `files` whose image does not decode
     (it passed `check`, so it starts like an image but is damaged or cut short)."""
     for path in files:
@@ -256,7 +283,8 @@ def raise_if_undecodable(files: list[str] | tuple[str, ...], image_key: str, cha
             raise InputConfigError(
                 f"file {path}, record {position} (from 0): its {image_key} image does not "
                 f"decode ({reason}); re-write the record with an intact image, or re-create "
-                "the file.")
+                "the file."
+            )
 
 
 # In every error raised while getting the next input element: eagerly, in `fit`, distributed.
@@ -271,15 +299,23 @@ def complaint(error: Exception) -> str:
     name = type(error).__name__
     lines = [line.strip() for line in str(error).strip().splitlines()]
     named = [line for line in lines if line.startswith(f"{name}: ")]
-    line = f"{name}: {_reason(error)}" if isinstance(error, tf.errors.OpError) else \
-        named[-1] if named else f"{name}: {lines[0]}" if lines else name
-    return line if len(line) <= _COMPLAINT_CHARS else line[:_COMPLAINT_CHARS - 4].rstrip() + " ..."
+    line = (
+        f"{name}: {_reason(error)}"
+        if isinstance(error, tf.errors.OpError)
+        else named[-1]
+        if named
+        else f"{name}: {lines[0]}"
+        if lines
+        else name
+    )
+    return line if len(line) <= _COMPLAINT_CHARS else line[: _COMPLAINT_CHARS - 4].rstrip() + " ..."
 
 
 def _parse_error(path: str, position: int, error: Exception) -> InputConfigError:
     return InputConfigError(
         f"file {path}, record {position} (from 0): parse_fn fails on it ({complaint(error)}); "
-        f"check parse_fn against the records in {path}.")
+        f"check parse_fn against the records in {path}."
+    )
 
 
 def _first_record(files: tuple[str, ...], skip_corrupt: bool) -> tuple[str, tf.Tensor]:
@@ -292,7 +328,8 @@ def _first_record(files: tuple[str, ...], skip_corrupt: bool) -> tuple[str, tf.T
             raise damage_error(path, _damage(path)) from None
     raise InputConfigError(
         f"none of the {len(files)} file(s) ({file_lists.some(files)}) holds a readable record: "
-        "each is damaged or cut short before its first record; re-create them.")
+        "each is damaged or cut short before its first record; re-create them."
+    )
 
 
 def check_parse_fn(files: tuple[str, ...], parse_fn: Callable, skip_corrupt: bool) -> None:
@@ -313,11 +350,11 @@ def check_parse_fn(files: tuple[str, ...], parse_fn: Callable, skip_corrupt: boo
         raise InputConfigError(
             f"parse_fn returns {type(parsed.element_spec).__name__} "
             f"{parsed.element_spec} for the records of {path}; return a pair "
-            "(features, labels).")
+            "(features, labels)."
+        )
 
 
-def _first_failure(parse_fn: Callable,
-                   batches: tf.data.Dataset) -> tuple[int, Exception] | None:
+def _first_failure(parse_fn: Callable, batches: tf.data.Dataset) -> tuple[int, Exception] | None:
     """(index, error) of the first of `batches` (of serialized records) that `parse_fn` fails
     on, or None. Parses them in parallel, in order, until one fails."""
     index = 0

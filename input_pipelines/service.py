@@ -23,8 +23,14 @@ _SHARDING = {
 }
 
 
-def distribute(dataset: tf.data.Dataset, address: str, mode: ServiceMode, job_name: str, *,
-               dispatcher_wait_s: float = DISPATCHER_WAIT_S) -> tf.data.Dataset:
+def distribute(
+    dataset: tf.data.Dataset,
+    address: str,
+    mode: ServiceMode,
+    job_name: str,
+    *,
+    dispatcher_wait_s: float = DISPATCHER_WAIT_S,
+) -> tf.data.Dataset:
     """Runs `dataset` on the workers of the tf.data service at `address`.
 
     Consumers (training workers) that pass the same `job_name` read from one shared job.
@@ -49,12 +55,17 @@ def distribute(dataset: tf.data.Dataset, address: str, mode: ServiceMode, job_na
       InputConfigError: `address` is malformed, or nothing answers there.
     """
     if not job_name:
-        raise ValueError(f"job_name={job_name!r}: consumers share a job by name; pass a "
-                         "non-empty name, e.g. 'train'.")
+        raise ValueError(
+            f"job_name={job_name!r}: consumers share a job by name; pass a "
+            "non-empty name, e.g. 'train'."
+        )
     service = parse_service_address(address)
     check_dispatcher(address, wait_s=dispatcher_wait_s)
-    return dataset.apply(tf.data.experimental.service.distribute(
-        processing_mode=_SHARDING[ServiceMode(mode)], service=service, job_name=job_name))
+    return dataset.apply(
+        tf.data.experimental.service.distribute(
+            processing_mode=_SHARDING[ServiceMode(mode)], service=service, job_name=job_name
+        )
+    )
 
 
 class ServiceCluster:
@@ -66,9 +77,14 @@ class ServiceCluster:
     address); they advertise `host` only.
     """
 
-    def __init__(self, dispatcher: tf.data.experimental.service.DispatchServer | None,
-                 workers: list[tf.data.experimental.service.WorkerServer], *, address: str,
-                 worker_addresses: list[str]):
+    def __init__(
+        self,
+        dispatcher: tf.data.experimental.service.DispatchServer | None,
+        workers: list[tf.data.experimental.service.WorkerServer],
+        *,
+        address: str,
+        worker_addresses: list[str],
+    ):
         self._dispatcher = dispatcher
         self._workers = workers
         self._stopped = False
@@ -91,8 +107,9 @@ class ServiceCluster:
             self._dispatcher.stop()
 
 
-def start(port: int, num_workers: int, *, host: str = "127.0.0.1",
-          worker_ports: list[int] | None = None) -> ServiceCluster:
+def start(
+    port: int, num_workers: int, *, host: str = "127.0.0.1", worker_ports: list[int] | None = None
+) -> ServiceCluster:
     """Starts a dispatcher on `port` and `num_workers` workers registered with it.
 
     Args:
@@ -109,14 +126,17 @@ def start(port: int, num_workers: int, *, host: str = "127.0.0.1",
         shares ports, so a second dispatcher there would start silently).
     """
     if num_workers < 1:
-        raise InputConfigError(f"num_workers={num_workers}: a service needs workers; pass 1 or "
-                               "more.")
+        raise InputConfigError(
+            f"num_workers={num_workers}: a service needs workers; pass 1 or more."
+        )
     _check_host(host)
     if worker_ports is None:
         worker_ports = [portpicker.pick_unused_port() for _ in range(num_workers)]
     if len(worker_ports) != num_workers:
-        raise InputConfigError(f"worker_ports={worker_ports}: {len(worker_ports)} port(s) for "
-                               f"num_workers={num_workers}; pass one port per worker or None.")
+        raise InputConfigError(
+            f"worker_ports={worker_ports}: {len(worker_ports)} port(s) for "
+            f"num_workers={num_workers}; pass one port per worker or None."
+        )
     for index, worker_port in enumerate(worker_ports):
         _check_port(f"worker_ports[{index}]", worker_port)
     cluster = start_dispatcher(port, host=host)
@@ -141,10 +161,12 @@ def start_dispatcher(port: int, *, host: str = "127.0.0.1") -> ServiceCluster:
     _check_host(host)
     _check_port_free(port)
     service = tf.data.experimental.service
-    dispatcher = service.DispatchServer(service.DispatcherConfig(port=port,
-                                                                 protocol=SERVICE_PROTOCOL))
-    return ServiceCluster(dispatcher, [], address=f"{SERVICE_PROTOCOL}://{host}:{port}",
-                          worker_addresses=[])
+    dispatcher = service.DispatchServer(
+        service.DispatcherConfig(port=port, protocol=SERVICE_PROTOCOL)
+    )
+    return ServiceCluster(
+        dispatcher, [], address=f"{SERVICE_PROTOCOL}://{host}:{port}", worker_addresses=[]
+    )
 
 
 def start_worker(port: int, dispatcher_address: str, worker_address: str) -> ServiceCluster:
@@ -159,11 +181,20 @@ def start_worker(port: int, dispatcher_address: str, worker_address: str) -> Ser
     """
     _check_port("port", port)
     service = tf.data.experimental.service
-    worker = service.WorkerServer(service.WorkerConfig(
-        dispatcher_address=dispatcher_address, worker_address=worker_address, port=port,
-        protocol=SERVICE_PROTOCOL))
-    return ServiceCluster(None, [worker], address=f"{SERVICE_PROTOCOL}://{dispatcher_address}",
-                          worker_addresses=[worker_address])
+    worker = service.WorkerServer(
+        service.WorkerConfig(
+            dispatcher_address=dispatcher_address,
+            worker_address=worker_address,
+            port=port,
+            protocol=SERVICE_PROTOCOL,
+        )
+    )
+    return ServiceCluster(
+        None,
+        [worker],
+        address=f"{SERVICE_PROTOCOL}://{dispatcher_address}",
+        worker_addresses=[worker_address],
+    )
 
 
 def _check_host(host: str) -> None:
@@ -183,5 +214,7 @@ def _check_port_free(port: int) -> None:
         try:
             probe.bind(("", port))
         except OSError as error:
-            raise InputConfigError(f"port={port}: in use ({error.strerror}); stop what listens "
-                                   "there or pick another port.") from None
+            raise InputConfigError(
+                f"port={port}: in use ({error.strerror}); stop what listens "
+                "there or pick another port."
+            ) from None

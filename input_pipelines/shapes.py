@@ -56,8 +56,7 @@ def _square(u: np.ndarray, v: np.ndarray, size: np.ndarray, width: np.ndarray) -
     return np.maximum(np.abs(u), np.abs(v)) <= size * 0.85
 
 
-def _hollow_square(u: np.ndarray, v: np.ndarray, size: np.ndarray,
-                   width: np.ndarray) -> np.ndarray:
+def _hollow_square(u: np.ndarray, v: np.ndarray, size: np.ndarray, width: np.ndarray) -> np.ndarray:
     """Square outline of thickness `width`."""
     extent = np.maximum(np.abs(u), np.abs(v))
     return (extent <= size * 0.85) & (extent >= size * 0.85 - width)
@@ -75,14 +74,14 @@ def _diamond(u: np.ndarray, v: np.ndarray, size: np.ndarray, width: np.ndarray) 
     return np.abs(u) + np.abs(v) <= size
 
 
-def _horizontal_bar(u: np.ndarray, v: np.ndarray, size: np.ndarray,
-                    width: np.ndarray) -> np.ndarray:
+def _horizontal_bar(
+    u: np.ndarray, v: np.ndarray, size: np.ndarray, width: np.ndarray
+) -> np.ndarray:
     """Bar of length `2 * size` and thickness `width`."""
     return (np.abs(u) <= size) & (np.abs(v) <= width / 2)
 
 
-def _vertical_bar(u: np.ndarray, v: np.ndarray, size: np.ndarray,
-                  width: np.ndarray) -> np.ndarray:
+def _vertical_bar(u: np.ndarray, v: np.ndarray, size: np.ndarray, width: np.ndarray) -> np.ndarray:
     """Horizontal bar turned upright."""
     return _horizontal_bar(v, u, size, width)
 
@@ -113,8 +112,8 @@ CLASS_NAMES: tuple[str, ...] = tuple(name for name, _ in _SHAPES)
 
 
 def _sample_shape_frames(
-        rng: np.random.Generator,
-        num_examples: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    rng: np.random.Generator, num_examples: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Samples each shape's placement; returns pixel coordinates in the shapes' frames.
 
     Args:
@@ -138,8 +137,9 @@ def _sample_shape_frames(
     return cos * dx + sin * dy, cos * dy - sin * dx, size[:, None, None], stroke[:, None, None]
 
 
-def _shape_masks(labels: np.ndarray, u: np.ndarray, v: np.ndarray, size: np.ndarray,
-                 width: np.ndarray) -> np.ndarray:
+def _shape_masks(
+    labels: np.ndarray, u: np.ndarray, v: np.ndarray, size: np.ndarray, width: np.ndarray
+) -> np.ndarray:
     """Returns the boolean `[n, H, W]` mask of each image's shape, `labels` picking the shape."""
     masks = np.zeros(u.shape, dtype=bool)
     for label, (_, shape_mask) in enumerate(_SHAPES):
@@ -208,8 +208,10 @@ class TfdistShapes(tfds.core.GeneratorBasedBuilder):
     """
 
     VERSION = tfds.core.Version("2.0.0")
-    RELEASE_NOTES = {"1.0.0": "Initial release.",
-                     "2.0.0": "Images stored as raw uint8 bytes instead of PNG."}
+    RELEASE_NOTES = {
+        "1.0.0": "Initial release.",
+        "2.0.0": "Images stored as raw uint8 bytes instead of PNG.",
+    }
     TRAIN_SIZE = 10_000
     VALIDATION_SIZE = 2_000
     TRAIN_SEED = 0
@@ -220,26 +222,32 @@ class TfdistShapes(tfds.core.GeneratorBasedBuilder):
         return tfds.core.DatasetInfo(
             builder=self,
             description=__doc__,
-            features=tfds.features.FeaturesDict({
-                "image": tfds.features.Tensor(shape=IMAGE_SHAPE, dtype=np.uint8,
-                                              encoding=tfds.features.Encoding.BYTES),
-                "label": tfds.features.ClassLabel(names=CLASS_NAMES),
-                "id": tfds.features.Scalar(dtype=np.int64),
-            }),
+            features=tfds.features.FeaturesDict(
+                {
+                    "image": tfds.features.Tensor(
+                        shape=IMAGE_SHAPE, dtype=np.uint8, encoding=tfds.features.Encoding.BYTES
+                    ),
+                    "label": tfds.features.ClassLabel(names=CLASS_NAMES),
+                    "id": tfds.features.Scalar(dtype=np.int64),
+                }
+            ),
             supervised_keys=("image", "label"),
         )
 
     def _split_generators(
-            self, dl_manager: tfds.download.DownloadManager) -> dict[str, Iterator[_KeyExample]]:
+        self, dl_manager: tfds.download.DownloadManager
+    ) -> dict[str, Iterator[_KeyExample]]:
         del dl_manager  # Nothing to download.
         return {
             "train": self._generate_examples(self.TRAIN_SIZE, self.TRAIN_SEED, first_id=0),
-            "validation": self._generate_examples(self.VALIDATION_SIZE, self.VALIDATION_SEED,
-                                                  first_id=self.TRAIN_SIZE),
+            "validation": self._generate_examples(
+                self.VALIDATION_SIZE, self.VALIDATION_SEED, first_id=self.TRAIN_SIZE
+            ),
         }
 
-    def _generate_examples(self, num_examples: int, seed: int,
-                           first_id: int) -> Iterator[_KeyExample]:
+    def _generate_examples(
+        self, num_examples: int, seed: int, first_id: int
+    ) -> Iterator[_KeyExample]:
         """Yields the `(key, example)` pairs of one split, keyed by example id.
 
         Args:
@@ -248,8 +256,9 @@ class TfdistShapes(tfds.core.GeneratorBasedBuilder):
             first_id: Id of the split's first example.
         """
         images, labels = draw_examples(num_examples, seed)
-        for example_id, image, label in zip(range(first_id, first_id + num_examples), images,
-                                            labels):
+        for example_id, image, label in zip(
+            range(first_id, first_id + num_examples), images, labels
+        ):
             yield example_id, {"image": image, "label": label, "id": example_id}
 
 
@@ -304,17 +313,25 @@ def prepare(data_dir: str) -> tfds.core.DatasetBuilder:
             os.makedirs(data_dir, exist_ok=True)
             stack.enter_context(_exclusive_lock(os.path.join(data_dir, _LOCK_FILE_NAME)))
         except OSError as error:
-            raise InputConfigError(f"data_dir={data_dir!r}: the built-in dataset is not there "
-                                   f"and cannot be written there ({error.strerror or error}); "
-                                   "pass a directory you may write.") from None
+            raise InputConfigError(
+                f"data_dir={data_dir!r}: the built-in dataset is not there "
+                f"and cannot be written there ({error.strerror or error}); "
+                "pass a directory you may write."
+            ) from None
         stack.enter_context(tfds_chatter_hidden())
         # Built again under the lock: another process may have generated the data meanwhile,
         # and a builder reads what is there when it is made.
         builder = TfdistShapes(data_dir=data_dir)
         if not builder.is_prepared():
-            print(f"tfdist: generating the built-in dataset {NAME} in {builder.data_dir} "
-                  "(first use only)", file=sys.stderr, flush=True)
-            builder.download_and_prepare(download_config=tfds.download.DownloadConfig(
-                try_download_gcs=False, num_shards=builder.NUM_SHARDS))
+            print(
+                f"tfdist: generating the built-in dataset {NAME} in {builder.data_dir} "
+                "(first use only)",
+                file=sys.stderr,
+                flush=True,
+            )
+            builder.download_and_prepare(
+                download_config=tfds.download.DownloadConfig(
+                    try_download_gcs=False, num_shards=builder.NUM_SHARDS
+                )
+            )
     return builder
-

@@ -11,8 +11,9 @@ from .config import InputConfigError
 
 
 def _ordinal(number: int) -> str:
-    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10,
-                                                                                    "th")
+    suffix = (
+        "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    )
     return f"{number}{suffix}"
 
 
@@ -26,6 +27,7 @@ class ShardPlan:
       file_indices: indices into the split's sorted file list this pipeline opens.
       notice: why `auto` chose what it chose, when the user may want to act on it.
     """
+
     policy: AutoShard
     pipeline_id: int
     num_pipelines: int
@@ -45,16 +47,18 @@ class ShardPlan:
             files = ",".join(str(index) for index in self.file_indices)
             return f"{who} reads files {files} of {self.num_files}; each example once per epoch"
         if self.keeps_every_nth:
-            return (f"{who} reads all {self.num_files} files and keeps every "
-                    f"{_ordinal(self.num_pipelines)} example (offset {self.pipeline_id}); each "
-                    "example once per epoch")
-        times = ("once" if self.num_pipelines == 1
-                 else f"{self.num_pipelines} times (once per pipeline)")
+            return (
+                f"{who} reads all {self.num_files} files and keeps every "
+                f"{_ordinal(self.num_pipelines)} example (offset {self.pipeline_id}); each "
+                "example once per epoch"
+            )
+        times = (
+            "once" if self.num_pipelines == 1 else f"{self.num_pipelines} times (once per pipeline)"
+        )
         return f"{who} reads all {self.num_files} files; each example {times} per epoch"
 
 
-def plan(policy: AutoShard, *, num_files: int, num_pipelines: int,
-         pipeline_id: int) -> ShardPlan:
+def plan(policy: AutoShard, *, num_files: int, num_pipelines: int, pipeline_id: int) -> ShardPlan:
     """Plans pipeline `pipeline_id`'s share of `num_files` sorted files.
 
     Raises:
@@ -70,16 +74,25 @@ def plan(policy: AutoShard, *, num_files: int, num_pipelines: int,
             policy = AutoShard.FILE
         else:
             policy = AutoShard.DATA
-            notice = (f"autoshard=auto: {num_files} file(s) for {num_pipelines} input pipelines, "
-                      "so every pipeline reads every file and keeps every "
-                      f"{_ordinal(num_pipelines)} example; write at least {num_pipelines} "
-                      "files to shard by file")
+            notice = (
+                f"autoshard=auto: {num_files} file(s) for {num_pipelines} input pipelines, "
+                "so every pipeline reads every file and keeps every "
+                f"{_ordinal(num_pipelines)} example; write at least {num_pipelines} "
+                "files to shard by file"
+            )
     if policy is AutoShard.FILE:
         if num_files < num_pipelines:
             raise InputConfigError(
                 f"autoshard=file: {num_files} file(s) for {num_pipelines} input pipelines leaves "
                 f"some pipelines without data; use autoshard=data or write at least "
-                f"{num_pipelines} files.")
-        return ShardPlan(policy, pipeline_id, num_pipelines, num_files,
-                         all_files[pipeline_id::num_pipelines], notice)
+                f"{num_pipelines} files."
+            )
+        return ShardPlan(
+            policy,
+            pipeline_id,
+            num_pipelines,
+            num_files,
+            all_files[pipeline_id::num_pipelines],
+            notice,
+        )
     return ShardPlan(policy, pipeline_id, num_pipelines, num_files, all_files, notice)

@@ -26,6 +26,7 @@ import tempfile
 import time
 
 import tensorflow as tf
+
 # TensorFlow's generated protobuf module of the trace format: no public API exposes it. Checked
 # with TF 2.21 (the pinned version); tests/input_pipelines/test_stage_profile.py fails if it moves.
 from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -46,6 +47,7 @@ class StageProfile:
       stage_s: stage name -> summed exclusive seconds of its events, largest first.
       stage_calls: stage name -> number of its events.
     """
+
     num_elements: int
     wall_s: float
     stage_s: dict[str, float]
@@ -65,8 +67,9 @@ def stage_name(event_name: str) -> str:
     return event_name.strip()
 
 
-def _exclusive_times(events: list[tuple[int, int, str]]
-                     ) -> tuple[collections.Counter, collections.Counter]:
+def _exclusive_times(
+    events: list[tuple[int, int, str]],
+) -> tuple[collections.Counter, collections.Counter]:
     """Exclusive picoseconds and event counts per stage of one thread's (start, end, name)
     events; events run by an XLA executable count to "XLA"."""
     totals, counts = collections.Counter(), collections.Counter()
@@ -101,9 +104,12 @@ def read_xspace(path: str) -> tuple[dict[str, float], dict[str, int]]:
             continue
         names = {key: metadata.name for key, metadata in plane.event_metadata.items()}
         for line in plane.lines:
-            picoseconds, counts = _exclusive_times([
-                (event.offset_ps, event.offset_ps + event.duration_ps, names[event.metadata_id])
-                for event in line.events])
+            picoseconds, counts = _exclusive_times(
+                [
+                    (event.offset_ps, event.offset_ps + event.duration_ps, names[event.metadata_id])
+                    for event in line.events
+                ]
+            )
             seconds.update({stage: time / 1e12 for stage, time in picoseconds.items()})
             calls.update(counts)
     return dict(seconds.most_common()), dict(calls)
@@ -117,8 +123,13 @@ def read_trace(logdir: str) -> tuple[dict[str, float], dict[str, int]]:
     return read_xspace(max(paths, key=os.path.getmtime))
 
 
-def profile_stages(dataset: tf.data.Dataset, *, num_elements: int, warmup_elements: int = 10,
-                   logdir: str | None = None) -> StageProfile:
+def profile_stages(
+    dataset: tf.data.Dataset,
+    *,
+    num_elements: int,
+    warmup_elements: int = 10,
+    logdir: str | None = None,
+) -> StageProfile:
     """Takes `warmup_elements` from `dataset`, then traces taking `num_elements` more; returns
     where that time went. The trace is kept under `logdir` when given (TensorBoard's profile
     plugin reads it), else deleted."""
@@ -134,5 +145,6 @@ def profile_stages(dataset: tf.data.Dataset, *, num_elements: int, warmup_elemen
         wall_s = time.perf_counter() - start
         tf.profiler.experimental.stop()
         seconds, calls = read_trace(trace_dir)
-    return StageProfile(num_elements=num_elements, wall_s=wall_s, stage_s=seconds,
-                        stage_calls=calls)
+    return StageProfile(
+        num_elements=num_elements, wall_s=wall_s, stage_s=seconds, stage_calls=calls
+    )

@@ -30,8 +30,9 @@ def _as_files(files) -> str | tuple[str, ...]:
             raise InputConfigError(f"files={files!r} names no files; {_FILES_FIX}.")
         return files
     if isinstance(files, bytes) or not isinstance(files, Sequence):
-        raise InputConfigError(f"files={files!r} is not a glob or a sequence of paths; "
-                               f"{_FILES_FIX}.")
+        raise InputConfigError(
+            f"files={files!r} is not a glob or a sequence of paths; {_FILES_FIX}."
+        )
     paths = tuple(os.fspath(path) if isinstance(path, os.PathLike) else path for path in files)
     if not paths:
         raise InputConfigError(f"files={files!r} names no files; {_FILES_FIX}.")
@@ -40,8 +41,10 @@ def _as_files(files) -> str | tuple[str, ...]:
             raise InputConfigError(f"files contains {path!r}, not a path; {_FILES_FIX}.")
     for path, count in collections.Counter(paths).items():
         if count > 1:
-            raise InputConfigError(f"files lists {path} {count} times; list each file once, or "
-                                   "every epoch reads it more than once.")
+            raise InputConfigError(
+                f"files lists {path} {count} times; list each file once, or "
+                "every epoch reads it more than once."
+            )
     return paths
 
 
@@ -61,6 +64,7 @@ class Records:
         many as one validation pass when this is validation data (a split's own `Records`
         when `files` has `{split}`).
     """
+
     files: str | Sequence[str]
     parse_fn: ParseFn
     _: dataclasses.KW_ONLY
@@ -71,13 +75,17 @@ class Records:
         if not callable(self.parse_fn):
             raise InputConfigError(
                 f"parse_fn={self.parse_fn!r} is not callable; pass a function from a batch of "
-                "serialized records (a 1-D string tensor) to (features, labels).")
+                "serialized records (a 1-D string tensor) to (features, labels)."
+            )
         if self.num_examples is not None and (
-                isinstance(self.num_examples, bool) or not isinstance(self.num_examples, int) or
-                not 1 <= self.num_examples <= MAX_NUM_EXAMPLES):
+            isinstance(self.num_examples, bool)
+            or not isinstance(self.num_examples, int)
+            or not 1 <= self.num_examples <= MAX_NUM_EXAMPLES
+        ):
             raise InputConfigError(
                 f"num_examples={self.num_examples!r} is not an integer from 1 to "
-                f"{MAX_NUM_EXAMPLES}; pass the number of training examples, or None.")
+                f"{MAX_NUM_EXAMPLES}; pass the number of training examples, or None."
+            )
 
     def describe(self) -> str:
         """The files, as logs and reports name them: the glob, or the first few paths."""
@@ -102,7 +110,8 @@ class Records:
                 raise InputConfigError(
                     f"{owner}: the pattern {self.files.replace(SPLIT_PLACEHOLDER, split)!r} "
                     f"matches no files; check the path ({SPLIT_PLACEHOLDER} in it stands for "
-                    f"the split, here {split!r}).")
+                    f"the split, here {split!r})."
+                )
         else:
             paths = tuple(path.replace(SPLIT_PLACEHOLDER, split) for path in self.files)
         file_lists.check(owner, paths)

@@ -40,8 +40,14 @@ _IMAGE_BYTES = 32 * 32 * 3  # The built-in dataset's images.
 _DOCTOR_DEVICES = re.compile(r"^local devices: \d+ CPU, (\d+) GPU$", re.MULTILINE)
 
 
-def _run(name: str, args: list[str], report: dict, started: float, path: str,
-         output_to: list[str] | None = None) -> dict | None:
+def _run(
+    name: str,
+    args: list[str],
+    report: dict,
+    started: float,
+    path: str,
+    output_to: list[str] | None = None,
+) -> dict | None:
     """Runs `python -m tfdist ARGS`; records status, seconds and the tail of its output under
     report["steps"][name] (and appends the whole output to `output_to`); returns the JSON the
     step wrote to {json}, if any. Saves the report to PATH first, so a run cut short keeps every
@@ -56,14 +62,22 @@ def _run(name: str, args: list[str], report: dict, started: float, path: str,
         command = [arg.replace("{json}", path) for arg in args]
         begun = time.perf_counter()
         try:
-            result = subprocess.run([sys.executable, "-m", "tfdist", *command], text=True,
-                                    capture_output=True, timeout=_STEP_TIMEOUT_S, check=False)
+            result = subprocess.run(
+                [sys.executable, "-m", "tfdist", *command],
+                text=True,
+                capture_output=True,
+                timeout=_STEP_TIMEOUT_S,
+                check=False,
+            )
             status, output = result.returncode, result.stdout + result.stderr
         except subprocess.TimeoutExpired as error:
             status, output = "timeout", str(error.stdout or "")
-        step = {"command": "tfdist " + " ".join(args), "status": status,
-                "seconds": round(time.perf_counter() - begun, 1),
-                "output_tail": output.strip().splitlines()[-8:]}
+        step = {
+            "command": "tfdist " + " ".join(args),
+            "status": status,
+            "seconds": round(time.perf_counter() - begun, 1),
+            "output_tail": output.strip().splitlines()[-8:],
+        }
         report["steps"][name] = step
         if output_to is not None:
             output_to.append(output)
@@ -81,26 +95,39 @@ def _visible_gpus(doctor_output: str) -> int:
     if counted:
         return int(counted.group(1))
     probe = subprocess.run(
-        [sys.executable, "-c", "import tfdist.runtime.tf_import as t; t.import_tensorflow(False); "
-         "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))"],
-        capture_output=True, text=True, timeout=_STEP_TIMEOUT_S, check=True)
+        [
+            sys.executable,
+            "-c",
+            "import tfdist.runtime.tf_import as t; t.import_tensorflow(False); "
+            "import tensorflow as tf; print(len(tf.config.list_physical_devices('GPU')))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=_STEP_TIMEOUT_S,
+        check=True,
+    )
     return int(probe.stdout.strip().splitlines()[-1])
 
 
 def _train_figures(metrics: dict | None) -> dict:
     if not metrics:
         return {}
-    return {"val_accuracy": metrics["final"].get("val_accuracy"),
-            "loss": metrics["final"].get("loss"), "examples_per_sec": metrics["examples_per_sec"],
-            "num_replicas": metrics["num_replicas"]}
+    return {
+        "val_accuracy": metrics["final"].get("val_accuracy"),
+        "loss": metrics["final"].get("loss"),
+        "examples_per_sec": metrics["examples_per_sec"],
+        "num_replicas": metrics["num_replicas"],
+    }
 
 
 def _benchmark_figures(report: dict | None, data: str) -> dict:
     if not report:
         return {}
     entry = next(entry for entry in report["configurations"] if entry["data"] == data)
-    return {"examples_per_sec": entry["examples_per_sec"]["median"],
-            "input_bound_ratio": entry.get("input_bound_ratio")}
+    return {
+        "examples_per_sec": entry["examples_per_sec"]["median"],
+        "input_bound_ratio": entry.get("input_bound_ratio"),
+    }
 
 
 def main(out_dir: str) -> int:
@@ -112,51 +139,94 @@ def main(out_dir: str) -> int:
     run("doctor", ["doctor"], output_to=doctor_output)
     gpus = report["gpus"] = _visible_gpus("".join(doctor_output))
     if not gpus:
-        print("gpu_check: no GPU visible to TensorFlow; ran doctor only, every GPU check "
-              "skipped.")
+        print("gpu_check: no GPU visible to TensorFlow; ran doctor only, every GPU check skipped.")
     else:
         train = ["train", "--metrics_json={json}"]
         report["default_job"] = _train_figures(run("default_job", train))
-        report["mirrored_logical"] = _train_figures(run(
-            "mirrored_logical", [*train, "--strategy=mirrored", "--num_logical_gpus=2"]))
+        report["mirrored_logical"] = _train_figures(
+            run("mirrored_logical", [*train, "--strategy=mirrored", "--num_logical_gpus=2"])
+        )
         if gpus > 1:
-            report["mirrored_nccl"] = _train_figures(run(
-                "mirrored_nccl", [*train, "--strategy=mirrored", "--num_gpus=2",
-                                  "--all_reduce=nccl", "--epochs=1"]))
-        report["mixed_float16"] = _train_figures(run(
-            "mixed_float16", [*train, "--mixed_precision=mixed_float16"]))
+            report["mirrored_nccl"] = _train_figures(
+                run(
+                    "mirrored_nccl",
+                    [
+                        *train,
+                        "--strategy=mirrored",
+                        "--num_gpus=2",
+                        "--all_reduce=nccl",
+                        "--epochs=1",
+                    ],
+                )
+            )
+        report["mixed_float16"] = _train_figures(
+            run("mixed_float16", [*train, "--mixed_precision=mixed_float16"])
+        )
         bench = ["benchmark", "--replicas=1", "--rounds=1", "--nooverhead", "--json={json}"]
         for where, value_bytes in (("host", 4), ("device", 1)):
-            figures = _benchmark_figures(run(
-                f"preprocess_{where}", [*bench, "--data=real", f"--preprocess_on={where}"]),
-                "real")
+            figures = _benchmark_figures(
+                run(f"preprocess_{where}", [*bench, "--data=real", f"--preprocess_on={where}"]),
+                "real",
+            )
             if figures:
-                figures["host_to_device_bytes_per_s"] = (figures["examples_per_sec"] *
-                                                         _IMAGE_BYTES * value_bytes)
+                figures["host_to_device_bytes_per_s"] = (
+                    figures["examples_per_sec"] * _IMAGE_BYTES * value_bytes
+                )
             report[f"preprocess_{where}"] = figures
-        resnet = run("resnet50", [*bench, "--model=resnet50", "--image_size=224",
-                                  "--global_batch_size=64", "--data=synthetic,real",
-                                  "--preprocess_on=device", "--timed_steps=20"])
-        report["resnet50"] = {"synthetic": _benchmark_figures(resnet, "synthetic"),
-                              "real": _benchmark_figures(resnet, "real")}
-        report["resnet50_mixed_float16"] = _benchmark_figures(run(
-            "resnet50_mixed_float16", [*bench, "--model=resnet50", "--image_size=224",
-                                       "--global_batch_size=128", "--data=synthetic",
-                                       "--mixed_precision=mixed_float16", "--timed_steps=20"]),
-            "synthetic")
+        resnet = run(
+            "resnet50",
+            [
+                *bench,
+                "--model=resnet50",
+                "--image_size=224",
+                "--global_batch_size=64",
+                "--data=synthetic,real",
+                "--preprocess_on=device",
+                "--timed_steps=20",
+            ],
+        )
+        report["resnet50"] = {
+            "synthetic": _benchmark_figures(resnet, "synthetic"),
+            "real": _benchmark_figures(resnet, "real"),
+        }
+        report["resnet50_mixed_float16"] = _benchmark_figures(
+            run(
+                "resnet50_mixed_float16",
+                [
+                    *bench,
+                    "--model=resnet50",
+                    "--image_size=224",
+                    "--global_batch_size=128",
+                    "--data=synthetic",
+                    "--mixed_precision=mixed_float16",
+                    "--timed_steps=20",
+                ],
+            ),
+            "synthetic",
+        )
         if resnet:
             with tempfile.TemporaryDirectory() as scratch:
                 benchmark = os.path.join(scratch, "resnet50.json")
                 output_files.write_json("json", benchmark, resnet)
-                run("plan", ["plan", f"--from_benchmark={benchmark}", "--gpus_per_node=8",
-                             "--intra_link=nvlink4", "--inter_link=ib_ndr", "--gpudirect_rdma",
-                             "--json={json}"])
+                run(
+                    "plan",
+                    [
+                        "plan",
+                        f"--from_benchmark={benchmark}",
+                        "--gpus_per_node=8",
+                        "--intra_link=nvlink4",
+                        "--inter_link=ib_ndr",
+                        "--gpudirect_rdma",
+                        "--json={json}",
+                    ],
+                )
     report["seconds"] = round(time.perf_counter() - started, 1)
     output_files.write_json("json", path, report)
-    failed = [name for name, step in report["steps"].items()
-              if step.get("status") not in (0, None)]
-    print(f"gpu_check: wrote {path} after {report['seconds']} s" +
-          (f"; failed: {', '.join(failed)}" if failed else ""))
+    failed = [name for name, step in report["steps"].items() if step.get("status") not in (0, None)]
+    print(
+        f"gpu_check: wrote {path} after {report['seconds']} s"
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

@@ -26,6 +26,7 @@ def ps_without_chief(num_ps: int, has_chief: bool) -> str | None:
     """The rule that parameter-server tasks need a chief: None when a layout of `num_ps` ps tasks
     keeps it, else the problem in words (for the caller's one-line error)."""
     from . import cluster  # pylint: disable=import-outside-toplevel
+
     return cluster.ps_without_chief(num_ps, has_chief)
 
 
@@ -41,18 +42,21 @@ def build(config: StrategyConfig, cluster: ClusterConfig | None = None):
         StrategyConfigError: the config does not fit the cluster or the machine.
     """
     from . import factory  # pylint: disable=import-outside-toplevel
+
     return factory.build(config, cluster)
 
 
 def configure_local_devices(config: StrategyConfig) -> None:
     """Splits the host CPU into `config.num_cpu_devices` logical devices; before any op runs."""
     from . import devices  # pylint: disable=import-outside-toplevel
+
     devices.configure(config)
 
 
 def start_server(cluster: ClusterConfig):
     """Starts the `tf.distribute.Server` a parameter-server worker or ps task runs."""
     from . import server  # pylint: disable=import-outside-toplevel
+
     return server.start_server(cluster)
 
 
@@ -62,6 +66,7 @@ def use_ring_chunks(max_subdivs_per_device: int | None = None) -> int:
     8, when None), as multi_worker_mirrored strategies built here do; returns the number in
     use."""
     from . import ring_chunks  # pylint: disable=import-outside-toplevel
+
     ring_chunks.apply()
     if max_subdivs_per_device is not None:
         ring_chunks.MAX_SUBDIVS_PER_DEVICE = max_subdivs_per_device
@@ -71,6 +76,7 @@ def use_ring_chunks(max_subdivs_per_device: int | None = None) -> int:
 def kind_of(strategy) -> StrategyKind:
     """Returns which `StrategyKind` a built strategy is (e.g. what `auto` resolved to)."""
     from . import factory  # pylint: disable=import-outside-toplevel
+
     return factory.kind_of(strategy)
 
 
@@ -78,6 +84,7 @@ def replica_devices_of(strategy) -> tuple[str, ...]:
     """Returns the devices a built strategy's replicas run on (one_device's default strategy
     included, which lists none itself)."""
     from . import one_device  # pylint: disable=import-outside-toplevel
+
     return one_device.replica_devices(strategy)
 
 
@@ -89,18 +96,21 @@ def kind_for(config: StrategyConfig, cluster: ClusterConfig | None = None) -> St
         StrategyConfigError: an explicit choice that the cluster cannot run.
     """
     from . import selection  # pylint: disable=import-outside-toplevel
+
     return selection.kind_for(config, cluster)
 
 
 def visible_gpus() -> list:
     """Returns the GPUs this machine shows TensorFlow (`tf.config.PhysicalDevice`s)."""
     from . import devices  # pylint: disable=import-outside-toplevel
+
     return devices.physical_gpus()
 
 
 def is_gpu(device: str) -> bool:
     """Returns whether the device `device` names is a GPU."""
     from . import devices  # pylint: disable=import-outside-toplevel
+
     return devices.is_gpu(device)
 
 
@@ -108,10 +118,12 @@ def num_gpus(config: StrategyConfig) -> int:
     """Returns how many GPUs this process uses under `config` (its logical GPUs when it splits
     one), 0 on a machine without."""
     from . import devices  # pylint: disable=import-outside-toplevel
+
     return devices.num_gpus(config)
 
 
 def num_replica_devices(config: StrategyConfig) -> int:
     """Returns how many replicas this process can hold under `config`: GPUs, else logical CPUs."""
     from . import devices  # pylint: disable=import-outside-toplevel
+
     return devices.num_replica_devices(config)

@@ -166,8 +166,11 @@ def parse_tf_config(value: str | Mapping[str, Any]) -> ClusterConfig:
     task = _parse_task(data.get("task", _MISSING), jobs)
     rpc_layer = data.get("rpc_layer", "grpc")
     if not isinstance(rpc_layer, str):
-        raise _error("rpc_layer", f"{_show(rpc_layer)} is not a string",
-                     'use a protocol name such as "grpc", or leave rpc_layer out')
+        raise _error(
+            "rpc_layer",
+            f"{_show(rpc_layer)} is not a string",
+            'use a protocol name such as "grpc", or leave rpc_layer out',
+        )
     return ClusterConfig(jobs=jobs, task=task, rpc_layer=rpc_layer)
 
 
@@ -194,14 +197,23 @@ def ps_without_chief(num_ps: int, has_chief: bool) -> str | None:
     (TF_CONFIG, a Slurm step, a launch, a manifest): None when a layout of `num_ps` ps tasks
     keeps it, else the problem, in words each caller puts in its own one-line error."""
     if num_ps and not has_chief:
-        return (f"{num_ps} ps task(s) but no chief, which coordinates ParameterServerStrategy "
-                "(workers and ps tasks only serve it)")
+        return (
+            f"{num_ps} ps task(s) but no chief, which coordinates ParameterServerStrategy "
+            "(workers and ps tasks only serve it)"
+        )
     return None
 
 
-def make_cluster(*, num_workers: int, num_ps: int = 0, chief: bool = False,
-                 evaluator: bool = False, ports: Sequence[int], host: str = "127.0.0.1",
-                 task: tuple[str, int] | None = None) -> ClusterConfig:
+def make_cluster(
+    *,
+    num_workers: int,
+    num_ps: int = 0,
+    chief: bool = False,
+    evaluator: bool = False,
+    ports: Sequence[int],
+    host: str = "127.0.0.1",
+    task: tuple[str, int] | None = None,
+) -> ClusterConfig:
     """Builds a validated cluster whose tasks all run on `host`, e.g. for local tests.
 
     Args:
@@ -217,15 +229,18 @@ def make_cluster(*, num_workers: int, num_ps: int = 0, chief: bool = False,
         ValueError: the counts are negative, there is no worker, or `ports` does not have one
             port per task (a `ClusterConfigError` when the resulting cluster is invalid).
     """
-    sizes = {"chief": int(chief), "worker": num_workers, "ps": num_ps,
-             "evaluator": int(evaluator)}
+    sizes = {"chief": int(chief), "worker": num_workers, "ps": num_ps, "evaluator": int(evaluator)}
     if num_workers < 1 or num_ps < 0:
-        raise ValueError(f"make_cluster: num_workers={num_workers}, num_ps={num_ps}; "
-                         "a cluster needs num_workers >= 1 and num_ps >= 0.")
+        raise ValueError(
+            f"make_cluster: num_workers={num_workers}, num_ps={num_ps}; "
+            "a cluster needs num_workers >= 1 and num_ps >= 0."
+        )
     if len(ports) != sum(sizes.values()):
-        raise ValueError(f"make_cluster: got {len(ports)} ports for {sum(sizes.values())} tasks "
-                         f"({', '.join(f'{job}={n}' for job, n in sizes.items())}); pass one "
-                         "port per task, in the order chief, workers, ps, evaluator.")
+        raise ValueError(
+            f"make_cluster: got {len(ports)} ports for {sum(sizes.values())} tasks "
+            f"({', '.join(f'{job}={n}' for job, n in sizes.items())}); pass one "
+            "port per task, in the order chief, workers, ps, evaluator."
+        )
     host = f"[{host}]" if _is_ipv6(host) else host
     next_port = iter(ports)
     cluster = {job: [f"{host}:{next(next_port)}" for _ in range(n)] for job, n in sizes.items()}
@@ -239,8 +254,11 @@ def _decode(value: Any) -> Mapping[str, Any]:
         try:
             value = json.loads(value)
         except (json.JSONDecodeError, RecursionError) as exc:  # The last: nested too deeply.
-            why = f"{exc.msg} at char {exc.pos}" if isinstance(exc, json.JSONDecodeError) else \
-                "nested too deeply to read"
+            why = (
+                f"{exc.msg} at char {exc.pos}"
+                if isinstance(exc, json.JSONDecodeError)
+                else "nested too deeply to read"
+            )
             raise _error("", f"{_show(value)} is not valid JSON ({why})", _OBJECT_FIX) from None
     if not isinstance(value, Mapping):
         raise _error("", f"{_show(value)} is not a JSON object", _OBJECT_FIX)
@@ -252,41 +270,56 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     if raw is _MISSING:
         raise _error("cluster", "missing", f"add the cluster, e.g. {_CLUSTER_EXAMPLE}")
     if not isinstance(raw, Mapping):
-        raise _error("cluster", f"{_show(raw)} is not an object",
-                     f"map job names to address lists, e.g. {_CLUSTER_EXAMPLE}")
+        raise _error(
+            "cluster",
+            f"{_show(raw)} is not an object",
+            f"map job names to address lists, e.g. {_CLUSTER_EXAMPLE}",
+        )
     jobs: dict[str, list[str]] = {}
     seen: dict[tuple[str, int], tuple[str, str]] = {}
     for name, addresses in raw.items():
         job = _ALIASES.get(name, name)
         if job not in _JOB_ORDER:
-            raise _error("cluster", f"job {_show(name)} is unknown",
-                         f"name each job {_JOB_NAMES}")
+            raise _error("cluster", f"job {_show(name)} is unknown", f"name each job {_JOB_NAMES}")
         jobs.setdefault(job, []).extend(_parse_job(f"cluster.{name}", addresses, seen))
     chiefs = jobs.get("chief", [])
     if len(chiefs) > 1:
-        raise _error("cluster.chief", f'{_show(chiefs)} has {len(chiefs)} chiefs ("master" '
-                     "counts as chief)", 'keep one chief and list the others under "worker"')
+        raise _error(
+            "cluster.chief",
+            f'{_show(chiefs)} has {len(chiefs)} chiefs ("master" counts as chief)',
+            'keep one chief and list the others under "worker"',
+        )
     evaluators = jobs.get("evaluator", [])
     if len(evaluators) > 1:
-        raise _error("cluster.evaluator", f"{_show(evaluators)} has {len(evaluators)} "
-                     "evaluators", "keep one: TensorFlow runs at most one evaluator task")
+        raise _error(
+            "cluster.evaluator",
+            f"{_show(evaluators)} has {len(evaluators)} evaluators",
+            "keep one: TensorFlow runs at most one evaluator task",
+        )
     problem = ps_without_chief(len(jobs.get("ps", ())), bool(chiefs))
     if problem:
         raise _error("cluster", f"has {problem}", 'add a "chief" job')
     ordered = {job: tuple(jobs[job]) for job in _JOB_ORDER if jobs.get(job)}
     if not ordered:
-        raise _error("cluster", f"{_show(raw)} has no addresses",
-                     f"list at least one task, e.g. {_CLUSTER_EXAMPLE}")
+        raise _error(
+            "cluster",
+            f"{_show(raw)} has no addresses",
+            f"list at least one task, e.g. {_CLUSTER_EXAMPLE}",
+        )
     return ordered
 
 
-def _parse_job(path: str, addresses: Any,
-               seen: dict[tuple[str, int], tuple[str, str]]) -> list[str]:
+def _parse_job(
+    path: str, addresses: Any, seen: dict[tuple[str, int], tuple[str, str]]
+) -> list[str]:
     """Validates one job's address list; `seen` maps endpoints already used to their path and
     spelling (`_endpoint`)."""
     if not isinstance(addresses, (list, tuple)):
-        raise _error(path, f"{_show(addresses)} is not a list",
-                     'write each job as a list of "host:port" strings, e.g. ["localhost:2222"]')
+        raise _error(
+            path,
+            f"{_show(addresses)} is not a list",
+            'write each job as a list of "host:port" strings, e.g. ["localhost:2222"]',
+        )
     for i, address in enumerate(addresses):
         where = f"{path}[{i}]"
         _check_address(where, address)
@@ -295,8 +328,11 @@ def _parse_job(path: str, addresses: Any,
             other, other_address = seen[key]
             why = _LOOPBACK_WHY if key[0] == _THIS_MACHINE else _RESPELLED_WHY
             same = "" if other_address == address else f" ({_show(other_address)}; {why})"
-            raise _error(where, f"{_show(address)} is also used by {other}{same}",
-                         "give every task its own host:port")
+            raise _error(
+                where,
+                f"{_show(address)} is also used by {other}{same}",
+                "give every task its own host:port",
+            )
         seen[key] = (where, address)
     return list(addresses)
 
@@ -313,8 +349,14 @@ def _endpoint(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     host = host.strip("[]").lower().rstrip(".")
     ip = _ip_address(host)
-    if host == "localhost" or host.endswith(".localhost") or (ip is not None and (
-            ip.is_loopback or getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)):
+    if (
+        host == "localhost"
+        or host.endswith(".localhost")
+        or (
+            ip is not None
+            and (ip.is_loopback or getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)
+        )
+    ):
         return _THIS_MACHINE, int(port)
     return (str(ip) if ip is not None else host), int(port)
 
@@ -345,17 +387,26 @@ def _check_address(path: str, address: Any) -> None:
     if host.startswith("[") and host.endswith("]"):
         valid_host = _is_ipv6(host[1:-1])
     elif _is_ipv6(host):
-        raise _error(path, f"{_show(address)} has an IPv6 host without brackets",
-                     f'put IPv6 addresses in brackets, e.g. "[{host}]:{port}"')
+        raise _error(
+            path,
+            f"{_show(address)} has an IPv6 host without brackets",
+            f'put IPv6 addresses in brackets, e.g. "[{host}]:{port}"',
+        )
     else:
         valid_host = bool(_HOST_RE.fullmatch(host))
     if not valid_host:
-        raise _error(path, f"{_show(address)} has an invalid host {_show(host)}",
-                     'use a host name, an IPv4 address or a bracketed IPv6 address, e.g. '
-                     '"localhost:2222" or "[::1]:2222"')
+        raise _error(
+            path,
+            f"{_show(address)} has an invalid host {_show(host)}",
+            "use a host name, an IPv4 address or a bracketed IPv6 address, e.g. "
+            '"localhost:2222" or "[::1]:2222"',
+        )
     if not _PORT_RE.fullmatch(port) or not 1 <= int(port) <= 65535:
-        raise _error(path, f"{_show(address)} has port {_show(port)}",
-                     'use an integer port from 1 to 65535, e.g. "localhost:2222"')
+        raise _error(
+            path,
+            f"{_show(address)} has port {_show(port)}",
+            'use an integer port from 1 to 65535, e.g. "localhost:2222"',
+        )
 
 
 def _parse_task(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> Task:
@@ -363,20 +414,29 @@ def _parse_task(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> Task:
     if raw is _MISSING:
         raise _error("task", "missing", f"add this process's task, e.g. {_TASK_EXAMPLE}")
     if not isinstance(raw, Mapping):
-        raise _error("task", f"{_show(raw)} is not an object",
-                     f"give the task a type and an index, e.g. {_TASK_EXAMPLE}")
+        raise _error(
+            "task",
+            f"{_show(raw)} is not an object",
+            f"give the task a type and an index, e.g. {_TASK_EXAMPLE}",
+        )
     task_type = _parse_task_type(raw.get("type", _MISSING), jobs)
     index = raw.get("index", _MISSING)
     if index is _MISSING:
         raise _error("task.index", "missing", _INDEX_FIX)
     if isinstance(index, bool) or not isinstance(index, int):
-        raise _error("task.index", f"{_show(index)} is not an integer",
-                     "write the index as a JSON number without quotes, e.g. 0")
+        raise _error(
+            "task.index",
+            f"{_show(index)} is not an integer",
+            "write the index as a JSON number without quotes, e.g. 0",
+        )
     addresses = jobs.get(task_type.value)
     size = len(addresses) if addresses else 1  # An unlisted evaluator is evaluator 0.
     if not 0 <= index < size:
-        job = f"cluster.{task_type.value} ({size} addresses)" if addresses else (
-            "an evaluator not listed in cluster")
+        job = (
+            f"cluster.{task_type.value} ({size} addresses)"
+            if addresses
+            else ("an evaluator not listed in cluster")
+        )
         fix = "use index 0" if size == 1 else f"use an index from 0 to {size - 1}"
         raise _error("task.index", f"{index} is out of range for {job}", fix)
     return Task(task_type, index)
@@ -392,8 +452,11 @@ def _parse_task_type(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> TaskType:
     if name not in _JOB_ORDER:
         raise _error("task.type", f"{_show(raw)} is not a task type", _TYPE_FIX)
     if name not in jobs and name != "evaluator":
-        raise _error("task.type", f"{_show(raw)} is not a job of the cluster (it has "
-                     f"{', '.join(jobs)})", f'add a "{name}" job to cluster or fix task.type')
+        raise _error(
+            "task.type",
+            f"{_show(raw)} is not a job of the cluster (it has {', '.join(jobs)})",
+            f'add a "{name}" job to cluster or fix task.type',
+        )
     return TaskType(name)
 
 

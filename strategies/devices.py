@@ -16,7 +16,8 @@ def _split(field: str, count: int, device, wanted: list) -> None:
     except RuntimeError:
         raise StrategyConfigError(
             f"{field}={count} came too late: TensorFlow has already started; call "
-            "strategies.configure_local_devices(config) before any op runs.") from None
+            "strategies.configure_local_devices(config) before any op runs."
+        ) from None
 
 
 def physical_gpus() -> list:
@@ -38,17 +39,23 @@ def configure(config: StrategyConfig) -> None:
     Must run before TensorFlow executes its first op; later, the runtime's devices are fixed.
     """
     if config.num_cpu_devices > 1:
-        _split("num_cpu_devices", config.num_cpu_devices, tf.config.list_physical_devices("CPU")[0],
-               [tf.config.LogicalDeviceConfiguration()] * config.num_cpu_devices)
+        _split(
+            "num_cpu_devices",
+            config.num_cpu_devices,
+            tf.config.list_physical_devices("CPU")[0],
+            [tf.config.LogicalDeviceConfiguration()] * config.num_cpu_devices,
+        )
     if config.num_logical_gpus > 1:
         gpus = physical_gpus()
         if not gpus:
             raise StrategyConfigError(
                 f"num_logical_gpus={config.num_logical_gpus} needs a GPU, and this machine shows "
-                f"none; use num_cpu_devices={config.num_logical_gpus} to split the CPU instead.")
+                f"none; use num_cpu_devices={config.num_logical_gpus} to split the CPU instead."
+            )
         memory = tf.config.LogicalDeviceConfiguration(memory_limit=config.logical_gpu_memory_mib)
-        _split("num_logical_gpus", config.num_logical_gpus, gpus[0],
-               [memory] * config.num_logical_gpus)
+        _split(
+            "num_logical_gpus", config.num_logical_gpus, gpus[0], [memory] * config.num_logical_gpus
+        )
 
 
 def num_gpus(config: StrategyConfig) -> int:
@@ -61,7 +68,8 @@ def num_gpus(config: StrategyConfig) -> int:
     if wanted > visible:
         raise StrategyConfigError(
             f"num_gpus={wanted} but this machine shows {visible} GPU(s); lower num_gpus or "
-            "leave it unset to use every visible GPU.")
+            "leave it unset to use every visible GPU."
+        )
     return wanted
 
 

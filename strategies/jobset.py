@@ -47,8 +47,15 @@ ENV_SUBDOMAIN = "TFDIST_JOBSET_SUBDOMAIN"
 ENV_PORT = "TFDIST_JOBSET_PORT"
 ENV_LAYOUT = "TFDIST_JOBSET_LAYOUT"
 # Every variable the manifest gives a pod for its place (a JobSet pod has them all).
-ENV_VARIABLES = (ENV_JOBSET_NAME, ENV_REPLICATED_JOB, ENV_JOB_INDEX, ENV_POD_INDEX,
-                 ENV_SUBDOMAIN, ENV_PORT, ENV_LAYOUT)
+ENV_VARIABLES = (
+    ENV_JOBSET_NAME,
+    ENV_REPLICATED_JOB,
+    ENV_JOB_INDEX,
+    ENV_POD_INDEX,
+    ENV_SUBDOMAIN,
+    ENV_PORT,
+    ENV_LAYOUT,
+)
 # Each variable the manifest fills from the pod's own metadata, and the field it reads.
 DOWNWARD_API = {
     ENV_JOBSET_NAME: f"metadata.labels['{JOBSET_NAME_LABEL}']",
@@ -70,8 +77,10 @@ _SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 _COUNT_RE = re.compile(r"[1-9][0-9]{0,3}")
 _INDEX_RE = re.compile(r"0|[1-9][0-9]{0,3}")
 _PORT_RE = re.compile(r"[1-9][0-9]{0,4}")
-_FIX = ("run it in a pod of a JobSet that `tfdist manifest --format=jobset` wrote (its containers "
-        "map the pod's JobSet labels into these variables), or set TF_CONFIG instead")
+_FIX = (
+    "run it in a pod of a JobSet that `tfdist manifest --format=jobset` wrote (its containers "
+    "map the pod's JobSet labels into these variables), or set TF_CONFIG instead"
+)
 
 
 def hostname(jobset: str, replicated_job: str, pod_index: int, job_index: int = 0) -> str:
@@ -108,6 +117,7 @@ class JobSetPod:
       layout: the pods of each replicated job, in the JobSet's order.
       sources: each field's variable and what set it, for `tfdist doctor`.
     """
+
     jobset: str
     replicated_job: str
     pod_index: int
@@ -126,8 +136,10 @@ class JobSetPod:
 
     def addresses(self, replicated_job: str) -> list[str]:
         """Every pod's address in `replicated_job`, by index."""
-        return [self.address(replicated_job, index)
-                for index in range(self.layout.get(replicated_job, 0))]
+        return [
+            self.address(replicated_job, index)
+            for index in range(self.layout.get(replicated_job, 0))
+        ]
 
     def cluster(self) -> ClusterConfig:
         """The TensorFlow cluster of the JobSet's task pods, seen from this pod.
@@ -136,13 +148,17 @@ class JobSetPod:
           ClusterConfigError: this pod runs a tf.data service, not a TensorFlow task.
         """
         if self.replicated_job not in TASK_JOBS:
-            raise _error(ENV_REPLICATED_JOB, self.replicated_job,
-                         f"is a tf.data service pod, not a TensorFlow task (one of "
-                         f"{', '.join(TASK_JOBS)})",
-                         "run `tfdist data serve --jobset_pod` there, and train in the task pods")
+            raise _error(
+                ENV_REPLICATED_JOB,
+                self.replicated_job,
+                f"is a tf.data service pod, not a TensorFlow task (one of {', '.join(TASK_JOBS)})",
+                "run `tfdist data serve --jobset_pod` there, and train in the task pods",
+            )
         jobs = {job: self.addresses(job) for job in TASK_JOBS if job in self.layout}
-        tf_config = {"cluster": jobs,
-                     "task": {"type": self.replicated_job, "index": self.pod_index}}
+        tf_config = {
+            "cluster": jobs,
+            "task": {"type": self.replicated_job, "index": self.pod_index},
+        }
         try:
             return parse_tf_config(tf_config)
         except ClusterConfigError as error:
@@ -161,17 +177,29 @@ def from_environment(environ: Mapping[str, str] | None = None) -> JobSetPod:
     jobset = _label(env, ENV_JOBSET_NAME)
     replicated_job = _label(env, ENV_REPLICATED_JOB)
     if replicated_job not in layout:
-        raise _error(ENV_REPLICATED_JOB, replicated_job,
-                     f"is not a replicated job of {ENV_LAYOUT} ({', '.join(layout)})", _FIX)
+        raise _error(
+            ENV_REPLICATED_JOB,
+            replicated_job,
+            f"is not a replicated job of {ENV_LAYOUT} ({', '.join(layout)})",
+            _FIX,
+        )
     job_index = _index(env, ENV_JOB_INDEX)
     if job_index != 0:
-        raise _error(ENV_JOB_INDEX, env[ENV_JOB_INDEX], "is not 0, but tfdist runs each "
-                     "replicated job as one Job (replicas: 1) of one pod per task",
-                     "regenerate the manifest with `tfdist manifest --format=jobset`")
+        raise _error(
+            ENV_JOB_INDEX,
+            env[ENV_JOB_INDEX],
+            "is not 0, but tfdist runs each "
+            "replicated job as one Job (replicas: 1) of one pod per task",
+            "regenerate the manifest with `tfdist manifest --format=jobset`",
+        )
     pod_index = _index(env, ENV_POD_INDEX)
     if pod_index >= layout[replicated_job]:
-        raise _error(ENV_POD_INDEX, env[ENV_POD_INDEX], f"is out of range for "
-                     f"{replicated_job}={layout[replicated_job]} in {ENV_LAYOUT}", _FIX)
+        raise _error(
+            ENV_POD_INDEX,
+            env[ENV_POD_INDEX],
+            f"is out of range for {replicated_job}={layout[replicated_job]} in {ENV_LAYOUT}",
+            _FIX,
+        )
     subdomain = _require(env, ENV_SUBDOMAIN)
     if len(subdomain) > 253 or not _SUBDOMAIN_RE.fullmatch(subdomain):
         raise _error(ENV_SUBDOMAIN, subdomain, "is not a DNS subdomain", _FIX)
@@ -180,14 +208,33 @@ def from_environment(environ: Mapping[str, str] | None = None) -> JobSetPod:
         raise _error(ENV_PORT, port, "is not a port from 1 to 65535", _FIX)
     longest = max((hostname(jobset, job, count - 1) for job, count in layout.items()), key=len)
     if len(longest) > MAX_HOSTNAME:
-        raise _error(ENV_JOBSET_NAME, jobset, f"makes hostnames such as {longest!r} longer than "
-                     f"{MAX_HOSTNAME} characters", "shorten the JobSet's name")
-    sources = tuple(f"{name}={env[name]}" + (f" (from {DOWNWARD_API[name]})"
-                                             if name in DOWNWARD_API else "")
-                    for name in (ENV_JOBSET_NAME, ENV_REPLICATED_JOB, ENV_JOB_INDEX,
-                                 ENV_POD_INDEX, ENV_SUBDOMAIN, ENV_PORT, ENV_LAYOUT))
-    return JobSetPod(jobset=jobset, replicated_job=replicated_job, pod_index=pod_index,
-                     subdomain=subdomain, port=int(port), layout=layout, sources=sources)
+        raise _error(
+            ENV_JOBSET_NAME,
+            jobset,
+            f"makes hostnames such as {longest!r} longer than {MAX_HOSTNAME} characters",
+            "shorten the JobSet's name",
+        )
+    sources = tuple(
+        f"{name}={env[name]}" + (f" (from {DOWNWARD_API[name]})" if name in DOWNWARD_API else "")
+        for name in (
+            ENV_JOBSET_NAME,
+            ENV_REPLICATED_JOB,
+            ENV_JOB_INDEX,
+            ENV_POD_INDEX,
+            ENV_SUBDOMAIN,
+            ENV_PORT,
+            ENV_LAYOUT,
+        )
+    )
+    return JobSetPod(
+        jobset=jobset,
+        replicated_job=replicated_job,
+        pod_index=pod_index,
+        subdomain=subdomain,
+        port=int(port),
+        layout=layout,
+        sources=sources,
+    )
 
 
 def cluster_from_jobset(environ: Mapping[str, str] | None = None) -> ClusterConfig:
@@ -221,10 +268,19 @@ def _layout(value: str) -> dict[str, int]:
     layout: dict[str, int] = {}
     for entry in value.split(","):
         job, equals, count = entry.strip().partition("=")
-        if (not equals or job not in TASK_JOBS + SERVICE_JOBS or job in layout
-                or not _COUNT_RE.fullmatch(count)):
-            raise _error(ENV_LAYOUT, value, f"has the entry {entry!r}, not one of "
-                         f"{', '.join(TASK_JOBS + SERVICE_JOBS)}=PODS given once", _FIX)
+        if (
+            not equals
+            or job not in TASK_JOBS + SERVICE_JOBS
+            or job in layout
+            or not _COUNT_RE.fullmatch(count)
+        ):
+            raise _error(
+                ENV_LAYOUT,
+                value,
+                f"has the entry {entry!r}, not one of "
+                f"{', '.join(TASK_JOBS + SERVICE_JOBS)}=PODS given once",
+                _FIX,
+            )
         layout[job] = int(count)
     if "worker" not in layout:
         raise _error(ENV_LAYOUT, value, "has no worker", _FIX)

@@ -10,20 +10,21 @@ from .config import StrategyConfigError
 from .devices import is_gpu
 
 
-def _cross_device_ops(config: StrategyConfig,
-                      devices: list[str]) -> tf.distribute.CrossDeviceOps | None:
+def _cross_device_ops(
+    config: StrategyConfig, devices: list[str]
+) -> tf.distribute.CrossDeviceOps | None:
     """Returns the all-reduce `config` asks for; None lets TensorFlow choose. Logical GPUs of
     one physical GPU get hierarchical copy: NCCL, TensorFlow's choice for GPUs, needs distinct
     ones."""
     if config.all_reduce is AllReduce.AUTO:
-        return (tf.distribute.HierarchicalCopyAllReduce() if config.num_logical_gpus > 1
-                else None)
+        return tf.distribute.HierarchicalCopyAllReduce() if config.num_logical_gpus > 1 else None
     if config.all_reduce is AllReduce.REDUCTION_TO_ONE_DEVICE:
         return tf.distribute.ReductionToOneDevice()
     if not all(is_gpu(device) for device in devices):
         raise StrategyConfigError(
             f"all_reduce={config.all_reduce.value} needs GPUs, but the replicas are on "
-            f"{', '.join(devices)}; use all_reduce=auto or reduction_to_one_device.")
+            f"{', '.join(devices)}; use all_reduce=auto or reduction_to_one_device."
+        )
     if config.all_reduce is AllReduce.NCCL:
         return tf.distribute.NcclAllReduce(num_packs=config.num_packs)
     return tf.distribute.HierarchicalCopyAllReduce(num_packs=config.num_packs)
@@ -44,4 +45,5 @@ def build(config: StrategyConfig, devices: list[str]) -> tf.distribute.MirroredS
 @functools.lru_cache(maxsize=None)
 def _build(config: StrategyConfig, devices: tuple[str, ...]) -> tf.distribute.MirroredStrategy:
     return tf.distribute.MirroredStrategy(
-        devices=list(devices), cross_device_ops=_cross_device_ops(config, list(devices)))
+        devices=list(devices), cross_device_ops=_cross_device_ops(config, list(devices))
+    )

@@ -16,8 +16,9 @@ _IMPLEMENTATIONS = {
 }
 
 
-def build(config: StrategyConfig, cluster: ClusterConfig | None, *,
-          num_gpus: int) -> tf.distribute.MultiWorkerMirroredStrategy:
+def build(
+    config: StrategyConfig, cluster: ClusterConfig | None, *, num_gpus: int
+) -> tf.distribute.MultiWorkerMirroredStrategy:
     """Returns a MultiWorkerMirroredStrategy for this task of `cluster` (None: one worker).
 
     `collective_timeout_s` bounds every collective, so a lost peer raises instead of hanging;
@@ -26,11 +27,14 @@ def build(config: StrategyConfig, cluster: ClusterConfig | None, *,
     """
     if config.collective is Collective.NCCL and not num_gpus:
         raise StrategyConfigError(
-            "collective=nccl needs GPUs, but this worker has none; use collective=auto or ring.")
+            "collective=nccl needs GPUs, but this worker has none; use collective=auto or ring."
+        )
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=_IMPLEMENTATIONS[config.collective],
         timeout_seconds=config.collective_timeout_s,
-        bytes_per_pack=config.allreduce_pack_mib * 1024 * 1024)
+        bytes_per_pack=config.allreduce_pack_mib * 1024 * 1024,
+    )
     ring_chunks.apply()
     return tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=cluster_resolver(cluster), communication_options=options)
+        cluster_resolver=cluster_resolver(cluster), communication_options=options
+    )

@@ -7,7 +7,8 @@ from .cluster import TaskType
 
 
 def cluster_resolver(
-        cluster: ClusterConfig | None) -> tf.distribute.cluster_resolver.ClusterResolver:
+    cluster: ClusterConfig | None,
+) -> tf.distribute.cluster_resolver.ClusterResolver:
     """Returns a resolver for `cluster`; an empty one for a single process.
 
     The resolver is built from our validated config rather than TF's own TF_CONFIG reader, so the
@@ -16,10 +17,14 @@ def cluster_resolver(
     """
     if cluster is None:
         return tf.distribute.cluster_resolver.SimpleClusterResolver(tf.train.ClusterSpec({}))
-    jobs = {job: list(addresses) for job, addresses in cluster.jobs.items()
-            if job != TaskType.EVALUATOR.value}
+    jobs = {
+        job: list(addresses)
+        for job, addresses in cluster.jobs.items()
+        if job != TaskType.EVALUATOR.value
+    }
     return tf.distribute.cluster_resolver.SimpleClusterResolver(
         tf.train.ClusterSpec(jobs),
         task_type=cluster.task.type.value,
         task_id=cluster.task.index,
-        rpc_layer=cluster.rpc_layer)
+        rpc_layer=cluster.rpc_layer,
+    )

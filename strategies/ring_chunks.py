@@ -23,6 +23,7 @@ def apply() -> None:
     """Makes every later all-reduce without its own `max_subdivs_per_device` use ours."""
     # pylint: disable=import-outside-toplevel
     from tensorflow.python.ops import collective_ops  # No public equivalent.
+
     original = collective_ops.all_reduce_v2
     if getattr(original, "tfdist_ring_chunks", False):
         return

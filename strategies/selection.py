@@ -8,8 +8,9 @@ from .config import StrategyKind
 _SINGLE_PROCESS_KINDS = (StrategyKind.ONE_DEVICE, StrategyKind.MIRRORED)
 
 
-def resolve_kind(kind: StrategyKind, cluster: ClusterConfig | None,
-                 num_local_devices: int) -> StrategyKind:
+def resolve_kind(
+    kind: StrategyKind, cluster: ClusterConfig | None, num_local_devices: int
+) -> StrategyKind:
     """Returns the concrete strategy for `kind`, checked against the cluster.
 
     `auto` picks parameter_server when the cluster has ps tasks, multi_worker_mirrored when it has
@@ -34,16 +35,19 @@ def resolve_kind(kind: StrategyKind, cluster: ClusterConfig | None,
     if kind is StrategyKind.PARAMETER_SERVER and not num_ps:
         raise StrategyConfigError(
             "strategy=parameter_server needs ps tasks, but the cluster has none; set TF_CONFIG "
-            "with a \"ps\" job (or run `tfdist launch --num_ps=1 ...`), or pick another strategy.")
+            'with a "ps" job (or run `tfdist launch --num_ps=1 ...`), or pick another strategy.'
+        )
     if kind is StrategyKind.MULTI_WORKER_MIRRORED and num_ps:
         raise StrategyConfigError(
             f"strategy=multi_worker_mirrored cannot use the cluster's {num_ps} ps task(s); drop "
-            "the \"ps\" job from TF_CONFIG, or use strategy=parameter_server.")
+            'the "ps" job from TF_CONFIG, or use strategy=parameter_server.'
+        )
     if kind in _SINGLE_PROCESS_KINDS and (num_ps or num_workers > 1):
         raise StrategyConfigError(
             f"strategy={kind.value} trains in one process, but TF_CONFIG lists {num_workers} "
             f"worker(s) and {num_ps} ps task(s); use strategy=multi_worker_mirrored, "
-            "parameter_server or auto, or unset TF_CONFIG.")
+            "parameter_server or auto, or unset TF_CONFIG."
+        )
     return kind
 
 
@@ -51,4 +55,5 @@ def kind_for(config: StrategyConfig, cluster: ClusterConfig | None) -> StrategyK
     """The strategy `config` resolves to in `cluster` on this machine: the one derivation that
     `build`, tfdist's set-up and `tfdist doctor` all read."""
     from . import devices  # pylint: disable=import-outside-toplevel  (TensorFlow)
+
     return resolve_kind(config.strategy, cluster, devices.num_replica_devices(config))

@@ -18,7 +18,13 @@ def start_server(cluster: ClusterConfig) -> tf.distribute.Server:
     own (`tfdist launch` does) or firewall the port.
     """
     config = tf.compat.v1.ConfigProto(
-        inter_op_parallelism_threads=max(len(cluster.jobs.get("worker", ())) + 1, 2))
-    return tf.distribute.Server(cluster_resolver(cluster).cluster_spec(),
-                                job_name=cluster.task.type.value, task_index=cluster.task.index,
-                                protocol=cluster.rpc_layer or "grpc", config=config, start=True)
+        inter_op_parallelism_threads=max(len(cluster.jobs.get("worker", ())) + 1, 2)
+    )
+    return tf.distribute.Server(
+        cluster_resolver(cluster).cluster_spec(),
+        job_name=cluster.task.type.value,
+        task_index=cluster.task.index,
+        protocol=cluster.rpc_layer or "grpc",
+        config=config,
+        start=True,
+    )

@@ -25,9 +25,11 @@ NUM_TEST_CPU_DEVICES = 2
 
 def pytest_sessionstart(session):  # pylint: disable=unused-argument
     from tfdist.runtime.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
+
     import_tensorflow(show_logs=False)
     strategies.configure_local_devices(
-        strategies.StrategyConfig(num_cpu_devices=NUM_TEST_CPU_DEVICES))
+        strategies.StrategyConfig(num_cpu_devices=NUM_TEST_CPU_DEVICES)
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -45,14 +47,22 @@ def _processes_only_where_marked(request, monkeypatch):
         raise OSError(f"{request.node.nodeid} starts a process: mark it multiprocess")
 
     # subprocess (its own binding) and multiprocessing's spawn go through fork_exec.
-    for module, name in ((subprocess, "_fork_exec"), (_posixsubprocess, "fork_exec"),
-                         (os, "fork"), (os, "posix_spawn"), (os, "posix_spawnp"),
-                         (os, "system")):
+    for module, name in (
+        (subprocess, "_fork_exec"),
+        (_posixsubprocess, "fork_exec"),
+        (os, "fork"),
+        (os, "posix_spawn"),
+        (os, "posix_spawnp"),
+        (os, "system"),
+    ):
         monkeypatch.setattr(module, name, refuse)
     yield
     if started:
-        pytest.fail(f"{request.node.nodeid} starts a process without the multiprocess marker; "
-                    "add @pytest.mark.multiprocess", pytrace=False)
+        pytest.fail(
+            f"{request.node.nodeid} starts a process without the multiprocess marker; "
+            "add @pytest.mark.multiprocess",
+            pytrace=False,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -79,8 +89,11 @@ def _rehearsal_hosts_lock(mode: int, nodeid: str):
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    pytest.fail(f"{nodeid}: another test held {_REHEARSAL_HOSTS_LOCK} for "
-                                f"{_REHEARSAL_HOSTS_WAIT_S} s", pytrace=False)
+                    pytest.fail(
+                        f"{nodeid}: another test held {_REHEARSAL_HOSTS_LOCK} for "
+                        f"{_REHEARSAL_HOSTS_WAIT_S} s",
+                        pytrace=False,
+                    )
                 time.sleep(0.1)
         yield  # Closing the file releases the lock.
 
@@ -111,8 +124,10 @@ def small_shapes_data_dir(tmp_path_factory):
     (8 files per split, as the full one), prepared once per test session."""
     from unittest import mock  # pylint: disable=import-outside-toplevel
     from tfdist.input_pipelines import shapes  # pylint: disable=import-outside-toplevel
+
     data_dir = str(tmp_path_factory.mktemp("small_shapes"))
-    with mock.patch.multiple(shapes.TfdistShapes, TRAIN_SIZE=SMALL_TRAIN_SIZE,
-                             VALIDATION_SIZE=SMALL_VALIDATION_SIZE):
+    with mock.patch.multiple(
+        shapes.TfdistShapes, TRAIN_SIZE=SMALL_TRAIN_SIZE, VALIDATION_SIZE=SMALL_VALIDATION_SIZE
+    ):
         shapes.prepare(data_dir)
     return data_dir

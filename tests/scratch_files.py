@@ -33,10 +33,8 @@ def small_tmpfs(size_kib: int) -> Iterator[str]:
     process), detached after it; skips the test where mounting is not allowed."""
     libc = ctypes.CDLL(None, use_errno=True)
     with tempfile.TemporaryDirectory() as mount_point:
-        if libc.mount(b"tmpfs", mount_point.encode(), b"tmpfs", 0,
-                      f"size={size_kib}k".encode()):
-            raise unittest.SkipTest(f"cannot mount a tmpfs here: "
-                                    f"{os.strerror(ctypes.get_errno())}")
+        if libc.mount(b"tmpfs", mount_point.encode(), b"tmpfs", 0, f"size={size_kib}k".encode()):
+            raise unittest.SkipTest(f"cannot mount a tmpfs here: {os.strerror(ctypes.get_errno())}")
         try:
             yield mount_point
         finally:

@@ -16,8 +16,11 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # The shipped packages: folder -> import name.
-PACKAGES = {"tfdist": "tfdist", "strategies": "tfdist.strategies",
-            "input_pipelines": "tfdist.input_pipelines"}
+PACKAGES = {
+    "tfdist": "tfdist",
+    "strategies": "tfdist.strategies",
+    "input_pipelines": "tfdist.input_pipelines",
+}
 LIBRARIES = ("tfdist.strategies", "tfdist.input_pipelines")
 # The ground under every room and both libraries, importing nothing of tfdist: the errors' root
 # (every error tfdist raises derives from one class) and the config fields that carry their
@@ -29,13 +32,20 @@ ROOMS = ("commands", "training", "optim", "runtime", "cluster")
 FLAVOURS = ("tfdist.training.keras2", "tfdist.training.keras3")
 COMMAND_LAYER = "tfdist.commands"
 ENVIRON_MODULES = {  # Each reads or writes the environment for a documented reason.
-    "tfdist.strategies.cluster", "tfdist.strategies.jobset",  # TF_CONFIG; a JobSet pod's.
-    "tfdist.cluster.launcher", "tfdist.commands.benchmark.rounds",  # Children's environments.
-    "tfdist.cluster.rehearsal.local_image", "tfdist.cluster.rehearsal.srun",  # A rehearsal's.
-    "tfdist.runtime.keras_env", "tfdist.runtime.tf_import"}  # TensorFlow's own variables.
+    "tfdist.strategies.cluster",  # TF_CONFIG.
+    "tfdist.strategies.jobset",  # A JobSet pod's.
+    "tfdist.cluster.launcher",  # Children's environments.
+    "tfdist.commands.benchmark.rounds",  # Children's environments.
+    "tfdist.cluster.rehearsal.local_image",  # A rehearsal's.
+    "tfdist.cluster.rehearsal.srun",  # A rehearsal's.
+    "tfdist.runtime.keras_env",  # TensorFlow's own variables.
+    "tfdist.runtime.tf_import",  # TensorFlow's own variables.
+}
 KERAS3_SWITCH = "tfdist.runtime.keras_flavour"  # Imports Keras 3 on demand: the flavour's module.
 OPTIONAL_MODULES = {"matplotlib": "plot"}  # Imported inside a function that says how to install.
-MAX_MODULE_LINES = 420
+# 420 lines as the code was written by hand; ruff's formatter spends 24% more lines on the same
+# code (35,968 -> 44,552 over the tree when it was adopted), so the same bound is 520 now.
+MAX_MODULE_LINES = 520
 MAX_MODULES_PER_FOLDER = 12
 
 
@@ -43,8 +53,8 @@ def _module_name(path: pathlib.Path) -> str:
     """The import name of the shipped module at `path`."""
     relative = path.relative_to(ROOT)
     parts = [PACKAGES[relative.parts[0]].replace(".", "/"), *relative.parts[1:]]
-    name = "/".join(parts)[:-len(".py")].replace("/", ".")
-    return name[:-len(".__init__")] if name.endswith(".__init__") else name
+    name = "/".join(parts)[: -len(".py")].replace("/", ".")
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
 
 
 def _modules() -> dict[str, tuple[pathlib.Path, ast.Module]]:
@@ -70,7 +80,7 @@ def _imports(name: str, tree: ast.Module) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(parts + ([base] if base else []))
             targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
         else:
@@ -146,7 +156,6 @@ def _distributions(module: str) -> set[str]:
 
 
 class ArrowsTest(unittest.TestCase):
-
     def test_rooms_import_only_rooms_below_them(self):
         for name, targets in GRAPH.items():
             room = _room(name)
@@ -155,15 +164,21 @@ class ArrowsTest(unittest.TestCase):
             for target in targets:
                 below = _room(target)
                 if below is not None and below != room:
-                    self.assertGreater(ROOMS.index(below), ROOMS.index(room),
-                                       f"{name} ({room}) imports {target} ({below})")
+                    self.assertGreater(
+                        ROOMS.index(below),
+                        ROOMS.index(room),
+                        f"{name} ({room}) imports {target} ({below})",
+                    )
 
     def test_the_libraries_import_nothing_else_of_tfdist_but_the_ground(self):
         for name, targets in GRAPH.items():
             for library in LIBRARIES:
                 if name.startswith(library):
-                    others = {target for target in targets
-                              if not target.startswith(library) and target not in GROUND}
+                    others = {
+                        target
+                        for target in targets
+                        if not target.startswith(library) and target not in GROUND
+                    }
                     self.assertEqual(others, set(), f"{name} imports {others}")
 
     def test_the_ground_imports_nothing_of_tfdist(self):
@@ -191,8 +206,9 @@ class ArrowsTest(unittest.TestCase):
         self.assertEqual(_cycles(GRAPH), [])
 
     def test_the_cycle_check_finds_a_cycle(self):
-        self.assertEqual(_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}),
-                         [["a", "b", "c"]])
+        self.assertEqual(
+            _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}), [["a", "b", "c"]]
+        )
 
     def test_keras_3_only_in_keras3_modules(self):
         for name, (path, tree) in MODULES.items():
@@ -231,29 +247,36 @@ class ArrowsTest(unittest.TestCase):
                 if not top or top == "tfdist" or top in sys.stdlib_module_names:
                     continue
                 if top in OPTIONAL_MODULES:
-                    self.assertLessEqual(_distributions(top),
-                                         _declared(extras[OPTIONAL_MODULES[top]]), str(path))
+                    self.assertLessEqual(
+                        _distributions(top), _declared(extras[OPTIONAL_MODULES[top]]), str(path)
+                    )
                     continue
-                self.assertTrue(_distributions(top) & runtime,
-                                f"{path} imports {top}, which install_requires does not declare")
+                self.assertTrue(
+                    _distributions(top) & runtime,
+                    f"{path} imports {top}, which install_requires does not declare",
+                )
 
     def test_scripts_and_examples_use_the_libraries_faces_only(self):
         for path in sorted([*(ROOT / "scripts").rglob("*.py"), *(ROOT / "examples").rglob("*.py")]):
             for module in _third_party(ast.parse(path.read_text())):
                 for library in LIBRARIES:
-                    self.assertFalse((module or "").startswith(library + "."),
-                                     f"{path} imports {module}, past {library}'s face")
+                    self.assertFalse(
+                        (module or "").startswith(library + "."),
+                        f"{path} imports {module}, past {library}'s face",
+                    )
 
 
 class HouseTest(unittest.TestCase):
-
     def test_rooms_and_modules_stay_small(self):
         folders = {}
         for name, (path, _) in MODULES.items():
             lines = len(path.read_text().splitlines())
             self.assertLessEqual(lines, MAX_MODULE_LINES, f"{path} has {lines} lines")
-            if path.name != "__init__.py" and name.startswith("tfdist.") and \
-                    not name.startswith(LIBRARIES):  # tfdist's rooms; the libraries are flat.
+            if (
+                path.name != "__init__.py"
+                and name.startswith("tfdist.")
+                and not name.startswith(LIBRARIES)
+            ):  # tfdist's rooms; the libraries are flat.
                 folders.setdefault(path.parent, []).append(path.name)
         for folder, names in folders.items():
             self.assertLessEqual(len(names), MAX_MODULES_PER_FOLDER, f"{folder}: {names}")
@@ -264,17 +287,22 @@ class HouseTest(unittest.TestCase):
         for name, (path, tree) in MODULES.items():
             if path.name != "__init__.py":
                 continue
-            children = {child.stem if child.suffix == ".py" else child.name
-                        for child in path.parent.iterdir()
-                        if child.suffix == ".py" or (child / "__init__.py").exists()}
+            children = {
+                child.stem if child.suffix == ".py" else child.name
+                for child in path.parent.iterdir()
+                if child.suffix == ".py" or (child / "__init__.py").exists()
+            }
             exported = set()
             for node in tree.body:
                 if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
                     exported.add(node.name)
                 elif isinstance(node, ast.ImportFrom) and node.level == 0:
                     # A child module the package imports from itself, by its name, is itself.
-                    exported.update(alias.asname or alias.name for alias in node.names
-                                    if node.module != name or alias.asname)
+                    exported.update(
+                        alias.asname or alias.name
+                        for alias in node.names
+                        if node.module != name or alias.asname
+                    )
                 elif isinstance(node, ast.Assign):
                     for target in node.targets:
                         if isinstance(target, ast.Name) and target.id == "__all__":
@@ -294,43 +322,67 @@ class WhatLoadsTest(unittest.TestCase):
     """What importing tfdist loads, and a working directory with modules named like ours."""
 
     def _run(self, code: str, cwd: pathlib.Path = ROOT) -> str:
-        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                                check=True, cwd=cwd, timeout=120)
+        result = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=cwd,
+            timeout=120,
+        )
         return result.stdout.strip()
 
     def test_a_users_program_defining_tfdist_flags_loads_no_launcher_nor_tensorflow(self):
-        loaded = self._run("import sys, tfdist; tfdist.define_flags(); "
-                           "print(sorted(name for name in ('tensorflow', 'portpicker', "
-                           "'tfdist.cluster.launcher', 'tfdist.cluster.network') "
-                           "if name in sys.modules))")
+        loaded = self._run(
+            "import sys, tfdist; tfdist.define_flags(); "
+            "print(sorted(name for name in ('tensorflow', 'portpicker', "
+            "'tfdist.cluster.launcher', 'tfdist.cluster.network') "
+            "if name in sys.modules))"
+        )
         self.assertEqual(loaded, "[]")
 
     def test_dir_lists_the_whole_api_without_loading_tensorflow(self):
-        missing = self._run("import sys, tfdist; print(sorted(set(tfdist.__all__) - "
-                            "set(dir(tfdist))), 'tensorflow' in sys.modules)")
+        missing = self._run(
+            "import sys, tfdist; print(sorted(set(tfdist.__all__) - "
+            "set(dir(tfdist))), 'tensorflow' in sys.modules)"
+        )
         self.assertEqual(missing, "[] False")
 
     def test_the_cli_starts_without_tensorflow(self):
-        self.assertEqual(self._run("import sys, tfdist.commands.cli; "
-                                   "print('tensorflow' in sys.modules)"), "False")
+        self.assertEqual(
+            self._run("import sys, tfdist.commands.cli; print('tensorflow' in sys.modules)"),
+            "False",
+        )
 
     def test_modules_named_like_ours_in_the_working_directory_shadow_nothing(self):
         with tempfile.TemporaryDirectory() as directory:
             for name in ("strategies", "input_pipelines"):
                 pathlib.Path(directory, f"{name}.py").write_text(
-                    f"raise ImportError('the working directory\\'s {name}.py was imported')\n")
+                    f"raise ImportError('the working directory\\'s {name}.py was imported')\n"
+                )
             tfdist_cli = pathlib.Path(sys.executable).with_name("tfdist")
             runs = {
                 "the CLI": [str(tfdist_cli), "train", "--epochs=0"],
-                "python -m tfdist": [sys.executable, "-m", "tfdist", "doctor",
-                                     "--tf_config={}"],
-                "launch": [str(tfdist_cli), "launch", "--num_workers=1", "--timeout_s=300",
-                           "--", "doctor"],
+                "python -m tfdist": [sys.executable, "-m", "tfdist", "doctor", "--tf_config={}"],
+                "launch": [
+                    str(tfdist_cli),
+                    "launch",
+                    "--num_workers=1",
+                    "--timeout_s=300",
+                    "--",
+                    "doctor",
+                ],
             }
             for label, argv in runs.items():
                 with self.subTest(run=label):
-                    result = subprocess.run(argv, capture_output=True, text=True, cwd=directory,
-                                            timeout=600, check=False)
+                    result = subprocess.run(
+                        argv,
+                        capture_output=True,
+                        text=True,
+                        cwd=directory,
+                        timeout=600,
+                        check=False,
+                    )
                     output = result.stdout + result.stderr
                     self.assertNotIn("was imported", output)
                     self.assertNotIn("Traceback", output)

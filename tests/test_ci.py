@@ -10,8 +10,9 @@ import unittest
 
 from tfdist.training import summary
 
-_GUARD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".ci",
-                      "suite_time.py")
+_GUARD = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".ci", "suite_time.py"
+)
 _spec = importlib.util.spec_from_file_location("suite_time", _GUARD)
 suite_time = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(suite_time)
@@ -20,22 +21,34 @@ _spec.loader.exec_module(suite_time)
 def _trained(wall_s: float) -> str:
     """The summary line `tfdist train` prints (tfdist's own formatter, so that a change to it
     that the guard cannot read fails here)."""
-    return summary.format_line({
-        "strategy": "one_device", "num_replicas": 1, "num_workers": 1, "epochs": 3,
-        "steps_per_epoch": 78, "wall_s": wall_s, "examples_per_sec": 2440.0,
-        "final": {"val_accuracy": 0.997, "loss": 0.083}}) + "\n"
+    return (
+        summary.format_line(
+            {
+                "strategy": "one_device",
+                "num_replicas": 1,
+                "num_workers": 1,
+                "epochs": 3,
+                "steps_per_epoch": 78,
+                "wall_s": wall_s,
+                "examples_per_sec": 2440.0,
+                "final": {"val_accuracy": 0.997, "loss": 0.083},
+            }
+        )
+        + "\n"
+    )
 
 
 class SuiteTimeTest(unittest.TestCase):
-
     def _guard(self, suite_s: float, first_command_output: str) -> tuple[int, str, str]:
         with tempfile.TemporaryDirectory() as scratch:
             report, log = os.path.join(scratch, "suite.xml"), os.path.join(scratch, "first.log")
             with open(report, "w", encoding="utf-8") as xml:
-                xml.write(f'<testsuites><testsuite name="pytest" time="{suite_s}">'
-                          '<testcase classname="a.B" name="test_slow" time="90.5"/>'
-                          '<testcase classname="a.B" name="test_quick" time="0.1"/>'
-                          '</testsuite></testsuites>')
+                xml.write(
+                    f'<testsuites><testsuite name="pytest" time="{suite_s}">'
+                    '<testcase classname="a.B" name="test_slow" time="90.5"/>'
+                    '<testcase classname="a.B" name="test_quick" time="0.1"/>'
+                    "</testsuite></testsuites>"
+                )
             with open(log, "w", encoding="utf-8") as first:
                 first.write(first_command_output)
             stdout, stderr = io.StringIO(), io.StringIO()

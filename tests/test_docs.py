@@ -15,16 +15,24 @@ from tfdist.commands import cli
 from tfdist.commands import flags as flags_lib
 
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
-_PAGES = [_ROOT / "README.md", *[page for folder in ("docs", "examples", "scripts")
-                                  for page in sorted((_ROOT / folder).glob("**/*.md"))]]
+_PAGES = [
+    _ROOT / "README.md",
+    *[
+        page
+        for folder in ("docs", "examples", "scripts")
+        for page in sorted((_ROOT / folder).glob("**/*.md"))
+    ],
+]
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _SHELL_BLOCK = re.compile(r"^```(?:sh|bash)\n(.*?)^```", re.M | re.S)
 # A path in this repository, as pages write it in text and code: a file (`scripts/planning/x.py`,
 # `docs/results/batch_scaling.{md,json,png}`, braces as the shell expands them) or a folder
 # written with its final slash (`scripts/gpu_machine/`); not `examples/s` or `tfdist/naive`.
-_REPO_PATH = re.compile(r"(?<![\w/:.$-])((?:scripts|examples|tests|docs|tfdist|strategies|"
-                        r"input_pipelines|\.ci)/[\w./{},-]*(?:\.(?:py|sh|md|json|png|log|toml|cfg|"
-                        r"yaml)(?![\w.])|\.\{[\w,]+\}|/))")
+_REPO_PATH = re.compile(
+    r"(?<![\w/:.$-])((?:scripts|examples|tests|docs|tfdist|strategies|"
+    r"input_pipelines|\.ci)/[\w./{},-]*(?:\.(?:py|sh|md|json|png|log|toml|cfg|"
+    r"yaml)(?![\w.])|\.\{[\w,]+\}|/))"
+)
 # Paths pages name that are not this repository's files: Horovod's benchmark page (cited in
 # docs/PLANNING.md) and a room docs/ARCHITECTURE.md says must not exist.
 _NOT_OURS = {"docs/benchmarks.md", "tfdist/train/"}
@@ -68,9 +76,14 @@ def _expand_braces(path: str) -> list[str]:
 
 @pytest.mark.parametrize("page", _PAGES, ids=_page_id)
 def test_every_path_a_page_names_exists(page):
-    missing = sorted({named for path in _REPO_PATH.findall(page.read_text(encoding="utf-8"))
-                      for named in _expand_braces(path.rstrip("."))
-                      if named not in _NOT_OURS and not (_ROOT / named).exists()})
+    missing = sorted(
+        {
+            named
+            for path in _REPO_PATH.findall(page.read_text(encoding="utf-8"))
+            for named in _expand_braces(path.rstrip("."))
+            if named not in _NOT_OURS and not (_ROOT / named).exists()
+        }
+    )
     assert missing == []
 
 
@@ -78,8 +91,9 @@ def _command_lines(page: pathlib.Path) -> list[str]:
     """Each command line of `page`'s shell blocks, continuation lines joined."""
     lines = []
     for block in _SHELL_BLOCK.findall(page.read_text(encoding="utf-8")):
-        lines.extend(line.strip().removeprefix("$ ")
-                     for line in re.sub(r"\\\n\s*", " ", block).splitlines())
+        lines.extend(
+            line.strip().removeprefix("$ ") for line in re.sub(r"\\\n\s*", " ", block).splitlines()
+        )
     return lines
 
 
@@ -90,12 +104,17 @@ def _tfdist_invocations(line: str) -> list[tuple[str, list[str]]]:
     except ValueError:  # An unbalanced quote: the line is prose, not a command.
         return []
     invocations = []
-    segments = [list(group) for is_separator, group in itertools.groupby(
-        words, lambda word: word in ("&&", "||", ";", "|")) if not is_separator]
+    segments = [
+        list(group)
+        for is_separator, group in itertools.groupby(
+            words, lambda word: word in ("&&", "||", ";", "|")
+        )
+        if not is_separator
+    ]
     for segment in segments:
         for start, word in enumerate(segment):
             if word == "tfdist" and (start == 0 or segment[start - 1] in ("sudo", "-m")):
-                invocations.extend(_invocation(segment[start + 1:]))
+                invocations.extend(_invocation(segment[start + 1 :]))
                 break
     return invocations
 
@@ -106,10 +125,10 @@ def _invocation(args: list[str]) -> list[tuple[str, list[str]]]:
     if not args:
         return []
     command = " ".join(args[:2]) if args[0] in cli.GROUPS and len(args) > 1 else args[0]
-    rest = args[len(command.split()):]
+    rest = args[len(command.split()) :]
     if command in _TAKES_A_COMMAND and "--" in rest:
         split = rest.index("--")
-        return [(command, rest[:split]), *_invocation(rest[split + 1:])]
+        return [(command, rest[:split]), *_invocation(rest[split + 1 :])]
     return [(command, rest)]
 
 
@@ -143,19 +162,26 @@ def test_every_tfdist_command_in_a_shell_block_parses(page):
 
 
 def test_the_pages_name_every_command():
-    named = {command for page in _PAGES for line in _command_lines(page)
-             for command, _ in _tfdist_invocations(line)}
+    named = {
+        command
+        for page in _PAGES
+        for line in _command_lines(page)
+        for command, _ in _tfdist_invocations(line)
+    }
     assert set(cli.COMMANDS) <= named
 
 
 def test_a_bogus_command_or_flag_is_caught(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("```sh\n"
-                    "tfdist train --epochs=2 --bogus_flag=1 \\\n    --nomeasure_noise_scale\n"
-                    "tfdist launch --num_workers=2 -- train --gpus_per_task=8\n"
-                    "tfdist launch --num_workers=2 -- python my_train.py --whatever=1\n"
-                    "sudo tfdist rehearse --volume_dir=/tmp/v job.yaml  # a comment --not_a_flag\n"
-                    "python -m tfdist trian\n```\n", encoding="utf-8")
+    page.write_text(
+        "```sh\n"
+        "tfdist train --epochs=2 --bogus_flag=1 \\\n    --nomeasure_noise_scale\n"
+        "tfdist launch --num_workers=2 -- train --gpus_per_task=8\n"
+        "tfdist launch --num_workers=2 -- python my_train.py --whatever=1\n"
+        "sudo tfdist rehearse --volume_dir=/tmp/v job.yaml  # a comment --not_a_flag\n"
+        "python -m tfdist trian\n```\n",
+        encoding="utf-8",
+    )
     problems = _command_problems(page)
     assert len(problems) == 3, problems
     assert "takes no --bogus_flag" in problems[0]
@@ -165,7 +191,9 @@ def test_a_bogus_command_or_flag_is_caught(tmp_path):
 
 def test_every_result_is_listed_with_its_command():
     index = _ROOT / "docs" / "results" / "README.md"
-    listed = {(index.parent / target).resolve() for target in
-              _LINK.findall(index.read_text(encoding="utf-8"))}
+    listed = {
+        (index.parent / target).resolve()
+        for target in _LINK.findall(index.read_text(encoding="utf-8"))
+    }
     results = {path for path in index.parent.glob("**/*") if path.is_file() and path != index}
     assert sorted(str(path.relative_to(_ROOT)) for path in results - listed) == []

@@ -37,8 +37,11 @@ def _run_main(name: str, *flags: str) -> subprocess.CompletedProcess:
     interpreter gives them (a child that failed the script's check: status 1, with that child's
     standard error)."""
     stdout, stderr = io.StringIO(), io.StringIO()
-    with mock.patch.object(sys, "argv", [os.path.join(_SCRIPTS, f"{name}.py"), *flags]), \
-            contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+    with (
+        mock.patch.object(sys, "argv", [os.path.join(_SCRIPTS, f"{name}.py"), *flags]),
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+    ):
         try:
             _script(name).main()
             status = 0
@@ -49,12 +52,10 @@ def _run_main(name: str, *flags: str) -> subprocess.CompletedProcess:
         except subprocess.CalledProcessError as error:
             status = 1
             print(f"{error}\n{error.stderr}", file=sys.stderr)
-    return subprocess.CompletedProcess([name, *flags], status, stdout.getvalue(),
-                                       stderr.getvalue())
+    return subprocess.CompletedProcess([name, *flags], status, stdout.getvalue(), stderr.getvalue())
 
 
 class BatchScalingStudyTest(unittest.TestCase):
-
     def test_the_knee_fit_recovers_a_known_critical_batch(self):
         study = _script("large_batch/batch_scaling_study")
         batches = [16, 32, 64, 128, 256, 512, 1024, 2048]
@@ -80,11 +81,14 @@ class BatchScalingStudyTest(unittest.TestCase):
 
 
 class LargeBatchExperimentTest(unittest.TestCase):
-
     def test_the_table_shows_the_last_measured_noise_scale(self):
         experiment = _script("large_batch/large_batch_experiment")
-        history = {"val_accuracy": [0.5, 0.9], "val_loss": [1.0, 0.25], "accuracy": [0.6, 0.95],
-                   "noise_scale": [120.4, 87.6]}
+        history = {
+            "val_accuracy": [0.5, 0.9],
+            "val_loss": [1.0, 0.25],
+            "accuracy": [0.6, 0.95],
+            "noise_scale": [120.4, 87.6],
+        }
         run = {"name": "r", "wall_s": 12.3, "metrics": {"steps": 38, "history": history}}
         row = experiment._table([run], "cmd").splitlines()[-1]
         self.assertEqual(row, "| r | 38 | 0.9000 | 0.9000 | 0.2500 | 0.9500 | 88 | 12 |")
@@ -94,7 +98,6 @@ class LargeBatchExperimentTest(unittest.TestCase):
 
 @pytest.mark.multiprocess
 class PlanPublishedTest(unittest.TestCase):
-
     def test_the_model_lands_within_10_points_of_three_published_runs(self):
         published = _script("planning/plan_published")
         for run in published.PUBLISHED:
@@ -108,14 +111,17 @@ class PlanPublishedTest(unittest.TestCase):
 
 @pytest.mark.multiprocess
 class GpuCheckTest(unittest.TestCase):
-
     def test_without_a_gpu_it_says_so_runs_doctor_and_exits_0(self):
         with tempfile.TemporaryDirectory() as out_dir:
-            result = subprocess.run(["bash", os.path.join(_SCRIPTS, "gpu_check.sh"), out_dir],
-                                    capture_output=True, text=True, timeout=300, check=False)
+            result = subprocess.run(
+                ["bash", os.path.join(_SCRIPTS, "gpu_check.sh"), out_dir],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+            )
             self.assertEqual(result.returncode, 0, result.stderr)
-            self.assertIn("gpu_check: no GPU visible to TensorFlow; ran doctor only",
-                          result.stdout)
+            self.assertIn("gpu_check: no GPU visible to TensorFlow; ran doctor only", result.stdout)
             with open(os.path.join(out_dir, "gpu_check.json"), encoding="utf-8") as file:
                 report = json.load(file)
         self.assertEqual(report["gpus"], 0)
@@ -128,25 +134,34 @@ if __name__ == "__main__":
 
 
 @pytest.mark.multiprocess
-def test_benchmark_input_reports_medians_with_spreads_and_a_trace(small_shapes_data_dir,
-                                                                   tmp_path):
+def test_benchmark_input_reports_medians_with_spreads_and_a_trace(small_shapes_data_dir, tmp_path):
     """One round end to end (each pipeline and the trace in a child of its own); the medians
     and spreads over several rounds:
     `test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline`."""
     json_path = tmp_path / "input.json"
-    result = _run_main("input_pipeline/benchmark_input", f"--data_dir={small_shapes_data_dir}",
-                       "--rounds=1", "--examples=1280", "--trace", f"--json={json_path}")
+    result = _run_main(
+        "input_pipeline/benchmark_input",
+        f"--data_dir={small_shapes_data_dir}",
+        "--rounds=1",
+        "--examples=1280",
+        "--trace",
+        f"--json={json_path}",
+    )
     assert result.returncode == 0, result.stderr
     figures = json.loads(json_path.read_text())
     assert figures["rounds"] == 1 and len(figures["rounds_eps"]) == 1, figures["rounds_eps"]
     (measured,) = figures["rounds_eps"]
     for name in ("naive", "tfdist", "parse_only"):
-        assert measured[name] > 0 and figures[f"{name}_eps"] == pytest.approx(measured[name],
-                                                                               abs=0.5), name
-    for ratio, baseline in (("speedup_vs_naive", "naive"),
-                            ("fraction_of_parse_only", "parse_only")):
-        assert figures[ratio] == pytest.approx(measured["tfdist"] / measured[baseline],
-                                               rel=0.01), ratio
+        assert measured[name] > 0 and figures[f"{name}_eps"] == pytest.approx(
+            measured[name], abs=0.5
+        ), name
+    for ratio, baseline in (
+        ("speedup_vs_naive", "naive"),
+        ("fraction_of_parse_only", "parse_only"),
+    ):
+        assert figures[ratio] == pytest.approx(measured["tfdist"] / measured[baseline], rel=0.01), (
+            ratio
+        )
         assert figures[f"{ratio}_spread"] == [figures[ratio]] * 2, ratio  # One round's.
     assert {"TFRecord", "ParseExampleV2", "XLA"} <= set(figures["trace"]["stage_us_per_example"])
 
@@ -156,8 +171,11 @@ def test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline
     pipeline in a child of its own, in order; each figure is the median over the rounds and
     each ratio the median of the rounds' ratios, with their [min, max]."""
     benchmark = _script("input_pipeline/benchmark_input")
-    rates = {"naive": iter([100.0, 100.0, 200.0]), "tfdist": iter([200.0, 300.0, 300.0]),
-             "parse_only": iter([400.0, 300.0, 600.0])}
+    rates = {
+        "naive": iter([100.0, 100.0, 200.0]),
+        "tfdist": iter([200.0, 300.0, 300.0]),
+        "parse_only": iter([400.0, 300.0, 600.0]),
+    }
     asked = []
 
     def measure_in_child(name, args):  # pylint: disable=unused-argument
@@ -166,20 +184,30 @@ def test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline
 
     with mock.patch.object(benchmark, "_measure_in_child", side_effect=measure_in_child):
         figures = benchmark._rounds(  # pylint: disable=protected-access
-            argparse.Namespace(rounds=3, stages=False))
+            argparse.Namespace(rounds=3, stages=False)
+        )
     assert asked == ["naive", "tfdist", "parse_only"] * 3
     assert (figures["naive_eps"], figures["tfdist_eps"], figures["parse_only_eps"]) == (
-        100, 300, 400)
+        100,
+        300,
+        400,
+    )
     # tfdist/naive per round 2, 3, 1.5; tfdist/parse_only 0.5, 1, 0.5.
     assert (figures["speedup_vs_naive"], figures["speedup_vs_naive_spread"]) == (2, [1.5, 3])
     assert (figures["fraction_of_parse_only"], figures["fraction_of_parse_only_spread"]) == (
-        0.5, [0.5, 1])
+        0.5,
+        [0.5, 1],
+    )
     assert figures["rounds_eps"][1] == {"naive": 100, "tfdist": 300, "parse_only": 300}
 
     # With --dataset: images/s and images per CPU-second of each of the five pipelines.
-    per_s = {"naive": iter([10.0, 20.0, 10.0]), "tfdist": iter([40.0, 40.0, 60.0]),
-             "tfdist_device": iter([50.0, 50.0, 50.0]), "best_practice": iter([20.0, 40.0, 20.0]),
-             "decode_only": iter([80.0, 40.0, 120.0])}
+    per_s = {
+        "naive": iter([10.0, 20.0, 10.0]),
+        "tfdist": iter([40.0, 40.0, 60.0]),
+        "tfdist_device": iter([50.0, 50.0, 50.0]),
+        "best_practice": iter([20.0, 40.0, 20.0]),
+        "decode_only": iter([80.0, 40.0, 120.0]),
+    }
     asked.clear()
 
     def child_output(args, flag):  # pylint: disable=unused-argument
@@ -189,21 +217,33 @@ def test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline
 
     with mock.patch.object(benchmark, "_child_output", side_effect=child_output):
         figures = benchmark._jpeg_rounds(  # pylint: disable=protected-access
-            argparse.Namespace(rounds=3))
+            argparse.Namespace(rounds=3)
+        )
     assert asked == ["naive", "tfdist", "tfdist_device", "best_practice", "decode_only"] * 3
-    assert figures["images_per_s"] == {"naive": 10, "tfdist": 40, "tfdist_device": 50,
-                                       "best_practice": 20, "decode_only": 80}
+    assert figures["images_per_s"] == {
+        "naive": 10,
+        "tfdist": 40,
+        "tfdist_device": 50,
+        "best_practice": 20,
+        "decode_only": 80,
+    }
     assert figures["host_examples_per_core"] == figures["images_per_cpu_s"]["tfdist"] == 20
     assert figures["decode_examples_per_core"] == 25
     # tfdist/naive per round 4, 2, 6; tfdist/best_practice 2, 1, 3; tfdist/decode_only 0.5,
     # 1, 0.5: the same per CPU-second, each pipeline's CPU time being half its wall time.
     for prefix in ("", "per_cpu_"):
-        assert (figures[f"{prefix}speedup_vs_naive"],
-                figures[f"{prefix}speedup_vs_naive_spread"]) == (4, [2, 6]), prefix
-        assert (figures[f"{prefix}fraction_of_best_practice"],
-                figures[f"{prefix}fraction_of_best_practice_spread"]) == (2, [1, 3]), prefix
-        assert (figures[f"{prefix}fraction_of_decode_only"],
-                figures[f"{prefix}fraction_of_decode_only_spread"]) == (0.5, [0.5, 1]), prefix
+        assert (
+            figures[f"{prefix}speedup_vs_naive"],
+            figures[f"{prefix}speedup_vs_naive_spread"],
+        ) == (4, [2, 6]), prefix
+        assert (
+            figures[f"{prefix}fraction_of_best_practice"],
+            figures[f"{prefix}fraction_of_best_practice_spread"],
+        ) == (2, [1, 3]), prefix
+        assert (
+            figures[f"{prefix}fraction_of_decode_only"],
+            figures[f"{prefix}fraction_of_decode_only_spread"],
+        ) == (0.5, [0.5, 1]), prefix
     assert len(figures["rounds_measured"]) == 3
 
 
@@ -219,7 +259,8 @@ def test_the_breakdown_divides_trace_time_by_the_traced_steps():
     events = [("epoch_begin", 0.0)] + [("batch_begin", 1.0 + step) for step in range(steps + 5)]
     events.insert(steps + 3, ("trace_stopped", 1.0 + steps + 1.5))
     trace = breakdown._per_step(  # pylint: disable=protected-access
-        {"Conv2D": 0.004 * steps, "Tiny": 0.00001 * steps}, events)
+        {"Conv2D": 0.004 * steps, "Tiny": 0.00001 * steps}, events
+    )
     assert trace["stage_ms_per_step"] == {"Conv2D": 4.0}
     # From the begin of the first traced step (the steps-th before the stop) to the stop.
     assert trace["wall_ms_per_step"] == pytest.approx(1e3 * (steps + 2.5 - 3.0) / steps)
@@ -228,15 +269,23 @@ def test_the_breakdown_divides_trace_time_by_the_traced_steps():
 def _make_jpeg_records(out_dir, *flags: str) -> subprocess.CompletedProcess:
     """A small set (24 + 8 images of 48-96 px, 3 classes, 4 + 2 files) into `out_dir`, by the
     script's `main` in this process."""
-    return _run_main("input_pipeline/make_jpeg_records", f"--out_dir={out_dir}",
-                     "--train_images=24", "--validation_images=8", "--num_classes=3",
-                     "--files=4", "--min_size=48", "--max_size=96", *flags)
+    return _run_main(
+        "input_pipeline/make_jpeg_records",
+        f"--out_dir={out_dir}",
+        "--train_images=24",
+        "--validation_images=8",
+        "--num_classes=3",
+        "--files=4",
+        "--min_size=48",
+        "--max_size=96",
+        *flags,
+    )
 
 
 def _records(path: str) -> list:
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    return [tf.train.Example.FromString(record.numpy())
-            for record in tf.data.TFRecordDataset(path)]
+
+    return [tf.train.Example.FromString(record.numpy()) for record in tf.data.TFRecordDataset(path)]
 
 
 def test_make_jpeg_records_draws_the_stripe_count_per_image_only_when_asked():
@@ -247,7 +296,8 @@ def test_make_jpeg_records_draws_the_stripe_count_per_image_only_when_asked():
         counts = set()
         for seed in range(20):
             pattern = make_jpeg_records._pattern(  # pylint: disable=protected-access
-                0, np.zeros_like(across), across, np.random.default_rng(seed), stripes_by)
+                0, np.zeros_like(across), across, np.random.default_rng(seed), stripes_by
+            )
             counts.add(int(np.count_nonzero(np.diff(pattern[0, :, 0]))))
         return counts
 
@@ -255,18 +305,20 @@ def test_make_jpeg_records_draws_the_stripe_count_per_image_only_when_asked():
     assert len(stripe_counts("image")) == 3
 
 
-def test_make_jpeg_records_writes_imagenet_files_the_same_each_time_and_never_over_them(
-        tmp_path):
+def test_make_jpeg_records_writes_imagenet_files_the_same_each_time_and_never_over_them(tmp_path):
     made = _make_jpeg_records(tmp_path / "set", "--label_base=1")
     assert made.returncode == 0, made.stderr
     assert "24 train + 8 validation images in 4 + 2 files" in made.stdout
     names = sorted(os.listdir(tmp_path / "set"))
     assert names == [f"train-{index:05d}-of-00004" for index in range(4)] + [
-        f"validation-{index:05d}-of-00002" for index in range(2)]
+        f"validation-{index:05d}-of-00002" for index in range(2)
+    ]
     examples = [example for name in names for example in _records(str(tmp_path / "set" / name))]
     assert len(examples) == 32
-    labels = sorted(example.features.feature["image/class/label"].int64_list.value[0]
-                    for example in examples[:24])
+    labels = sorted(
+        example.features.feature["image/class/label"].int64_list.value[0]
+        for example in examples[:24]
+    )
     assert labels == sorted([1, 2, 3] * 8)  # 1-based, every class equally often.
     for example in examples:
         feature = example.features.feature
@@ -281,9 +333,11 @@ def test_make_jpeg_records_writes_imagenet_files_the_same_each_time_and_never_ov
     before = (tmp_path / "set" / names[1]).read_bytes()
     refused = _make_jpeg_records(tmp_path / "set", "--seed=1")
     assert refused.returncode == 2
-    assert refused.stderr == (f"make_jpeg_records: {tmp_path / 'set' / names[0]} exists; this "
-                              "script does not overwrite: remove the set first, or pass another "
-                              "--out_dir.\n")
+    assert refused.stderr == (
+        f"make_jpeg_records: {tmp_path / 'set' / names[0]} exists; this "
+        "script does not overwrite: remove the set first, or pass another "
+        "--out_dir.\n"
+    )
     assert (tmp_path / "set" / names[1]).read_bytes() == before
     assert sorted(os.listdir(tmp_path / "set")) == names  # No temp file left either.
 
@@ -293,10 +347,16 @@ def test_benchmark_input_compares_the_jpeg_pipelines_per_second_and_per_core(tmp
     made = _make_jpeg_records(tmp_path / "set")
     assert made.returncode == 0, made.stderr
     json_path = tmp_path / "jpeg.json"
-    result = _run_main("input_pipeline/benchmark_input",
-                       f"--dataset=tfrecord:{tmp_path / 'set'}/{{split}}-*", "--num_classes=3",
-                       "--image_size=32", "--global_batch_size=4", "--rounds=1",
-                       "--seconds=0.1", f"--json={json_path}")
+    result = _run_main(
+        "input_pipeline/benchmark_input",
+        f"--dataset=tfrecord:{tmp_path / 'set'}/{{split}}-*",
+        "--num_classes=3",
+        "--image_size=32",
+        "--global_batch_size=4",
+        "--rounds=1",
+        "--seconds=0.1",
+        f"--json={json_path}",
+    )
     assert result.returncode == 0, result.stderr
     figures = json.loads(json_path.read_text())
     pipelines = {"naive", "tfdist", "tfdist_device", "best_practice", "decode_only"}
@@ -313,10 +373,13 @@ def test_benchmark_input_compares_the_jpeg_pipelines_per_second_and_per_core(tmp
 
 def test_benchmark_input_refuses_flags_of_the_other_mode_in_one_line():
     for flags, error in (
-            (["--seconds=3"], "--seconds only times a --dataset; leave it out."),
-            (["--dataset=tfrecord:/x/*", "--num_classes=2", "--examples=9", "--stages"],
-             "--examples, --stages only time the built-in dataset, without --dataset; leave "
-             "them out."),
-            (["--dataset=tfrecord:/x/*"], "--dataset=tfrecord:/x/* needs --num_classes=N")):
+        (["--seconds=3"], "--seconds only times a --dataset; leave it out."),
+        (
+            ["--dataset=tfrecord:/x/*", "--num_classes=2", "--examples=9", "--stages"],
+            "--examples, --stages only time the built-in dataset, without --dataset; leave "
+            "them out.",
+        ),
+        (["--dataset=tfrecord:/x/*"], "--dataset=tfrecord:/x/* needs --num_classes=N"),
+    ):
         result = _run_main("input_pipeline/benchmark_input", *flags)
         assert result.returncode == 2 and error in result.stderr.splitlines()[-1], result.stderr

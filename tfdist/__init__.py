@@ -38,20 +38,50 @@ from tfdist.strategies import StrategyKind
 
 __version__ = "0.1.0"
 __all__ = [
-    "define_flags", "config_from_flags", "run", "setup", "fit", "serve", "dataset_fn", "CustomLoop",
-    "train", "gradient_noise_scale", "Plan", "Role", "Records", "RunConfig", "StrategyConfig",
-    "InputConfig", "TrainConfig", "OptimizerConfig", "StrategyKind", "ModelName", "OptimizerName",
-    "Precision", "ConfigError", "StrategyConfigError", "ClusterConfigError", "InputConfigError",
-    "USER_ERRORS", "cost_model", "profile_stages", "read_trace",
+    "define_flags",
+    "config_from_flags",
+    "run",
+    "setup",
+    "fit",
+    "serve",
+    "dataset_fn",
+    "CustomLoop",
+    "train",
+    "gradient_noise_scale",
+    "Plan",
+    "Role",
+    "Records",
+    "RunConfig",
+    "StrategyConfig",
+    "InputConfig",
+    "TrainConfig",
+    "OptimizerConfig",
+    "StrategyKind",
+    "ModelName",
+    "OptimizerName",
+    "Precision",
+    "ConfigError",
+    "StrategyConfigError",
+    "ClusterConfigError",
+    "InputConfigError",
+    "USER_ERRORS",
+    "cost_model",
+    "profile_stages",
+    "read_trace",
 ]
-_LAZY = {"setup": "tfdist.runtime.setup", "Plan": "tfdist.runtime.setup",
-         "Role": "tfdist.runtime.setup",
-         "fit": "tfdist.training.fit", "serve": "tfdist.training.ps_task",
-         "dataset_fn": "tfdist.training.data",
-         "CustomLoop": "tfdist.training.keras2.custom_loop", "train": "tfdist.training.from_config",
-         "gradient_noise_scale": "tfdist.optim.gradient_path",
-         "profile_stages": "tfdist.input_pipelines",
-         "read_trace": "tfdist.input_pipelines"}
+_LAZY = {
+    "setup": "tfdist.runtime.setup",
+    "Plan": "tfdist.runtime.setup",
+    "Role": "tfdist.runtime.setup",
+    "fit": "tfdist.training.fit",
+    "serve": "tfdist.training.ps_task",
+    "dataset_fn": "tfdist.training.data",
+    "CustomLoop": "tfdist.training.keras2.custom_loop",
+    "train": "tfdist.training.from_config",
+    "gradient_noise_scale": "tfdist.optim.gradient_path",
+    "profile_stages": "tfdist.input_pipelines",
+    "read_trace": "tfdist.input_pipelines",
+}
 
 
 def __getattr__(name: str):
@@ -60,6 +90,7 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'tfdist' has no attribute {name!r}")
     import importlib
     from tfdist.commands.app import import_tensorflow
+
     import_tensorflow()  # Quietly, unless --tf_logs.
     return getattr(importlib.import_module(_LAZY[name]), name)
 

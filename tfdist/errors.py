@@ -27,12 +27,14 @@ MAX_SHOWN = 80  # Characters of a value's repr in a message.
 
 class TfdistError(Exception):
     """An error tfdist explains in one line; the root that the CLI and users' programs catch."""
+
     exit_status = EXIT_RUN_FAILURE
 
 
 class UsageError(TfdistError, ValueError):
     """The input is wrong (a flag, a config field, TF_CONFIG, a manifest, a file); the message
     names it, its value and the fix. Exit status 2, as for a bad flag."""
+
     exit_status = EXIT_USAGE
 
 
@@ -70,7 +72,7 @@ class ResultNotSaved(RunFailure):
 def cut(text: str, limit: int = MAX_SHOWN) -> str:
     """`text` cut to `limit` characters, " ..." marking the cut: how every message quotes a
     value or a line of someone else's."""
-    return text if len(text) <= limit else text[:limit - 4] + " ..."
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
 def shown(value, limit: int = MAX_SHOWN) -> str:
@@ -96,8 +98,9 @@ _PROGRAM: list[str] = []
 def program() -> str:
     """The name errors are printed under: the tfdist command running (`tfdist train`), else
     the program's file name (`my_train.py`), as absl and argparse name it."""
-    return _PROGRAM[-1] if _PROGRAM else os.path.basename(sys.argv[0] if sys.argv else "") \
-        or "python"
+    return (
+        _PROGRAM[-1] if _PROGRAM else os.path.basename(sys.argv[0] if sys.argv else "") or "python"
+    )
 
 
 @contextlib.contextmanager

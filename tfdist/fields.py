@@ -8,13 +8,20 @@ MAX_COUNT = (1 << 31) - 1  # Steps, epochs and other counts TensorFlow keeps in 
 MAX_FLOAT32 = 3.4028234663852886e38  # Floats TensorFlow computes in float32 stay below it.
 
 
-def option(default, help: str | None = None, *,  # pylint: disable=redefined-builtin
-           bounds: tuple[int, int] | None = None, fix: str | None = None) -> dataclasses.Field:
+def option(
+    default,
+    help: str | None = None,
+    *,  # pylint: disable=redefined-builtin
+    bounds: tuple[int, int] | None = None,
+    fix: str | None = None,
+) -> dataclasses.Field:
     """A dataclass field with its flag's `help`, integer `bounds` [lowest, highest] and the
     `fix` that ends a bad value's error (`fix_of`)."""
     metadata = {"help": help, "bounds": bounds, "fix": fix}
-    return dataclasses.field(default=default, metadata={key: value for key, value in
-                                                        metadata.items() if value is not None})
+    return dataclasses.field(
+        default=default,
+        metadata={key: value for key, value in metadata.items() if value is not None},
+    )
 
 
 def fix_of(field: dataclasses.Field) -> str:

@@ -44,16 +44,29 @@ _SET_FLAGS = ("--num_classes=30", "--train_images=1200", "--validation_images=60
 def _run(data: str, num_classes: int, recipe: str, seed: int, args) -> dict:
     name, *own_flags = recipe.split("/")
     metrics, wall_s = train_and_read_metrics(
-        [f"--dataset={data}", f"--num_classes={num_classes}", f"--image_size={args.image_size}",
-         f"--model={args.model}", f"--augment={name}", f"--seed={seed}",
-         f"--epochs={args.epochs}", f"--global_batch_size={args.global_batch_size}",
-         "--lr_schedule=cosine", *own_flags],
-        timeout_s=_TIMEOUT_S)
+        [
+            f"--dataset={data}",
+            f"--num_classes={num_classes}",
+            f"--image_size={args.image_size}",
+            f"--model={args.model}",
+            f"--augment={name}",
+            f"--seed={seed}",
+            f"--epochs={args.epochs}",
+            f"--global_batch_size={args.global_batch_size}",
+            "--lr_schedule=cosine",
+            *own_flags,
+        ],
+        timeout_s=_TIMEOUT_S,
+    )
     accuracies = metrics["history"]["val_accuracy"]
-    return {"recipe": recipe, "seed": seed, "val_accuracy": round(accuracies[-1], 4),
-            "best_val_accuracy": round(max(accuracies), 4),
-            "val_accuracy_per_epoch": [round(value, 4) for value in accuracies],
-            "wall_s": round(wall_s, 1)}
+    return {
+        "recipe": recipe,
+        "seed": seed,
+        "val_accuracy": round(accuracies[-1], 4),
+        "best_val_accuracy": round(max(accuracies), 4),
+        "val_accuracy_per_epoch": [round(value, 4) for value in accuracies],
+        "wall_s": round(wall_s, 1),
+    }
 
 
 def _set_flags(args) -> list[str]:
@@ -63,8 +76,11 @@ def _set_flags(args) -> list[str]:
 
 def _generated(out_dir: str, args) -> str:
     """The check's JPEG set, written into `out_dir`; its dataset flag."""
-    subprocess.run([sys.executable, _MAKE_JPEG_RECORDS,
-                    f"--out_dir={out_dir}", *_set_flags(args)], check=True, timeout=_TIMEOUT_S)
+    subprocess.run(
+        [sys.executable, _MAKE_JPEG_RECORDS, f"--out_dir={out_dir}", *_set_flags(args)],
+        check=True,
+        timeout=_TIMEOUT_S,
+    )
     return f"tfrecord:{out_dir}/{{split}}-*"
 
 
@@ -74,11 +90,15 @@ def _compare(data: str, num_classes: int, args) -> dict:
         for recipe in args.recipes:
             runs.append(_run(data, num_classes, recipe, seed, args))
             print(f"seed {seed}, --augment={recipe}: {runs[-1]}", flush=True)
-    medians = {recipe: statistics.median(run["val_accuracy"] for run in runs
-                                         if run["recipe"] == recipe) for recipe in args.recipes}
+    medians = {
+        recipe: statistics.median(run["val_accuracy"] for run in runs if run["recipe"] == recipe)
+        for recipe in args.recipes
+    }
     for recipe, accuracy in medians.items():
-        print(f"--augment={recipe}: median val_accuracy {accuracy:.4f} over seeds "
-              f"{','.join(map(str, args.seeds))}")
+        print(
+            f"--augment={recipe}: median val_accuracy {accuracy:.4f} over seeds "
+            f"{','.join(map(str, args.seeds))}"
+        )
     first, *others = args.recipes
     for other in others:
         print(f"{first} - {other}: {medians[first] - medians[other]:+.4f}")
@@ -92,30 +112,53 @@ def _list(convert):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", help="a tfrecord: dataset (default: the generated set)")
-    parser.add_argument("--num_classes", type=int, default=30,
-                        help="the classes of --data (the generated set has 30)")
-    parser.add_argument("--recipes", type=_list(str),
-                        default=["imagenet/--crop_area_min=0.35", "small"])
+    parser.add_argument(
+        "--num_classes",
+        type=int,
+        default=30,
+        help="the classes of --data (the generated set has 30)",
+    )
+    parser.add_argument(
+        "--recipes", type=_list(str), default=["imagenet/--crop_area_min=0.35", "small"]
+    )
     parser.add_argument("--seeds", type=_list(int), default=[1, 2])
     parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--image_size", type=int, default=64)
     parser.add_argument("--model", default="resnet20")
     parser.add_argument("--global_batch_size", type=int, default=64)
-    parser.add_argument("--stripes_by", choices=("class", "image"), default="class",
-                        help="the generated set's stripe counts: by class, or drawn per image "
-                        "(make_jpeg_records.py)")
+    parser.add_argument(
+        "--stripes_by",
+        choices=("class", "image"),
+        default="class",
+        help="the generated set's stripe counts: by class, or drawn per image "
+        "(make_jpeg_records.py)",
+    )
     parser.add_argument("--json", help="write every run and the medians to this path")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         data = args.data or _generated(os.path.join(scratch, "jpeg"), args)
         results = _compare(data, args.num_classes, args)
     if args.json:
-        write_json("json", args.json, {
-            "data": args.data or f"make_jpeg_records.py {' '.join(_set_flags(args))}",
-            **{name: getattr(args, name) for name in ("num_classes", "recipes", "seeds", "epochs",
-                                                      "image_size", "model",
-                                                      "global_batch_size")},
-            **results})
+        write_json(
+            "json",
+            args.json,
+            {
+                "data": args.data or f"make_jpeg_records.py {' '.join(_set_flags(args))}",
+                **{
+                    name: getattr(args, name)
+                    for name in (
+                        "num_classes",
+                        "recipes",
+                        "seeds",
+                        "epochs",
+                        "image_size",
+                        "model",
+                        "global_batch_size",
+                    )
+                },
+                **results,
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -83,7 +83,8 @@ def tcp_bytes_per_sec(num_bytes: int = PAYLOAD_BYTES, reps: int = REPS + WARMUP)
     """Loopback TCP throughput from one process to another, median over `reps` buffers."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         sender = multiprocessing.get_context("fork").Process(
-            target=_send, args=(server.getsockname()[1], num_bytes, reps))
+            target=_send, args=(server.getsockname()[1], num_bytes, reps)
+        )
         sender.start()
         connection, _ = server.accept()
         buffer = memoryview(bytearray(num_bytes))
@@ -104,14 +105,19 @@ def _allreduce_worker(output_path: str, names: list[str]) -> None:
     `names`; worker 0 writes {case: seconds per all-reduce} to `output_path`."""
     import tfdist  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import
     from tfdist.runtime.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
+
     import_tensorflow(show_logs=False)
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
     from tfdist import strategies  # pylint: disable=import-outside-toplevel
+
     tfdist_subdivs = strategies.use_ring_chunks()  # As tfdist's multi_worker_mirrored does.
     communication = tf.distribute.experimental.CommunicationOptions
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication(
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
-        timeout_seconds=_TIMEOUT_S))
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        communication_options=communication(
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+            timeout_seconds=_TIMEOUT_S,
+        )
+    )
     results = {}
     for name, num_bytes, num_tensors, wire_dtype, bytes_per_pack, subdivs in ALLREDUCE_CASES:
         if name not in names:
@@ -127,8 +133,10 @@ def _allreduce_worker(output_path: str, names: list[str]) -> None:
             def replica_fn():
                 wire = [tf.cast(tf.identity(tensor), wire_dtype) for tensor in tensors]
                 reduced = tf.distribute.get_replica_context().all_reduce(
-                    tf.distribute.ReduceOp.SUM, wire, options=options)
+                    tf.distribute.ReduceOp.SUM, wire, options=options
+                )
                 return tf.add_n([tf.cast(tensor[0], tf.float32) for tensor in reduced])
+
             return strategy.run(replica_fn)
 
         times = []
@@ -146,18 +154,29 @@ def allreduce_seconds(names: list[str] | None = None) -> dict[str, float]:
     seconds per all-reduce."""
     names = names or [case[0] for case in ALLREDUCE_CASES]
     import portpicker  # pylint: disable=import-outside-toplevel
+
     ports = [portpicker.pick_unused_port() for _ in range(2)]
     workers = [f"127.0.0.1:{port}" for port in ports]
     with tempfile.TemporaryDirectory() as scratch:
         output = os.path.join(scratch, "allreduce.json")
         processes = []
         for index in range(2):
-            tf_config = json.dumps({"cluster": {"worker": workers},
-                                    "task": {"type": "worker", "index": index}})
-            processes.append(subprocess.Popen(  # pylint: disable=consider-using-with
-                [sys.executable, __file__, "--_allreduce_worker", output,
-                 "--_allreduce_cases", json.dumps(names)],
-                env=dict(os.environ, TF_CONFIG=tf_config, TF_USE_LEGACY_KERAS="1")))
+            tf_config = json.dumps(
+                {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+            )
+            processes.append(
+                subprocess.Popen(  # pylint: disable=consider-using-with
+                    [
+                        sys.executable,
+                        __file__,
+                        "--_allreduce_worker",
+                        output,
+                        "--_allreduce_cases",
+                        json.dumps(names),
+                    ],
+                    env=dict(os.environ, TF_CONFIG=tf_config, TF_USE_LEGACY_KERAS="1"),
+                )
+            )
         for process in processes:
             if process.wait(timeout=_TIMEOUT_S) != 0:
                 raise SystemExit(f"all-reduce worker failed with status {process.returncode}")
@@ -165,15 +184,22 @@ def allreduce_seconds(names: list[str] | None = None) -> dict[str, float]:
             return json.load(results)
 
 
-def training_examples_per_sec(num_workers: int, steps_per_epoch: int,
-                              extra_flags: tuple[str, ...]) -> float:
+def training_examples_per_sec(
+    num_workers: int, steps_per_epoch: int, extra_flags: tuple[str, ...]
+) -> float:
     """`tfdist train --strategy=multi_worker_mirrored` on 1 worker, or under `tfdist launch`."""
-    train = ["--strategy=multi_worker_mirrored", "--epochs=3",
-             f"--steps_per_epoch={steps_per_epoch}", "--validation_steps=1",
-             "--collective_timeout_s=300", *extra_flags]
+    train = [
+        "--strategy=multi_worker_mirrored",
+        "--epochs=3",
+        f"--steps_per_epoch={steps_per_epoch}",
+        "--validation_steps=1",
+        "--collective_timeout_s=300",
+        *extra_flags,
+    ]
     launch = [f"--num_workers={num_workers}", f"--timeout_s={_TIMEOUT_S}"]
-    metrics, _ = train_and_read_metrics(train, timeout_s=_TIMEOUT_S,
-                                        launch_flags=launch if num_workers > 1 else None)
+    metrics, _ = train_and_read_metrics(
+        train, timeout_s=_TIMEOUT_S, launch_flags=launch if num_workers > 1 else None
+    )
     return metrics["examples_per_sec"]
 
 
@@ -186,8 +212,10 @@ def main() -> None:
     parser.add_argument("--_allreduce_cases", help=argparse.SUPPRESS, type=json.loads)
     args = parser.parse_args()
     if args._allreduce_worker:  # pylint: disable=protected-access
-        _allreduce_worker(args._allreduce_worker,  # pylint: disable=protected-access
-                          args._allreduce_cases)  # pylint: disable=protected-access
+        _allreduce_worker(
+            args._allreduce_worker,  # pylint: disable=protected-access
+            args._allreduce_cases,
+        )  # pylint: disable=protected-access
         return
     figures: dict = {"payload_mib": PAYLOAD_BYTES // MIB}
     tcp = tcp_bytes_per_sec()
@@ -197,21 +225,31 @@ def main() -> None:
     payloads = {case[0]: case[1] for case in ALLREDUCE_CASES}
     for name, seconds in allreduce_seconds().items():
         rate = payloads[name] / seconds
-        figures["allreduce"][name] = {"seconds": seconds, "mib_per_s": rate / MIB,
-                                      "fraction_of_tcp": rate / tcp}
-        print(f"all-reduce {name:34s} {seconds * 1000:8.1f} ms  {rate / MIB:8,.0f} MiB/s  "
-              f"{rate / tcp:6.1%} of TCP")
+        figures["allreduce"][name] = {
+            "seconds": seconds,
+            "mib_per_s": rate / MIB,
+            "fraction_of_tcp": rate / tcp,
+        }
+        print(
+            f"all-reduce {name:34s} {seconds * 1000:8.1f} ms  {rate / MIB:8,.0f} MiB/s  "
+            f"{rate / tcp:6.1%} of TCP"
+        )
     if not args.skip_training:
         figures["training"] = {}
         baseline = None
         for name, num_workers, flags in TRAINING_CASES:
             rate = training_examples_per_sec(num_workers, args.steps_per_epoch, flags)
             baseline = baseline or rate
-            figures["training"][name] = {"examples_per_sec": rate,
-                                         "steps_per_sec": rate / GLOBAL_BATCH_SIZE,
-                                         "vs_one_worker": rate / baseline}
-            print(f"training {name:34s} {rate:6.0f} examples/s  {rate / GLOBAL_BATCH_SIZE:5.2f} "
-                  f"steps/s  {rate / baseline:5.2f}x one worker", flush=True)
+            figures["training"][name] = {
+                "examples_per_sec": rate,
+                "steps_per_sec": rate / GLOBAL_BATCH_SIZE,
+                "vs_one_worker": rate / baseline,
+            }
+            print(
+                f"training {name:34s} {rate:6.0f} examples/s  {rate / GLOBAL_BATCH_SIZE:5.2f} "
+                f"steps/s  {rate / baseline:5.2f}x one worker",
+                flush=True,
+            )
     if args.json:
         write_json("json", args.json, figures)
 

@@ -25,8 +25,11 @@ from tfdist.cluster import processes
 
 
 def _program(lines: int, flush: bool) -> list[str]:
-    return [sys.executable, "-c",
-            f"for i in range({lines}): print('step', i, 'loss 0.123456', flush={flush})"]
+    return [
+        sys.executable,
+        "-c",
+        f"for i in range({lines}): print('step', i, 'loss 0.123456', flush={flush})",
+    ]
 
 
 def _into_dev_null(program: list[str]) -> float:
@@ -38,8 +41,9 @@ def _into_dev_null(program: list[str]) -> float:
 def _plain_reader(program: list[str]) -> tuple[float, int]:
     start = time.monotonic()
     with subprocess.Popen(program, stdout=subprocess.PIPE) as producer:
-        drained = subprocess.run(["wc", "-c"], stdin=producer.stdout, capture_output=True,
-                                 check=True, text=True)
+        drained = subprocess.run(
+            ["wc", "-c"], stdin=producer.stdout, capture_output=True, check=True, text=True
+        )
     return time.monotonic() - start, int(drained.stdout)
 
 
@@ -47,8 +51,9 @@ def _copied(program: list[str], scratch: str) -> tuple[float, int]:
     log_path = os.path.join(scratch, "task.log")
     if os.path.exists(log_path):
         os.remove(log_path)
-    task = processes.Process("task", program, dict(os.environ), log_path, threading.Lock(),
-                             announcer="benchmark")
+    task = processes.Process(
+        "task", program, dict(os.environ), log_path, threading.Lock(), announcer="benchmark"
+    )
     start = time.monotonic()
     task.start()
     task.process.wait()
@@ -76,15 +81,23 @@ def main() -> None:
             seconds["tfdist copy"].append(copy_s)
             if logged != size:
                 sys.exit(f"the copy logged {logged} bytes of {size}")
-            print(f"round {number + 1}: {size / 1e6:.1f} MB; " + ", ".join(
-                f"{side} {times[-1]:.2f} s" for side, times in seconds.items()), file=sys.stderr)
+            print(
+                f"round {number + 1}: {size / 1e6:.1f} MB; "
+                + ", ".join(f"{side} {times[-1]:.2f} s" for side, times in seconds.items()),
+                file=sys.stderr,
+            )
     base = seconds["into /dev/null"]
-    print(f"{args.lines} lines ({size / 1e6:.1f} MB) "
-          f"{'flushed one by one' if args.flush else 'block-buffered'}, medians of "
-          f"{args.rounds}: " + "; ".join(
-              f"{side} {size / 1e6 / statistics.median(times):.1f} MB/s, "
-              f"{statistics.median(t / b for t, b in zip(times, base)):.2f}x"
-              for side, times in seconds.items()), file=sys.stderr)
+    print(
+        f"{args.lines} lines ({size / 1e6:.1f} MB) "
+        f"{'flushed one by one' if args.flush else 'block-buffered'}, medians of "
+        f"{args.rounds}: "
+        + "; ".join(
+            f"{side} {size / 1e6 / statistics.median(times):.1f} MB/s, "
+            f"{statistics.median(t / b for t, b in zip(times, base)):.2f}x"
+            for side, times in seconds.items()
+        ),
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

@@ -24,21 +24,28 @@ _TIMEOUT_S = 900
 _STRATEGIES = {
     "one_device": (["--strategy=one_device"], None),
     "mirrored (2 CPU replicas)": (["--strategy=mirrored", "--num_cpu_devices=2"], None),
-    "multi_worker_mirrored (2 workers)": (["--strategy=multi_worker_mirrored"],
-                                          ["--num_workers=2"]),
-    "parameter_server (chief, 2 workers, 1 ps)": (["--strategy=parameter_server"],
-                                                  ["--num_workers=2", "--num_ps=1",
-                                                   "--chief"]),
+    "multi_worker_mirrored (2 workers)": (
+        ["--strategy=multi_worker_mirrored"],
+        ["--num_workers=2"],
+    ),
+    "parameter_server (chief, 2 workers, 1 ps)": (
+        ["--strategy=parameter_server"],
+        ["--num_workers=2", "--num_ps=1", "--chief"],
+    ),
 }
 
 
 def _run(data_dir: str, keras: int, train_flags: list[str], launch_flags) -> dict:
     metrics, wall_s = train_and_read_metrics(
-        [f"--data_dir={data_dir}", f"--keras={keras}", *train_flags], timeout_s=_TIMEOUT_S,
-        launch_flags=launch_flags)
-    return {"examples_per_sec": round(metrics["examples_per_sec"]),
-            "val_accuracy": round(metrics["final"]["val_accuracy"], 4),
-            "process_wall_s": round(wall_s, 1)}
+        [f"--data_dir={data_dir}", f"--keras={keras}", *train_flags],
+        timeout_s=_TIMEOUT_S,
+        launch_flags=launch_flags,
+    )
+    return {
+        "examples_per_sec": round(metrics["examples_per_sec"]),
+        "val_accuracy": round(metrics["final"]["val_accuracy"], 4),
+        "process_wall_s": round(wall_s, 1),
+    }
 
 
 def main() -> None:
@@ -48,8 +55,10 @@ def main() -> None:
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory() as data_dir:
-        train_and_read_metrics([f"--data_dir={data_dir}", "--epochs=1", "--steps_per_epoch=1",
-                                "--validation_steps=1"], timeout_s=_TIMEOUT_S)
+        train_and_read_metrics(
+            [f"--data_dir={data_dir}", "--epochs=1", "--steps_per_epoch=1", "--validation_steps=1"],
+            timeout_s=_TIMEOUT_S,
+        )
         for name, (train_flags, launch_flags) in _STRATEGIES.items():
             runs = {2: [], 3: []}
             for round_index in range(args.rounds):
@@ -57,16 +66,24 @@ def main() -> None:
                     run = _run(data_dir, keras, train_flags, launch_flags)
                     runs[keras].append(run)
                     print(f"{name} round {round_index + 1} keras={keras}: {run}", flush=True)
-            medians = {keras: {field: statistics.median(run[field] for run in keras_runs)
-                               for field in keras_runs[0]}
-                       for keras, keras_runs in runs.items()}
+            medians = {
+                keras: {
+                    field: statistics.median(run[field] for run in keras_runs)
+                    for field in keras_runs[0]
+                }
+                for keras, keras_runs in runs.items()
+            }
             ratio = medians[3]["examples_per_sec"] / medians[2]["examples_per_sec"]
-            print(f"{name}: median tf-keras {medians[2]}, Keras 3 {medians[3]}; "
-                  f"Keras 3 / tf-keras examples/s = {ratio:.2f}", flush=True)
+            print(
+                f"{name}: median tf-keras {medians[2]}, Keras 3 {medians[3]}; "
+                f"Keras 3 / tf-keras examples/s = {ratio:.2f}",
+                flush=True,
+            )
             results[name] = {"runs": runs, "medians": medians, "keras3_over_tf_keras": ratio}
     if args.json:
-        write_json("json", args.json,
-                   {"cpu_count": os.cpu_count(), "rounds": args.rounds, **results})
+        write_json(
+            "json", args.json, {"cpu_count": os.cpu_count(), "rounds": args.rounds, **results}
+        )
 
 
 if __name__ == "__main__":

@@ -40,12 +40,14 @@ def _child(data_dir: str, trace_dir: str | None) -> None:
     started = time.perf_counter()
     import tfdist  # pylint: disable=import-outside-toplevel
     from tfdist.runtime.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
+
     import_tensorflow(show_logs=False)
     # pylint: disable=import-outside-toplevel
     import tensorflow as tf
     import tf_keras
     from tfdist import input_pipelines
     from tfdist.training import from_config
+
     imported = time.perf_counter()
 
     class Stamps(tf_keras.callbacks.Callback):
@@ -111,11 +113,16 @@ def _per_step(stage_s: dict[str, float], events: list[tuple[str, float]]) -> dic
     stopped = next(index for index, (name, _) in enumerate(events) if name == "trace_stopped")
     begins = [moment for name, moment in events[:stopped] if name == "batch_begin"]
     wall_s = events[stopped][1] - begins[-_TRACED_STEPS]
-    per_step = {stage: round(1e3 * seconds / _TRACED_STEPS, 3)
-                for stage, seconds in stage_s.items()}
-    return {"steps": _TRACED_STEPS, "wall_ms_per_step": round(1e3 * wall_s / _TRACED_STEPS, 2),
-            "stage_ms_per_step": {stage: value for stage, value in per_step.items()
-                                  if value >= _TRACE_MIN_MS}}
+    per_step = {
+        stage: round(1e3 * seconds / _TRACED_STEPS, 3) for stage, seconds in stage_s.items()
+    }
+    return {
+        "steps": _TRACED_STEPS,
+        "wall_ms_per_step": round(1e3 * wall_s / _TRACED_STEPS, 2),
+        "stage_ms_per_step": {
+            stage: value for stage, value in per_step.items() if value >= _TRACE_MIN_MS
+        },
+    }
 
 
 def _fit_phases(events: list[tuple[str, float]], fit_called: float, fit_returned: float) -> dict:
@@ -126,14 +133,17 @@ def _fit_phases(events: list[tuple[str, float]], fit_called: float, fit_returned
     steps = [end - begin for begin, end in zip(at["batch_begin"], at["batch_end"])]
     validation = sum(end - begin for begin, end in zip(at["test_begin"], at["test_end"]))
     epochs = sum(end - begin for begin, end in zip(at["epoch_begin"], at["epoch_end"]))
-    return {"build_and_compile_s": at["train_begin"][0] - fit_called,
-            "first_step_s": steps[0], "other_steps_s": sum(steps[1:]),
-            "validation_s": validation,
-            "epoch_rest_s": epochs - sum(steps) - validation,
-            "between_epochs_s": (at["epoch_begin"][0] - at["train_begin"][0]) + sum(
-                begin - end for begin, end in zip(at["epoch_begin"][1:], at["epoch_end"])),
-            "teardown_s": fit_returned - at["train_end"][0],
-            "fit_s": fit_returned - fit_called}
+    return {
+        "build_and_compile_s": at["train_begin"][0] - fit_called,
+        "first_step_s": steps[0],
+        "other_steps_s": sum(steps[1:]),
+        "validation_s": validation,
+        "epoch_rest_s": epochs - sum(steps) - validation,
+        "between_epochs_s": (at["epoch_begin"][0] - at["train_begin"][0])
+        + sum(begin - end for begin, end in zip(at["epoch_begin"][1:], at["epoch_end"])),
+        "teardown_s": fit_returned - at["train_end"][0],
+        "fit_s": fit_returned - fit_called,
+    }
 
 
 def _run(data_dir: str, trace_dir: str | None = None) -> dict:
@@ -141,14 +151,14 @@ def _run(data_dir: str, trace_dir: str | None = None) -> dict:
     command = [sys.executable, os.path.abspath(__file__), "--child", data_dir]
     if trace_dir:
         command.append(f"--trace_dir={trace_dir}")
-    result = subprocess.run(command, capture_output=True, text=True, timeout=_TIMEOUT_S,
-                            check=False)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=_TIMEOUT_S, check=False
+    )
     wall = time.perf_counter() - started
     if result.returncode != 0:
         raise SystemExit(f"default_job_breakdown: a run failed:\n{result.stderr[-2000:]}")
     phases = json.loads(result.stdout.strip().splitlines()[-1])
-    accounted = sum(value for key, value in phases.items()
-                    if key.endswith("_s") and key != "fit_s")
+    accounted = sum(value for key, value in phases.items() if key.endswith("_s") and key != "fit_s")
     phases["exit_and_rest_s"] = wall - accounted
     phases["wall_s"] = wall
     return phases
@@ -158,8 +168,10 @@ def _traced_run(data_dir: str) -> dict:
     """One more run with `_TRACED_STEPS` steps traced; prints and returns its per-step trace."""
     with tempfile.TemporaryDirectory() as trace_dir:
         trace = _run(data_dir, trace_dir)["trace"]
-    print(f"traced run: {trace['steps']} steps of epoch {_TRACED_EPOCH + 1}, "
-          f"{trace['wall_ms_per_step']:.2f} ms per step; trace time per step:")
+    print(
+        f"traced run: {trace['steps']} steps of epoch {_TRACED_EPOCH + 1}, "
+        f"{trace['wall_ms_per_step']:.2f} ms per step; trace time per step:"
+    )
     for stage, milliseconds in trace["stage_ms_per_step"].items():
         print(f"  {stage:40s} {milliseconds:8.3f} ms")
     return trace
@@ -169,10 +181,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", help="write every run's phases and their spread here")
-    parser.add_argument("--fresh_data", action="store_true",
-                        help="start from an empty data dir (the first run generates the data)")
-    parser.add_argument("--trace", action="store_true",
-                        help="add a run that traces 40 steps with TensorFlow's profiler")
+    parser.add_argument(
+        "--fresh_data",
+        action="store_true",
+        help="start from an empty data dir (the first run generates the data)",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="add a run that traces 40 steps with TensorFlow's profiler",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--trace_dir", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -185,20 +203,38 @@ def main() -> None:
         runs = []
         for number in range(1, args.runs + 1):
             runs.append(_run(data_dir))
-            print(f"run {number}: " + ", ".join(f"{key} {value:.2f}"
-                                                 for key, value in runs[-1].items()), flush=True)
+            print(
+                f"run {number}: "
+                + ", ".join(f"{key} {value:.2f}" for key, value in runs[-1].items()),
+                flush=True,
+            )
         trace = _traced_run(data_dir) if args.trace else None
-    spread = {key: {"min": min(run[key] for run in runs),
-                    "median": statistics.median(run[key] for run in runs),
-                    "max": max(run[key] for run in runs)} for key in runs[0]}
+    spread = {
+        key: {
+            "min": min(run[key] for run in runs),
+            "median": statistics.median(run[key] for run in runs),
+            "max": max(run[key] for run in runs),
+        }
+        for key in runs[0]
+    }
     for key, figures in spread.items():
-        print(f"{key:>20}: min {figures['min']:.2f}  median {figures['median']:.2f}  "
-              f"max {figures['max']:.2f}")
+        print(
+            f"{key:>20}: min {figures['min']:.2f}  median {figures['median']:.2f}  "
+            f"max {figures['max']:.2f}"
+        )
     walls = spread["wall_s"]
     print(f"wall: max/min {walls['max'] / walls['min']:.3f} over {len(runs)} runs")
     if args.json:
-        output_files.write_json("json", args.json, {"cpu_count": os.cpu_count(), "runs": runs,
-                                       "spread": spread, **({"trace": trace} if trace else {})})
+        output_files.write_json(
+            "json",
+            args.json,
+            {
+                "cpu_count": os.cpu_count(),
+                "runs": runs,
+                "spread": spread,
+                **({"trace": trace} if trace else {}),
+            },
+        )
 
 
 if __name__ == "__main__":

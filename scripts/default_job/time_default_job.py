@@ -21,12 +21,16 @@ _TIMEOUT_S = 600
 
 
 def _run_once(data_dir: str, extra: list[str]) -> dict:
-    metrics, wall_s = train_and_read_metrics([f"--data_dir={data_dir}", *extra],
-                                             timeout_s=_TIMEOUT_S)
-    return {"process_wall_s": round(wall_s, 1),
-            "val_accuracy": round(metrics["final"]["val_accuracy"], 4),
-            "examples_per_sec": round(metrics["examples_per_sec"]),
-            "strategy": metrics["strategy"], "epochs": metrics["epochs"]}
+    metrics, wall_s = train_and_read_metrics(
+        [f"--data_dir={data_dir}", *extra], timeout_s=_TIMEOUT_S
+    )
+    return {
+        "process_wall_s": round(wall_s, 1),
+        "val_accuracy": round(metrics["final"]["val_accuracy"], 4),
+        "examples_per_sec": round(metrics["examples_per_sec"]),
+        "strategy": metrics["strategy"],
+        "epochs": metrics["epochs"],
+    }
 
 
 def main() -> None:
@@ -35,13 +39,16 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="extra `tfdist train` flags (after --)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_dir:
-        runs = {"first_run_generates_data": _run_once(data_dir, args.extra),
-                "second_run_reuses_data": _run_once(data_dir, args.extra)}
+        runs = {
+            "first_run_generates_data": _run_once(data_dir, args.extra),
+            "second_run_reuses_data": _run_once(data_dir, args.extra),
+        }
     for name, figures in runs.items():
         print(f"{name}: {figures}")
     if args.json:
-        write_json("json", args.json,
-                   {"cpu_count": os.cpu_count(), "extra_flags": args.extra, **runs})
+        write_json(
+            "json", args.json, {"cpu_count": os.cpu_count(), "extra_flags": args.extra, **runs}
+        )
 
 
 if __name__ == "__main__":

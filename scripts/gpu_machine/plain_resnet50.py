@@ -26,8 +26,10 @@ def main(policy: str, batch_size: int) -> None:
     started = time.perf_counter()
     model.fit(dataset, steps_per_epoch=_TIMED_STEPS, epochs=1, verbose=0)
     seconds = time.perf_counter() - started
-    print(f"plain {policy} batch {batch_size}: {_TIMED_STEPS * batch_size / seconds:.0f} "
-          f"images/s, {1000 * seconds / _TIMED_STEPS:.1f} ms/step")
+    print(
+        f"plain {policy} batch {batch_size}: {_TIMED_STEPS * batch_size / seconds:.0f} "
+        f"images/s, {1000 * seconds / _TIMED_STEPS:.1f} ms/step"
+    )
 
 
 if __name__ == "__main__":

@@ -19,13 +19,19 @@ def _matmul_tflops(dtype: tf.DType) -> float:
     for _ in range(_REPEATS):
         product = tf.matmul(a, a)
     product.numpy()
-    return 2 * _SIZE ** 3 * _REPEATS / (time.perf_counter() - started) / 1e12
+    return 2 * _SIZE**3 * _REPEATS / (time.perf_counter() - started) / 1e12
 
 
 def main() -> None:
     build = tf.sysconfig.get_build_info()
-    print("tensorflow", tf.__version__, "built for CUDA", build.get("cuda_version"),
-          "cuDNN", build.get("cudnn_version"))
+    print(
+        "tensorflow",
+        tf.__version__,
+        "built for CUDA",
+        build.get("cuda_version"),
+        "cuDNN",
+        build.get("cudnn_version"),
+    )
     gpus = tf.config.list_physical_devices("GPU")
     print("gpus", gpus)
     if not gpus:

@@ -87,10 +87,18 @@ _WARMUP_BATCHES = 10
 # tfdist's figures to each of the others'; the defaults of the flags of this mode and of the
 # built-in dataset's (None in argparse, so that a flag given in the wrong mode is refused).
 _JPEG_PIPELINES = ("naive", "tfdist", "tfdist_device", "best_practice", "decode_only")
-_JPEG_RATIOS = {"speedup_vs_naive": "naive", "fraction_of_best_practice": "best_practice",
-                "fraction_of_decode_only": "decode_only"}
-_JPEG_DEFAULTS = {"rounds": 3, "seconds": 20.0, "global_batch_size": 64, "image_size": 224,
-                  "augment": "auto"}
+_JPEG_RATIOS = {
+    "speedup_vs_naive": "naive",
+    "fraction_of_best_practice": "best_practice",
+    "fraction_of_decode_only": "decode_only",
+}
+_JPEG_DEFAULTS = {
+    "rounds": 3,
+    "seconds": 20.0,
+    "global_batch_size": 64,
+    "image_size": 224,
+    "augment": "auto",
+}
 _BUILTIN_DEFAULTS = {"rounds": 5, "examples": 400_000}
 _JPEG_ONLY = ("num_classes", "image_size", "global_batch_size", "seconds", "augment")
 _BUILTIN_ONLY = ("examples", "data_dir", "stages", "trace")
@@ -128,20 +136,28 @@ def _image_rates(dataset: Iterable, seconds: float, global_batch_size: int) -> d
         num_batches += 1
     wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
     images = num_batches * global_batch_size
-    return {"images": images, "wall_s": round(wall_s, 3), "cpu_s": round(cpu_s, 3),
-            "images_per_s": images / wall_s, "images_per_cpu_s": images / cpu_s}
+    return {
+        "images": images,
+        "wall_s": round(wall_s, 3),
+        "cpu_s": round(cpu_s, 3),
+        "images_per_s": images / wall_s,
+        "images_per_cpu_s": images / cpu_s,
+    }
 
 
 # With --stages: tfdist's training pipeline cut after each of its steps, in order; the last
 # step (augment and normalise on the host) makes it the whole `tfdist` pipeline. parse_only is
 # tfdist's reading (parallel interleave, batched parse), no shuffle, decode or augmentation.
 _PIPELINES = {
-    **{name: (lambda config, name=name: input_pipelines.baseline_pipeline(config, name))
-       for name in _JPEG_PIPELINES},
-    "parse_only": lambda config: input_pipelines.baseline_pipeline(config, "parse",
-                                                                   shuffle=False),
-    **{f"stage_{name}": (lambda config, name=name: input_pipelines.baseline_pipeline(config, name))
-       for name in STAGES},
+    **{
+        name: (lambda config, name=name: input_pipelines.baseline_pipeline(config, name))
+        for name in _JPEG_PIPELINES
+    },
+    "parse_only": lambda config: input_pipelines.baseline_pipeline(config, "parse", shuffle=False),
+    **{
+        f"stage_{name}": (lambda config, name=name: input_pipelines.baseline_pipeline(config, name))
+        for name in STAGES
+    },
 }
 _CHILD_TIMEOUT_S = 600
 _TRACE_BATCHES = 200
@@ -151,19 +167,25 @@ _TRACE_MIN_US = 0.1  # Stages under this many microseconds per example are left 
 def _mode_flags(args: argparse.Namespace) -> list[str]:
     """The flags a child needs to build the pipelines of this run and time them as it does."""
     if args.dataset:
-        return [f"--dataset={args.dataset}", f"--num_classes={args.num_classes}",
-                f"--image_size={args.image_size}",
-                f"--global_batch_size={args.global_batch_size}", f"--seconds={args.seconds}",
-                f"--augment={args.augment}"]
-    return [f"--examples={args.examples}"] + ([f"--data_dir={args.data_dir}"]
-                                              if args.data_dir else [])
+        return [
+            f"--dataset={args.dataset}",
+            f"--num_classes={args.num_classes}",
+            f"--image_size={args.image_size}",
+            f"--global_batch_size={args.global_batch_size}",
+            f"--seconds={args.seconds}",
+            f"--augment={args.augment}",
+        ]
+    return [f"--examples={args.examples}"] + (
+        [f"--data_dir={args.data_dir}"] if args.data_dir else []
+    )
 
 
 def _child_output(args: argparse.Namespace, *flags: str) -> str:
     """Runs this script in a fresh process with `flags`; returns its last line of output."""
     command = [sys.executable, __file__, *_mode_flags(args), *flags]
-    output = subprocess.run(command, check=True, capture_output=True, text=True,
-                            timeout=_CHILD_TIMEOUT_S).stdout
+    output = subprocess.run(
+        command, check=True, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S
+    ).stdout
     return output.strip().splitlines()[-1]
 
 
@@ -189,31 +211,44 @@ def _stages(figures: dict) -> dict:
 def _trace(config: InputConfig) -> dict:
     """tfdist's pipeline under the profiler: trace microseconds per example of each stage."""
     profile = input_pipelines.profile_stages(
-        input_pipelines.baseline_pipeline(config, "tfdist"), num_elements=_TRACE_BATCHES,
-        warmup_elements=_WARMUP_BATCHES)
+        input_pipelines.baseline_pipeline(config, "tfdist"),
+        num_elements=_TRACE_BATCHES,
+        warmup_elements=_WARMUP_BATCHES,
+    )
     examples = profile.num_elements * _GLOBAL_BATCH_SIZE
-    per_example = {stage: round(1e6 * seconds / examples, 2)
-                   for stage, seconds in profile.stage_s.items()}
-    return {"examples": examples, "wall_us_per_example": round(1e6 * profile.wall_s / examples, 2),
-            "stage_us_per_example": {stage: value for stage, value in per_example.items()
-                                     if value >= _TRACE_MIN_US}}
+    per_example = {
+        stage: round(1e6 * seconds / examples, 2) for stage, seconds in profile.stage_s.items()
+    }
+    return {
+        "examples": examples,
+        "wall_us_per_example": round(1e6 * profile.wall_s / examples, 2),
+        "stage_us_per_example": {
+            stage: value for stage, value in per_example.items() if value >= _TRACE_MIN_US
+        },
+    }
 
 
 def _rounds(args: argparse.Namespace) -> dict:
     """Each pipeline's (and with --stages each stage's) median examples/s over `args.rounds`
     rounds, and each ratio as the median of the rounds' ratios with its [min, max]."""
     names = ["naive", "tfdist", "parse_only"] + (
-        [f"stage_{name}" for name in STAGES] if args.stages else [])
-    measured = [{name: _measure_in_child(name, args) for name in names}
-                for _ in range(args.rounds)]
-    figures = {f"{name}_eps": round(statistics.median(round_[name] for round_ in measured), 2)
-               for name in measured[0]}
-    for ratio, baseline in (("speedup_vs_naive", "naive"),
-                            ("fraction_of_parse_only", "parse_only")):
+        [f"stage_{name}" for name in STAGES] if args.stages else []
+    )
+    measured = [{name: _measure_in_child(name, args) for name in names} for _ in range(args.rounds)]
+    figures = {
+        f"{name}_eps": round(statistics.median(round_[name] for round_ in measured), 2)
+        for name in measured[0]
+    }
+    for ratio, baseline in (
+        ("speedup_vs_naive", "naive"),
+        ("fraction_of_parse_only", "parse_only"),
+    ):
         figures[ratio], figures[f"{ratio}_spread"] = _median_and_spread(
-            [round_["tfdist"] / round_[baseline] for round_ in measured])
-    figures["rounds_eps"] = [{name: round(rate) for name, rate in round_.items()}
-                             for round_ in measured]
+            [round_["tfdist"] / round_[baseline] for round_ in measured]
+        )
+    figures["rounds_eps"] = [
+        {name: round(rate) for name, rate in round_.items()} for round_ in measured
+    ]
     return figures
 
 
@@ -225,37 +260,56 @@ def _jpeg_rounds(args: argparse.Namespace) -> dict:
     """Each JPEG pipeline's median images/s and images per CPU-second over `args.rounds`
     rounds, each timed in a fresh process; each ratio of tfdist's figures to another
     pipeline's as the median of the rounds' ratios, with its [min, max]."""
-    measured = [{name: json.loads(_child_output(args, f"--pipeline={name}"))
-                 for name in _JPEG_PIPELINES} for _ in range(args.rounds)]
-    figures = {rate: {name: round(statistics.median(round_[name][rate] for round_ in measured), 1)
-                      for name in _JPEG_PIPELINES}
-               for rate in ("images_per_s", "images_per_cpu_s")}
+    measured = [
+        {name: json.loads(_child_output(args, f"--pipeline={name}")) for name in _JPEG_PIPELINES}
+        for _ in range(args.rounds)
+    ]
+    figures = {
+        rate: {
+            name: round(statistics.median(round_[name][rate] for round_ in measured), 1)
+            for name in _JPEG_PIPELINES
+        }
+        for rate in ("images_per_s", "images_per_cpu_s")
+    }
     for ratio, baseline in _JPEG_RATIOS.items():
         for prefix, rate in (("", "images_per_s"), ("per_cpu_", "images_per_cpu_s")):
             figures[prefix + ratio], figures[f"{prefix}{ratio}_spread"] = _median_and_spread(
-                [round_["tfdist"][rate] / round_[baseline][rate] for round_ in measured])
+                [round_["tfdist"][rate] / round_[baseline][rate] for round_ in measured]
+            )
     figures["host_examples_per_core"] = figures["images_per_cpu_s"]["tfdist"]
     figures["decode_examples_per_core"] = figures["images_per_cpu_s"]["tfdist_device"]
     figures["rounds_measured"] = [
-        {name: {key: round(value, 1) if key.startswith("images_per") else value
-                for key, value in rates.items()} for name, rates in round_.items()}
-        for round_ in measured]
+        {
+            name: {
+                key: round(value, 1) if key.startswith("images_per") else value
+                for key, value in rates.items()
+            }
+            for name, rates in round_.items()
+        }
+        for round_ in measured
+    ]
     return figures
 
 
 def _print_jpeg(args: argparse.Namespace, figures: dict) -> None:
-    print(f"{args.dataset}: batches of {args.global_batch_size} at {args.image_size}px, medians "
-          f"of {args.rounds} rounds of {args.seconds:g} s on {os.cpu_count()} cores")
+    print(
+        f"{args.dataset}: batches of {args.global_batch_size} at {args.image_size}px, medians "
+        f"of {args.rounds} rounds of {args.seconds:g} s on {os.cpu_count()} cores"
+    )
     print(f"  {'pipeline':14s} {'images/s':>9s} {'images/CPU-s':>13s}")
     for name in _JPEG_PIPELINES:
-        print(f"  {name:14s} {figures['images_per_s'][name]:9,.1f} "
-              f"{figures['images_per_cpu_s'][name]:13,.1f}")
+        print(
+            f"  {name:14s} {figures['images_per_s'][name]:9,.1f} "
+            f"{figures['images_per_cpu_s'][name]:13,.1f}"
+        )
     for ratio, baseline in _JPEG_RATIOS.items():
         low, high = figures[f"{ratio}_spread"]
         cpu_low, cpu_high = figures[f"per_cpu_{ratio}_spread"]
-        print(f"tfdist/{baseline}: {figures[ratio]:.2f} of images/s (rounds {low:.2f}-"
-              f"{high:.2f}), {figures[f'per_cpu_{ratio}']:.2f} of images/CPU-s (rounds "
-              f"{cpu_low:.2f}-{cpu_high:.2f})")
+        print(
+            f"tfdist/{baseline}: {figures[ratio]:.2f} of images/s (rounds {low:.2f}-"
+            f"{high:.2f}), {figures[f'per_cpu_{ratio}']:.2f} of images/CPU-s (rounds "
+            f"{cpu_low:.2f}-{cpu_high:.2f})"
+        )
 
 
 def _jpeg_main(args: argparse.Namespace, config: InputConfig) -> None:
@@ -265,14 +319,23 @@ def _jpeg_main(args: argparse.Namespace, config: InputConfig) -> None:
     figures = _jpeg_rounds(args)
     _print_jpeg(args, figures)
     if args.json:
-        write_json("json", args.json, {
-            "dataset": args.dataset, "num_classes": args.num_classes,
-            "image_size": args.image_size, "global_batch_size": args.global_batch_size,
-            "augmentation": config.augmentation.value, "seconds": args.seconds,
-            "rounds": args.rounds, "cpu_count": os.cpu_count(),
-            "load_average_before": load_before,
-            "train_images": input_pipelines.prepare(config).num_examples["train"],
-            **figures})
+        write_json(
+            "json",
+            args.json,
+            {
+                "dataset": args.dataset,
+                "num_classes": args.num_classes,
+                "image_size": args.image_size,
+                "global_batch_size": args.global_batch_size,
+                "augmentation": config.augmentation.value,
+                "seconds": args.seconds,
+                "rounds": args.rounds,
+                "cpu_count": os.cpu_count(),
+                "load_average_before": load_before,
+                "train_images": input_pipelines.prepare(config).num_examples["train"],
+                **figures,
+            },
+        )
 
 
 def _positive(text: str) -> int:
@@ -293,19 +356,28 @@ def _settle_mode(parser: argparse.ArgumentParser, args: argparse.Namespace) -> N
     """Refuses flags of the other mode (built-in dataset, or --dataset) and fills in this
     mode's defaults."""
     jpeg = args.dataset is not None
-    given = [f"--{flag}" for flag in (_BUILTIN_ONLY if jpeg else _JPEG_ONLY)
-             if getattr(args, flag) not in (None, False)]
+    given = [
+        f"--{flag}"
+        for flag in (_BUILTIN_ONLY if jpeg else _JPEG_ONLY)
+        if getattr(args, flag) not in (None, False)
+    ]
     if given:
         one = len(given) == 1
-        parser.error(f"{', '.join(given)} only time{'s' if one else ''} "
-                     f"{'the built-in dataset, without --dataset' if jpeg else 'a --dataset'}; "
-                     f"leave {'it' if one else 'them'} out.")
+        parser.error(
+            f"{', '.join(given)} only time{'s' if one else ''} "
+            f"{'the built-in dataset, without --dataset' if jpeg else 'a --dataset'}; "
+            f"leave {'it' if one else 'them'} out."
+        )
     if jpeg and not args.dataset.startswith("tfrecord:"):
-        parser.error(f"--dataset={args.dataset!r}: this benchmark reads JPEG records, "
-                     "--dataset=tfrecord:GLOB; leave --dataset out to time the built-in dataset.")
+        parser.error(
+            f"--dataset={args.dataset!r}: this benchmark reads JPEG records, "
+            "--dataset=tfrecord:GLOB; leave --dataset out to time the built-in dataset."
+        )
     if jpeg and args.num_classes is None:
-        parser.error(f"--dataset={args.dataset} needs --num_classes=N, the number of classes "
-                     "its labels index.")
+        parser.error(
+            f"--dataset={args.dataset} needs --num_classes=N, the number of classes "
+            "its labels index."
+        )
     for flag, default in (_JPEG_DEFAULTS if jpeg else _BUILTIN_DEFAULTS).items():
         if getattr(args, flag) is None:
             setattr(args, flag, default)
@@ -316,9 +388,13 @@ def _config(args: argparse.Namespace) -> InputConfig:
     every record parsed once), before any timing. Exits 2 in one line when it cannot be."""
     try:
         if args.dataset:
-            config = InputConfig(dataset=args.dataset, num_classes=args.num_classes,
-                                 image_size=args.image_size,
-                                 global_batch_size=args.global_batch_size, augment=args.augment)
+            config = InputConfig(
+                dataset=args.dataset,
+                num_classes=args.num_classes,
+                image_size=args.image_size,
+                global_batch_size=args.global_batch_size,
+                augment=args.augment,
+            )
         else:
             config = InputConfig(data_dir=args.data_dir, global_batch_size=_GLOBAL_BATCH_SIZE)
         import_tensorflow(show_logs=False)
@@ -332,37 +408,65 @@ def _config(args: argparse.Namespace) -> InputConfig:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="write the figures to this path")
-    parser.add_argument("--rounds", type=_positive,
-                        help="rounds of the pipelines; figures are medians over rounds "
-                             "(default: 5; 3 with --dataset)")
-    parser.add_argument("--examples", type=_positive,
-                        help="examples to time per pipeline (default: 400,000, 40 epochs, 2-3 s "
-                             "at tfdist's rate)")
+    parser.add_argument(
+        "--rounds",
+        type=_positive,
+        help="rounds of the pipelines; figures are medians over rounds "
+        "(default: 5; 3 with --dataset)",
+    )
+    parser.add_argument(
+        "--examples",
+        type=_positive,
+        help="examples to time per pipeline (default: 400,000, 40 epochs, 2-3 s at tfdist's rate)",
+    )
     parser.add_argument("--data_dir", help="TFDS data dir of the built-in dataset")
-    parser.add_argument("--stages", action="store_true",
-                        help="also time tfdist's pipeline cut after each step (read, shuffle, "
-                             "parse, decode; then augment and normalise) and the cost per "
-                             "example each step adds")
-    parser.add_argument("--trace", action="store_true",
-                        help="also profile tfdist's pipeline: trace time per example of each "
-                             "tf.data transformation and op")
-    parser.add_argument("--dataset", help="tfrecord:GLOB of JPEG records ({split} in GLOB: "
-                        "train and validation) to compare naive, tfdist, best_practice and "
-                        "decode_only on, instead of the built-in dataset")
-    parser.add_argument("--num_classes", type=_positive,
-                        help="with --dataset: the classes its labels index")
-    parser.add_argument("--image_size", type=_positive,
-                        help="with --dataset: side of the images the pipelines make (224)")
-    parser.add_argument("--global_batch_size", type=_positive,
-                        help="with --dataset: images per batch (64)")
-    parser.add_argument("--augment", choices=[recipe.value for recipe in Augment],
-                        help="with --dataset: tfdist's recipe, as `tfdist train --augment` "
-                             "(auto: imagenet on JPEG records); the other pipelines keep theirs")
-    parser.add_argument("--seconds", type=_positive_float,
-                        help="with --dataset: seconds to time each pipeline per round (20)")
-    parser.add_argument("--pipeline", choices=sorted(_PIPELINES),
-                        help="time only this pipeline, here, and print its examples/s (with "
-                             "--dataset: its figures as JSON)")
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="also time tfdist's pipeline cut after each step (read, shuffle, "
+        "parse, decode; then augment and normalise) and the cost per "
+        "example each step adds",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="also profile tfdist's pipeline: trace time per example of each "
+        "tf.data transformation and op",
+    )
+    parser.add_argument(
+        "--dataset",
+        help="tfrecord:GLOB of JPEG records ({split} in GLOB: "
+        "train and validation) to compare naive, tfdist, best_practice and "
+        "decode_only on, instead of the built-in dataset",
+    )
+    parser.add_argument(
+        "--num_classes", type=_positive, help="with --dataset: the classes its labels index"
+    )
+    parser.add_argument(
+        "--image_size",
+        type=_positive,
+        help="with --dataset: side of the images the pipelines make (224)",
+    )
+    parser.add_argument(
+        "--global_batch_size", type=_positive, help="with --dataset: images per batch (64)"
+    )
+    parser.add_argument(
+        "--augment",
+        choices=[recipe.value for recipe in Augment],
+        help="with --dataset: tfdist's recipe, as `tfdist train --augment` "
+        "(auto: imagenet on JPEG records); the other pipelines keep theirs",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=_positive_float,
+        help="with --dataset: seconds to time each pipeline per round (20)",
+    )
+    parser.add_argument(
+        "--pipeline",
+        choices=sorted(_PIPELINES),
+        help="time only this pipeline, here, and print its examples/s (with "
+        "--dataset: its figures as JSON)",
+    )
     parser.add_argument("--trace_here", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     _settle_mode(parser, args)
@@ -371,8 +475,13 @@ def main() -> None:
         print(json.dumps(_trace(config)))
         return
     if args.pipeline and args.dataset:
-        print(json.dumps(_image_rates(_PIPELINES[args.pipeline](config), args.seconds,
-                                      args.global_batch_size)))
+        print(
+            json.dumps(
+                _image_rates(
+                    _PIPELINES[args.pipeline](config), args.seconds, args.global_batch_size
+                )
+            )
+        )
         return
     if args.pipeline:
         print(_examples_per_sec(_PIPELINES[args.pipeline](config), args.examples))
@@ -383,23 +492,35 @@ def main() -> None:
     figures = _rounds(args)
     for name in ("naive_eps", "tfdist_eps", "parse_only_eps"):
         print(f"{name}: {figures[name]:,.0f} examples/s (median of {args.rounds} rounds)")
-    for ratio, label in (("speedup_vs_naive", "tfdist/naive"),
-                         ("fraction_of_parse_only", "tfdist/parse_only")):
+    for ratio, label in (
+        ("speedup_vs_naive", "tfdist/naive"),
+        ("fraction_of_parse_only", "tfdist/parse_only"),
+    ):
         low, high = figures[f"{ratio}_spread"]
         print(f"{label}: {figures[ratio]:.2f} (rounds {low:.2f}-{high:.2f})")
     stages = _stages(figures) if args.stages else None
     trace = json.loads(_child_output(args, "--trace_here")) if args.trace else None
     if trace:
-        print(f"trace of tfdist's pipeline, {trace['wall_us_per_example']:.2f} us/example of wall "
-              "time under the profiler; each stage's trace time per example:")
+        print(
+            f"trace of tfdist's pipeline, {trace['wall_us_per_example']:.2f} us/example of wall "
+            "time under the profiler; each stage's trace time per example:"
+        )
         for stage, value in trace["stage_us_per_example"].items():
             print(f"  {stage:36s} {value:6.2f} us/example")
     if args.json:
-        write_json("json", args.json, {
-            "cpu_count": os.cpu_count(), "examples": args.examples, "rounds": args.rounds,
-            "global_batch_size": _GLOBAL_BATCH_SIZE,
-            **figures,
-            **({"stages": stages} if stages else {}), **({"trace": trace} if trace else {})})
+        write_json(
+            "json",
+            args.json,
+            {
+                "cpu_count": os.cpu_count(),
+                "examples": args.examples,
+                "rounds": args.rounds,
+                "global_batch_size": _GLOBAL_BATCH_SIZE,
+                **figures,
+                **({"stages": stages} if stages else {}),
+                **({"trace": trace} if trace else {}),
+            },
+        )
 
 
 if __name__ == "__main__":

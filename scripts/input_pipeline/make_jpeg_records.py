@@ -50,10 +50,10 @@ _EDGE_SHARPNESS = 8.0
 _HUE_JITTER = 0.05
 
 
-def _smooth_noise(rng: np.random.Generator, height: int, width: int, cells: int,
-                  channels: int):
+def _smooth_noise(rng: np.random.Generator, height: int, width: int, cells: int, channels: int):
     """Unit-variance noise on a `cells` x `cells` grid, resized smoothly to the image."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     grid = rng.standard_normal((1, cells, cells, channels)).astype(np.float32)
     return tf.image.resize(grid, [height, width], method="bicubic")[0].numpy()
 
@@ -72,7 +72,7 @@ def _ellipse(rng: np.random.Generator, height: int, width: int, area: float):
     center_x = rng.uniform(box_w / 2, width - box_w / 2)
     rows, cols = np.mgrid[0:height, 0:width].astype(np.float32)
     dy, dx = (rows - center_y) / (box_h / 2), (cols - center_x) / (box_w / 2)
-    mask = np.clip((1 - dy ** 2 - dx ** 2) * _EDGE_SHARPNESS, 0, 1)[..., None]
+    mask = np.clip((1 - dy**2 - dx**2) * _EDGE_SHARPNESS, 0, 1)[..., None]
     return mask, dy, dx
 
 
@@ -90,13 +90,22 @@ def _pattern(class_index: int, dy, dx, rng: np.random.Generator, stripes_by: str
     return np.sign(wave)[..., None]
 
 
-def draw_image(rng: np.random.Generator, class_index: int, num_classes: int, *, min_size: int,
-               max_size: int, stripes_by: str):
+def draw_image(
+    rng: np.random.Generator,
+    class_index: int,
+    num_classes: int,
+    *,
+    min_size: int,
+    max_size: int,
+    stripes_by: str,
+):
     """One uint8 [H, W, 3] image of class `class_index` (0-based); see the module's docstring."""
     height, width = (int(side) for side in rng.integers(min_size, max_size + 1, size=2))
-    background = (_rgb(rng.random(), rng.uniform(0, 0.35), rng.uniform(0.3, 0.8))
-                  + 40 * _smooth_noise(rng, height, width, 6, 3)
-                  + 25 * _smooth_noise(rng, height, width, 40, 1))
+    background = (
+        _rgb(rng.random(), rng.uniform(0, 0.35), rng.uniform(0.3, 0.8))
+        + 40 * _smooth_noise(rng, height, width, 6, 3)
+        + 25 * _smooth_noise(rng, height, width, 40, 1)
+    )
     if rng.random() < 0.5:  # A plain distractor, smaller than any object.
         mask, _, _ = _ellipse(rng, height, width, rng.uniform(0.05, 0.15))
         colour = _rgb(rng.random(), rng.uniform(0.5, 1.0), rng.uniform(0.5, 1.0))
@@ -107,8 +116,11 @@ def draw_image(rng: np.random.Generator, class_index: int, num_classes: int, *, 
     texture = colour * (0.75 + 0.25 * _pattern(class_index, dy, dx, rng, stripes_by))
     texture = texture + 15 * _smooth_noise(rng, height, width, 30, 3)
     image = background * (1 - mask) + texture * mask
-    image = (image + _NOISE * rng.standard_normal((height, width, 1), np.float32)
-             + _NOISE / 3 * rng.standard_normal((height, width, 3), np.float32))
+    image = (
+        image
+        + _NOISE * rng.standard_normal((height, width, 1), np.float32)
+        + _NOISE / 3 * rng.standard_normal((height, width, 3), np.float32)
+    )
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
@@ -133,19 +145,29 @@ def _example(encoded: bytes, label: int, height: int, width: int) -> bytes:
     def as_int(value: int) -> tf.train.Feature:
         return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image/encoded": as_bytes(encoded), "image/format": as_bytes(b"JPEG"),
-        "image/class/label": as_int(label), "image/height": as_int(height),
-        "image/width": as_int(width)})).SerializeToString(deterministic=True)
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image/encoded": as_bytes(encoded),
+                "image/format": as_bytes(b"JPEG"),
+                "image/class/label": as_int(label),
+                "image/height": as_int(height),
+                "image/width": as_int(width),
+            }
+        )
+    ).SerializeToString(deterministic=True)
 
 
-def _write_split(args: argparse.Namespace, split: str, num_images: int, num_files: int,
-                 written: list[str]) -> list[int]:
+def _write_split(
+    args: argparse.Namespace, split: str, num_images: int, num_files: int, written: list[str]
+) -> list[int]:
     """Writes `split`'s files (appending each finished path to `written`); returns the
     encoded sizes in bytes."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    labels = _labels(np.random.default_rng([args.seed, SPLITS[split]]), num_images,
-                     args.num_classes)
+
+    labels = _labels(
+        np.random.default_rng([args.seed, SPLITS[split]]), num_images, args.num_classes
+    )
     sizes = []
     bounds = np.linspace(0, num_images, num_files + 1).round().astype(int)
     for name, first, end in zip(file_names(split, num_files), bounds[:-1], bounds[1:]):
@@ -155,13 +177,19 @@ def _write_split(args: argparse.Namespace, split: str, num_images: int, num_file
         with tf.io.TFRecordWriter(temp) as writer:
             for index in range(first, end):
                 rng = np.random.default_rng([args.seed, SPLITS[split], index])
-                image = draw_image(rng, int(labels[index]), args.num_classes,
-                                   min_size=args.min_size, max_size=args.max_size,
-                                   stripes_by=args.stripes_by)
+                image = draw_image(
+                    rng,
+                    int(labels[index]),
+                    args.num_classes,
+                    min_size=args.min_size,
+                    max_size=args.max_size,
+                    stripes_by=args.stripes_by,
+                )
                 encoded = tf.io.encode_jpeg(image, quality=QUALITY).numpy()
                 sizes.append(len(encoded))
-                writer.write(_example(encoded, int(labels[index]) + args.label_base,
-                                      *image.shape[:2]))
+                writer.write(
+                    _example(encoded, int(labels[index]) + args.label_base, *image.shape[:2])
+                )
         os.rename(temp, path)
         written[-1] = path
     return sizes
@@ -176,34 +204,52 @@ def _positive(text: str) -> int:
 
 def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out_dir", required=True, help="directory to write the files into "
-                        "(made if missing)")
+    parser.add_argument(
+        "--out_dir", required=True, help="directory to write the files into (made if missing)"
+    )
     parser.add_argument("--train_images", type=_positive, default=2500)
     parser.add_argument("--validation_images", type=_positive, default=500)
     parser.add_argument("--num_classes", type=_positive, default=10)
-    parser.add_argument("--label_base", type=int, choices=(0, 1), default=0,
-                        help="the first label: 0, or 1 as ImageNet's files")
+    parser.add_argument(
+        "--label_base",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="the first label: 0, or 1 as ImageNet's files",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--files", type=_positive, default=8, help="training files")
     parser.add_argument("--validation_files", type=_positive, default=2)
-    parser.add_argument("--min_size", type=_positive, default=300,
-                        help="smallest height or width in pixels")
-    parser.add_argument("--max_size", type=_positive, default=500,
-                        help="largest height or width in pixels")
-    parser.add_argument("--stripes_by", choices=("class", "image"), default="class",
-                        help="what sets an object's number of stripes: its class, or a draw "
-                        "per image (then a crop that shows fewer stripes changes no class)")
+    parser.add_argument(
+        "--min_size", type=_positive, default=300, help="smallest height or width in pixels"
+    )
+    parser.add_argument(
+        "--max_size", type=_positive, default=500, help="largest height or width in pixels"
+    )
+    parser.add_argument(
+        "--stripes_by",
+        choices=("class", "image"),
+        default="class",
+        help="what sets an object's number of stripes: its class, or a draw "
+        "per image (then a crop that shows fewer stripes changes no class)",
+    )
     args = parser.parse_args()
     if args.min_size > args.max_size:
-        parser.error(f"--min_size={args.min_size} is larger than --max_size={args.max_size}; "
-                     "pass min_size <= max_size.")
+        parser.error(
+            f"--min_size={args.min_size} is larger than --max_size={args.max_size}; "
+            "pass min_size <= max_size."
+        )
     if not 0 <= args.seed < 1 << 32:
         parser.error(f"--seed={args.seed} is not from 0 to {(1 << 32) - 1}.")
-    for split, images, files in (("train", args.train_images, args.files),
-                                 ("validation", args.validation_images, args.validation_files)):
+    for split, images, files in (
+        ("train", args.train_images, args.files),
+        ("validation", args.validation_images, args.validation_files),
+    ):
         if files > images:
-            parser.error(f"{files} {split} files for {images} {split} images would leave "
-                         "files empty; pass fewer files or more images.")
+            parser.error(
+                f"{files} {split} files for {images} {split} images would leave "
+                "files empty; pass fewer files or more images."
+            )
     return args
 
 
@@ -219,8 +265,10 @@ def _refuse_existing(args: argparse.Namespace) -> None:
         for name in file_names(split, files):
             path = os.path.join(args.out_dir, name)
             if os.path.lexists(path):
-                _fail(f"{path} exists; this script does not overwrite: "
-                         "remove the set first, or pass another --out_dir.")
+                _fail(
+                    f"{path} exists; this script does not overwrite: "
+                    "remove the set first, or pass another --out_dir."
+                )
 
 
 def main() -> None:
@@ -232,19 +280,22 @@ def main() -> None:
     os.makedirs(args.out_dir, exist_ok=True)
     start, written, sizes = time.perf_counter(), [], []
     try:
-        for split, images, files in (("train", args.train_images, args.files),
-                                     ("validation", args.validation_images,
-                                      args.validation_files)):
+        for split, images, files in (
+            ("train", args.train_images, args.files),
+            ("validation", args.validation_images, args.validation_files),
+        ):
             sizes += _write_split(args, split, images, files, written)
     except BaseException:
         for path in written:
             if os.path.exists(path):
                 os.remove(path)
         raise
-    print(f"make_jpeg_records: {args.train_images} train + {args.validation_images} validation "
-          f"images in {args.files} + {args.validation_files} files in {args.out_dir}; "
-          f"JPEG q{QUALITY} {np.mean(sizes) / 1024:.1f} KiB mean ({min(sizes) / 1024:.1f}-"
-          f"{max(sizes) / 1024:.1f} KiB); {time.perf_counter() - start:.0f} s")
+    print(
+        f"make_jpeg_records: {args.train_images} train + {args.validation_images} validation "
+        f"images in {args.files} + {args.validation_files} files in {args.out_dir}; "
+        f"JPEG q{QUALITY} {np.mean(sizes) / 1024:.1f} KiB mean ({min(sizes) / 1024:.1f}-"
+        f"{max(sizes) / 1024:.1f} KiB); {time.perf_counter() - start:.0f} s"
+    )
 
 
 if __name__ == "__main__":

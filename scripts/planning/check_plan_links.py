@@ -56,31 +56,54 @@ _STACK_GBPS = 1.32
 EXCHANGES = ("ring-float32", "ring-bfloat16", "ps-1", "ps-2")
 
 
-def plan(exchange: str, workers: int, gbps: float, compute_s: float, batch: int,
-         gradient_mib: float, latency_us: float, stack_gbps: float) -> dict:
+def plan(
+    exchange: str,
+    workers: int,
+    gbps: float,
+    compute_s: float,
+    batch: int,
+    gradient_mib: float,
+    latency_us: float,
+    stack_gbps: float,
+) -> dict:
     """`tfdist plan`'s prediction for the cell: its JSON's N-node configuration and advice,
     and the command."""
     kind, _, setting = exchange.partition("-")
     cell = [f"--allreduce_dtype={setting}"] if kind == "ring" else [f"--num_ps={setting}"]
     with tempfile.TemporaryDirectory() as scratch:
         path = os.path.join(scratch, "plan.json")
-        argv = ["plan", f"--compute_ms={compute_s * 1000:.2f}",
-                f"--per_replica_batch_size={batch}", f"--gradient_mib={gradient_mib:.4f}",
-                "--gpus_per_node=1", f"--nodes=1,{workers}", "--inter_link=eth10",
-                f"--inter_gbps={gbps:g}", f"--inter_latency_us={latency_us:g}",
-                f"--inter_stack_gbps={stack_gbps:g}", *cell]
-        subprocess.run([sys.executable, "-m", "tfdist", *argv, f"--json={path}"], check=True,
-                       stdout=subprocess.DEVNULL, timeout=120)
+        argv = [
+            "plan",
+            f"--compute_ms={compute_s * 1000:.2f}",
+            f"--per_replica_batch_size={batch}",
+            f"--gradient_mib={gradient_mib:.4f}",
+            "--gpus_per_node=1",
+            f"--nodes=1,{workers}",
+            "--inter_link=eth10",
+            f"--inter_gbps={gbps:g}",
+            f"--inter_latency_us={latency_us:g}",
+            f"--inter_stack_gbps={stack_gbps:g}",
+            *cell,
+        ]
+        subprocess.run(
+            [sys.executable, "-m", "tfdist", *argv, f"--json={path}"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            timeout=120,
+        )
         with open(path, encoding="utf-8") as plan_file:
             report = json.load(plan_file)
     row = report["configurations"][-1]
-    return {"step_s": row["step_s"], "exchange_s": row["exchange_s"],
-            "scaling_efficiency": row["scaling_efficiency"], "advice": report["advice"],
-            "command": "tfdist " + " ".join(argv)}
+    return {
+        "step_s": row["step_s"],
+        "exchange_s": row["exchange_s"],
+        "scaling_efficiency": row["scaling_efficiency"],
+        "advice": report["advice"],
+        "command": "tfdist " + " ".join(argv),
+    }
 
 
-def _steps(predicted_s: float, exchange: str, workers: int, epoch_s: float,
-           most: int) -> int:
+def _steps(predicted_s: float, exchange: str, workers: int, epoch_s: float, most: int) -> int:
     """Steps per epoch for about `epoch_s` of training (the parameter server counts each
     worker's step), at least 4 per worker."""
     per_worker = workers if exchange.startswith("ps") else 1
@@ -97,39 +120,61 @@ def advised_efficiency(advice: list[str], workers: int) -> float | None:
 
 
 def _table(rows: list[dict]) -> str:
-    lines = ["| hosts | Gbit/s | exchange | compute ms | predicted exchange ms | predicted ms | "
-             "measured ms | predicted / measured |",
-             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| hosts | Gbit/s | exchange | compute ms | predicted exchange ms | predicted ms | "
+        "measured ms | predicted / measured |",
+        "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for row in rows:
-        lines.append(f"| {row['hosts']} | {row['gbps']:g} | {row['exchange']} | "
-                     f"{row['compute_s'] * 1000:.0f} | {row['predicted_exchange_s'] * 1000:.0f} | "
-                     f"{row['predicted_s'] * 1000:.0f} | {row['measured_s'] * 1000:.0f} | "
-                     f"{row['ratio']:.2f} |")
+        lines.append(
+            f"| {row['hosts']} | {row['gbps']:g} | {row['exchange']} | "
+            f"{row['compute_s'] * 1000:.0f} | {row['predicted_exchange_s'] * 1000:.0f} | "
+            f"{row['predicted_s'] * 1000:.0f} | {row['measured_s'] * 1000:.0f} | "
+            f"{row['ratio']:.2f} |"
+        )
     return "\n".join(lines)
 
 
 def _plot(rows: list[dict], path: str) -> None:
     import matplotlib  # pylint: disable=import-outside-toplevel
+
     matplotlib.use("Agg")
     from matplotlib import pyplot  # pylint: disable=import-outside-toplevel
+
     figure, axes = pyplot.subplots(figsize=(6.5, 5.5))
     markers = dict(zip(EXCHANGES, "osD^"))
     for exchange in EXCHANGES:
         for hosts, color in ((2, "tab:blue"), (4, "tab:orange")):
             cells = [row for row in rows if row["exchange"] == exchange and row["hosts"] == hosts]
             if cells:
-                axes.scatter([row["measured_s"] * 1000 for row in cells],
-                             [row["predicted_s"] * 1000 for row in cells], color=color,
-                             marker=markers[exchange], label=f"{hosts} hosts, {exchange}")
+                axes.scatter(
+                    [row["measured_s"] * 1000 for row in cells],
+                    [row["predicted_s"] * 1000 for row in cells],
+                    color=color,
+                    marker=markers[exchange],
+                    label=f"{hosts} hosts, {exchange}",
+                )
     low = min(min(row["measured_s"], row["predicted_s"]) for row in rows) * 1000 / 1.5
     high = max(max(row["measured_s"], row["predicted_s"]) for row in rows) * 1000 * 1.5
     line = [low, high]
     axes.plot(line, line, "k-", linewidth=0.8, label="predicted = measured")
-    axes.fill_between(line, [v * 0.75 for v in line], [v * 1.25 for v in line], color="grey",
-                      alpha=0.2, label="within 25%")
-    axes.set(xscale="log", yscale="log", xlim=line, ylim=line, xlabel="measured step, ms",
-             ylabel="tfdist plan's step, ms",
-             title="tfdist plan against shaped links")
+    axes.fill_between(
+        line,
+        [v * 0.75 for v in line],
+        [v * 1.25 for v in line],
+        color="grey",
+        alpha=0.2,
+        label="within 25%",
+    )
+    axes.set(
+        xscale="log",
+        yscale="log",
+        xlim=line,
+        ylim=line,
+        xlabel="measured step, ms",
+        ylabel="tfdist plan's step, ms",
+        title="tfdist plan against shaped links",
+    )
     axes.grid(alpha=0.3, which="both")
     axes.legend(fontsize=7, loc="upper left")
     figure.tight_layout()
@@ -143,27 +188,42 @@ def _counts(text: str) -> list[int]:
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--hosts", type=_counts, default=[2, 4])
-    parser.add_argument("--gbps", type=lambda text: [float(rate) for rate in text.split(",")],
-                        default=[0.1, 1.0, 10.0])
-    parser.add_argument("--exchanges", type=lambda text: text.split(","),
-                        default=list(EXCHANGES))
+    parser.add_argument(
+        "--gbps",
+        type=lambda text: [float(rate) for rate in text.split(",")],
+        default=[0.1, 1.0, 10.0],
+    )
+    parser.add_argument("--exchanges", type=lambda text: text.split(","), default=list(EXCHANGES))
     parser.add_argument("--width", type=int, default=1280, help="the MLP's hidden units")
     parser.add_argument("--per_replica_batch", type=int, default=32)
-    parser.add_argument("--latency_us", type=float, default=_LATENCY_US,
-                        help="plan's --inter_latency_us (default: TensorFlow's gRPC ring "
-                             "message on this machine, docs/results/plan_local.json)")
-    parser.add_argument("--stack_gbps", type=float, default=_STACK_GBPS,
-                        help="plan's --inter_stack_gbps "
-                             "(default: TensorFlow's gRPC ring between 2 processes on this "
-                             "machine, docs/results/plan_local.json)")
-    parser.add_argument("--epoch_s", type=float, default=8.0,
-                        help="about how long each timed epoch runs")
+    parser.add_argument(
+        "--latency_us",
+        type=float,
+        default=_LATENCY_US,
+        help="plan's --inter_latency_us (default: TensorFlow's gRPC ring "
+        "message on this machine, docs/results/plan_local.json)",
+    )
+    parser.add_argument(
+        "--stack_gbps",
+        type=float,
+        default=_STACK_GBPS,
+        help="plan's --inter_stack_gbps "
+        "(default: TensorFlow's gRPC ring between 2 processes on this "
+        "machine, docs/results/plan_local.json)",
+    )
+    parser.add_argument(
+        "--epoch_s", type=float, default=8.0, help="about how long each timed epoch runs"
+    )
     parser.add_argument("--most_steps", type=int, default=60)
-    parser.add_argument("--compute_steps", type=int, default=20,
-                        help="steps per epoch of the compute runs")
-    parser.add_argument("--replan", metavar="JSON",
-                        help="measure nothing: predict the cells of this earlier --json again, "
-                             "with the cost model as it is now")
+    parser.add_argument(
+        "--compute_steps", type=int, default=20, help="steps per epoch of the compute runs"
+    )
+    parser.add_argument(
+        "--replan",
+        metavar="JSON",
+        help="measure nothing: predict the cells of this earlier --json again, "
+        "with the cost model as it is now",
+    )
     parser.add_argument("--json", help="write every figure to this file")
     parser.add_argument("--plot", help="write predicted against measured to this PNG")
     arguments = parser.parse_args()
@@ -179,13 +239,19 @@ def run_cells(arguments: argparse.Namespace) -> list[dict]:
     rows = []
     for workers in arguments.hosts:
         computed = {}
-        for wire in sorted({exchange.partition("-")[2] if exchange.startswith("ring")
-                            else "float32" for exchange in arguments.exchanges}):
+        for wire in sorted(
+            {
+                exchange.partition("-")[2] if exchange.startswith("ring") else "float32"
+                for exchange in arguments.exchanges
+            }
+        ):
             computed[wire] = plan_links_runs.compute_step(
-                workers, arguments.per_replica_batch, arguments.width, arguments.compute_steps,
-                wire)
-            print(f"{workers} hosts: compute {computed[wire][0] * 1000:.1f} ms ({wire} on the "
-                  "wire)", flush=True)
+                workers, arguments.per_replica_batch, arguments.width, arguments.compute_steps, wire
+            )
+            print(
+                f"{workers} hosts: compute {computed[wire][0] * 1000:.1f} ms ({wire} on the wire)",
+                flush=True,
+            )
         parameters = next(iter(computed.values()))[1]
         names = [(f"h{index}",) for index in range(workers + 3)]
         with hosts_lib.Hosts(names) as made:
@@ -194,27 +260,50 @@ def run_cells(arguments: argparse.Namespace) -> list[dict]:
                 for exchange in arguments.exchanges:
                     wire = exchange.partition("-")[2] if exchange.startswith("ring") else "float32"
                     compute_s = computed[wire][0]
-                    predicted = plan(exchange, workers, gbps, compute_s,
-                                     arguments.per_replica_batch, 4 * parameters / _MIB,
-                                     arguments.latency_us, arguments.stack_gbps)
-                    steps = _steps(predicted["step_s"], exchange, workers, arguments.epoch_s,
-                                   arguments.most_steps)
+                    predicted = plan(
+                        exchange,
+                        workers,
+                        gbps,
+                        compute_s,
+                        arguments.per_replica_batch,
+                        4 * parameters / _MIB,
+                        arguments.latency_us,
+                        arguments.stack_gbps,
+                    )
+                    steps = _steps(
+                        predicted["step_s"],
+                        exchange,
+                        workers,
+                        arguments.epoch_s,
+                        arguments.most_steps,
+                    )
                     measured = plan_links_runs.measured_step(
-                        made, exchange, workers, arguments.per_replica_batch, arguments.width,
-                        steps)
-                    rows.append({
-                        "hosts": workers, "gbps": gbps, "exchange": exchange,
-                        "compute_s": compute_s, "predicted_exchange_s": predicted["exchange_s"],
-                        "predicted_s": predicted["step_s"], "measured_s": measured["step_s"],
-                        "ratio": predicted["step_s"] / measured["step_s"],
-                        "predicted_efficiency": predicted["scaling_efficiency"],
-                        "measured_efficiency": compute_s / measured["step_s"],
-                        "advice": predicted["advice"], "plan_command": predicted["command"],
-                        "measured": measured, "trainable_parameters": parameters})
-                    print(f"{workers} hosts, {gbps:g} Gbit/s, {exchange}: predicted "
-                          f"{predicted['step_s'] * 1000:.0f} ms, measured "
-                          f"{measured['step_s'] * 1000:.0f} ms: {rows[-1]['ratio']:.2f}",
-                          flush=True)
+                        made, exchange, workers, arguments.per_replica_batch, arguments.width, steps
+                    )
+                    rows.append(
+                        {
+                            "hosts": workers,
+                            "gbps": gbps,
+                            "exchange": exchange,
+                            "compute_s": compute_s,
+                            "predicted_exchange_s": predicted["exchange_s"],
+                            "predicted_s": predicted["step_s"],
+                            "measured_s": measured["step_s"],
+                            "ratio": predicted["step_s"] / measured["step_s"],
+                            "predicted_efficiency": predicted["scaling_efficiency"],
+                            "measured_efficiency": compute_s / measured["step_s"],
+                            "advice": predicted["advice"],
+                            "plan_command": predicted["command"],
+                            "measured": measured,
+                            "trainable_parameters": parameters,
+                        }
+                    )
+                    print(
+                        f"{workers} hosts, {gbps:g} Gbit/s, {exchange}: predicted "
+                        f"{predicted['step_s'] * 1000:.0f} ms, measured "
+                        f"{measured['step_s'] * 1000:.0f} ms: {rows[-1]['ratio']:.2f}",
+                        flush=True,
+                    )
     return rows
 
 
@@ -226,13 +315,26 @@ def advice_checks(rows: list[dict]) -> list[dict]:
         if row["exchange"] != "ring-float32":
             continue
         promised = advised_efficiency(row["advice"], row["hosts"])
-        twin = next((other for other in rows if other["exchange"] == "ring-bfloat16" and
-                     (other["hosts"], other["gbps"]) == (row["hosts"], row["gbps"])), None)
+        twin = next(
+            (
+                other
+                for other in rows
+                if other["exchange"] == "ring-bfloat16"
+                and (other["hosts"], other["gbps"]) == (row["hosts"], row["gbps"])
+            ),
+            None,
+        )
         if promised is None or twin is None:
             continue
-        checks.append({"hosts": row["hosts"], "gbps": row["gbps"], "advised": promised,
-                       "measured": row["compute_s"] / twin["measured_s"],
-                       "measured_float32": row["measured_efficiency"]})
+        checks.append(
+            {
+                "hosts": row["hosts"],
+                "gbps": row["gbps"],
+                "advised": promised,
+                "measured": row["compute_s"] / twin["measured_s"],
+                "measured_float32": row["measured_efficiency"],
+            }
+        )
     return checks
 
 
@@ -242,14 +344,26 @@ def replan(path: str, stack_gbps: float) -> tuple[list[dict], dict]:
     with open(path, encoding="utf-8") as earlier:
         report = json.load(earlier)
     for row in report["rows"]:
-        predicted = plan(row["exchange"], row["hosts"], row["gbps"], row["compute_s"],
-                         report["per_replica_batch"], 4 * row["trainable_parameters"] / _MIB,
-                         report["latency_us"], stack_gbps)
-        row.update({"predicted_exchange_s": predicted["exchange_s"],
-                    "predicted_s": predicted["step_s"],
-                    "ratio": predicted["step_s"] / row["measured_s"],
-                    "predicted_efficiency": predicted["scaling_efficiency"],
-                    "advice": predicted["advice"], "plan_command": predicted["command"]})
+        predicted = plan(
+            row["exchange"],
+            row["hosts"],
+            row["gbps"],
+            row["compute_s"],
+            report["per_replica_batch"],
+            4 * row["trainable_parameters"] / _MIB,
+            report["latency_us"],
+            stack_gbps,
+        )
+        row.update(
+            {
+                "predicted_exchange_s": predicted["exchange_s"],
+                "predicted_s": predicted["step_s"],
+                "ratio": predicted["step_s"] / row["measured_s"],
+                "predicted_efficiency": predicted["scaling_efficiency"],
+                "advice": predicted["advice"],
+                "plan_command": predicted["command"],
+            }
+        )
     return report["rows"], report
 
 
@@ -266,15 +380,25 @@ def main() -> None:
     checks = advice_checks(rows)
     print("\n" + _table(rows))
     for check in checks:
-        print(f"{check['hosts']} hosts at {check['gbps']:g} Gbit/s: plan says bfloat16 on the "
-              f"wire brings them to {check['advised']:.2f}; measured {check['measured']:.2f} "
-              f"(float32 {check['measured_float32']:.2f})")
+        print(
+            f"{check['hosts']} hosts at {check['gbps']:g} Gbit/s: plan says bfloat16 on the "
+            f"wire brings them to {check['advised']:.2f}; measured {check['measured']:.2f} "
+            f"(float32 {check['measured_float32']:.2f})"
+        )
     if arguments.json:
-        write_json("json", arguments.json, {
-            "width": arguments.width, "per_replica_batch": arguments.per_replica_batch,
-            "latency_us": arguments.latency_us, "stack_gbps": arguments.stack_gbps, "rows": rows,
-            "advice_checks": checks,
-            "tbf_sizes": {f"{gbps:g}": hosts_lib.tbf_sizes(gbps) for gbps in arguments.gbps}})
+        write_json(
+            "json",
+            arguments.json,
+            {
+                "width": arguments.width,
+                "per_replica_batch": arguments.per_replica_batch,
+                "latency_us": arguments.latency_us,
+                "stack_gbps": arguments.stack_gbps,
+                "rows": rows,
+                "advice_checks": checks,
+                "tbf_sizes": {f"{gbps:g}": hosts_lib.tbf_sizes(gbps) for gbps in arguments.gbps},
+            },
+        )
     if arguments.plot:
         _plot(rows, arguments.plot)
 

@@ -49,11 +49,24 @@ def _step_s(metrics: dict) -> float:
     return metrics["global_batch_size"] / metrics["examples_per_sec"]
 
 
-def _train(model: str, replicas: int, batch: int, steps: int, flags: list[str],
-           launch: list[str] | None = None) -> dict:
+def _train(
+    model: str,
+    replicas: int,
+    batch: int,
+    steps: int,
+    flags: list[str],
+    launch: list[str] | None = None,
+) -> dict:
     """The metrics of `tfdist train` on synthetic data, `replicas` x `batch` examples a step."""
-    train = [f"--model={model}", "--dataset=synthetic", f"--global_batch_size={batch * replicas}",
-             "--epochs=2", f"--steps_per_epoch={steps}", "--validation_steps=1", *flags]
+    train = [
+        f"--model={model}",
+        "--dataset=synthetic",
+        f"--global_batch_size={batch * replicas}",
+        "--epochs=2",
+        f"--steps_per_epoch={steps}",
+        "--validation_steps=1",
+        *flags,
+    ]
     metrics, _ = train_and_read_metrics(train, timeout_s=_TIMEOUT_S, launch_flags=launch)
     return metrics
 
@@ -70,47 +83,81 @@ def compute_step(model: str, processes: int, batch: int, steps: int) -> tuple[fl
 def measured_step(model: str, processes: int, batch: int, steps: int) -> float:
     """Seconds per step of `processes` multi-worker processes (epochs after the first)."""
     launch = [f"--num_workers={processes}", f"--timeout_s={_TIMEOUT_S}"]
-    return _step_s(_train(model, processes, batch, steps,
-                          ["--strategy=multi_worker_mirrored", "--collective_timeout_s=600"],
-                          launch if processes > 1 else None))
+    return _step_s(
+        _train(
+            model,
+            processes,
+            batch,
+            steps,
+            ["--strategy=multi_worker_mirrored", "--collective_timeout_s=600"],
+            launch if processes > 1 else None,
+        )
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--processes", default=[1, 2, 4],
-                        type=lambda text: [int(count) for count in text.split(",")])
+    parser.add_argument(
+        "--processes",
+        default=[1, 2, 4],
+        type=lambda text: [int(count) for count in text.split(",")],
+    )
     parser.add_argument("--model", default="small_cnn")
     parser.add_argument("--per_replica_batch", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=40,
-                        help="steps per epoch; the second of 2 epochs is timed")
+    parser.add_argument(
+        "--steps", type=int, default=40, help="steps per epoch; the second of 2 epochs is timed"
+    )
     parser.add_argument("--json", help="write the figures to this file")
     args = parser.parse_args()
     link = loopback_link()
-    print(f"loopback all-reduce link: {link.gbit_per_s:.2f} Gbit/s, {link.latency_us:.0f} µs "
-          "per message", flush=True)
+    print(
+        f"loopback all-reduce link: {link.gbit_per_s:.2f} Gbit/s, {link.latency_us:.0f} µs "
+        "per message",
+        flush=True,
+    )
     rows = []
     for count in args.processes:
-        compute_s, parameters = compute_step(args.model, count, args.per_replica_batch,
-                                             args.steps)
+        compute_s, parameters = compute_step(args.model, count, args.per_replica_batch, args.steps)
         exchange_s = cost_model.ring_allreduce_s(4 * parameters, count, link)
         measured = measured_step(args.model, count, args.per_replica_batch, args.steps)
-        rows.append({"processes": count, "compute_s": compute_s, "exchange_s": exchange_s,
-                     "predicted_s": compute_s + exchange_s, "measured_s": measured,
-                     "ratio": (compute_s + exchange_s) / measured})
-        print(f"{count} process(es): predicted {rows[-1]['predicted_s'] * 1000:.1f} ms "
-              f"(compute {compute_s * 1000:.1f} + all-reduce {exchange_s * 1000:.1f}), "
-              f"measured {measured * 1000:.1f} ms: {rows[-1]['ratio']:.2f}x", flush=True)
-    print("\n| processes | compute ms | all-reduce ms | predicted ms | measured ms | "
-          "predicted / measured |\n| ---: | ---: | ---: | ---: | ---: | ---: |")
+        rows.append(
+            {
+                "processes": count,
+                "compute_s": compute_s,
+                "exchange_s": exchange_s,
+                "predicted_s": compute_s + exchange_s,
+                "measured_s": measured,
+                "ratio": (compute_s + exchange_s) / measured,
+            }
+        )
+        print(
+            f"{count} process(es): predicted {rows[-1]['predicted_s'] * 1000:.1f} ms "
+            f"(compute {compute_s * 1000:.1f} + all-reduce {exchange_s * 1000:.1f}), "
+            f"measured {measured * 1000:.1f} ms: {rows[-1]['ratio']:.2f}x",
+            flush=True,
+        )
+    print(
+        "\n| processes | compute ms | all-reduce ms | predicted ms | measured ms | "
+        "predicted / measured |\n| ---: | ---: | ---: | ---: | ---: | ---: |"
+    )
     for row in rows:
-        print(f"| {row['processes']} | {row['compute_s'] * 1000:.1f} | "
-              f"{row['exchange_s'] * 1000:.1f} | {row['predicted_s'] * 1000:.1f} | "
-              f"{row['measured_s'] * 1000:.1f} | {row['ratio']:.2f} |")
+        print(
+            f"| {row['processes']} | {row['compute_s'] * 1000:.1f} | "
+            f"{row['exchange_s'] * 1000:.1f} | {row['predicted_s'] * 1000:.1f} | "
+            f"{row['measured_s'] * 1000:.1f} | {row['ratio']:.2f} |"
+        )
     if args.json:
-        write_json("json", args.json, {
-            "model": args.model, "per_replica_batch": args.per_replica_batch,
-            "link": {"gbit_per_s": link.gbit_per_s, "latency_us": link.latency_us},
-            "trainable_parameters": parameters, "rows": rows})
+        write_json(
+            "json",
+            args.json,
+            {
+                "model": args.model,
+                "per_replica_batch": args.per_replica_batch,
+                "link": {"gbit_per_s": link.gbit_per_s, "latency_us": link.latency_us},
+                "trainable_parameters": parameters,
+                "rows": rows,
+            },
+        )
 
 
 if __name__ == "__main__":

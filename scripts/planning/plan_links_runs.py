@@ -25,24 +25,41 @@ def wide_mlp(*, input_shape: tuple[int, int, int], num_classes: int):
     """`--model=plan_links_runs:wide_mlp`: flatten, one hidden layer of $PLAN_LINKS_WIDTH
     units (default 1280), softmax; built in the strategy's scope by `tfdist train`."""
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
     width = int(os.environ.get("PLAN_LINKS_WIDTH", "1280"))
     layers = tf.keras.layers
-    return tf.keras.Sequential([
-        layers.Input(input_shape), layers.Flatten(),
-        layers.Dense(width, activation="relu"), layers.Dense(num_classes),
-        layers.Activation("softmax", dtype="float32")], name="wide_mlp")
+    return tf.keras.Sequential(
+        [
+            layers.Input(input_shape),
+            layers.Flatten(),
+            layers.Dense(width, activation="relu"),
+            layers.Dense(num_classes),
+            layers.Activation("softmax", dtype="float32"),
+        ],
+        name="wide_mlp",
+    )
 
 
 def _train_flags(batch: int, steps: int, metrics_path: str) -> list[str]:
-    return ["--model=plan_links_runs:wide_mlp",
-            "--dataset=synthetic", f"--per_replica_batch_size={batch}", "--optimizer=sgd",
-            "--epochs=2", f"--steps_per_epoch={steps}", "--validation_steps=1",
-            f"--metrics_json={metrics_path}"]
+    return [
+        "--model=plan_links_runs:wide_mlp",
+        "--dataset=synthetic",
+        f"--per_replica_batch_size={batch}",
+        "--optimizer=sgd",
+        "--epochs=2",
+        f"--steps_per_epoch={steps}",
+        "--validation_steps=1",
+        f"--metrics_json={metrics_path}",
+    ]
 
 
 def _environment(width: int, tf_config: dict | None) -> dict:
-    env = dict(os.environ, PLAN_LINKS_WIDTH=str(width), TF_CPP_MIN_LOG_LEVEL="2",
-               PYTHONPATH=os.pathsep.join(filter(None, (_SCRIPTS, os.environ.get("PYTHONPATH")))))
+    env = dict(
+        os.environ,
+        PLAN_LINKS_WIDTH=str(width),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=os.pathsep.join(filter(None, (_SCRIPTS, os.environ.get("PYTHONPATH")))),
+    )
     env.pop("TF_CONFIG", None)
     if tf_config is not None:
         env["TF_CONFIG"] = json.dumps(tf_config)
@@ -59,8 +76,9 @@ class Tasks:
 
     def start(self, name: str, argv: list[str], env: dict) -> subprocess.Popen:
         with open(os.path.join(self._scratch, f"{name}.log"), "w", encoding="utf-8") as log:
-            process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         self._running.append((name, process))
         return process
 
@@ -106,16 +124,21 @@ def compute_step(hosts: int, batch: int, width: int, steps: int, wire: str) -> t
         tasks = Tasks(scratch)
         try:
             for index in range(hosts):
-                argv = [sys.executable, "-m", "tfdist", "train", "--strategy=multi_worker_mirrored",
-                        f"--allreduce_dtype={wire}",
-                        *_train_flags(batch, steps, os.path.join(scratch, f"{index}.json"))]
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "tfdist",
+                    "train",
+                    "--strategy=multi_worker_mirrored",
+                    f"--allreduce_dtype={wire}",
+                    *_train_flags(batch, steps, os.path.join(scratch, f"{index}.json")),
+                ]
                 tasks.start(f"compute-{index}", argv, _environment(width, None))
             tasks.wait([f"compute-{index}" for index in range(hosts)], _TASK_TIMEOUT_S)
         finally:
             tasks.stop()
         runs = [_metrics(os.path.join(scratch, f"{index}.json")) for index in range(hosts)]
-    return (max(batch / run["examples_per_sec"] for run in runs),
-            runs[0]["trainable_parameters"])
+    return (max(batch / run["examples_per_sec"] for run in runs), runs[0]["trainable_parameters"])
 
 
 def _layout(made: hosts_lib.Hosts, workers: int, num_ps: int) -> dict[str, hosts_lib.Host]:
@@ -127,8 +150,9 @@ def _layout(made: hosts_lib.Hosts, workers: int, num_ps: int) -> dict[str, hosts
     return dict(zip(names, made.hosts))
 
 
-def measured_step(made: hosts_lib.Hosts, exchange: str, workers: int, batch: int, width: int,
-                  steps: int) -> dict:
+def measured_step(
+    made: hosts_lib.Hosts, exchange: str, workers: int, batch: int, width: int, steps: int
+) -> dict:
     """One cell's `tfdist train` on the emulated hosts: its step (seconds, the synchronous
     equivalent under parameter server) and the run's metrics."""
     kind, _, setting = exchange.partition("-")
@@ -138,12 +162,16 @@ def measured_step(made: hosts_lib.Hosts, exchange: str, workers: int, batch: int
     for task, host in layout.items():
         cluster.setdefault(task.split("-")[0], []).append(f"{host.address}:{_PORT}")
     if kind == "ring":
-        flags = ["--strategy=multi_worker_mirrored", f"--allreduce_dtype={setting}",
-                 "--collective_timeout_s=600"]
+        flags = [
+            "--strategy=multi_worker_mirrored",
+            f"--allreduce_dtype={setting}",
+            "--collective_timeout_s=600",
+        ]
         primary = "worker-0"
     else:
         flags = ["--strategy=parameter_server"] + (
-            [f"--variable_partition=max_shards:{num_ps}"] if num_ps > 1 else [])
+            [f"--variable_partition=max_shards:{num_ps}"] if num_ps > 1 else []
+        )
         primary = "chief-0"
     with tempfile.TemporaryDirectory() as scratch:
         tasks = Tasks(scratch)
@@ -151,15 +179,28 @@ def measured_step(made: hosts_lib.Hosts, exchange: str, workers: int, batch: int
             for task, host in layout.items():
                 job, index = task.split("-")
                 tf_config = {"cluster": cluster, "task": {"type": job, "index": int(index)}}
-                argv = [*host.enter(), sys.executable, "-m", "tfdist", "train", *flags,
-                        *_train_flags(batch, steps, os.path.join(scratch, f"{task}.json"))]
+                argv = [
+                    *host.enter(),
+                    sys.executable,
+                    "-m",
+                    "tfdist",
+                    "train",
+                    *flags,
+                    *_train_flags(batch, steps, os.path.join(scratch, f"{task}.json")),
+                ]
                 tasks.start(task, argv, _environment(width, tf_config))
-            done = [task for task in layout if task.startswith("worker")] if kind == "ring" \
+            done = (
+                [task for task in layout if task.startswith("worker")]
+                if kind == "ring"
                 else [primary]
+            )
             tasks.wait(done, _TASK_TIMEOUT_S)
         finally:
             tasks.stop()
         metrics = _metrics(os.path.join(scratch, f"{primary}.json"))
-    return {"step_s": workers * batch / metrics["examples_per_sec"],
-            "examples_per_sec": metrics["examples_per_sec"],
-            "epoch_train_s": metrics.get("epoch_train_s"), "steps_per_epoch": steps}
+    return {
+        "step_s": workers * batch / metrics["examples_per_sec"],
+        "examples_per_sec": metrics["examples_per_sec"],
+        "epoch_train_s": metrics.get("epoch_train_s"),
+        "steps_per_epoch": steps,
+    }

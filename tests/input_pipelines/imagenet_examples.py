@@ -19,12 +19,18 @@ def smooth_pixels(height: int, width: int, seed: int) -> np.ndarray:
 
 def encode_image(pixels: np.ndarray, image_format: str) -> bytes:
     buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format=image_format, **(
-        {"quality": 95} if image_format == "JPEG" else {}))
+    Image.fromarray(pixels).save(
+        buffer, format=image_format, **({"quality": 95} if image_format == "JPEG" else {})
+    )
     return buffer.getvalue()
 
 
 def imagenet_example(encoded: bytes, label: int) -> bytes:
-    return tf.train.Example(features=tf.train.Features(feature={
-        "image/encoded": bytes_feature(encoded),
-        "image/class/label": int64_feature(label)})).SerializeToString()
+    return tf.train.Example(
+        features=tf.train.Features(
+            feature={
+                "image/encoded": bytes_feature(encoded),
+                "image/class/label": int64_feature(label),
+            }
+        )
+    ).SerializeToString()

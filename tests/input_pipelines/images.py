@@ -15,8 +15,9 @@ def jpeg(height: int, width: int, seed: int) -> bytes:
     return buffer.getvalue()
 
 
-def write_image_tfrecords(directory: str, split: str, num_files: int,
-                          examples_per_file: int) -> list[str]:
+def write_image_tfrecords(
+    directory: str, split: str, num_files: int, examples_per_file: int
+) -> list[str]:
     """Writes `{split}-0000i-of-n` files of JPEG images of varying size with ImageNet's keys."""
     paths = []
     for file_index in range(num_files):
@@ -25,12 +26,19 @@ def write_image_tfrecords(directory: str, split: str, num_files: int,
             for position in range(examples_per_file):
                 seed = file_index * 1000 + position
                 feature = {
-                    "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
-                        value=[jpeg(20 + seed % 7, 24 + seed % 5, seed)])),
-                    "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(
-                        value=[seed % 3])),
+                    "image/encoded": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(
+                            value=[jpeg(20 + seed % 7, 24 + seed % 5, seed)]
+                        )
+                    ),
+                    "image/class/label": tf.train.Feature(
+                        int64_list=tf.train.Int64List(value=[seed % 3])
+                    ),
                 }
-                writer.write(tf.train.Example(features=tf.train.Features(
-                    feature=feature)).SerializeToString())
+                writer.write(
+                    tf.train.Example(
+                        features=tf.train.Features(feature=feature)
+                    ).SerializeToString()
+                )
         paths.append(path)
     return paths

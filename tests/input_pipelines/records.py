@@ -32,12 +32,18 @@ def float_feature(*values: float) -> tf.train.Feature:
     return tf.train.Feature(float_list=tf.train.FloatList(value=values))
 
 
-def image_example(image: tf.train.Feature | None = None,
-                  label: tf.train.Feature | None = None, *, omit: str | None = None) -> bytes:
+def image_example(
+    image: tf.train.Feature | None = None,
+    label: tf.train.Feature | None = None,
+    *,
+    omit: str | None = None,
+) -> bytes:
     """A serialized tf.train.Example in the `tfrecord:` layout: a JPEG and label 1 unless given;
     `omit` leaves out one of the two keys."""
-    feature = {IMAGE_KEY: bytes_feature(encoded_image()) if image is None else image,
-               LABEL_KEY: int64_feature(1) if label is None else label}
+    feature = {
+        IMAGE_KEY: bytes_feature(encoded_image()) if image is None else image,
+        LABEL_KEY: int64_feature(1) if label is None else label,
+    }
     feature.pop(omit, None)
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 

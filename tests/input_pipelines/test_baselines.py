@@ -22,10 +22,13 @@ def _example(seed: int) -> bytes:
     rng = np.random.default_rng(seed)
     pixels = rng.integers(0, 256, (*rng.integers(20, 41, size=2), 3), dtype=np.uint8)
     feature = {
-        "image/encoded": tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[tf.io.encode_jpeg(pixels, quality=90).numpy()])),
-        "image/class/label": tf.train.Feature(int64_list=tf.train.Int64List(
-            value=[seed % _NUM_CLASSES]))}
+        "image/encoded": tf.train.Feature(
+            bytes_list=tf.train.BytesList(value=[tf.io.encode_jpeg(pixels, quality=90).numpy()])
+        ),
+        "image/class/label": tf.train.Feature(
+            int64_list=tf.train.Int64List(value=[seed % _NUM_CLASSES])
+        ),
+    }
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
@@ -39,8 +42,12 @@ def _jpeg_config(tmp_path_factory) -> InputConfig:
             with tf.io.TFRecordWriter(path) as writer:
                 for seed in range(index * per_file, (index + 1) * per_file):
                     writer.write(_example(seed))
-    return InputConfig(dataset=f"tfrecord:{directory}/{{split}}-*", num_classes=_NUM_CLASSES,
-                       image_size=_IMAGE_SIZE, global_batch_size=_GLOBAL_BATCH_SIZE)
+    return InputConfig(
+        dataset=f"tfrecord:{directory}/{{split}}-*",
+        num_classes=_NUM_CLASSES,
+        image_size=_IMAGE_SIZE,
+        global_batch_size=_GLOBAL_BATCH_SIZE,
+    )
 
 
 def _first_batch(config: InputConfig, kind: str):
@@ -76,13 +83,19 @@ def test_best_practice_repeats_past_an_epoch_in_full_batches(jpeg_config):
 
 def test_jpeg_baselines_refuse_raw_pixels_in_one_line(small_shapes_data_dir):
     config = InputConfig(data_dir=small_shapes_data_dir)
-    with pytest.raises(InputConfigError, match=r"^kind='decode_only' reads JPEG records, and "
-                       r"dataset='shapes' stores raw pixels; pass dataset='tfrecord:<glob>'"):
+    with pytest.raises(
+        InputConfigError,
+        match=r"^kind='decode_only' reads JPEG records, and "
+        r"dataset='shapes' stores raw pixels; pass dataset='tfrecord:<glob>'",
+    ):
         input_pipelines.baseline_pipeline(config, "decode_only")
 
 
 def test_an_unknown_kind_is_one_line_naming_the_kinds(jpeg_config):
-    with pytest.raises(InputConfigError, match=r"^kind='fast' is not a baseline pipeline; pass "
-                       r"one of 'naive', 'tfdist', 'tfdist_device', 'best_practice', "
-                       r"'decode_only', 'read'"):
+    with pytest.raises(
+        InputConfigError,
+        match=r"^kind='fast' is not a baseline pipeline; pass "
+        r"one of 'naive', 'tfdist', 'tfdist_device', 'best_practice', "
+        r"'decode_only', 'read'",
+    ):
         input_pipelines.baseline_pipeline(jpeg_config, "fast")

@@ -32,18 +32,25 @@ def _mean_difference(first: tf.Tensor, second: tf.Tensor) -> float:
 
 
 def _crop(training: bool, image_size: int = 32) -> imagenet_recipe.Crop:
-    return imagenet_recipe.Crop(training=training, image_size=image_size, channels=3,
-                                area_range=(0.08, 1.0), aspect_range=(3 / 4, 4 / 3))
+    return imagenet_recipe.Crop(
+        training=training,
+        image_size=image_size,
+        channels=3,
+        area_range=(0.08, 1.0),
+        aspect_range=(3 / 4, 4 / 3),
+    )
 
 
 class WindowTest(tf.test.TestCase):
-
     def test_random_windows_vary_within_the_image_and_the_ranges(self):
         shape = tf.constant([300, 400, 3])
         crop = _crop(training=True)
-        windows = np.stack([imagenet_recipe.random_window(shape, tf.constant([seed, 7]),
-                                                          crop).numpy()
-                            for seed in range(300)])
+        windows = np.stack(
+            [
+                imagenet_recipe.random_window(shape, tf.constant([seed, 7]), crop).numpy()
+                for seed in range(300)
+            ]
+        )
         top, left, height, width = windows.T
         self.assertAllInRange(top, 0, 300)
         self.assertAllInRange(left, 0, 400)
@@ -61,30 +68,39 @@ class WindowTest(tf.test.TestCase):
         self.assertGreater(area[sampled].max(), 0.8)
 
     def test_no_window_that_fits_falls_back_to_the_centre_crop(self):
-        crop = imagenet_recipe.Crop(training=True, image_size=32, channels=3,
-                                    area_range=(0.5, 0.5), aspect_range=(10.0, 10.0))
+        crop = imagenet_recipe.Crop(
+            training=True,
+            image_size=32,
+            channels=3,
+            area_range=(0.5, 0.5),
+            aspect_range=(10.0, 10.0),
+        )
         shape = tf.constant([100, 60, 3])
-        self.assertAllEqual(imagenet_recipe.random_window(shape, tf.constant([1, 2]), crop),
-                            imagenet_recipe.centre_window(shape))
+        self.assertAllEqual(
+            imagenet_recipe.random_window(shape, tf.constant([1, 2]), crop),
+            imagenet_recipe.centre_window(shape),
+        )
 
     def test_centre_window_is_the_central_0_875_at_every_size(self):
-        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([256, 320, 3])),
-                            [16, 48, 224, 224])
-        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([375, 500, 3])),
-                            [24, 86, 328, 328])  # int(0.875 * 375) = 328.
-        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([1, 1, 3])),
-                            [0, 0, 1, 1])
-        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([64, 80, 3])),
-                            [4, 12, 56, 56])  # Not 64 / (64 + 32) as TF's official code.
+        self.assertAllEqual(
+            imagenet_recipe.centre_window(tf.constant([256, 320, 3])), [16, 48, 224, 224]
+        )
+        self.assertAllEqual(
+            imagenet_recipe.centre_window(tf.constant([375, 500, 3])), [24, 86, 328, 328]
+        )  # int(0.875 * 375) = 328.
+        self.assertAllEqual(imagenet_recipe.centre_window(tf.constant([1, 1, 3])), [0, 0, 1, 1])
+        self.assertAllEqual(
+            imagenet_recipe.centre_window(tf.constant([64, 80, 3])), [4, 12, 56, 56]
+        )  # Not 64 / (64 + 32) as TF's official code.
 
 
 class CropTest(tf.test.TestCase):
-
     def test_evaluation_reads_the_centre_crop_of_a_png_exactly(self):
         # At 224 the crop of a 256x320 image is 224x224: resizing it changes nothing.
         pixels = smooth_pixels(256, 320, seed=1)
-        images = imagenet_recipe.crop_encoded(tf.constant([encode_image(pixels, "PNG")]),
-                                              _crop(training=False, image_size=224))
+        images = imagenet_recipe.crop_encoded(
+            tf.constant([encode_image(pixels, "PNG")]), _crop(training=False, image_size=224)
+        )
         self.assertEqual(images.dtype, tf.uint8)
         self.assertAllEqual(images[0], pixels[16:240, 48:272])
 
@@ -116,32 +132,46 @@ class CropTest(tf.test.TestCase):
         # 0.875 of 64: the central 56x56, from row and column 4, resized to 32.
         expected = tf.cast(tf.image.resize(pixels[2][4:60, 4:60], [32, 32]), tf.uint8)
         self.assertAllEqual(centre[2], expected)
-        self.assertEqual(imagenet_recipe.crop_decoded(tf.constant(pixels),
-                                                      _crop(training=True)).shape,
-                         (4, 32, 32, 3))
+        self.assertEqual(
+            imagenet_recipe.crop_decoded(tf.constant(pixels), _crop(training=True)).shape,
+            (4, 32, 32, 3),
+        )
 
 
 class PipelineTest(tf.test.TestCase, parameterized.TestCase):
-
     @pytest.fixture(autouse=True)
     def _files(self, tmp_path):
         self.directory = str(tmp_path)
         for split, count in (("train", 12), ("validation", 4)):
-            records = [imagenet_example(
-                encode_image(smooth_pixels(50 + 9 * index, 70 - 3 * index, index),
-                             "PNG" if index % 4 == 3 else "JPEG"), 1 + index % 3)
-                for index in range(count)]
+            records = [
+                imagenet_example(
+                    encode_image(
+                        smooth_pixels(50 + 9 * index, 70 - 3 * index, index),
+                        "PNG" if index % 4 == 3 else "JPEG",
+                    ),
+                    1 + index % 3,
+                )
+                for index in range(count)
+            ]
             write_records(os.path.join(self.directory, f"{split}-0"), records)
 
     def _config(self, **options) -> InputConfig:
-        return InputConfig(**{"dataset": f"tfrecord:{self.directory}/{{split}}-*",
-                              "num_classes": 3, "image_size": 32, "global_batch_size": 4,
-                              "label_offset": 1, **options})
+        return InputConfig(
+            **{
+                "dataset": f"tfrecord:{self.directory}/{{split}}-*",
+                "num_classes": 3,
+                "image_size": 32,
+                "global_batch_size": 4,
+                "label_offset": 1,
+                **options,
+            }
+        )
 
     @parameterized.parameters(True, False)
     def test_uint8_crops_for_the_device_and_0_based_labels(self, training):
-        read = ReadOptions(split="train" if training else "validation", training=training,
-                           placement=_DEVICE)
+        read = ReadOptions(
+            split="train" if training else "validation", training=training, placement=_DEVICE
+        )
         batch = next(iter(pipeline.examples(self._config(), read, _CONTEXT, announce=False)))
         self.assertEqual((batch["image"].shape, batch["image"].dtype), ((4, 32, 32, 3), tf.uint8))
         self.assertAllInRange(batch["label"], 0, 2)
@@ -162,34 +192,46 @@ class PipelineTest(tf.test.TestCase, parameterized.TestCase):
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
             pipeline.examples(self._config(image_size=224), read, _CONTEXT)
-        self.assertRegex(stderr.getvalue(), (
-            r"tfdist input: preprocessing on device: [0-9,]+ bytes/example host->device \(uint8 "
-            r"images; flip, normalisation and cast run on each replica's device\); "
-            r"augmentation: imagenet \(random-resized crop 8-100% area, aspect 3/4-4/3, fused "
-            r"with the decode on the host; flip\), evaluation: centre crop 0.875 of the short "
-            r"side\n"))
+        self.assertRegex(
+            stderr.getvalue(),
+            (
+                r"tfdist input: preprocessing on device: [0-9,]+ "
+                r"bytes/example host->device \(uint8 "
+                r"images; flip, normalisation and cast run on each replica's device\); "
+                r"augmentation: imagenet \(random-resized crop 8-100% area, aspect 3/4-4/3, fused "
+                r"with the decode on the host; flip\), evaluation: centre crop 0.875 of the short "
+                r"side\n"
+            ),
+        )
 
     def test_small_recipe_on_jpeg_reads_whole_images(self):
         read = ReadOptions(split="validation", training=False, placement=_DEVICE)
-        batch = next(iter(pipeline.examples(self._config(augment="small"), read, _CONTEXT,
-                                            announce=False)))
+        batch = next(
+            iter(pipeline.examples(self._config(augment="small"), read, _CONTEXT, announce=False))
+        )
         first = tf.io.decode_jpeg(encode_image(smooth_pixels(50, 70, 0), "JPEG"), channels=3)
         expected = tf.cast(tf.image.resize(first, [32, 32]), tf.uint8)
         self.assertLess(_mean_difference(batch["image"][0], expected), 1.0)
 
     def test_describes_every_recipe(self):
-        self.assertEqual(imagenet_recipe.describe(self._config(augment="none")),
-                         "augmentation: none (training reads images as evaluation does)")
-        self.assertIn("augmentation: small (shift of up to 4 px from a reflect-padded image, "
-                      "flip, brightness +-12.5%)",
-                      imagenet_recipe.describe(self._config(augment="small")))
-        self.assertIn("random-resized crop 25-100% area, aspect 1/2-2",
-                      imagenet_recipe.describe(self._config(crop_area_range=(0.25, 1),
-                                                            crop_aspect_range=(0.5, 2))))
+        self.assertEqual(
+            imagenet_recipe.describe(self._config(augment="none")),
+            "augmentation: none (training reads images as evaluation does)",
+        )
+        self.assertIn(
+            "augmentation: small (shift of up to 4 px from a reflect-padded image, "
+            "flip, brightness +-12.5%)",
+            imagenet_recipe.describe(self._config(augment="small")),
+        )
+        self.assertIn(
+            "random-resized crop 25-100% area, aspect 1/2-2",
+            imagenet_recipe.describe(
+                self._config(crop_area_range=(0.25, 1), crop_aspect_range=(0.5, 2))
+            ),
+        )
 
 
 class RawImagesTest(tf.test.TestCase):
-
     @pytest.fixture(autouse=True)
     def _data(self, small_shapes_data_dir):
         self.data_dir = small_shapes_data_dir
@@ -202,7 +244,6 @@ class RawImagesTest(tf.test.TestCase):
 
 
 class AutoTest(parameterized.TestCase):
-
     @parameterized.parameters(
         (dict(dataset="tfrecord:/data/{split}-*", num_classes=1000), Augment.IMAGENET),
         (dict(dataset="imagenet2012", image_size=224), Augment.IMAGENET),
@@ -211,6 +252,7 @@ class AutoTest(parameterized.TestCase):
         (dict(dataset="shapes", image_size=64), Augment.SMALL),
         (dict(dataset="synthetic", image_size=224), Augment.SMALL),
         (dict(dataset="tfrecord:/data/*", num_classes=9, augment="small"), Augment.SMALL),
-        (dict(dataset="shapes", augment="none"), Augment.NONE))
+        (dict(dataset="shapes", augment="none"), Augment.NONE),
+    )
     def test_auto_is_imagenet_for_encoded_images_resized_to_image_size(self, options, expected):
         self.assertIs(InputConfig(**options).augmentation, expected)

@@ -32,28 +32,31 @@ def _read(split: str, training: bool, placement: Placement = _DEVICE) -> ReadOpt
     return ReadOptions(split=split, training=training, placement=placement)
 
 
-def _context(num_pipelines: int = 1, pipeline_id: int = 0,
-             num_replicas: int = 1) -> tf.distribute.InputContext:
-    return tf.distribute.InputContext(num_input_pipelines=num_pipelines,
-                                      input_pipeline_id=pipeline_id,
-                                      num_replicas_in_sync=num_replicas)
+def _context(
+    num_pipelines: int = 1, pipeline_id: int = 0, num_replicas: int = 1
+) -> tf.distribute.InputContext:
+    return tf.distribute.InputContext(
+        num_input_pipelines=num_pipelines,
+        input_pipeline_id=pipeline_id,
+        num_replicas_in_sync=num_replicas,
+    )
 
 
 class _SmallShapes:
-
     @pytest.fixture(autouse=True)
     def _config(self, small_shapes_data_dir):
         self.config = InputConfig(data_dir=small_shapes_data_dir, global_batch_size=32)
 
 
 class CoverageTest(_SmallShapes, parameterized.TestCase):
-
-    @parameterized.parameters(("auto", 2, 2), ("file", 2, 2), ("data", 2, 2), ("data", 3, 1),
-                              ("auto", 16, 1))
+    @parameterized.parameters(
+        ("auto", 2, 2), ("file", 2, 2), ("data", 2, 2), ("data", 3, 1), ("auto", 16, 1)
+    )
     def test_every_example_read_exactly_once(self, autoshard, num_workers, replicas_per_worker):
         config = dataclasses.replace(self.config, autoshard=autoshard, global_batch_size=48)
-        report = input_pipelines.check_coverage(config, num_workers=num_workers,
-                                                replicas_per_worker=replicas_per_worker)
+        report = input_pipelines.check_coverage(
+            config, num_workers=num_workers, replicas_per_worker=replicas_per_worker
+        )
         self.assertTrue(report.exactly_once, report.lines())
         self.assertEqual(report.num_examples, SMALL_TRAIN_SIZE)
         self.assertEqual(sum(report.examples_per_worker), SMALL_TRAIN_SIZE)
@@ -76,21 +79,45 @@ class CoverageTest(_SmallShapes, parameterized.TestCase):
     def test_no_examples_is_a_failure(self):
         # tfrecord: sources fail earlier (InputConfigError); a TFDS split can still be empty.
         report = coverage.CoverageReport(
-            dataset="empty", split="train", autoshard="auto", num_workers=1,
-            replicas_per_worker=1, notices=[], plans=[], examples_per_worker=[0],
-            num_examples=0, num_unique=0, num_duplicated=0, num_missing=0)
+            dataset="empty",
+            split="train",
+            autoshard="auto",
+            num_workers=1,
+            replicas_per_worker=1,
+            notices=[],
+            plans=[],
+            examples_per_worker=[0],
+            num_examples=0,
+            num_unique=0,
+            num_duplicated=0,
+            num_missing=0,
+        )
         self.assertFalse(report.exactly_once)
         self.assertEqual(report.lines()[-1], "FAIL: split train has no examples to read")
 
     def test_uneven_shares_are_a_warning_not_a_failure(self):
         report = coverage.CoverageReport(
-            dataset="mine", split="train", autoshard="file", num_workers=3,
-            replicas_per_worker=1, notices=[], plans=[], examples_per_worker=[800, 400, 400],
-            num_examples=1600, num_unique=1600, num_duplicated=0, num_missing=0)
+            dataset="mine",
+            split="train",
+            autoshard="file",
+            num_workers=3,
+            replicas_per_worker=1,
+            notices=[],
+            plans=[],
+            examples_per_worker=[800, 400, 400],
+            num_examples=1600,
+            num_unique=1600,
+            num_duplicated=0,
+            num_missing=0,
+        )
         self.assertTrue(report.exactly_once)
-        self.assertTrue(report.lines()[-2].startswith(
-            "warning: the workers read unevenly, 400 to 800 examples: in synchronous training "
-            "they take the same steps"), report.lines()[-2])
+        self.assertTrue(
+            report.lines()[-2].startswith(
+                "warning: the workers read unevenly, 400 to 800 examples: in synchronous training "
+                "they take the same steps"
+            ),
+            report.lines()[-2],
+        )
         self.assertIn("go round 2.0x as often", report.lines()[-2])
         self.assertEqual(report.lines()[-1], "ok: every example read exactly once")
         self.assertEqual(report.as_dict()["imbalance"], 2.0)
@@ -104,18 +131,17 @@ class CoverageTest(_SmallShapes, parameterized.TestCase):
 
 
 class BatchingTest(_SmallShapes, tf.test.TestCase):
-
     def test_training_batches_per_replica_and_repeats(self):
-        dataset = pipeline.examples(self.config, _read("train", True, _HOST),
-                                    _context(2, 1, num_replicas=4))
+        dataset = pipeline.examples(
+            self.config, _read("train", True, _HOST), _context(2, 1, num_replicas=4)
+        )
         batches = list(dataset.take(30).as_numpy_iterator())  # 30 x 8 > the pipeline's 320.
         self.assertTrue(all(batch["image"].shape == (8, 32, 32, 3) for batch in batches))
         self.assertEqual(batches[0]["image"].dtype, np.float32)
 
     def test_validation_keeps_its_tail(self):
         config = dataclasses.replace(self.config, global_batch_size=48)
-        dataset = pipeline.examples(config, _read("validation", False), _context(),
-                                    with_ids=True)
+        dataset = pipeline.examples(config, _read("validation", False), _context(), with_ids=True)
         sizes = [len(batch["id"]) for batch in dataset.as_numpy_iterator()]
         self.assertEqual(sizes, [48, 48, 48, 16])
         self.assertEqual(sum(sizes), SMALL_VALIDATION_SIZE)
@@ -123,9 +149,9 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
     def test_same_seed_same_order_other_seed_other_order(self):
         def first_ids(seed: int) -> np.ndarray:
             config = dataclasses.replace(self.config, seed=seed, deterministic=True)
-            dataset = pipeline.examples(config, _read("train", True), _context(),
-                                        with_ids=True)
+            dataset = pipeline.examples(config, _read("train", True), _context(), with_ids=True)
             return next(dataset.as_numpy_iterator())["id"]
+
         self.assertAllEqual(first_ids(1), first_ids(1))
         self.assertNotAllEqual(first_ids(1), first_ids(2))
 
@@ -133,24 +159,30 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         # Parameter-server workers all get this one context; without independent_order they
         # would read the same examples in the same order (see test above).
         def validation_ids() -> np.ndarray:
-            read = ReadOptions(split="validation", training=False, placement=_DEVICE,
-                               independent_order=True)
+            read = ReadOptions(
+                split="validation", training=False, placement=_DEVICE, independent_order=True
+            )
             dataset = pipeline.examples(self.config, read, _context(), with_ids=True)
             return np.concatenate([batch["id"] for batch in dataset.as_numpy_iterator()])
+
         first, second = validation_ids(), validation_ids()
-        self.assertCountEqual(first, range(SMALL_TRAIN_SIZE,
-                                           SMALL_TRAIN_SIZE + SMALL_VALIDATION_SIZE))
+        self.assertCountEqual(
+            first, range(SMALL_TRAIN_SIZE, SMALL_TRAIN_SIZE + SMALL_VALIDATION_SIZE)
+        )
         self.assertCountEqual(second, first)
         self.assertNotAllEqual(first, second)
 
     def test_options_stop_tf_from_sharding_again(self):
         dataset = pipeline.examples(self.config, _read("train", True), _context())
-        self.assertEqual(dataset.options().experimental_distribute.auto_shard_policy,
-                         tf.data.experimental.AutoShardPolicy.OFF)
+        self.assertEqual(
+            dataset.options().experimental_distribute.auto_shard_policy,
+            tf.data.experimental.AutoShardPolicy.OFF,
+        )
 
     def test_private_threads_cache_and_determinism_reach_the_options(self):
-        config = dataclasses.replace(self.config, datasets_num_private_threads=3,
-                                     deterministic=False, cache=True)
+        config = dataclasses.replace(
+            self.config, datasets_num_private_threads=3, deterministic=False, cache=True
+        )
         dataset = pipeline.examples(config, _read("train", True), _context())
         self.assertEqual(dataset.options().threading.private_threadpool_size, 3)
         self.assertFalse(dataset.options().deterministic)
@@ -160,9 +192,9 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         def training_batches(max_calls: int) -> list[dict]:
             config = dataclasses.replace(self.config, deterministic=True)
             with mock.patch.object(pipeline, "_MAX_BATCHES_PER_CALL", max_calls):
-                dataset = pipeline.examples(config, _read("train", True), _context(),
-                                            with_ids=True)
+                dataset = pipeline.examples(config, _read("train", True), _context(), with_ids=True)
             return list(dataset.take(25).as_numpy_iterator())  # 25 x 32 > one epoch's 640.
+
         one, several = training_batches(1), training_batches(4)
         self.assertTrue(all(batch["image"].shape == (32, 32, 32, 3) for batch in several))
         for first, second in zip(one, several, strict=True):
@@ -177,11 +209,12 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
 
 
 class SyntheticTest(tf.test.TestCase):
-
     def test_one_batch_in_the_models_input_format(self):
         config = InputConfig(dataset="synthetic", global_batch_size=16, image_size=8)
-        for placement, dtype in ((_DEVICE, tf.uint8), (Placement(PreprocessOn.HOST, "bfloat16"),
-                                                       tf.bfloat16)):
+        for placement, dtype in (
+            (_DEVICE, tf.uint8),
+            (Placement(PreprocessOn.HOST, "bfloat16"), tf.bfloat16),
+        ):
             make = input_pipelines.dataset_fn(config, _read("train", True, placement))
             images, labels = next(iter(make(_context(num_replicas=2))))
             self.assertEqual(images.shape, (8, 8, 8, 3))
@@ -191,21 +224,23 @@ class SyntheticTest(tf.test.TestCase):
 
 
 class TfrecordSourceTest(tf.test.TestCase):
-
     @pytest.fixture(autouse=True)
     def _files(self, tmp_path):
         self.directory = str(tmp_path)
         self.train_files = write_image_tfrecords(self.directory, "train", 3, 10)
         write_image_tfrecords(self.directory, "validation", 1, 6)
-        self.config = InputConfig(dataset=f"tfrecord:{self.directory}/{{split}}-*",
-                                  num_classes=3, image_size=16, global_batch_size=4)
+        self.config = InputConfig(
+            dataset=f"tfrecord:{self.directory}/{{split}}-*",
+            num_classes=3,
+            image_size=16,
+            global_batch_size=4,
+        )
 
     def test_counts_resizes_and_covers_by_position(self):
         info = input_pipelines.prepare(self.config)
         self.assertEqual(info.num_examples, {"train": 30, "validation": 6})
         self.assertEqual(info.image_shape, (16, 16, 3))
-        report = input_pipelines.check_coverage(self.config, num_workers=2,
-                                                replicas_per_worker=2)
+        report = input_pipelines.check_coverage(self.config, num_workers=2, replicas_per_worker=2)
         self.assertTrue(report.exactly_once, report.lines())
         self.assertEqual(report.examples_per_worker, [20, 10])
         batch = next(iter(pipeline.examples(self.config, _read("train", True), _context())))
@@ -217,23 +252,27 @@ class TfrecordSourceTest(tf.test.TestCase):
 
     def test_empty_glob_is_one_line_error(self):
         config = dataclasses.replace(self.config, dataset=f"tfrecord:{self.directory}/nope-*")
-        with self.assertRaisesRegex(InputConfigError,
-                                    r"^dataset='tfrecord:.*/nope-\*': the pattern .* matches "
-                                    r"no files; check the path"):
+        with self.assertRaisesRegex(
+            InputConfigError,
+            r"^dataset='tfrecord:.*/nope-\*': the pattern .* matches "
+            r"no files; check the path",
+        ):
             input_pipelines.prepare(config)
 
     def _damage(self, path: str) -> None:
         data = bytearray(open(path, "rb").read())
-        data[len(data) // 2:len(data) // 2 + 8] = b"garbage!"
+        data[len(data) // 2 : len(data) // 2 + 8] = b"garbage!"
         with open(path, "wb") as damaged:
             damaged.write(data)
 
     def test_damaged_file_is_named(self):
         self._damage(self.train_files[1])
-        with self.assertRaisesRegex(InputConfigError,
-                                    rf"^file {self.train_files[1]} is damaged \(corrupted "
-                                    r"record at \d+; \d+ record\(s\) readable before it\); "
-                                    r".*skip_corrupt_records=true"):
+        with self.assertRaisesRegex(
+            InputConfigError,
+            rf"^file {self.train_files[1]} is damaged \(corrupted "
+            r"record at \d+; \d+ record\(s\) readable before it\); "
+            r".*skip_corrupt_records=true",
+        ):
             input_pipelines.prepare(self.config)
 
     def test_skip_corrupt_records_counts_and_reads_the_rest(self):
@@ -241,13 +280,14 @@ class TfrecordSourceTest(tf.test.TestCase):
         config = dataclasses.replace(self.config, skip_corrupt_records=True)
         readable = input_pipelines.prepare(config).num_examples["train"]
         self.assertBetween(readable, 20, 29)
-        ids = [batch["id"] for batch in pipeline.examples(
-            config, _read("train", False), _context(), with_ids=True)]
+        ids = [
+            batch["id"]
+            for batch in pipeline.examples(config, _read("train", False), _context(), with_ids=True)
+        ]
         self.assertLen(np.concatenate(ids), readable)
 
 
 class TfdsSourceTest(tf.test.TestCase):
-
     @pytest.fixture(autouse=True)
     def _data_dirs(self, tmp_path, small_shapes_data_dir):
         self.data_dir = str(tmp_path)
@@ -256,48 +296,58 @@ class TfdsSourceTest(tf.test.TestCase):
     def test_unprepared_dataset_says_how_to_prepare_it(self):
         data_dir = self.data_dir
         with self.assertRaisesRegex(
-                InputConfigError,
-                rf"^dataset='mnist' is not prepared in data_dir={data_dir}; prepare it once "
-                rf"with `tfds build mnist --data_dir={data_dir}` or set download=true"):
+            InputConfigError,
+            rf"^dataset='mnist' is not prepared in data_dir={data_dir}; prepare it once "
+            rf"with `tfds build mnist --data_dir={data_dir}` or set download=true",
+        ):
             input_pipelines.prepare(InputConfig(dataset="mnist", data_dir=data_dir))
 
     def test_unknown_dataset(self):
-        with self.assertRaisesRegex(InputConfigError,
-                                    r"^dataset='no_such_dataset' is not a TFDS dataset; "):
+        with self.assertRaisesRegex(
+            InputConfigError, r"^dataset='no_such_dataset' is not a TFDS dataset; "
+        ):
             input_pipelines.prepare(InputConfig(dataset="no_such_dataset"))
 
     def test_prepared_dataset_by_name(self):
         # The built-in dataset is also a registered TFDS dataset: read it by its TFDS name.
-        config = InputConfig(dataset="tfdist_shapes", data_dir=self.small_shapes_data_dir,
-                             global_batch_size=32)
+        config = InputConfig(
+            dataset="tfdist_shapes", data_dir=self.small_shapes_data_dir, global_batch_size=32
+        )
         info = input_pipelines.prepare(config)
-        self.assertEqual(info.num_examples, {"train": SMALL_TRAIN_SIZE,
-                                             "validation": SMALL_VALIDATION_SIZE})
+        self.assertEqual(
+            info.num_examples, {"train": SMALL_TRAIN_SIZE, "validation": SMALL_VALIDATION_SIZE}
+        )
         self.assertEqual((info.num_classes, info.image_shape), (10, (32, 32, 3)))
         report = input_pipelines.check_coverage(config, num_workers=2, replicas_per_worker=1)
         self.assertTrue(report.exactly_once, report.lines())
 
 
-@pytest.mark.parametrize("per_replica_batch_size, bytes_per_example, calls", [
-    (128, 32 * 32 * 3, 4),        # The built-in dataset: 4 batches, 1.5 MiB of pixels.
-    (64, 224 * 224 * 3, 1),       # ImageNet-sized: one batch is already 9.2 MiB.
-    (512, 32 * 32 * 3, 2),        # 1.5 MiB a batch: two fit under 4 MiB.
-    (2048, 32 * 32 * 3, 1),       # One batch over the bound still goes through, alone.
-    (128, None, 1),               # A user's records: their parsed size is not known.
-])
-def test_batches_per_call_fill_at_most_4_mib_and_4_batches(per_replica_batch_size,
-                                                           bytes_per_example, calls):
+@pytest.mark.parametrize(
+    "per_replica_batch_size, bytes_per_example, calls",
+    [
+        (128, 32 * 32 * 3, 4),  # The built-in dataset: 4 batches, 1.5 MiB of pixels.
+        (64, 224 * 224 * 3, 1),  # ImageNet-sized: one batch is already 9.2 MiB.
+        (512, 32 * 32 * 3, 2),  # 1.5 MiB a batch: two fit under 4 MiB.
+        (2048, 32 * 32 * 3, 1),  # One batch over the bound still goes through, alone.
+        (128, None, 1),  # A user's records: their parsed size is not known.
+    ],
+)
+def test_batches_per_call_fill_at_most_4_mib_and_4_batches(
+    per_replica_batch_size, bytes_per_example, calls
+):
     assert pipeline.batches_per_call(per_replica_batch_size, bytes_per_example) == calls
 
 
 def test_map_batches_splits_back_in_order_and_refuses_a_partial_last_batch():
     records = tf.data.Dataset.range(40)
     parse = lambda values: {"value": values * 10, "square": values * values}  # noqa: E731
-    grouped = pipeline.map_batches(records, 4, parse, drop_remainder=True, calls=3,
-                                   deterministic=True)
+    grouped = pipeline.map_batches(
+        records, 4, parse, drop_remainder=True, calls=3, deterministic=True
+    )
     batches = list(grouped.as_numpy_iterator())
     assert [list(batch["value"]) for batch in batches] == [
-        [10 * value for value in range(start, start + 4)] for start in range(0, 36, 4)]
+        [10 * value for value in range(start, start + 4)] for start in range(0, 36, 4)
+    ]
     assert grouped.element_spec["value"].shape == (4,)
     with pytest.raises(ValueError, match="calls=3 needs drop_remainder=True"):
         pipeline.map_batches(records, 4, parse, drop_remainder=False, calls=3)

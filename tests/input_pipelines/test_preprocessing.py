@@ -30,6 +30,7 @@ def _images(num_images: int = _NUM_IMAGES) -> tf.Tensor:
 def _histogram_distance(first: np.ndarray, second: np.ndarray) -> float:
     def histogram(values):
         return np.histogram(values, bins=20, range=(-1, 1))[0] / values.size
+
     return float(np.abs(histogram(first) - histogram(second)).sum() / 2)
 
 
@@ -41,11 +42,18 @@ def _ops_without_gpu_kernel(graph: tf.Graph, scope: str) -> list[str]:
     for op in graph.get_operations():
         if scope not in op.name:
             continue
-        gpu_kernels = [kernel for kernel in kernels.get_registered_kernels_for_op(op.type).kernel
-                       if kernel.device_type in ("GPU", "DEFAULT")]
-        if not any(all(op.get_attr(constraint.name).as_datatype_enum
-                       in constraint.allowed_values.list.type
-                       for constraint in kernel.constraint) for kernel in gpu_kernels):
+        gpu_kernels = [
+            kernel
+            for kernel in kernels.get_registered_kernels_for_op(op.type).kernel
+            if kernel.device_type in ("GPU", "DEFAULT")
+        ]
+        if not any(
+            all(
+                op.get_attr(constraint.name).as_datatype_enum in constraint.allowed_values.list.type
+                for constraint in kernel.constraint
+            )
+            for kernel in gpu_kernels
+        ):
             missing.append(f"{op.type}({', '.join(str(t.dtype.name) for t in op.inputs)})")
     return sorted(set(missing))
 
@@ -54,28 +62,33 @@ def _resolved(preprocess_on: str, num_gpus: int) -> tuple[PreprocessOn, str]:
     """The placement `resolve_placement` picks, and what it logged."""
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
-        placement = input_pipelines.resolve_placement(InputConfig(preprocess_on=preprocess_on),
-                                                      num_gpus=num_gpus)
+        placement = input_pipelines.resolve_placement(
+            InputConfig(preprocess_on=preprocess_on), num_gpus=num_gpus
+        )
     return placement.preprocess_on, stderr.getvalue()
 
 
 class PlacementTest(tf.test.TestCase, parameterized.TestCase):
-
     def test_auto_is_device_with_gpus_else_host(self):
         config = InputConfig()
-        self.assertEqual(input_pipelines.resolve_placement(config, num_gpus=2).preprocess_on,
-                         PreprocessOn.DEVICE)
-        self.assertEqual(input_pipelines.resolve_placement(config, num_gpus=0).preprocess_on,
-                         PreprocessOn.HOST)
+        self.assertEqual(
+            input_pipelines.resolve_placement(config, num_gpus=2).preprocess_on, PreprocessOn.DEVICE
+        )
+        self.assertEqual(
+            input_pipelines.resolve_placement(config, num_gpus=0).preprocess_on, PreprocessOn.HOST
+        )
 
     def test_device_without_gpus_is_kept_with_one_warning_line(self):
         placement, logged = _resolved("device", num_gpus=0)
         self.assertIs(placement, PreprocessOn.DEVICE)
-        self.assertRegex(logged, r"^tfdist input: --preprocess_on=device with no GPU replicas: "
-                                 r"augmentation and normalisation run inside each training step "
-                                 r"on the CPU, without XLA, 0.6-1.0 ms of CPU per 224x224 image "
-                                 r"against 0.06-0.13 ms on the host \(measured on 2 cores\); use "
-                                 r"--preprocess_on=host, or auto \(device only with GPUs\)\n$")
+        self.assertRegex(
+            logged,
+            r"^tfdist input: --preprocess_on=device with no GPU replicas: "
+            r"augmentation and normalisation run inside each training step "
+            r"on the CPU, without XLA, 0.6-1.0 ms of CPU per 224x224 image "
+            r"against 0.06-0.13 ms on the host \(measured on 2 cores\); use "
+            r"--preprocess_on=host, or auto \(device only with GPUs\)\n$",
+        )
 
     @parameterized.parameters(("device", 1), ("auto", 0), ("auto", 2), ("host", 0))
     def test_no_warning_otherwise(self, preprocess_on, num_gpus):
@@ -85,10 +98,12 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
         shape = (32, 32, 3)
         self.assertEqual(Placement(PreprocessOn.DEVICE).bytes_per_example(shape), 3072 + 8)
         self.assertEqual(Placement(PreprocessOn.HOST).bytes_per_example(shape), 4 * 3072 + 8)
-        self.assertEqual(Placement(PreprocessOn.HOST, "bfloat16").bytes_per_example(shape),
-                         2 * 3072 + 8)
-        self.assertIn("3,080 bytes/example host->device",
-                      Placement(PreprocessOn.DEVICE).describe(shape))
+        self.assertEqual(
+            Placement(PreprocessOn.HOST, "bfloat16").bytes_per_example(shape), 2 * 3072 + 8
+        )
+        self.assertIn(
+            "3,080 bytes/example host->device", Placement(PreprocessOn.DEVICE).describe(shape)
+        )
 
     def test_device_preprocessing_runs_on_each_replicas_device(self):
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -114,24 +129,34 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
         # the crop and flip ran on the host and device preprocessing was slower than host.
         for dtype in ("float32", "mixed_float16", "mixed_bfloat16"):
             layer = preprocessing.DevicePreprocessing(
-                name="device_preprocessing", dtype=tf_keras.mixed_precision.Policy(dtype),
-                augmentation=augmentation)
+                name="device_preprocessing",
+                dtype=tf_keras.mixed_precision.Policy(dtype),
+                augmentation=augmentation,
+            )
             step = tf.function(lambda batch, layer=layer: layer(batch, training=True))
             graph = step.get_concrete_function(tf.TensorSpec([8, 32, 32, 3], tf.uint8)).graph
             self.assertEqual(_ops_without_gpu_kernel(graph, "device_preprocessing"), [], dtype)
 
     def test_host_and_device_give_the_same_distribution(self):
         images = _images()
-        host = tf.data.Dataset.from_tensor_slices(images).batch(256).map(
-            lambda batch: preprocessing.preprocess_on_host(batch, training=True,
-                                                           compute_dtype="float32"))
+        host = (
+            tf.data.Dataset.from_tensor_slices(images)
+            .batch(256)
+            .map(
+                lambda batch: preprocessing.preprocess_on_host(
+                    batch, training=True, compute_dtype="float32"
+                )
+            )
+        )
         host = np.concatenate(list(host.as_numpy_iterator()))
         layer = input_pipelines.device_preprocessing()
-        device = np.concatenate([layer(batch, training=True).numpy()
-                                 for batch in tf.split(images, 16)])
+        device = np.concatenate(
+            [layer(batch, training=True).numpy() for batch in tf.split(images, 16)]
+        )
         for name, statistic in (("mean", np.mean), ("std", np.std)):
-            self.assertAllClose(statistic(host, axis=(0, 1)), statistic(device, axis=(0, 1)),
-                                atol=0.05, msg=name)
+            self.assertAllClose(
+                statistic(host, axis=(0, 1)), statistic(device, axis=(0, 1)), atol=0.05, msg=name
+            )
         # Total variation distance of pixel histograms: small between the placements, large
         # between either and the unaugmented images (so the check can tell them apart).
         plain = preprocessing.normalise(images, "float32").numpy()
@@ -141,14 +166,17 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
     def test_without_training_both_only_normalise(self):
         images = _images(64)
         expected = tf.cast(images, tf.float32) / 127.5 - 1
-        self.assertAllClose(preprocessing.preprocess(images, training=False,
-                                                     compute_dtype="float32"), expected)
-        self.assertAllClose(input_pipelines.device_preprocessing()(images, training=False),
-                            expected)
+        self.assertAllClose(
+            preprocessing.preprocess(images, training=False, compute_dtype="float32"), expected
+        )
+        self.assertAllClose(
+            input_pipelines.device_preprocessing()(images, training=False), expected
+        )
 
     def test_device_layer_casts_to_the_policy_dtype(self):
-        layer = preprocessing.DevicePreprocessing(dtype=tf_keras.mixed_precision.Policy(
-            "mixed_bfloat16"))
+        layer = preprocessing.DevicePreprocessing(
+            dtype=tf_keras.mixed_precision.Policy("mixed_bfloat16")
+        )
         self.assertEqual(layer(_images(4), training=True).dtype, tf.bfloat16)
 
     def test_augmented_images_are_crops_of_the_mirrored_original(self):
@@ -169,9 +197,15 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_host_augmentation_draws_anew_for_every_batch(self):
         images = _images(16)
-        batches = list(tf.data.Dataset.from_tensors(images).repeat(3).map(
-            lambda batch: preprocessing.preprocess_on_host(batch, training=True,
-                                                           compute_dtype="float32")))
+        batches = list(
+            tf.data.Dataset.from_tensors(images)
+            .repeat(3)
+            .map(
+                lambda batch: preprocessing.preprocess_on_host(
+                    batch, training=True, compute_dtype="float32"
+                )
+            )
+        )
         self.assertNotAllClose(batches[0], batches[1])
         self.assertNotAllClose(batches[1], batches[2])
 
@@ -193,23 +227,29 @@ class ImagenetOnDeviceTest(tf.test.TestCase):
 
     def test_host_and_device_flip_alike(self):
         images = _images(512)
-        host = preprocessing.preprocess_on_host(images, training=True, compute_dtype="float32",
-                                                augmentation=Augment.IMAGENET).numpy()
-        flipped = np.isclose(host[:, 0, 0, 0], preprocessing.normalise(
-            images[:, 0, -1, 0], "float32").numpy())
+        host = preprocessing.preprocess_on_host(
+            images, training=True, compute_dtype="float32", augmentation=Augment.IMAGENET
+        ).numpy()
+        flipped = np.isclose(
+            host[:, 0, 0, 0], preprocessing.normalise(images[:, 0, -1, 0], "float32").numpy()
+        )
         self.assertBetween(flipped.mean(), 0.35, 0.65)
 
     def test_none_only_normalises(self):
         images = _images(8)
-        self.assertAllClose(preprocessing.preprocess(images, training=True,
-                                                     compute_dtype="float32",
-                                                     augmentation=Augment.NONE),
-                            preprocessing.normalise(images, "float32"))
+        self.assertAllClose(
+            preprocessing.preprocess(
+                images, training=True, compute_dtype="float32", augmentation=Augment.NONE
+            ),
+            preprocessing.normalise(images, "float32"),
+        )
 
     def test_the_layer_keeps_its_recipe_in_its_config(self):
         layer = preprocessing.DevicePreprocessing(augmentation=Augment.IMAGENET)
         self.assertEqual(layer.get_config()["augmentation"], "imagenet")
-        self.assertIs(preprocessing.DevicePreprocessing.from_config(
-            layer.get_config()).augmentation, Augment.IMAGENET)
+        self.assertIs(
+            preprocessing.DevicePreprocessing.from_config(layer.get_config()).augmentation,
+            Augment.IMAGENET,
+        )
         with self.assertRaisesRegex(ValueError, r"augmentation=auto is resolved by the input"):
             preprocessing.DevicePreprocessing(augmentation="auto")

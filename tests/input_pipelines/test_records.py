@@ -28,12 +28,13 @@ from tfdist.input_pipelines import ReadOptions
 from tfdist.input_pipelines import pipeline
 from tfdist.input_pipelines import records
 
-_LAYOUT = (r"; tfrecord: records need one encoded image as image/encoded \(bytes_list\) and one "
-           r"class index as image/class/label \(int64_list\): re-write it\.$")
+_LAYOUT = (
+    r"; tfrecord: records need one encoded image as image/encoded \(bytes_list\) and one "
+    r"class index as image/class/label \(int64_list\): re-write it\.$"
+)
 
 
 class _Files:
-
     @pytest.fixture(autouse=True)
     def _directory(self, tmp_path):
         self.directory = str(tmp_path)
@@ -42,16 +43,22 @@ class _Files:
         return write_records(os.path.join(self.directory, name), serialized)
 
     def _config(self, pattern: str = "train-*", **options) -> InputConfig:
-        return InputConfig(dataset=f"tfrecord:{self.directory}/{pattern}", num_classes=3,
-                           image_size=16, global_batch_size=4, **options)
+        return InputConfig(
+            dataset=f"tfrecord:{self.directory}/{pattern}",
+            num_classes=3,
+            image_size=16,
+            global_batch_size=4,
+            **options,
+        )
 
 
 class RecordCheckTest(_Files, parameterized.TestCase):
-
     def test_every_image_format_decode_image_reads_passes(self):
         formats = ("JPEG", "PNG", "GIF", "BMP", "WEBP")
-        self._write("train-0", [image_example(bytes_feature(encoded_image(image_format)))
-                                for image_format in formats])
+        self._write(
+            "train-0",
+            [image_example(bytes_feature(encoded_image(image_format))) for image_format in formats],
+        )
         config = self._config()
         self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 5})
         context = tf.distribute.InputContext()
@@ -60,57 +67,88 @@ class RecordCheckTest(_Files, parameterized.TestCase):
         self.assertEqual(batch["image"].shape, (4, 16, 16, 3))
 
     @parameterized.named_parameters(
-        ("label_too_large", image_example(label=int64_feature(5)),
-         r": image/class/label=5 is outside \[0, 3\) \(num_classes=3\); re-write the label as a "
-         r"class index, or set num_classes=6 if the dataset has that many classes\.$"),
-        ("label_negative", image_example(label=int64_feature(-1)),
-         r": image/class/label=-1 is outside \[0, 3\) \(num_classes=3\); re-write the label as a "
-         r"class index\.$"),
-        ("float_label", image_example(label=float_feature(1.0)),
-         r" stores image/class/label as float_list" + _LAYOUT),
-        ("two_labels", image_example(label=int64_feature(1, 2)),
-         r" holds 2 values in image/class/label" + _LAYOUT),
+        (
+            "label_too_large",
+            image_example(label=int64_feature(5)),
+            r": image/class/label=5 is outside \[0, 3\) \(num_classes=3\); re-write the label as a "
+            r"class index, or set num_classes=6 if the dataset has that many classes\.$",
+        ),
+        (
+            "label_negative",
+            image_example(label=int64_feature(-1)),
+            r": image/class/label=-1 is outside \[0, 3\) "
+            r"\(num_classes=3\); re-write the label as a "
+            r"class index\.$",
+        ),
+        (
+            "float_label",
+            image_example(label=float_feature(1.0)),
+            r" stores image/class/label as float_list" + _LAYOUT,
+        ),
+        (
+            "two_labels",
+            image_example(label=int64_feature(1, 2)),
+            r" holds 2 values in image/class/label" + _LAYOUT,
+        ),
         ("no_label", image_example(omit=LABEL_KEY), r" has no image/class/label feature" + _LAYOUT),
         ("no_image", image_example(omit=IMAGE_KEY), r" has no image/encoded feature" + _LAYOUT),
-        ("image_as_int64", image_example(image=int64_feature(7)),
-         r" stores image/encoded as int64_list" + _LAYOUT),
+        (
+            "image_as_int64",
+            image_example(image=int64_feature(7)),
+            r" stores image/encoded as int64_list" + _LAYOUT,
+        ),
         ("not_an_example", b"hello world", r" is not a serialized tf.train.Example" + _LAYOUT),
-        ("raw_pixels", image_example(image=bytes_feature(bytes(range(48)))),
-         r": image/encoded holds no encoded image \(it starts 00 01 02 03 04 05 06 07\); tfdist "
-         r"decodes JPEG, PNG, GIF, BMP, WebP or JPEG XL bytes there, not raw pixels: re-write "
-         r"the record with an encoded image\.$"),
-        ("empty_image", image_example(image=bytes_feature(b"")),
-         r": image/encoded holds no encoded image \(it is empty\)"))
+        (
+            "raw_pixels",
+            image_example(image=bytes_feature(bytes(range(48)))),
+            r": image/encoded holds no encoded image \(it starts 00 01 02 03 04 05 06 07\); tfdist "
+            r"decodes JPEG, PNG, GIF, BMP, WebP or JPEG XL bytes there, not raw pixels: re-write "
+            r"the record with an encoded image\.$",
+        ),
+        (
+            "empty_image",
+            image_example(image=bytes_feature(b"")),
+            r": image/encoded holds no encoded image \(it is empty\)",
+        ),
+    )
     def test_bad_record_is_named_by_file_and_index(self, bad_record, message):
         self._write("train-0", [image_example()] * 3)
         bad_file = self._write("train-1", [image_example()] * 3 + [bad_record, image_example()])
         # Batches of 2 records: the bad one is in the second batch of the second file.
-        with mock.patch.object(records, "_CHECK_BATCH", 2), \
-                self.assertRaisesRegex(InputConfigError,
-                                       rf"^file {bad_file}, record 3 \(from 0\){message}"):
+        with (
+            mock.patch.object(records, "_CHECK_BATCH", 2),
+            self.assertRaisesRegex(
+                InputConfigError, rf"^file {bad_file}, record 3 \(from 0\){message}"
+            ),
+        ):
             input_pipelines.prepare(self._config())
 
     def test_one_based_labels_get_the_offset_suggested(self):
-        path = self._write("train-0", [image_example(label=int64_feature(label))
-                                       for label in (1, 2, 3, 2)])
+        path = self._write(
+            "train-0", [image_example(label=int64_feature(label)) for label in (1, 2, 3, 2)]
+        )
         with self.assertRaisesRegex(
-                InputConfigError,
-                rf"^file {path}, record 2 \(from 0\): image/class/label=3 is outside \[0, 3\) "
-                r"\(num_classes=3\); the labels look 1-based \(none below 1\): set "
-                r"label_offset=1 to read them as classes 0\.\.2, or num_classes=4 if the "
-                r"dataset has that many classes\.$"):
+            InputConfigError,
+            rf"^file {path}, record 2 \(from 0\): image/class/label=3 is outside \[0, 3\) "
+            r"\(num_classes=3\); the labels look 1-based \(none below 1\): set "
+            r"label_offset=1 to read them as classes 0\.\.2, or num_classes=4 if the "
+            r"dataset has that many classes\.$",
+        ):
             input_pipelines.prepare(self._config())
-        self.assertEqual(input_pipelines.prepare(self._config(label_offset=1)).num_examples,
-                         {"train": 4})
+        self.assertEqual(
+            input_pipelines.prepare(self._config(label_offset=1)).num_examples, {"train": 4}
+        )
 
     def test_a_label_below_the_offset_is_named_with_it(self):
-        path = self._write("train-0", [image_example(label=int64_feature(label))
-                                       for label in (1, 0, 3)])
+        path = self._write(
+            "train-0", [image_example(label=int64_feature(label)) for label in (1, 0, 3)]
+        )
         with self.assertRaisesRegex(
-                InputConfigError,
-                rf"^file {path}, record 1 \(from 0\): image/class/label=0 \(less label_offset=1: "
-                r"-1\) is outside \[0, 3\) \(num_classes=3\); re-write the label as a class "
-                r"index\.$"):
+            InputConfigError,
+            rf"^file {path}, record 1 \(from 0\): image/class/label=0 \(less label_offset=1: "
+            r"-1\) is outside \[0, 3\) \(num_classes=3\); re-write the label as a class "
+            r"index\.$",
+        ):
             input_pipelines.prepare(self._config(label_offset=1))
 
     def test_a_zero_among_the_labels_is_no_sign_of_1_based(self):
@@ -125,15 +163,15 @@ class RecordCheckTest(_Files, parameterized.TestCase):
 
 
 class PathCheckTest(_Files, parameterized.TestCase):
-
     def test_directory_among_the_files(self):
         self._write("train-0", [image_example()])
         os.mkdir(os.path.join(self.directory, "train-dir"))
         directory = os.path.join(self.directory, "train-dir")
         with self.assertRaisesRegex(
-                InputConfigError,
-                rf"^dataset='tfrecord:.*/train-\*': {directory} is a directory, not a TFRecord "
-                rf"file; make the pattern match files only, e.g. {directory}/\*\.$"):
+            InputConfigError,
+            rf"^dataset='tfrecord:.*/train-\*': {directory} is a directory, not a TFRecord "
+            rf"file; make the pattern match files only, e.g. {directory}/\*\.$",
+        ):
             input_pipelines.prepare(self._config())
 
     def test_only_directories(self):
@@ -146,32 +184,34 @@ class PathCheckTest(_Files, parameterized.TestCase):
         self._write("train-0", [image_example()])
         empty = self._write("train-1", [])
         with self.assertRaisesRegex(
-                InputConfigError,
-                rf"^dataset='tfrecord:.*': file {empty} is empty \(0 bytes\), most likely a "
-                r"failed write; re-create it, or move it out of the pattern\.$"):
+            InputConfigError,
+            rf"^dataset='tfrecord:.*': file {empty} is empty \(0 bytes\), most likely a "
+            r"failed write; re-create it, or move it out of the pattern\.$",
+        ):
             input_pipelines.prepare(self._config())
 
     def test_broken_link(self):
         self._write("train-0", [image_example()])
         link = os.path.join(self.directory, "train-1")
         os.symlink(os.path.join(self.directory, "gone"), link)
-        with self.assertRaisesRegex(InputConfigError,
-                                    rf"^dataset='tfrecord:.*': {link} is a broken link; "):
+        with self.assertRaisesRegex(
+            InputConfigError, rf"^dataset='tfrecord:.*': {link} is a broken link; "
+        ):
             input_pipelines.prepare(self._config())
 
 
 class NoReadableRecordsTest(_Files, parameterized.TestCase):
-
     def test_split_left_empty_by_skip_corrupt_records(self):
         self._write("train-0", [image_example()] * 2)
         paths = [self._write(f"validation-{index}", [image_example()] * 2) for index in (0, 1)]
         for path in paths:
             damage_first_record(path)
         with self.assertRaisesRegex(
-                InputConfigError,
-                rf"^dataset='tfrecord:.*': the validation split has no readable records: each of "
-                rf"its 2 file\(s\) \({paths[0]}, {paths[1]}\) is damaged or cut short before its "
-                r"first record; re-create them\.$"):
+            InputConfigError,
+            rf"^dataset='tfrecord:.*': the validation split has no readable records: each of "
+            rf"its 2 file\(s\) \({paths[0]}, {paths[1]}\) is damaged or cut short before its "
+            r"first record; re-create them\.$",
+        ):
             input_pipelines.prepare(self._config("{split}-*", skip_corrupt_records=True))
         with self.assertRaisesRegex(InputConfigError, rf"^file {paths[0]} is damaged "):
             input_pipelines.prepare(self._config("{split}-*"))
@@ -185,7 +225,6 @@ class NoReadableRecordsTest(_Files, parameterized.TestCase):
 
 
 class ExplainInputErrorTest(_Files, parameterized.TestCase):
-
     def _truncated_jpeg_at(self, position: int) -> str:
         """Writes 3 good records to train-0 and 4 to train-1, whose record `position` holds a
         JPEG cut short (it starts like one); returns train-1's path."""
@@ -198,15 +237,18 @@ class ExplainInputErrorTest(_Files, parameterized.TestCase):
         path = self._truncated_jpeg_at(2)
         config = self._config()
         self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 7})
-        make = input_pipelines.dataset_fn(config, ReadOptions(
-            split="train", training=False, placement=Placement(PreprocessOn.DEVICE)))
+        make = input_pipelines.dataset_fn(
+            config,
+            ReadOptions(split="train", training=False, placement=Placement(PreprocessOn.DEVICE)),
+        )
         with self.assertRaises(tf.errors.InvalidArgumentError) as read:
             list(make(tf.distribute.InputContext()))
         with self.assertRaisesRegex(
-                InputConfigError,
-                rf"^file {path}, record 2 \(from 0\): its image/encoded image does not decode "
-                r"\(jpeg::Uncompress failed\. Invalid JPEG data or crop window\); re-write the "
-                r"record with an intact image, or re-create the file\.$"):
+            InputConfigError,
+            rf"^file {path}, record 2 \(from 0\): its image/encoded image does not decode "
+            r"\(jpeg::Uncompress failed\. Invalid JPEG data or crop window\); re-write the "
+            r"record with an intact image, or re-create the file\.$",
+        ):
             input_pipelines.explain_input_error(config, read.exception)
 
     def test_coverage_check_names_the_undecodable_image(self):
@@ -226,13 +268,16 @@ class ComplaintTest(tf.test.TestCase):
 
     def test_the_line_before_the_node_without_the_traceback(self):
         error = tf.errors.InvalidArgumentError(None, None, GRAPH_ERROR.format(labels="9 9"))
-        self.assertEqual(records.complaint(error),
-                         "InvalidArgumentError: Received a label value of 9 which is outside the "
-                         "valid range of [0, 4).  Label values: 9 9")
+        self.assertEqual(
+            records.complaint(error),
+            "InvalidArgumentError: Received a label value of 9 which is outside the "
+            "valid range of [0, 4).  Label values: 9 9",
+        )
 
     def test_a_long_complaint_is_cut(self):
-        error = tf.errors.InvalidArgumentError(None, None,
-                                               GRAPH_ERROR.format(labels=" ".join(["9"] * 512)))
+        error = tf.errors.InvalidArgumentError(
+            None, None, GRAPH_ERROR.format(labels=" ".join(["9"] * 512))
+        )
         complaint = records.complaint(error)
         self.assertLessEqual(len(complaint), 200)
         self.assertTrue(complaint.endswith("9 9 ..."), complaint)

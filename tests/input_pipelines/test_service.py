@@ -35,8 +35,10 @@ _NUM_IDS = 60
 _NUM_WORKERS = 2
 _EXAMPLES_PER_BATCH = 4
 _READ_TIMEOUT_S = 30
-_ADDRESS_ERROR = (r"not a dispatcher address; write grpc://host:port, "
-                  r"e\.g\. grpc://127\.0\.0\.1:5050\.$")
+_ADDRESS_ERROR = (
+    r"not a dispatcher address; write grpc://host:port, "
+    r"e\.g\. grpc://127\.0\.0\.1:5050\.$"
+)
 
 
 def _write_id_files(directory: str) -> list[str]:
@@ -57,11 +59,14 @@ def _id_batches(paths: list[str], *, shuffle: bool = False) -> tf.data.Dataset:
     dataset = tf.data.Dataset.from_tensor_slices(paths)
     if shuffle:
         dataset = dataset.shuffle(len(paths), seed=0)
-    dataset = dataset.interleave(tf.data.TFRecordDataset, cycle_length=2,
-                                 num_parallel_calls=tf.data.AUTOTUNE)
+    dataset = dataset.interleave(
+        tf.data.TFRecordDataset, cycle_length=2, num_parallel_calls=tf.data.AUTOTUNE
+    )
     dataset = dataset.map(
         lambda record: tf.io.parse_single_example(
-            record, {"id": tf.io.FixedLenFeature([], tf.int64)})["id"])
+            record, {"id": tf.io.FixedLenFeature([], tf.int64)}
+        )["id"]
+    )
     if shuffle:
         dataset = dataset.shuffle(_NUM_IDS, seed=0)
     return dataset.batch(_EXAMPLES_PER_BATCH)
@@ -99,7 +104,6 @@ def _read_ids(*datasets: tf.data.Dataset) -> list[collections.Counter]:
 
 
 class ParseAddressTest(parameterized.TestCase):
-
     @parameterized.parameters(
         ("grpc://127.0.0.1:5050", ("grpc", "127.0.0.1:5050")),
         ("grpc://dispatcher-0.example.com:1", ("grpc", "dispatcher-0.example.com:1")),
@@ -126,8 +130,8 @@ class ParseAddressTest(parameterized.TestCase):
     )
     def test_rejects(self, address):
         with self.assertRaisesRegex(
-                InputConfigError,
-                f"^tf_data_service={re.escape(repr(address))}: {_ADDRESS_ERROR}") as raised:
+            InputConfigError, f"^tf_data_service={re.escape(repr(address))}: {_ADDRESS_ERROR}"
+        ) as raised:
             parse_service_address(address)
         self.assertNotIn("\n", str(raised.exception))
 
@@ -138,16 +142,28 @@ class OptionsTest(parameterized.TestCase):
     @parameterized.named_parameters(
         ("port_zero", dict(port=0, num_workers=1), r"^port=0: not a TCP port; pass 1\.\.65535\.$"),
         ("port_too_large", dict(port=65536, num_workers=1), r"^port=65536: not a TCP port"),
-        ("no_workers", dict(port=5050, num_workers=0),
-         r"^num_workers=0: a service needs workers; pass 1 or more\.$"),
+        (
+            "no_workers",
+            dict(port=5050, num_workers=0),
+            r"^num_workers=0: a service needs workers; pass 1 or more\.$",
+        ),
         ("empty_host", dict(port=5050, num_workers=1, host=""), r"^host='': not a host name"),
-        ("host_with_port", dict(port=5050, num_workers=1, host="127.0.0.1:5050"),
-         r"^host='127\.0\.0\.1:5050': not a host name or IP; pass e\.g\. 127\.0\.0\.1\.$"),
-        ("too_few_worker_ports", dict(port=5050, num_workers=2, worker_ports=[5051]),
-         r"^worker_ports=\[5051\]: 1 port\(s\) for num_workers=2; pass one port per worker "
-         r"or None\.$"),
-        ("bad_worker_port", dict(port=5050, num_workers=2, worker_ports=[5051, 0]),
-         r"^worker_ports\[1\]=0: not a TCP port"),
+        (
+            "host_with_port",
+            dict(port=5050, num_workers=1, host="127.0.0.1:5050"),
+            r"^host='127\.0\.0\.1:5050': not a host name or IP; pass e\.g\. 127\.0\.0\.1\.$",
+        ),
+        (
+            "too_few_worker_ports",
+            dict(port=5050, num_workers=2, worker_ports=[5051]),
+            r"^worker_ports=\[5051\]: 1 port\(s\) for num_workers=2; pass one port per worker "
+            r"or None\.$",
+        ),
+        (
+            "bad_worker_port",
+            dict(port=5050, num_workers=2, worker_ports=[5051, 0]),
+            r"^worker_ports\[1\]=0: not a TCP port",
+        ),
     )
     def test_start_rejects(self, kwargs, message):
         with self.assertRaisesRegex(InputConfigError, message) as raised:
@@ -156,13 +172,21 @@ class OptionsTest(parameterized.TestCase):
 
     def test_distribute_rejects_a_bad_address(self):
         with self.assertRaisesRegex(InputConfigError, "^tf_data_service='localhost': "):
-            service.distribute(tf.data.Dataset.range(1), "localhost",
-                               ServiceMode.DISTRIBUTED_EPOCH, job_name="train")
+            service.distribute(
+                tf.data.Dataset.range(1),
+                "localhost",
+                ServiceMode.DISTRIBUTED_EPOCH,
+                job_name="train",
+            )
 
     def test_distribute_rejects_an_empty_job_name(self):
         with self.assertRaisesRegex(ValueError, "^job_name='': consumers share a job by name"):
-            service.distribute(tf.data.Dataset.range(1), "grpc://127.0.0.1:5050",
-                               ServiceMode.DISTRIBUTED_EPOCH, job_name="")
+            service.distribute(
+                tf.data.Dataset.range(1),
+                "grpc://127.0.0.1:5050",
+                ServiceMode.DISTRIBUTED_EPOCH,
+                job_name="",
+            )
 
 
 class CheckDispatcherTest(parameterized.TestCase):
@@ -177,8 +201,9 @@ class CheckDispatcherTest(parameterized.TestCase):
     def test_dispatcher_that_starts_late_is_found(self):
         port = portpicker.pick_unused_port()
         servers = []
-        timer = threading.Timer(1.5, lambda: servers.append(
-            socket.create_server(("127.0.0.1", port))))
+        timer = threading.Timer(
+            1.5, lambda: servers.append(socket.create_server(("127.0.0.1", port)))
+        )
         timer.start()
         self.addCleanup(lambda: [server.close() for server in servers])
         self.addCleanup(timer.cancel)
@@ -186,29 +211,43 @@ class CheckDispatcherTest(parameterized.TestCase):
         self.assertLen(servers, 1)
 
     @parameterized.named_parameters(
-        ("nothing_listens", lambda: f"127.0.0.1:{portpicker.pick_unused_port()}",
-         "connection refused"),
-        ("host_does_not_resolve", lambda: "no-such-host.invalid:5050",
-         "host 'no-such-host.invalid' does not resolve"),
+        (
+            "nothing_listens",
+            lambda: f"127.0.0.1:{portpicker.pick_unused_port()}",
+            "connection refused",
+        ),
+        (
+            "host_does_not_resolve",
+            lambda: "no-such-host.invalid:5050",
+            "host 'no-such-host.invalid' does not resolve",
+        ),
     )
     def test_nothing_there_is_a_one_line_error_within_the_bound(self, make_address, reason):
         address = f"grpc://{make_address()}"
         port = address.rpartition(":")[2]
         started = time.monotonic()
         with self.assertRaisesRegex(
-                InputConfigError,
-                rf"^tf_data_service={re.escape(repr(address))}: no dispatcher answered there "
-                rf"within 2 s \(last try: {re.escape(reason)}\); start one with `tfdist data "
-                rf"serve --port={port}`, or fix the address\.$"):
+            InputConfigError,
+            rf"^tf_data_service={re.escape(repr(address))}: no dispatcher answered there "
+            rf"within 2 s \(last try: {re.escape(reason)}\); start one with `tfdist data "
+            rf"serve --port={port}`, or fix the address\.$",
+        ):
             dispatcher.check_dispatcher(address, wait_s=2)
         self.assertLess(time.monotonic() - started, 2 + 10)  # The bound, and slack for a busy box.
 
     def test_distribute_checks_the_dispatcher_before_building_anything(self):
         address = f"grpc://127.0.0.1:{portpicker.pick_unused_port()}"
-        with mock.patch.object(tf.data.experimental.service, "distribute") as tf_distribute, \
-                self.assertRaisesRegex(InputConfigError, "no dispatcher answered there"):
-            service.distribute(tf.data.Dataset.range(1), address, ServiceMode.DISTRIBUTED_EPOCH,
-                               job_name="train", dispatcher_wait_s=0.5)
+        with (
+            mock.patch.object(tf.data.experimental.service, "distribute") as tf_distribute,
+            self.assertRaisesRegex(InputConfigError, "no dispatcher answered there"),
+        ):
+            service.distribute(
+                tf.data.Dataset.range(1),
+                address,
+                ServiceMode.DISTRIBUTED_EPOCH,
+                job_name="train",
+                dispatcher_wait_s=0.5,
+            )
         tf_distribute.assert_not_called()
 
 
@@ -226,9 +265,11 @@ class ServiceClusterTest(tf.test.TestCase):
         cluster = service.start(portpicker.pick_unused_port(), 1)
         self.addCleanup(cluster.stop)
         port = int(cluster.address.rsplit(":", 1)[1])
-        with self.assertRaisesRegex(InputConfigError,
-                                    rf"^port={port}: in use \(.*\); stop what listens there or "
-                                    r"pick another port\.$"):
+        with self.assertRaisesRegex(
+            InputConfigError,
+            rf"^port={port}: in use \(.*\); stop what listens there or "
+            r"pick another port\.$",
+        ):
             service.start(port, 1)
 
     def test_join_returns_after_stop_and_stop_twice_is_harmless(self):
@@ -249,13 +290,18 @@ class ServiceClusterTest(tf.test.TestCase):
             return dispatchers[-1]
 
         port = portpicker.pick_unused_port()
-        with socket.socket() as taken, mock.patch.object(
-                tf.data.experimental.service, "DispatchServer", side_effect=start_and_hold):
+        with (
+            socket.socket() as taken,
+            mock.patch.object(
+                tf.data.experimental.service, "DispatchServer", side_effect=start_and_hold
+            ),
+        ):
             taken.bind(("127.0.0.1", 0))
             taken.listen()
             with self.assertRaisesRegex(RuntimeError, "Could not start gRPC server"):
-                service.start(port, 2, worker_ports=[portpicker.pick_unused_port(),
-                                                     taken.getsockname()[1]])
+                service.start(
+                    port, 2, worker_ports=[portpicker.pick_unused_port(), taken.getsockname()[1]]
+                )
         self.assertLen(dispatchers, 1)
         with socket.socket() as probe:
             # SO_REUSEADDR ignores the closed connections' TIME_WAIT, not a listening dispatcher.
@@ -276,8 +322,9 @@ class ExactlyOnceTest(tf.test.TestCase):
         cls.addClassCleanup(cls.cluster.stop)
 
     def _distribute(self, mode: ServiceMode, **pipeline) -> tf.data.Dataset:
-        return service.distribute(_id_batches(self.paths, **pipeline), self.cluster.address,
-                                  mode, job_name=self.id())
+        return service.distribute(
+            _id_batches(self.paths, **pipeline), self.cluster.address, mode, job_name=self.id()
+        )
 
     def test_distributed_epoch_reads_every_id_once(self):
         [counts] = _read_ids(self._distribute(ServiceMode.DISTRIBUTED_EPOCH))
@@ -288,8 +335,10 @@ class ExactlyOnceTest(tf.test.TestCase):
         self.assertEqual(counts, collections.Counter(range(_NUM_IDS)))
 
     def test_consumers_sharing_a_job_read_every_id_once_between_them(self):
-        first, second = _read_ids(self._distribute(ServiceMode.DISTRIBUTED_EPOCH),
-                                  self._distribute(ServiceMode.DISTRIBUTED_EPOCH))
+        first, second = _read_ids(
+            self._distribute(ServiceMode.DISTRIBUTED_EPOCH),
+            self._distribute(ServiceMode.DISTRIBUTED_EPOCH),
+        )
         # How the ids divide between the consumers is up to their timing (either may even get
         # none); separate jobs would deliver every id twice.
         self.assertEqual(first + second, collections.Counter(range(_NUM_IDS)))
@@ -300,20 +349,26 @@ class ExactlyOnceTest(tf.test.TestCase):
 
 
 @pytest.mark.parametrize("mode", list(ServiceMode))
-def test_training_batches_mapped_several_per_call_cross_the_service_whole(small_shapes_data_dir,
-                                                                          mode):
+def test_training_batches_mapped_several_per_call_cross_the_service_whole(
+    small_shapes_data_dir, mode
+):
     # 32 examples of 3 KB per replica: 4 batches per map call, split back before the service.
     cluster = service.start(portpicker.pick_unused_port(), _NUM_WORKERS)
     try:
-        config = InputConfig(data_dir=small_shapes_data_dir, global_batch_size=32,
-                             tf_data_service=cluster.address, tf_data_service_mode=mode)
+        config = InputConfig(
+            data_dir=small_shapes_data_dir,
+            global_batch_size=32,
+            tf_data_service=cluster.address,
+            tf_data_service_mode=mode,
+        )
         read = ReadOptions(split="train", training=True, placement=Placement(PreprocessOn.HOST))
         dataset = pipeline.examples(config, read, tf.distribute.InputContext(), announce=False)
         assert pipeline.batches_per_call(32, 32 * 32 * 3) == 4
         assert dataset.element_spec["image"].shape == (32, 32, 32, 3)
         batches = []
-        thread = threading.Thread(target=lambda: batches.extend(
-            dataset.take(25).as_numpy_iterator()), daemon=True)  # 25 x 32 > 640, one epoch.
+        thread = threading.Thread(
+            target=lambda: batches.extend(dataset.take(25).as_numpy_iterator()), daemon=True
+        )  # 25 x 32 > 640, one epoch.
         thread.start()
         thread.join(_READ_TIMEOUT_S)
         assert not thread.is_alive(), f"reading took over {_READ_TIMEOUT_S} s"

@@ -45,18 +45,22 @@ _PREPARE_SCRIPT = textwrap.dedent(f"""
 
 def _small_splits() -> contextlib.AbstractContextManager:
     """Patches the builder's split sizes down to `_TRAIN_SIZE` and `_VALIDATION_SIZE`."""
-    return mock.patch.multiple(shapes.TfdistShapes, TRAIN_SIZE=_TRAIN_SIZE,
-                               VALIDATION_SIZE=_VALIDATION_SIZE)
+    return mock.patch.multiple(
+        shapes.TfdistShapes, TRAIN_SIZE=_TRAIN_SIZE, VALIDATION_SIZE=_VALIDATION_SIZE
+    )
 
 
-def _read_split(builder: tfds.core.DatasetBuilder,
-                split: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _read_split(
+    builder: tfds.core.DatasetBuilder, split: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Returns a split's `(ids, images, labels)`, sorted by id."""
     examples = list(builder.as_dataset(split=split).as_numpy_iterator())
     examples.sort(key=lambda example: example["id"])
-    return (np.array([example["id"] for example in examples]),
-            np.stack([example["image"] for example in examples]),
-            np.array([example["label"] for example in examples]))
+    return (
+        np.array([example["id"] for example in examples]),
+        np.stack([example["image"] for example in examples]),
+        np.array([example["label"] for example in examples]),
+    )
 
 
 def _shard_files(data_dir: str, split: str) -> list[str]:
@@ -73,7 +77,6 @@ class _TempDataDir:
 
 
 class DrawExamplesTest(tf.test.TestCase):
-
     def test_shapes_and_dtypes(self):
         images, labels = shapes.draw_examples(20, seed=0)
         self.assertEqual(images.shape, (20, *shapes.IMAGE_SHAPE))
@@ -109,7 +112,6 @@ class DrawExamplesTest(tf.test.TestCase):
 
 
 class PrepareTest(_TempDataDir, tf.test.TestCase):
-
     def setUp(self):
         super().setUp()
         self.enter_context(_small_splits())
@@ -124,15 +126,17 @@ class PrepareTest(_TempDataDir, tf.test.TestCase):
             self.assertLen(_shard_files(self.data_dir, split), splits[split].num_shards)
         train_ids, _, _ = _read_split(builder, "train")
         validation_ids, _, _ = _read_split(builder, "validation")
-        self.assertAllEqual(np.concatenate([train_ids, validation_ids]),
-                            np.arange(_TRAIN_SIZE + _VALIDATION_SIZE))
+        self.assertAllEqual(
+            np.concatenate([train_ids, validation_ids]), np.arange(_TRAIN_SIZE + _VALIDATION_SIZE)
+        )
         self.assertEqual(builder.info.features["label"].names, list(shapes.CLASS_NAMES))
 
     def test_stores_the_drawn_examples_losslessly(self):
         builder = shapes.prepare(self.data_dir)
         _, images, labels = _read_split(builder, "validation")
-        drawn_images, drawn_labels = shapes.draw_examples(_VALIDATION_SIZE,
-                                                          shapes.TfdistShapes.VALIDATION_SEED)
+        drawn_images, drawn_labels = shapes.draw_examples(
+            _VALIDATION_SIZE, shapes.TfdistShapes.VALIDATION_SEED
+        )
         self.assertAllEqual(images, drawn_images)
         self.assertAllEqual(labels, drawn_labels)
 
@@ -143,8 +147,9 @@ class PrepareTest(_TempDataDir, tf.test.TestCase):
         with mock.patch.object(shapes, "draw_examples", wraps=shapes.draw_examples) as draw:
             second = shapes.prepare(self.data_dir)
         draw.assert_not_called()
-        self.assertEqual(second.info.splits["train"].num_examples,
-                         first.info.splits["train"].num_examples)
+        self.assertEqual(
+            second.info.splits["train"].num_examples, first.info.splits["train"].num_examples
+        )
         self.assertEqual(sorted(_shard_files(self.data_dir, "train")), files)
         self.assertEqual([os.path.getmtime(path) for path in files], modified)
 
@@ -157,21 +162,27 @@ class PrepareTest(_TempDataDir, tf.test.TestCase):
     def test_a_directory_it_cannot_write_is_one_line(self):
         for data_dir in ("/proc", "/proc/tfdist_data"):  # /proc refuses new entries, even root's.
             with self.subTest(data_dir=data_dir):
-                with self.assertRaisesRegex(InputConfigError,
-                                            rf"^data_dir='{data_dir}': the built-in dataset is "
-                                            r"not there and cannot be written there \(.*\); "
-                                            r"pass a directory you may write\.$"):
+                with self.assertRaisesRegex(
+                    InputConfigError,
+                    rf"^data_dir='{data_dir}': the built-in dataset is "
+                    r"not there and cannot be written there \(.*\); "
+                    r"pass a directory you may write\.$",
+                ):
                     shapes.prepare(data_dir)
 
 
 @pytest.mark.multiprocess
 class ConcurrentPrepareTest(_TempDataDir, tf.test.TestCase):
-
     def test_two_processes_generate_once_and_agree(self):
         env = dict(os.environ, PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
         processes = [
-            subprocess.Popen([sys.executable, "-c", _PREPARE_SCRIPT, self.data_dir], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, "-c", _PREPARE_SCRIPT, self.data_dir],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for _ in range(2)
         ]
         outputs = [process.communicate(timeout=120) for process in processes]
@@ -183,6 +194,7 @@ class ConcurrentPrepareTest(_TempDataDir, tf.test.TestCase):
             builder = shapes.prepare(self.data_dir)
         train_ids, _, _ = _read_split(builder, "train")
         validation_ids, _, _ = _read_split(builder, "validation")
-        self.assertAllEqual(np.concatenate([train_ids, validation_ids]),
-                            np.arange(_TRAIN_SIZE + _VALIDATION_SIZE))
+        self.assertAllEqual(
+            np.concatenate([train_ids, validation_ids]), np.arange(_TRAIN_SIZE + _VALIDATION_SIZE)
+        )
         self.assertEmpty(glob.glob(os.path.join(self.data_dir, shapes.NAME, "*incomplete*")))

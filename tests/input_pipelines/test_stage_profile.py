@@ -10,16 +10,19 @@ import tfdist
 from tfdist.input_pipelines import stage_profile
 
 
-@pytest.mark.parametrize("event_name, stage", [
-    ("Iterator::Root::Prefetch::ParallelMapV2::BatchV2", "BatchV2"),
-    ("Iterator::Root::Prefetch::ParallelInterleaveV4[3]::FlatMap[0]::TFRecord", "TFRecord"),
-    ("Iterator::Root::Prefetch::ParallelInterleaveV4[3]", "ParallelInterleaveV4"),
-    ("ParseExample/ParseExampleV2:ParseExampleV2", "ParseExampleV2"),
-    ("DecodeRaw:DecodeRaw", "DecodeRaw"),
-    (" Sub", "Sub"),
-    ("EagerLocalExecute: IteratorGetNext", "IteratorGetNext"),
-    ("ExecutorState::Process", "ExecutorState::Process"),
-])
+@pytest.mark.parametrize(
+    "event_name, stage",
+    [
+        ("Iterator::Root::Prefetch::ParallelMapV2::BatchV2", "BatchV2"),
+        ("Iterator::Root::Prefetch::ParallelInterleaveV4[3]::FlatMap[0]::TFRecord", "TFRecord"),
+        ("Iterator::Root::Prefetch::ParallelInterleaveV4[3]", "ParallelInterleaveV4"),
+        ("ParseExample/ParseExampleV2:ParseExampleV2", "ParseExampleV2"),
+        ("DecodeRaw:DecodeRaw", "DecodeRaw"),
+        (" Sub", "Sub"),
+        ("EagerLocalExecute: IteratorGetNext", "IteratorGetNext"),
+        ("ExecutorState::Process", "ExecutorState::Process"),
+    ],
+)
 def test_an_event_belongs_to_its_transformation_or_op_type(event_name, stage):
     assert stage_profile.stage_name(event_name) == stage
 
@@ -34,14 +37,23 @@ def test_exclusive_time_is_the_duration_less_nested_events_and_xla_takes_its_chi
         (200, 230, "Decode:DecodeRaw"),
     ]
     totals, counts = stage_profile._exclusive_times(events)  # pylint: disable=protected-access
-    assert totals == {"BatchV2": 100 - 30 - 40, "Shuffle": 30 - 10, "TFRecord": 10, "XLA": 40,
-                      "DecodeRaw": 30}
+    assert totals == {
+        "BatchV2": 100 - 30 - 40,
+        "Shuffle": 30 - 10,
+        "TFRecord": 10,
+        "XLA": 40,
+        "DecodeRaw": 30,
+    }
     assert counts == {"BatchV2": 1, "Shuffle": 1, "TFRecord": 1, "XLA": 2, "DecodeRaw": 1}
 
 
 def test_a_pipeline_profile_names_its_transformations_and_ops():
-    dataset = tf.data.Dataset.range(1_000_000).batch(256).map(
-        lambda values: tf.strings.as_string(values), num_parallel_calls=2).prefetch(2)
+    dataset = (
+        tf.data.Dataset.range(1_000_000)
+        .batch(256)
+        .map(lambda values: tf.strings.as_string(values), num_parallel_calls=2)
+        .prefetch(2)
+    )
     profile = tfdist.profile_stages(dataset, num_elements=50, warmup_elements=2)
     assert profile.num_elements == 50 and profile.wall_s > 0
     assert {"ParallelMapV2", "BatchV2", "AsString"} <= set(profile.stage_s)

@@ -42,96 +42,248 @@ class RejectTest(parameterized.TestCase):
         ("cluster_missing", {"task": _WORKER0}, "cluster", "missing"),
         ("cluster_not_object", _tf_config(["a:1"]), "cluster", r'\["a:1"\] is not an object'),
         ("cluster_empty", _tf_config({}), "cluster", r"\{\} has no addresses"),
-        ("cluster_all_jobs_empty", _tf_config({"worker": [], "ps": []}), "cluster",
-         r'\{"worker": \[\], "ps": \[\]\} has no addresses'),
-        ("job_unknown", _tf_config({"worker": ["a:1"], "trainer": ["b:1"]}), "cluster",
-         r'job "trainer" is unknown'),
+        (
+            "cluster_all_jobs_empty",
+            _tf_config({"worker": [], "ps": []}),
+            "cluster",
+            r'\{"worker": \[\], "ps": \[\]\} has no addresses',
+        ),
+        (
+            "job_unknown",
+            _tf_config({"worker": ["a:1"], "trainer": ["b:1"]}),
+            "cluster",
+            r'job "trainer" is unknown',
+        ),
         ("job_not_list", _tf_config({"worker": "a:1"}), "cluster.worker", r'"a:1" is not a list'),
-        ("address_not_string", _tf_config({"worker": ["a:1", 2222]}), r"cluster.worker[1]",
-         "2222 is not a string"),
+        (
+            "address_not_string",
+            _tf_config({"worker": ["a:1", 2222]}),
+            r"cluster.worker[1]",
+            "2222 is not a string",
+        ),
         ("task_missing", {"cluster": _TWO_WORKERS}, "task", "missing"),
-        ("task_not_object", _tf_config(_TWO_WORKERS, "worker"), "task",
-         r'"worker" is not an object'),
+        (
+            "task_not_object",
+            _tf_config(_TWO_WORKERS, "worker"),
+            "task",
+            r'"worker" is not an object',
+        ),
         ("task_type_missing", _tf_config(_TWO_WORKERS, {"index": 0}), "task.type", "missing"),
-        ("task_type_unknown", _tf_config(_TWO_WORKERS, {"type": "boss", "index": 0}),
-         "task.type", r'"boss" is not a task type'),
-        ("task_type_not_string", _tf_config(_TWO_WORKERS, {"type": 1, "index": 0}),
-         "task.type", "1 is not a task type"),
-        ("task_type_not_in_cluster", _tf_config(_TWO_WORKERS, {"type": "ps", "index": 0}),
-         "task.type", r'"ps" is not a job of the cluster \(it has worker\)'),
-        ("chief_not_in_cluster", _tf_config(_TWO_WORKERS, {"type": "master", "index": 0}),
-         "task.type", r'"master" is not a job of the cluster'),
-        ("task_index_missing", _tf_config(_TWO_WORKERS, {"type": "worker"}), "task.index",
-         "missing"),
-        ("task_index_string", _tf_config(_TWO_WORKERS, {"type": "worker", "index": "1"}),
-         "task.index", r'"1" is not an integer'),
-        ("task_index_float", _tf_config(_TWO_WORKERS, {"type": "worker", "index": 1.0}),
-         "task.index", r"1\.0 is not an integer"),
-        ("task_index_bool", _tf_config(_TWO_WORKERS, {"type": "worker", "index": True}),
-         "task.index", "true is not an integer"),
-        ("task_index_negative", _tf_config(_TWO_WORKERS, {"type": "worker", "index": -1}),
-         "task.index", r"-1 is out of range for cluster\.worker \(2 addresses\)"),
-        ("task_index_too_big", _tf_config(_TWO_WORKERS, {"type": "worker", "index": 2}),
-         "task.index", r"2 is out of range for cluster\.worker .*from 0 to 1"),
-        ("unlisted_evaluator_index", _tf_config(_TWO_WORKERS, {"type": "evaluator", "index": 1}),
-         "task.index", "1 is out of range for an evaluator not listed in cluster; use index 0"),
-        ("two_chiefs", _tf_config({"chief": ["a:1", "b:1"], "worker": ["c:1"]}), "cluster.chief",
-         r'\["a:1", "b:1"\] has 2 chiefs'),
-        ("chief_and_master", _tf_config({"chief": ["a:1"], "master": ["b:1"]}), "cluster.chief",
-         r'\["a:1", "b:1"\] has 2 chiefs'),
-        ("no_port", _tf_config({"worker": ["a:1", "localhost"]}), "cluster.worker[1]",
-         r'"localhost" is not host:port; write addresses as "host:port"'),
-        ("port_not_integer", _tf_config({"worker": ["localhost:http"]}), "cluster.worker[0]",
-         r'"localhost:http" has port "http"'),
-        ("port_empty", _tf_config({"worker": ["localhost:"]}), "cluster.worker[0]",
-         r'"localhost:" has port ""'),
-        ("port_zero", _tf_config({"worker": ["localhost:0"]}), "cluster.worker[0]",
-         r'"localhost:0" has port "0".*1 to 65535'),
-        ("port_too_big", _tf_config({"chief": ["c:1"], "ps": ["localhost:65536"]}),
-         "cluster.ps[0]",
-         r'"localhost:65536" has port "65536"'),
-        ("host_empty", _tf_config({"worker": [":2222"]}), "cluster.worker[0]",
-         r'":2222" has an empty host'),
-        ("host_invalid", _tf_config({"worker": ["my host:2222"]}), "cluster.worker[0]",
-         r'"my host:2222" has an invalid host "my host"'),
-        ("host_with_scheme", _tf_config({"worker": ["grpc://a:2222"]}), "cluster.worker[0]",
-         r'"grpc://a:2222" has an invalid host "grpc://a"'),
-        ("ipv6_unbracketed", _tf_config({"worker": ["::1:2222"]}), "cluster.worker[0]",
-         r'"::1:2222" has an IPv6 host without brackets; .* "\[::1\]:2222"'),
-        ("ipv6_bad_brackets", _tf_config({"worker": ["[zz::1]:2222"]}), "cluster.worker[0]",
-         r'"\[zz::1\]:2222" has an invalid host'),
-        ("duplicate_in_job", _tf_config({"worker": ["a:1", "a:1"]}), "cluster.worker[1]",
-         r'"a:1" is also used by cluster\.worker\[0\]'),
-        ("duplicate_across_jobs", _tf_config({"master": ["a:1"], "worker": ["a:1"]}),
-         "cluster.worker[0]", r'"a:1" is also used by cluster\.master\[0\]'),
-        ("localhost_and_loopback_ip", _tf_config({"worker": ["localhost:2222", "127.0.0.1:2222"]}),
-         "cluster.worker[1]", r'"127.0.0.1:2222" is also used by cluster\.worker\[0\] '
-                              r'\("localhost:2222"; both name this machine'),
-        ("ipv6_loopback_and_short_ipv4", _tf_config({"chief": ["[::1]:7"], "worker": ["127.1:7"]}),
-         "cluster.worker[0]", r'"127.1:7" is also used by cluster\.chief\[0\]'),
-        ("other_loopback_ip", _tf_config({"worker": ["127.0.0.1:7", "127.0.0.2:7"]}),
-         "cluster.worker[1]", r'"127.0.0.2:7" is also used by cluster\.worker\[0\]'),
-        ("port_with_leading_zero", _tf_config({"worker": ["h:2222", "h:02222"]}),
-         "cluster.worker[1]", r'"h:02222" is also used by .*spelled differently'),
-        ("host_case_and_final_dot", _tf_config({"worker": ["Host.Example:1", "host.example.:1"]}),
-         "cluster.worker[1]", r'"host.example.:1" is also used by cluster\.worker\[0\]'),
-        ("two_evaluators", _tf_config({"worker": ["w:1"], "evaluator": ["e:1", "e:2"]}),
-         "cluster.evaluator", r'\["e:1", "e:2"\] has 2 evaluators; keep one'),
-        ("ps_without_chief", _tf_config({"worker": ["w:1"], "ps": ["p:1"]}), "cluster",
-         r'has 1 ps task\(s\) but no chief, which coordinates ParameterServerStrategy '
-         r'\(workers and ps tasks only serve it\); add a "chief" job'),
-        ("rpc_layer_not_string", _tf_config(_TWO_WORKERS, rpc_layer=5), "rpc_layer",
-         "5 is not a string"),
-        ("value_truncated", _tf_config({"worker": "x" * 500}), "cluster.worker",
-         r'"xxx+ \.\.\. is not a list'),
+        (
+            "task_type_unknown",
+            _tf_config(_TWO_WORKERS, {"type": "boss", "index": 0}),
+            "task.type",
+            r'"boss" is not a task type',
+        ),
+        (
+            "task_type_not_string",
+            _tf_config(_TWO_WORKERS, {"type": 1, "index": 0}),
+            "task.type",
+            "1 is not a task type",
+        ),
+        (
+            "task_type_not_in_cluster",
+            _tf_config(_TWO_WORKERS, {"type": "ps", "index": 0}),
+            "task.type",
+            r'"ps" is not a job of the cluster \(it has worker\)',
+        ),
+        (
+            "chief_not_in_cluster",
+            _tf_config(_TWO_WORKERS, {"type": "master", "index": 0}),
+            "task.type",
+            r'"master" is not a job of the cluster',
+        ),
+        (
+            "task_index_missing",
+            _tf_config(_TWO_WORKERS, {"type": "worker"}),
+            "task.index",
+            "missing",
+        ),
+        (
+            "task_index_string",
+            _tf_config(_TWO_WORKERS, {"type": "worker", "index": "1"}),
+            "task.index",
+            r'"1" is not an integer',
+        ),
+        (
+            "task_index_float",
+            _tf_config(_TWO_WORKERS, {"type": "worker", "index": 1.0}),
+            "task.index",
+            r"1\.0 is not an integer",
+        ),
+        (
+            "task_index_bool",
+            _tf_config(_TWO_WORKERS, {"type": "worker", "index": True}),
+            "task.index",
+            "true is not an integer",
+        ),
+        (
+            "task_index_negative",
+            _tf_config(_TWO_WORKERS, {"type": "worker", "index": -1}),
+            "task.index",
+            r"-1 is out of range for cluster\.worker \(2 addresses\)",
+        ),
+        (
+            "task_index_too_big",
+            _tf_config(_TWO_WORKERS, {"type": "worker", "index": 2}),
+            "task.index",
+            r"2 is out of range for cluster\.worker .*from 0 to 1",
+        ),
+        (
+            "unlisted_evaluator_index",
+            _tf_config(_TWO_WORKERS, {"type": "evaluator", "index": 1}),
+            "task.index",
+            "1 is out of range for an evaluator not listed in cluster; use index 0",
+        ),
+        (
+            "two_chiefs",
+            _tf_config({"chief": ["a:1", "b:1"], "worker": ["c:1"]}),
+            "cluster.chief",
+            r'\["a:1", "b:1"\] has 2 chiefs',
+        ),
+        (
+            "chief_and_master",
+            _tf_config({"chief": ["a:1"], "master": ["b:1"]}),
+            "cluster.chief",
+            r'\["a:1", "b:1"\] has 2 chiefs',
+        ),
+        (
+            "no_port",
+            _tf_config({"worker": ["a:1", "localhost"]}),
+            "cluster.worker[1]",
+            r'"localhost" is not host:port; write addresses as "host:port"',
+        ),
+        (
+            "port_not_integer",
+            _tf_config({"worker": ["localhost:http"]}),
+            "cluster.worker[0]",
+            r'"localhost:http" has port "http"',
+        ),
+        (
+            "port_empty",
+            _tf_config({"worker": ["localhost:"]}),
+            "cluster.worker[0]",
+            r'"localhost:" has port ""',
+        ),
+        (
+            "port_zero",
+            _tf_config({"worker": ["localhost:0"]}),
+            "cluster.worker[0]",
+            r'"localhost:0" has port "0".*1 to 65535',
+        ),
+        (
+            "port_too_big",
+            _tf_config({"chief": ["c:1"], "ps": ["localhost:65536"]}),
+            "cluster.ps[0]",
+            r'"localhost:65536" has port "65536"',
+        ),
+        (
+            "host_empty",
+            _tf_config({"worker": [":2222"]}),
+            "cluster.worker[0]",
+            r'":2222" has an empty host',
+        ),
+        (
+            "host_invalid",
+            _tf_config({"worker": ["my host:2222"]}),
+            "cluster.worker[0]",
+            r'"my host:2222" has an invalid host "my host"',
+        ),
+        (
+            "host_with_scheme",
+            _tf_config({"worker": ["grpc://a:2222"]}),
+            "cluster.worker[0]",
+            r'"grpc://a:2222" has an invalid host "grpc://a"',
+        ),
+        (
+            "ipv6_unbracketed",
+            _tf_config({"worker": ["::1:2222"]}),
+            "cluster.worker[0]",
+            r'"::1:2222" has an IPv6 host without brackets; .* "\[::1\]:2222"',
+        ),
+        (
+            "ipv6_bad_brackets",
+            _tf_config({"worker": ["[zz::1]:2222"]}),
+            "cluster.worker[0]",
+            r'"\[zz::1\]:2222" has an invalid host',
+        ),
+        (
+            "duplicate_in_job",
+            _tf_config({"worker": ["a:1", "a:1"]}),
+            "cluster.worker[1]",
+            r'"a:1" is also used by cluster\.worker\[0\]',
+        ),
+        (
+            "duplicate_across_jobs",
+            _tf_config({"master": ["a:1"], "worker": ["a:1"]}),
+            "cluster.worker[0]",
+            r'"a:1" is also used by cluster\.master\[0\]',
+        ),
+        (
+            "localhost_and_loopback_ip",
+            _tf_config({"worker": ["localhost:2222", "127.0.0.1:2222"]}),
+            "cluster.worker[1]",
+            r'"127.0.0.1:2222" is also used by cluster\.worker\[0\] '
+            r'\("localhost:2222"; both name this machine',
+        ),
+        (
+            "ipv6_loopback_and_short_ipv4",
+            _tf_config({"chief": ["[::1]:7"], "worker": ["127.1:7"]}),
+            "cluster.worker[0]",
+            r'"127.1:7" is also used by cluster\.chief\[0\]',
+        ),
+        (
+            "other_loopback_ip",
+            _tf_config({"worker": ["127.0.0.1:7", "127.0.0.2:7"]}),
+            "cluster.worker[1]",
+            r'"127.0.0.2:7" is also used by cluster\.worker\[0\]',
+        ),
+        (
+            "port_with_leading_zero",
+            _tf_config({"worker": ["h:2222", "h:02222"]}),
+            "cluster.worker[1]",
+            r'"h:02222" is also used by .*spelled differently',
+        ),
+        (
+            "host_case_and_final_dot",
+            _tf_config({"worker": ["Host.Example:1", "host.example.:1"]}),
+            "cluster.worker[1]",
+            r'"host.example.:1" is also used by cluster\.worker\[0\]',
+        ),
+        (
+            "two_evaluators",
+            _tf_config({"worker": ["w:1"], "evaluator": ["e:1", "e:2"]}),
+            "cluster.evaluator",
+            r'\["e:1", "e:2"\] has 2 evaluators; keep one',
+        ),
+        (
+            "ps_without_chief",
+            _tf_config({"worker": ["w:1"], "ps": ["p:1"]}),
+            "cluster",
+            r"has 1 ps task\(s\) but no chief, which coordinates ParameterServerStrategy "
+            r'\(workers and ps tasks only serve it\); add a "chief" job',
+        ),
+        (
+            "rpc_layer_not_string",
+            _tf_config(_TWO_WORKERS, rpc_layer=5),
+            "rpc_layer",
+            "5 is not a string",
+        ),
+        (
+            "value_truncated",
+            _tf_config({"worker": "x" * 500}),
+            "cluster.worker",
+            r'"xxx+ \.\.\. is not a list',
+        ),
     )
     def test_rejects(self, value, path, detail):
         prefix = f"TF_CONFIG {path}" if path else "TF_CONFIG"
         forms = [value, json.dumps(value)] if isinstance(value, dict) else [value]
         for form in forms:
             with self.subTest(form=type(form).__name__):
-                with self.assertRaisesRegex(ClusterConfigError,
-                                            f"^{re.escape(prefix)}: {detail}") as raised:
+                with self.assertRaisesRegex(
+                    ClusterConfigError, f"^{re.escape(prefix)}: {detail}"
+                ) as raised:
                     parse_tf_config(form)
                 message = str(raised.exception)
                 self.assertNotIn("\n", message)
@@ -146,8 +298,9 @@ class RejectTest(parameterized.TestCase):
             def __repr__(self):
                 return "line one\nline two"
 
-        with self.assertRaisesRegex(ClusterConfigError,
-                                    r"^TF_CONFIG: line one\\nline two") as raised:
+        with self.assertRaisesRegex(
+            ClusterConfigError, r"^TF_CONFIG: line one\\nline two"
+        ) as raised:
             parse_tf_config(Weird())
         self.assertNotIn("\n", str(raised.exception))
 
@@ -174,11 +327,17 @@ class AcceptTest(parameterized.TestCase):
         self.assertEqual(parse_tf_config(json.dumps(value)), parse_tf_config(value))
 
     def test_fields(self):
-        config = parse_tf_config(json.dumps(_tf_config(
-            {"ps": ["p:1"], "worker": ["w:1", "w:2"], "chief": ["c:1"]},
-            {"type": "ps", "index": 0})))
-        self.assertEqual(dict(config.jobs),
-                         {"chief": ("c:1",), "worker": ("w:1", "w:2"), "ps": ("p:1",)})
+        config = parse_tf_config(
+            json.dumps(
+                _tf_config(
+                    {"ps": ["p:1"], "worker": ["w:1", "w:2"], "chief": ["c:1"]},
+                    {"type": "ps", "index": 0},
+                )
+            )
+        )
+        self.assertEqual(
+            dict(config.jobs), {"chief": ("c:1",), "worker": ("w:1", "w:2"), "ps": ("p:1",)}
+        )
         self.assertEqual(list(config.jobs), ["chief", "worker", "ps"])
         self.assertEqual(config.task, Task(TaskType.PS, 0))
         self.assertIs(config.task.type, TaskType.PS)
@@ -194,8 +353,9 @@ class AcceptTest(parameterized.TestCase):
         self.assertEqual(config.rpc_layer, "grpc+loas")
 
     def test_master_is_chief(self):
-        config = parse_tf_config(_tf_config({"master": ["m:1"], "worker": ["w:1"]},
-                                            {"type": "master", "index": 0}))
+        config = parse_tf_config(
+            _tf_config({"master": ["m:1"], "worker": ["w:1"]}, {"type": "master", "index": 0})
+        )
         self.assertEqual(dict(config.jobs), {"chief": ("m:1",), "worker": ("w:1",)})
         self.assertIs(config.task.type, TaskType.CHIEF)
         self.assertEqual(config.to_dict()["cluster"], {"chief": ["m:1"], "worker": ["w:1"]})
@@ -206,8 +366,9 @@ class AcceptTest(parameterized.TestCase):
         self.assertEqual(dict(config.jobs), {"worker": ("w:1",)})
 
     def test_tuples_in_a_mapping(self):
-        config = parse_tf_config({"cluster": {"worker": ("w:1",)},
-                                  "task": {"type": TaskType.WORKER, "index": 0}})
+        config = parse_tf_config(
+            {"cluster": {"worker": ("w:1",)}, "task": {"type": TaskType.WORKER, "index": 0}}
+        )
         self.assertEqual(config.task_address, "w:1")
 
 
@@ -223,9 +384,12 @@ class ClusterConfigTest(absltest.TestCase):
         self.assertFalse(config.for_task("worker", 1).is_chief)
 
     def test_with_chief(self):
-        config = parse_tf_config(_tf_config(
-            {"chief": ["c:1"], "worker": ["w:1", "w:2"], "ps": ["p:1", "p:2"]},
-            {"type": "chief", "index": 0}))
+        config = parse_tf_config(
+            _tf_config(
+                {"chief": ["c:1"], "worker": ["w:1", "w:2"], "ps": ["p:1", "p:2"]},
+                {"type": "chief", "index": 0},
+            )
+        )
         self.assertEqual(config.num_workers, 3)
         self.assertEqual(config.num_ps, 2)
         self.assertTrue(config.has_chief)
@@ -243,8 +407,9 @@ class ClusterConfigTest(absltest.TestCase):
         self.assertEqual(config.num_workers, 2)
 
     def test_evaluator_listed(self):
-        config = parse_tf_config(_tf_config({"worker": ["w:1"], "evaluator": ["e:1"]},
-                                            {"type": "evaluator", "index": 0}))
+        config = parse_tf_config(
+            _tf_config({"worker": ["w:1"], "evaluator": ["e:1"]}, {"type": "evaluator", "index": 0})
+        )
         self.assertEqual(config.task_address, "e:1")
         self.assertEqual(config.num_workers, 1)
 
@@ -273,9 +438,12 @@ class ClusterConfigTest(absltest.TestCase):
 
     def test_round_trip(self):
         for value in (
-                _tf_config({"master": ["m:1"], "worker": ["[::1]:2"], "ps": ["p:3"],
-                            "evaluator": ["e:4"]}, {"type": "ps", "index": 0}),
-                _tf_config(_TWO_WORKERS, {"type": "evaluator", "index": 0}, rpc_layer="x")):
+            _tf_config(
+                {"master": ["m:1"], "worker": ["[::1]:2"], "ps": ["p:3"], "evaluator": ["e:4"]},
+                {"type": "ps", "index": 0},
+            ),
+            _tf_config(_TWO_WORKERS, {"type": "evaluator", "index": 0}, rpc_layer="x"),
+        ):
             config = parse_tf_config(value)
             with self.subTest(config=config):
                 self.assertEqual(parse_tf_config(config.to_json()), config)
@@ -283,13 +451,17 @@ class ClusterConfigTest(absltest.TestCase):
                 self.assertEqual(json.loads(config.to_json()), config.to_dict())
 
     def test_to_dict_shape(self):
-        config = parse_tf_config(_tf_config({"ps": ["p:1"], "chief": ["c:1"]},
-                                            {"type": "ps", "index": 0}))
-        self.assertEqual(config.to_dict(), {
-            "cluster": {"chief": ["c:1"], "ps": ["p:1"]},
-            "task": {"type": "ps", "index": 0},
-            "rpc_layer": "grpc",
-        })
+        config = parse_tf_config(
+            _tf_config({"ps": ["p:1"], "chief": ["c:1"]}, {"type": "ps", "index": 0})
+        )
+        self.assertEqual(
+            config.to_dict(),
+            {
+                "cluster": {"chief": ["c:1"], "ps": ["p:1"]},
+                "task": {"type": "ps", "index": 0},
+                "rpc_layer": "grpc",
+            },
+        )
 
     def test_for_task(self):
         config = parse_tf_config(_tf_config({"chief": ["c:1"], "worker": ["w:1", "w:2"]}))
@@ -343,20 +515,30 @@ class MakeClusterTest(absltest.TestCase):
         self.assertTrue(config.is_chief)
 
     def test_all_jobs_in_port_order(self):
-        config = make_cluster(num_workers=2, num_ps=1, chief=True, evaluator=True,
-                              ports=[1, 2, 3, 4, 5], host="localhost")
-        self.assertEqual(config.to_dict()["cluster"], {
-            "chief": ["localhost:1"],
-            "worker": ["localhost:2", "localhost:3"],
-            "ps": ["localhost:4"],
-            "evaluator": ["localhost:5"],
-        })
+        config = make_cluster(
+            num_workers=2,
+            num_ps=1,
+            chief=True,
+            evaluator=True,
+            ports=[1, 2, 3, 4, 5],
+            host="localhost",
+        )
+        self.assertEqual(
+            config.to_dict()["cluster"],
+            {
+                "chief": ["localhost:1"],
+                "worker": ["localhost:2", "localhost:3"],
+                "ps": ["localhost:4"],
+                "evaluator": ["localhost:5"],
+            },
+        )
         self.assertEqual(config.task, Task(TaskType.CHIEF, 0))
         self.assertEqual(config.num_workers, 3)
 
     def test_task(self):
-        config = make_cluster(num_workers=1, num_ps=2, chief=True, ports=[1, 2, 3, 4],
-                              task=("ps", 1))
+        config = make_cluster(
+            num_workers=1, num_ps=2, chief=True, ports=[1, 2, 3, 4], task=("ps", 1)
+        )
         self.assertEqual(config.task_address, "127.0.0.1:4")
 
     def test_ipv6_host_is_bracketed(self):
@@ -365,12 +547,15 @@ class MakeClusterTest(absltest.TestCase):
 
     def test_port_count_mismatch(self):
         with self.assertRaisesRegex(
-                ValueError, r"got 2 ports for 3 tasks \(chief=1, worker=2, ps=0, evaluator=0\)"):
+            ValueError, r"got 2 ports for 3 tasks \(chief=1, worker=2, ps=0, evaluator=0\)"
+        ):
             make_cluster(num_workers=2, chief=True, ports=[1, 2])
 
     def test_bad_counts(self):
-        for kwargs in ({"num_workers": 0, "ports": []}, {"num_workers": 1, "num_ps": -1,
-                                                          "ports": [1]}):
+        for kwargs in (
+            {"num_workers": 0, "ports": []},
+            {"num_workers": 1, "num_ps": -1, "ports": [1]},
+        ):
             with self.subTest(**kwargs):
                 with self.assertRaisesRegex(ValueError, r"num_workers >= 1 and num_ps >= 0"):
                     make_cluster(**kwargs)
@@ -390,10 +575,12 @@ class ModuleTest(absltest.TestCase):
     @pytest.mark.multiprocess
     def test_does_not_import_tensorflow(self):
         # Imported alone, so the test does not depend on what the `strategies` package imports.
-        code = ("import sys\n"
-                f"sys.path.insert(0, {os.path.dirname(cluster.__file__)!r})\n"
-                "import cluster\n"
-                "assert not any(name.split('.')[0] == 'tensorflow' for name in sys.modules)\n")
+        code = (
+            "import sys\n"
+            f"sys.path.insert(0, {os.path.dirname(cluster.__file__)!r})\n"
+            "import cluster\n"
+            "assert not any(name.split('.')[0] == 'tensorflow' for name in sys.modules)\n"
+        )
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
     def test_docstring_example(self):

@@ -25,8 +25,12 @@ def _child() -> None:
     # Worker servers need inter-op threads >= num_workers + 1, or they hang on 2 cores.
     server_config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2)
     spec = tf.train.ClusterSpec({job: list(addresses) for job, addresses in cluster.jobs.items()})
-    servers = [tf.distribute.Server(spec, job_name=job, task_index=0, protocol="grpc",
-                                    config=server_config, start=True) for job in ("worker", "ps")]
+    servers = [
+        tf.distribute.Server(
+            spec, job_name=job, task_index=0, protocol="grpc", config=server_config, start=True
+        )
+        for job in ("worker", "ps")
+    ]
     plan = _plan(cluster, data_dir=sys.argv[1])  # Builds the strategy (tfdist.setup).
     strategy = plan.strategy
     with strategy.scope():
@@ -42,13 +46,17 @@ def _child() -> None:
     for _ in range(3):
         coordinator.schedule(step)
     coordinator.join()
-    print(json.dumps({
-        "kind": strategies.kind_of(strategy).value,
-        "num_shards": len(getattr(big, "variables", [big])),
-        "total": float(total.numpy()),
-        "servers": len(servers),
-        "fit": _fit(plan),
-    }))
+    print(
+        json.dumps(
+            {
+                "kind": strategies.kind_of(strategy).value,
+                "num_shards": len(getattr(big, "variables", [big])),
+                "total": float(total.numpy()),
+                "servers": len(servers),
+                "fit": _fit(plan),
+            }
+        )
+    )
 
 
 def _plan(cluster, data_dir: str):
@@ -58,41 +66,61 @@ def _plan(cluster, data_dir: str):
     # pylint: disable=import-outside-toplevel
     import tfdist
     from tfdist.input_pipelines import InputConfig
+
     config = tfdist.RunConfig(
-        strategy=tfdist.StrategyConfig(strategy="parameter_server",
-                                       variable_partition="max_shards:2"),
+        strategy=tfdist.StrategyConfig(
+            strategy="parameter_server", variable_partition="max_shards:2"
+        ),
         input=InputConfig(data_dir=data_dir, global_batch_size=16),
         train=tfdist.TrainConfig(epochs=1, steps_per_epoch=4, validation_steps=2),
-        optimizer=tfdist.OptimizerConfig(optimizer="lars", learning_rate=0.5,
-                                         warmup_epochs=0.5, lr_schedule="cosine",
-                                         clip_norm=1.0, gradient_noise_eta=0.01,
-                                         grad_accum_steps=2),
-        cluster=cluster)
+        optimizer=tfdist.OptimizerConfig(
+            optimizer="lars",
+            learning_rate=0.5,
+            warmup_epochs=0.5,
+            lr_schedule="cosine",
+            clip_norm=1.0,
+            gradient_noise_eta=0.01,
+            grad_accum_steps=2,
+        ),
+        cluster=cluster,
+    )
     return tfdist.setup(config)
 
 
 def _fit(plan) -> dict:
     """tfdist train's fit on the coordinator: DatasetCreator input, a few steps, validation."""
     from tfdist.training import from_config as train_command  # pylint: disable=import-outside-toplevel
+
     result = train_command.fit(plan)
     return {"steps": result["steps"], "metrics": sorted(result["final"])}
 
 
 @pytest.mark.multiprocess
 class ParameterServerBuildTest(unittest.TestCase):
-
     @pytest.fixture(autouse=True)
     def _data_dir(self, shapes_data_dir):
         self.data_dir = shapes_data_dir
 
     def test_coordinator_trains_on_in_process_cluster(self):
-        result = subprocess.run([sys.executable, __file__, self.data_dir], capture_output=True,
-                                text=True, timeout=_TIMEOUT_S, check=False)
+        result = subprocess.run(
+            [sys.executable, __file__, self.data_dir],
+            capture_output=True,
+            text=True,
+            timeout=_TIMEOUT_S,
+            check=False,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         report = json.loads(result.stdout.strip().splitlines()[-1])
-        self.assertEqual(report, {
-            "kind": "parameter_server", "num_shards": 2, "total": 3.0, "servers": 2,
-            "fit": {"steps": 4, "metrics": ["accuracy", "loss", "val_accuracy", "val_loss"]}})
+        self.assertEqual(
+            report,
+            {
+                "kind": "parameter_server",
+                "num_shards": 2,
+                "total": 3.0,
+                "servers": 2,
+                "fit": {"steps": 4, "metrics": ["accuracy", "loss", "val_accuracy", "val_loss"]},
+            },
+        )
 
 
 if __name__ == "__main__":

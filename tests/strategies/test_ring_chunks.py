@@ -5,17 +5,23 @@ import tensorflow as tf
 
 
 class RingChunksTest(tf.test.TestCase):
-
     def test_all_reduces_without_their_own_subdivisions_take_ours(self):
         from tfdist.strategies import ring_chunks  # pylint: disable=import-outside-toplevel
         from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel
+
         ring_chunks.apply()
         ring_chunks.apply()  # Once per process, however often strategies are built.
 
         def traced(**kwargs):
-            graph = tf.function(lambda: collective_ops.all_reduce_v2(
-                tf.ones([4]), group_size=2, group_key=1, instance_key=1, **kwargs)
-                                ).get_concrete_function().graph
+            graph = (
+                tf.function(
+                    lambda: collective_ops.all_reduce_v2(
+                        tf.ones([4]), group_size=2, group_key=1, instance_key=1, **kwargs
+                    )
+                )
+                .get_concrete_function()
+                .graph
+            )
             op = next(op for op in graph.get_operations() if op.type == "CollectiveReduceV2")
             return op.get_attr("max_subdivs_per_device")
 

@@ -15,7 +15,6 @@ _TWO_WORKERS = make_cluster(num_workers=2, ports=[2001, 2002])
 
 
 class ResolveKindTest(parameterized.TestCase):
-
     @parameterized.named_parameters(
         ("single_device", None, 1, StrategyKind.ONE_DEVICE),
         ("several_devices", None, 2, StrategyKind.MIRRORED),
@@ -28,10 +27,18 @@ class ResolveKindTest(parameterized.TestCase):
     @parameterized.named_parameters(
         ("ps_without_ps", StrategyKind.PARAMETER_SERVER, None, r"parameter_server needs ps tasks"),
         ("ps_on_workers", StrategyKind.PARAMETER_SERVER, _TWO_WORKERS, r"has none"),
-        ("mwms_with_ps", StrategyKind.MULTI_WORKER_MIRRORED, _PS_CLUSTER,
-         r"multi_worker_mirrored cannot use the cluster's 1 ps"),
-        ("mirrored_on_cluster", StrategyKind.MIRRORED, _TWO_WORKERS,
-         r"mirrored trains in one process.*2 worker"),
+        (
+            "mwms_with_ps",
+            StrategyKind.MULTI_WORKER_MIRRORED,
+            _PS_CLUSTER,
+            r"multi_worker_mirrored cannot use the cluster's 1 ps",
+        ),
+        (
+            "mirrored_on_cluster",
+            StrategyKind.MIRRORED,
+            _TWO_WORKERS,
+            r"mirrored trains in one process.*2 worker",
+        ),
         ("one_device_on_ps", StrategyKind.ONE_DEVICE, _PS_CLUSTER, r"one_device trains in one"),
     )
     def test_rejects(self, kind, cluster, message):
@@ -39,8 +46,10 @@ class ResolveKindTest(parameterized.TestCase):
             resolve_kind(kind, cluster, 1)
 
     def test_explicit_choice_that_fits_is_kept(self):
-        self.assertIs(resolve_kind(StrategyKind.MULTI_WORKER_MIRRORED, None, 1),
-                      StrategyKind.MULTI_WORKER_MIRRORED)
+        self.assertIs(
+            resolve_kind(StrategyKind.MULTI_WORKER_MIRRORED, None, 1),
+            StrategyKind.MULTI_WORKER_MIRRORED,
+        )
 
     @parameterized.named_parameters(
         ("one_local_device", 1, StrategyKind.ONE_DEVICE),

@@ -32,13 +32,17 @@ esac
 
 def _step(procid, nodelist="n[1-2]", tasks_per_node="2(x2)", num_tasks=4):
     """The SLURM_* variables srun sets for one task of a job step."""
-    return {"SLURM_PROCID": str(procid), "SLURM_STEP_NUM_TASKS": str(num_tasks),
-            "SLURM_STEP_NODELIST": nodelist, "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
-            "SLURM_JOB_ID": "42", "SLURM_NODELIST": nodelist}
+    return {
+        "SLURM_PROCID": str(procid),
+        "SLURM_STEP_NUM_TASKS": str(num_tasks),
+        "SLURM_STEP_NODELIST": nodelist,
+        "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_JOB_ID": "42",
+        "SLURM_NODELIST": nodelist,
+    }
 
 
 class ClusterFromSlurmTest(parameterized.TestCase):
-
     def setUp(self):
         super().setUp()
         tempdir = tempfile.TemporaryDirectory()  # pylint: disable=consider-using-with
@@ -48,8 +52,9 @@ class ClusterFromSlurmTest(parameterized.TestCase):
         with open(scontrol, "w", encoding="utf-8") as f:
             f.write(_FAKE_SCONTROL)
         os.chmod(scontrol, os.stat(scontrol).st_mode | stat.S_IXUSR)
-        self.base_env = {key: value for key, value in os.environ.items()
-                         if not key.startswith("SLURM_")}
+        self.base_env = {
+            key: value for key, value in os.environ.items() if not key.startswith("SLURM_")
+        }
         self.base_env["PATH"] = f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
         self.base_env["CUDA_VISIBLE_DEVICES"] = "untouched"
 
@@ -72,8 +77,9 @@ class ClusterFromSlurmTest(parameterized.TestCase):
     )
     def test_every_task_is_a_worker_by_default(self, procid, index, address):
         cluster = self._resolve(_step(procid))
-        self.assertEqual(dict(cluster.jobs),
-                         {"worker": ("n1:8888", "n1:8889", "n2:8888", "n2:8889")})
+        self.assertEqual(
+            dict(cluster.jobs), {"worker": ("n1:8888", "n1:8889", "n2:8888", "n2:8889")}
+        )
         self.assertEqual(cluster.task, Task(TaskType.WORKER, index))
         self.assertEqual(cluster.task_address, address)
         self.assertEqual(cluster.rpc_layer, "grpc")
@@ -87,8 +93,10 @@ class ClusterFromSlurmTest(parameterized.TestCase):
     )
     def test_chief_then_ps_then_workers(self, procid, task, address):
         cluster = self._resolve(_step(procid), port_base=7000, num_ps=1, chief=True)
-        self.assertEqual(dict(cluster.jobs), {"chief": ("n1:7000",), "worker": (
-            "n2:7000", "n2:7001"), "ps": ("n1:7001",)})
+        self.assertEqual(
+            dict(cluster.jobs),
+            {"chief": ("n1:7000",), "worker": ("n2:7000", "n2:7001"), "ps": ("n1:7001",)},
+        )
         self.assertEqual(cluster.task, task)
         self.assertEqual(cluster.task_address, address)
         self.assertEqual((cluster.num_workers, cluster.num_ps), (3, 1))
@@ -97,15 +105,25 @@ class ClusterFromSlurmTest(parameterized.TestCase):
         env = _step(4, nodelist="gpu[01-02],cpu7", tasks_per_node="1,2,2", num_tasks=5)
         cluster = self._resolve(env, chief=True)
         # Hosts are sorted by name: cpu7 first.
-        self.assertEqual(dict(cluster.jobs), {"chief": ("cpu7:8888",), "worker": (
-            "cpu7:8889", "gpu01:8888", "gpu02:8888", "gpu02:8889")})
+        self.assertEqual(
+            dict(cluster.jobs),
+            {
+                "chief": ("cpu7:8888",),
+                "worker": ("cpu7:8889", "gpu01:8888", "gpu02:8888", "gpu02:8889"),
+            },
+        )
         self.assertEqual(cluster.task, Task(TaskType.WORKER, 3))
-        self.assertFalse(os.path.exists(os.path.join(self.bin_dir, "scontrol.calls")),
-                         "TF's SlurmClusterResolver now calls scontrol; update strategies/slurm.py")
+        self.assertFalse(
+            os.path.exists(os.path.join(self.bin_dir, "scontrol.calls")),
+            "TF's SlurmClusterResolver now calls scontrol; update strategies/slurm.py",
+        )
 
     def test_not_in_a_slurm_step(self):
-        self._assert_one_line_error({}, r"SLURM_PROCID is not set, so this process is not a task "
-                                        r"of a Slurm job step; start each task with srun")
+        self._assert_one_line_error(
+            {},
+            r"SLURM_PROCID is not set, so this process is not a task "
+            r"of a Slurm job step; start each task with srun",
+        )
 
     def test_sbatch_without_srun(self):
         env = {"SLURM_PROCID": "0", "SLURM_JOB_ID": "42", "SLURM_NTASKS": "2"}
@@ -113,36 +131,51 @@ class ClusterFromSlurmTest(parameterized.TestCase):
 
     def test_too_few_tasks_for_the_layout(self):
         env = _step(0, nodelist="n1", tasks_per_node="2", num_tasks=2)
-        self._assert_one_line_error(env, r"has 2 task\(s\), but chief=True and num_ps=1 leave no "
-                                         r"worker; ask for at least 3 tasks", num_ps=1, chief=True)
+        self._assert_one_line_error(
+            env,
+            r"has 2 task\(s\), but chief=True and num_ps=1 leave no "
+            r"worker; ask for at least 3 tasks",
+            num_ps=1,
+            chief=True,
+        )
 
     def test_ps_needs_a_chief(self):
-        self._assert_one_line_error(_step(0), r"num_ps=1: 1 ps task\(s\) but no chief.*chief=True",
-                                    num_ps=1)
+        self._assert_one_line_error(
+            _step(0), r"num_ps=1: 1 ps task\(s\) but no chief.*chief=True", num_ps=1
+        )
 
     def test_bad_port_base(self):
         self._assert_one_line_error(_step(0), r"port_base=0 is not a port", port_base=0)
 
     def test_a_port_base_too_high_for_the_tasks_sharing_a_node(self):
-        self._assert_one_line_error(_step(0), r"port_base=65535 gives the 2 tasks that share a "
-                                              r"node ports up to 65536; use a port_base of at "
-                                              r"most 65534", port_base=65535)
+        self._assert_one_line_error(
+            _step(0),
+            r"port_base=65535 gives the 2 tasks that share a "
+            r"node ports up to 65536; use a port_base of at "
+            r"most 65534",
+            port_base=65535,
+        )
 
     def test_text_order_of_hosts_differs_from_slurm_order(self):
         env = _step(0, nodelist="n[9-10]", tasks_per_node="1(x2)", num_tasks=2)
-        self._assert_one_line_error(env, r"orders hosts as text \(n10, n9\) but Slurm orders them "
-                                         r"as numbers \(n9, n10\).*zero-padded")
+        self._assert_one_line_error(
+            env,
+            r"orders hosts as text \(n10, n9\) but Slurm orders them "
+            r"as numbers \(n9, n10\).*zero-padded",
+        )
 
     def test_invalid_host_list(self):
-        self._assert_one_line_error(_step(0, nodelist="n[1-"),
-                                    r"SlurmClusterResolver failed: Invalid hostlist format")
+        self._assert_one_line_error(
+            _step(0, nodelist="n[1-"), r"SlurmClusterResolver failed: Invalid hostlist format"
+        )
 
     def test_rank_outside_the_step(self):
         self._assert_one_line_error(_step(4), r"rank \(SLURM_PROCID\) is not one of the step's 4")
 
     def test_task_counts_disagree(self):
-        self._assert_one_line_error(_step(0, num_tasks=3),
-                                    r"Requested 3 tasks but only 4 were assigned")
+        self._assert_one_line_error(
+            _step(0, num_tasks=3), r"Requested 3 tasks but only 4 were assigned"
+        )
 
 
 if __name__ == "__main__":

@@ -25,13 +25,18 @@ def _child_env(extra_env: dict[str, str] | None) -> dict[str, str]:
 
 def _without_tensorflow(env: dict[str, str]) -> dict[str, str]:
     """`env` with a `tensorflow` that fails to import (TENSORFLOW_IMPORTED) first on the path."""
-    return dict(env, PYTHONPATH=os.pathsep.join(filter(None, [str(_NO_TENSORFLOW),
-                                                              env.get("PYTHONPATH")])))
+    return dict(
+        env, PYTHONPATH=os.pathsep.join(filter(None, [str(_NO_TENSORFLOW), env.get("PYTHONPATH")]))
+    )
 
 
-def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, str] | None = None,
-               timeout_s: float = DEFAULT_TIMEOUT_S,
-               without_tensorflow: bool = False) -> subprocess.CompletedProcess:
+def run_tfdist(
+    *args: str,
+    tf_config: str | None = None,
+    extra_env: dict[str, str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    without_tensorflow: bool = False,
+) -> subprocess.CompletedProcess:
     """Runs `python -m tfdist ARGS...`; TF_CONFIG is exactly `tf_config` (unset when None).
 
     `without_tensorflow`: importing TensorFlow fails in the child with TENSORFLOW_IMPORTED.
@@ -41,8 +46,14 @@ def run_tfdist(*args: str, tf_config: str | None = None, extra_env: dict[str, st
         env["TF_CONFIG"] = tf_config
     if without_tensorflow:
         env = _without_tensorflow(env)
-    return subprocess.run([sys.executable, "-m", "tfdist", *args], capture_output=True, text=True,
-                          env=env, timeout=timeout_s, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "tfdist", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )
 
 
 # Runs each case of argv[1] (a JSON list of [arguments, variables]) through `cli.main` in this
@@ -84,9 +95,14 @@ with open(sys.argv[2], "w", encoding="utf-8") as report:
 """
 
 
-def run_tfdist_cases(cases: list[list[str]], *, case_envs: list[dict[str, str]] | None = None,
-                     extra_env: dict[str, str] | None = None, without_tensorflow: bool = False,
-                     timeout_s: float = DEFAULT_TIMEOUT_S) -> list[subprocess.CompletedProcess]:
+def run_tfdist_cases(
+    cases: list[list[str]],
+    *,
+    case_envs: list[dict[str, str]] | None = None,
+    extra_env: dict[str, str] | None = None,
+    without_tensorflow: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[subprocess.CompletedProcess]:
     """Runs `tfdist ARGS` for each ARGS of `cases` in one child process, one after the other:
     TensorFlow is imported once for all of them (`without_tensorflow`: never, as in
     `run_tfdist`). Each case sees the child's environment (this one's less TF_CONFIG, with
@@ -100,17 +116,25 @@ def run_tfdist_cases(cases: list[list[str]], *, case_envs: list[dict[str, str]] 
     with tempfile.TemporaryDirectory() as scratch:
         report = os.path.join(scratch, "results.json")
         with_envs = list(zip(cases, case_envs or [{}] * len(cases), strict=True))
-        child = subprocess.run([sys.executable, "-c", _CASES_CHILD, json.dumps(with_envs),
-                                report],
-                               capture_output=True, text=True, env=env, timeout=timeout_s,
-                               check=False)
+        child = subprocess.run(
+            [sys.executable, "-c", _CASES_CHILD, json.dumps(with_envs), report],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout_s,
+            check=False,
+        )
         if child.returncode != 0:
-            raise AssertionError(f"the cases' child failed ({child.returncode}):\n"
-                                 f"{child.stderr[-3000:]}")
+            raise AssertionError(
+                f"the cases' child failed ({child.returncode}):\n{child.stderr[-3000:]}"
+            )
         with open(report, encoding="utf-8") as results:
-            return [_timed(subprocess.CompletedProcess(["tfdist", *args], status, stdout, stderr),
-                           seconds)
-                    for args, (status, stdout, stderr, seconds) in zip(cases, json.load(results))]
+            return [
+                _timed(
+                    subprocess.CompletedProcess(["tfdist", *args], status, stdout, stderr), seconds
+                )
+                for args, (status, stdout, stderr, seconds) in zip(cases, json.load(results))
+            ]
 
 
 def _timed(result: subprocess.CompletedProcess, seconds: float) -> subprocess.CompletedProcess:
@@ -137,10 +161,18 @@ def assert_evaluator_agrees(test, model_dir: str, metrics: dict, checkpoint: str
     with open(os.path.join(model_dir, "evaluations.json"), encoding="utf-8") as file:
         evaluations = json.load(file)
     test.assertIn(checkpoint, evaluations, "the evaluator saw the last checkpoint")
-    test.assertAlmostEqual(evaluations[checkpoint]["accuracy"], metrics["final"]["val_accuracy"],
-                           places=6, msg="the evaluator's accuracy is the workers' validation's")
-    test.assertAlmostEqual(evaluations[checkpoint]["loss"], metrics["final"]["val_loss"],
-                           places=4, msg="the evaluator's loss is the workers' validation's")
+    test.assertAlmostEqual(
+        evaluations[checkpoint]["accuracy"],
+        metrics["final"]["val_accuracy"],
+        places=6,
+        msg="the evaluator's accuracy is the workers' validation's",
+    )
+    test.assertAlmostEqual(
+        evaluations[checkpoint]["loss"],
+        metrics["final"]["val_loss"],
+        places=4,
+        msg="the evaluator's loss is the workers' validation's",
+    )
 
 
 def read_killing(stream, *, when: str, task: str) -> tuple[list[str], bool]:
@@ -151,20 +183,23 @@ def read_killing(stream, *, when: str, task: str) -> tuple[list[str], bool]:
     for line in stream:
         lines.append(line)
         if not killed and line.startswith(when):
-            pid = int(next(text for text in lines if f"started {task} " in text)
-                      .rsplit("pid=", 1)[1])
+            pid = int(
+                next(text for text in lines if f"started {task} " in text).rsplit("pid=", 1)[1]
+            )
             os.kill(pid, signal.SIGKILL)
             killed = True
     return lines, killed
 
 
-def launch_killing(command: list[str], *, when: str, task: str,
-                   env: dict | None = None) -> tuple[str, bool, int]:
+def launch_killing(
+    command: list[str], *, when: str, task: str, env: dict | None = None
+) -> tuple[str, bool, int]:
     """Runs a `tfdist launch` `command` to its end (its stderr into its stdout), SIGKILLing
     `task` at the line that starts with `when` (`read_killing`); returns its output, whether it
     killed, and its exit status. The launcher is killed if reading fails."""
     launcher = subprocess.Popen(  # pylint: disable=consider-using-with
-        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+    )
     lines: list[str] = []
     try:
         lines, killed = read_killing(launcher.stdout, when=when, task=task)

@@ -16,8 +16,11 @@ from tfdist.commands import app
 from tfdist.commands import cli
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
-_PACKAGES = {"tfdist": "tfdist", "strategies": "tfdist.strategies",
-             "input_pipelines": "tfdist.input_pipelines"}
+_PACKAGES = {
+    "tfdist": "tfdist",
+    "strategies": "tfdist.strategies",
+    "input_pipelines": "tfdist.input_pipelines",
+}
 # Exceptions that never reach a user: signals between a module's own parts.
 _INTERNAL = {"Stopped", "OutOfTime", "NoNamespace", "_Refused", "_OutOfBounds"}
 
@@ -31,15 +34,16 @@ def _error_classes() -> list[tuple[str, str]]:
             module = module.removesuffix(".__init__")
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.ClassDef) and any(
-                        ast.unparse(base).endswith(("Error", "Exception", "Failure", "Peer",
-                                                    "Unavailable", "NoHosts", "Saved"))
-                        for base in node.bases):
+                    ast.unparse(base).endswith(
+                        ("Error", "Exception", "Failure", "Peer", "Unavailable", "NoHosts", "Saved")
+                    )
+                    for base in node.bases
+                ):
                     found.append((module, node.name))
     return found
 
 
 class HierarchyTest(unittest.TestCase):
-
     def test_every_error_a_user_can_meet_derives_from_the_one_root(self):
         classes = _error_classes()
         self.assertGreater(len(classes), 15)
@@ -53,25 +57,27 @@ class HierarchyTest(unittest.TestCase):
 
     def test_bad_input_exits_2_a_failed_run_1(self):
         from tfdist.runtime.config import ConfigError  # pylint: disable=import-outside-toplevel
+
         self.assertEqual(ConfigError.exit_status, 2)
         self.assertTrue(issubclass(ConfigError, ValueError))  # As before: `except ValueError`.
-        for failure in (errors.Diverged, errors.DiskFull, errors.LostPeer,
-                        errors.ResultNotSaved):
+        for failure in (errors.Diverged, errors.DiskFull, errors.LostPeer, errors.ResultNotSaved):
             self.assertEqual(failure.exit_status, 1)
         self.assertEqual(app.USER_ERRORS, (errors.TfdistError,))
 
 
 class BuilderTest(unittest.TestCase):
-
     def test_a_field_its_value_cut_the_problem_and_the_fix_in_one_line(self):
-        self.assertEqual(errors.problem("epochs", "is too many", "pass e.g. 3", value=10 ** 100),
-                         f"epochs={str(10 ** 100)[:76]} ... is too many; pass e.g. 3.")
-        self.assertEqual(errors.problem("TF_CONFIG", "has no cluster", "add one."),
-                         "TF_CONFIG: has no cluster; add one.")
+        self.assertEqual(
+            errors.problem("epochs", "is too many", "pass e.g. 3", value=10**100),
+            f"epochs={str(10**100)[:76]} ... is too many; pass e.g. 3.",
+        )
+        self.assertEqual(
+            errors.problem("TF_CONFIG", "has no cluster", "add one."),
+            "TF_CONFIG: has no cluster; add one.",
+        )
 
 
 class PrinterTest(unittest.TestCase):
-
     def _reported(self, error: errors.TfdistError) -> tuple[int, str]:
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
@@ -80,20 +86,28 @@ class PrinterTest(unittest.TestCase):
 
     def test_named_after_the_program_its_fields_as_flags(self):
         with mock.patch.object(sys, "argv", ["/home/me/my_train.py"]):
-            self.assertEqual(self._reported(errors.UsageError("epochs=0 is not from 1")),
-                             (2, "my_train.py: error: --epochs=0 is not from 1\n"))
+            self.assertEqual(
+                self._reported(errors.UsageError("epochs=0 is not from 1")),
+                (2, "my_train.py: error: --epochs=0 is not from 1\n"),
+            )
             with errors.running_as("tfdist train"):
-                self.assertEqual(self._reported(errors.Diverged("loss: training diverged")),
-                                 (1, "tfdist train: error: loss: training diverged\n"))
+                self.assertEqual(
+                    self._reported(errors.Diverged("loss: training diverged")),
+                    (1, "tfdist train: error: loss: training diverged\n"),
+                )
 
     def test_the_cli_prints_a_run_failure_with_status_1(self):
         stderr = io.StringIO()
-        with mock.patch.dict(cli.COMMANDS, doctor=mock.Mock(
-                side_effect=errors.LostPeer("lost peer worker:1"))), \
-                contextlib.redirect_stderr(stderr):
+        with (
+            mock.patch.dict(
+                cli.COMMANDS, doctor=mock.Mock(side_effect=errors.LostPeer("lost peer worker:1"))
+            ),
+            contextlib.redirect_stderr(stderr),
+        ):
             status = cli.main(["tfdist", "doctor"])
-        self.assertEqual((status, stderr.getvalue()),
-                         (1, "tfdist doctor: error: lost peer worker:1\n"))
+        self.assertEqual(
+            (status, stderr.getvalue()), (1, "tfdist doctor: error: lost peer worker:1\n")
+        )
 
 
 if __name__ == "__main__":

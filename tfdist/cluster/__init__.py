@@ -25,4 +25,3 @@ class LaunchError(ClusterError):
 
 class RehearsalError(ClusterError):
     """A manifest or option that `tfdist rehearse` cannot run as asked; one line."""
-

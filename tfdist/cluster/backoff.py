@@ -16,5 +16,7 @@ def bound(first_s: float, max_restarts: int, *, timed: bool) -> str:
     total = sum(delay(first_s, number) for number in range(1, max_restarts + 1))
     if max_restarts < 2 or not total:
         return ""
-    return (f" (the back-off doubles up to {MAX_DELAY_S:g} s: at most {total:,.0f} s over "
-            f"{max_restarts} restarts{'' if timed else '; --timeout_s=S bounds the whole job'})")
+    return (
+        f" (the back-off doubles up to {MAX_DELAY_S:g} s: at most {total:,.0f} s over "
+        f"{max_restarts} restarts{'' if timed else '; --timeout_s=S bounds the whole job'})"
+    )

@@ -27,6 +27,7 @@ class MachineLimits:
       max_threads: RLIMIT_NPROC's soft limit (Linux counts threads against it); None where it
         does not apply (unlimited, or root).
     """
+
     memory_bytes: int
     memory_source: str
     max_threads: int | None
@@ -44,19 +45,24 @@ class MachineLimits:
             memory, source = int(limit), f"memory ({_CGROUP_MEMORY_MAX})"
         threads = resource.getrlimit(resource.RLIMIT_NPROC)[0]
         unlimited = threads == resource.RLIM_INFINITY or os.getuid() == 0
-        return cls(memory_bytes=memory, memory_source=source,
-                   max_threads=None if unlimited else threads)
+        return cls(
+            memory_bytes=memory, memory_source=source, max_threads=None if unlimited else threads
+        )
 
     def max_tasks(self) -> tuple[int, str]:
         """How many tasks fit, and how that number was derived (one phrase, for messages)."""
         by_memory = max(0, (self.memory_bytes >> 20) - _SHARED_MIB) // _TASK_PRIVATE_MIB
         if self.max_threads is not None and self.max_threads // _TASK_THREADS < by_memory:
-            return (self.max_threads // _TASK_THREADS,
-                    f"RLIMIT_NPROC={self.max_threads} threads at ~{_TASK_THREADS} threads per "
-                    "TensorFlow task")
-        return by_memory, (f"{self.memory_bytes / 2**30:.1f} GiB of {self.memory_source} at "
-                           f"~{_TASK_PRIVATE_MIB} MiB per TensorFlow task plus {_SHARED_MIB} MiB "
-                           "shared")
+            return (
+                self.max_threads // _TASK_THREADS,
+                f"RLIMIT_NPROC={self.max_threads} threads at ~{_TASK_THREADS} threads per "
+                "TensorFlow task",
+            )
+        return by_memory, (
+            f"{self.memory_bytes / 2**30:.1f} GiB of {self.memory_source} at "
+            f"~{_TASK_PRIVATE_MIB} MiB per TensorFlow task plus {_SHARED_MIB} MiB "
+            "shared"
+        )
 
 
 def check_capacity(*, num_workers: int, num_tasks: int, limits: MachineLimits) -> None:
@@ -68,4 +74,5 @@ def check_capacity(*, num_workers: int, num_tasks: int, limits: MachineLimits) -
             f"num_workers={num_workers} makes {num_tasks} task(s) in all, more "
             f"than this machine can run: at most {most}, from {derivation} (measured for "
             "`tfdist train`); launch fewer tasks, or spread them over machines with "
-            "`tfdist manifest`.")
+            "`tfdist manifest`."
+        )

@@ -30,6 +30,7 @@ class Link:
     """One direction of a link: `gbit_per_s` per GPU (inside a node) or per node (between
     nodes), and the latency of one message. `rdma`: the link can move GPU memory without the
     host (GPUDirect RDMA), as RoCE and InfiniBand can."""
+
     name: str
     gbit_per_s: float
     latency_us: float
@@ -47,13 +48,28 @@ class Link:
 # Nominal one-direction rates per GPU (inside a node) or per node (between nodes); latencies
 # per message as NCCL's tuning model puts them for its ring steps, 50 µs for TCP. Sources in
 # docs/PLANNING.md ("Link presets").
-INTRA_NODE_LINKS = {link.name: link for link in (
-    Link("pcie3", 126, 5.7), Link("pcie4", 252, 5.7), Link("pcie5", 504, 5.7),
-    Link("nvlink2", 1200, 3.4), Link("nvlink3", 2400, 3.4), Link("nvlink4", 3600, 3.4))}
-INTER_NODE_LINKS = {link.name: link for link in (
-    Link("eth10", 10, 50), Link("roce25", 25, 9.6, rdma=True), Link("eth100", 100, 50),
-    Link("ib_edr", 100, 9.6, rdma=True), Link("ib_hdr", 200, 9.6, rdma=True),
-    Link("ib_ndr", 400, 9.6, rdma=True))}
+INTRA_NODE_LINKS = {
+    link.name: link
+    for link in (
+        Link("pcie3", 126, 5.7),
+        Link("pcie4", 252, 5.7),
+        Link("pcie5", 504, 5.7),
+        Link("nvlink2", 1200, 3.4),
+        Link("nvlink3", 2400, 3.4),
+        Link("nvlink4", 3600, 3.4),
+    )
+}
+INTER_NODE_LINKS = {
+    link.name: link
+    for link in (
+        Link("eth10", 10, 50),
+        Link("roce25", 25, 9.6, rdma=True),
+        Link("eth100", 100, 50),
+        Link("ib_edr", 100, 9.6, rdma=True),
+        Link("ib_hdr", 200, 9.6, rdma=True),
+        Link("ib_ndr", 400, 9.6, rdma=True),
+    )
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +90,7 @@ class Workload:
     host_examples_per_core: examples/s one host core's pipeline delivers with preprocessing on
       the host; `decode_examples_per_core` with only decoding and batching there.
     """
+
     compute_s: float
     per_replica_batch: int
     gradient_bytes: float
@@ -101,6 +118,7 @@ class Cluster:
       reducing); unlimited when not measured. A parameter server's transfers are not held to
       it: whole variables stream while the wire moves them.
     """
+
     nodes: int
     gpus_per_node: int
     intra: Link
@@ -127,16 +145,21 @@ def through_stack(link: Link, stack_gbit_per_s: float) -> Link:
     """`link` when each byte also passes through a host's network stack that moves
     `stack_gbit_per_s` where no link limits it, one after the other: an all-reduce chunk is
     serialised, sent, parsed and reduced before the next ring step forwards it."""
-    return Link(link.name, 1 / (1 / link.gbit_per_s + 1 / stack_gbit_per_s), link.latency_us,
-                link.rdma)
+    return Link(
+        link.name, 1 / (1 / link.gbit_per_s + 1 / stack_gbit_per_s), link.latency_us, link.rdma
+    )
 
 
 def staged_through_host(link: Link, host: Link) -> Link:
     """`link` between nodes when GPU memory goes through host memory first (no GPUDirect RDMA):
     each byte also crosses the host's PCIe twice (GPU to host, host to NIC), and each message
     waits for a copy."""
-    return Link(link.name, min(link.gbit_per_s, host.gbit_per_s / 2),
-                link.latency_us + 2 * host.latency_us, link.rdma)
+    return Link(
+        link.name,
+        min(link.gbit_per_s, host.gbit_per_s / 2),
+        link.latency_us + 2 * host.latency_us,
+        link.rdma,
+    )
 
 
 def ring_allreduce_s(num_bytes: float, participants: int, link: Link) -> float:
@@ -148,8 +171,9 @@ def ring_allreduce_s(num_bytes: float, participants: int, link: Link) -> float:
     return steps / participants * num_bytes / link.bytes_per_s + steps * link.latency_s
 
 
-def hierarchical_allreduce_s(num_bytes: float, nodes: int, gpus_per_node: int, intra: Link,
-                             inter: Link) -> float:
+def hierarchical_allreduce_s(
+    num_bytes: float, nodes: int, gpus_per_node: int, intra: Link, inter: Link
+) -> float:
     """Two levels: a reduce-scatter inside each node, one ring all-reduce between nodes of the
     node's share (its GPUs run one ring each, over their 1/G of the bytes, sharing the node's
     link), and an all-gather inside each node."""
@@ -180,8 +204,11 @@ def parameter_server_s(num_bytes: float, workers: int, num_ps: int, link: Link) 
 def exchange_s(workload: Workload, cluster: Cluster) -> float:
     """The gradient exchange of one step, none of it hidden yet."""
     num_bytes = workload.gradient_bytes / 4 * WIRE_BYTES[cluster.wire_dtype]
-    inter = (cluster.inter if cluster.gpudirect_rdma and cluster.inter.rdma
-             else staged_through_host(cluster.inter, cluster.host_pcie))
+    inter = (
+        cluster.inter
+        if cluster.gpudirect_rdma and cluster.inter.rdma
+        else staged_through_host(cluster.inter, cluster.host_pcie)
+    )
     if cluster.num_ps:
         # Every worker (a node's GPUs, reduced inside the node first) talks to the ps tasks, in
         # the variables' float32: the wire dtype is an all-reduce's (tfdist refuses
@@ -193,12 +220,16 @@ def exchange_s(workload: Workload, cluster: Cluster) -> float:
     if cluster.nodes == 1:
         return ring_allreduce_s(num_bytes, cluster.gpus_per_node, cluster.intra)
     if cluster.allreduce == "hierarchical":
-        return hierarchical_allreduce_s(num_bytes, cluster.nodes, cluster.gpus_per_node,
-                                        cluster.intra, inter)
+        return hierarchical_allreduce_s(
+            num_bytes, cluster.nodes, cluster.gpus_per_node, cluster.intra, inter
+        )
     # One ring through every GPU crosses each node's link once each way, so the inter-node link
     # is its slowest hop, and every one of its steps waits for the slowest latency.
-    slowest = Link("ring", min(cluster.intra.gbit_per_s, inter.gbit_per_s),
-                   max(cluster.intra.latency_us, inter.latency_us))
+    slowest = Link(
+        "ring",
+        min(cluster.intra.gbit_per_s, inter.gbit_per_s),
+        max(cluster.intra.latency_us, inter.latency_us),
+    )
     return ring_allreduce_s(num_bytes, cluster.gpus, slowest)
 
 
@@ -213,27 +244,38 @@ def predict(workload: Workload, cluster: Cluster, *, preprocess_on: str = "devic
     compute = workload.compute_s
     exchange = exchange_s(workload, cluster)
     exposed = max(0.0, exchange - workload.overlap * workload.backward_fraction * compute)
-    per_core = (workload.host_examples_per_core if preprocess_on == "host"
-                else workload.decode_examples_per_core)
+    per_core = (
+        workload.host_examples_per_core
+        if preprocess_on == "host"
+        else workload.decode_examples_per_core
+    )
     node_examples = workload.per_replica_batch * cluster.gpus_per_node
     input_s = _input_s(node_examples, per_core, cluster.host_cores_per_node)
     step = max(compute + exposed, input_s)
-    single = max(compute, _input_s(workload.per_replica_batch, per_core,
-                                   cluster.host_cores_per_node))
+    single = max(
+        compute, _input_s(workload.per_replica_batch, per_core, cluster.host_cores_per_node)
+    )
     examples_per_s = cluster.gpus * workload.per_replica_batch / step
     per_gpu_per_s = examples_per_s / cluster.gpus
     return {
-        "nodes": cluster.nodes, "gpus": cluster.gpus,
+        "nodes": cluster.nodes,
+        "gpus": cluster.gpus,
         "global_batch": cluster.gpus * workload.per_replica_batch,
-        "compute_s": compute, "exchange_s": exchange, "exposed_exchange_s": exposed,
-        "input_s": input_s, "step_s": step, "examples_per_s": examples_per_s,
+        "compute_s": compute,
+        "exchange_s": exchange,
+        "exposed_exchange_s": exposed,
+        "input_s": input_s,
+        "step_s": step,
+        "examples_per_s": examples_per_s,
         "scaling_efficiency": single / step,
         "host_cores_needed": {
             "host": per_gpu_per_s * cluster.gpus_per_node / workload.host_examples_per_core,
-            "device": per_gpu_per_s * cluster.gpus_per_node / workload.decode_examples_per_core},
+            "device": per_gpu_per_s * cluster.gpus_per_node / workload.decode_examples_per_core,
+        },
         "host_to_device_bytes_per_s": {
             "host": per_gpu_per_s * workload.example_pixels * workload.compute_dtype_bytes,
-            "device": per_gpu_per_s * workload.example_pixels},
+            "device": per_gpu_per_s * workload.example_pixels,
+        },
     }
 
 

@@ -30,8 +30,17 @@ def deadline(timeout_s: float, message: str, peers: Sequence[str] = ()) -> Itera
     `peers` ("host:port") that do not answer at the deadline are listed after the message.
     """
     child = subprocess.Popen(  # pylint: disable=consider-using-with
-        [*PYTHON, "-m", "tfdist.cluster.join_deadline", str(os.getpid()), str(timeout_s), message,
-         *peers], stdin=subprocess.PIPE)
+        [
+            *PYTHON,
+            "-m",
+            "tfdist.cluster.join_deadline",
+            str(os.getpid()),
+            str(timeout_s),
+            message,
+            *peers,
+        ],
+        stdin=subprocess.PIPE,
+    )
     try:
         yield
     finally:
@@ -44,6 +53,7 @@ def deadline(timeout_s: float, message: str, peers: Sequence[str] = ()) -> Itera
 
 def _silent_peers(peers: Sequence[str]) -> list[str]:
     from tfdist.cluster.probe import answers  # pylint: disable=import-outside-toplevel
+
     return [peer for peer in peers if not answers(peer, timeout_s=1.0)]
 
 

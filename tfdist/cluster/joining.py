@@ -25,8 +25,10 @@ from tfdist.strategies import ClusterConfig
 # its strategy. Ten times that, so a slow start is not named.
 JOIN_CHECK_S = 120.0
 _LISTEN = "0A"  # The TCP state LISTEN in /proc/net/tcp.
-_FIX = ("build the strategy from TF_CONFIG (tfdist.setup, or "
-        "tf.distribute.MultiWorkerMirroredStrategy), or run the program without tfdist launch")
+_FIX = (
+    "build the strategy from TF_CONFIG (tfdist.setup, or "
+    "tf.distribute.MultiWorkerMirroredStrategy), or run the program without tfdist launch"
+)
 
 
 def listening_ports(pid: int) -> set[int]:
@@ -49,9 +51,12 @@ def listening_ports(pid: int) -> set[int]:
 def serving_ports(cluster: ClusterConfig) -> dict[str, int]:
     """The TF_CONFIG port of each task that serves one, by task name ("worker:1"): every task
     but the evaluator."""
-    return {f"{job}:{index}": int(address.rsplit(":", 1)[1])
-            for job, addresses in cluster.jobs.items() if job != "evaluator"
-            for index, address in enumerate(addresses)}
+    return {
+        f"{job}:{index}": int(address.rsplit(":", 1)[1])
+        for job, addresses in cluster.jobs.items()
+        if job != "evaluator"
+        for index, address in enumerate(addresses)
+    }
 
 
 class JoinWatch:
@@ -72,26 +77,40 @@ class JoinWatch:
         now = time.monotonic()
         for task in tasks:
             name = task.name
-            if (name not in self._ports or name in self._joined or name in self._warned
-                    or task.process is None):
+            if (
+                name not in self._ports
+                or name in self._joined
+                or name in self._warned
+                or task.process is None
+            ):
                 continue
             status = task.poll()
             if self._ports[name] in listening_ports(task.process.pid):
                 self._joined.add(name)
             elif status == 0:
-                self._warn(f"{name} ended without ever listening on its TF_CONFIG port "
-                           f"{self._ports[name]}: the program did not join the cluster, so the "
-                           "tasks ran as independent copies", name)
+                self._warn(
+                    f"{name} ended without ever listening on its TF_CONFIG port "
+                    f"{self._ports[name]}: the program did not join the cluster, so the "
+                    "tasks ran as independent copies",
+                    name,
+                )
             elif status is None and self._check_s and now - task.started_s >= self._check_s:
-                self._warn(f"{name} has not listened on its TF_CONFIG port {self._ports[name]} "
-                           f"in {self._check_s:g} s: the program did not join the cluster, so "
-                           "the tasks run as independent copies", name,
-                           " (a program that joins later: raise --join_check_s)")
+                self._warn(
+                    f"{name} has not listened on its TF_CONFIG port {self._ports[name]} "
+                    f"in {self._check_s:g} s: the program did not join the cluster, so "
+                    "the tasks run as independent copies",
+                    name,
+                    " (a program that joins later: raise --join_check_s)",
+                )
 
     def _warn(self, what: str, name: str, later: str = "") -> None:
         self._warned.add(name)
-        print(f"{self._announcer}: warning: {what} (their weights drift apart; they write the "
-              f"same paths); {_FIX}{later}", file=sys.stderr, flush=True)
+        print(
+            f"{self._announcer}: warning: {what} (their weights drift apart; they write the "
+            f"same paths); {_FIX}{later}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 # Keras 3.15's `fit` (and `evaluate`, `predict`) under MultiWorkerMirroredStrategy, TF 2.21: the
@@ -101,8 +120,10 @@ class JoinWatch:
 _TRACEBACK = "Traceback (most recent call last):"
 _KERAS3_FRAME = re.compile(r'^\s*File "[^"]*/keras/src/')
 _PER_REPLICA_VALUE = "ValueError: Attempt to convert a value (PerReplica:"
-_PER_REPLICA_TYPE = ("with an unsupported type (<class 'tensorflow.python.distribute.values."
-                     "PerReplica'>) to a Tensor.")
+_PER_REPLICA_TYPE = (
+    "with an unsupported type (<class 'tensorflow.python.distribute.values."
+    "PerReplica'>) to a Tensor."
+)
 
 
 class _Keras3Traceback:
@@ -142,6 +163,7 @@ class Keras3FitCrash:
         def read(line: str) -> None:
             if traceback.read(line):
                 self._say(name)
+
         return read
 
     def _say(self, name: str) -> None:
@@ -150,8 +172,11 @@ class Keras3FitCrash:
                 return
             self._said.add(name)
             with contextlib.suppress(OSError, ValueError):  # Our stderr closed.
-                print(f"{self._announcer}: {name} crashed in Keras 3's own model.fit, which "
-                      "cannot train under MultiWorkerMirroredStrategy (keras-team/keras#20585); "
-                      "train the model through tfdist.fit, which runs Keras 3 models under "
-                      "every strategy (docs/library.md and docs/keras.md)", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"{self._announcer}: {name} crashed in Keras 3's own model.fit, which "
+                    "cannot train under MultiWorkerMirroredStrategy (keras-team/keras#20585); "
+                    "train the model through tfdist.fit, which runs Keras 3 models under "
+                    "every strategy (docs/library.md and docs/keras.md)",
+                    file=sys.stderr,
+                    flush=True,
+                )

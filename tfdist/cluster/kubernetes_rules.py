@@ -23,12 +23,17 @@ _LABEL_VALUE_RE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
 # A quantity: sign, digits, then a binary (Ki..Ei), decimal (n, u, m, k, M..E) or exponent suffix.
 _QUANTITY_RE = re.compile(
-    r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,3})?")
+    r"\+?([0-9]+(\.[0-9]*)?|\.[0-9]+)(?P<suffix>[KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]{1,3})?"
+)
 _QUANTITY_MAX_CHARS = 32
-_BINARY = {f"{unit}i": 1024 ** power for power, unit in enumerate("KMGTPE", 1)}
-_DECIMAL = {"n": decimal.Decimal("1e-9"), "u": decimal.Decimal("1e-6"),
-            "m": decimal.Decimal("1e-3"), "k": decimal.Decimal(10) ** 3,
-            **{unit: decimal.Decimal(10) ** (3 * power) for power, unit in enumerate("MGTPE", 2)}}
+_BINARY = {f"{unit}i": 1024**power for power, unit in enumerate("KMGTPE", 1)}
+_DECIMAL = {
+    "n": decimal.Decimal("1e-9"),
+    "u": decimal.Decimal("1e-6"),
+    "m": decimal.Decimal("1e-3"),
+    "k": decimal.Decimal(10) ** 3,
+    **{unit: decimal.Decimal(10) ** (3 * power) for power, unit in enumerate("MGTPE", 2)},
+}
 
 # An image reference: [domain[:port]/]path[:tag][@digest] (github.com/distribution/reference).
 _ALPHANUMERIC = r"[a-z0-9]+"
@@ -39,38 +44,72 @@ _IMAGE_RE = re.compile(
     rf"(?P<name>({_DOMAIN}/)?{_PATH_COMPONENT}(/{_PATH_COMPONENT})*)"
     r"(:(?P<tag>[\w][\w.-]{0,127}))?"
     r"(@(?P<algorithm>[A-Za-z][A-Za-z0-9]*([-_+.][A-Za-z][A-Za-z0-9]*)*):(?P<hex>[0-9a-fA-F]{32,}))?",
-    re.ASCII)
+    re.ASCII,
+)
 _DIGEST_HEX_LENGTHS = {"sha256": 64, "sha384": 96, "sha512": 128}
 
 # Where a volume mounted would hide what the container itself needs.
-_SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32",
-                 "/proc", "/run", "/sbin", "/sys", "/usr")
+_SYSTEM_TREES = (
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+)
 _SYSTEM_DIRECTORIES = ("/", "/home", "/root", "/tmp", "/var")
 
 
 def dns1123_label(value: Any) -> str | None:
     """A DNS label (RFC 1123): most names, e.g. a container's, a volume's."""
-    return _matching(value, _DNS1123_LABEL_RE, LABEL_MAX, 'a DNS label (lowercase letters, '
-                     'digits and "-", starting and ending with a letter or digit)')
+    return _matching(
+        value,
+        _DNS1123_LABEL_RE,
+        LABEL_MAX,
+        "a DNS label (lowercase letters, "
+        'digits and "-", starting and ending with a letter or digit)',
+    )
 
 
 def dns1035_label(value: Any) -> str | None:
     """A DNS label that starts with a letter (RFC 1035): a Service's name, so a JobSet's
     subdomain, its Jobs' and its pods' names."""
-    return _matching(value, _DNS1035_LABEL_RE, LABEL_MAX, 'a DNS-1035 label (lowercase '
-                     'letters, digits and "-", starting with a letter and ending with a letter '
-                     'or digit)')
+    return _matching(
+        value,
+        _DNS1035_LABEL_RE,
+        LABEL_MAX,
+        "a DNS-1035 label (lowercase "
+        'letters, digits and "-", starting with a letter and ending with a letter '
+        "or digit)",
+    )
 
 
 def dns1123_subdomain(value: Any) -> str | None:
     """A DNS subdomain (RFC 1123): an object's name, e.g. a PersistentVolumeClaim's."""
-    return _matching(value, _DNS1123_SUBDOMAIN_RE, SUBDOMAIN_MAX, 'a DNS subdomain (lowercase '
-                     'letters, digits, "-" and ".", starting and ending with a letter or digit)')
+    return _matching(
+        value,
+        _DNS1123_SUBDOMAIN_RE,
+        SUBDOMAIN_MAX,
+        "a DNS subdomain (lowercase "
+        'letters, digits, "-" and ".", starting and ending with a letter or digit)',
+    )
 
 
 def label_value(value: Any) -> str | None:
-    return _matching(value, _LABEL_VALUE_RE, LABEL_MAX, 'a label value (letters, digits, "-", '
-                     '"_" and ".", starting and ending with a letter or digit)')
+    return _matching(
+        value,
+        _LABEL_VALUE_RE,
+        LABEL_MAX,
+        'a label value (letters, digits, "-", '
+        '"_" and ".", starting and ending with a letter or digit)',
+    )
 
 
 def label_key(value: Any) -> str | None:
@@ -102,7 +141,7 @@ def quantity_value(value: Any) -> decimal.Decimal | None:
     if match is None:
         return None
     suffix = match.group("suffix") or ""
-    number = decimal.Decimal(value[:len(value) - len(suffix)].lstrip("+"))
+    number = decimal.Decimal(value[: len(value) - len(suffix)].lstrip("+"))
     if suffix[:1] in ("e", "E"):
         return number.scaleb(int(suffix[1:]))
     return number * _BINARY.get(suffix, _DECIMAL.get(suffix, 1))
@@ -112,13 +151,17 @@ def image_reference(value: Any) -> str | None:
     """A container image reference, e.g. "registry.example.com:5000/team/tfdist:0.1@sha256:..."."""
     match = _IMAGE_RE.fullmatch(value) if isinstance(value, str) else None
     if match is None:
-        return 'is not an image reference ([registry/]path[:tag][@digest], lowercase path, ' \
-               'e.g. "registry.example.com/tfdist:0.1.0")'
+        return (
+            "is not an image reference ([registry/]path[:tag][@digest], lowercase path, "
+            'e.g. "registry.example.com/tfdist:0.1.0")'
+        )
     if len(match.group("name")) > IMAGE_NAME_MAX:
         return f"has a name of {len(match.group('name'))} characters, more than {IMAGE_NAME_MAX}"
     algorithm = match.group("algorithm")
-    if algorithm in _DIGEST_HEX_LENGTHS and \
-            len(match.group("hex")) != _DIGEST_HEX_LENGTHS[algorithm]:
+    if (
+        algorithm in _DIGEST_HEX_LENGTHS
+        and len(match.group("hex")) != _DIGEST_HEX_LENGTHS[algorithm]
+    ):
         return f"has a {algorithm} digest that is not {_DIGEST_HEX_LENGTHS[algorithm]} hex digits"
     return None
 
@@ -128,13 +171,14 @@ def mount_path(value: Any) -> str | None:
     container itself needs."""
     if not isinstance(value, str) or not value.startswith("/"):
         return "is not an absolute path"
-    if any(ord(char) < 0x20 or ord(char) == 0x7f for char in value):
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
         return "has a control character"
     normal = posixpath.normpath(value)
     if value != normal or value.startswith("//"):
         return f"is not a normalised path (write {'/' + normal.lstrip('/')!r})"
     if value in _SYSTEM_DIRECTORIES or any(
-            value == tree or value.startswith(tree + "/") for tree in _SYSTEM_TREES):
+        value == tree or value.startswith(tree + "/") for tree in _SYSTEM_TREES
+    ):
         return "would hide the container's own files"
     return None
 

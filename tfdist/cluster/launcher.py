@@ -81,6 +81,7 @@ class LaunchConfig:
         seconds after its start is named in a warning (it did not join); 0 only checks when the
         task exits.
     """
+
     command: tuple[str, ...]
     num_workers: int = 1
     num_ps: int = 0
@@ -97,29 +98,39 @@ class LaunchConfig:
 
     def __post_init__(self):
         if not self.command:
-            raise LaunchError("launch needs a command after `--`, e.g. `tfdist launch "
-                              "--num_workers=2 -- train --strategy=multi_worker_mirrored`.")
+            raise LaunchError(
+                "launch needs a command after `--`, e.g. `tfdist launch "
+                "--num_workers=2 -- train --strategy=multi_worker_mirrored`."
+            )
         problem = strategies.ps_without_chief(self.num_ps, self.chief)
         if problem:
             raise LaunchError(f"num_ps={self.num_ps}: {problem}; add --chief.")
-        if self.timeout_s is not None and not (math.isfinite(self.timeout_s)
-                                               and self.timeout_s > 0):
-            raise LaunchError(f"timeout_s={self.timeout_s} is not a number of seconds above 0; "
-                              "pass e.g. --timeout_s=3600, or leave it unset to wait for the "
-                              "job to end.")
+        if self.timeout_s is not None and not (
+            math.isfinite(self.timeout_s) and self.timeout_s > 0
+        ):
+            raise LaunchError(
+                f"timeout_s={self.timeout_s} is not a number of seconds above 0; "
+                "pass e.g. --timeout_s=3600, or leave it unset to wait for the "
+                "job to end."
+            )
         if not (math.isfinite(self.restart_backoff_s) and self.restart_backoff_s >= 0):
-            raise LaunchError(f"restart_backoff_s={self.restart_backoff_s} is not a number of "
-                              "seconds of 0 or more; pass e.g. --restart_backoff_s=1, or 0 to "
-                              "restart at once.")
+            raise LaunchError(
+                f"restart_backoff_s={self.restart_backoff_s} is not a number of "
+                "seconds of 0 or more; pass e.g. --restart_backoff_s=1, or 0 to "
+                "restart at once."
+            )
         if not (math.isfinite(self.join_check_s) and self.join_check_s >= 0):
-            raise LaunchError(f"join_check_s={self.join_check_s} is not a number of seconds of 0 "
-                              f"or more; pass e.g. --join_check_s={joining.JOIN_CHECK_S:g}, or 0 "
-                              "to check only when a task exits.")
+            raise LaunchError(
+                f"join_check_s={self.join_check_s} is not a number of seconds of 0 "
+                f"or more; pass e.g. --join_check_s={joining.JOIN_CHECK_S:g}, or 0 "
+                "to check only when a task exits."
+            )
         if self.keras not in (2, 3):
             raise LaunchError(f"keras={self.keras!r} is not a Keras; pass 2 or 3.")
         if self.network not in tuple(Network):
-            raise LaunchError(f"network={self.network!r} is not understood; pass 'auto', "
-                              "'isolated' or 'host'.")
+            raise LaunchError(
+                f"network={self.network!r} is not understood; pass 'auto', 'isolated' or 'host'."
+            )
         object.__setattr__(self, "network", Network(self.network))
 
     @property
@@ -130,8 +141,9 @@ class LaunchConfig:
 PYTHON_NAMES = ("python", "python3")
 
 
-def resolve_command(command: tuple[str, ...],
-                    tfdist_commands: Collection[str] = (_TRAIN,)) -> list[str]:
+def resolve_command(
+    command: tuple[str, ...], tfdist_commands: Collection[str] = (_TRAIN,)
+) -> list[str]:
     """The argv every task runs: a tfdist command (`train ...`, `data check ...`) as
     `python -m tfdist ...`; `python` or `python3` as the interpreter tfdist runs under (PATH's
     may be another, without this environment's packages: an unactivated venv); else `command`.
@@ -150,8 +162,10 @@ def resolve_command(command: tuple[str, ...],
         return [sys.executable, *command[1:]]
     found = shutil.which(program)
     if found is None:
-        raise LaunchError(f"command {program!r} is not an executable file or on PATH; give a "
-                          "path or a program name, e.g. `-- python my_script.py`.")
+        raise LaunchError(
+            f"command {program!r} is not an executable file or on PATH; give a "
+            "path or a program name, e.g. `-- python my_script.py`."
+        )
     return [found, *command[1:]]
 
 
@@ -163,25 +177,36 @@ def _pick_ports(num_tasks: int) -> list[int]:
     try:
         return [portpicker.pick_unused_port() for _ in range(num_tasks)]
     except portpicker.NoFreePortFoundError:
-        raise LaunchError(f"no free ports for {num_tasks} tasks on {HOST}; launch fewer tasks "
-                          "or free some ports.") from None
+        raise LaunchError(
+            f"no free ports for {num_tasks} tasks on {HOST}; launch fewer tasks or free some ports."
+        ) from None
 
 
 def _task_names(cluster: ClusterConfig) -> list[tuple[str, int]]:
-    return [(job, index) for job, addresses in cluster.jobs.items()
-            for index in range(len(addresses))]
+    return [
+        (job, index) for job, addresses in cluster.jobs.items() for index in range(len(addresses))
+    ]
 
 
 def _cluster(config: LaunchConfig) -> ClusterConfig:
     """The local cluster, every task on HOST at a port of its own."""
-    return strategies.make_cluster(num_workers=config.num_workers, num_ps=config.num_ps,
-                                   chief=config.chief, evaluator=config.evaluator,
-                                   ports=_pick_ports(config.num_tasks), host=HOST)
+    return strategies.make_cluster(
+        num_workers=config.num_workers,
+        num_ps=config.num_ps,
+        chief=config.chief,
+        evaluator=config.evaluator,
+        ports=_pick_ports(config.num_tasks),
+        host=HOST,
+    )
 
 
-def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str],
-           cgroups: processes.Cgroups | None,
-           crashes: joining.Keras3FitCrash | None) -> list[processes.Process]:
+def _tasks(
+    config: LaunchConfig,
+    cluster: ClusterConfig,
+    argv: list[str],
+    cgroups: processes.Cgroups | None,
+    crashes: joining.Keras3FitCrash | None,
+) -> list[processes.Process]:
     """One `processes.Process` per cluster task, each with its own TF_CONFIG (and cgroup, and
     its output read by `crashes`)."""
     if config.log_dir:
@@ -189,13 +214,21 @@ def _tasks(config: LaunchConfig, cluster: ClusterConfig, argv: list[str],
     lock = threading.Lock()
     tasks = []
     for job, index in _task_names(cluster):
-        env = dict(os.environ, **dict(config.env),
-                   TF_CONFIG=cluster.for_task(job, index).to_json())
+        env = dict(os.environ, **dict(config.env), TF_CONFIG=cluster.for_task(job, index).to_json())
         log_path = os.path.join(config.log_dir, f"{job}-{index}.log") if config.log_dir else None
         name = f"{job}:{index}"
-        tasks.append(processes.Process(name, argv, env, log_path, lock, announcer=_ANNOUNCER,
-                                       cgroup=cgroups.child(name) if cgroups else None,
-                                       on_line=crashes.reader(name) if crashes else None))
+        tasks.append(
+            processes.Process(
+                name,
+                argv,
+                env,
+                log_path,
+                lock,
+                announcer=_ANNOUNCER,
+                cgroup=cgroups.child(name) if cgroups else None,
+                on_line=crashes.reader(name) if crashes else None,
+            )
+        )
     return tasks
 
 
@@ -216,29 +249,41 @@ class _Restarts:
         self.config, self.names = config, names
         self.first_failure: str | None = None
 
-    def __call__(self, name: str, status: int, restarts: int) -> supervisor.Restart | \
-            supervisor.Fail:
+    def __call__(
+        self, name: str, status: int, restarts: int
+    ) -> supervisor.Restart | supervisor.Fail:
         config = self.config
         failure = f"{name} {supervisor.ended(status)}"
         if restarts >= config.max_restarts:
-            last = (f"{self.first_failure} first; after {restarts} restart(s), {failure}"
-                    if self.first_failure else f"{failure} after {restarts} restart(s)")
+            last = (
+                f"{self.first_failure} first; after {restarts} restart(s), {failure}"
+                if self.first_failure
+                else f"{failure} after {restarts} restart(s)"
+            )
             return supervisor.Fail(f"{last}; stopped every task")
         self.first_failure = self.first_failure or failure
         lost_ps = name.startswith("ps:")
         every_task = lost_ps or not config.num_ps
         delay = backoff.delay(config.restart_backoff_s, restarts + 1)
-        bound = backoff.bound(config.restart_backoff_s, config.max_restarts,
-                              timed=bool(config.timeout_s)) if restarts == 0 else ""
+        bound = (
+            backoff.bound(
+                config.restart_backoff_s, config.max_restarts, timed=bool(config.timeout_s)
+            )
+            if restarts == 0
+            else ""
+        )
         return supervisor.Restart(
             tuple(self.names) if every_task else (name,),
             f"restarting {'every task' if every_task else 'it'} ({restarts + 1}/"
             f"{config.max_restarts}) in {delay:g} s"
-            f"{': a ps task loses its variables with it' if lost_ps else ''}{bound}", delay)
+            f"{': a ps task loses its variables with it' if lost_ps else ''}{bound}",
+            delay,
+        )
 
 
-def _supervise(config: LaunchConfig, tasks: list[processes.Process],
-               joins: joining.JoinWatch | None) -> int:
+def _supervise(
+    config: LaunchConfig, tasks: list[processes.Process], joins: joining.JoinWatch | None
+) -> int:
     """Starts `tasks` and supervises them until the job ends, the time limit passes or a
     signal stops it (watching that they join, with `joins`); returns the exit status."""
     by_name = {task.name: task for task in tasks}
@@ -248,11 +293,16 @@ def _supervise(config: LaunchConfig, tasks: list[processes.Process],
         return by_name[name]
 
     names = list(by_name)
-    watcher = supervisor.Supervisor(_ANNOUNCER, timeout_s=config.timeout_s,
-                                    straggler_hint="--timeout_s=S bounds the job")
-    group = supervisor.Group(names, start, _Restarts(config, names),
-                             awaited=lambda name: _is_primary(name, config),
-                             on_poll=joins.notice if joins else None)
+    watcher = supervisor.Supervisor(
+        _ANNOUNCER, timeout_s=config.timeout_s, straggler_hint="--timeout_s=S bounds the job"
+    )
+    group = supervisor.Group(
+        names,
+        start,
+        _Restarts(config, names),
+        awaited=lambda name: _is_primary(name, config),
+        on_poll=joins.notice if joins else None,
+    )
     return watcher.run(lambda: watcher.watch(group))
 
 
@@ -272,37 +322,57 @@ def main(config: LaunchConfig, *, tfdist_commands: Collection[str] = (_TRAIN,)) 
         are not enough free ports, or `network=isolated` is refused.
     """
     argv = resolve_command(config.command, tfdist_commands)
-    capacity.check_capacity(num_workers=config.num_workers, num_tasks=config.num_tasks,
-                            limits=capacity.MachineLimits.of_this_machine())
+    capacity.check_capacity(
+        num_workers=config.num_workers,
+        num_tasks=config.num_tasks,
+        limits=capacity.MachineLimits.of_this_machine(),
+    )
     cluster = _cluster(config)
-    namespace = _open_network(config, cluster,
-                              tfdist=_is_tfdist(config.command, tfdist_commands))
+    namespace = _open_network(config, cluster, tfdist=_is_tfdist(config.command, tfdist_commands))
     with contextlib.ExitStack() as cleanup:
         if namespace:
             cleanup.callback(namespace.close)
         cgroups = cleanup.enter_context(processes.own_cgroups(announcer=_ANNOUNCER))
         if config.command[0] in PYTHON_NAMES:  # Once every check has passed.
-            print(f"{_ANNOUNCER}: `{config.command[0]}` runs as {sys.executable}, the "
-                  "interpreter tfdist runs under", flush=True)
+            print(
+                f"{_ANNOUNCER}: `{config.command[0]}` runs as {sys.executable}, the "
+                "interpreter tfdist runs under",
+                flush=True,
+            )
         # tfdist's own commands know whether they join (`data check` never does) and train
         # Keras 3 models through tfdist's step.
         program = not _is_tfdist(config.command, tfdist_commands)
         ports = joining.serving_ports(cluster)
-        joins = joining.JoinWatch(ports, check_s=config.join_check_s, announcer=_ANNOUNCER) \
-            if program and len(ports) > 1 else None
-        crashes = joining.Keras3FitCrash(announcer=_ANNOUNCER) \
-            if program and config.keras == 3 else None
-        return _supervise(config, _tasks(config, cluster, [*namespace.enter, *argv]
-                                         if namespace else argv, cgroups, crashes), joins)
+        joins = (
+            joining.JoinWatch(ports, check_s=config.join_check_s, announcer=_ANNOUNCER)
+            if program and len(ports) > 1
+            else None
+        )
+        crashes = (
+            joining.Keras3FitCrash(announcer=_ANNOUNCER) if program and config.keras == 3 else None
+        )
+        return _supervise(
+            config,
+            _tasks(
+                config, cluster, [*namespace.enter, *argv] if namespace else argv, cgroups, crashes
+            ),
+            joins,
+        )
 
 
-def _open_network(config: LaunchConfig, cluster: ClusterConfig, *,
-                  tfdist: bool) -> network.Namespace | None:
+def _open_network(
+    config: LaunchConfig, cluster: ClusterConfig, *, tfdist: bool
+) -> network.Namespace | None:
     """The tasks' network (`network.for_tasks`) for the ports the cluster's servers use."""
-    ports = [int(address.rpartition(":")[2]) for job, addresses in cluster.jobs.items()
-             if job != "evaluator" for address in addresses]
-    return network.for_tasks(config.network, ports,
-                             needs_host=_network_flag(config.command) if tfdist else None)
+    ports = [
+        int(address.rpartition(":")[2])
+        for job, addresses in cluster.jobs.items()
+        if job != "evaluator"
+        for address in addresses
+    ]
+    return network.for_tasks(
+        config.network, ports, needs_host=_network_flag(config.command) if tfdist else None
+    )
 
 
 def _network_flag(command: tuple[str, ...]) -> str | None:

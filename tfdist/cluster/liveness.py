@@ -27,9 +27,16 @@ GONE_AFTER_MISSES = 3
 _TASK_RE = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
 _HEARTBEAT_RPC = "CoordinationService/Heartbeat"
 _COLLECTIVE_TIMEOUT = "Collective has timed out"
-_PEER_WORDS = ("unhealthy", "stopped sending heartbeats", "Collective ops is aborted",
-               "failed to connect", "Socket closed", "Connection reset", _HEARTBEAT_RPC,
-               _COLLECTIVE_TIMEOUT)
+_PEER_WORDS = (
+    "unhealthy",
+    "stopped sending heartbeats",
+    "Collective ops is aborted",
+    "failed to connect",
+    "Socket closed",
+    "Connection reset",
+    _HEARTBEAT_RPC,
+    _COLLECTIVE_TIMEOUT,
+)
 _COLLECTIVE_JOBS = ("chief", "worker")
 _MAX_SHOWN = 5  # Peers a line names; "and N more" counts the rest.
 _MAX_QUOTED = 200  # Characters of TensorFlow's words a line quotes.
@@ -44,8 +51,11 @@ def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
     named = [(job, int(index)) for job, index in _TASK_RE.findall(message)]
     peers = list(dict.fromkeys(task for task in named if task != own))
     if peers:
-        reason = ("it stopped sending heartbeats" if "heartbeats" in message
-                  else f"TensorFlow: {_first_line(message)}")
+        reason = (
+            "it stopped sending heartbeats"
+            if "heartbeats" in message
+            else f"TensorFlow: {_first_line(message)}"
+        )
     elif _HEARTBEAT_RPC in message:
         peers = [("chief", 0) if cluster.has_chief else ("worker", 0)]
         reason = "it holds the coordination service, and it stopped answering heartbeats"
@@ -53,19 +63,25 @@ def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
         peers = others
         reason = "a collective waited for it longer than --collective_timeout_s"
     else:
-        return LostPeer(f"lost a peer ({_telling_line(message)}); every task of the group "
-                        f"stops. {_RESTART_FIX}")
-    shown = ", ".join(f"{job}:{index} at {_address(cluster, job, index)}"
-                      for job, index in peers[:_MAX_SHOWN])
+        return LostPeer(
+            f"lost a peer ({_telling_line(message)}); every task of the group stops. {_RESTART_FIX}"
+        )
+    shown = ", ".join(
+        f"{job}:{index} at {_address(cluster, job, index)}" for job, index in peers[:_MAX_SHOWN]
+    )
     if len(peers) > _MAX_SHOWN:
         shown += f" and {len(peers) - _MAX_SHOWN} more"
-    return LostPeer(f"lost peer{'s' if len(peers) > 1 else ''} {shown}: {reason}; every task "
-                    f"of the group stops. {_RESTART_FIX}")
+    return LostPeer(
+        f"lost peer{'s' if len(peers) > 1 else ''} {shown}: {reason}; every task "
+        f"of the group stops. {_RESTART_FIX}"
+    )
 
 
-_RESTART_FIX = ("Restart the job to resume from --model_dir's backup (a JobSet's "
-                "failurePolicy.maxRestarts, `tfdist launch --max_restarts`), and check that "
-                "task's log and network (`tfdist doctor --probe`).")
+_RESTART_FIX = (
+    "Restart the job to resume from --model_dir's backup (a JobSet's "
+    "failurePolicy.maxRestarts, `tfdist launch --max_restarts`), and check that "
+    "task's log and network (`tfdist doctor --probe`)."
+)
 
 
 def _address(cluster: ClusterConfig, job: str, index: int) -> str:
@@ -75,8 +91,12 @@ def _address(cluster: ClusterConfig, job: str, index: int) -> str:
 
 def _group_peers(cluster: ClusterConfig, own: tuple[str, int]) -> list[tuple[str, int]]:
     """The other tasks of `own`'s collective group: every chief and worker."""
-    return [(job, index) for job in _COLLECTIVE_JOBS
-            for index in range(len(cluster.jobs.get(job, ()))) if (job, index) != own]
+    return [
+        (job, index)
+        for job in _COLLECTIVE_JOBS
+        for index in range(len(cluster.jobs.get(job, ())))
+        if (job, index) != own
+    ]
 
 
 def _first_line(message: str) -> str:
@@ -87,9 +107,14 @@ def _first_line(message: str) -> str:
 def _telling_line(message: str) -> str:
     """The first line of `message` in TensorFlow's words for a lost peer, else its first."""
     lines = [line.strip() for line in message.splitlines()]
-    return next((errors.cut(line, _MAX_QUOTED) for line in lines
-                 if any(words in line for words in _PEER_WORDS)),
-                _first_line(message))
+    return next(
+        (
+            errors.cut(line, _MAX_QUOTED)
+            for line in lines
+            if any(words in line for words in _PEER_WORDS)
+        ),
+        _first_line(message),
+    )
 
 
 def chief_address(cluster: ClusterConfig) -> str:

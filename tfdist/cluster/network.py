@@ -64,19 +64,25 @@ def bring_up(name: str) -> None:
 
 def exposure(ports: list[int], interfaces: list[str]) -> str:
     """What the tasks' servers expose on this machine's network, in one phrase."""
-    where = (f"through {', '.join(interfaces)}" if interfaces
-             else "through loopback only (no other interface is up)")
-    return (f"TensorFlow binds every interface (0.0.0.0 and [::]), so port(s) "
-            f"{', '.join(map(str, ports))} accept unauthenticated connections {where}")
+    where = (
+        f"through {', '.join(interfaces)}"
+        if interfaces
+        else "through loopback only (no other interface is up)"
+    )
+    return (
+        f"TensorFlow binds every interface (0.0.0.0 and [::]), so port(s) "
+        f"{', '.join(map(str, ports))} accept unauthenticated connections {where}"
+    )
 
 
 # The process that holds the tasks' namespace open (`hold_namespace`), and the (unshare, nsenter)
 # options that make and enter one: a network namespace needs root; without it, a user namespace
 # around it, in which the tasks appear as uid 0 (with no rights outside it).
 _HOLDER = "from tfdist.cluster import network; network.hold_namespace()"
-_NAMESPACE_KINDS = ((("--net",), ("--net",)),
-                    (("--user", "--map-root-user", "--net"),
-                     ("--user", "--net", "--preserve-credentials")))
+_NAMESPACE_KINDS = (
+    (("--net",), ("--net",)),
+    (("--user", "--map-root-user", "--net"), ("--user", "--net", "--preserve-credentials")),
+)
 _LIST_INTERFACES = "import socket; print(*(name for _, name in socket.if_nameindex()))"
 
 
@@ -103,6 +109,7 @@ class Namespace:
       holder: the process that holds it.
       enter: the argv prefix that runs a program inside it (`nsenter ... --`).
     """
+
     holder: subprocess.Popen
     enter: tuple[str, ...]
 
@@ -127,8 +134,13 @@ def open_namespace() -> Namespace:
     reasons = []
     for make, enter in _NAMESPACE_KINDS:
         holder = subprocess.Popen(  # pylint: disable=consider-using-with
-            [unshare, *make, "--", *PYTHON, "-c", _HOLDER], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            [unshare, *make, "--", *PYTHON, "-c", _HOLDER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
         namespace = Namespace(holder, (nsenter, f"--target={holder.pid}", *enter, "--"))
         why = _wait_ready(holder) or _check_entered(namespace)
         if not why:
@@ -151,7 +163,7 @@ def isolation_refusal() -> str | None:
 
 
 def _wait_ready(holder: subprocess.Popen) -> str:
-    """"" once `holder` says it is ready; else why not, after stopping it."""
+    """ "" once `holder` says it is ready; else why not, after stopping it."""
     readable, _, _ = select.select([holder.stdout], [], [], _WAIT_S)
     if readable and holder.stdout.readline().strip() == "ready":
         return ""
@@ -161,11 +173,15 @@ def _wait_ready(holder: subprocess.Popen) -> str:
 
 
 def _check_entered(namespace: Namespace) -> str:
-    """"" when a process started through `namespace.enter` sees loopback alone; else why not."""
+    """ "" when a process started through `namespace.enter` sees loopback alone; else why not."""
     try:
-        check = subprocess.run([*namespace.enter, *PYTHON, "-c", _LIST_INTERFACES],
-                               capture_output=True, text=True, timeout=_WAIT_S,
-                               check=False)
+        check = subprocess.run(
+            [*namespace.enter, *PYTHON, "-c", _LIST_INTERFACES],
+            capture_output=True,
+            text=True,
+            timeout=_WAIT_S,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         return f"nsenter gave no answer within {_WAIT_S:g} s"
     if check.returncode == 0 and check.stdout.split() == ["lo"]:
@@ -189,6 +205,7 @@ class Network(str, enum.Enum):
     HOST: this machine's network: the tasks' ports are open on each of its interfaces (said
       in a one-line warning).
     """
+
     AUTO = "auto"
     ISOLATED = "isolated"
     HOST = "host"
@@ -207,9 +224,12 @@ def for_tasks(mode: Network, ports: list[int], *, needs_host: str | None) -> Nam
         _warn_exposed("network=host", ports, "")
         return None
     if needs_host and mode is Network.AUTO:
-        _warn_exposed(f"the command passes {needs_host}, which needs this machine's network",
-                      ports, "pass --network=isolated to keep them local (they then reach "
-                             "nothing outside their namespace)")
+        _warn_exposed(
+            f"the command passes {needs_host}, which needs this machine's network",
+            ports,
+            "pass --network=isolated to keep them local (they then reach "
+            "nothing outside their namespace)",
+        )
         return None
     try:
         namespace = open_namespace()
@@ -218,20 +238,30 @@ def for_tasks(mode: Network, ports: list[int], *, needs_host: str | None) -> Nam
             raise LaunchError(
                 f"network=isolated: this machine refuses the tasks a network namespace "
                 f"({refused}); run as root or allow unprivileged user namespaces, or pass "
-                "--network=host (the tasks' ports are then open on every interface).") from None
-        _warn_exposed(f"could not isolate the tasks' network ({refused})", ports,
-                      "run as root or allow unprivileged user namespaces, or firewall these "
-                      "ports")
+                "--network=host (the tasks' ports are then open on every interface)."
+            ) from None
+        _warn_exposed(
+            f"could not isolate the tasks' network ({refused})",
+            ports,
+            "run as root or allow unprivileged user namespaces, or firewall these ports",
+        )
         return None
-    print(f"tfdist launch: network isolated: the tasks share a network namespace with loopback "
-          f"only, so port(s) {', '.join(map(str, ports))} are reachable from the tasks alone, "
-          "and the tasks cannot reach the network (--network=host shares this machine's); "
-          f"run a command among them with `{' '.join(namespace.enter)} COMMAND`", flush=True)
+    print(
+        f"tfdist launch: network isolated: the tasks share a network namespace with loopback "
+        f"only, so port(s) {', '.join(map(str, ports))} are reachable from the tasks alone, "
+        "and the tasks cannot reach the network (--network=host shares this machine's); "
+        f"run a command among them with `{' '.join(namespace.enter)} COMMAND`",
+        flush=True,
+    )
     return namespace
 
 
 def _warn_exposed(reason: str, ports: list[int], fix: str) -> None:
     """Warns on stderr, in one line, that the tasks run on this machine's network and what that
     exposes; `fix` ("" for none) says what to do about it."""
-    print(f"tfdist launch: warning: {reason}: {exposure(ports, exposed_interfaces())}"
-          f"{'; ' + fix if fix else ''}.", file=sys.stderr, flush=True)
+    print(
+        f"tfdist launch: warning: {reason}: {exposure(ports, exposed_interfaces())}"
+        f"{'; ' + fix if fix else ''}.",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -50,8 +50,13 @@ class ProbeReport:
     warnings: list[str]
 
 
-def probe(cluster: ClusterConfig, *, timeout_s: float = 5.0,
-          collective_timeout_s: float | None = None, connect: bool = True) -> ProbeReport:
+def probe(
+    cluster: ClusterConfig,
+    *,
+    timeout_s: float = 5.0,
+    collective_timeout_s: float | None = None,
+    connect: bool = True,
+) -> ProbeReport:
     """Resolves every task's host and connects to every peer's port, within `timeout_s` in all.
 
     Runs on any task of the cluster. This task's own address is resolved but not connected to (it
@@ -70,22 +75,30 @@ def probe(cluster: ClusterConfig, *, timeout_s: float = 5.0,
         ValueError: `timeout_s` is not a positive number.
     """
     if not math.isfinite(timeout_s) or timeout_s <= 0:
-        raise ValueError(f"probe: timeout_s={timeout_s} must be a positive number of seconds; "
-                         "pass e.g. timeout_s=5.")
+        raise ValueError(
+            f"probe: timeout_s={timeout_s} must be a positive number of seconds; "
+            "pass e.g. timeout_s=5."
+        )
     targets = _targets(cluster, connect)
     slots = _probe_all(targets, time.monotonic() + timeout_s)
     results = [_final(slot, timeout_s) for slot in slots]
     probed = sum(target.connect for target in targets)
     answered = sum(result.outcome is _Outcome.ANSWERS for result in results)
     resolved = sum(result.outcome is not _Outcome.UNRESOLVED for result in results)
-    lines = [f"probe: {len(targets)} task(s); {answered} of {probed} peer(s) answered within "
-             f"{timeout_s:g} s" if connect else
-             f"names: {resolved} of {len(targets)} task(s) resolve within {timeout_s:g} s"]
+    lines = [
+        f"probe: {len(targets)} task(s); {answered} of {probed} peer(s) answered within "
+        f"{timeout_s:g} s"
+        if connect
+        else f"names: {resolved} of {len(targets)} task(s) resolve within {timeout_s:g} s"
+    ]
     lines += [f"  {_status_line(target, result)}" for target, result in zip(targets, results)]
     lines += _collective_lines(cluster, collective_timeout_s)
     problems = [_problem(target, result) for target, result in zip(targets, results)]
-    return ProbeReport(lines=lines, problems=[problem for problem in problems if problem],
-                       warnings=_loopback_warnings(targets))
+    return ProbeReport(
+        lines=lines,
+        problems=[problem for problem in problems if problem],
+        warnings=_loopback_warnings(targets),
+    )
 
 
 def answers(address: str, *, timeout_s: float = 2.0) -> bool:
@@ -138,8 +151,15 @@ def _targets(cluster: ClusterConfig, connect: bool) -> list[_Target]:
     for job, addresses in cluster.jobs.items():
         for index, address in enumerate(addresses):
             ours = job == cluster.task.type.value and index == cluster.task.index
-            why = ("this task" if ours else "evaluators serve no port" if job == "evaluator"
-                   else "" if connect else "names only (--probe connects)")
+            why = (
+                "this task"
+                if ours
+                else "evaluators serve no port"
+                if job == "evaluator"
+                else ""
+                if connect
+                else "names only (--probe connects)"
+            )
             host, port = _split(address)
             targets.append(_Target(f"{job}:{index}", address, host, port, not why, why))
     return targets
@@ -158,9 +178,15 @@ def _probe_all(targets: list[_Target], deadline: float) -> list[_Slot]:
     a lookup stuck in `getaddrinfo` would hold up the process after `probe` has returned.
     """
     slots = [_Slot() for _ in targets]
-    threads = [threading.Thread(target=_probe_one, args=(target, deadline, slot), daemon=True,
-                                name=f"tfdist-probe-{target.name}")
-               for target, slot in zip(targets, slots)]
+    threads = [
+        threading.Thread(
+            target=_probe_one,
+            args=(target, deadline, slot),
+            daemon=True,
+            name=f"tfdist-probe-{target.name}",
+        )
+        for target, slot in zip(targets, slots)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -180,8 +206,11 @@ def _probe_one(target: _Target, deadline: float, slot: _Slot) -> None:
         slot.result = _Result(_Outcome.SKIPPED, slot.ip)
         return
     error = _connect(infos, deadline)
-    slot.result = _Result(_Outcome.ANSWERS, slot.ip) if error is None else _Result(
-        _Outcome.SILENT, _reason(error))
+    slot.result = (
+        _Result(_Outcome.ANSWERS, slot.ip)
+        if error is None
+        else _Result(_Outcome.SILENT, _reason(error))
+    )
 
 
 def _connect(infos: list[AddrInfo], deadline: float) -> OSError | None:
@@ -237,8 +266,9 @@ def _status_line(target: _Target, result: _Result) -> str:
 def _problem(target: _Target, result: _Result) -> str | None:
     where = f"{target.name} at {target.address}"
     if result.outcome is _Outcome.UNRESOLVED:
-        return (f'{where}: host "{target.host}" does not resolve ({result.detail}); '
-                f"{_UNRESOLVED_FIX}")
+        return (
+            f'{where}: host "{target.host}" does not resolve ({result.detail}); {_UNRESOLVED_FIX}'
+        )
     if result.outcome is _Outcome.SILENT:
         return f"{where} does not answer ({result.detail}); {_SILENT_FIX}"
     return None
@@ -250,9 +280,12 @@ def _loopback_warnings(targets: list[_Target]) -> list[str]:
     if not others:
         return []
     shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
-    return [f"{target.name} at {target.address} is a loopback address, but the cluster also "
-            f"lists {shown}: tasks on other machines cannot reach it there; {_LOOPBACK_FIX}"
-            for target in targets if _is_loopback(target.host)]
+    return [
+        f"{target.name} at {target.address} is a loopback address, but the cluster also "
+        f"lists {shown}: tasks on other machines cannot reach it there; {_LOOPBACK_FIX}"
+        for target in targets
+        if _is_loopback(target.host)
+    ]
 
 
 def _is_loopback(host: str) -> bool:
@@ -271,5 +304,7 @@ def _collective_lines(cluster: ClusterConfig, collective_timeout_s: float | None
         return []
     if collective_timeout_s is not None:
         return [f"collective timeout: {collective_timeout_s:g} s, so a lost peer fails the step"]
-    return [f"hint: pass --collective_timeout_s={_HINT_TIMEOUT_S} to `tfdist train` so a lost "
-            "peer fails the step instead of hanging"]
+    return [
+        f"hint: pass --collective_timeout_s={_HINT_TIMEOUT_S} to `tfdist train` so a lost "
+        "peer fails the step instead of hanging"
+    ]

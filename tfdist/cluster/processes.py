@@ -50,10 +50,19 @@ class Process:
       started_s: when it was last started (time.monotonic()); None before `start`.
     """
 
-    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str],
-                 log_path: str | None, output_lock: threading.Lock, *, announcer: str,
-                 cwd: str | None = None, cgroup: str | None = None,
-                 on_line: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        env: dict[str, str],
+        log_path: str | None,
+        output_lock: threading.Lock,
+        *,
+        announcer: str,
+        cwd: str | None = None,
+        cgroup: str | None = None,
+        on_line: Callable[[str], None] | None = None,
+    ):
         """`cgroup`: a cgroup v2 directory of the caller's own (`Cgroups.child`) that the
         process runs in from before its program starts; None leaves it in ours. `on_line`: called
         with each line of its output (on the thread that copies the output), e.g. to recognise
@@ -79,15 +88,22 @@ class Process:
             except OSError as error:
                 self._log_lost(error)
         self.process = subprocess.Popen(  # pylint: disable=consider-using-with
-            self._argv, env=self._env, cwd=self._cwd, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=functools.partial(_in_child, os.getpid(), self._cgroup))
+            self._argv,
+            env=self._env,
+            cwd=self._cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=functools.partial(_in_child, os.getpid(), self._cgroup),
+        )
         self.started_s = time.monotonic()
         self._pump = threading.Thread(target=self._copy_output, args=(log_file,), daemon=True)
         self._pump.start()
         with self._lock:  # Not inside a line of another process's.
-            print(f"{self._announcer}: started {self.name}{note} pid={self.process.pid}",
-                  flush=True)
+            print(
+                f"{self._announcer}: started {self.name}{note} pid={self.process.pid}", flush=True
+            )
 
     def _copy_output(self, log_file: BinaryIO | None) -> None:
         """Drains the process's output to the end whatever fails to take it: a pipe nobody
@@ -97,8 +113,7 @@ class Process:
         full disk) is said once and closed; the output goes on to our stdout."""
         prefix = f"[{self.name}] ".encode()
         for batch in _whole_lines(self.process.stdout.fileno()):
-            _write_stdout(self._lock, prefix + batch[:-1].replace(b"\n", b"\n" + prefix)
-                          + b"\n")
+            _write_stdout(self._lock, prefix + batch[:-1].replace(b"\n", b"\n" + prefix) + b"\n")
             if self._on_line:  # After the lines: what it says about a line comes below it.
                 for line in batch.decode().splitlines(keepends=True):
                     self._on_line(line)
@@ -115,9 +130,13 @@ class Process:
 
     def _log_lost(self, error: OSError) -> None:
         with self._lock, contextlib.suppress(OSError, ValueError):
-            print(f"{self._announcer}: warning: {self.name}'s log {self._log_path} cannot be "
-                  f"written ({error.strerror}); its output goes on to stdout only (free space "
-                  "there, or pass another --log_dir)", file=sys.stderr, flush=True)
+            print(
+                f"{self._announcer}: warning: {self.name}'s log {self._log_path} cannot be "
+                f"written ({error.strerror}); its output goes on to stdout only (free space "
+                "there, or pass another --log_dir)",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def poll(self) -> int | None:
         return self.process.poll() if self.process else None
@@ -218,8 +237,10 @@ def _cgroup_pids(path: str) -> list[int]:
     """Every process in cgroup `path` and the cgroups below it."""
     pids = []
     for directory, _, _ in os.walk(path):
-        with contextlib.suppress(OSError), open(os.path.join(directory, "cgroup.procs"),
-                                                encoding="ascii") as procs:
+        with (
+            contextlib.suppress(OSError),
+            open(os.path.join(directory, "cgroup.procs"), encoding="ascii") as procs,
+        ):
             pids += [int(pid) for pid in procs.read().split()]
     return pids
 
@@ -285,9 +306,12 @@ class Cgroups:
             self._guardian.kill()
             self._guardian.communicate(timeout=_TEARDOWN_S)
         if not removed:
-            print(f"{self._announcer}: warning: cgroup {self.root} still holds processes "
-                  f"{_TEARDOWN_S:g} s after they were killed; it is left in place",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{self._announcer}: warning: cgroup {self.root} still holds processes "
+                f"{_TEARDOWN_S:g} s after they were killed; it is left in place",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _own_cgroup() -> str | None:
@@ -320,8 +344,11 @@ def own_cgroups(*, announcer: str) -> Iterator[Cgroups | None]:
         return
     try:
         guardian = subprocess.Popen(  # pylint: disable=consider-using-with
-            [*PYTHON, "-c", _GUARDIAN, root], stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL, start_new_session=True)
+            [*PYTHON, "-c", _GUARDIAN, root],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     except BaseException:
         os.rmdir(root)
         raise
@@ -364,8 +391,9 @@ def stop_on_signals() -> Iterator[None]:
     """Within it, the first SIGINT or SIGTERM raises `Stopped` (later ones are ignored, so that
     cleaning up is not interrupted); the previous handlers come back after."""
     _STOP_ASKED.clear()
-    previous = {signum: signal.signal(signum, _raise_stopped)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        signum: signal.signal(signum, _raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:

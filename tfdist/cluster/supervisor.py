@@ -48,6 +48,7 @@ class Restart:
     """A policy's answer: stop `names` (the failed process among them) and start them again
     `delay_s` later. `why` ends the line ("restarting every task (1/3) in 1 s"); `counted`:
     whether it counts as one of the job's restarts (a Job recreating its pod does not)."""
+
     names: tuple[str, ...]
     why: str
     delay_s: float = 0.0
@@ -57,6 +58,7 @@ class Restart:
 @dataclasses.dataclass(frozen=True)
 class Fail:
     """A policy's answer: stop everything; `line` (after the announcer) says why."""
+
     line: str
 
 
@@ -82,6 +84,7 @@ class Group:
         prints nothing.
       on_poll: called with the running processes at every poll (a join watch).
     """
+
     names: Sequence[str]
     start: Callable[[str], processes.Process]
     on_failure: Policy
@@ -104,8 +107,14 @@ class Supervisor:
     straggler notice when there is no time limit (None: no notice).
     """
 
-    def __init__(self, announcer: str, *, timeout_s: float | None,
-                 everything: str = "every task", straggler_hint: str | None = None):
+    def __init__(
+        self,
+        announcer: str,
+        *,
+        timeout_s: float | None,
+        everything: str = "every task",
+        straggler_hint: str | None = None,
+    ):
         self.announcer, self.timeout_s, self.everything = announcer, timeout_s, everything
         self.straggler_hint = straggler_hint
         self.start_s = time.monotonic()
@@ -187,8 +196,9 @@ class _Watch:
             if status is not None:
                 return status
             done = {name for name, status in self.ended.items() if status == 0}
-            waiting_for = [name for name in group.names
-                           if group.awaited(name) and name not in self.ended]
+            waiting_for = [
+                name for name in group.names if group.awaited(name) and name not in self.ended
+            ]
             if group.succeeded(done) if group.succeeded else not waiting_for:
                 return self._close(done)
             self._notice_stragglers(done, waiting_for)
@@ -219,8 +229,11 @@ class _Watch:
         processes.stop_all([self.supervisor.running[member] for member in restart.names])
         for member in restart.names:
             self.ended.pop(member, None)
-        self._pending = [member for member in self.group.names
-                         if member in restart.names or member in self._pending]
+        self._pending = [
+            member
+            for member in self.group.names
+            if member in restart.names or member in self._pending
+        ]
         self._restart_at = time.monotonic() + restart.delay_s
 
     def _start_due(self) -> None:
@@ -240,11 +253,13 @@ class _Watch:
         if group.closing:
             line = group.closing(status, seconds)
         else:
-            line = (f"{group.job} {'done' if status == 0 else 'failed'}: {len(done)} "
-                    f"{group.noun}(s) exited 0"
-                    f"{', stopped ' + ', '.join(stopped) if stopped else ''}"
-                    f"{f', after {self.restarts} restart(s)' if self.restarts else ''} in "
-                    f"{seconds:.1f} s")
+            line = (
+                f"{group.job} {'done' if status == 0 else 'failed'}: {len(done)} "
+                f"{group.noun}(s) exited 0"
+                f"{', stopped ' + ', '.join(stopped) if stopped else ''}"
+                f"{f', after {self.restarts} restart(s)' if self.restarts else ''} in "
+                f"{seconds:.1f} s"
+            )
         if line is not None:
             supervisor.say(line, error=status != 0)
         return status
@@ -261,8 +276,13 @@ class _Watch:
         if now - self._first_done_s < STRAGGLER_NOTICE_S:
             return
         self._straggling_said = True
-        untimed = "" if self.supervisor.timeout_s is not None else (
-            f", with no time limit ({self.supervisor.straggler_hint})")
-        self.supervisor.say(f"still waiting for {', '.join(waiting_for)}, "
-                            f"{STRAGGLER_NOTICE_S:.0f} s after {', '.join(sorted(done))} exited "
-                            f"0{untimed}")
+        untimed = (
+            ""
+            if self.supervisor.timeout_s is not None
+            else (f", with no time limit ({self.supervisor.straggler_hint})")
+        )
+        self.supervisor.say(
+            f"still waiting for {', '.join(waiting_for)}, "
+            f"{STRAGGLER_NOTICE_S:.0f} s after {', '.join(sorted(done))} exited "
+            f"0{untimed}"
+        )

@@ -27,6 +27,7 @@ def import_tensorflow(keras: int | None = None) -> None:
     """Imports TensorFlow, hiding its start-up logs unless `--tf_logs` was given, with
     `tf.keras` the flavour `keras` when given."""
     from tfdist.commands import train_flags  # pylint: disable=import-outside-toplevel
+
     tf_import.import_tensorflow(train_flags.show_tf_logs(), keras)
 
 
@@ -43,6 +44,7 @@ def define_flags() -> None:
       >>> _HIDDEN = flags.DEFINE_integer("hidden_units", 64, "My model's width.")
     """
     from tfdist.commands import train_flags  # pylint: disable=import-outside-toplevel
+
     flags.adopt_module_key_flags(train_flags)
 
 
@@ -61,6 +63,7 @@ def config_from_flags() -> RunConfig:
     # pylint: disable=import-outside-toplevel
     from tfdist.commands import flags as flags_lib
     from tfdist.commands import train_flags
+
     flags_lib.require_parsed("config_from_flags")
     config = train_flags.run_config(train_flags.cluster())
     import_tensorflow(config.train.keras)
@@ -71,6 +74,7 @@ def report(error: errors.TfdistError) -> int:
     """Prints `error` as the one line the user sees (`<program>: error: ...`, its fields named
     as the flags that set them); returns its exit status. The one printer of tfdist's errors."""
     from tfdist.commands import flags as flags_lib  # pylint: disable=import-outside-toplevel
+
     print(errors.line(flags_lib.as_flags(str(error))), file=sys.stderr, flush=True)
     return error.exit_status
 

@@ -57,9 +57,17 @@ def _launch(command: list[str]) -> int:
 
 
 # Each command's main; launch and manifest take the command after `--`, rehearse its file.
-COMMANDS = {"train": train.main, "benchmark": benchmark.main, "plan": cost_plan.main,
-            "doctor": doctor.main, "data check": data.check_main, "data serve": data.serve_main,
-            "launch": _launch, "manifest": manifest.main, "rehearse": rehearse.main}
+COMMANDS = {
+    "train": train.main,
+    "benchmark": benchmark.main,
+    "plan": cost_plan.main,
+    "doctor": doctor.main,
+    "data check": data.check_main,
+    "data serve": data.serve_main,
+    "launch": _launch,
+    "manifest": manifest.main,
+    "rehearse": rehearse.main,
+}
 _TAKES_A_COMMAND = ("launch", "manifest")
 _TAKES_ARGUMENTS = ("rehearse",)
 _USAGE_TAIL = {"launch": " -- COMMAND", "manifest": " -- COMMAND", "rehearse": " FILE"}
@@ -86,8 +94,10 @@ def _help(command: str, args: list[str]) -> bool:
         return True
     if not {"-h", "--help", "--helpshort", "-?"} & set(args):
         return False
-    print(f"usage: tfdist {command} [--flag=value ...]{_USAGE_TAIL.get(command, '')}\n\n"
-          f"flags:\n{flags_lib.help_text(command)}")
+    print(
+        f"usage: tfdist {command} [--flag=value ...]{_USAGE_TAIL.get(command, '')}\n\n"
+        f"flags:\n{flags_lib.help_text(command)}"
+    )
     return True
 
 
@@ -102,22 +112,30 @@ def main(argv: list[str]) -> int:
         return 0
     command, flag_args = _command_and_args(args)
     if command in GROUPS:
-        return _fail(command, f"needs a sub-command: "
-                              f"{' or '.join(f'{command} {sub}' for sub in GROUPS[command])} "
-                              "(see `tfdist --help`).")
+        return _fail(
+            command,
+            f"needs a sub-command: "
+            f"{' or '.join(f'{command} {sub}' for sub in GROUPS[command])} "
+            "(see `tfdist --help`).",
+        )
     if command not in COMMANDS:
-        return _fail(command, f"unknown command {command!r}; use one of "
-                              f"{', '.join(COMMANDS)} (see `tfdist --help`).")
+        return _fail(
+            command,
+            f"unknown command {command!r}; use one of {', '.join(COMMANDS)} (see `tfdist --help`).",
+        )
     child_command = []
     if command in _TAKES_A_COMMAND and "--" in flag_args:
         split = flag_args.index("--")
-        flag_args, child_command = flag_args[:split], flag_args[split + 1:]
+        flag_args, child_command = flag_args[:split], flag_args[split + 1 :]
     if _help(command, flag_args):
         return 0
     try:
-        arguments = flags_lib.parse(command, [argv[0]] + flag_args,
-                                    arguments=command in _TAKES_ARGUMENTS,
-                                    takes_a_command=command in _TAKES_A_COMMAND)
+        arguments = flags_lib.parse(
+            command,
+            [argv[0]] + flag_args,
+            arguments=command in _TAKES_ARGUMENTS,
+            takes_a_command=command in _TAKES_A_COMMAND,
+        )
     except flags.Error as error:
         return _fail(command, f"{error}; see `tfdist {command} --help`.")
     except errors.UsageError as error:
@@ -126,8 +144,9 @@ def main(argv: list[str]) -> int:
         try:
             if command in _TAKES_A_COMMAND:
                 return COMMANDS[command](child_command)
-            return COMMANDS[command](arguments) if command in _TAKES_ARGUMENTS \
-                else COMMANDS[command]()
+            return (
+                COMMANDS[command](arguments) if command in _TAKES_ARGUMENTS else COMMANDS[command]()
+            )
         except errors.TfdistError as error:  # Bad input (2) or a failed run (1): one line.
             return app.report(error)
         except KeyboardInterrupt:  # Ctrl-C: the user knows why; one line, not a traceback.

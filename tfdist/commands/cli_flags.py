@@ -8,27 +8,46 @@ from tfdist.commands import flags as flags_lib
 from tfdist.fields import MAX_COUNT
 
 NUM_WORKERS = flags_lib.define_integer(
-    "num_workers", 2, "launch: worker tasks to start; manifest: worker tasks of the job; "
-                      "data check: workers to simulate; data serve: tf.data service "
-                      "workers to start.", lower_bound=1, upper_bound=flags_lib.MAX_TASKS)
-EVALUATOR = flags.DEFINE_bool("evaluator", False,
-                              "launch: start an evaluator task; manifest: add one.")
+    "num_workers",
+    2,
+    "launch: worker tasks to start; manifest: worker tasks of the job; "
+    "data check: workers to simulate; data serve: tf.data service "
+    "workers to start.",
+    lower_bound=1,
+    upper_bound=flags_lib.MAX_TASKS,
+)
+EVALUATOR = flags.DEFINE_bool(
+    "evaluator", False, "launch: start an evaluator task; manifest: add one."
+)
 MAX_RESTARTS = flags_lib.define_integer(
-    "max_restarts", 0, "launch: restart up to K times after a task fails, backing off "
-                       "(--restart_backoff_s): every task, or in a job with ps tasks only a "
-                       "failed task that is not a ps; "
-                       "manifest: restart the whole JobSet up to K times after a pod fails "
-                       "(failurePolicy.maxRestarts).", lower_bound=0, upper_bound=MAX_COUNT)
+    "max_restarts",
+    0,
+    "launch: restart up to K times after a task fails, backing off "
+    "(--restart_backoff_s): every task, or in a job with ps tasks only a "
+    "failed task that is not a ps; "
+    "manifest: restart the whole JobSet up to K times after a pod fails "
+    "(failurePolicy.maxRestarts).",
+    lower_bound=0,
+    upper_bound=MAX_COUNT,
+)
 TIMEOUT_S = flags_lib.define_duration(
-    "timeout_s", None, "launch, rehearse: stop every task (pod) and exit 124 after this many "
-                       "seconds; unset waits.")
+    "timeout_s",
+    None,
+    "launch, rehearse: stop every task (pod) and exit 124 after this many seconds; unset waits.",
+)
 LOG_DIR = flags.FlagHolder(flags.FLAGS, flags.FLAGS["log_dir"])  # absl.logging's flag.
-flags.FLAGS["log_dir"].help = ("launch: write each task's output to DIR/<type>-<index>.log; "
-                               "rehearse: each pod's to DIR/<hostname>.log (unset: a new "
-                               "directory, named at the start).")
+flags.FLAGS["log_dir"].help = (
+    "launch: write each task's output to DIR/<type>-<index>.log; "
+    "rehearse: each pod's to DIR/<hostname>.log (unset: a new "
+    "directory, named at the start)."
+)
 JSON = flags.DEFINE_string(
-    "json", None, "data check, benchmark, plan: also write the report as JSON to this path.")
+    "json", None, "data check, benchmark, plan: also write the report as JSON to this path."
+)
 PLOT = flags.DEFINE_string(
-    "plot", None, "benchmark: write a PNG of throughput and efficiency vs replicas; plan: of "
-                  "efficiency and step time vs GPUs (needs matplotlib: pip install -e "
-                  "'.[plot]').")
+    "plot",
+    None,
+    "benchmark: write a PNG of throughput and efficiency vs replicas; plan: of "
+    "efficiency and step time vs GPUs (needs matplotlib: pip install -e "
+    "'.[plot]').",
+)

@@ -28,23 +28,43 @@ from tfdist.strategies import ClusterConfigError
 from tfdist.strategies import jobset
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
 
-_REPLICAS_PER_WORKER = flags_lib.define_integer("replicas_per_worker", 1,
-                                                "data check: replicas on each simulated worker.",
-                                                lower_bound=1, upper_bound=MAX_REPLICA_DEVICES)
+_REPLICAS_PER_WORKER = flags_lib.define_integer(
+    "replicas_per_worker",
+    1,
+    "data check: replicas on each simulated worker.",
+    lower_bound=1,
+    upper_bound=MAX_REPLICA_DEVICES,
+)
 _PORT = flags_lib.define_integer(
-    "port", 5050, "data serve: port of the tf.data service dispatcher.", lower_bound=1,
-    upper_bound=65535)
-flags_lib.register("data check", train_flags.SOURCE, flags_lib.group(
-    train_flags.SEED, cli_flags.NUM_WORKERS, _REPLICAS_PER_WORKER, cli_flags.JSON,
-    train_flags.TF_LOGS))
+    "port",
+    5050,
+    "data serve: port of the tf.data service dispatcher.",
+    lower_bound=1,
+    upper_bound=65535,
+)
+flags_lib.register(
+    "data check",
+    train_flags.SOURCE,
+    flags_lib.group(
+        train_flags.SEED,
+        cli_flags.NUM_WORKERS,
+        _REPLICAS_PER_WORKER,
+        cli_flags.JSON,
+        train_flags.TF_LOGS,
+    ),
+)
 _JOBSET_POD = flags.DEFINE_bool(
-    "jobset_pod", False, "data serve: serve this JobSet pod's part of the tf.data service, as "
-                         "`tfdist manifest --format=jobset --data_service_workers=N` sets it up: "
-                         "the dispatcher in a `dispatcher` pod, one worker in each `data-worker` "
-                         "pod, on the JobSet's port at the pods' DNS names (--port and "
-                         "--num_workers do not apply).")
-flags_lib.register("data serve", flags_lib.group(_PORT, cli_flags.NUM_WORKERS, _JOBSET_POD,
-                                                 train_flags.TF_LOGS))
+    "jobset_pod",
+    False,
+    "data serve: serve this JobSet pod's part of the tf.data service, as "
+    "`tfdist manifest --format=jobset --data_service_workers=N` sets it up: "
+    "the dispatcher in a `dispatcher` pod, one worker in each `data-worker` "
+    "pod, on the JobSet's port at the pods' DNS names (--port and "
+    "--num_workers do not apply).",
+)
+flags_lib.register(
+    "data serve", flags_lib.group(_PORT, cli_flags.NUM_WORKERS, _JOBSET_POD, train_flags.TF_LOGS)
+)
 
 
 def check_main() -> int:
@@ -55,8 +75,9 @@ def check_main() -> int:
     plugins.check_findable(dataset=config.dataset)
     paths.check_output_file("json", cli_flags.JSON.value)
     tf_import.import_tensorflow(train_flags.TF_LOGS.value)
-    return check_coverage(config, cli_flags.NUM_WORKERS.value, _REPLICAS_PER_WORKER.value,
-                          cli_flags.JSON.value)
+    return check_coverage(
+        config, cli_flags.NUM_WORKERS.value, _REPLICAS_PER_WORKER.value, cli_flags.JSON.value
+    )
 
 
 def serve_main() -> int:
@@ -71,29 +92,36 @@ def serve_main() -> int:
         return serve(_PORT.value, cli_flags.NUM_WORKERS.value)
     given = [holder.name for holder in (_PORT, cli_flags.NUM_WORKERS) if holder.present]
     if given:
-        raise flags_lib.UsageError(f"--{given[0]} does not apply with --jobset_pod, which serves "
-                                   "on the JobSet's port; drop it.")
+        raise flags_lib.UsageError(
+            f"--{given[0]} does not apply with --jobset_pod, which serves "
+            "on the JobSet's port; drop it."
+        )
     pod = jobset.from_environment()
     if pod.replicated_job not in jobset.SERVICE_JOBS:
         raise ClusterConfigError(
             f"data serve --jobset_pod: this pod is {pod.replicated_job}:{pod.pod_index}, not "
             f"a tf.data service pod ({' or '.join(jobset.SERVICE_JOBS)}); run `tfdist train` "
-            "here instead.")
+            "here instead."
+        )
     tf_import.import_tensorflow(train_flags.TF_LOGS.value)
-    dispatcher = (None if pod.replicated_job == jobset.DISPATCHER
-                  else pod.address(jobset.DISPATCHER, 0))
-    part = input_pipelines.start_service_part(pod.port, dispatcher=dispatcher,
-                                              advertised=pod.own_address)
+    dispatcher = (
+        None if pod.replicated_job == jobset.DISPATCHER else pod.address(jobset.DISPATCHER, 0)
+    )
+    part = input_pipelines.start_service_part(
+        pod.port, dispatcher=dispatcher, advertised=pod.own_address
+    )
     role = "dispatcher" if dispatcher is None else f"worker of the dispatcher at {dispatcher}"
-    return _serve_until_stopped(part, f"tfdist data serve: {role}, reached at "
-                                      f"{pod.own_address}; Ctrl-C stops")
+    return _serve_until_stopped(
+        part, f"tfdist data serve: {role}, reached at {pod.own_address}; Ctrl-C stops"
+    )
 
 
 EXIT_NOT_EXACTLY_ONCE = 1
 
 
-def check_coverage(config: InputConfig, num_workers: int, replicas_per_worker: int,
-         json_path: str | None) -> int:
+def check_coverage(
+    config: InputConfig, num_workers: int, replicas_per_worker: int, json_path: str | None
+) -> int:
     """Prints the coverage report of `config`'s dataset, or of the `tfdist.Records` that its
     `python:` dataset function returns for "train" (and writes it to `json_path`); 0 when each
     example of one epoch is read exactly once, else 1.
@@ -101,18 +129,21 @@ def check_coverage(config: InputConfig, num_workers: int, replicas_per_worker: i
     Raises:
       InputConfigError: the dataset, plan or batch size cannot work, in one line.
     """
-    input_pipelines.per_replica_batch_size(config.global_batch_size,
-                                           num_workers * replicas_per_worker)
+    input_pipelines.per_replica_batch_size(
+        config.global_batch_size, num_workers * replicas_per_worker
+    )
     records = None
     if config.source_kind is SourceKind.PYTHON:
         records = plugins.dataset_splits(config.dataset)["train"]
         if not isinstance(records, Records):
-            raise ConfigError(f"dataset={config.dataset!r} returns a "
-                              f"{type(records).__name__} for 'train'; data check counts the "
-                              "examples of a tfdist.Records (files and parse_fn), so return one.")
-    report = input_pipelines.check_coverage(config, num_workers=num_workers,
-                                            replicas_per_worker=replicas_per_worker,
-                                            records=records)
+            raise ConfigError(
+                f"dataset={config.dataset!r} returns a "
+                f"{type(records).__name__} for 'train'; data check counts the "
+                "examples of a tfdist.Records (files and parse_fn), so return one."
+            )
+    report = input_pipelines.check_coverage(
+        config, num_workers=num_workers, replicas_per_worker=replicas_per_worker, records=records
+    )
     print("\n".join(report.lines()))
     if json_path:
         output_files.write_json("json", json_path, report.as_dict())
@@ -125,10 +156,12 @@ def serve(port: int, num_workers: int) -> int:
     returns 0."""
     cluster = input_pipelines.start_service(port, num_workers)
     return _serve_until_stopped(
-        cluster, f"tfdist data serve: dispatcher at {cluster.address} with {num_workers} "
-                 f"worker(s) ({', '.join(cluster.worker_addresses)}); train with "
-                 f"--tf_data_service={cluster.address}; "
-                 f"{_exposure([cluster.address, *cluster.worker_addresses])}; Ctrl-C stops")
+        cluster,
+        f"tfdist data serve: dispatcher at {cluster.address} with {num_workers} "
+        f"worker(s) ({', '.join(cluster.worker_addresses)}); train with "
+        f"--tf_data_service={cluster.address}; "
+        f"{_exposure([cluster.address, *cluster.worker_addresses])}; Ctrl-C stops",
+    )
 
 
 def _serve_until_stopped(servers, banner: str) -> int:

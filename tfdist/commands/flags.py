@@ -39,8 +39,11 @@ _PARSING = {"command": "train"}  # What `parse` parses for; a user's program par
 
 MAX_NUMBER_DIGITS = 19  # Of a number flag: more than any count or size tfdist takes.
 _INTEGER_TEXT = re.compile(rf"[-+]?[0-9]{{1,{MAX_NUMBER_DIGITS}}}", re.ASCII)
-_FLOAT_TEXT = re.compile(rf"[-+]?([0-9]{{1,{MAX_NUMBER_DIGITS}}}(\.[0-9]{{0,{MAX_NUMBER_DIGITS}}})?"
-                         rf"|\.[0-9]{{1,{MAX_NUMBER_DIGITS}}})([eE][-+]?[0-9]{{1,3}})?", re.ASCII)
+_FLOAT_TEXT = re.compile(
+    rf"[-+]?([0-9]{{1,{MAX_NUMBER_DIGITS}}}(\.[0-9]{{0,{MAX_NUMBER_DIGITS}}})?"
+    rf"|\.[0-9]{{1,{MAX_NUMBER_DIGITS}}})([eE][-+]?[0-9]{{1,3}})?",
+    re.ASCII,
+)
 
 # The helpers below define flags for other modules: those are the key flags of their callers.
 flags.disclaim_key_flags()
@@ -56,8 +59,9 @@ def group(*holders: flags.FlagHolder) -> Holders:
 
 def register(command: str, *groups: Holders) -> None:
     """Records that `command` takes the flags of `groups`, in that order."""
-    COMMAND_FLAGS[command] = {name: holder for holders in groups
-                              for name, holder in holders.items()}
+    COMMAND_FLAGS[command] = {
+        name: holder for holders in groups for name, holder in holders.items()
+    }
 
 
 class _DecimalIntegerParser(flags.IntegerParser):
@@ -67,8 +71,10 @@ class _DecimalIntegerParser(flags.IntegerParser):
 
     def convert(self, argument):
         if isinstance(argument, str) and not _INTEGER_TEXT.fullmatch(argument):
-            raise ValueError(f"{printable(argument)!r} is not a decimal integer (ASCII digits, "
-                             f"at most {MAX_NUMBER_DIGITS})")
+            raise ValueError(
+                f"{printable(argument)!r} is not a decimal integer (ASCII digits, "
+                f"at most {MAX_NUMBER_DIGITS})"
+            )
         return super().convert(argument)
 
 
@@ -78,51 +84,70 @@ class _DecimalFloatParser(flags.FloatParser):
 
     def convert(self, argument):
         if isinstance(argument, str) and not _FLOAT_TEXT.fullmatch(argument):
-            raise ValueError(f"{printable(argument)!r} is not a decimal number (ASCII digits, "
-                             f"e.g. 0.1 or 1e-3)")
+            raise ValueError(
+                f"{printable(argument)!r} is not a decimal number (ASCII digits, e.g. 0.1 or 1e-3)"
+            )
         value = super().convert(argument)
         if not math.isfinite(value):
             raise ValueError(f"{argument} is not a finite number")
         return value
 
 
-def define_integer(name: str, default: int | None, text: str, *, lower_bound: int | None = None,
-                   upper_bound: int | None = None) -> flags.FlagHolder:
+def define_integer(
+    name: str,
+    default: int | None,
+    text: str,
+    *,
+    lower_bound: int | None = None,
+    upper_bound: int | None = None,
+) -> flags.FlagHolder:
     """An integer flag of decimal ASCII digits (`_DecimalIntegerParser`), within the bounds."""
     return _define_number(_DecimalIntegerParser(lower_bound, upper_bound), name, default, text)
 
 
-def define_float(name: str, default: float | None, text: str, *,
-                 lower_bound: float | None = None,
-                 upper_bound: float | None = None) -> flags.FlagHolder:
+def define_float(
+    name: str,
+    default: float | None,
+    text: str,
+    *,
+    lower_bound: float | None = None,
+    upper_bound: float | None = None,
+) -> flags.FlagHolder:
     """A finite float flag of decimal ASCII text (`_DecimalFloatParser`), within the bounds."""
     return _define_number(_DecimalFloatParser(lower_bound, upper_bound), name, default, text)
 
 
-def _define_number(parser: flags.ArgumentParser, name: str, default, text: str
-                   ) -> flags.FlagHolder:
+def _define_number(parser: flags.ArgumentParser, name: str, default, text: str) -> flags.FlagHolder:
     holder = flags.DEFINE(parser, name, default, text, serializer=flags.ArgumentSerializer())
     flags.register_validator(  # A value set in code, not parsed (a default, a test's).
-        holder, lambda value: value is None or (
-            math.isfinite(value) and not parser.is_outside_bounds(value)),
-        message=f"must be a finite {parser.syntactic_help.removeprefix('a ')}")
+        holder,
+        lambda value: (
+            value is None or (math.isfinite(value) and not parser.is_outside_bounds(value))
+        ),
+        message=f"must be a finite {parser.syntactic_help.removeprefix('a ')}",
+    )
     return holder
 
 
 def define_duration(name: str, default: float | None, text: str) -> flags.FlagHolder:
     """A float flag of seconds, above 0 and at most MAX_TIMEOUT_S."""
     holder = define_float(name, default, text)
-    flags.register_validator(holder, lambda value: value is None or is_duration(value),
-                             message=f"must be a number of seconds above 0 and at most "
-                                     f"{MAX_TIMEOUT_S:.0f} (30 days)")
+    flags.register_validator(
+        holder,
+        lambda value: value is None or is_duration(value),
+        message=f"must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:.0f} (30 days)",
+    )
     return holder
 
 
 def define_measure(name: str, text: str, lowest: float, highest: float) -> flags.FlagHolder:
     """A float flag of a physical quantity, unset by default, in [lowest, highest]."""
     holder = define_float(name, None, text)
-    flags.register_validator(holder, lambda value: value is None or lowest <= value <= highest,
-                             message=f"must lie in [{lowest:g}, {highest:,.0f}]")
+    flags.register_validator(
+        holder,
+        lambda value: value is None or lowest <= value <= highest,
+        message=f"must lie in [{lowest:g}, {highest:,.0f}]",
+    )
     return holder
 
 
@@ -132,9 +157,14 @@ def define_enum(name: str, default, enum_type, text: str) -> flags.FlagHolder:
     return flags.DEFINE_enum_class(name, default, enum_type, text, case_sensitive=False)
 
 
-def define_field(config: type, field: str, *, name: str | None = None, help: str | None = None,
-                 define: Callable[[str, object, str], flags.FlagHolder] | None = None
-                 ) -> flags.FlagHolder:
+def define_field(
+    config: type,
+    field: str,
+    *,
+    name: str | None = None,
+    help: str | None = None,
+    define: Callable[[str, object, str], flags.FlagHolder] | None = None,
+) -> flags.FlagHolder:
     """The flag of the dataclass `config`'s `field` (named `name`, else as the field): the
     field's default, help (unless `help` is given) and bounds (`fields.option`), and
     the parse its type calls for: an enum's members, a bool, an integer within the bounds, a
@@ -154,7 +184,8 @@ def define_field(config: type, field: str, *, name: str | None = None, help: str
         holder = flags.DEFINE_list(name, list(default), text)
     elif kind in (bool, float, str):
         holder = {bool: flags.DEFINE_bool, float: define_float, str: flags.DEFINE_string}[kind](
-            name, default, text)
+            name, default, text
+        )
     elif hasattr(kind, "parse"):
         holder = flags.DEFINE_string(name, str(default), text)
     else:
@@ -166,22 +197,22 @@ def define_field(config: type, field: str, *, name: str | None = None, help: str
 def from_fields(config: type, *names: str | flags.FlagHolder) -> Holders:
     """A group of flags in order: those of `config`'s fields `names` (`define_field`), and
     flags defined otherwise, given as their holders."""
-    return group(*(define_field(config, name) if isinstance(name, str) else name
-                   for name in names))
+    return group(*(define_field(config, name) if isinstance(name, str) else name for name in names))
 
 
 def _without_none(annotation):
     """`int` of `int | None`; `tuple` of `tuple[str, ...]`; else `annotation`."""
     if isinstance(annotation, types.UnionType):
-        annotation, = (each for each in typing.get_args(annotation) if each is not type(None))
+        (annotation,) = (each for each in typing.get_args(annotation) if each is not type(None))
     return typing.get_origin(annotation) or annotation
 
 
 def counts(text: list[str], highest: int) -> list[int] | None:
     """`text` (a list flag's value) as sorted distinct integers from 1 to `highest`; None when
     one is not such an integer."""
-    if not text or not all(count.isascii() and count.isdigit() and 0 < int(count) <= highest
-                           for count in text):
+    if not text or not all(
+        count.isascii() and count.isdigit() and 0 < int(count) <= highest for count in text
+    ):
         return None
     return sorted({int(count) for count in text})
 
@@ -240,19 +271,26 @@ def check_flagfiles(argv: list[str]) -> None:
     while pending:
         path, depth = pending.pop()
         if depth > MAX_FLAGFILE_DEPTH:
-            raise UsageError(f"--flagfile={path!r} is nested {depth} flag files deep, past "
-                             f"{MAX_FLAGFILE_DEPTH}; name the flag files from fewer levels.")
+            raise UsageError(
+                f"--flagfile={path!r} is nested {depth} flag files deep, past "
+                f"{MAX_FLAGFILE_DEPTH}; name the flag files from fewer levels."
+            )
         if path in seen or not path:
             continue
         seen.add(path)
         try:
             text = read_text(path)
         except ValueError as error:
-            raise UsageError(f"--flagfile={path!r}: {error}; pass a text file of --name=value "
-                             "lines.") from None
+            raise UsageError(
+                f"--flagfile={path!r}: {error}; pass a text file of --name=value lines."
+            ) from None
         lines = [line.strip() for line in text.splitlines()]
-        pending.extend((name, depth + 1) for name in reversed(_flagfile_names(
-            line for line in lines if not line.startswith(("#", "//")))))
+        pending.extend(
+            (name, depth + 1)
+            for name in reversed(
+                _flagfile_names(line for line in lines if not line.startswith(("#", "//")))
+            )
+        )
 
 
 def parsing_for() -> str:
@@ -260,8 +298,9 @@ def parsing_for() -> str:
     return _PARSING["command"]
 
 
-def parse(command: str, argv: list[str], *, arguments: bool = False,
-          takes_a_command: bool = False) -> list[str]:
+def parse(
+    command: str, argv: list[str], *, arguments: bool = False, takes_a_command: bool = False
+) -> list[str]:
     """Parses `argv` (program name first) into FLAGS for `command`; returns the positional
     arguments, which only a command that takes `arguments` may have (one that
     `takes_a_command` takes it after `--`, and says so).
@@ -280,25 +319,29 @@ def parse(command: str, argv: list[str], *, arguments: bool = False,
         _PARSING["command"] = "train"
     if len(remaining) > 1 and not arguments:
         if takes_a_command:
-            raise UsageError(f"unexpected argument {remaining[1]!r}; put the command to run "
-                             f"after `--`: tfdist {command} [--flag=value ...] -- "
-                             f"{' '.join(remaining[1:3])} ...")
+            raise UsageError(
+                f"unexpected argument {remaining[1]!r}; put the command to run "
+                f"after `--`: tfdist {command} [--flag=value ...] -- "
+                f"{' '.join(remaining[1:3])} ..."
+            )
         raise UsageError(f"unexpected argument {remaining[1]!r}; flags are written --name=value.")
-    every = {name: holder for holders in COMMAND_FLAGS.values()
-             for name, holder in holders.items()}
+    every = {name: holder for holders in COMMAND_FLAGS.values() for name, holder in holders.items()}
     for name, holder in every.items():
         if holder.present and name not in COMMAND_FLAGS[command]:
-            raise UsageError(f"--{name} is not a flag of `tfdist {command}`; see "
-                             f"`tfdist {command} --help`.")
+            raise UsageError(
+                f"--{name} is not a flag of `tfdist {command}`; see `tfdist {command} --help`."
+            )
     return remaining[1:]
 
 
 def require_parsed(caller: str) -> None:
     """Raises ConfigError when argv is not parsed yet, so `caller` cannot read the flags."""
     if not FLAGS.is_parsed():
-        raise ConfigError(f"{caller}: the flags are not parsed yet; call it in the main that "
-                          "tfdist.run(main) runs (after tfdist.define_flags()), or build a "
-                          "tfdist.RunConfig(...) yourself.")
+        raise ConfigError(
+            f"{caller}: the flags are not parsed yet; call it in the main that "
+            "tfdist.run(main) runs (after tfdist.define_flags()), or build a "
+            "tfdist.RunConfig(...) yourself."
+        )
 
 
 def given(holders: Holders) -> list[str]:
@@ -320,10 +363,10 @@ def as_flags(message: str) -> str:
     """A config error worded for the command line: each `field=value` that a tfdist flag sets
     becomes `--field=value`. Configs and pipelines name fields, as a library's caller writes
     them; the CLI and users' absl programs print their errors through this (`printable`)."""
-    names = sorted({name for holders in COMMAND_FLAGS.values() for name in holders},
-                   key=len, reverse=True)
-    return re.sub(rf"(?<![\w.-])({'|'.join(map(re.escape, names))})=", r"--\1=",
-                  printable(message))
+    names = sorted(
+        {name for holders in COMMAND_FLAGS.values() for name in holders}, key=len, reverse=True
+    )
+    return re.sub(rf"(?<![\w.-])({'|'.join(map(re.escape, names))})=", r"--\1=", printable(message))
 
 
 def printable(text: str) -> str:

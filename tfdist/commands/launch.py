@@ -13,27 +13,46 @@ from tfdist.runtime import keras_env
 from tfdist.runtime import paths
 
 _NETWORK = flags_lib.define_enum(
-    "network", Network.AUTO, Network,
+    "network",
+    Network.AUTO,
+    Network,
     "launch: the tasks' network (TensorFlow's servers listen on every interface, without "
     "authentication). isolated: one network namespace with loopback only, so nothing else "
     "connects and the tasks reach no network; host: this machine's network, the tasks' ports "
     "open on every interface; auto: isolated where the machine allows it and the command passes "
     "no URL (but file://) or --download, else host; sharing this machine's network is said in "
-    "a one-line warning.")
+    "a one-line warning.",
+)
 _RESTART_BACKOFF_S = flags_lib.define_float(
-    "restart_backoff_s", 1.0,
+    "restart_backoff_s",
+    1.0,
     "launch: wait this many seconds before the first restart (--max_restarts), twice as long "
-    f"before each next one, at most {backoff.MAX_DELAY_S:g} s; 0 restarts at once.")
+    f"before each next one, at most {backoff.MAX_DELAY_S:g} s; 0 restarts at once.",
+)
 _JOIN_CHECK_S = flags_lib.define_float(
-    "join_check_s", joining.JOIN_CHECK_S,
+    "join_check_s",
+    joining.JOIN_CHECK_S,
     "launch: a program's task (not a tfdist command's) that does not listen on its TF_CONFIG "
     "port this many seconds after it started is named in a one-line warning: the program did "
     "not join the cluster, so the tasks train as independent copies; 0 checks only when a task "
-    "exits (a task that exits 0 without ever listening is always named).")
-flags_lib.register("launch", flags_lib.group(
-    cli_flags.NUM_WORKERS, train_flags.NUM_PS, train_flags.CHIEF, cli_flags.EVALUATOR,
-    cli_flags.LOG_DIR, cli_flags.MAX_RESTARTS, _RESTART_BACKOFF_S, cli_flags.TIMEOUT_S, _NETWORK,
-    train_flags.KERAS, _JOIN_CHECK_S))
+    "exits (a task that exits 0 without ever listening is always named).",
+)
+flags_lib.register(
+    "launch",
+    flags_lib.group(
+        cli_flags.NUM_WORKERS,
+        train_flags.NUM_PS,
+        train_flags.CHIEF,
+        cli_flags.EVALUATOR,
+        cli_flags.LOG_DIR,
+        cli_flags.MAX_RESTARTS,
+        _RESTART_BACKOFF_S,
+        cli_flags.TIMEOUT_S,
+        _NETWORK,
+        train_flags.KERAS,
+        _JOIN_CHECK_S,
+    ),
+)
 
 
 def main(command: list[str], *, tfdist_commands) -> int:
@@ -45,14 +64,20 @@ def main(command: list[str], *, tfdist_commands) -> int:
     """
     keras = train_flags.keras()
     config = launcher.LaunchConfig(
-        command=tuple(command), num_workers=cli_flags.NUM_WORKERS.value,
-        num_ps=train_flags.NUM_PS.value, chief=train_flags.CHIEF.value,
-        evaluator=cli_flags.EVALUATOR.value, log_dir=cli_flags.LOG_DIR.value,
+        command=tuple(command),
+        num_workers=cli_flags.NUM_WORKERS.value,
+        num_ps=train_flags.NUM_PS.value,
+        chief=train_flags.CHIEF.value,
+        evaluator=cli_flags.EVALUATOR.value,
+        log_dir=cli_flags.LOG_DIR.value,
         max_restarts=cli_flags.MAX_RESTARTS.value,
-        restart_backoff_s=_RESTART_BACKOFF_S.value, timeout_s=cli_flags.TIMEOUT_S.value,
+        restart_backoff_s=_RESTART_BACKOFF_S.value,
+        timeout_s=cli_flags.TIMEOUT_S.value,
         network=_NETWORK.value,
-        env=tuple(keras_env.environment(keras).items()), keras=keras,
-        join_check_s=_JOIN_CHECK_S.value)
+        env=tuple(keras_env.environment(keras).items()),
+        keras=keras,
+        join_check_s=_JOIN_CHECK_S.value,
+    )
     paths.check_output_dir("log_dir", config.log_dir)
     if command[:1] == ["train"]:
         train_flags.check_train_args(command[1:])  # Before any task starts.

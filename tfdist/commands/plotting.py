@@ -17,16 +17,21 @@ def pyplot(path: str):
     """
     try:
         import matplotlib  # pylint: disable=import-outside-toplevel
+
         matplotlib.use("Agg")
         from matplotlib import pyplot as module  # pylint: disable=import-outside-toplevel
         from matplotlib.backends import backend_agg  # pylint: disable=import-outside-toplevel
     except ImportError:
-        raise ConfigError(f"plot={path} needs matplotlib, which is not installed; install it "
-                          "with `pip install -e '.[plot]'` or drop --plot.") from None
+        raise ConfigError(
+            f"plot={path} needs matplotlib, which is not installed; install it "
+            "with `pip install -e '.[plot]'` or drop --plot."
+        ) from None
     formats = backend_agg.FigureCanvasAgg.get_supported_filetypes()
     if _format(path) not in formats:
-        raise ConfigError(f"plot={path!r}: matplotlib cannot write {_format(path)!r} files; end "
-                          f"the path in one of .{', .'.join(sorted(formats))}.")
+        raise ConfigError(
+            f"plot={path!r}: matplotlib cannot write {_format(path)!r} files; end "
+            f"the path in one of .{', .'.join(sorted(formats))}."
+        )
     return module
 
 

@@ -10,14 +10,22 @@ from tfdist.commands import flags as flags_lib
 from tfdist.runtime import paths
 
 _VOLUME_DIR = flags.DEFINE_string(
-    "volume_dir", None, "rehearse: the directory that stands in for the JobSet's "
-                        "PersistentVolumeClaims, each as DIR/<claimName> (unset: "
-                        "<log_dir>/volumes).")
+    "volume_dir",
+    None,
+    "rehearse: the directory that stands in for the JobSet's "
+    "PersistentVolumeClaims, each as DIR/<claimName> (unset: "
+    "<log_dir>/volumes).",
+)
 _NODES = flags_lib.define_integer(
-    "slurm_nodes", None, "rehearse: emulated nodes of a Slurm script (unset: its #SBATCH --nodes, "
-                   "else one per task).", lower_bound=1, upper_bound=flags_lib.MAX_TASKS)
-flags_lib.register("rehearse", flags_lib.group(cli_flags.LOG_DIR, _VOLUME_DIR, _NODES,
-                                               cli_flags.TIMEOUT_S))
+    "slurm_nodes",
+    None,
+    "rehearse: emulated nodes of a Slurm script (unset: its #SBATCH --nodes, else one per task).",
+    lower_bound=1,
+    upper_bound=flags_lib.MAX_TASKS,
+)
+flags_lib.register(
+    "rehearse", flags_lib.group(cli_flags.LOG_DIR, _VOLUME_DIR, _NODES, cli_flags.TIMEOUT_S)
+)
 
 
 def main(files: list[str]) -> int:
@@ -30,10 +38,13 @@ def main(files: list[str]) -> int:
     if len(files) != 1:
         raise flags_lib.UsageError(
             f"rehearse takes one manifest file, not {' '.join(map(repr, files)) or 'none'}; "
-            "e.g. `tfdist manifest --image=IMG -- train > job.yaml && tfdist rehearse job.yaml`.")
+            "e.g. `tfdist manifest --image=IMG -- train > job.yaml && tfdist rehearse job.yaml`."
+        )
     paths.check_output_dir("log_dir", cli_flags.LOG_DIR.value)
     paths.check_output_dir("volume_dir", _VOLUME_DIR.value)
-    options = rehearsal.Options(log_dir=cli_flags.LOG_DIR.value or None,
-                                volume_dir=_VOLUME_DIR.value,
-                                timeout_s=cli_flags.TIMEOUT_S.value)
+    options = rehearsal.Options(
+        log_dir=cli_flags.LOG_DIR.value or None,
+        volume_dir=_VOLUME_DIR.value,
+        timeout_s=cli_flags.TIMEOUT_S.value,
+    )
     return rehearsal.rehearse(files[0], options, nodes=_NODES.value)

@@ -22,5 +22,6 @@ def main() -> int:
     tf_import.import_tensorflow(config.show_tf_logs, config.train.keras)
     # pylint: disable-next=import-outside-toplevel
     from tfdist.training import from_config
+
     from_config.train(config)  # Its training tasks print the summary line.
     return 0

@@ -27,88 +27,182 @@ from tfdist.strategies import jobset
 FLAGS = flags.FLAGS
 
 STRATEGY = flags_lib.from_fields(
-    StrategyConfig, "strategy", "num_gpus", "num_cpu_devices", "num_logical_gpus",
-    "logical_gpu_memory_mib", "all_reduce", "num_packs", "collective",
-    flags_lib.define_field(StrategyConfig, "collective_timeout_s",
-                           define=flags_lib.define_duration),
-    "variable_partition", "allreduce_dtype", "allreduce_pack_mib")
+    StrategyConfig,
+    "strategy",
+    "num_gpus",
+    "num_cpu_devices",
+    "num_logical_gpus",
+    "logical_gpu_memory_mib",
+    "all_reduce",
+    "num_packs",
+    "collective",
+    flags_lib.define_field(
+        StrategyConfig, "collective_timeout_s", define=flags_lib.define_duration
+    ),
+    "variable_partition",
+    "allreduce_dtype",
+    "allreduce_pack_mib",
+)
 # The records and their batching: what `tfdist data check` reads too.
 SOURCE = flags_lib.from_fields(
-    InputConfig, "dataset", "data_dir", "download", "num_classes", "label_offset", "image_size",
-    "global_batch_size", "shuffle_buffer_size", "autoshard", "cache", "deterministic",
-    "datasets_num_private_threads", "skip_corrupt_records")
-INPUT = {**SOURCE, **flags_lib.from_fields(
-    InputConfig, "preprocess_on", "augment",
-    flags_lib.define_measure("crop_area_min", "augment=imagenet: the least fraction of an "
-                             "image's area a random crop covers (the most is 1); unset: "
-                             f"{CROP_AREA_RANGE[0]:g}, the published 90-epoch setting; 0.35 "
-                             "learned better in short runs at low resolution "
-                             "(docs/PERFORMANCE.md, \"Accuracy\").", 0.01, 1),
-    flags_lib.define_measure("crop_aspect_max", "augment=imagenet: random crops' width/height "
-                             "lies in [1/this, this]; unset: 4/3.", 1, MAX_CROP_ASPECT),
-    "tf_data_service", "tf_data_service_mode")}
+    InputConfig,
+    "dataset",
+    "data_dir",
+    "download",
+    "num_classes",
+    "label_offset",
+    "image_size",
+    "global_batch_size",
+    "shuffle_buffer_size",
+    "autoshard",
+    "cache",
+    "deterministic",
+    "datasets_num_private_threads",
+    "skip_corrupt_records",
+)
+INPUT = {
+    **SOURCE,
+    **flags_lib.from_fields(
+        InputConfig,
+        "preprocess_on",
+        "augment",
+        flags_lib.define_measure(
+            "crop_area_min",
+            "augment=imagenet: the least fraction of an "
+            "image's area a random crop covers (the most is 1); unset: "
+            f"{CROP_AREA_RANGE[0]:g}, the published 90-epoch setting; 0.35 "
+            "learned better in short runs at low resolution "
+            '(docs/PERFORMANCE.md, "Accuracy").',
+            0.01,
+            1,
+        ),
+        flags_lib.define_measure(
+            "crop_aspect_max",
+            "augment=imagenet: random crops' width/height lies in [1/this, this]; unset: 4/3.",
+            1,
+            MAX_CROP_ASPECT,
+        ),
+        "tf_data_service",
+        "tf_data_service_mode",
+    ),
+}
 # Also `tfdist plan`'s, in the same sense: one flag, as absl flags are global.
 PER_REPLICA_BATCH_SIZE = flags_lib.define_field(
-    TrainConfig, "per_replica_batch_size",
+    TrainConfig,
+    "per_replica_batch_size",
     help="Examples per replica per step. train, benchmark: the batch instead of "
-         "--global_batch_size (not both), which is then N x the replicas in sync, known once the "
-         "strategy is built (e.g. 64 on 2 workers of 1 GPU: 128); plan: the batch of one "
-         "replica's step.")
+    "--global_batch_size (not both), which is then N x the replicas in sync, known once the "
+    "strategy is built (e.g. 64 on 2 workers of 1 GPU: 128); plan: the batch of one "
+    "replica's step.",
+)
 KERAS = flags.DEFINE_enum(
-    "keras", str(keras_env.environment_choice()), KERAS_VERSIONS,
+    "keras",
+    str(keras_env.environment_choice()),
+    KERAS_VERSIONS,
     "The Keras models are written in: 2 (tf-keras) or 3 (`import keras`); the default follows "
     "TF_USE_LEGACY_KERAS (unset: 2). launch: the Keras `tf.keras` is in every task; doctor: "
-    "check this task for it.")
+    "check this task for it.",
+)
 TRAIN = flags_lib.from_fields(
-    TrainConfig, "model", "epochs", "steps_per_epoch", PER_REPLICA_BATCH_SIZE, "validation_steps",
-    "steps_per_execution", "mixed_precision", "model_dir", "backup_every", "metrics_json", "seed",
-    KERAS)
+    TrainConfig,
+    "model",
+    "epochs",
+    "steps_per_epoch",
+    PER_REPLICA_BATCH_SIZE,
+    "validation_steps",
+    "steps_per_execution",
+    "mixed_precision",
+    "model_dir",
+    "backup_every",
+    "metrics_json",
+    "seed",
+    KERAS,
+)
 SEED = TRAIN["seed"]  # Also InputConfig's, and `data check`'s.
 # OptimizerConfig's fields (docs/large_batch.md).
 OPTIMIZER = flags_lib.from_fields(
-    OptimizerConfig, "optimizer", "learning_rate", "momentum", "weight_decay", "lr_scaling",
-    "base_batch_size", "warmup_epochs", "lr_schedule", "lr_step_boundaries", "lr_step_factor",
-    "clip_norm", "grad_accum_steps", "gradient_noise_eta", "gradient_noise_gamma",
-    "measure_noise_scale", "lars_eeta", "lars_mode", "lars_exclude")
+    OptimizerConfig,
+    "optimizer",
+    "learning_rate",
+    "momentum",
+    "weight_decay",
+    "lr_scaling",
+    "base_batch_size",
+    "warmup_epochs",
+    "lr_schedule",
+    "lr_step_boundaries",
+    "lr_step_factor",
+    "clip_norm",
+    "grad_accum_steps",
+    "gradient_noise_eta",
+    "gradient_noise_gamma",
+    "measure_noise_scale",
+    "lars_eeta",
+    "lars_mode",
+    "lars_exclude",
+)
 CLUSTER_RESOLVER = flags.DEFINE_enum(
-    "cluster_resolver", "auto", ["auto", "tf_config", "jobset", "slurm"],
+    "cluster_resolver",
+    "auto",
+    ["auto", "tf_config", "jobset", "slurm"],
     "Where this task finds its cluster. auto: TF_CONFIG when set, else the JobSet pod's "
     "environment that `tfdist manifest --format=jobset` sets up, else none (one process); "
     "tf_config: TF_CONFIG only; jobset: the JobSet pod's environment (every task at its JobSet "
     "DNS name); slurm: the Slurm job step (each task started by srun; with --slurm_port_base, "
-    "--num_ps and --chief as `tfdist manifest --format=slurm` writes them).")
+    "--num_ps and --chief as `tfdist manifest --format=slurm` writes them).",
+)
 SLURM_PORT_BASE = define_integer(
-    "slurm_port_base", 8888,
+    "slurm_port_base",
+    8888,
     "cluster_resolver=slurm: port of the first task on each Slurm node; the n-th uses base + n.",
-    lower_bound=1, upper_bound=65535)
+    lower_bound=1,
+    upper_bound=65535,
+)
 NUM_PS = define_integer(
-    "num_ps", 0, "Parameter-server (ps) tasks: of the Slurm job (cluster_resolver=slurm), or "
-                 "that `tfdist launch` starts or `tfdist manifest` describes; plan: exchange "
-                 "through N ps tasks instead of all-reduce.",
-    lower_bound=0, upper_bound=flags_lib.MAX_TASKS)
+    "num_ps",
+    0,
+    "Parameter-server (ps) tasks: of the Slurm job (cluster_resolver=slurm), or "
+    "that `tfdist launch` starts or `tfdist manifest` describes; plan: exchange "
+    "through N ps tasks instead of all-reduce.",
+    lower_bound=0,
+    upper_bound=flags_lib.MAX_TASKS,
+)
 CHIEF = flags.DEFINE_bool(
-    "chief", False, "A chief task (the parameter-server coordinator): in the Slurm job "
-                    "(cluster_resolver=slurm), or that `tfdist launch` starts or `tfdist "
-                    "manifest` describes.")
+    "chief",
+    False,
+    "A chief task (the parameter-server coordinator): in the Slurm job "
+    "(cluster_resolver=slurm), or that `tfdist launch` starts or `tfdist "
+    "manifest` describes.",
+)
 SLURM = flags_lib.group(SLURM_PORT_BASE, NUM_PS, CHIEF)  # Only with --cluster_resolver=slurm.
 TF_LOGS = flags_lib.define_field(RunConfig, "show_tf_logs", name="tf_logs")
 
 
-flags_lib.register("train", STRATEGY, INPUT, TRAIN, OPTIMIZER, flags_lib.group(CLUSTER_RESOLVER),
-                   SLURM, flags_lib.group(TF_LOGS))
+flags_lib.register(
+    "train",
+    STRATEGY,
+    INPUT,
+    TRAIN,
+    OPTIMIZER,
+    flags_lib.group(CLUSTER_RESOLVER),
+    SLURM,
+    flags_lib.group(TF_LOGS),
+)
 
 
 @flags.multi_flags_validator(
     [CLUSTER_RESOLVER.name, *SLURM],
     message="given without --cluster_resolver=slurm, whose cluster they describe; add it, or drop "
-            "them (TF_CONFIG describes the cluster otherwise)")
+    "them (TF_CONFIG describes the cluster otherwise)",
+)
 def _slurm_flags_need_the_slurm_resolver(values: dict) -> bool:
     """--slurm_port_base, --num_ps and --chief describe a Slurm job, in the commands that take
     --cluster_resolver (launch and manifest take the last two for their own clusters)."""
     if CLUSTER_RESOLVER.name not in flags_lib.COMMAND_FLAGS[flags_lib.parsing_for()]:
         return True
     return values[CLUSTER_RESOLVER.name] == "slurm" or not any(
-        holder.present for holder in SLURM.values())
+        holder.present for holder in SLURM.values()
+    )
 
 
 _BATCH = (SOURCE["global_batch_size"], PER_REPLICA_BATCH_SIZE)  # Give one, or neither.
@@ -117,7 +211,8 @@ _BATCH = (SOURCE["global_batch_size"], PER_REPLICA_BATCH_SIZE)  # Give one, or n
 @flags.multi_flags_validator(
     [holder.name for holder in _BATCH],
     message="both set the batch; give one: --per_replica_batch_size=N (the global batch is N x "
-            "the replicas) or --global_batch_size=N (split over the replicas)")
+    "the replicas) or --global_batch_size=N (split over the replicas)",
+)
 def _one_batch_flag(values: dict) -> bool:
     """--global_batch_size and --per_replica_batch_size are not both on the command line, in
     the commands that take both (`plan` takes only the second)."""
@@ -143,8 +238,11 @@ def input_config(command: str = "train") -> InputConfig:
     at the default when the batch is per replica (`setup` derives it)."""
     takes = flags_lib.COMMAND_FLAGS[command]
     per_replica = PER_REPLICA_BATCH_SIZE.name in takes and per_replica_batch_size() is not None
-    values = {name: holder.value for name, holder in INPUT.items()
-              if name in takes and not (per_replica and name == "global_batch_size")}
+    values = {
+        name: holder.value
+        for name, holder in INPUT.items()
+        if name in takes and not (per_replica and name == "global_batch_size")
+    }
     area_min, aspect_max = values.pop("crop_area_min", None), values.pop("crop_aspect_max", None)
     if area_min is not None:
         values["crop_area_range"] = (area_min, 1.0)
@@ -161,12 +259,12 @@ def optimizer_config() -> OptimizerConfig:
     """
     values = {name: holder.value for name, holder in OPTIMIZER.items()}
     try:
-        values["lr_step_boundaries"] = tuple(float(epoch)
-                                             for epoch in values["lr_step_boundaries"])
+        values["lr_step_boundaries"] = tuple(float(epoch) for epoch in values["lr_step_boundaries"])
     except ValueError:
         raise flags_lib.UsageError(
             f"lr_step_boundaries={','.join(values['lr_step_boundaries'])!r} is not a list of "
-            "epochs; write e.g. --lr_step_boundaries=30,60.") from None
+            "epochs; write e.g. --lr_step_boundaries=30,60."
+        ) from None
     values["lars_exclude"] = tuple(values["lars_exclude"])
     return OptimizerConfig(**values)
 
@@ -177,11 +275,16 @@ def run_config(cluster: ClusterConfig | None) -> RunConfig:
     return RunConfig(
         strategy=strategy_config(),
         input=input_config(),
-        train=TrainConfig(**{**{name: holder.value for name, holder in TRAIN.items()},
-                             PER_REPLICA_BATCH_SIZE.name: per_replica_batch_size()}),
+        train=TrainConfig(
+            **{
+                **{name: holder.value for name, holder in TRAIN.items()},
+                PER_REPLICA_BATCH_SIZE.name: per_replica_batch_size(),
+            }
+        ),
         optimizer=optimizer_config(),
         cluster=cluster,
-        show_tf_logs=TF_LOGS.value)
+        show_tf_logs=TF_LOGS.value,
+    )
 
 
 def cluster() -> ClusterConfig | None:
@@ -201,25 +304,38 @@ def cluster_and_source() -> tuple[ClusterConfig | None, list[str]]:
     if resolver == "slurm":
         tf_import.import_tensorflow(show_tf_logs())
         from tfdist.strategies import slurm  # pylint: disable=import-outside-toplevel
-        found = slurm.cluster_from_slurm(port_base=SLURM_PORT_BASE.value, num_ps=NUM_PS.value,
-                                         chief=CHIEF.value)
+
+        found = slurm.cluster_from_slurm(
+            port_base=SLURM_PORT_BASE.value, num_ps=NUM_PS.value, chief=CHIEF.value
+        )
         return found, ["the Slurm job step (--cluster_resolver=slurm)"]
     if resolver != "jobset":
         found = from_environment()
         if found is not None or resolver == "tf_config" or not jobset.is_jobset_pod():
             return found, ["TF_CONFIG", *_ignored_jobset_variables(found)]
     pod = jobset.from_environment()
-    why = ("--cluster_resolver=jobset" if resolver == "jobset" else
-           f"--cluster_resolver=auto: TF_CONFIG is unset and {jobset.ENV_LAYOUT} is set")
-    return pod.cluster(), [f"the JobSet pod's environment ({why})",
-                           *(f"  {source}" for source in pod.sources)]
+    why = (
+        "--cluster_resolver=jobset"
+        if resolver == "jobset"
+        else f"--cluster_resolver=auto: TF_CONFIG is unset and {jobset.ENV_LAYOUT} is set"
+    )
+    return pod.cluster(), [
+        f"the JobSet pod's environment ({why})",
+        *(f"  {source}" for source in pod.sources),
+    ]
 
 
 def _ignored_jobset_variables(found: ClusterConfig | None) -> list[str]:
     """The line naming a JobSet pod's variables that TF_CONFIG's cluster `found` overrides."""
     names = jobset.variables_set()
-    return [f"  ignored: the JobSet pod's {', '.join(names)} (TF_CONFIG comes first; "
-            "--cluster_resolver=jobset reads them instead)"] if found is not None and names else []
+    return (
+        [
+            f"  ignored: the JobSet pod's {', '.join(names)} (TF_CONFIG comes first; "
+            "--cluster_resolver=jobset reads them instead)"
+        ]
+        if found is not None and names
+        else []
+    )
 
 
 def check_train_args(args: list[str]) -> None:

@@ -32,17 +32,21 @@ from tfdist.optim.noise_scale import NoiseScale
 from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.strategies import WireDtype
 
-INITIAL_LOSS_SCALE = 2.0 ** 15
+INITIAL_LOSS_SCALE = 2.0**15
 LOSS_SCALE_GROWTH_STEPS = 2000  # Finite steps in a row before the scale doubles.
 _NOISE_SEED_STRIDE = 1_000_003  # Keeps per-variable noise seeds apart.
 # One copy of a variable, written by the update alone (counters, the loss scale, accumulators).
-_ONE_COPY = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_WRITE,
-             "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA}
+_ONE_COPY = {
+    "trainable": False,
+    "synchronization": tf.VariableSynchronization.ON_WRITE,
+    "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA,
+}
 
 
 @dataclasses.dataclass(frozen=True)
 class GradientTransforms:
     """Options for the steps above; the defaults change nothing."""
+
     wire_dtype: WireDtype = WireDtype.FLOAT32
     clip_norm: float | None = None
     noise_eta: float = 0.0
@@ -53,15 +57,27 @@ class GradientTransforms:
     loss_scaling: bool = False
 
     @classmethod
-    def of(cls, config: OptimizerConfig, *, wire_dtype: WireDtype, seed: int,
-           global_batch_size: int, loss_scaling: bool) -> "GradientTransforms":
+    def of(
+        cls,
+        config: OptimizerConfig,
+        *,
+        wire_dtype: WireDtype,
+        seed: int,
+        global_batch_size: int,
+        loss_scaling: bool,
+    ) -> "GradientTransforms":
         """`config`'s clipping, noise, accumulation and noise-scale measurement (of batches of
         `global_batch_size`), with the all-reduce in `wire_dtype`."""
-        return cls(wire_dtype=wire_dtype, clip_norm=config.clip_norm,
-                   noise_eta=config.gradient_noise_eta, noise_gamma=config.gradient_noise_gamma,
-                   accum_steps=config.grad_accum_steps, seed=seed,
-                   noise_scale_batch=global_batch_size if config.measure_noise_scale else 0,
-                   loss_scaling=loss_scaling)
+        return cls(
+            wire_dtype=wire_dtype,
+            clip_norm=config.clip_norm,
+            noise_eta=config.gradient_noise_eta,
+            noise_gamma=config.gradient_noise_gamma,
+            accum_steps=config.grad_accum_steps,
+            seed=seed,
+            noise_scale_batch=global_batch_size if config.measure_noise_scale else 0,
+            loss_scaling=loss_scaling,
+        )
 
 
 def all_reduce(wire_dtype: WireDtype, grads: list) -> list:
@@ -84,22 +100,31 @@ def _values(grad) -> tf.Tensor:
 def _times(grad, factor: tf.Tensor):
     """`grad` (dense or sparse) times the scalar `factor`, in the gradient's dtype."""
     if isinstance(grad, tf.IndexedSlices):
-        return tf.IndexedSlices(grad.values * tf.cast(factor, grad.values.dtype), grad.indices,
-                                grad.dense_shape)
+        return tf.IndexedSlices(
+            grad.values * tf.cast(factor, grad.values.dtype), grad.indices, grad.dense_shape
+        )
     return grad * tf.cast(factor, grad.dtype)
 
 
-def add_noise(grads: list[tf.Tensor], transforms: GradientTransforms, *, updates: tf.Tensor,
-              draw: tf.Tensor) -> list[tf.Tensor]:
+def add_noise(
+    grads: list[tf.Tensor], transforms: GradientTransforms, *, updates: tf.Tensor, draw: tf.Tensor
+) -> list[tf.Tensor]:
     """`grads` plus Gaussian noise of variance eta / (1 + updates) ** gamma (times the
     accumulation steps: see above), drawn from a stateless generator seeded by `draw` (an int64
     step count), so that every replica adds the same noise."""
-    variance = (transforms.noise_eta * transforms.accum_steps /
-                (1.0 + tf.cast(updates, tf.float32)) ** transforms.noise_gamma)
+    variance = (
+        transforms.noise_eta
+        * transforms.accum_steps
+        / (1.0 + tf.cast(updates, tf.float32)) ** transforms.noise_gamma
+    )
     noisy = []
     for index, grad in enumerate(grads):
-        seed = tf.stack([tf.constant(transforms.seed * _NOISE_SEED_STRIDE + index, tf.int64),
-                         tf.cast(draw, tf.int64)])
+        seed = tf.stack(
+            [
+                tf.constant(transforms.seed * _NOISE_SEED_STRIDE + index, tf.int64),
+                tf.cast(draw, tf.int64),
+            ]
+        )
         noise = tf.random.stateless_normal(tf.shape(grad), seed, dtype=tf.float32)
         noisy.append(grad + tf.cast(tf.sqrt(variance) * noise, grad.dtype))
     return noisy
@@ -129,8 +154,7 @@ class GradientPath(tf.Module):
             self.loss_scale = tf.Variable(INITIAL_LOSS_SCALE, name="loss_scale", **_ONE_COPY)
             self.finite_steps = tf.Variable(0, dtype=tf.int64, name="finite_steps", **_ONE_COPY)
         if transforms.accum_steps > 1:
-            self.micro_batches = tf.Variable(0, dtype=tf.int64, name="micro_batches",
-                                             **_ONE_COPY)
+            self.micro_batches = tf.Variable(0, dtype=tf.int64, name="micro_batches", **_ONE_COPY)
             self.accumulators = [self._accumulator(variable) for variable in variables]
         if transforms.noise_scale_batch:
             self.noise_scale = NoiseScale()
@@ -140,15 +164,20 @@ class GradientPath(tf.Module):
     def _needs_dense(self) -> bool:
         """Whether a step reads every value of a gradient (a sparse one is made dense then)."""
         transforms = self.transforms
-        return bool(transforms.clip_norm or transforms.noise_eta or transforms.noise_scale_batch
-                    or transforms.accum_steps > 1)
+        return bool(
+            transforms.clip_norm
+            or transforms.noise_eta
+            or transforms.noise_scale_batch
+            or transforms.accum_steps > 1
+        )
 
     @staticmethod
     def _accumulator(variable) -> tf.Variable:
         strategy = tf.distribute.get_strategy()
         with strategy.extended.colocate_vars_with(variable):
-            return tf.Variable(tf.zeros(variable.shape, variable.dtype),
-                               name="accumulated_mean", **_ONE_COPY)
+            return tf.Variable(
+                tf.zeros(variable.shape, variable.dtype), name="accumulated_mean", **_ONE_COPY
+            )
 
     def scale_loss(self, loss: tf.Tensor) -> tf.Tensor:
         """Step 1: `loss` times the loss scale (record it on the gradient tape)."""
@@ -170,7 +199,8 @@ class GradientPath(tf.Module):
             summed = self._unscaled(summed)
         if transforms.noise_scale_batch:
             self._measure_noise_scale(
-                self._unscaled(local) if transforms.loss_scaling else local, summed, present)
+                self._unscaled(local) if transforms.loss_scaling else local, summed, present
+            )
         if transforms.clip_norm:
             summed, _ = tf.clip_by_global_norm(summed, transforms.clip_norm)
         if transforms.noise_eta:
@@ -193,8 +223,12 @@ class GradientPath(tf.Module):
             self.noise_scale.observe_replicas(local, summed, global_batch=batch)
             return
         self.noise_scale.observe_micro_batch(
-            summed, [self.accumulators[index] for index in present],
-            last=(self.micro_batches + 1) % steps == 0, global_batch=batch, accum_steps=steps)
+            summed,
+            [self.accumulators[index] for index in present],
+            last=(self.micro_batches + 1) % steps == 0,
+            global_batch=batch,
+            accum_steps=steps,
+        )
 
     def apply(self, grads: list, apply_fn, *, updates: tf.Variable) -> None:
         """Step 7 in a replica: hands the reduced `grads` to `apply_fn` (the optimizer's update
@@ -204,16 +238,25 @@ class GradientPath(tf.Module):
         if not self.transforms.loss_scaling and self.transforms.accum_steps == 1:
             apply_fn(grads)
             return
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(_values(grad)))
-                                for grad in grads if grad is not None])
+        finite = tf.reduce_all(
+            [tf.reduce_all(tf.math.is_finite(_values(grad))) for grad in grads if grad is not None]
+        )
         # The functions go in the merge function, not its arguments, which merge_call gathers
         # per replica.
         tf.distribute.get_replica_context().merge_call(
             functools.partial(self._update, apply_fn=apply_fn, updates=updates),
-            args=(grads, finite))
+            args=(grads, finite),
+        )
 
-    def _update(self, strategy: tf.distribute.Strategy, grads: list, finite, *, apply_fn,
-                updates: tf.Variable) -> None:
+    def _update(
+        self,
+        strategy: tf.distribute.Strategy,
+        grads: list,
+        finite,
+        *,
+        apply_fn,
+        updates: tf.Variable,
+    ) -> None:
         """Step 7 in cross-replica context."""
         if not self.transforms.loss_scaling:
             self._accumulate_or_apply(strategy, grads, apply_fn)
@@ -224,8 +267,9 @@ class GradientPath(tf.Module):
             self._accumulate_or_apply(strategy, grads, apply_fn)
             grow = self.finite_steps + 1 >= LOSS_SCALE_GROWTH_STEPS
             self.loss_scale.assign(tf.where(grow, self.loss_scale * 2.0, self.loss_scale))
-            self.finite_steps.assign(tf.where(grow, tf.constant(0, tf.int64),
-                                              self.finite_steps + 1))
+            self.finite_steps.assign(
+                tf.where(grow, tf.constant(0, tf.int64), self.finite_steps + 1)
+            )
             return tf.constant(True)
 
         def on_non_finite():
@@ -236,8 +280,7 @@ class GradientPath(tf.Module):
 
         tf.cond(finite, on_finite, on_non_finite)
 
-    def _accumulate_or_apply(self, strategy: tf.distribute.Strategy, grads: list,
-                             apply_fn) -> None:
+    def _accumulate_or_apply(self, strategy: tf.distribute.Strategy, grads: list, apply_fn) -> None:
         steps = self.transforms.accum_steps
         if steps == 1:
             strategy.extended.call_for_each_replica(apply_fn, args=(grads,))
@@ -245,12 +288,17 @@ class GradientPath(tf.Module):
         for grad, accumulator in zip(grads, self.accumulators):
             if grad is not None:
                 strategy.extended.update(
-                    accumulator, lambda total, grad: total.assign_add(grad / steps),
-                    args=(grad,), group=False)
+                    accumulator,
+                    lambda total, grad: total.assign_add(grad / steps),
+                    args=(grad,),
+                    group=False,
+                )
         micro_batches = self.micro_batches.assign_add(1)
 
-        means = [accumulator if grad is not None else None
-                 for grad, accumulator in zip(grads, self.accumulators)]
+        means = [
+            accumulator if grad is not None else None
+            for grad, accumulator in zip(grads, self.accumulators)
+        ]
 
         def apply():
             strategy.extended.call_for_each_replica(apply_fn, args=(means,))

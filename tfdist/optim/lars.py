@@ -15,8 +15,9 @@ LearningRateSchedule = tf_keras.optimizers.schedules.LearningRateSchedule
 _MODES = ("scale", "clip")
 
 
-def trust_ratio(variable, gradient: tf.Tensor, *, eeta: float, weight_decay: float,
-                epsilon: float, clip: bool) -> tf.Tensor:
+def trust_ratio(
+    variable, gradient: tf.Tensor, *, eeta: float, weight_decay: float, epsilon: float, clip: bool
+) -> tf.Tensor:
     """eeta * ||w|| / (||g|| + weight_decay * ||w|| + epsilon): 1 where ||w|| or ||g|| is 0,
     at most 1 when `clip`."""
     dtype = gradient.dtype
@@ -28,8 +29,15 @@ def trust_ratio(variable, gradient: tf.Tensor, *, eeta: float, weight_decay: flo
     return tf.minimum(trust, 1) if clip else trust
 
 
-def check_options(*, momentum: float, weight_decay: float, eeta: float, mode: str,
-                  exclude: tuple[str, ...], epsilon: float) -> None:
+def check_options(
+    *,
+    momentum: float,
+    weight_decay: float,
+    eeta: float,
+    mode: str,
+    exclude: tuple[str, ...],
+    epsilon: float,
+) -> None:
     """Raises ValueError, naming the option, unless LARS can run with these."""
     if mode not in _MODES:
         raise ValueError(f"LARS mode={mode!r} is invalid: use 'scale' or 'clip'.")
@@ -42,8 +50,9 @@ def check_options(*, momentum: float, weight_decay: float, eeta: float, mode: st
     if epsilon < 0:
         raise ValueError(f"LARS epsilon={epsilon} is invalid: use a value >= 0.")
     if isinstance(exclude, str):
-        raise ValueError(f"LARS exclude={exclude!r} is a string: pass a tuple of patterns, "
-                         f"e.g. ({exclude!r},).")
+        raise ValueError(
+            f"LARS exclude={exclude!r} is a string: pass a tuple of patterns, e.g. ({exclude!r},)."
+        )
 
 
 @tf_keras.saving.register_keras_serializable(package="tfdist")
@@ -71,12 +80,26 @@ class LARS(tf_keras.optimizers.Optimizer):
         **kwargs: Base-class options: clipnorm, global_clipnorm, use_ema, jit_compile, ...
     """
 
-    def __init__(self, learning_rate: float | LearningRateSchedule = 0.1, momentum: float = 0.9,
-                 weight_decay: float = 0.0, eeta: float = 0.001, mode: str = "scale",
-                 exclude: tuple[str, ...] = DEFAULT_EXCLUDE, epsilon: float = 0.0,
-                 name: str = "LARS", **kwargs):
-        check_options(momentum=momentum, weight_decay=weight_decay, eeta=eeta, mode=mode,
-                      exclude=exclude, epsilon=epsilon)
+    def __init__(
+        self,
+        learning_rate: float | LearningRateSchedule = 0.1,
+        momentum: float = 0.9,
+        weight_decay: float = 0.0,
+        eeta: float = 0.001,
+        mode: str = "scale",
+        exclude: tuple[str, ...] = DEFAULT_EXCLUDE,
+        epsilon: float = 0.0,
+        name: str = "LARS",
+        **kwargs,
+    ):
+        check_options(
+            momentum=momentum,
+            weight_decay=weight_decay,
+            eeta=eeta,
+            mode=mode,
+            exclude=exclude,
+            epsilon=epsilon,
+        )
         # The base class's decoupled weight decay stays off (None): LARS applies its own.
         super().__init__(name=name, weight_decay=None, **kwargs)
         self._learning_rate = self._build_learning_rate(learning_rate)
@@ -94,8 +117,10 @@ class LARS(tf_keras.optimizers.Optimizer):
             return
         self.velocities = [self.add_variable_from_reference(var, "v") for var in var_list]
         self._excluded = frozenset(
-            self._var_key(var) for var in var_list
-            if any(re.search(pattern, var.name) for pattern in self._exclude))
+            self._var_key(var)
+            for var in var_list
+            if any(re.search(pattern, var.name) for pattern in self._exclude)
+        )
         self._built = True
 
     def update_step(self, gradient, variable):
@@ -109,21 +134,28 @@ class LARS(tf_keras.optimizers.Optimizer):
         local_rate = tf.cast(self.learning_rate, dtype)
         if var_key not in self._excluded:
             local_rate = local_rate * trust_ratio(
-                variable, gradient, eeta=self.eeta, weight_decay=self._lars_weight_decay,
-                epsilon=self.epsilon, clip=self.mode == "clip")
+                variable,
+                gradient,
+                eeta=self.eeta,
+                weight_decay=self._lars_weight_decay,
+                epsilon=self.epsilon,
+                clip=self.mode == "clip",
+            )
             gradient = gradient + tf.cast(self._lars_weight_decay, dtype) * variable
         velocity.assign(tf.cast(self.momentum, dtype) * velocity + local_rate * gradient)
         variable.assign_sub(velocity)
 
     def get_config(self) -> dict:
         config = super().get_config()
-        config.update({
-            "learning_rate": self._serialize_hyperparameter(self._learning_rate),
-            "momentum": self.momentum,
-            "weight_decay": self._lars_weight_decay,
-            "eeta": self.eeta,
-            "mode": self.mode,
-            "exclude": self._exclude,
-            "epsilon": self.epsilon,
-        })
+        config.update(
+            {
+                "learning_rate": self._serialize_hyperparameter(self._learning_rate),
+                "momentum": self.momentum,
+                "weight_decay": self._lars_weight_decay,
+                "eeta": self.eeta,
+                "mode": self.mode,
+                "exclude": self._exclude,
+                "epsilon": self.epsilon,
+            }
+        )
         return config

@@ -55,12 +55,17 @@ class NoiseScale(tf.Module):
         super().__init__(name="noise_scale")
 
         def average(name: str) -> tf.Variable:
-            return tf.Variable(0.0, name=name, trainable=False,
-                               synchronization=tf.VariableSynchronization.ON_READ,
-                               aggregation=tf.VariableAggregation.MEAN)
+            return tf.Variable(
+                0.0,
+                name=name,
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.MEAN,
+            )
 
         self.gradient_sq, self.trace, self.weight = (
-            average(name) for name in ("gradient_sq", "trace", "weight"))
+            average(name) for name in ("gradient_sq", "trace", "weight")
+        )
         # With micro-batches: the sum of this update's micro-batch |G_small|² so far.
         self.pending_small_sq = average("pending_small_sq")
 
@@ -69,8 +74,11 @@ class NoiseScale(tf.Module):
         either is not finite."""
         gradient_sq, trace = estimates(small_sq, big_sq, small_batch, big_batch)
         finite = tf.math.is_finite(gradient_sq) & tf.math.is_finite(trace)
-        for variable, value in ((self.gradient_sq, gradient_sq), (self.trace, trace),
-                                (self.weight, 1.0)):
+        for variable, value in (
+            (self.gradient_sq, gradient_sq),
+            (self.trace, trace),
+            (self.weight, 1.0),
+        ):
             averaged = DECAY * variable + (1.0 - DECAY) * tf.cast(value, tf.float32)
             variable.assign(tf.where(finite, averaged, variable))
 
@@ -78,11 +86,16 @@ class NoiseScale(tf.Module):
         """One step's estimates from this replica's gradients (`local`, Keras' share: 1 /
         replicas of its batch's mean gradient) and their all-reduced sum (replica context)."""
         replicas = tf.distribute.get_replica_context().num_replicas_in_sync
-        self.observe(small_sq=replicas ** 2 * squared_norm(local), big_sq=squared_norm(reduced),
-                     small_batch=global_batch / replicas, big_batch=global_batch)
+        self.observe(
+            small_sq=replicas**2 * squared_norm(local),
+            big_sq=squared_norm(reduced),
+            small_batch=global_batch / replicas,
+            big_batch=global_batch,
+        )
 
-    def observe_micro_batch(self, grads: list, accumulated: list, *, last, global_batch: int,
-                            accum_steps: int) -> None:
+    def observe_micro_batch(
+        self, grads: list, accumulated: list, *, last, global_batch: int, accum_steps: int
+    ) -> None:
         """Holds one micro-batch's |G_small|² (`grads`, all-reduced); on the `last` micro-batch
         of an update, observes them against the update's mean gradient (`accumulated`: the
         earlier micro-batches' gradients / `accum_steps`, summed)."""
@@ -90,9 +103,12 @@ class NoiseScale(tf.Module):
 
         def observe():
             mean = [total + grad / accum_steps for total, grad in zip(accumulated, grads)]
-            self.observe(small_sq=(self.pending_small_sq + small_sq) / accum_steps,
-                         big_sq=squared_norm(mean), small_batch=global_batch,
-                         big_batch=global_batch * accum_steps)
+            self.observe(
+                small_sq=(self.pending_small_sq + small_sq) / accum_steps,
+                big_sq=squared_norm(mean),
+                small_batch=global_batch,
+                big_batch=global_batch * accum_steps,
+            )
             self.pending_small_sq.assign(0.0)
             return tf.constant(True)
 
@@ -112,5 +128,8 @@ class NoiseScale(tf.Module):
             return None
         gradient_sq = float(self.gradient_sq.read_value()) / weight
         trace = float(self.trace.read_value()) / weight
-        return {"noise_scale": trace / gradient_sq if gradient_sq > 0 else None,
-                "gradient_sq": gradient_sq, "trace": trace}
+        return {
+            "noise_scale": trace / gradient_sq if gradient_sq > 0 else None,
+            "gradient_sq": gradient_sq,
+            "trace": trace,
+        }

@@ -21,13 +21,23 @@ from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.optimizer_config import OptimizerName
 from tfdist.runtime.optimizer_config import peak_learning_rate
 
+
 class WarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
     """Linear warmup from `initial` to `peak` over `warmup_steps`, then `decay` from the peak
     until `total_steps`: constant, cosine to 0, or times `step_factor` at each of
     `step_boundaries` (steps from the start)."""
 
-    def __init__(self, *, initial: float, peak: float, warmup_steps: int, total_steps: int,
-                 decay: str, step_boundaries: tuple[int, ...] = (), step_factor: float = 0.1):
+    def __init__(
+        self,
+        *,
+        initial: float,
+        peak: float,
+        warmup_steps: int,
+        total_steps: int,
+        decay: str,
+        step_boundaries: tuple[int, ...] = (),
+        step_factor: float = 0.1,
+    ):
         super().__init__()
         self.initial, self.peak = initial, peak
         self.warmup_steps, self.total_steps = warmup_steps, total_steps
@@ -45,19 +55,27 @@ class WarmupSchedule(tf_keras.optimizers.schedules.LearningRateSchedule):
             progress = tf.minimum((step - warmup) / max(self.total_steps - warmup, 1.0), 1.0)
             return self.peak * 0.5 * (1.0 + tf.cos(math.pi * progress))
         if self.decay is LrSchedule.STEP:
-            passed = tf.reduce_sum(tf.cast(
-                step >= tf.constant(self.step_boundaries, tf.float32), tf.float32))
+            passed = tf.reduce_sum(
+                tf.cast(step >= tf.constant(self.step_boundaries, tf.float32), tf.float32)
+            )
             return self.peak * tf.pow(self.step_factor, passed)
         return tf.constant(self.peak, tf.float32)
 
     def get_config(self):
-        return {"initial": self.initial, "peak": self.peak, "warmup_steps": self.warmup_steps,
-                "total_steps": self.total_steps, "decay": self.decay.value,
-                "step_boundaries": self.step_boundaries, "step_factor": self.step_factor}
+        return {
+            "initial": self.initial,
+            "peak": self.peak,
+            "warmup_steps": self.warmup_steps,
+            "total_steps": self.total_steps,
+            "decay": self.decay.value,
+            "step_boundaries": self.step_boundaries,
+            "step_factor": self.step_factor,
+        }
 
 
-def learning_rate_schedule(config: OptimizerConfig, global_batch_size: int,
-                           steps_per_epoch: int, epochs: int) -> WarmupSchedule:
+def learning_rate_schedule(
+    config: OptimizerConfig, global_batch_size: int, steps_per_epoch: int, epochs: int
+) -> WarmupSchedule:
     """The rate per optimizer update: scaled, warmed up and decayed as `config` says.
 
     `steps_per_epoch` counts updates: training steps / `grad_accum_steps`. Warmup (Goyal et
@@ -65,37 +83,55 @@ def learning_rate_schedule(config: OptimizerConfig, global_batch_size: int,
     peak at the end of `warmup_epochs`.
     """
     return WarmupSchedule(
-        initial=config.learning_rate, peak=peak_learning_rate(config, global_batch_size),
+        initial=config.learning_rate,
+        peak=peak_learning_rate(config, global_batch_size),
         warmup_steps=round(config.warmup_epochs * steps_per_epoch),
-        total_steps=epochs * steps_per_epoch, decay=config.lr_schedule.value,
-        step_boundaries=tuple(round(epoch * steps_per_epoch)
-                              for epoch in config.lr_step_boundaries),
-        step_factor=config.lr_step_factor)
+        total_steps=epochs * steps_per_epoch,
+        decay=config.lr_schedule.value,
+        step_boundaries=tuple(
+            round(epoch * steps_per_epoch) for epoch in config.lr_step_boundaries
+        ),
+        step_factor=config.lr_step_factor,
+    )
 
 
-def optimizer_class_for(config: OptimizerConfig, optimizers=tf_keras.optimizers,
-                        lars_class: type = LARS) -> tuple[type, dict]:
+def optimizer_class_for(
+    config: OptimizerConfig, optimizers=tf_keras.optimizers, lars_class: type = LARS
+) -> tuple[type, dict]:
     """The class for `config.optimizer` among `optimizers` (tf-keras' or Keras 3's, whose LARS
     is `lars_class`) and its options besides the rate."""
     decay = {"weight_decay": config.weight_decay} if config.weight_decay else {}
     return {
         OptimizerName.SGD: (optimizers.SGD, decay),
         OptimizerName.MOMENTUM: (optimizers.SGD, {"momentum": config.momentum, **decay}),
-        OptimizerName.NESTEROV: (optimizers.SGD, {"momentum": config.momentum,
-                                                  "nesterov": True, **decay}),
+        OptimizerName.NESTEROV: (
+            optimizers.SGD,
+            {"momentum": config.momentum, "nesterov": True, **decay},
+        ),
         OptimizerName.ADAM: (optimizers.Adam, decay),
         OptimizerName.ADAMW: (optimizers.AdamW, {"weight_decay": config.weight_decay}),
         OptimizerName.RMSPROP: (optimizers.RMSprop, decay),
-        OptimizerName.LARS: (lars_class, {"momentum": config.momentum,
-                                    "weight_decay": config.weight_decay,
-                                    "eeta": config.lars_eeta, "mode": config.lars_mode.value,
-                                    "exclude": config.lars_exclude}),
+        OptimizerName.LARS: (
+            lars_class,
+            {
+                "momentum": config.momentum,
+                "weight_decay": config.weight_decay,
+                "eeta": config.lars_eeta,
+                "mode": config.lars_mode.value,
+                "exclude": config.lars_exclude,
+            },
+        ),
     }[config.optimizer]
 
 
-def build_optimizer(config: OptimizerConfig, *, update_batch_size: int, updates_per_epoch: int,
-                    epochs: int,
-                    transforms: GradientTransforms) -> tf_keras.optimizers.Optimizer:
+def build_optimizer(
+    config: OptimizerConfig,
+    *,
+    update_batch_size: int,
+    updates_per_epoch: int,
+    epochs: int,
+    transforms: GradientTransforms,
+) -> tf_keras.optimizers.Optimizer:
     """A fresh tf-keras optimizer with `learning_rate_schedule`'s rate per update (an update
     of `update_batch_size` examples: `grad_accum_steps` micro-batches), carrying the gradient
     path of `transforms` as `gradient_path` (its steps run in the training step; the optimizer

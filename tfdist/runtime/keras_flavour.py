@@ -23,6 +23,7 @@ def api(keras: int):
     if keras == 2:
         return tf_keras
     import keras as keras3  # pylint: disable=import-outside-toplevel
+
     return keras3
 
 
@@ -36,7 +37,8 @@ def require(keras: int) -> None:
         raise KerasFlavourError(
             f"keras=3: tfdist's Keras 3 training step was written for keras {KERAS3_CHECKED}x and "
             f"keras {version} is installed; pip install 'keras=={KERAS3_CHECKED}*', or use "
-            "keras=2.")
+            "keras=2."
+        )
 
 
 def _require_tf_keras() -> None:
@@ -45,7 +47,8 @@ def _require_tf_keras() -> None:
         raise KerasFlavourError(
             "tf.keras is Keras 3 here because TensorFlow was imported before tfdist (or "
             "TF_USE_LEGACY_KERAS is not 1); set TF_USE_LEGACY_KERAS=1 in the environment, or "
-            "import tfdist before tensorflow, or train it as keras=3.")
+            "import tfdist before tensorflow, or train it as keras=3."
+        )
 
 
 def require_checked_tf_keras(what: str, fix: str) -> None:
@@ -54,13 +57,13 @@ def require_checked_tf_keras(what: str, fix: str) -> None:
     if not tf_keras.__version__.startswith(TF_KERAS_CHECKED):
         raise KerasFlavourError(
             f"{what} relies on tf-keras {TF_KERAS_CHECKED}x and tf-keras {tf_keras.__version__} "
-            f"is installed; pip install 'tf-keras=={TF_KERAS_CHECKED}*', or {fix}.")
+            f"is installed; pip install 'tf-keras=={TF_KERAS_CHECKED}*', or {fix}."
+        )
 
 
 def is_keras3(model) -> bool:
     """Whether `model` was built with Keras 3 (`import keras`)."""
-    return type(model).__module__.startswith("keras") and \
-        isinstance(model, api(3).Model)
+    return type(model).__module__.startswith("keras") and isinstance(model, api(3).Model)
 
 
 def require_model(model, keras: int, source: str = "model") -> None:
@@ -70,10 +73,12 @@ def require_model(model, keras: int, source: str = "model") -> None:
         raise KerasFlavourError(
             f"{source} built a Keras 3 model ({type(model).__module__}.{type(model).__name__}, "
             "from `import keras`); train it with keras=3, or build it with tf.keras (with "
-            "TF_USE_LEGACY_KERAS=1) or tf_keras.")
+            "TF_USE_LEGACY_KERAS=1) or tf_keras."
+        )
     if keras == 3 and isinstance(model, tf_keras.Model):
         raise KerasFlavourError(
             f"{source} built a tf-keras model ({type(model).__name__}) but keras=3; build it "
-            "with `import keras` (Keras 3), or train it with keras=2.")
+            "with `import keras` (Keras 3), or train it with keras=2."
+        )
     if keras == 2:
         _require_tf_keras()

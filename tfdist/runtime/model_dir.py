@@ -37,6 +37,7 @@ _MAX_DIRS_SEARCHED = 10_000
 @dataclasses.dataclass(frozen=True)
 class ModelDir:
     """The paths under the model dir `root`."""
+
     root: str
 
     @property
@@ -49,9 +50,12 @@ class ModelDir:
 
     def checkpoint(self, epochs_done: int | str) -> str:
         """The weights after `epochs_done` epochs (or a Keras filepath pattern for it)."""
-        return os.path.join(self.checkpoints, f"{CHECKPOINT_PREFIX}{epochs_done:03d}"
-                            if isinstance(epochs_done, int) else
-                            f"{CHECKPOINT_PREFIX}{epochs_done}")
+        return os.path.join(
+            self.checkpoints,
+            f"{CHECKPOINT_PREFIX}{epochs_done:03d}"
+            if isinstance(epochs_done, int)
+            else f"{CHECKPOINT_PREFIX}{epochs_done}",
+        )
 
     def logs(self, task: str = "") -> str:
         """TensorBoard's directory: the trainer's, or the `task`'s (`evaluator`)."""
@@ -117,30 +121,41 @@ class Lock:
     def take(cls, path: str, root: str) -> "Lock":
         """Locks `path` (made if missing) for the model dir `root` and writes who holds it."""
         try:
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                                 | os.O_CLOEXEC, 0o666)
+            descriptor = os.open(
+                path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666
+            )
         except OSError as error:
-            what = ("is a symlink; tfdist never follows its lock file, so remove it"
-                    if error.errno == errno.ELOOP else f"cannot be opened ({error.strerror})")
-            raise ConfigError(f"model_dir={root!r}: its lock file {path} {what}; or pass another "
-                              "--model_dir.") from None
+            what = (
+                "is a symlink; tfdist never follows its lock file, so remove it"
+                if error.errno == errno.ELOOP
+                else f"cannot be opened ({error.strerror})"
+            )
+            raise ConfigError(
+                f"model_dir={root!r}: its lock file {path} {what}; or pass another --model_dir."
+            ) from None
         try:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-                raise ConfigError(f"model_dir={root!r}: its lock file {path} is not a regular "
-                                  "file; remove it, or pass another --model_dir.")
+                raise ConfigError(
+                    f"model_dir={root!r}: its lock file {path} is not a regular "
+                    "file; remove it, or pass another --model_dir."
+                )
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise ConfigError(f"model_dir={root!r} is in use by another run "
-                                  f"({_owner(descriptor)}); wait for it to end or stop it, or "
-                                  "pass another --model_dir.") from None
+                raise ConfigError(
+                    f"model_dir={root!r} is in use by another run "
+                    f"({_owner(descriptor)}); wait for it to end or stop it, or "
+                    "pass another --model_dir."
+                ) from None
             try:
                 os.ftruncate(descriptor, 0)
                 os.pwrite(descriptor, (_owner_line() + "\n").encode(), 0)
             except OSError as error:
-                raise ConfigError(f"model_dir={root!r}: cannot write its lock file "
-                                  f"({error.strerror}); free space there, or pass another "
-                                  "--model_dir.") from None
+                raise ConfigError(
+                    f"model_dir={root!r}: cannot write its lock file "
+                    f"({error.strerror}); free space there, or pass another "
+                    "--model_dir."
+                ) from None
         except BaseException:
             os.close(descriptor)
             raise
@@ -181,17 +196,24 @@ def _refuse_nested(root: str) -> None:
     while (parent := os.path.dirname(directory)) != directory:
         holder = _holder(os.path.join(parent, _LOCK_FILE))
         if holder:
-            raise ConfigError(f"model_dir={root!r} lies inside {parent!r}, the model dir of "
-                              f"another run ({holder}); pass a directory outside it.")
+            raise ConfigError(
+                f"model_dir={root!r} lies inside {parent!r}, the model dir of "
+                f"another run ({holder}); pass a directory outside it."
+            )
         directory = parent
     for searched, (directory, _, files) in enumerate(os.walk(root)):
         if searched >= _MAX_DIRS_SEARCHED:
             return
-        holder = directory != root and _LOCK_FILE in files and \
-            _holder(os.path.join(directory, _LOCK_FILE))
+        holder = (
+            directory != root
+            and _LOCK_FILE in files
+            and _holder(os.path.join(directory, _LOCK_FILE))
+        )
         if holder:
-            raise ConfigError(f"model_dir={root!r} holds {directory!r}, the model dir of another "
-                              f"run ({holder}); pass a directory that does not.")
+            raise ConfigError(
+                f"model_dir={root!r} holds {directory!r}, the model dir of another "
+                f"run ({holder}); pass a directory that does not."
+            )
 
 
 def _owner_line() -> str:

@@ -33,8 +33,10 @@ def refusal(field: str, path: str) -> str | None:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
         if os.path.islink(path):
-            return (f"{field}={path!r} is a symlink to {os.readlink(path)!r}, which does not "
-                    "exist; pass the target's path, or make it first.")
+            return (
+                f"{field}={path!r} is a symlink to {os.readlink(path)!r}, which does not "
+                "exist; pass the target's path, or make it first."
+            )
         return None
     except OSError:  # Under a file, too long, ...: the write says so, or `paths` first.
         return None
@@ -42,16 +44,19 @@ def refusal(field: str, path: str) -> str | None:
         return f"{field}={path!r} is a directory; pass the path of a file in it."
     for kind, test in (("a block device", stat.S_ISBLK), ("a socket", stat.S_ISSOCK)):
         if test(mode):
-            return (f"{field}={path!r} is {kind}; pass the path of a regular file (or a "
-                    "character device or FIFO to write through).")
+            return (
+                f"{field}={path!r} is {kind}; pass the path of a regular file (or a "
+                "character device or FIFO to write through)."
+            )
     return None
 
 
 def writes_through(path: str) -> bool:
     """Whether output to `path` is written through it in place: a symlink, or an existing file
     that is not a regular one (a character device, a FIFO)."""
-    return os.path.islink(path) or (os.path.exists(path) and
-                                    not stat.S_ISREG(os.stat(path).st_mode))
+    return os.path.islink(path) or (
+        os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode)
+    )
 
 
 def write_json(field: str, path: str, value: object) -> None:
@@ -76,16 +81,16 @@ def write_bytes(field: str, path: str, data: bytes) -> None:
         else:
             _replace(path, data)
     except OSError as error:
-        raise OutputFileError(f"{field}={path!r}: could not write it ({_why(error)}); "
-                              f"{_fix(error)}") from None
+        raise OutputFileError(
+            f"{field}={path!r}: could not write it ({_why(error)}); {_fix(error)}"
+        ) from None
 
 
 def _write_through(path: str, data: bytes) -> None:
     """Opens what `path` points at in place (a FIFO without blocking for a reader) and writes."""
     mode = os.stat(path).st_mode
     fifo = stat.S_ISFIFO(mode)
-    flags = os.O_WRONLY | (os.O_NONBLOCK if fifo else 0) | (os.O_TRUNC if stat.S_ISREG(mode)
-                                                             else 0)
+    flags = os.O_WRONLY | (os.O_NONBLOCK if fifo else 0) | (os.O_TRUNC if stat.S_ISREG(mode) else 0)
     descriptor = os.open(path, flags)
     try:
         if fifo:
@@ -121,7 +126,7 @@ def _replace(path: str, data: bytes) -> None:
 def _write_all(descriptor: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(descriptor, view):]
+        view = view[os.write(descriptor, view) :]
 
 
 def _why(error: OSError) -> str:

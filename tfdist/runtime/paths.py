@@ -14,7 +14,6 @@ from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 
 
-
 _PROBE_BYTES = 4096  # One block: what a full file system refuses.
 
 
@@ -22,9 +21,11 @@ def _nearest_existing(path: str, field: str = "path") -> str:
     try:  # A relative path needs the working directory, which may have been deleted.
         existing = os.path.abspath(path)
     except FileNotFoundError:
-        raise ConfigError(f"{field}={path!r} is relative to the working directory, which no "
-                          "longer exists; cd to one that exists, or pass an absolute "
-                          "path.") from None
+        raise ConfigError(
+            f"{field}={path!r} is relative to the working directory, which no "
+            "longer exists; cd to one that exists, or pass an absolute "
+            "path."
+        ) from None
     while not os.path.exists(existing):
         existing = os.path.dirname(existing)
     return existing
@@ -39,21 +40,24 @@ def _check_creatable(field: str, path: str, *, directory: bool) -> None:
     except (OSError, ValueError):
         limit = 255
     absolute_path = os.path.abspath(path)
-    for part in absolute_path[len(existing):].split(os.sep):
+    for part in absolute_path[len(existing) :].split(os.sep):
         if len(os.fsencode(part)) > limit:
-            raise ConfigError(f"{field}={path!r}: its part {part[:16]!r}... is "
-                              f"{len(os.fsencode(part))} bytes, past the {limit} a name may "
-                              "have here; shorten it.")
+            raise ConfigError(
+                f"{field}={path!r}: its part {part[:16]!r}... is "
+                f"{len(os.fsencode(part))} bytes, past the {limit} a name may "
+                "have here; shorten it."
+            )
     if len(os.fsencode(absolute_path)) >= 4096:  # Linux's PATH_MAX.
-        raise ConfigError(f"{field}={path[:40]!r}...: the path is "
-                          f"{len(os.fsencode(absolute_path))} bytes, past the 4095 a path may "
-                          "have; shorten it.")
+        raise ConfigError(
+            f"{field}={path[:40]!r}...: the path is "
+            f"{len(os.fsencode(absolute_path))} bytes, past the 4095 a path may "
+            "have; shorten it."
+        )
     if os.path.isdir(path) and not directory:
         raise ConfigError(f"{field}={path!r} is a directory; pass the path of a file in it.")
     if os.path.exists(path) and not os.path.isdir(path) and directory:
         raise ConfigError(f"{field}={path!r} is a file; {fix}.")
-    parent = _nearest_existing(path if directory else os.path.dirname(os.path.abspath(path)),
-                               field)
+    parent = _nearest_existing(path if directory else os.path.dirname(os.path.abspath(path)), field)
     if not os.path.isdir(parent):
         raise ConfigError(f"{field}={path!r}: {parent} is a file, not a directory; {fix}.")
     writable = path if directory and os.path.isdir(path) else parent
@@ -62,16 +66,21 @@ def _check_creatable(field: str, path: str, *, directory: bool) -> None:
         with tempfile.TemporaryFile(dir=writable, buffering=0) as probe:
             probe.write(bytes(_PROBE_BYTES))
     except OSError as error:
-        fix = ("free space there, or pass a path on another file system"
-               if error.errno in (errno.ENOSPC, errno.EDQUOT) else "pass a path you may write")
-        raise ConfigError(f"{field}={path!r}: cannot write in {writable} ({error.strerror}); "
-                          f"{fix}.") from None
+        fix = (
+            "free space there, or pass a path on another file system"
+            if error.errno in (errno.ENOSPC, errno.EDQUOT)
+            else "pass a path you may write"
+        )
+        raise ConfigError(
+            f"{field}={path!r}: cannot write in {writable} ({error.strerror}); {fix}."
+        ) from None
 
 
 def absolute(config: RunConfig) -> RunConfig:
     """`config` with its local `--data_dir`, `--model_dir` and `--metrics_json` made absolute,
     resolved once at set-up: a plug-in that changes the working directory later cannot split a
     run over two directories. URIs (`gs://...`) stay as they are."""
+
     def resolved(path: str | None) -> str | None:
         if not path or "://" in path:
             return path
@@ -79,10 +88,16 @@ def absolute(config: RunConfig) -> RunConfig:
             return os.path.abspath(path)
         except FileNotFoundError:  # No working directory: `check` says so in one line.
             return path
+
     return dataclasses.replace(
-        config, input=dataclasses.replace(config.input, data_dir=resolved(config.input.data_dir)),
-        train=dataclasses.replace(config.train, model_dir=resolved(config.train.model_dir),
-                                  metrics_json=resolved(config.train.metrics_json)))
+        config,
+        input=dataclasses.replace(config.input, data_dir=resolved(config.input.data_dir)),
+        train=dataclasses.replace(
+            config.train,
+            model_dir=resolved(config.train.model_dir),
+            metrics_json=resolved(config.train.metrics_json),
+        ),
+    )
 
 
 def check(config: RunConfig) -> None:
@@ -112,8 +127,9 @@ def check_input_dir(field: str, path: str | None) -> None:
         return
     existing = _nearest_existing(path, field)
     if not os.path.isdir(existing):
-        raise ConfigError(f"{field}={path!r}: {existing} is a file, not a directory; pass a "
-                          "directory.")
+        raise ConfigError(
+            f"{field}={path!r}: {existing} is a file, not a directory; pass a directory."
+        )
     if not os.path.isdir(path):
         _check_creatable(field, path, directory=True)
 
@@ -144,7 +160,8 @@ def check_output_file(field: str, path: str | None) -> None:
         raise ConfigError(reason)
     if output_files.writes_through(path):
         if not os.access(path, os.W_OK):  # Written through: its directory is not ours to write.
-            raise ConfigError(f"{field}={path!r}: cannot write it (permission denied); pass a "
-                              "path you may write.")
+            raise ConfigError(
+                f"{field}={path!r}: cannot write it (permission denied); pass a path you may write."
+            )
         return
     _check_creatable(field, path, directory=False)

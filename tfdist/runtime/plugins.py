@@ -24,8 +24,10 @@ def _check_findable(field: str, value: str, spec: str) -> None:
     except (ImportError, ValueError):  # A parent package that is missing or broken.
         found = False
     if not found:
-        raise ConfigError(f"{field}={value!r}: no module named {module_name!r} on the Python "
-                          "path; put its directory on PYTHONPATH (or install it).")
+        raise ConfigError(
+            f"{field}={value!r}: no module named {module_name!r} on the Python "
+            "path; put its directory on PYTHONPATH (or install it)."
+        )
 
 
 def check_findable(*, dataset: str, model: str | None = None) -> None:
@@ -38,7 +40,7 @@ def check_findable(*, dataset: str, model: str | None = None) -> None:
     if model is not None and model not in {name.value for name in ModelName}:
         _check_findable("model", model, model)
     if dataset.startswith(PYTHON_PREFIX):
-        _check_findable("dataset", dataset, dataset[len(PYTHON_PREFIX):])
+        _check_findable("dataset", dataset, dataset[len(PYTHON_PREFIX) :])
 
 
 def load(field: str, value: str, spec: str) -> Callable:
@@ -56,26 +58,38 @@ def load(field: str, value: str, spec: str) -> Callable:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
         if error.name and module_name.startswith(error.name):
-            raise ConfigError(f"{field}={value!r}: no module named {error.name!r}; put its "
-                              "directory on PYTHONPATH (or install it).") from None
-        raise ConfigError(f"{field}={value!r}: importing {module_name} failed: "
-                          f"{first_line(error)}; fix the module.") from None
+            raise ConfigError(
+                f"{field}={value!r}: no module named {error.name!r}; put its "
+                "directory on PYTHONPATH (or install it)."
+            ) from None
+        raise ConfigError(
+            f"{field}={value!r}: importing {module_name} failed: "
+            f"{first_line(error)}; fix the module."
+        ) from None
     except Exception as error:  # pylint: disable=broad-except  (a user's module, any error)
-        raise ConfigError(f"{field}={value!r}: importing {module_name} failed: "
-                          f"{first_line(error)}; fix the module.") from None
+        raise ConfigError(
+            f"{field}={value!r}: importing {module_name} failed: "
+            f"{first_line(error)}; fix the module."
+        ) from None
     except SystemExit as error:
-        raise ConfigError(f"{field}={value!r}: importing {module_name} called "
-                          f"sys.exit({error.code!r}) (an argument parser at import does); parse "
-                          "arguments only under `if __name__ == \"__main__\":`.") from None
+        raise ConfigError(
+            f"{field}={value!r}: importing {module_name} called "
+            f"sys.exit({error.code!r}) (an argument parser at import does); parse "
+            'arguments only under `if __name__ == "__main__":`.'
+        ) from None
     function = module
     for part in function_name.split("."):
         if not hasattr(function, part):
-            raise ConfigError(f"{field}={value!r}: module {module_name} ({module.__file__}) has no "
-                              f"{function_name!r}; check the name after the colon.")
+            raise ConfigError(
+                f"{field}={value!r}: module {module_name} ({module.__file__}) has no "
+                f"{function_name!r}; check the name after the colon."
+            )
         function = getattr(function, part)
     if not callable(function):
-        raise ConfigError(f"{field}={value!r}: {function_name} in {module_name} is a "
-                          f"{type(function).__name__}, not a function; name a function.")
+        raise ConfigError(
+            f"{field}={value!r}: {function_name} in {module_name} is a "
+            f"{type(function).__name__}, not a function; name a function."
+        )
     return function
 
 
@@ -92,20 +106,25 @@ def call(field: str, value: str, function: Callable, *args, **kwargs) -> Any:
     except ConfigError:
         raise
     except SystemExit as error:
-        raise ConfigError(f"{field}={value!r}: {getattr(function, '__qualname__', function)} "
-                          f"called sys.exit({error.code!r}); return a value instead, or raise "
-                          "an exception that says what is wrong.") from None
+        raise ConfigError(
+            f"{field}={value!r}: {getattr(function, '__qualname__', function)} "
+            f"called sys.exit({error.code!r}); return a value instead, or raise "
+            "an exception that says what is wrong."
+        ) from None
     except Exception as error:  # pylint: disable=broad-except  (the user's function)
         # `name value`, not `name=value`, which the CLI would show as one of its flags.
-        shown = ", ".join([*map(repr, args), *(f"{name} {argument!r}"
-                                                for name, argument in kwargs.items())])
-        raise ConfigError(f"{field}={value!r}: calling it{' with ' if shown else ''}{shown} "
-                          f"failed: {first_line(error)}; fix the function.") from None
+        shown = ", ".join(
+            [*map(repr, args), *(f"{name} {argument!r}" for name, argument in kwargs.items())]
+        )
+        raise ConfigError(
+            f"{field}={value!r}: calling it{' with ' if shown else ''}{shown} "
+            f"failed: {first_line(error)}; fix the function."
+        ) from None
 
 
 def dataset_function(dataset: str) -> Callable:
     """The user's FUNCTION of `--dataset=python:MODULE:FUNCTION`, imported (see `load`)."""
-    return load("dataset", dataset, dataset[len(PYTHON_PREFIX):])
+    return load("dataset", dataset, dataset[len(PYTHON_PREFIX) :])
 
 
 def dataset_splits(dataset: str) -> dict:
@@ -120,6 +139,8 @@ def dataset_splits(dataset: str) -> dict:
     for split in ("train", "validation"):
         splits[split] = call("dataset", dataset, function, split)
     if splits["train"] is None:
-        raise ConfigError(f"dataset={dataset!r} returned None for split 'train'; return a "
-                          "dataset function or a tfdist.Records.")
+        raise ConfigError(
+            f"dataset={dataset!r} returned None for split 'train'; return a "
+            "dataset function or a tfdist.Records."
+        )
     return splits

@@ -28,7 +28,8 @@ def apply_policy(precision: Precision, keras=tf_keras) -> None:
     if precision is Precision.MIXED_FLOAT16 and not _has_fast_fp16_gpu():
         logging.warning(
             "mixed_precision=mixed_float16 needs a GPU of compute capability 7.0 or newer to run "
-            "fast, and none is visible; expect it to be slower than float32 here.")
+            "fast, and none is visible; expect it to be slower than float32 here."
+        )
 
 
 def check_output_dtype(model: tf_keras.Model) -> None:
@@ -38,4 +39,5 @@ def check_output_dtype(model: tf_keras.Model) -> None:
         if dtype != tf.float32:
             raise ConfigError(
                 f"model output {output.name!r} is {dtype.name}; under mixed precision the "
-                "last activation must stay float32: give it dtype=\"float32\".")
+                'last activation must stay float32: give it dtype="float32".'
+            )

@@ -43,6 +43,7 @@ from tfdist.strategies.config import check_int
 class Role(str, enum.Enum):
     """What this process does in its cluster (`Plan.role`); `fit` acts on it, e.g.
     `plan.role is tfdist.Role.EVALUATE` on the evaluator task."""
+
     TRAIN = "train"  # The only process, a mirrored worker or chief, or the PS coordinator.
     SERVE = "serve"  # A parameter-server `worker` or `ps` task: runs a server until the end.
     EVALUATE = "evaluate"  # The `evaluator` task: evaluates each checkpoint the chief writes.
@@ -73,6 +74,7 @@ class Plan:
       dataset_info: `config.input`'s dataset when it was prepared, else None.
       started_s: `time.perf_counter()` when set-up began (the summary's `wall_s` counts from it).
     """
+
     config: RunConfig
     role: Role
     task: str
@@ -127,8 +129,10 @@ def _role(config: RunConfig, kind: StrategyKind) -> Role:
         return Role.TRAIN
     if cluster.task.type is TaskType.EVALUATOR:
         return Role.EVALUATE
-    if kind is StrategyKind.PARAMETER_SERVER and cluster.task.type in (TaskType.WORKER,
-                                                                       TaskType.PS):
+    if kind is StrategyKind.PARAMETER_SERVER and cluster.task.type in (
+        TaskType.WORKER,
+        TaskType.PS,
+    ):
         return Role.SERVE
     return Role.TRAIN
 
@@ -152,15 +156,25 @@ def _build_strategy(config: RunConfig, kind: StrategyKind) -> tf.distribute.Stra
     task = _task(config)
     timeout_s = config.strategy.collective_timeout_s
     if timeout_s is None:
-        print(f"tfdist: {task} waiting for all {cluster.num_workers} workers to join, without a "
-              "time limit (set --collective_timeout_s to bound it)", file=sys.stderr, flush=True)
+        print(
+            f"tfdist: {task} waiting for all {cluster.num_workers} workers to join, without a "
+            "time limit (set --collective_timeout_s to bound it)",
+            file=sys.stderr,
+            flush=True,
+        )
         return strategies.build(config.strategy, cluster)
-    peers = [address for job in ("chief", "worker") for address in cluster.jobs.get(job, ())
-             if address != cluster.task_address]
-    message = errors.line(f"{task} waited {timeout_s:g} s (--collective_timeout_s) for the "
-                          f"other {cluster.num_workers - 1} worker(s) to join; start every task, "
-                          "check them with `tfdist doctor --probe`, or raise "
-                          "--collective_timeout_s.")
+    peers = [
+        address
+        for job in ("chief", "worker")
+        for address in cluster.jobs.get(job, ())
+        if address != cluster.task_address
+    ]
+    message = errors.line(
+        f"{task} waited {timeout_s:g} s (--collective_timeout_s) for the "
+        f"other {cluster.num_workers - 1} worker(s) to join; start every task, "
+        "check them with `tfdist doctor --probe`, or raise "
+        "--collective_timeout_s."
+    )
     with join_deadline.deadline(timeout_s, message, peers):
         return strategies.build(config.strategy, cluster)
 
@@ -168,8 +182,11 @@ def _build_strategy(config: RunConfig, kind: StrategyKind) -> tf.distribute.Stra
 def _announce_ignored_options(config: RunConfig, kind: StrategyKind) -> None:
     """Says which strategy options the strategy `auto` picked does not use."""
     for ignored in config.strategy.ignored_by(kind):
-        print(f"tfdist: --{ignored} (auto picked {kind.value}), so it has no effect",
-              file=sys.stderr, flush=True)
+        print(
+            f"tfdist: --{ignored} (auto picked {kind.value}), so it has no effect",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _num_gpu_replicas(strategy: tf.distribute.Strategy | None, config: RunConfig) -> int:
@@ -184,26 +201,42 @@ def _steps(config: RunConfig, train_examples: int | None):
     """(steps_per_epoch, where it came from, the prepared dataset's info or None)."""
     global_batch = config.input.global_batch_size
     if train_examples is not None:
-        check_int("train_examples", train_examples, 1, MAX_NUM_EXAMPLES,
-                  "pass the number of your training examples, or None", error=ConfigError)
+        check_int(
+            "train_examples",
+            train_examples,
+            1,
+            MAX_NUM_EXAMPLES,
+            "pass the number of your training examples, or None",
+            error=ConfigError,
+        )
     if config.train.steps_per_epoch:
         return config.train.steps_per_epoch, "--steps_per_epoch", None
     if train_examples is not None:
-        return _whole_batches(train_examples, global_batch, "train_examples"), \
-            "train_examples", None
+        return (
+            _whole_batches(train_examples, global_batch, "train_examples"),
+            "train_examples",
+            None,
+        )
     if config.input.source_kind is SourceKind.PYTHON:
-        raise ConfigError(f"dataset={config.input.dataset!r} does not say how many training "
-                          "examples it has; set steps_per_epoch=N.")
+        raise ConfigError(
+            f"dataset={config.input.dataset!r} does not say how many training "
+            "examples it has; set steps_per_epoch=N."
+        )
     info = input_pipelines.prepare(config.input)
-    return (_whole_batches(info.num_examples["train"], global_batch, f"dataset {info.name}"),
-            f"dataset={config.input.dataset}", info)
+    return (
+        _whole_batches(info.num_examples["train"], global_batch, f"dataset {info.name}"),
+        f"dataset={config.input.dataset}",
+        info,
+    )
 
 
 def _whole_batches(examples: int, global_batch: int, source: str) -> int:
     steps = examples // global_batch
     if steps == 0:
-        raise ConfigError(f"global_batch_size={global_batch} is larger than the {examples} "
-                          f"training examples of {source}; lower it or set steps_per_epoch=N.")
+        raise ConfigError(
+            f"global_batch_size={global_batch} is larger than the {examples} "
+            f"training examples of {source}; lower it or set steps_per_epoch=N."
+        )
     return steps
 
 
@@ -219,17 +252,21 @@ def _batches(config: RunConfig, num_replicas: int) -> tuple[RunConfig, int]:
     """
     per_replica = config.train.per_replica_batch_size
     if per_replica is None:
-        return config, input_pipelines.per_replica_batch_size(config.input.global_batch_size,
-                                                              num_replicas)
+        return config, input_pipelines.per_replica_batch_size(
+            config.input.global_batch_size, num_replicas
+        )
     global_batch = per_replica * num_replicas
     if global_batch > MAX_GLOBAL_BATCH_SIZE:
         raise ConfigError(
             f"per_replica_batch_size={per_replica} over {num_replicas} replicas is a global batch "
             f"of {global_batch}, past the largest tfdist takes ({MAX_GLOBAL_BATCH_SIZE}); use "
-            f"per_replica_batch_size={MAX_GLOBAL_BATCH_SIZE // num_replicas} or less.")
+            f"per_replica_batch_size={MAX_GLOBAL_BATCH_SIZE // num_replicas} or less."
+        )
     return dataclasses.replace(
-        config, input=dataclasses.replace(config.input, global_batch_size=global_batch),
-        train=dataclasses.replace(config.train, per_replica_batch_size=None)), per_replica
+        config,
+        input=dataclasses.replace(config.input, global_batch_size=global_batch),
+        train=dataclasses.replace(config.train, per_replica_batch_size=None),
+    ), per_replica
 
 
 def _check_noise_scale_strategy(config: RunConfig, kind: StrategyKind) -> None:
@@ -239,17 +276,22 @@ def _check_noise_scale_strategy(config: RunConfig, kind: StrategyKind) -> None:
         raise ConfigError(
             "measure_noise_scale=True with strategy=parameter_server: each update there is one "
             "worker's gradient, with no larger batch to compare it with; measure under mirrored "
-            "or multi_worker_mirrored (same model and global batch).")
+            "or multi_worker_mirrored (same model and global batch)."
+        )
 
 
 def _check_noise_scale_replicas(config: RunConfig, kind: StrategyKind, num_replicas: int) -> None:
     """Raises ConfigError when `--measure_noise_scale` has no two batch sizes to compare."""
-    if (config.optimizer.measure_noise_scale and num_replicas == 1 and
-            config.optimizer.grad_accum_steps == 1):
+    if (
+        config.optimizer.measure_noise_scale
+        and num_replicas == 1
+        and config.optimizer.grad_accum_steps == 1
+    ):
         raise ConfigError(
             f"measure_noise_scale=True with 1 replica under strategy={kind.value}: it compares "
             "small- and large-batch gradients; train on 2+ replicas (e.g. --strategy=mirrored "
-            "--num_cpu_devices=2) or with --grad_accum_steps=2 or more.")
+            "--num_cpu_devices=2) or with --grad_accum_steps=2 or more."
+        )
 
 
 def _seed(config: RunConfig, kind: StrategyKind, keras) -> None:
@@ -268,8 +310,9 @@ def _seed(config: RunConfig, kind: StrategyKind, keras) -> None:
 def require_plan(plan) -> None:
     """Raises ConfigError unless `plan` is a `Plan` (what `setup` returns)."""
     if not isinstance(plan, Plan):
-        raise ConfigError(f"plan is a {type(plan).__name__}, not a Plan; pass what "
-                          "tfdist.setup(config) returned.")
+        raise ConfigError(
+            f"plan is a {type(plan).__name__}, not a Plan; pass what tfdist.setup(config) returned."
+        )
 
 
 def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
@@ -292,8 +335,10 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     """
     started_s = time.perf_counter()
     if not isinstance(config, RunConfig):
-        raise ConfigError(f"config is a {type(config).__name__}, not a RunConfig; pass "
-                          "tfdist.config_from_flags() or a tfdist.RunConfig(...).")
+        raise ConfigError(
+            f"config is a {type(config).__name__}, not a RunConfig; pass "
+            "tfdist.config_from_flags() or a tfdist.RunConfig(...)."
+        )
     config = paths.absolute(config)
     paths.check(config)
     keras_flavour.require(config.train.keras)
@@ -302,8 +347,10 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     kind = strategies.kind_for(config.strategy, config.cluster)
     role = _role(config, kind)
     if role is Role.EVALUATE and not config.train.model_dir:
-        raise ConfigError("the evaluator task needs --model_dir=DIR, the chief's --model_dir, "
-                          "to find the checkpoints it evaluates.")
+        raise ConfigError(
+            "the evaluator task needs --model_dir=DIR, the chief's --model_dir, "
+            "to find the checkpoints it evaluates."
+        )
     strategy = None
     if role is Role.TRAIN:
         input_pipelines.check_dispatcher(config.input)  # Before the job's first log line.
@@ -315,15 +362,32 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     if role is Role.TRAIN:
         _check_noise_scale_replicas(config, kind, num_replicas)
     config, per_replica = _batches(config, num_replicas)
-    steps, steps_from, info = (0, "serving task", None) if role is Role.SERVE else \
-        _steps(config, train_examples)
+    steps, steps_from, info = (
+        (0, "serving task", None) if role is Role.SERVE else _steps(config, train_examples)
+    )
     num_gpu_replicas = 0 if role is Role.SERVE else _num_gpu_replicas(strategy, config)
-    placement = None if role is Role.SERVE else input_pipelines.resolve_placement(
-        config.input, num_gpus=num_gpu_replicas,
-        compute_dtype=keras.mixed_precision.global_policy().compute_dtype)
-    return Plan(config=config, role=role, task=_task(config), kind=kind, strategy=strategy,
-                num_replicas=num_replicas, num_gpu_replicas=num_gpu_replicas,
-                num_workers=_num_workers(kind, config),
-                per_replica_batch_size=per_replica, steps_per_epoch=steps,
-                steps_from=steps_from, placement=placement, dataset_info=info,
-                started_s=started_s)
+    placement = (
+        None
+        if role is Role.SERVE
+        else input_pipelines.resolve_placement(
+            config.input,
+            num_gpus=num_gpu_replicas,
+            compute_dtype=keras.mixed_precision.global_policy().compute_dtype,
+        )
+    )
+    return Plan(
+        config=config,
+        role=role,
+        task=_task(config),
+        kind=kind,
+        strategy=strategy,
+        num_replicas=num_replicas,
+        num_gpu_replicas=num_gpu_replicas,
+        num_workers=_num_workers(kind, config),
+        per_replica_batch_size=per_replica,
+        steps_per_epoch=steps,
+        steps_from=steps_from,
+        placement=placement,
+        dataset_info=info,
+        started_s=started_s,
+    )

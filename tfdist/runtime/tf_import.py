@@ -28,7 +28,8 @@ def _check_address_space() -> None:
         raise TensorFlowUnavailable(
             f"the address-space limit (ulimit -v) is {soft >> 20} MiB; TensorFlow needs at "
             f"least {MIN_ADDRESS_SPACE / (1 << 30):g} GiB to load and train; raise it, e.g. "
-            "`ulimit -v unlimited`.")
+            "`ulimit -v unlimited`."
+        )
 
 
 @contextlib.contextmanager
@@ -77,9 +78,9 @@ _LIBRARIES = tuple(f"{os.sep}{name}{os.sep}" for name in ("tensorflow", "tf_kera
 def _not_tensorflow_info(record: logging.LogRecord) -> bool:
     """False for an INFO (or lower) record logged by TensorFlow's or Keras' own modules: a
     program's own absl logging stays as it is."""
-    return record.levelno >= logging.WARNING or not any(part in record.pathname
-                                                         for part in _LIBRARIES)
-
+    return record.levelno >= logging.WARNING or not any(
+        part in record.pathname for part in _LIBRARIES
+    )
 
 
 def _import():
@@ -91,6 +92,6 @@ def _import():
         raise TensorFlowUnavailable(
             f"TensorFlow cannot load ({type(error).__name__}: {lines[-1][:200]}); check the "
             "memory limit (`ulimit -v`: it maps several GB) and the installation "
-            "(`python -c 'import tensorflow'`).") from None
+            "(`python -c 'import tensorflow'`)."
+        ) from None
     return tf
-

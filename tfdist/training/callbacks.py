@@ -16,7 +16,6 @@ from tfdist.runtime import output_files
 from tfdist.runtime.config import ConfigError
 
 
-
 class ThroughputTimer(tf_keras.callbacks.Callback):
     """Times each epoch's training steps, validation excluded.
 
@@ -43,9 +42,12 @@ class ThroughputTimer(tf_keras.callbacks.Callback):
         end = self._train_end or time.perf_counter()
         seconds = end - self._epoch_start
         self.epoch_train_s.append(seconds)
-        print(f"tfdist: epoch {epoch + 1}: {self._examples_per_epoch / seconds:.0f} examples/s, "
-              f"{1000 * seconds / self._steps_per_epoch:.1f} ms/step (training steps only)",
-              file=sys.stderr, flush=True)
+        print(
+            f"tfdist: epoch {epoch + 1}: {self._examples_per_epoch / seconds:.0f} examples/s, "
+            f"{1000 * seconds / self._steps_per_epoch:.1f} ms/step (training steps only)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def examples_per_sec(self) -> float:
         """Training examples/s; the first epoch (tracing, warm-up) is left out when there are
@@ -76,22 +78,32 @@ class NoiseScaleLog(tf_keras.callbacks.Callback):
         if measured is None:
             return
         if measured["noise_scale"] is None:
-            print(f"tfdist: epoch {epoch + 1}: gradient noise scale not measurable yet (the "
-                  f"|G|² estimate is {measured['gradient_sq']:.3g}: so far the gradient is all "
-                  "noise)", file=sys.stderr, flush=True)
+            print(
+                f"tfdist: epoch {epoch + 1}: gradient noise scale not measurable yet (the "
+                f"|G|² estimate is {measured['gradient_sq']:.3g}: so far the gradient is all "
+                "noise)",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         self._last = measured["noise_scale"]
         if logs is not None:
             logs["noise_scale"] = self._last
-        print(f"tfdist: epoch {epoch + 1}: gradient noise scale B_simple={self._last:.4g} "
-              f"(|G|²={measured['gradient_sq']:.3g}, tr(Σ)={measured['trace']:.3g}; moving "
-              f"averages over the last ~{1 / (1 - noise_scale.DECAY):.0f} steps)",
-              file=sys.stderr, flush=True)
+        print(
+            f"tfdist: epoch {epoch + 1}: gradient noise scale B_simple={self._last:.4g} "
+            f"(|G|²={measured['gradient_sq']:.3g}, tr(Σ)={measured['trace']:.3g}; moving "
+            f"averages over the last ~{1 / (1 - noise_scale.DECAY):.0f} steps)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def on_train_end(self, logs=None):
         if self._last is not None:
-            print(f"tfdist: {advice(self._last, self._global_batch_size)}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"tfdist: {advice(self._last, self._global_batch_size)}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def advice(noise_scale: float, global_batch_size: int) -> str:
@@ -100,13 +112,19 @@ def advice(noise_scale: float, global_batch_size: int) -> str:
     the critical batch, and a doubling of the batch pays while it saves at least a quarter of the
     steps to the same target."""
     cut = cost_model.doubling_cut(global_batch_size, noise_scale)
-    said = (f"the gradient noise scale ends at B_simple={noise_scale:.0f} examples (an estimate "
-            f"of this job's critical batch); it trains with a global batch of {global_batch_size}")
+    said = (
+        f"the gradient noise scale ends at B_simple={noise_scale:.0f} examples (an estimate "
+        f"of this job's critical batch); it trains with a global batch of {global_batch_size}"
+    )
     if cut >= cost_model.PAYING_CUT:
-        return (f"{said}: doubling the global batch (more replicas or a larger per-replica "
-                f"batch) should still save about {cut:.0%} of the steps to the same target.")
-    return (f"{said}: past it, doubling the batch saves only about {cut:.0%} of the steps; more "
-            "replicas would mostly add cost (`tfdist plan --noise_scale_json` says where).")
+        return (
+            f"{said}: doubling the global batch (more replicas or a larger per-replica "
+            f"batch) should still save about {cut:.0%} of the steps to the same target."
+        )
+    return (
+        f"{said}: past it, doubling the batch saves only about {cut:.0%} of the steps; more "
+        "replicas would mostly add cost (`tfdist plan --noise_scale_json` says where)."
+    )
 
 
 class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
@@ -120,21 +138,32 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
 
     def on_train_begin(self, logs=None):
         if isinstance(self.model.distribute_strategy, tf.distribute.OneDeviceStrategy):
-            keras_flavour.require_checked_tf_keras("model_dir under strategy=one_device",
-                                                   "use --strategy=mirrored")
-            self._supported_strategies = (*self._supported_strategies,
-                                          tf.distribute.OneDeviceStrategy)
+            keras_flavour.require_checked_tf_keras(
+                "model_dir under strategy=one_device", "use --strategy=mirrored"
+            )
+            self._supported_strategies = (
+                *self._supported_strategies,
+                tf.distribute.OneDeviceStrategy,
+            )
         try:
             super().on_train_begin(logs)
         except (ValueError, tf.errors.OpError) as error:  # Another model's, or damaged.
-            raise unrestorable(os.path.dirname(self.backup_dir), "the backup an interrupted run",
-                               self.backup_dir, error) from None
+            raise unrestorable(
+                os.path.dirname(self.backup_dir),
+                "the backup an interrupted run",
+                self.backup_dir,
+                error,
+            ) from None
 
 
 def say_resuming(epoch: int, left: str) -> None:
     """Says on stderr that training resumes at `epoch` (from 1) from what `left` left."""
-    print(f"tfdist: resuming at epoch {epoch} from {left} left in this --model_dir; pass another "
-          "--model_dir to start afresh", file=sys.stderr, flush=True)
+    print(
+        f"tfdist: resuming at epoch {epoch} from {left} left in this --model_dir; pass another "
+        "--model_dir to start afresh",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def refuse_finished_backup(backup_dir: str, epochs: int) -> None:
@@ -144,23 +173,30 @@ def refuse_finished_backup(backup_dir: str, epochs: int) -> None:
     Raises:
       ConfigError: the backup has nothing left to train for `epochs`; it is kept.
     """
-    latest = next(filter(None, (tf.train.latest_checkpoint(os.path.join(backup_dir, task))
-                                for task in ("chief", ""))), None)  # tf-keras', then Keras 3's.
+    latest = next(
+        filter(
+            None,
+            (tf.train.latest_checkpoint(os.path.join(backup_dir, task)) for task in ("chief", "")),
+        ),
+        None,
+    )  # tf-keras', then Keras 3's.
     if latest is None:
         return
     saved = dict(tf.train.list_variables(latest))
     if _KERAS3_EPOCHS in saved:
         done = int(tf.train.load_variable(latest, _KERAS3_EPOCHS))
     elif _TF_KERAS_EPOCH in saved:  # The epoch it was in; at the epoch's end the batch is -1.
-        done = int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)) + \
-            (int(tf.train.load_variable(latest, _TF_KERAS_BATCH)) < 0)
+        done = int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)) + (
+            int(tf.train.load_variable(latest, _TF_KERAS_BATCH)) < 0
+        )
     else:
         return
     if done >= epochs:
         raise ConfigError(
             f"epochs={epochs}: the backup in model_dir={os.path.dirname(backup_dir)!r} has "
             f"{done} epoch(s) done, so nothing is left to train; pass --epochs above {done} to "
-            "train on from it, or another --model_dir to start afresh (the backup is kept).")
+            "train on from it, or another --model_dir to start afresh (the backup is kept)."
+        )
 
 
 _KERAS3_EPOCHS = "epochs_done/.ATTRIBUTES/VARIABLE_VALUE"
@@ -175,7 +211,8 @@ def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> Conf
     return ConfigError(
         f"model_dir={model_dir!r}: {left} left there cannot be restored into this one "
         f"({lines[0] if lines else type(error).__name__}); resume it with that run's --model and "
-        f"flags, or pass another --model_dir (or delete {path}).")
+        f"flags, or pass another --model_dir (or delete {path})."
+    )
 
 
 class EpochHistory(tf_keras.callbacks.Callback):
@@ -209,13 +246,16 @@ class EpochHistory(tf_keras.callbacks.Callback):
         if not self._path or not os.path.exists(self._path):
             return {}
         with open(self._path, encoding="utf-8") as history_file:
-            return {int(index): values
-                    for index, values in json.load(history_file)["epochs"].items()}
+            return {
+                int(index): values for index, values in json.load(history_file)["epochs"].items()
+            }
 
     def history(self) -> dict[str, list[float | None]]:
         """Each metric's value per epoch, from the first epoch on; None where an earlier
         attempt's record is missing."""
         names = {name for logs in self._epochs.values() for name in logs}
         epochs = range(max(self._epochs, default=-1) + 1)
-        return {name: [self._epochs.get(index, {}).get(name) for index in epochs]
-                for name in sorted(names)}
+        return {
+            name: [self._epochs.get(index, {}).get(name) for index in epochs]
+            for name in sorted(names)
+        }

@@ -46,9 +46,11 @@ def input_options(plan: Plan) -> tf.distribute.InputOptions:
     if plan.kind is StrategyKind.MIRRORED:
         return tf.distribute.InputOptions(
             experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
-            experimental_fetch_to_device=False)
-    return tf.distribute.InputOptions(experimental_fetch_to_device=False,
-                                      experimental_per_replica_buffer_size=0)
+            experimental_fetch_to_device=False,
+        )
+    return tf.distribute.InputOptions(
+        experimental_fetch_to_device=False, experimental_per_replica_buffer_size=0
+    )
 
 
 def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> DatasetFn:
@@ -62,15 +64,20 @@ def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> Dataset
     require_plan(plan)
     if isinstance(data, (InputConfig, Records)):
         read = input_pipelines.ReadOptions(
-            split=split, training=training, placement=plan.placement,
-            independent_order=plan.kind is StrategyKind.PARAMETER_SERVER)
+            split=split,
+            training=training,
+            placement=plan.placement,
+            independent_order=plan.kind is StrategyKind.PARAMETER_SERVER,
+        )
         if isinstance(data, Records):
             return input_pipelines.records_dataset_fn(data, plan.config.input, read)
         return input_pipelines.dataset_fn(data, read)
     if not callable(data):
-        raise ConfigError(f"{split} data is a {type(data).__name__}; pass a dataset function "
-                          "(InputContext -> tf.data.Dataset), a tfdist.Records or an "
-                          "InputConfig.")
+        raise ConfigError(
+            f"{split} data is a {type(data).__name__}; pass a dataset function "
+            "(InputContext -> tf.data.Dataset), a tfdist.Records or an "
+            "InputConfig."
+        )
     return guards.returning_dataset(data, f"{split} data")
 
 
@@ -97,8 +104,9 @@ def validation_steps(plan: Plan, data: Data, steps: int | None = None) -> int:
         examples = dataset_info(plan, data).num_examples["validation"]
         return math.ceil(examples / plan.global_batch_size)
     if isinstance(data, Records):
-        examples = data.num_examples or int(tf.data.TFRecordDataset(data.paths("validation"))
-                                            .reduce(0, lambda count, _: count + 1))
+        examples = data.num_examples or int(
+            tf.data.TFRecordDataset(data.paths("validation")).reduce(0, lambda count, _: count + 1)
+        )
         if examples:
             return math.ceil(examples / plan.global_batch_size)
     if is_dataset_function(data):
@@ -106,9 +114,11 @@ def validation_steps(plan: Plan, data: Data, steps: int | None = None) -> int:
         batches = int(data(tf.distribute.InputContext()).cardinality())
         if batches > 0:
             return batches
-    raise ConfigError("validation_steps: tfdist cannot tell where your validation data ends; "
-                      "give fit a validation_steps argument or --validation_steps=N (or return "
-                      "a finite dataset, or a tfdist.Records).")
+    raise ConfigError(
+        "validation_steps: tfdist cannot tell where your validation data ends; "
+        "give fit a validation_steps argument or --validation_steps=N (or return "
+        "a finite dataset, or a tfdist.Records)."
+    )
 
 
 def validation_data(plan: Plan, train_data: Data, data: Data | None | str):
@@ -116,8 +126,10 @@ def validation_data(plan: Plan, train_data: Data, data: Data | None | str):
     dataset, when it has one, and none for the user's own data."""
     if data != DEFAULT:
         return data
-    if isinstance(train_data, InputConfig) and \
-            "validation" in dataset_info(plan, train_data).num_examples:
+    if (
+        isinstance(train_data, InputConfig)
+        and "validation" in dataset_info(plan, train_data).num_examples
+    ):
         return train_data
     return None
 
@@ -137,7 +149,8 @@ def check_steps_match(plan: Plan, train_data: Data) -> None:
         raise ConfigError(
             f"steps_per_epoch: the plan took {plan.steps_per_epoch} from {plan.steps_from}, but "
             "fit got other training data; pass train_examples= to tfdist.setup, or "
-            "--steps_per_epoch=N.")
+            "--steps_per_epoch=N."
+        )
 
 
 def explain(data: Data, error: Exception) -> None:
@@ -147,10 +160,14 @@ def explain(data: Data, error: Exception) -> None:
         input_pipelines.explain_input_error(data, error)
     elif isinstance(data, Records):
         input_pipelines.explain_records_error(data, "train", error)
-    elif callable(data) and isinstance(error, tf.errors.OpError) and \
-            "test_function" not in error.message and \
-            any(words in error.message for words in _PYTHON_OP_WORDS):
+    elif (
+        callable(data)
+        and isinstance(error, tf.errors.OpError)
+        and "test_function" not in error.message
+        and any(words in error.message for words in _PYTHON_OP_WORDS)
+    ):
         raise ConfigError(
             f"train_data: dataset function {guards.name_of(data)}: its Python code raised "
             f"while making a batch ({complaint(error)}); fix that code "
-            "(run the dataset by itself to see the traceback).") from None
+            "(run the dataset by itself to see the traceback)."
+        ) from None

@@ -44,9 +44,18 @@ def flavour(plan: Plan):
     return importlib.import_module(_FLAVOURS[plan.config.train.keras])
 
 
-def fit(plan: Plan, model, train_data: Data | None = None,
-        validation_data: Data | None | str = DEFAULT, *, validation_steps: int | None = None,
-        loss=None, metrics=None, callbacks: Sequence = (), check_input: bool = True) -> dict:
+def fit(
+    plan: Plan,
+    model,
+    train_data: Data | None = None,
+    validation_data: Data | None | str = DEFAULT,
+    *,
+    validation_steps: int | None = None,
+    loss=None,
+    metrics=None,
+    callbacks: Sequence = (),
+    check_input: bool = True,
+) -> dict:
     """This task's part of the run `plan` describes; on a training task, trains `model`.
 
     On a parameter-server `worker` or `ps` task, serves until the chief has finished; on the
@@ -103,8 +112,9 @@ def fit(plan: Plan, model, train_data: Data | None = None,
         return _evaluate(plan, model, validation_data, validation_steps, loss, metrics)
     data.check_steps_match(plan, train_data)
     if check_input and data.is_dataset_function(train_data):
-        input_checks.check(plan, data.dataset_fn(plan, train_data, "train", training=True),
-                           "train_data")
+        input_checks.check(
+            plan, data.dataset_fn(plan, train_data, "train", training=True), "train_data"
+        )
     with contextlib.ExitStack() as stack:
         if plan.model_dir is not None and plan.writes_results:
             stack.enter_context(plan.model_dir.owned())
@@ -112,8 +122,15 @@ def fit(plan: Plan, model, train_data: Data | None = None,
             refuse_finished_backup(plan.model_dir.backup, plan.config.train.epochs)
             stack.enter_context(_full_disk_is_one_line(plan.model_dir))
         keras_model, trained = flavour(plan).train(
-            plan, model, train_data, validation_data, validation_steps, loss=loss,
-            metrics=metrics, callbacks=callbacks)
+            plan,
+            model,
+            train_data,
+            validation_data,
+            validation_steps,
+            loss=loss,
+            metrics=metrics,
+            callbacks=callbacks,
+        )
         summary = _summary(plan, keras_model, train_data, trained)
         print(run_summary.format_line(summary), flush=True)
         _write_summary(plan, summary)
@@ -138,26 +155,32 @@ def _full_disk_is_one_line(model_dir: ModelDir):
             for partial in [name for name in subdirectories if name.endswith("_temp")]:
                 shutil.rmtree(os.path.join(directory, partial), ignore_errors=True)
                 subdirectories.remove(partial)
-        raise errors.DiskFull(f"model_dir={model_dir.root!r}: saving into it failed ({full}); the "
-                          "last complete backup and checkpoints are kept: free space there and "
-                          "run again to resume, or pass another --model_dir.") from None
+        raise errors.DiskFull(
+            f"model_dir={model_dir.root!r}: saving into it failed ({full}); the "
+            "last complete backup and checkpoints are kept: free space there and "
+            "run again to resume, or pass another --model_dir."
+        ) from None
 
 
 def _evaluate(plan: Plan, model, validation_data, validation_steps, loss, metrics) -> dict:
     """The evaluator task: each checkpoint of `--model_dir` on `validation_data`."""
     if validation_data is None:
-        raise ConfigError("the evaluator task has no validation data: pass validation_data to "
-                          "fit (or a dataset with a validation split), or launch without "
-                          "--evaluator.")
+        raise ConfigError(
+            "the evaluator task has no validation data: pass validation_data to "
+            "fit (or a dataset with a validation split), or launch without "
+            "--evaluator."
+        )
     keras = flavour(plan)
-    keras_model = keras.build_model(plan, model, data=validation_data, loss=loss,
-                                    metrics=metrics)
+    keras_model = keras.build_model(plan, model, data=validation_data, loss=loss, metrics=metrics)
     read = data.dataset_fn(plan, validation_data, "validation", training=False)
     with plan.model_dir.owned(EVALUATOR):
         results = keras.evaluate_checkpoints(
-            plan.config, keras_model, read(tf.distribute.InputContext()),
+            plan.config,
+            keras_model,
+            read(tf.distribute.InputContext()),
             steps=data.validation_steps(plan, validation_data, validation_steps),
-            model_dir=plan.model_dir)
+            model_dir=plan.model_dir,
+        )
     return {"task": plan.task, "role": plan.role.value, "evaluations": results}
 
 
@@ -175,8 +198,7 @@ def _summary(plan: Plan, model, train_data: Data, trained: dict) -> dict:
         "mixed_precision": config.train.mixed_precision.value,
         "dataset": data.describe(train_data),
         "model": model.name,
-        "trainable_parameters": sum(math.prod(weight.shape)
-                                    for weight in model.trainable_weights),
+        "trainable_parameters": sum(math.prod(weight.shape) for weight in model.trainable_weights),
         "epochs": config.train.epochs,
         "steps_per_epoch": plan.steps_per_epoch,
         "steps": plan.steps_per_epoch * config.train.epochs,

@@ -31,25 +31,30 @@ METRICS = ("accuracy",)
 def _image_model(plan: Plan):
     """`--model` for `config.input`'s images, as a function for `fit` to call in the scope."""
     info = data.dataset_info(plan, plan.config.input)
-    return lambda: models.build(plan.config.train.model, info.image_shape, info.num_classes,
-                                plan.config.train.keras)
+    return lambda: models.build(
+        plan.config.train.model, info.image_shape, info.num_classes, plan.config.train.keras
+    )
 
 
 def _python_data(plan: Plan):
     """(model function, train data, validation data) for `--dataset=python:MODULE:FUNCTION`."""
     config = plan.config
     if config.train.model in {name.value for name in ModelName}:
-        raise ConfigError(f"model={config.train.model!r} is built for image datasets; with "
-                          f"dataset={config.input.dataset!r} name your own model as "
-                          "--model=MODULE:FUNCTION.")
+        raise ConfigError(
+            f"model={config.train.model!r} is built for image datasets; with "
+            f"dataset={config.input.dataset!r} name your own model as "
+            "--model=MODULE:FUNCTION."
+        )
     splits = plugins.dataset_splits(config.input.dataset)
-    build = functools.partial(plugins.call, "model", config.train.model,
-                              models.model_function(config.train.model))
+    build = functools.partial(
+        plugins.call, "model", config.train.model, models.model_function(config.train.model)
+    )
     return build, splits["train"], splits["validation"]
 
 
-def fit(plan: Plan, *, validate: bool = True,
-        callbacks: Sequence[tf_keras.callbacks.Callback] = ()) -> dict:
+def fit(
+    plan: Plan, *, validate: bool = True, callbacks: Sequence[tf_keras.callbacks.Callback] = ()
+) -> dict:
     """`tfdist.fit` of the model and data `plan.config`'s flags name (validating each epoch
     when `validate`); returns its summary."""
     if plan.role is Role.SERVE:
@@ -58,9 +63,15 @@ def fit(plan: Plan, *, validate: bool = True,
         model, train_data, validation_data = _python_data(plan)
     else:
         model, train_data, validation_data = _image_model(plan), plan.config.input, data.DEFAULT
-    return training.fit(plan, model, train_data, validation_data if validate else None,
-                        loss="sparse_categorical_crossentropy",
-                        metrics=list(METRICS), callbacks=callbacks)
+    return training.fit(
+        plan,
+        model,
+        train_data,
+        validation_data if validate else None,
+        loss="sparse_categorical_crossentropy",
+        metrics=list(METRICS),
+        callbacks=callbacks,
+    )
 
 
 def train(config: RunConfig) -> dict:
@@ -72,9 +83,11 @@ def train(config: RunConfig) -> dict:
       >>> print(summary["final"]["val_accuracy"], summary["examples_per_sec"])
     """
     if not isinstance(config, RunConfig):
-        raise ConfigError(f"config: {type(config).__name__} {config!r:.60} is not a RunConfig; "
-                          "pass tfdist.train(tfdist.RunConfig(...)), or "
-                          "tfdist.config_from_flags() in a program tfdist.run(main) runs.")
+        raise ConfigError(
+            f"config: {type(config).__name__} {config!r:.60} is not a RunConfig; "
+            "pass tfdist.train(tfdist.RunConfig(...)), or "
+            "tfdist.config_from_flags() in a program tfdist.run(main) runs."
+        )
     # The user's modules are imported first, so a broken one fails before data is prepared.
     models.model_function(config.train.model)
     if config.input.source_kind is SourceKind.PYTHON:

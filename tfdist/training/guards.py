@@ -29,13 +29,23 @@ _EXAMPLES = {"loss": "sparse_categorical_crossentropy", "metric": "accuracy"}
 NO_LOSS = "the batches hold no labels, so the compiled loss has nothing to compare with"
 # Keras' words (and the step's) for a batch that does not fit the model (raised while tracing
 # the first step).
-_MISFIT_WORDS = ("is incompatible with the layer", "expects", "are incompatible",
-                 "Incompatible shapes", "Missing data for input", NO_LOSS)
+_MISFIT_WORDS = (
+    "is incompatible with the layer",
+    "expects",
+    "are incompatible",
+    "Incompatible shapes",
+    "Missing data for input",
+    NO_LOSS,
+)
 _KERAS_NO_BATCH = "Empty logs"  # Keras' words for an epoch whose first step found no batch.
 # How a collective fails when a peer is lost (killed, or its link cut).
-_PEER_ERRORS = (tf.errors.UnavailableError, tf.errors.AbortedError,
-                tf.errors.DeadlineExceededError, tf.errors.CancelledError,
-                tf.errors.InternalError)
+_PEER_ERRORS = (
+    tf.errors.UnavailableError,
+    tf.errors.AbortedError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.CancelledError,
+    tf.errors.InternalError,
+)
 
 
 def name_of(function) -> str:
@@ -47,14 +57,22 @@ def check_arguments(validation_steps, callbacks) -> list:
     """`fit`'s `validation_steps` checked, and its `callbacks` as a list (None: none), each
     checked to be a Keras callback."""
     if validation_steps is not None:
-        check_int("validation_steps", validation_steps, 1, MAX_COUNT,
-                  "pass the batches each validation runs, or None for one pass", error=ConfigError)
+        check_int(
+            "validation_steps",
+            validation_steps,
+            1,
+            MAX_COUNT,
+            "pass the batches each validation runs, or None for one pass",
+            error=ConfigError,
+        )
     callbacks = list(callbacks or ())
     for index, callback in enumerate(callbacks):
         if not all(hasattr(callback, name) for name in ("set_model", "on_epoch_end")):
-            raise ConfigError(f"callbacks[{index}] is a {type(callback).__name__}, not a Keras "
-                              "callback; pass instances of tf_keras.callbacks.Callback "
-                              "(keras.callbacks.Callback under --keras=3).")
+            raise ConfigError(
+                f"callbacks[{index}] is a {type(callback).__name__}, not a Keras "
+                "callback; pass instances of tf_keras.callbacks.Callback "
+                "(keras.callbacks.Callback under --keras=3)."
+            )
     return callbacks
 
 
@@ -69,14 +87,17 @@ def check_compile_names(keras_module, loss, metrics) -> None:
     (tf_keras or Keras 3) does not know; Keras itself says so only while tracing the first
     step, in a traceback; or a loss or metric that is neither a name nor callable."""
     if metrics is not None and not isinstance(metrics, (list, tuple, dict)):
-        raise ConfigError(f"metrics={errors.shown(metrics)} is not a list; pass e.g. "
-                          "metrics=['accuracy'].")
+        raise ConfigError(
+            f"metrics={errors.shown(metrics)} is not a list; pass e.g. metrics=['accuracy']."
+        )
     for field, kind, given in (("loss", "loss", loss), ("metrics", "metric", metrics)):
         for value in tf.nest.flatten(given) if given is not None else ():
             if not (isinstance(value, str) or callable(value)):
-                raise ConfigError(f"{field}: {errors.shown(value)} is not a {kind}; pass a {kind} "
-                                  f"name (e.g. {_EXAMPLES[kind]!r}), a function or a Keras "
-                                  f"{kind} object.")
+                raise ConfigError(
+                    f"{field}: {errors.shown(value)} is not a {kind}; pass a {kind} "
+                    f"name (e.g. {_EXAMPLES[kind]!r}), a function or a Keras "
+                    f"{kind} object."
+                )
     if isinstance(loss, str):
         _known("loss", "loss", loss, keras_module.losses.get)
     for metric in tf.nest.flatten(metrics):
@@ -91,21 +112,26 @@ def _known(field: str, kind: str, name: str, get: Callable) -> None:
     except ValueError:
         found = None
     if not callable(found):  # tf_keras' metrics.get returns an unknown name as it is.
-        raise ConfigError(f"{field}: Keras knows no {kind} named {name!r}; pass a {kind} name "
-                          f"(e.g. {_EXAMPLES[kind]!r}), a function or a Keras {kind} "
-                          "object.")
+        raise ConfigError(
+            f"{field}: Keras knows no {kind} named {name!r}; pass a {kind} name "
+            f"(e.g. {_EXAMPLES[kind]!r}), a function or a Keras {kind} "
+            "object."
+        )
 
 
 def returning_dataset(function: Callable, field: str) -> Callable:
     """The user's dataset function `function`, checked to return a `tf.data.Dataset`."""
+
     def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
         dataset = function(context)
         if not isinstance(dataset, tf.data.Dataset):
             raise ConfigError(
                 f"{field}: dataset function {name_of(function)} returned a "
                 f"{type(dataset).__name__}, not a tf.data.Dataset; return the dataset of "
-                "per-replica (features, labels) batches.")
+                "per-replica (features, labels) batches."
+            )
         return dataset
+
     return dataset_fn
 
 
@@ -127,8 +153,9 @@ class BatchCounts:
         return dataset
 
 
-def require_enough(counts: BatchCounts, *, steps_per_epoch: int, epochs: int,
-                   new_iterator_each_epoch: bool) -> None:
+def require_enough(
+    counts: BatchCounts, *, steps_per_epoch: int, epochs: int, new_iterator_each_epoch: bool
+) -> None:
     """Raises ConfigError when a pipeline `counts` noted runs out before the run's last step.
 
     Keras reads a distributed dataset with one iterator for the whole run, so each pipeline
@@ -140,11 +167,13 @@ def require_enough(counts: BatchCounts, *, steps_per_epoch: int, epochs: int,
         if batches >= epoch * epochs or (new_iterator_each_epoch and batches == epoch):
             continue
         takes = f"{steps_per_epoch} steps x {epochs} epochs" + (
-            f" x {replicas} replicas it feeds" if replicas > 1 else "")
+            f" x {replicas} replicas it feeds" if replicas > 1 else ""
+        )
         raise ConfigError(
             f"train_data: an input pipeline holds {batches} batches but the run takes {takes} = "
             f"{epoch * epochs} of them; end the dataset with .repeat() (or lower --epochs or "
-            "--steps_per_epoch).")
+            "--steps_per_epoch)."
+        )
 
 
 def step_failure(error: tf.errors.OpError, model_name: str) -> ConfigError:
@@ -152,26 +181,33 @@ def step_failure(error: tf.errors.OpError, model_name: str) -> ConfigError:
     batch (an error in the step's own input or ops, not a damaged file tfdist can name)."""
     field = "validation_data" if "test_function" in error.message else "train_data"
     if isinstance(error, tf.errors.DataLossError):
-        return ConfigError(f"{field}: reading it failed ({records.complaint(error)}); check its "
-                           "files.")
-    return ConfigError(f"{field}: model {model_name!r} failed on one of its batches "
-                       f"({records.complaint(error)}); make the dataset yield what the model "
-                       "takes.")
+        return ConfigError(
+            f"{field}: reading it failed ({records.complaint(error)}); check its files."
+        )
+    return ConfigError(
+        f"{field}: model {model_name!r} failed on one of its batches "
+        f"({records.complaint(error)}); make the dataset yield what the model "
+        "takes."
+    )
 
 
 def ran_out(field: str = "train_data") -> ConfigError:
     """The one-line error for training data that ran out, uncounted, before the last step
     (tfdist's own Keras 3 step and `CustomLoop.run` raise it; tf-keras' `fit` stops early
     instead)."""
-    return ConfigError(f"{field}: it ran out of batches before the run's last step; end the "
-                       "dataset with .repeat() (or lower --epochs or --steps_per_epoch).")
+    return ConfigError(
+        f"{field}: it ran out of batches before the run's last step; end the "
+        "dataset with .repeat() (or lower --epochs or --steps_per_epoch)."
+    )
 
 
 def no_batch(model_name: str) -> ConfigError:
     """The one-line error for an epoch whose first step found no batch (Keras' "Empty logs")."""
-    return ConfigError(f"train_data: it gave model {model_name!r} no batch for an epoch's first "
-                       "step (an empty dataset, or fewer examples than one batch with "
-                       "drop_remainder=True); make it yield batches, and end it with .repeat().")
+    return ConfigError(
+        f"train_data: it gave model {model_name!r} no batch for an epoch's first "
+        "step (an empty dataset, or fewer examples than one batch with "
+        "drop_remainder=True); make it yield batches, and end it with .repeat()."
+    )
 
 
 class FiniteLoss(tf_keras.callbacks.Callback):
@@ -212,16 +248,22 @@ class FiniteLoss(tf_keras.callbacks.Callback):
                 f"loss: training diverged in epoch {epoch + 1} ({sign}); its checkpoint was "
                 "not written. Lower the learning rate "
                 f"(--learning_rate={self._learning_rate:g}, unless the model came compiled with "
-                "its own optimizer), or check train_data for NaN or infinite values.")
+                "its own optimizer), or check train_data for NaN or infinite values."
+            )
         raise ConfigError(
             f"val_loss: {val_loss} after epoch {epoch + 1}, while the training loss and the "
-            "weights are finite; check validation_data for NaN or infinite values.")
+            "weights are finite; check validation_data for NaN or infinite values."
+        )
 
 
 def finite_loss(plan: Plan) -> FiniteLoss:
     """The divergence check; multi-worker mirrored workers judge by the weights they share."""
-    return FiniteLoss(plan.config.optimizer.learning_rate, weights_every_epoch=(
-        plan.num_workers > 1 and plan.kind is StrategyKind.MULTI_WORKER_MIRRORED))
+    return FiniteLoss(
+        plan.config.optimizer.learning_rate,
+        weights_every_epoch=(
+            plan.num_workers > 1 and plan.kind is StrategyKind.MULTI_WORKER_MIRRORED
+        ),
+    )
 
 
 def _misfit(error: ValueError) -> str | None:
@@ -233,8 +275,9 @@ def _misfit(error: ValueError) -> str | None:
 
 
 @contextlib.contextmanager
-def explained(model_name: str, explain: Callable[[Exception], None],
-              cluster: ClusterConfig | None = None):
+def explained(
+    model_name: str, explain: Callable[[Exception], None], cluster: ClusterConfig | None = None
+):
     """Turns a damaged record (`explain` names it, raising), a batch that does not fit model
     `model_name` or a step that fails on it, training data with no batch or that runs out, and
     a peer of `cluster` lost mid-run (`LostPeer`) into one line, around either Keras'
@@ -246,9 +289,12 @@ def explained(model_name: str, explain: Callable[[Exception], None],
         if lost is None:
             raise
         raise lost from None
-    except (tf.errors.DataLossError, tf.errors.InvalidArgumentError,
-            tf.errors.UnimplementedError,  # A cast from strings.
-            tf.errors.UnknownError) as error:  # A Python error in a generator or py_function.
+    except (
+        tf.errors.DataLossError,
+        tf.errors.InvalidArgumentError,
+        tf.errors.UnimplementedError,  # A cast from strings.
+        tf.errors.UnknownError,
+    ) as error:  # A Python error in a generator or py_function.
         explain(error)
         raise step_failure(error, model_name) from error
     except tf.errors.OutOfRangeError as error:
@@ -259,5 +305,7 @@ def explained(model_name: str, explain: Callable[[Exception], None],
         line = _misfit(error)
         if line is None:
             raise
-        raise ConfigError(f"train_data: its batches do not fit model {model_name!r} ({line}); "
-                          "make the dataset yield what the model takes.") from None
+        raise ConfigError(
+            f"train_data: its batches do not fit model {model_name!r} ({line}); "
+            "make the dataset yield what the model takes."
+        ) from None

@@ -32,8 +32,7 @@ def _fingerprint_and_size(batch) -> tf.Tensor:
     """[fingerprint of `batch`'s values, its examples] as int64 (in a function or eagerly)."""
     leaves = tf.nest.flatten(batch, expand_composites=True)
     serialized = tf.stack([tf.io.serialize_tensor(leaf) for leaf in leaves])
-    fingerprint = tf.strings.to_hash_bucket_fast(tf.strings.reduce_join(serialized),
-                                                 _HASH_BUCKETS)
+    fingerprint = tf.strings.to_hash_bucket_fast(tf.strings.reduce_join(serialized), _HASH_BUCKETS)
     sizes = [_examples(leaf) for leaf in tf.nest.flatten(batch)]
     sizes = [size for size in sizes if size is not None]
     size = tf.reduce_max(tf.stack(sizes)) if sizes else tf.constant(0, tf.int64)
@@ -128,26 +127,32 @@ def _check_sizes(plan: Plan, probes: dict[int, tuple[int, int]], name: str) -> N
             f"{plan.per_replica_batch_size} (global batch {plan.global_batch_size} over "
             f"{plan.num_replicas} replica(s)), so each step would train on more than the plan "
             "says; batch by context.get_per_replica_batch_size(global_batch_size) in the "
-            f"dataset function (or plan.per_replica_batch_size), {_OPT_OUT}.")
+            f"dataset function (or plan.per_replica_batch_size), {_OPT_OUT}."
+        )
 
 
-def _check_distinct(plan: Plan, probes: dict[int, tuple[int, int]], name: str,
-                    where: str) -> None:
+def _check_distinct(plan: Plan, probes: dict[int, tuple[int, int]], name: str, where: str) -> None:
     seen: dict[int, int] = {}
     for pipeline, (fingerprint, _) in sorted(probes.items()):
         if fingerprint in seen:
-            raise ConfigError(f"{name}: {where}s {seen[fingerprint]} and {pipeline} read the "
-                              f"same first batch, so each step trains on the same examples "
-                              f"more than once; {_fix(plan)}, {_OPT_OUT}.")
+            raise ConfigError(
+                f"{name}: {where}s {seen[fingerprint]} and {pipeline} read the "
+                f"same first batch, so each step trains on the same examples "
+                f"more than once; {_fix(plan)}, {_OPT_OUT}."
+            )
         seen[fingerprint] = pipeline
 
 
 def _fix(plan: Plan) -> str:
     if plan.kind is StrategyKind.PARAMETER_SERVER:
-        return ("under parameter server every worker gets the same input context and reads "
-                "all the data, so give each its own order with an unseeded shuffle (each "
-                "worker draws its own; tfdist sets no TensorFlow seed there), or read a "
-                "tfdist.Records")
-    return ("shard the data by context.input_pipeline_id (dataset.shard("
-            "context.num_input_pipelines, context.input_pipeline_id)), or read a tfdist.Records, "
-            "which tfdist shards")
+        return (
+            "under parameter server every worker gets the same input context and reads "
+            "all the data, so give each its own order with an unseeded shuffle (each "
+            "worker draws its own; tfdist sets no TensorFlow seed there), or read a "
+            "tfdist.Records"
+        )
+    return (
+        "shard the data by context.input_pipeline_id (dataset.shard("
+        "context.num_input_pipelines, context.input_pipeline_id)), or read a tfdist.Records, "
+        "which tfdist shards"
+    )

@@ -29,11 +29,13 @@ def checked_model(plan: Plan, model):
         _check_built_in_scope(plan, model)
         return model
     if not callable(model):
-        raise ConfigError(f"model is a {type(model).__name__}; pass a Keras model or a function "
-                          "that builds one.")
+        raise ConfigError(
+            f"model is a {type(model).__name__}; pass a Keras model or a function that builds one."
+        )
     _check_no_arguments(model)
-    return models.check_model(model(), f"model function {guards.name_of(model)}",
-                              plan.config.train.keras)
+    return models.check_model(
+        model(), f"model function {guards.name_of(model)}", plan.config.train.keras
+    )
 
 
 def _check_no_arguments(function) -> None:
@@ -42,9 +44,11 @@ def _check_no_arguments(function) -> None:
     try:
         inspect.signature(function).bind()
     except TypeError as error:
-        raise ConfigError(f"model: model function {guards.name_of(function)} needs arguments "
-                          f"({error}); fit calls it with none: pass a function of no arguments, "
-                          "e.g. functools.partial or a lambda around yours.") from None
+        raise ConfigError(
+            f"model: model function {guards.name_of(function)} needs arguments "
+            f"({error}); fit calls it with none: pass a function of no arguments, "
+            "e.g. functools.partial or a lambda around yours."
+        ) from None
     except ValueError:  # No signature to read (a builtin): calling it will tell.
         pass
 
@@ -56,21 +60,29 @@ def _check_built_in_scope(plan: Plan, model) -> None:
     if plan.strategy is None:
         return
     # A Keras 3 variable holds its tf.Variable as `value`.
-    variables = [variable.value for variable in model.variables] \
-        if plan.config.train.keras == 3 else model.variables
-    if not all(plan.strategy.extended.variable_created_in_scope(variable)
-               for variable in variables):
-        raise ConfigError(f"model {model.name!r} was built outside plan.strategy.scope(); pass a "
-                          "function that builds it (fit calls it in the scope), or build it "
-                          "inside `with plan.strategy.scope():`.")
+    variables = (
+        [variable.value for variable in model.variables]
+        if plan.config.train.keras == 3
+        else model.variables
+    )
+    if not all(
+        plan.strategy.extended.variable_created_in_scope(variable) for variable in variables
+    ):
+        raise ConfigError(
+            f"model {model.name!r} was built outside plan.strategy.scope(); pass a "
+            "function that builds it (fit calls it in the scope), or build it "
+            "inside `with plan.strategy.scope():`."
+        )
 
 
 def check_compile_arguments(keras_module, loss, metrics) -> None:
     """Raises ConfigError when an uncompiled model comes without a loss to compile it with, or
     with a loss or metric name that `keras_module` (tf_keras or Keras 3) does not know."""
     if loss is None:
-        raise ConfigError("loss: the model is not compiled; pass fit(..., loss=..., "
-                          "metrics=[...]), or compile the model yourself.")
+        raise ConfigError(
+            "loss: the model is not compiled; pass fit(..., loss=..., "
+            "metrics=[...]), or compile the model yourself."
+        )
     guards.check_compile_names(keras_module, loss, metrics)
 
 
@@ -79,9 +91,12 @@ def gradient_transforms(plan: Plan) -> GradientTransforms:
     all-reduce dtype, and loss scaling under mixed_float16."""
     config = plan.config
     return GradientTransforms.of(
-        config.optimizer, wire_dtype=config.strategy.allreduce_dtype, seed=config.train.seed,
+        config.optimizer,
+        wire_dtype=config.strategy.allreduce_dtype,
+        seed=config.train.seed,
         global_batch_size=plan.global_batch_size,
-        loss_scaling=config.train.mixed_precision is Precision.MIXED_FLOAT16)
+        loss_scaling=config.train.mixed_precision is Precision.MIXED_FLOAT16,
+    )
 
 
 def log_shards(name: str, shards: list) -> None:
@@ -91,10 +106,15 @@ def log_shards(name: str, shards: list) -> None:
     row, placed = 0, []
     for shard in shards:
         fields = dict(part.split(":", 1) for part in shard.device.split("/") if ":" in part)
-        placed.append(f"rows {row}-{row + shard.shape[0] - 1} on "
-                      f"{fields.get('job', '?')}:{fields.get('task', '?')}")
+        placed.append(
+            f"rows {row}-{row + shard.shape[0] - 1} on "
+            f"{fields.get('job', '?')}:{fields.get('task', '?')}"
+        )
         row += shard.shape[0]
     size = sum(shard.shape.num_elements() * shard.dtype.size for shard in shards)
-    print(f"tfdist: variable {name} {row}x{'x'.join(map(str, shards[0].shape[1:]))} "
-          f"({size / 2**20:.1f} MiB) in {len(shards)} shards: {', '.join(placed)}",
-          file=sys.stderr, flush=True)
+    print(
+        f"tfdist: variable {name} {row}x{'x'.join(map(str, shards[0].shape[1:]))} "
+        f"({size / 2**20:.1f} MiB) in {len(shards)} shards: {', '.join(placed)}",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -17,24 +17,28 @@ from tfdist.runtime.precision import check_output_dtype
 ModelFn = Callable[..., tf_keras.Model]
 
 
-def small_cnn(*, input_shape: tuple[int, int, int], num_classes: int,
-              keras=tf_keras) -> tf_keras.Model:
+def small_cnn(
+    *, input_shape: tuple[int, int, int], num_classes: int, keras=tf_keras
+) -> tf_keras.Model:
     """Three conv blocks and a softmax head: learns the built-in dataset in a few epochs on CPU.
 
     Takes images normalised to [-1, 1] (`input_pipelines` preprocessing) in any float dtype.
     """
     layers = keras.layers
-    return keras.Sequential([
-        layers.Input(input_shape, dtype=keras.mixed_precision.global_policy().compute_dtype),
-        layers.Conv2D(32, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Conv2D(64, 3, padding="same", activation="relu"),
-        layers.MaxPooling2D(),
-        layers.Conv2D(64, 3, padding="same", activation="relu"),
-        layers.GlobalAveragePooling2D(),
-        layers.Dense(num_classes),
-        layers.Activation("softmax", dtype="float32"),
-    ], name=ModelName.SMALL_CNN.value)
+    return keras.Sequential(
+        [
+            layers.Input(input_shape, dtype=keras.mixed_precision.global_policy().compute_dtype),
+            layers.Conv2D(32, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, padding="same", activation="relu"),
+            layers.GlobalAveragePooling2D(),
+            layers.Dense(num_classes),
+            layers.Activation("softmax", dtype="float32"),
+        ],
+        name=ModelName.SMALL_CNN.value,
+    )
 
 
 # Batch norm's moving averages keep momentum^updates of their start: Keras' 0.99 still holds 56%
@@ -55,12 +59,14 @@ def _residual_block(layers, inputs, filters: int, stride: int):
     outputs = _batch_norm(layers)(outputs)
     if stride != 1 or inputs.shape[-1] != filters:
         inputs = _batch_norm(layers)(
-            layers.Conv2D(filters, 1, strides=stride, use_bias=False)(inputs))
+            layers.Conv2D(filters, 1, strides=stride, use_bias=False)(inputs)
+        )
     return layers.Activation("relu")(layers.Add()([outputs, inputs]))
 
 
-def resnet20(*, input_shape: tuple[int, int, int], num_classes: int,
-             keras=tf_keras) -> tf_keras.Model:
+def resnet20(
+    *, input_shape: tuple[int, int, int], num_classes: int, keras=tf_keras
+) -> tf_keras.Model:
     """ResNet-20 for 32x32 images: 3 stages of 3 residual blocks, 16/32/64 filters, batch norm
     with momentum 0.9 (moving averages that settle within a short run)."""
     layers = keras.layers
@@ -69,26 +75,29 @@ def resnet20(*, input_shape: tuple[int, int, int], num_classes: int,
     outputs = layers.Activation("relu")(_batch_norm(layers)(outputs))
     for stage, filters in enumerate((16, 32, 64)):
         for block in range(3):
-            outputs = _residual_block(layers, outputs, filters,
-                                      2 if stage and not block else 1)
+            outputs = _residual_block(layers, outputs, filters, 2 if stage and not block else 1)
     outputs = layers.Dense(num_classes)(layers.GlobalAveragePooling2D()(outputs))
     outputs = layers.Activation("softmax", dtype="float32")(outputs)
     return keras.Model(inputs, outputs, name=ModelName.RESNET20.value)
 
 
-def resnet50(*, input_shape: tuple[int, int, int], num_classes: int,
-             keras=tf_keras) -> tf_keras.Model:
+def resnet50(
+    *, input_shape: tuple[int, int, int], num_classes: int, keras=tf_keras
+) -> tf_keras.Model:
     """ResNet-50 (Keras applications' layers, random weights) for 224x224 images."""
-    body = keras.applications.ResNet50(weights=None, include_top=False, pooling="avg",
-                                       input_shape=input_shape)
+    body = keras.applications.ResNet50(
+        weights=None, include_top=False, pooling="avg", input_shape=input_shape
+    )
     outputs = keras.layers.Dense(num_classes)(body.output)
     outputs = keras.layers.Activation("softmax", dtype="float32")(outputs)
     return keras.Model(body.input, outputs, name=ModelName.RESNET50.value)
 
 
-MODELS: dict[str, ModelFn] = {ModelName.SMALL_CNN.value: small_cnn,
-                              ModelName.RESNET20.value: resnet20,
-                              ModelName.RESNET50.value: resnet50}
+MODELS: dict[str, ModelFn] = {
+    ModelName.SMALL_CNN.value: small_cnn,
+    ModelName.RESNET20.value: resnet20,
+    ModelName.RESNET50.value: resnet50,
+}
 
 
 def model_function(model: str) -> ModelFn:
@@ -111,15 +120,18 @@ def check_model(model, source: str, keras: int = 2) -> tf_keras.Model:
     keras_flavour.require_model(model, keras, source)
     if not isinstance(model, keras_flavour.api(keras).Model):
         example = "tf.keras.Sequential([...])" if keras == 2 else "keras.Sequential([...])"
-        raise ConfigError(f"{source} returned a {type(model).__module__}.{type(model).__name__}, "
-                          f"not a {'tf-keras' if keras == 2 else 'Keras 3'} model; return a "
-                          f"Keras model (e.g. {example}).")
+        raise ConfigError(
+            f"{source} returned a {type(model).__module__}.{type(model).__name__}, "
+            f"not a {'tf-keras' if keras == 2 else 'Keras 3'} model; return a "
+            f"Keras model (e.g. {example})."
+        )
     check_output_dtype(model)
     return model
 
 
-def build(model: str, input_shape: tuple[int, int, int], num_classes: int,
-          keras: int = 2) -> tf_keras.Model:
+def build(
+    model: str, input_shape: tuple[int, int, int], num_classes: int, keras: int = 2
+) -> tf_keras.Model:
     """Builds `--model` for images of `input_shape` under the current dtype policy, in Keras
     `keras` when it is a built-in one; call inside `strategy.scope()`."""
     function = model_function(model)

@@ -29,20 +29,27 @@ def serve(plan: Plan) -> dict:
     """
     require_plan(plan)
     if plan.role is not Role.SERVE:
-        raise ConfigError(f"serve: {plan.task} has role {plan.role.value}, not serve; call it "
-                          "only when plan.role is tfdist.Role.SERVE (a parameter-server worker "
-                          "or ps task).")
+        raise ConfigError(
+            f"serve: {plan.task} has role {plan.role.value}, not serve; call it "
+            "only when plan.role is tfdist.Role.SERVE (a parameter-server worker "
+            "or ps task)."
+        )
     cluster = plan.config.cluster
     server = strategies.start_server(cluster)
     chief = chief_address(cluster)
-    print(f"tfdist: {plan.task} serving at {cluster.task_address} until the chief at {chief} "
-          "finishes", flush=True)
+    print(
+        f"tfdist: {plan.task} serving at {cluster.task_address} until the chief at {chief} "
+        "finishes",
+        flush=True,
+    )
     watch = ChiefWatch(chief).start()
     while not watch.wait_finished(PROBE_EVERY_S):
         if watch.unseen_for_s() > FIRST_CONTACT_TIMEOUT_S:
-            raise ConfigError(f"chief at {chief} did not answer within "
-                              f"{FIRST_CONTACT_TIMEOUT_S:g} s; start the chief task (or check "
-                              "TF_CONFIG with `tfdist doctor`).")
+            raise ConfigError(
+                f"chief at {chief} did not answer within "
+                f"{FIRST_CONTACT_TIMEOUT_S:g} s; start the chief task (or check "
+                "TF_CONFIG with `tfdist doctor`)."
+            )
     print(f"tfdist: {plan.task}: the chief at {chief} has finished; stopping", flush=True)
     del server
     return {"task": plan.task, "role": plan.role.value}

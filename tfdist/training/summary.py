@@ -15,10 +15,15 @@ def _shape(summary: dict) -> str:
 def format_line(summary: dict) -> str:
     """One human line: strategy and shape of the run, final metrics, speed."""
     final = summary["final"]
-    metrics = ", ".join(f"{name}={final[name]:.4f}" for name in
-                        ("val_accuracy", "val_loss", "accuracy", "loss") if name in final)
+    metrics = ", ".join(
+        f"{name}={final[name]:.4f}"
+        for name in ("val_accuracy", "val_loss", "accuracy", "loss")
+        if name in final
+    )
     resumed = summary.get("resumed_from_epoch")
     attempt = f" (resumed at epoch {resumed + 1})" if resumed is not None else ""
-    return (f"tfdist: {summary['strategy']} on {_shape(summary)}, {summary['epochs']} epoch(s) "
-            f"of {summary['steps_per_epoch']} steps in {summary['wall_s']:.1f}s{attempt}: "
-            f"{metrics}; {summary['examples_per_sec']:.0f} examples/s")
+    return (
+        f"tfdist: {summary['strategy']} on {_shape(summary)}, {summary['epochs']} epoch(s) "
+        f"of {summary['steps_per_epoch']} steps in {summary['wall_s']:.1f}s{attempt}: "
+        f"{metrics}; {summary['examples_per_sec']:.0f} examples/s"
+    )

@@ -32,7 +32,8 @@ def seconds_until_gone(pids: list[int], timeout_s: float) -> float:
     start = time.monotonic()
     while any(alive(pid) for pid in pids):
         if time.monotonic() - start > timeout_s:
-            raise AssertionError(f"still running after {timeout_s:g} s: "
-                                 f"{[pid for pid in pids if alive(pid)]}")
+            raise AssertionError(
+                f"still running after {timeout_s:g} s: {[pid for pid in pids if alive(pid)]}"
+            )
         time.sleep(0.01)
     return time.monotonic() - start

@@ -14,7 +14,6 @@ from tfdist.cluster import join_deadline
 
 @pytest.mark.multiprocess
 class DeadlineTest(unittest.TestCase):
-
     def test_block_that_ends_in_time_is_left_alone(self):
         start = time.monotonic()
         with join_deadline.deadline(30, "never printed"):
@@ -30,8 +29,9 @@ class DeadlineTest(unittest.TestCase):
             print("not reached")
         """)
         start = time.monotonic()
-        result = subprocess.run([sys.executable, "-c", stuck], capture_output=True, text=True,
-                                timeout=60, check=False)
+        result = subprocess.run(
+            [sys.executable, "-c", stuck], capture_output=True, text=True, timeout=60, check=False
+        )
         self.assertEqual(result.returncode, -signal.SIGKILL)
         self.assertEqual(result.stderr.strip(), "stuck: gave up Not answering: 127.0.0.1:1.")
         self.assertNotIn("not reached", result.stdout)

@@ -70,14 +70,15 @@ array([[0.52911144, 0.44037598, 0.06549644, 0.6870546 ],
 }) with an unsupported type (<class 'tensorflow.python.distribute.values.PerReplica'>) to a Tensor.
 """
 # pylint: enable=line-too-long
-_HINT = ("tfdist launch: {} crashed in Keras 3's own model.fit, which cannot train under "
-         "MultiWorkerMirroredStrategy (keras-team/keras#20585); train the model through "
-         "tfdist.fit, which runs Keras 3 models under every strategy (docs/library.md and "
-         "docs/keras.md)")
+_HINT = (
+    "tfdist launch: {} crashed in Keras 3's own model.fit, which cannot train under "
+    "MultiWorkerMirroredStrategy (keras-team/keras#20585); train the model through "
+    "tfdist.fit, which runs Keras 3 models under every strategy (docs/library.md and "
+    "docs/keras.md)"
+)
 
 
 class ListeningPortsTest(unittest.TestCase):
-
     def test_a_listening_socket_is_seen_and_a_closed_one_is_not(self):
         with socket.create_server(("127.0.0.1", 0)) as server:
             port = server.getsockname()[1]
@@ -102,13 +103,19 @@ class JoinWatchTest(unittest.TestCase):
 
     def _watch(self, tasks: list[_Task], steps, *, check_s: float) -> list[str]:
         """Runs `notice` at each (time, listening pids, {name: status}); returns the warnings."""
-        watch = joining.JoinWatch({task.name: 1000 + task.process.pid for task in tasks},
-                                  check_s=check_s, announcer="tfdist launch")
+        watch = joining.JoinWatch(
+            {task.name: 1000 + task.process.pid for task in tasks},
+            check_s=check_s,
+            announcer="tfdist launch",
+        )
         stderr, listening = io.StringIO(), set()
-        with contextlib.redirect_stderr(stderr), \
-                mock.patch.object(joining.time, "monotonic") as clock, \
-                mock.patch.object(joining, "listening_ports",
-                                  side_effect=lambda pid: {1000 + pid} & listening):
+        with (
+            contextlib.redirect_stderr(stderr),
+            mock.patch.object(joining.time, "monotonic") as clock,
+            mock.patch.object(
+                joining, "listening_ports", side_effect=lambda pid: {1000 + pid} & listening
+            ),
+        ):
             for now, pids, statuses in steps:
                 clock.return_value, listening = now, {1000 + pid for pid in pids}
                 for task in tasks:
@@ -118,37 +125,49 @@ class JoinWatchTest(unittest.TestCase):
 
     def test_named_once_after_the_wait_not_before_and_not_again_at_exit(self):
         tasks = [_Task(f"worker:{index}", index) for index in range(4)]
-        warnings = self._watch(tasks, [
-            (5.0, (), {}),
-            (90.0, (0,), {}),                         # worker:0 joins late, within the wait.
-            (119.9, (), {"worker:2": 1}),             # worker:2 failed: the supervisor says so.
-            (120.0, (), {"worker:2": 1, "worker:3": -15}),  # worker:3 stopped (a restart).
-            (300.0, (), {"worker:1": 0, "worker:2": 1, "worker:3": -15})], check_s=120)
-        self.assertEqual(warnings, [
-            "tfdist launch: warning: worker:1 has not listened on its TF_CONFIG port 1001 in "
-            "120 s: the program did not join the cluster, so the tasks run as independent copies "
-            "(their weights drift apart; they write the same paths); build the strategy from "
-            "TF_CONFIG (tfdist.setup, or tf.distribute.MultiWorkerMirroredStrategy), or run the "
-            "program without tfdist launch (a program that joins later: raise --join_check_s)"])
+        warnings = self._watch(
+            tasks,
+            [
+                (5.0, (), {}),
+                (90.0, (0,), {}),  # worker:0 joins late, within the wait.
+                (119.9, (), {"worker:2": 1}),  # worker:2 failed: the supervisor says so.
+                (120.0, (), {"worker:2": 1, "worker:3": -15}),  # worker:3 stopped (a restart).
+                (300.0, (), {"worker:1": 0, "worker:2": 1, "worker:3": -15}),
+            ],
+            check_s=120,
+        )
+        self.assertEqual(
+            warnings,
+            [
+                "tfdist launch: warning: worker:1 has not listened on its TF_CONFIG port 1001 in "
+                "120 s: the program did not join the cluster, so the tasks run as independent copies "
+                "(their weights drift apart; they write the same paths); build the strategy from "
+                "TF_CONFIG (tfdist.setup, or tf.distribute.MultiWorkerMirroredStrategy), or run the "
+                "program without tfdist launch (a program that joins later: raise --join_check_s)"
+            ],
+        )
 
     def test_without_a_wait_only_a_task_that_exits_0_is_named(self):
         tasks = [_Task("worker:0", 0), _Task("worker:1", 1)]
-        warnings = self._watch(tasks, [(1000.0, (), {}), (1001.0, (), {"worker:1": 0})],
-                               check_s=0)
+        warnings = self._watch(tasks, [(1000.0, (), {}), (1001.0, (), {"worker:1": 0})], check_s=0)
         self.assertEqual(len(warnings), 1, warnings)
-        self.assertRegex(warnings[0], r"^tfdist launch: warning: worker:1 ended without ever "
-                                      r"listening on its TF_CONFIG port 1001: .* or run the "
-                                      r"program without tfdist launch$")
+        self.assertRegex(
+            warnings[0],
+            r"^tfdist launch: warning: worker:1 ended without ever "
+            r"listening on its TF_CONFIG port 1001: .* or run the "
+            r"program without tfdist launch$",
+        )
 
     def test_the_evaluator_serves_no_port_and_is_not_watched(self):
-        cluster = strategies.make_cluster(num_workers=2, chief=True, evaluator=True,
-                                          ports=[1, 2, 3, 4])
-        self.assertEqual(joining.serving_ports(cluster),
-                         {"chief:0": 1, "worker:0": 2, "worker:1": 3})
+        cluster = strategies.make_cluster(
+            num_workers=2, chief=True, evaluator=True, ports=[1, 2, 3, 4]
+        )
+        self.assertEqual(
+            joining.serving_ports(cluster), {"chief:0": 1, "worker:0": 2, "worker:1": 3}
+        )
 
 
 class Keras3FitCrashTest(unittest.TestCase):
-
     def _read(self, outputs: dict[str, str]) -> list[str]:
         """Feeds each task's output through one Keras3FitCrash; returns what it said."""
         crashes, stderr = joining.Keras3FitCrash(announcer="tfdist launch"), io.StringIO()
@@ -162,10 +181,12 @@ class Keras3FitCrashTest(unittest.TestCase):
     def test_the_real_traceback_names_its_task_once(self):
         # TensorFlow's own log lines may come between the traceback's lines.
         interleaved = KERAS3_FIT_CRASH.replace(
-            "ValueError", "W0000 00:00:1796451279.78 15965 dataset.cc:997] Input of ...\n"
-                          "ValueError")
-        self.assertEqual(self._read({"worker:0": KERAS3_FIT_CRASH * 2, "worker:1": interleaved}),
-                         [_HINT.format("worker:0"), _HINT.format("worker:1")])
+            "ValueError", "W0000 00:00:1796451279.78 15965 dataset.cc:997] Input of ...\nValueError"
+        )
+        self.assertEqual(
+            self._read({"worker:0": KERAS3_FIT_CRASH * 2, "worker:1": interleaved}),
+            [_HINT.format("worker:0"), _HINT.format("worker:1")],
+        )
 
     def test_lookalikes_are_not_named(self):
         lookalikes = {
@@ -180,19 +201,29 @@ class Keras3FitCrashTest(unittest.TestCase):
 
 @pytest.mark.multiprocess
 class LaunchTest(unittest.TestCase):
-
     def test_tasks_that_never_join_are_named_and_those_that_join_are_not(self):
-        ignored = run_tfdist("launch", "--num_workers=2", "--", sys.executable, "-c",
-                             "print('trained alone')", timeout_s=120)
+        ignored = run_tfdist(
+            "launch",
+            "--num_workers=2",
+            "--",
+            sys.executable,
+            "-c",
+            "print('trained alone')",
+            timeout_s=120,
+        )
         self.assertEqual(ignored.returncode, 0, ignored.stderr)
         warnings = [line for line in ignored.stderr.splitlines() if "warning:" in line]
         self.assertEqual(len(warnings), 2, ignored.stderr)
         for index, line in enumerate(sorted(warnings)):
-            self.assertRegex(line, rf"^tfdist launch: warning: worker:{index} ended without ever "
-                                   r"listening on its TF_CONFIG port \d+: the program did not "
-                                   r"join the cluster, so the tasks ran as independent copies")
-        joined = run_tfdist("launch", "--num_workers=2", "--", sys.executable, "-c", _JOINS,
-                            timeout_s=120)
+            self.assertRegex(
+                line,
+                rf"^tfdist launch: warning: worker:{index} ended without ever "
+                r"listening on its TF_CONFIG port \d+: the program did not "
+                r"join the cluster, so the tasks ran as independent copies",
+            )
+        joined = run_tfdist(
+            "launch", "--num_workers=2", "--", sys.executable, "-c", _JOINS, timeout_s=120
+        )
         self.assertEqual(joined.returncode, 0, joined.stderr)
         self.assertNotIn("did not join", joined.stderr)
 
@@ -202,10 +233,24 @@ class LaunchTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as scratch:
             stop = os.path.join(scratch, "stop")
             launcher = subprocess.Popen(  # pylint: disable=consider-using-with
-                [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--join_check_s=2",
-                 "--", sys.executable, "-c", _JOINS_UNLESS_WORKER_1_UNTIL_STOPPED, stop],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"})
+                [
+                    sys.executable,
+                    "-m",
+                    "tfdist",
+                    "launch",
+                    "--num_workers=2",
+                    "--join_check_s=2",
+                    "--",
+                    sys.executable,
+                    "-c",
+                    _JOINS_UNLESS_WORKER_1_UNTIL_STOPPED,
+                    stop,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"},
+            )
             stderr = []
             try:
                 for line in launcher.stderr:  # The tasks end by themselves after 60 s.
@@ -219,15 +264,26 @@ class LaunchTest(unittest.TestCase):
         self.assertEqual(launcher.returncode, 0, stdout + stderr)
         warnings = [line for line in stderr.splitlines() if "did not join" in line]
         self.assertEqual(len(warnings), 1, stderr)
-        self.assertRegex(warnings[0], r"^tfdist launch: warning: worker:1 has not listened on its "
-                                      r"TF_CONFIG port \d+ in 2 s: the program did not join ")
+        self.assertRegex(
+            warnings[0],
+            r"^tfdist launch: warning: worker:1 has not listened on its "
+            r"TF_CONFIG port \d+ in 2 s: the program did not join ",
+        )
 
     def test_a_keras3_fit_crash_is_named_under_keras_3_only(self):
         crash = f"import sys\nsys.stderr.write({KERAS3_FIT_CRASH!r})\nsys.exit(1)"
         hints = {_HINT.format("worker:0"), _HINT.format("worker:1")}
         for keras in ("3", "2"):
-            result = run_tfdist("launch", f"--keras={keras}", "--num_workers=2", "--",
-                                sys.executable, "-c", crash, timeout_s=120)
+            result = run_tfdist(
+                "launch",
+                f"--keras={keras}",
+                "--num_workers=2",
+                "--",
+                sys.executable,
+                "-c",
+                crash,
+                timeout_s=120,
+            )
             self.assertEqual(result.returncode, 1, result.stderr)
             said = [line for line in result.stderr.splitlines() if "Keras 3" in line]
             if keras == "2":

@@ -10,22 +10,39 @@ _SHA256 = "sha256:" + "0123456789abcdef" * 4
 
 
 class AcceptedTest(parameterized.TestCase):
-
     @parameterized.parameters(
-        "local", "tfdist", "registry.example.com/tfdist:0.1.0", "localhost:5000/team/img",
-        "ghcr.io/org/sub/img:v1.2-rc_3", f"img@{_SHA256}", f"reg.io:443/a/b:c@{_SHA256}",
-        "[::1]:5000/img", "a__b/c--d/e.f", "Registry.Example.COM/img")
+        "local",
+        "tfdist",
+        "registry.example.com/tfdist:0.1.0",
+        "localhost:5000/team/img",
+        "ghcr.io/org/sub/img:v1.2-rc_3",
+        f"img@{_SHA256}",
+        f"reg.io:443/a/b:c@{_SHA256}",
+        "[::1]:5000/img",
+        "a__b/c--d/e.f",
+        "Registry.Example.COM/img",
+    )
     def test_image_references(self, image):
         self.assertIsNone(rules.image_reference(image))
 
-    @parameterized.parameters(("4", 4), ("500m", 0.5), ("16Gi", 16 * 2 ** 30), ("1e3", 1000),
-                              ("0.5", 0.5), (".5", 0.5), ("1.5M", 1.5e6), ("+2", 2),
-                              ("1E2", 100), ("100k", 1e5))
+    @parameterized.parameters(
+        ("4", 4),
+        ("500m", 0.5),
+        ("16Gi", 16 * 2**30),
+        ("1e3", 1000),
+        ("0.5", 0.5),
+        (".5", 0.5),
+        ("1.5M", 1.5e6),
+        ("+2", 2),
+        ("1E2", 100),
+        ("100k", 1e5),
+    )
     def test_quantities(self, text, amount):
         self.assertEqual(float(rules.quantity_value(text)), amount)
 
-    @parameterized.parameters("/mnt/tfdist", "/data", "/var/lib/runs", "/home/me/runs",
-                              "/tmp/pytest-1/mnt")
+    @parameterized.parameters(
+        "/mnt/tfdist", "/data", "/var/lib/runs", "/home/me/runs", "/tmp/pytest-1/mnt"
+    )
     def test_mount_paths(self, path):
         self.assertIsNone(rules.mount_path(path))
 
@@ -38,26 +55,30 @@ class AcceptedTest(parameterized.TestCase):
 
 
 class RefusedTest(parameterized.TestCase):
-
     @parameterized.parameters(
-        (rules.dns1035_label, "a" * 64, "64 characters"), (rules.dns1035_label, "1a", "letter"),
+        (rules.dns1035_label, "a" * 64, "64 characters"),
+        (rules.dns1035_label, "1a", "letter"),
         (rules.dns1123_subdomain, "../../etc", "DNS subdomain"),
         (rules.dns1123_subdomain, "a;b", "DNS subdomain"),
         (rules.dns1123_subdomain, "a" * 254, "more than 253"),
-        (rules.label_value, "v" * 64, "more than 63"), (rules.label_key, "a/", "label key"),
+        (rules.label_value, "v" * 64, "more than 63"),
+        (rules.label_key, "a/", "label key"),
         (rules.image_reference, "a" * 256, "more than 255"),
         (rules.image_reference, "img@sha256:abcd", "image reference"),
         (rules.image_reference, f"img@{_SHA256[:-2]}", "64 hex digits"),
         (rules.image_reference, "img:", "image reference"),
         (rules.image_reference, None, "image reference"),
-        (rules.mount_path, "/mnt/./x", "normalised"), (rules.mount_path, "/proc/x", "hide"),
+        (rules.mount_path, "/mnt/./x", "normalised"),
+        (rules.mount_path, "/proc/x", "hide"),
         (rules.mount_path, "/mnt/\x7f", "control character"),
-        (rules.mount_path, None, "absolute"))
+        (rules.mount_path, None, "absolute"),
+    )
     def test_problems(self, rule, value, words):
         self.assertIn(words, rule(value))
 
-    @parameterized.parameters("1e4000", "-1", "1e", "1 Gi", "1gi", "٣", "0x8", "1" * 33, "",
-                              "NaN", "inf", None, 1)
+    @parameterized.parameters(
+        "1e4000", "-1", "1e", "1 Gi", "1gi", "٣", "0x8", "1" * 33, "", "NaN", "inf", None, 1
+    )
     def test_not_quantities(self, text):
         self.assertIsNone(rules.quantity_value(text))
 

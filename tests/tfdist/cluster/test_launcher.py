@@ -75,8 +75,8 @@ _KERAS_MULTI_WORKER_SCRIPT = textwrap.dedent("""
     print("replicas", strategy.num_replicas_in_sync, "keras", tf.keras.__name__)
 """)
 
-class _Scratch:
 
+class _Scratch:
     @pytest.fixture(autouse=True)
     def _scratch(self, tmp_path):
         self.dir = str(tmp_path)
@@ -97,42 +97,94 @@ class SupervisionTest(_Scratch, unittest.TestCase):
 
     def test_prefixes_output_writes_logs_sets_tf_config_and_restarts_the_group(self):
         logs = os.path.join(self.dir, "logs")
-        result = run_tfdist("launch", "--num_workers=2", f"--log_dir={logs}", "--max_restarts=1",
-                            "--restart_backoff_s=0.1", "--", sys.executable,
-                            self.script(_FLAKY_TASK), self.dir)
+        result = run_tfdist(
+            "launch",
+            "--num_workers=2",
+            f"--log_dir={logs}",
+            "--max_restarts=1",
+            "--restart_backoff_s=0.1",
+            "--",
+            sys.executable,
+            self.script(_FLAKY_TASK),
+            self.dir,
+        )
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertRegex(result.stdout, r"tfdist launch: started worker:1 pid=\d+",
-                         "the launcher announces each task it starts")
+        self.assertRegex(
+            result.stdout,
+            r"tfdist launch: started worker:1 pid=\d+",
+            "the launcher announces each task it starts",
+        )
         for index in (0, 1):  # TF_USE_LEGACY_KERAS=1: tf.keras is tf-keras.
-            self.assertIn(f"[worker:{index}] task worker {index} keras 1", result.stdout,
-                          "each task's output, prefixed, with its TF_CONFIG task and Keras")
-        self.assertIn("worker:1 exited with status 3; restarting every task (1/1) in 0.1 s\n",
-                      result.stderr, "the failed task's restart")
-        self.assertEqual(result.stdout.count("[worker:0] task worker 0"), 2,
-                         "the group restarts: worker 0 ran twice")
-        self.assertRegex(result.stdout.splitlines()[-1],
-                         r"^tfdist launch: job done: 2 task\(s\) exited 0, after 1 restart\(s\) "
-                         r"in \d+\.\d s$", "the last line says the job is done")
+            self.assertIn(
+                f"[worker:{index}] task worker {index} keras 1",
+                result.stdout,
+                "each task's output, prefixed, with its TF_CONFIG task and Keras",
+            )
+        self.assertIn(
+            "worker:1 exited with status 3; restarting every task (1/1) in 0.1 s\n",
+            result.stderr,
+            "the failed task's restart",
+        )
+        self.assertEqual(
+            result.stdout.count("[worker:0] task worker 0"),
+            2,
+            "the group restarts: worker 0 ran twice",
+        )
+        self.assertRegex(
+            result.stdout.splitlines()[-1],
+            r"^tfdist launch: job done: 2 task\(s\) exited 0, after 1 restart\(s\) "
+            r"in \d+\.\d s$",
+            "the last line says the job is done",
+        )
         with open(os.path.join(logs, "worker-1.log"), encoding="utf-8") as log:
-            self.assertEqual(log.read(), "task worker 1 keras 1\n" * 2,
-                             "each task's log holds its output of every run, unprefixed")
+            self.assertEqual(
+                log.read(),
+                "task worker 1 keras 1\n" * 2,
+                "each task's log holds its output of every run, unprefixed",
+            )
 
     def test_final_failure_stops_everything_and_every_task_gets_the_keras_launch_names(self):
         start = time.monotonic()
-        result = run_tfdist("launch", "--num_workers=2", "--keras=3", "--", sys.executable,
-                            self.script(_FLAKY_TASK), self.dir, "always")
+        result = run_tfdist(
+            "launch",
+            "--num_workers=2",
+            "--keras=3",
+            "--",
+            sys.executable,
+            self.script(_FLAKY_TASK),
+            self.dir,
+            "always",
+        )
         self.assertEqual(result.returncode, 3, result.stderr)
         for index in (0, 1):  # TF_USE_LEGACY_KERAS=0: tf.keras is Keras 3.
-            self.assertIn(f"[worker:{index}] task worker {index} keras 0", result.stdout,
-                          "--keras=3 reaches every task")
-        self.assertIn("worker:1 exited with status 3 after 0 restart(s); stopped every task",
-                      result.stderr, "the final failure's line")
+            self.assertIn(
+                f"[worker:{index}] task worker {index} keras 0",
+                result.stdout,
+                "--keras=3 reaches every task",
+            )
+        self.assertIn(
+            "worker:1 exited with status 3 after 0 restart(s); stopped every task",
+            result.stderr,
+            "the final failure's line",
+        )
         self.assertLess(time.monotonic() - start, 60, "worker 0, asleep, was stopped")
 
     def test_tasks_and_what_they_started_die_with_a_killed_launcher(self):
         launcher = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--", sys.executable,
-             "-c", process_checks.PARENT], stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tfdist",
+                "launch",
+                "--num_workers=2",
+                "--",
+                sys.executable,
+                "-c",
+                process_checks.PARENT,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         pids = []
         try:
             for line in launcher.stdout:  # The tasks print within seconds, or sleep 120 s.
@@ -166,24 +218,36 @@ def _cgroups_parent() -> str | None:
 _REFUSED = (
     ("no_command", ["--num_workers=2"], "launch needs a command after `--`"),
     ("empty_command", ["--num_workers=2", "--"], "launch needs a command after `--`"),
-    ("not_executable", ["--", "no-such-program-xyz"],
-     "command 'no-such-program-xyz' is not an executable file or on PATH"),
+    (
+        "not_executable",
+        ["--", "no-such-program-xyz"],
+        "command 'no-such-program-xyz' is not an executable file or on PATH",
+    ),
     ("ps_without_chief", ["--num_ps=1", "--", "python"], "num_ps=1: 1 ps task(s) but no chief"),
     ("negative_restarts", ["--max_restarts=-1", "--", "python"], "--max_restarts=-1"),
-    ("negative_backoff", ["--restart_backoff_s=-1", "--", "python"],
-     "restart_backoff_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
-     "--restart_backoff_s=1, or 0 to restart at once."),
+    (
+        "negative_backoff",
+        ["--restart_backoff_s=-1", "--", "python"],
+        "restart_backoff_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
+        "--restart_backoff_s=1, or 0 to restart at once.",
+    ),
     ("nan_backoff", ["--restart_backoff_s=nan", "--", "python"], "restart_backoff_s"),
-    ("negative_join_check", ["--join_check_s=-1", "--", "python"],
-     "join_check_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
-     "--join_check_s=120, or 0 to check only when a task exits."),
+    (
+        "negative_join_check",
+        ["--join_check_s=-1", "--", "python"],
+        "join_check_s=-1.0 is not a number of seconds of 0 or more; pass e.g. "
+        "--join_check_s=120, or 0 to check only when a task exits.",
+    ),
     # The flag or LaunchConfig (library users) rejects these; either names the value.
     ("nan_timeout", ["--timeout_s=nan", "--", "python"], "timeout_s=nan"),
     ("infinite_timeout", ["--timeout_s=inf", "--", "python"], "timeout_s=inf"),
     ("negative_timeout", ["--timeout_s=-1", "--", "python"], "timeout_s=-1"),
     ("zero_timeout", ["--timeout_s=0", "--", "python"], "timeout_s=0"),
-    ("more_tasks_than_memory", ["--num_workers=2000", "--", "python"],
-     "num_workers=2000 makes 2000 task(s) in all, more than this machine can run: at most "),
+    (
+        "more_tasks_than_memory",
+        ["--num_workers=2000", "--", "python"],
+        "num_workers=2000 makes 2000 task(s) in all, more than this machine can run: at most ",
+    ),
 )
 
 
@@ -195,17 +259,23 @@ def _refused_launches(tmp_path_factory) -> tuple[dict, dict[str, str]]:
     a_file = tmp_path_factory.mktemp("launch") / "a_file"
     a_file.write_text("", encoding="utf-8")
     # Root may write anywhere a file system allows: these fail for root too.
-    log_dirs = {"a_file": str(a_file), "under_a_file": os.path.join(a_file, "logs"),
-                "proc": "/proc"}
+    log_dirs = {
+        "a_file": str(a_file),
+        "under_a_file": os.path.join(a_file, "logs"),
+        "proc": "/proc",
+    }
     cases = {name: ["launch", *args] for name, args, _ in _REFUSED}
-    cases.update({f"log_dir_{name}": ["launch", f"--log_dir={path}", "--", "python"]
-                  for name, path in log_dirs.items()})
+    cases.update(
+        {
+            f"log_dir_{name}": ["launch", f"--log_dir={path}", "--", "python"]
+            for name, path in log_dirs.items()
+        }
+    )
     results = run_tfdist_cases(list(cases.values()), without_tensorflow=True)
     return dict(zip(cases, results)), log_dirs
 
 
 class BadLaunchTest(_Scratch, parameterized.TestCase):
-
     @pytest.fixture(autouse=True)
     def _refused(self, request):
         if request.node.get_closest_marker("multiprocess") is not None:
@@ -238,19 +308,25 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
 
     def test_too_many_tasks_for_the_free_ports(self):
         stderr = io.StringIO()
-        with mock.patch("portpicker.pick_unused_port",
-                        side_effect=portpicker.NoFreePortFoundError), \
-                contextlib.redirect_stderr(stderr):
+        with (
+            mock.patch("portpicker.pick_unused_port", side_effect=portpicker.NoFreePortFoundError),
+            contextlib.redirect_stderr(stderr),
+        ):
             status = cli.main(["tfdist", "launch", "--num_workers=3", "--", "python"])
         self.assertEqual(status, 2)
-        self.assertEqual(stderr.getvalue(),
-                         "tfdist launch: error: no free ports for 3 tasks on 127.0.0.1; launch "
-                         "fewer tasks or free some ports.\n")
+        self.assertEqual(
+            stderr.getvalue(),
+            "tfdist launch: error: no free ports for 3 tasks on 127.0.0.1; launch "
+            "fewer tasks or free some ports.\n",
+        )
 
     @parameterized.parameters(float("nan"), float("inf"), -1.0, 0.0)
     def test_timeout_that_never_or_always_expires(self, timeout_s):
-        with self.assertRaisesRegex(launch.LaunchError, rf"^timeout_s={timeout_s} is not a number "
-                                                        r"of seconds above 0; pass e\.g\. "):
+        with self.assertRaisesRegex(
+            launch.LaunchError,
+            rf"^timeout_s={timeout_s} is not a number "
+            r"of seconds above 0; pass e\.g\. ",
+        ):
             launch.LaunchConfig(command=("python",), timeout_s=timeout_s)
 
     def test_unknown_keras(self):
@@ -258,25 +334,38 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
             launch.LaunchConfig(command=("python",), keras=4)
 
     def test_unknown_network(self):
-        with self.assertRaisesRegex(launch.LaunchError, r"^network='lan' is not understood; pass "
-                                                        r"'auto', 'isolated' or 'host'\.$"):
+        with self.assertRaisesRegex(
+            launch.LaunchError,
+            r"^network='lan' is not understood; pass "
+            r"'auto', 'isolated' or 'host'\.$",
+        ):
             launch.LaunchConfig(command=("python",), network="lan")
 
     @pytest.mark.multiprocess
     def test_evaluator_without_a_model_dir(self):
-        tf_config = json.dumps({"cluster": {"worker": ["127.0.0.1:1"]},
-                                "task": {"type": "evaluator", "index": 0}})
-        assert_one_line_error(self, run_tfdist("train", tf_config=tf_config),
-                              "the evaluator task needs --model_dir=DIR")
+        tf_config = json.dumps(
+            {"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "evaluator", "index": 0}}
+        )
+        assert_one_line_error(
+            self,
+            run_tfdist("train", tf_config=tf_config),
+            "the evaluator task needs --model_dir=DIR",
+        )
 
 
 class CommandTest(parameterized.TestCase):
-
-    @parameterized.parameters(("train", "--epochs=1"), ("doctor",), ("data", "check"),
-                              ("data", "serve", "--port=5050"), ("benchmark",), ("manifest",))
+    @parameterized.parameters(
+        ("train", "--epochs=1"),
+        ("doctor",),
+        ("data", "check"),
+        ("data", "serve", "--port=5050"),
+        ("benchmark",),
+        ("manifest",),
+    )
     def test_every_tfdist_command_runs_as_python_m_tfdist(self, *command):
-        self.assertEqual(launch.resolve_command(command, cli.COMMANDS),
-                         [*PYTHON, "-m", "tfdist", *command])
+        self.assertEqual(
+            launch.resolve_command(command, cli.COMMANDS), [*PYTHON, "-m", "tfdist", *command]
+        )
 
     @parameterized.parameters(
         (("train", "--tf_data_service=grpc://h:1"), "--tf_data_service=grpc://h:1"),
@@ -300,20 +389,26 @@ class CommandTest(parameterized.TestCase):
         self.assertEqual(launch._network_flag(command), expected)
 
     def test_restart_back_off_doubles_up_to_its_cap(self):
-        self.assertEqual([backoff.delay(1.0, restarts) for restarts in (1, 2, 5, 6, 500)],
-                         [1.0, 2.0, 16.0, 30.0, 30.0])
+        self.assertEqual(
+            [backoff.delay(1.0, restarts) for restarts in (1, 2, 5, 6, 500)],
+            [1.0, 2.0, 16.0, 30.0, 30.0],
+        )
         self.assertEqual(backoff.delay(0.0, 3), 0.0)
-        self.assertEqual(backoff.bound(1.0, 50, timed=True),
-                         " (the back-off doubles up to 30 s: at most 1,381 s over 50 restarts)")
+        self.assertEqual(
+            backoff.bound(1.0, 50, timed=True),
+            " (the back-off doubles up to 30 s: at most 1,381 s over 50 restarts)",
+        )
         self.assertEqual(backoff.bound(1.0, 1, timed=False), "")  # One wait: the line says it.
         self.assertEqual(backoff.bound(0.0, 9, timed=False), "")
 
     def test_other_programs_are_looked_up_on_path_and_python_is_ours(self):
-        self.assertEqual(launch.resolve_command(("env", "x"), cli.COMMANDS),
-                         [shutil.which("env"), "x"])
+        self.assertEqual(
+            launch.resolve_command(("env", "x"), cli.COMMANDS), [shutil.which("env"), "x"]
+        )
         for python in ("python", "python3"):
-            self.assertEqual(launch.resolve_command((python, "x.py"), cli.COMMANDS),
-                             [sys.executable, "x.py"])
+            self.assertEqual(
+                launch.resolve_command((python, "x.py"), cli.COMMANDS), [sys.executable, "x.py"]
+            )
 
 
 # Listens as TensorFlow's servers do (every interface, IPv6 and IPv4) on its TF_CONFIG port, says
@@ -362,15 +457,19 @@ def _listening_ports() -> set[int]:
 class NetworkTest(_Scratch, parameterized.TestCase):
     """Where the tasks' ports can be reached from, seen from the launcher's network namespace."""
 
-    def _launch_listeners(self, launcher_argv: list[str],
-                          env: dict[str, str] | None = None) -> tuple[list[int], set[int], str,
-                                                                      str]:
+    def _launch_listeners(
+        self, launcher_argv: list[str], env: dict[str, str] | None = None
+    ) -> tuple[list[int], set[int], str, str]:
         """Launches 2 listening tasks; returns their ports (worker 0's first), the ports listening
         in this namespace while they serve, and the launcher's stdout and stderr."""
         stop = os.path.join(self.dir, "stop")
         launcher = subprocess.Popen(  # pylint: disable=consider-using-with
             [*launcher_argv, sys.executable, self.script(_LISTENING_TASK), stop],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         lines = []
         try:
             for line in launcher.stdout:  # Ends when the tasks give up, after 120 s at most.
@@ -383,8 +482,9 @@ class NetworkTest(_Scratch, parameterized.TestCase):
             stdout, stderr = launcher.communicate(timeout=60)
         self.assertEqual(launcher.returncode, 0, stderr)
         stdout = "".join(lines) + stdout
-        ports = [int(port) for _, port in
-                 sorted(re.findall(r"\[worker:(\d+)\] listening (\d+)", stdout))]
+        ports = [
+            int(port) for _, port in sorted(re.findall(r"\[worker:(\d+)\] listening (\d+)", stdout))
+        ]
         self.assertLen(ports, 2, stdout)
         self.assertIn("tfdist launch: job done: 2 task(s) exited 0", stdout)
         return ports, listening, stdout, stderr
@@ -392,11 +492,14 @@ class NetworkTest(_Scratch, parameterized.TestCase):
     @pytest.mark.multiprocess
     def test_auto_keeps_the_tasks_off_this_namespace_or_warns(self):
         ports, listening, stdout, stderr = self._launch_listeners(
-            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--"])
+            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--"]
+        )
         shown = f"port(s) {ports[0]}, {ports[1]}"
         if "tfdist launch: network isolated:" in stdout:
-            self.assertIn(f"namespace with loopback only, so {shown} are reachable from the "
-                          "tasks alone", stdout)
+            self.assertIn(
+                f"namespace with loopback only, so {shown} are reachable from the tasks alone",
+                stdout,
+            )
             self.assertFalse(set(ports) & listening, "a task listens in the launcher's namespace")
             for port in ports:
                 with self.assertRaises(ConnectionRefusedError):
@@ -409,51 +512,79 @@ class NetworkTest(_Scratch, parameterized.TestCase):
     def test_without_util_linux_auto_warns_what_is_exposed(self):
         env = dict(os.environ, PATH=os.path.dirname(sys.executable))
         ports, listening, stdout, stderr = self._launch_listeners(
-            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--"], env=env)
+            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--"], env=env
+        )
         self.assertLessEqual(set(ports), listening)
-        exposed = (f"could not isolate the tasks' network (unshare and nsenter (util-linux) are "
-                   f"not on PATH): TensorFlow binds every interface (0.0.0.0 and [::]), so "
-                   f"port(s) {ports[0]}, {ports[1]} accept unauthenticated connections through ")
+        exposed = (
+            f"could not isolate the tasks' network (unshare and nsenter (util-linux) are "
+            f"not on PATH): TensorFlow binds every interface (0.0.0.0 and [::]), so "
+            f"port(s) {ports[0]}, {ports[1]} accept unauthenticated connections through "
+        )
         interfaces = network.exposed_interfaces()
         where = ", ".join(interfaces) if interfaces else "loopback only (no other interface is up)"
-        self.assertEqual(_without_join_warnings(stderr).splitlines(), [
-            f"tfdist launch: warning: {exposed}{where}; run as root or allow unprivileged user "
-            "namespaces, or firewall these ports."])
+        self.assertEqual(
+            _without_join_warnings(stderr).splitlines(),
+            [
+                f"tfdist launch: warning: {exposed}{where}; run as root or allow unprivileged user "
+                "namespaces, or firewall these ports."
+            ],
+        )
 
     @pytest.mark.multiprocess
     def test_host_network_says_what_is_exposed(self):
         ports, listening, stdout, stderr = self._launch_listeners(
-            [sys.executable, "-c", _LAUNCH_DRIVER, json.dumps({"num_workers": 2,
-                                                               "network": "host"})])
+            [
+                sys.executable,
+                "-c",
+                _LAUNCH_DRIVER,
+                json.dumps({"num_workers": 2, "network": "host"}),
+            ]
+        )
         self.assertLessEqual(set(ports), listening)
-        self.assertRegex(_without_join_warnings(stderr),
-                         "^tfdist launch: warning: network=host: TensorFlow binds every "
-                         r"interface \(0\.0\.0\.0 and \[::\]\), so port\(s\) "
-                         f"{ports[0]}, {ports[1]} accept unauthenticated connections "
-                         r"through [^\n]+\.\n$")
+        self.assertRegex(
+            _without_join_warnings(stderr),
+            "^tfdist launch: warning: network=host: TensorFlow binds every "
+            r"interface \(0\.0\.0\.0 and \[::\]\), so port\(s\) "
+            f"{ports[0]}, {ports[1]} accept unauthenticated connections "
+            r"through [^\n]+\.\n$",
+        )
         self.assertNotIn("network=host", stdout)
 
     def test_a_command_that_needs_the_network_is_not_isolated(self):
-        config = launch.LaunchConfig(command=("train", "--tf_data_service=grpc://h:1"),
-                                     network="auto")
-        with mock.patch.object(network, "open_namespace") as open_namespace, \
-                contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()) as stderr:
-            self.assertIsNone(launch._open_network(  # pylint: disable=protected-access
-                config, strategies.make_cluster(num_workers=1, ports=[2222]), tfdist=True))
+        config = launch.LaunchConfig(
+            command=("train", "--tf_data_service=grpc://h:1"), network="auto"
+        )
+        with (
+            mock.patch.object(network, "open_namespace") as open_namespace,
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()) as stderr,
+        ):
+            self.assertIsNone(
+                launch._open_network(  # pylint: disable=protected-access
+                    config, strategies.make_cluster(num_workers=1, ports=[2222]), tfdist=True
+                )
+            )
         open_namespace.assert_not_called()
-        self.assertRegex(stderr.getvalue(), "^tfdist launch: warning: the command passes "
-                                            "--tf_data_service=grpc://h:1, which needs this "
-                                            "machine's network: [^\n]+\n$")
+        self.assertRegex(
+            stderr.getvalue(),
+            "^tfdist launch: warning: the command passes "
+            "--tf_data_service=grpc://h:1, which needs this "
+            "machine's network: [^\n]+\n$",
+        )
 
     def test_a_local_file_url_is_isolated(self):
         config = launch.LaunchConfig(command=("train", "--model_dir=file:///tmp/run"))
-        with mock.patch.object(network, "open_namespace") as open_namespace, \
-                contextlib.redirect_stdout(io.StringIO()), \
-                contextlib.redirect_stderr(io.StringIO()) as stderr:
-            self.assertIs(launch._open_network(  # pylint: disable=protected-access
-                config, strategies.make_cluster(num_workers=1, ports=[2222]), tfdist=True),
-                open_namespace.return_value)
+        with (
+            mock.patch.object(network, "open_namespace") as open_namespace,
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()) as stderr,
+        ):
+            self.assertIs(
+                launch._open_network(  # pylint: disable=protected-access
+                    config, strategies.make_cluster(num_workers=1, ports=[2222]), tfdist=True
+                ),
+                open_namespace.return_value,
+            )
         self.assertEqual(stderr.getvalue(), "")
 
 
@@ -463,18 +594,20 @@ class RefusedNamespaceTest(parameterized.TestCase):
 
     def setUp(self):
         super().setUp()
-        self.enterContext(mock.patch.object(network, "_NAMESPACE_KINDS",
-                                            ((("--no-such-option",), ("--net",)),)))
+        self.enterContext(
+            mock.patch.object(network, "_NAMESPACE_KINDS", ((("--no-such-option",), ("--net",)),))
+        )
 
     def test_isolated_is_a_one_line_error_before_any_task_starts(self):
         config = launch.LaunchConfig(command=("train",), network="isolated")
         with contextlib.redirect_stdout(io.StringIO()) as stdout:
             with self.assertRaisesRegex(
-                    launch.LaunchError,
-                    r"^network=isolated: this machine refuses the tasks a network namespace "
-                    r"\(`unshare --no-such-option`: .*\); run as root or allow unprivileged user "
-                    r"namespaces, or pass --network=host \(the tasks' ports are then open on "
-                    r"every interface\)\.$") as raised:
+                launch.LaunchError,
+                r"^network=isolated: this machine refuses the tasks a network namespace "
+                r"\(`unshare --no-such-option`: .*\); run as root or allow unprivileged user "
+                r"namespaces, or pass --network=host \(the tasks' ports are then open on "
+                r"every interface\)\.$",
+            ) as raised:
                 launch.main(config)
         self.assertNotIn("\n", str(raised.exception))
         self.assertNotIn("started", stdout.getvalue())
@@ -485,19 +618,30 @@ class RefusedNamespaceTest(parameterized.TestCase):
 
 @pytest.mark.multiprocess
 class TfdistCommandLaunchTest(unittest.TestCase):
-
     def test_doctor_runs_as_each_task(self):
         result = subprocess.run(
-            [sys.executable, "-c", _LAUNCH_DRIVER, json.dumps({"num_workers": 1,
-                                                               "timeout_s": 300}), "doctor"],
-            capture_output=True, text=True, timeout=400, check=False)
+            [
+                sys.executable,
+                "-c",
+                _LAUNCH_DRIVER,
+                json.dumps({"num_workers": 1, "timeout_s": 300}),
+                "doctor",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=400,
+            check=False,
+        )
         self.assertEqual(result.returncode, 0, result.stdout[-3000:] + result.stderr)
         self.assertRegex(result.stdout, r"\[worker:0\] this task: worker:0 at 127\.0\.0\.1:\d+")
         self.assertIn("[worker:0] ok: no problems found", result.stdout)
         if "network isolated" in result.stdout:
-            self.assertRegex(result.stdout, r"\[worker:0\] network: loopback only here, so "
-                                            r"this task's port \d+ is reachable from this "
-                                            "network namespace alone")
+            self.assertRegex(
+                result.stdout,
+                r"\[worker:0\] network: loopback only here, so "
+                r"this task's port \d+ is reachable from this "
+                "network namespace alone",
+            )
 
 
 @pytest.mark.multiprocess
@@ -508,8 +652,9 @@ class ClusterLaunchTest(_Scratch, unittest.TestCase):
 
     def test_unmodified_tf_keras_multi_worker_script(self):
         script = self.script(_KERAS_MULTI_WORKER_SCRIPT)
-        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=300", "--", sys.executable,
-                            script)
+        result = run_tfdist(
+            "launch", "--num_workers=2", "--timeout_s=300", "--", sys.executable, script
+        )
         self.assertEqual(result.returncode, 0, result.stdout[-3000:])
         for index in (0, 1):
             self.assertIn(f"[worker:{index}] replicas 2 keras tf_keras", result.stdout)
@@ -517,14 +662,24 @@ class ClusterLaunchTest(_Scratch, unittest.TestCase):
     def test_the_same_script_under_keras_3_is_pointed_at_tfdist_fit(self):
         # tf.keras is Keras 3 under --keras=3, whose own fit crashes (keras-team/keras#20585).
         script = self.script(_KERAS_MULTI_WORKER_SCRIPT)
-        result = run_tfdist("launch", "--keras=3", "--num_workers=2", "--timeout_s=300", "--",
-                            sys.executable, script)
+        result = run_tfdist(
+            "launch",
+            "--keras=3",
+            "--num_workers=2",
+            "--timeout_s=300",
+            "--",
+            sys.executable,
+            script,
+        )
         self.assertEqual(result.returncode, 1, result.stdout[-3000:])
         hints = [line for line in result.stderr.splitlines() if "Keras 3's own" in line]
         self.assertIn(len(hints), (1, 2), result.stderr)  # The other task may be stopped first.
         for line in hints:
-            self.assertRegex(line, r"^tfdist launch: worker:[01] crashed in Keras 3's own "
-                                   r"model\.fit, .*; train the model through tfdist\.fit")
+            self.assertRegex(
+                line,
+                r"^tfdist launch: worker:[01] crashed in Keras 3's own "
+                r"model\.fit, .*; train the model through tfdist\.fit",
+            )
 
 
 # `tfdist train` with a callback that kills worker 1 at epoch 2, step 2 of its first attempt
@@ -617,79 +772,149 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
     def test_multi_worker_group_with_an_evaluator_restarts_and_resumes_from_the_backup(self):
         model_dir, metrics_path = os.path.join(self.dir, "model"), os.path.join(self.dir, "m.json")
         result = run_tfdist(
-            "launch", "--num_workers=2", "--evaluator", "--max_restarts=1", "--timeout_s=500",
-            "--", sys.executable, self.script(_TRAIN_CRASHING_ONCE),
-            os.path.join(self.dir, "crashed"), "--strategy=multi_worker_mirrored",
-            f"--data_dir={self.data_dir}", "--epochs=2", "--steps_per_epoch=4",
-            "--global_batch_size=32", f"--model_dir={model_dir}", "--collective_timeout_s=60",
-            f"--metrics_json={metrics_path}")
+            "launch",
+            "--num_workers=2",
+            "--evaluator",
+            "--max_restarts=1",
+            "--timeout_s=500",
+            "--",
+            sys.executable,
+            self.script(_TRAIN_CRASHING_ONCE),
+            os.path.join(self.dir, "crashed"),
+            "--strategy=multi_worker_mirrored",
+            f"--data_dir={self.data_dir}",
+            "--epochs=2",
+            "--steps_per_epoch=4",
+            "--global_batch_size=32",
+            f"--model_dir={model_dir}",
+            "--collective_timeout_s=60",
+            f"--metrics_json={metrics_path}",
+        )
         self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-2000:])
-        self.assertIn("worker:1 exited with status 7; restarting every task (1/1)",
-                      result.stderr, "the crashed worker restarts the group")
-        worker_0 = [line for line in result.stdout.splitlines()
-                    if line.startswith("[worker:0]")]
+        self.assertIn(
+            "worker:1 exited with status 7; restarting every task (1/1)",
+            result.stderr,
+            "the crashed worker restarts the group",
+        )
+        worker_0 = [line for line in result.stdout.splitlines() if line.startswith("[worker:0]")]
         self.assertEqual(sum("Epoch 1/2" in line for line in worker_0), 1, "epoch 1 redone")
         # The survivor says it lost its peer in one line (or is stopped first), no traceback.
         self.assertFalse([line for line in worker_0 if "Traceback" in line], worker_0[-40:])
-        self.assertEqual(sum("Epoch 2/2" in line for line in worker_0), 2,
-                         "epoch 2, begun when worker 1 crashed, run again from the backup")
-        checksums = {line.split("weights ")[1] for line in result.stdout.splitlines()
-                     if "] weights " in line}
-        self.assertEqual(len(checksums), 1, "the workers end with the same weights: "
-                                            f"{result.stdout[-2000:]}")
+        self.assertEqual(
+            sum("Epoch 2/2" in line for line in worker_0),
+            2,
+            "epoch 2, begun when worker 1 crashed, run again from the backup",
+        )
+        checksums = {
+            line.split("weights ")[1] for line in result.stdout.splitlines() if "] weights " in line
+        }
+        self.assertEqual(
+            len(checksums), 1, f"the workers end with the same weights: {result.stdout[-2000:]}"
+        )
         with open(metrics_path, encoding="utf-8") as metrics_file:
             metrics = json.load(metrics_file)
-        self.assertEqual((metrics["strategy"], metrics["num_workers"]),
-                         ("multi_worker_mirrored", 2), "the metrics name the cluster")
+        self.assertEqual(
+            (metrics["strategy"], metrics["num_workers"]),
+            ("multi_worker_mirrored", 2),
+            "the metrics name the cluster",
+        )
         assert_evaluator_agrees(self, model_dir, metrics, "epoch-002")  # Restarted too.
 
     def test_parameter_server_job_trains_and_survives_a_killed_worker(self):
         metrics_path = os.path.join(self.dir, "m.json")
-        command = [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--num_ps=1",
-                   "--chief", "--max_restarts=1", "--timeout_s=400", "--", "train",
-                   "--strategy=parameter_server", f"--data_dir={self.data_dir}", "--epochs=3",
-                   "--steps_per_epoch=20", "--validation_steps=2", "--global_batch_size=32",
-                   f"--metrics_json={metrics_path}"]
-        output, killed, status = launch_killing(command, when="[chief:0] Epoch 2/3",
-                                                task="worker:1")
+        command = [
+            sys.executable,
+            "-m",
+            "tfdist",
+            "launch",
+            "--num_workers=2",
+            "--num_ps=1",
+            "--chief",
+            "--max_restarts=1",
+            "--timeout_s=400",
+            "--",
+            "train",
+            "--strategy=parameter_server",
+            f"--data_dir={self.data_dir}",
+            "--epochs=3",
+            "--steps_per_epoch=20",
+            "--validation_steps=2",
+            "--global_batch_size=32",
+            f"--metrics_json={metrics_path}",
+        ]
+        output, killed, status = launch_killing(
+            command, when="[chief:0] Epoch 2/3", task="worker:1"
+        )
         self.assertTrue(killed, output[-3000:])
         self.assertEqual(status, 0, output[-3000:])
         self.assertIn("[chief:0] tfdist: parameter_server", output, "the chief's summary")
         self.assertIn("3 epoch(s) of 20 steps", output, "every epoch ran")
         with open(metrics_path, encoding="utf-8") as metrics_file:
             metrics = json.load(metrics_file)
-        self.assertEqual((metrics["strategy"], metrics["num_workers"]), ("parameter_server", 2),
-                         "the metrics name the cluster")
+        self.assertEqual(
+            (metrics["strategy"], metrics["num_workers"]),
+            ("parameter_server", 2),
+            "the metrics name the cluster",
+        )
 
     def test_worker_that_never_starts_fails_its_peer_at_the_collective_timeout(self):
         # The timeout counts from worker 0's join attempt (tfdist.runtime.setup).
         start = time.monotonic()
-        result = run_tfdist("launch", "--num_workers=2", "--timeout_s=300", "--", sys.executable,
-                            self.script(_WORKER_1_NEVER_STARTS), "--strategy=multi_worker_mirrored",
-                            f"--data_dir={self.data_dir}", "--collective_timeout_s=1")
+        result = run_tfdist(
+            "launch",
+            "--num_workers=2",
+            "--timeout_s=300",
+            "--",
+            sys.executable,
+            self.script(_WORKER_1_NEVER_STARTS),
+            "--strategy=multi_worker_mirrored",
+            f"--data_dir={self.data_dir}",
+            "--collective_timeout_s=1",
+        )
         self.assertNotIn(result.returncode, (0, 124), result.stderr[-2000:])
-        self.assertRegex(result.stdout,
-                         r"\[worker:0\] tfdist train: error: worker:0 waited 1 s "
-                         r"\(--collective_timeout_s\) for the other 1 worker\(s\) to join; .* "
-                         r"Not answering: 127\.0\.0\.1:\d+\.")
+        self.assertRegex(
+            result.stdout,
+            r"\[worker:0\] tfdist train: error: worker:0 waited 1 s "
+            r"\(--collective_timeout_s\) for the other 1 worker\(s\) to join; .* "
+            r"Not answering: 127\.0\.0\.1:\d+\.",
+        )
         self.assertLess(time.monotonic() - start, 90)
 
-    def test_worker_that_never_starts_without_a_collective_timeout_ends_at_the_launch_timeout(
-            self):
+    def test_worker_that_never_starts_without_a_collective_timeout_ends_at_the_launch_timeout(self):
         # Also `tfdist launch --timeout_s` with real processes: exit 124 and its one line.
         waiting = "waiting for all 2 workers to join, without a time limit"
         start = time.monotonic()
         result = subprocess.run(
-            [sys.executable, "-c", _LAUNCH_TIMED_FROM_A_LINE, waiting, "--num_workers=2",
-             "--timeout_s=2", "--", sys.executable, self.script(_WORKER_1_NEVER_STARTS),
-             "--strategy=multi_worker_mirrored", f"--data_dir={self.data_dir}"],
-            capture_output=True, text=True, timeout=300, check=False,
-            env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"})
-        self.assertIn(f"[worker:0] tfdist: worker:0 {waiting} (set --collective_timeout_s to "
-                      "bound it)", result.stdout, "worker 0 says it waits without a limit")
+            [
+                sys.executable,
+                "-c",
+                _LAUNCH_TIMED_FROM_A_LINE,
+                waiting,
+                "--num_workers=2",
+                "--timeout_s=2",
+                "--",
+                sys.executable,
+                self.script(_WORKER_1_NEVER_STARTS),
+                "--strategy=multi_worker_mirrored",
+                f"--data_dir={self.data_dir}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"},
+        )
+        self.assertIn(
+            f"[worker:0] tfdist: worker:0 {waiting} (set --collective_timeout_s to bound it)",
+            result.stdout,
+            "worker 0 says it waits without a limit",
+        )
         self.assertEqual(result.returncode, 124, result.stderr[-2000:])
-        self.assertIn("tfdist launch: timed out after 2 s; stopped every task\n", result.stderr,
-                      "the launch timeout ends the job, 2 s into worker 0's wait")
+        self.assertIn(
+            "tfdist launch: timed out after 2 s; stopped every task\n",
+            result.stderr,
+            "the launch timeout ends the job, 2 s into worker 0's wait",
+        )
         self.assertLess(time.monotonic() - start, 90)
 
 

@@ -8,40 +8,53 @@ from tfdist.errors import LostPeer
 from tfdist.cluster import liveness
 
 # What worker 0 of two raised when worker 1's link went down, and what worker 1 raised.
-_UNHEALTHY = ("Collective ops is aborted by: Error reported from /job:worker/task:1: The "
-              "following tasks are unhealthy (stopped sending heartbeats):\n"
-              "/job:worker/replica:0/task:1\nThe tasks have crashed. Check the task logs for an "
-              "earlier error, or scheduler events (e.g. preemption, eviction) to debug further.")
-_NO_LEADER = ("Collective ops is aborted by: Deadline Exceeded\n\n"
-              "RPC: /tensorflow.CoordinationService/Heartbeat\nThe error could be from a "
-              "previous operation. Restart your program to reset.")
+_UNHEALTHY = (
+    "Collective ops is aborted by: Error reported from /job:worker/task:1: The "
+    "following tasks are unhealthy (stopped sending heartbeats):\n"
+    "/job:worker/replica:0/task:1\nThe tasks have crashed. Check the task logs for an "
+    "earlier error, or scheduler events (e.g. preemption, eviction) to debug further."
+)
+_NO_LEADER = (
+    "Collective ops is aborted by: Deadline Exceeded\n\n"
+    "RPC: /tensorflow.CoordinationService/Heartbeat\nThe error could be from a "
+    "previous operation. Restart your program to reset."
+)
 
 # What the cut-off worker of two raised when its collective outlived --collective_timeout_s.
-_TIMED_OUT = ("Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at (most "
-              "recent call last):\n  File \"train.py\", line 6, in <module>\n\nCollective has "
-              "timed out during execution.\n\t [[{{node CollectiveReduceV2}}]] "
-              "[Op:__inference_train_function_2155]")
+_TIMED_OUT = (
+    "Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at (most "
+    'recent call last):\n  File "train.py", line 6, in <module>\n\nCollective has '
+    "timed out during execution.\n\t [[{{node CollectiveReduceV2}}]] "
+    "[Op:__inference_train_function_2155]"
+)
 
 
 def _cluster(index: int, chief: bool = False):
-    return strategies.make_cluster(num_workers=2, chief=chief, ports=[2222, 2223, 2224][
-        :2 + chief], host="pod", task=("worker", index))
+    return strategies.make_cluster(
+        num_workers=2,
+        chief=chief,
+        ports=[2222, 2223, 2224][: 2 + chief],
+        host="pod",
+        task=("worker", index),
+    )
 
 
 class LostPeerTest(absltest.TestCase):
-
     def test_the_survivor_names_the_peer_that_stopped_sending_heartbeats(self):
         lost = liveness.lost_peer(_UNHEALTHY, _cluster(0))
         self.assertIsInstance(lost, LostPeer)
-        self.assertEqual(str(lost).split(";")[0],
-                         "lost peer worker:1 at pod:2223: it stopped sending heartbeats")
+        self.assertEqual(
+            str(lost).split(";")[0], "lost peer worker:1 at pod:2223: it stopped sending heartbeats"
+        )
         self.assertNotIn("\n", str(lost))
         self.assertIn("--model_dir's backup", str(lost))
 
     def test_the_cut_off_task_names_the_coordination_service_it_lost(self):
-        self.assertEqual(str(liveness.lost_peer(_NO_LEADER, _cluster(1))).split(";")[0],
-                         "lost peer worker:0 at pod:2222: it holds the coordination service, "
-                         "and it stopped answering heartbeats")
+        self.assertEqual(
+            str(liveness.lost_peer(_NO_LEADER, _cluster(1))).split(";")[0],
+            "lost peer worker:0 at pod:2222: it holds the coordination service, "
+            "and it stopped answering heartbeats",
+        )
         with_chief = liveness.lost_peer(_NO_LEADER, _cluster(1, chief=True))
         self.assertIn("lost peer chief:0 at pod:2222", str(with_chief))
 
@@ -54,20 +67,26 @@ class LostPeerTest(absltest.TestCase):
         self.assertTrue(str(lost).startswith("lost a peer (failed to connect to all addresses)"))
 
     def test_a_timed_out_collective_names_the_one_other_task_of_the_group(self):
-        self.assertEqual(str(liveness.lost_peer(_TIMED_OUT, _cluster(1))).split(";")[0],
-                         "lost peer worker:0 at pod:2222: a collective waited for it longer "
-                         "than --collective_timeout_s")
+        self.assertEqual(
+            str(liveness.lost_peer(_TIMED_OUT, _cluster(1))).split(";")[0],
+            "lost peer worker:0 at pod:2222: a collective waited for it longer "
+            "than --collective_timeout_s",
+        )
         # With a chief there are two others: which one stalled is not known.
         lost = str(liveness.lost_peer(_TIMED_OUT, _cluster(1, chief=True)))
-        self.assertTrue(lost.startswith("lost a peer (Collective has timed out during "
-                                        "execution.); every task"), lost)
+        self.assertTrue(
+            lost.startswith("lost a peer (Collective has timed out during execution.); every task"),
+            lost,
+        )
         self.assertNotIn("\n", lost)
 
     def test_a_thousand_lost_peers_are_named_up_to_a_few(self):
-        cluster = strategies.make_cluster(num_workers=1000, ports=list(range(2000, 3000)),
-                                          host="pod", task=("worker", 0))
-        message = ("The following tasks are unhealthy (stopped sending heartbeats):\n" +
-                   "\n".join(f"/job:worker/replica:0/task:{index}" for index in range(1, 1000)))
+        cluster = strategies.make_cluster(
+            num_workers=1000, ports=list(range(2000, 3000)), host="pod", task=("worker", 0)
+        )
+        message = "The following tasks are unhealthy (stopped sending heartbeats):\n" + "\n".join(
+            f"/job:worker/replica:0/task:{index}" for index in range(1, 1000)
+        )
         lost = str(liveness.lost_peer(message, cluster))
         self.assertTrue(lost.startswith("lost peers worker:1 at pod:2001, "), lost[:200])
         self.assertIn("worker:5 at pod:2005 and 994 more: it stopped sending heartbeats", lost)

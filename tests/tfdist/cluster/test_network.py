@@ -11,7 +11,6 @@ from tfdist.cluster import network
 
 
 class InterfacesTest(unittest.TestCase):
-
     def test_loopback_is_never_exposed(self):
         self.assertNotIn("lo", network.exposed_interfaces())
         self.assertTrue(network.interface_flags("lo") & 0x8)  # IFF_LOOPBACK
@@ -24,10 +23,18 @@ class InterfacesTest(unittest.TestCase):
         namespace = network.open_namespace()
         self.addCleanup(namespace.close)
         result = subprocess.run(
-            [*namespace.enter, sys.executable, "-c",
-             "from tfdist.cluster import network; print(network.exposed_interfaces(), "
-             "network.interface_flags('lo') & 1)"],
-            capture_output=True, text=True, timeout=60, check=True)
+            [
+                *namespace.enter,
+                sys.executable,
+                "-c",
+                "from tfdist.cluster import network; print(network.exposed_interfaces(), "
+                "network.interface_flags('lo') & 1)",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         self.assertEqual(result.stdout, "[] 1\n")  # Loopback is up, and alone.
 
 

@@ -22,14 +22,15 @@ from tfdist.cluster import processes
 
 # Ignores SIGTERM, starts a background job and a `setsid` daemon (both sleep), prints the three
 # pids, then exits with argv[1] or, without it, sleeps.
-_IGNORES_SIGTERM = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-                    "print('ready', flush=True); time.sleep(120)")
+_IGNORES_SIGTERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+    "print('ready', flush=True); time.sleep(120)"
+)
 _WAIT_S = 30.0
 
 
 @pytest.mark.multiprocess
 class StopTest(unittest.TestCase):
-
     def setUp(self):
         super().setUp()
         self.output = self.enterContext(contextlib.redirect_stdout(io.StringIO()))
@@ -40,8 +41,15 @@ class StopTest(unittest.TestCase):
     def _started(self, name: str, *args: str, cgroup: str | None = None) -> processes.Process:
         """Process `name` running `PARENT` with `args`, or the program `args` after "-c"."""
         argv = [sys.executable, *(args if args[:1] == ("-c",) else (self.path, *args))]
-        process = processes.Process(name, argv, dict(os.environ), None, threading.Lock(),
-                                    announcer="test", **({"cgroup": cgroup} if cgroup else {}))
+        process = processes.Process(
+            name,
+            argv,
+            dict(os.environ),
+            None,
+            threading.Lock(),
+            announcer="test",
+            **({"cgroup": cgroup} if cgroup else {}),
+        )
         process.start()
         self.addCleanup(_kill, process.process.pid)
         return process
@@ -112,16 +120,23 @@ class StopTest(unittest.TestCase):
 
 @pytest.mark.multiprocess
 class FullLogDiskTest(unittest.TestCase):
-
     def test_a_log_on_a_full_disk_is_said_once_and_the_output_still_drained(self):
         lines = 20_000  # Far past a pipe's 64 KiB: undrained, the process would block.
         output, errors = io.StringIO(), io.StringIO()
-        with scratch_files.small_tmpfs(16) as disk, contextlib.redirect_stdout(output), \
-                contextlib.redirect_stderr(errors):
+        with (
+            scratch_files.small_tmpfs(16) as disk,
+            contextlib.redirect_stdout(output),
+            contextlib.redirect_stderr(errors),
+        ):
             log_path = os.path.join(disk, "worker-0.log")
             process = processes.Process(
-                "worker:0", [sys.executable, "-c", f"for i in range({lines}): print(i)"],
-                dict(os.environ), log_path, threading.Lock(), announcer="test")
+                "worker:0",
+                [sys.executable, "-c", f"for i in range({lines}): print(i)"],
+                dict(os.environ),
+                log_path,
+                threading.Lock(),
+                announcer="test",
+            )
             process.start()
             self.addCleanup(_kill, process.process.pid)
             self.assertEqual(process.process.wait(timeout=_WAIT_S), 0)
@@ -130,17 +145,19 @@ class FullLogDiskTest(unittest.TestCase):
         self.assertIn(f"[worker:0] {lines - 1}\n", output.getvalue())
         warnings = errors.getvalue().splitlines()
         self.assertEqual(len(warnings), 1, warnings)
-        self.assertRegex(warnings[0], r"^test: warning: worker:0's log .*worker-0\.log cannot be "
-                                      r"written \(No space left on device\); its output goes on "
-                                      "to stdout only")
+        self.assertRegex(
+            warnings[0],
+            r"^test: warning: worker:0's log .*worker-0\.log cannot be "
+            r"written \(No space left on device\); its output goes on "
+            "to stdout only",
+        )
 
 
 @pytest.mark.multiprocess
 class OutputCopyTest(unittest.TestCase):
-
     def test_every_line_arrives_whole_prefixed_and_in_order(self):
         lines = 100_000
-        long_line = 3 * 2 ** 20  # No newline for 3 MiB: cut into 1 MiB lines.
+        long_line = 3 * 2**20  # No newline for 3 MiB: cut into 1 MiB lines.
         program = textwrap.dedent(f"""
             import sys
             for i in range({lines}):
@@ -153,9 +170,15 @@ class OutputCopyTest(unittest.TestCase):
         seen: list[str] = []
         with tempfile.TemporaryDirectory() as scratch, contextlib.redirect_stdout(stdout):
             log_path = os.path.join(scratch, "task.log")
-            process = processes.Process("task", [sys.executable, "-c", program],
-                                        dict(os.environ), log_path, threading.Lock(),
-                                        announcer="test", on_line=seen.append)
+            process = processes.Process(
+                "task",
+                [sys.executable, "-c", program],
+                dict(os.environ),
+                log_path,
+                threading.Lock(),
+                announcer="test",
+                on_line=seen.append,
+            )
             process.start()
             self.addCleanup(_kill, process.process.pid)
             self.assertEqual(process.process.wait(timeout=_WAIT_S), 0)
@@ -164,8 +187,12 @@ class OutputCopyTest(unittest.TestCase):
                 logged = log.read().decode()
         stdout.flush()
         copied = stdout.buffer.getvalue().decode().splitlines()
-        expected = [*(f"line {i}" for i in range(lines)), "bad \ufffd\ufffd bytes",
-                    *["x" * 2 ** 20] * 3, "last, without a newline"]
+        expected = [
+            *(f"line {i}" for i in range(lines)),
+            "bad \ufffd\ufffd bytes",
+            *["x" * 2**20] * 3,
+            "last, without a newline",
+        ]
         announced = [line for line in copied if line.startswith("test: started task pid=")]
         self.assertEqual(len(announced), 1, copied[:3])  # Before or among the lines.
         copied.remove(announced[0])

@@ -51,8 +51,9 @@ class _Host:
 class _Run:
     """One run of a `_Task`: the part of `subprocess.Popen` that `stop_all` uses."""
 
-    def __init__(self, host: _Host, name: str, script: tuple[float, int] | None,
-                 ignores_sigterm: bool):
+    def __init__(
+        self, host: _Host, name: str, script: tuple[float, int] | None, ignores_sigterm: bool
+    ):
         self._host, self._name, self._ignores_sigterm = host, name, ignores_sigterm
         self._exit = None if script is None else (host.now + script[0], script[1])
         self.returncode: int | None = None
@@ -103,24 +104,48 @@ class _Task:
 
 
 class StopAllTest(parameterized.TestCase):
-
     @parameterized.named_parameters(
-        ("one_ignores_sigterm", False, [
-            "0 worker:0 SIGTERM", "0 worker:1 SIGTERM", "0 worker:0 wait 15",
-            "0 worker:1 wait 15", "15 worker:0 SIGKILL", "15 worker:1 SIGKILL",
-            "15 worker:0 ended by 30", "15 worker:1 ended by 30"], (-15, -9)),
+        (
+            "one_ignores_sigterm",
+            False,
+            [
+                "0 worker:0 SIGTERM",
+                "0 worker:1 SIGTERM",
+                "0 worker:0 wait 15",
+                "0 worker:1 wait 15",
+                "15 worker:0 SIGKILL",
+                "15 worker:1 SIGKILL",
+                "15 worker:0 ended by 30",
+                "15 worker:1 ended by 30",
+            ],
+            (-15, -9),
+        ),
         # One grace period for all: the second wait has nothing left of it.
-        ("both_ignore_sigterm", True, [
-            "0 worker:0 SIGTERM", "0 worker:1 SIGTERM", "0 worker:0 wait 15",
-            "15 worker:1 wait 0", "15 worker:0 SIGKILL", "15 worker:1 SIGKILL",
-            "15 worker:0 ended by 30", "15 worker:1 ended by 30"], (-9, -9)),
+        (
+            "both_ignore_sigterm",
+            True,
+            [
+                "0 worker:0 SIGTERM",
+                "0 worker:1 SIGTERM",
+                "0 worker:0 wait 15",
+                "15 worker:1 wait 0",
+                "15 worker:0 SIGKILL",
+                "15 worker:1 SIGKILL",
+                "15 worker:0 ended by 30",
+                "15 worker:1 ended by 30",
+            ],
+            (-9, -9),
+        ),
     )
-    def test_sigterm_to_all_then_sigkill_after_the_grace_period(self, first_ignores, expected,
-                                                                 statuses):
+    def test_sigterm_to_all_then_sigkill_after_the_grace_period(
+        self, first_ignores, expected, statuses
+    ):
         host = _Host()
-        tasks = [_Task(host, "worker:0", [_FOREVER], ignores_sigterm=first_ignores),
-                 _Task(host, "worker:1", [_FOREVER], ignores_sigterm=True),
-                 _Task(host, "ps:0", [_FOREVER])]  # Never started: left alone.
+        tasks = [
+            _Task(host, "worker:0", [_FOREVER], ignores_sigterm=first_ignores),
+            _Task(host, "worker:1", [_FOREVER], ignores_sigterm=True),
+            _Task(host, "ps:0", [_FOREVER]),  # Never started: left alone.
+        ]
         for task in tasks[:2]:
             task.start()
         host.events.clear()
@@ -132,23 +157,25 @@ class StopAllTest(parameterized.TestCase):
     def test_a_process_signals_its_group_and_waits_for_its_output(self):
         host = _Host()
         host.now = 2.0
-        task = processes.Process("worker:0", ["true"], {}, None, threading.Lock(),
-                                 announcer="test")
+        task = processes.Process("worker:0", ["true"], {}, None, threading.Lock(), announcer="test")
         task.process = mock.Mock(pid=4321)
         task._pump = mock.Mock()  # pylint: disable=protected-access
-        with mock.patch.object(os, "killpg", side_effect=[None, ProcessLookupError]) as killpg, \
-                mock.patch.object(processes, "time", host):
+        with (
+            mock.patch.object(os, "killpg", side_effect=[None, ProcessLookupError]) as killpg,
+            mock.patch.object(processes, "time", host),
+        ):
             task.send_signal(signal.SIGTERM)
             task.send_signal(signal.SIGKILL)  # Its group is gone already: nothing raised.
             task.wait_ended(12.0)
-        self.assertEqual(killpg.call_args_list, [mock.call(4321, signal.SIGTERM),
-                                                 mock.call(4321, signal.SIGKILL)])
+        self.assertEqual(
+            killpg.call_args_list,
+            [mock.call(4321, signal.SIGTERM), mock.call(4321, signal.SIGKILL)],
+        )
         task.process.wait.assert_called_once_with(timeout=processes.STOP_GRACE_S)
         task._pump.join.assert_called_once_with(timeout=10.0)  # pylint: disable=protected-access
 
 
 class SuperviseTest(parameterized.TestCase):
-
     def setUp(self):
         super().setUp()
         self.host = _Host()
@@ -158,10 +185,13 @@ class SuperviseTest(parameterized.TestCase):
         stderr lines."""
         config = launch.LaunchConfig(command=("python",), **options)
         stdout, stderr = io.StringIO(), io.StringIO()
-        with mock.patch.object(supervisor, "time", self.host), \
-                mock.patch.object(processes, "time", self.host), \
-                mock.patch.object(supervisor, "POLL_S", _POLL_S), \
-                contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with (
+            mock.patch.object(supervisor, "time", self.host),
+            mock.patch.object(processes, "time", self.host),
+            mock.patch.object(supervisor, "POLL_S", _POLL_S),
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+        ):
             status = launch._supervise(config, tasks, None)  # pylint: disable=protected-access
         return status, stdout.getvalue().splitlines(), stderr.getvalue().splitlines()
 
@@ -169,18 +199,30 @@ class SuperviseTest(parameterized.TestCase):
         return [_Task(self.host, f"worker:{index}", run) for index, run in enumerate(runs)]
 
     @parameterized.named_parameters(
-        ("no_restarts", 0, [(0.0, 3)], 3,
-         "worker:1 exited with status 3 after 0 restart(s)"),
-        ("killed", 0, [(0.0, -9)], 137,
-         "worker:1 was killed by signal 9 (SIGKILL) after 0 restart(s)"),
-        ("after_restarts", 2, [(0.0, 3)], 3,
-         "worker:1 exited with status 3 first; after 2 restart(s), worker:1 exited with "
-         "status 3"),
+        ("no_restarts", 0, [(0.0, 3)], 3, "worker:1 exited with status 3 after 0 restart(s)"),
+        (
+            "killed",
+            0,
+            [(0.0, -9)],
+            137,
+            "worker:1 was killed by signal 9 (SIGKILL) after 0 restart(s)",
+        ),
+        (
+            "after_restarts",
+            2,
+            [(0.0, 3)],
+            3,
+            "worker:1 exited with status 3 first; after 2 restart(s), worker:1 exited with "
+            "status 3",
+        ),
     )
     def test_fails_after_exactly_max_restarts(self, max_restarts, runs, status, last):
         result, stdout, stderr = self._supervise(
-            self._workers([_FOREVER], runs), num_workers=2, max_restarts=max_restarts,
-            restart_backoff_s=0.25)
+            self._workers([_FOREVER], runs),
+            num_workers=2,
+            max_restarts=max_restarts,
+            restart_backoff_s=0.25,
+        )
         self.assertEqual(result, status)
         self.assertEqual(stdout, [])
         self.assertLen(stderr, max_restarts + 1)
@@ -190,86 +232,152 @@ class SuperviseTest(parameterized.TestCase):
     def test_the_final_line_names_the_first_failure(self):
         # worker:1 fails first; 0.25 s after the restart, worker:0 fails.
         status, _, stderr = self._supervise(
-            self._workers([_FOREVER, (0.25, 5)], [(0.0, 3), _FOREVER]), num_workers=2,
-            max_restarts=1, restart_backoff_s=0.25)
+            self._workers([_FOREVER, (0.25, 5)], [(0.0, 3), _FOREVER]),
+            num_workers=2,
+            max_restarts=1,
+            restart_backoff_s=0.25,
+        )
         self.assertEqual(status, 5)
-        self.assertEqual(stderr, [
-            "tfdist launch: worker:1 exited with status 3; restarting every task (1/1) in 0.25 s",
-            "tfdist launch: worker:1 exited with status 3 first; after 1 restart(s), worker:0 "
-            "exited with status 5; stopped every task"])
+        self.assertEqual(
+            stderr,
+            [
+                "tfdist launch: worker:1 exited with status 3; restarting "
+                "every task (1/1) in 0.25 s",
+                "tfdist launch: worker:1 exited with status 3 first; after 1 restart(s), worker:0 "
+                "exited with status 5; stopped every task",
+            ],
+        )
 
     def test_restarts_back_off_doubling(self):
-        status, _, stderr = self._supervise(self._workers([(0.0, 3)]), num_workers=1,
-                                            max_restarts=3, restart_backoff_s=0.25)
+        status, _, stderr = self._supervise(
+            self._workers([(0.0, 3)]), num_workers=1, max_restarts=3, restart_backoff_s=0.25
+        )
         self.assertEqual(status, 3)
-        self.assertEqual(stderr[:-1], [
-            f"tfdist launch: worker:0 exited with status 3; restarting every task ({count}/3) "
-            f"in {delay} s{bound}" for count, delay, bound in (
-                (1, "0.25", " (the back-off doubles up to 30 s: at most 2 s over 3 restarts; "
-                            "--timeout_s=S bounds the whole job)"),
-                (2, "0.5", ""), (3, "1", ""))])
+        self.assertEqual(
+            stderr[:-1],
+            [
+                f"tfdist launch: worker:0 exited with status 3; restarting every task ({count}/3) "
+                f"in {delay} s{bound}"
+                for count, delay, bound in (
+                    (
+                        1,
+                        "0.25",
+                        " (the back-off doubles up to 30 s: at most 2 s over 3 restarts; "
+                        "--timeout_s=S bounds the whole job)",
+                    ),
+                    (2, "0.5", ""),
+                    (3, "1", ""),
+                )
+            ],
+        )
         # Each run fails as it starts: the next starts its back-off later.
-        self.assertEqual(self.host.starts(), ["0 worker:0 start", "0.25 worker:0 start",
-                                              "0.75 worker:0 start", "1.75 worker:0 start"])
+        self.assertEqual(
+            self.host.starts(),
+            [
+                "0 worker:0 start",
+                "0.25 worker:0 start",
+                "0.75 worker:0 start",
+                "1.75 worker:0 start",
+            ],
+        )
 
     def test_the_first_restart_states_the_back_offs_total(self):
-        _, _, stderr = self._supervise(self._workers([(0.0, 3)]), num_workers=1,
-                                       max_restarts=50, restart_backoff_s=1.0, timeout_s=5.0)
-        self.assertTrue(stderr[0].endswith(
-            "restarting every task (1/50) in 1 s (the back-off doubles up to 30 s: at most "
-            "1,381 s over 50 restarts)"), stderr[0])
+        _, _, stderr = self._supervise(
+            self._workers([(0.0, 3)]),
+            num_workers=1,
+            max_restarts=50,
+            restart_backoff_s=1.0,
+            timeout_s=5.0,
+        )
+        self.assertTrue(
+            stderr[0].endswith(
+                "restarting every task (1/50) in 1 s (the back-off doubles up to 30 s: at most "
+                "1,381 s over 50 restarts)"
+            ),
+            stderr[0],
+        )
 
     @parameterized.named_parameters(
-        ("ps", "ps:0", ["0.5 chief:0 start", "0.5 worker:0 start", "0.5 worker:1 start",
-                        "0.5 ps:0 start"],
-         "restarting every task (1/1) in 0.5 s: a ps task loses its variables with it", "1.5"),
+        (
+            "ps",
+            "ps:0",
+            ["0.5 chief:0 start", "0.5 worker:0 start", "0.5 worker:1 start", "0.5 ps:0 start"],
+            "restarting every task (1/1) in 0.5 s: a ps task loses its variables with it",
+            "1.5",
+        ),
         ("worker", "worker:1", ["0.5 worker:1 start"], "restarting it (1/1) in 0.5 s", "1.0"),
     )
     def test_a_lost_ps_task_restarts_every_task_a_lost_worker_only_itself(
-            self, failing, restarted, restarting, done_s):
-        tasks = [_Task(self.host, name, [(0.0, 3), _FOREVER] if name == failing else
-                       [(1.0, 0)] if name == "chief:0" else [_FOREVER])
-                 for name in ("chief:0", "worker:0", "worker:1", "ps:0")]
-        status, stdout, stderr = self._supervise(tasks, num_workers=2, num_ps=1, chief=True,
-                                                 max_restarts=1, restart_backoff_s=0.5)
+        self, failing, restarted, restarting, done_s
+    ):
+        tasks = [
+            _Task(
+                self.host,
+                name,
+                [(0.0, 3), _FOREVER]
+                if name == failing
+                else [(1.0, 0)]
+                if name == "chief:0"
+                else [_FOREVER],
+            )
+            for name in ("chief:0", "worker:0", "worker:1", "ps:0")
+        ]
+        status, stdout, stderr = self._supervise(
+            tasks, num_workers=2, num_ps=1, chief=True, max_restarts=1, restart_backoff_s=0.5
+        )
         self.assertEqual(status, 0)
         self.assertEqual(stderr, [f"tfdist launch: {failing} exited with status 3; {restarting}"])
         self.assertEqual(self.host.starts()[4:], restarted)
-        self.assertEqual(stdout, [
-            "tfdist launch: job done: 1 task(s) exited 0, stopped worker:0, worker:1, ps:0, "
-            f"after 1 restart(s) in {done_s} s"])
+        self.assertEqual(
+            stdout,
+            [
+                "tfdist launch: job done: 1 task(s) exited 0, stopped worker:0, worker:1, ps:0, "
+                f"after 1 restart(s) in {done_s} s"
+            ],
+        )
 
     def test_job_done_once_every_worker_exited_0(self):
-        status, stdout, stderr = self._supervise(self._workers([(0.5, 0)], [(1.0, 0)]),
-                                                 num_workers=2)
+        status, stdout, stderr = self._supervise(
+            self._workers([(0.5, 0)], [(1.0, 0)]), num_workers=2
+        )
         self.assertEqual(status, 0)
         self.assertEqual(stderr, [])
         self.assertEqual(stdout, ["tfdist launch: job done: 2 task(s) exited 0 in 1.0 s"])
         self.assertEqual(self.host.now, 1.0)
 
     def test_timeout_stops_every_task(self):
-        status, stdout, stderr = self._supervise(self._workers([_FOREVER], [_FOREVER]),
-                                                 num_workers=2, timeout_s=1.0)
+        status, stdout, stderr = self._supervise(
+            self._workers([_FOREVER], [_FOREVER]), num_workers=2, timeout_s=1.0
+        )
         self.assertEqual(status, supervisor.EXIT_TIMEOUT)
         self.assertEqual(stdout, [])
         self.assertEqual(stderr, ["tfdist launch: timed out after 1 s; stopped every task"])
-        self.assertEqual([event for event in self.host.events if "SIG" in event], [
-            "1.125 worker:0 SIGTERM", "1.125 worker:1 SIGTERM", "1.125 worker:0 SIGKILL",
-            "1.125 worker:1 SIGKILL"])
-
+        self.assertEqual(
+            [event for event in self.host.events if "SIG" in event],
+            [
+                "1.125 worker:0 SIGTERM",
+                "1.125 worker:1 SIGTERM",
+                "1.125 worker:0 SIGKILL",
+                "1.125 worker:1 SIGKILL",
+            ],
+        )
 
     def test_says_once_which_tasks_it_still_waits_for_a_minute_after_the_first_exited_0(self):
-        status, _, stderr = self._supervise(self._workers([(0.5, 0)], [(62.0, 0)]),
-                                            num_workers=2)
+        status, _, stderr = self._supervise(self._workers([(0.5, 0)], [(62.0, 0)]), num_workers=2)
         self.assertEqual(status, 0)
-        self.assertEqual(stderr, [
-            "tfdist launch: still waiting for worker:1, 60 s after worker:0 exited 0, with no "
-            "time limit (--timeout_s=S bounds the job)"])
+        self.assertEqual(
+            stderr,
+            [
+                "tfdist launch: still waiting for worker:1, 60 s after worker:0 exited 0, with no "
+                "time limit (--timeout_s=S bounds the job)"
+            ],
+        )
 
 
 def _pod(name: str, replicated_job: str, backoff_limit: int = 0) -> jobset_plan.Pod:
-    return jobset_plan.Pod(name, replicated_job, 0, int(name[-1]), (), (), (), (), None,
-                           backoff_limit, None)
+    return jobset_plan.Pod(
+        name, replicated_job, 0, int(name[-1]), (), (), (), (), None, backoff_limit, None
+    )
 
 
 class OtherPoliciesTest(parameterized.TestCase):
@@ -281,55 +389,75 @@ class OtherPoliciesTest(parameterized.TestCase):
 
     def _watch(self, watcher: supervisor.Supervisor, group: supervisor.Group):
         stdout, stderr = io.StringIO(), io.StringIO()
-        with mock.patch.object(supervisor, "time", self.host), \
-                mock.patch.object(processes, "time", self.host), \
-                mock.patch.object(supervisor, "POLL_S", _POLL_S), \
-                contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with (
+            mock.patch.object(supervisor, "time", self.host),
+            mock.patch.object(processes, "time", self.host),
+            mock.patch.object(supervisor, "POLL_S", _POLL_S),
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+        ):
             status = watcher.run(lambda: watcher.watch(group))
         return status, stdout.getvalue().splitlines(), stderr.getvalue().splitlines()
 
     def _jobset(self, runs: dict[str, list], *, backoff_limit: int, max_restarts: int):
         plan = jobset_plan.JobSetPlan(
-            "js", None, tuple(_pod(name, name.rsplit("-", 2)[0], backoff_limit)
-                              for name in runs), "All", ("worker",), max_restarts)
+            "js",
+            None,
+            tuple(_pod(name, name.rsplit("-", 2)[0], backoff_limit) for name in runs),
+            "All",
+            ("worker",),
+            max_restarts,
+        )
         tasks = {name: _Task(self.host, name, run) for name, run in runs.items()}
         pods = mock.Mock(plan=plan, attempt=0)
-        pods.start.side_effect = lambda pod: (tasks[pod.hostname].start(),
-                                              tasks[pod.hostname])[1]
+        pods.start.side_effect = lambda pod: (tasks[pod.hostname].start(), tasks[pod.hostname])[1]
         with mock.patch.object(supervisor, "time", self.host):
-            watcher = supervisor.Supervisor(jobset_run.ANNOUNCER, timeout_s=None,
-                                            everything="every pod")
+            watcher = supervisor.Supervisor(
+                jobset_run.ANNOUNCER, timeout_s=None, everything="every pod"
+            )
         return watcher, jobset_run._group(pods), pods  # pylint: disable=protected-access
 
     def test_a_jobs_backoff_limit_recreates_its_pod_then_the_jobset_restarts_then_fails(self):
         watcher, group, pods = self._jobset(
-            {"worker-0": [(0.5, 3)], "ps-0": [_FOREVER]}, backoff_limit=1, max_restarts=1)
+            {"worker-0": [(0.5, 3)], "ps-0": [_FOREVER]}, backoff_limit=1, max_restarts=1
+        )
         status, stdout, stderr = self._watch(watcher, group)
         self.assertEqual((status, stdout), (3, []))
-        self.assertEqual(stderr, [
-            "tfdist rehearse: worker-0 exited with status 3; its Job recreates it (1/1)",
-            "tfdist rehearse: worker-0 exited with status 3; restarting JobSet js, every pod "
-            "(1/1)",
-            "tfdist rehearse: worker-0 exited with status 3; its Job recreates it (1/1)",
-            "tfdist rehearse: worker-0 exited with status 3; JobSet js failed after 1 "
-            "restart(s) (maxRestarts 1); stopped every pod"])
+        self.assertEqual(
+            stderr,
+            [
+                "tfdist rehearse: worker-0 exited with status 3; its Job recreates it (1/1)",
+                "tfdist rehearse: worker-0 exited with status 3; restarting JobSet js, every pod "
+                "(1/1)",
+                "tfdist rehearse: worker-0 exited with status 3; its Job recreates it (1/1)",
+                "tfdist rehearse: worker-0 exited with status 3; JobSet js failed after 1 "
+                "restart(s) (maxRestarts 1); stopped every pod",
+            ],
+        )
         self.assertEqual(pods.attempt, 1)
-        self.assertEqual([event.split()[1] for event in self.host.starts()],
-                         ["worker-0", "ps-0", "worker-0", "worker-0", "ps-0", "worker-0"])
+        self.assertEqual(
+            [event.split()[1] for event in self.host.starts()],
+            ["worker-0", "ps-0", "worker-0", "worker-0", "ps-0", "worker-0"],
+        )
 
     def test_the_success_policy_ends_the_jobset_and_stops_the_rest(self):
         watcher, group, _ = self._jobset(
-            {"worker-0": [(0.5, 0)], "ps-0": [_FOREVER]}, backoff_limit=0, max_restarts=0)
+            {"worker-0": [(0.5, 0)], "ps-0": [_FOREVER]}, backoff_limit=0, max_restarts=0
+        )
         status, stdout, stderr = self._watch(watcher, group)
         self.assertEqual((status, stderr), (0, []))
-        self.assertEqual(stdout, ["tfdist rehearse: JobSet js done: 1 pod(s) exited 0, "
-                                  "stopped ps-0 in 0.5 s"])
+        self.assertEqual(
+            stdout, ["tfdist rehearse: JobSet js done: 1 pod(s) exited 0, stopped ps-0 in 0.5 s"]
+        )
 
-    @parameterized.named_parameters(("kill_on_bad_exit", True, 3, 1.0),
-                                    ("waits_for_every_task", False, 3, 2.0))
+    @parameterized.named_parameters(
+        ("kill_on_bad_exit", True, 3, 1.0), ("waits_for_every_task", False, 3, 2.0)
+    )
     def test_srun_fails_the_step_on_a_bad_exit_only_with_kill(self, kill, status, ended_s):
-        tasks = {"task 0": _Task(self.host, "task 0", [(1.0, 3)]),
-                 "task 1": _Task(self.host, "task 1", [(2.0, 0)])}
+        tasks = {
+            "task 0": _Task(self.host, "task 0", [(1.0, 3)]),
+            "task 1": _Task(self.host, "task 1", [(2.0, 0)]),
+        }
         watcher = supervisor.Supervisor("srun", timeout_s=None, everything="the step")
 
         def start(name):
@@ -340,25 +468,25 @@ class OtherPoliciesTest(parameterized.TestCase):
             del restarts
             return supervisor.Fail(f"{name} {supervisor.ended(failed)}") if kill else None
 
-        result, _, stderr = self._watch(watcher, supervisor.Group(
-            tuple(tasks), start, on_failure, closing=lambda *ended: None))
+        result, _, stderr = self._watch(
+            watcher, supervisor.Group(tuple(tasks), start, on_failure, closing=lambda *ended: None)
+        )
         self.assertEqual(result, status)
         self.assertEqual(stderr, ["srun: task 0 exited with status 3"] if kill else [])
         self.assertEqual(self.host.now, ended_s)
 
     def test_a_signal_stops_everything_with_one_line(self):
         task = _Task(self.host, "batch", [_FOREVER])
-        watcher = supervisor.Supervisor("tfdist rehearse", timeout_s=None,
-                                        everything="the job")
+        watcher = supervisor.Supervisor("tfdist rehearse", timeout_s=None, everything="the job")
 
         def start(name):
             task.start()
             return task
 
-        with mock.patch.object(processes, "raise_if_stopped",
-                               side_effect=processes.Stopped(15)):
-            status, _, stderr = self._watch(watcher, supervisor.Group(
-                ("batch",), start, lambda *failure: None))
+        with mock.patch.object(processes, "raise_if_stopped", side_effect=processes.Stopped(15)):
+            status, _, stderr = self._watch(
+                watcher, supervisor.Group(("batch",), start, lambda *failure: None)
+            )
         self.assertEqual(status, 143)
         self.assertEqual(stderr, ["tfdist rehearse: stopped the job on signal 15"])
         self.assertEqual(task.poll(), -15)

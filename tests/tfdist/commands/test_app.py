@@ -24,7 +24,6 @@ if __name__ == "__main__":
 
 @pytest.mark.multiprocess
 class FlagFileTest(unittest.TestCase):
-
     def setUp(self):
         scratch = tempfile.TemporaryDirectory()  # pylint: disable=consider-using-with
         self.addCleanup(scratch.cleanup)
@@ -35,8 +34,13 @@ class FlagFileTest(unittest.TestCase):
 
     def _one_line_error(self, *flags: str) -> str:
         """The program's one line on stderr for `flags`, once it exited 2 before main ran."""
-        result = subprocess.run([sys.executable, self.program, *flags], capture_output=True,
-                                text=True, timeout=120, check=False)
+        result = subprocess.run(
+            [sys.executable, self.program, *flags],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         self.assertEqual(result.returncode, 2, result.stderr)
         self.assertEqual(len(result.stderr.strip().splitlines()), 1, result.stderr)
         self.assertNotIn("main ran", result.stdout)
@@ -56,11 +60,14 @@ class FlagFileTest(unittest.TestCase):
 
     def test_a_bad_flag_is_one_line(self):
         for flags, words in (
-                (["--epochs=-1"], "flag --epochs=-1: -1 is not an integer in the range"),
-                (["--global_batch_size=64", "--per_replica_batch_size=8"],
-                 "flags --global_batch_size=64, --per_replica_batch_size=8: both set the batch; "
-                 "give one"),
-                (["--no_such_flag"], "Unknown command line flag 'no_such_flag'")):
+            (["--epochs=-1"], "flag --epochs=-1: -1 is not an integer in the range"),
+            (
+                ["--global_batch_size=64", "--per_replica_batch_size=8"],
+                "flags --global_batch_size=64, --per_replica_batch_size=8: both set the batch; "
+                "give one",
+            ),
+            (["--no_such_flag"], "Unknown command line flag 'no_such_flag'"),
+        ):
             with self.subTest(flags=flags):
                 line = self._one_line_error(*flags)
                 self.assertTrue(line.startswith(f"my_train.py: error: {words}"), line)

@@ -47,13 +47,36 @@ _FLOATS = ("nan", "inf", "-inf", "1e999", "x", "", "-1", *_NOT_DECIMAL, "\u0660.
 # {dir} an existing directory.
 _STRINGS = {
     "backup_every": ("0", "-5", "x", HUGE),
-    "dataset": ("Not A Name", "tfrecord:", "tfrecord:/nowhere/*", "../up", "python:",
-                "python:mod", "python:my mod:fn", "python:no_such_module_x:fn"),
-    "model": ("vgg", "", "a:", ":build", "my module:build", "no_such_module_x:build",
-              "no_such_package_x.models:build"),
+    "dataset": (
+        "Not A Name",
+        "tfrecord:",
+        "tfrecord:/nowhere/*",
+        "../up",
+        "python:",
+        "python:mod",
+        "python:my mod:fn",
+        "python:no_such_module_x:fn",
+    ),
+    "model": (
+        "vgg",
+        "",
+        "a:",
+        ":build",
+        "my module:build",
+        "no_such_module_x:build",
+        "no_such_package_x.models:build",
+    ),
     "data_dir": ("{file}", "{file}/sub", "/proc/tfdist_data"),
-    "image": ("", "a b", "&a", "$(id)", "\u00fcn\u00ef/img:1", "img@sha256:abc", "a" * 10_000,
-              "img\u202e:1"),
+    "image": (
+        "",
+        "a b",
+        "&a",
+        "$(id)",
+        "\u00fcn\u00ef/img:1",
+        "img@sha256:abc",
+        "a" * 10_000,
+        "img\u202e:1",
+    ),
     "cpu": ("-1", "x", "1.5.2", "", "1e400", HUGE, "0"),
     "memory": ("16 GB", "-1Gi", "", "1e400", "0"),
     "queue": ("Team A", "", "a" * 300, "q" * 100),
@@ -78,9 +101,16 @@ _STRINGS = {
     "noise_scale_json": ("{dir}", "{file}", "/nowhere/metrics.json"),
     "input_benchmark": ("{dir}", "{file}", "/nowhere/input.json"),
     "data": ("fake", ""),
-    "tf_config": ("{worker", "[]", json.dumps({"cluster": {"worker": ["localhost:2222",
-                                                                     "127.0.0.1:2222"]},
-                                                "task": {"type": "worker", "index": 0}})),
+    "tf_config": (
+        "{worker",
+        "[]",
+        json.dumps(
+            {
+                "cluster": {"worker": ["localhost:2222", "127.0.0.1:2222"]},
+                "task": {"type": "worker", "index": 0},
+            }
+        ),
+    ),
     "tf_data_service": ("localhost:5050", "grpc://h:99999", "grpc://", "http://h:1"),
     "time_limit": ("soon", ""),
     "variable_partition": ("max_shards", "min_size:0", "max_shards:" + HUGE, "fixed:2"),
@@ -90,9 +120,21 @@ _CONTEXT = {
     "lars_exclude": ["--optimizer=lars"],
     "lr_step_boundaries": ["--lr_schedule=step", "--epochs=9"],
     "time_limit": ["--format=slurm"],
-    **{name: ["--image=img"] for name in (
-        "name", "cpu", "memory", "queue", "priority_class", "service_account", "volume_claim",
-        "node_selector", "tolerations", "mount_path")},
+    **{
+        name: ["--image=img"]
+        for name in (
+            "name",
+            "cpu",
+            "memory",
+            "queue",
+            "priority_class",
+            "service_account",
+            "volume_claim",
+            "node_selector",
+            "tolerations",
+            "mount_path",
+        )
+    },
 }
 # How a message names a flag, where it does not say its name.
 _NAMED_AS = {"tf_config": "TF_CONFIG"}
@@ -111,14 +153,27 @@ _COMMAND_ARGS = {
 _BAD_CLUSTERS = {
     "not_json": ("{worker", "TF_CONFIG"),
     "one_address_two_spellings": (
-        {"cluster": {"worker": ["localhost:2222", "127.0.0.1:2222"]},
-         "task": {"type": "worker", "index": 0}}, "cluster.worker[1]"),
-    "two_evaluators": ({"cluster": {"worker": ["a:1"], "evaluator": ["e:1", "e:2"]},
-                        "task": {"type": "worker", "index": 0}}, "cluster.evaluator"),
-    "ps_without_chief": ({"cluster": {"worker": ["a:1"], "ps": ["p:1"]},
-                          "task": {"type": "worker", "index": 0}}, "no chief"),
-    "index_out_of_range": ({"cluster": {"worker": ["a:1"]},
-                            "task": {"type": "worker", "index": 3}}, "task.index"),
+        {
+            "cluster": {"worker": ["localhost:2222", "127.0.0.1:2222"]},
+            "task": {"type": "worker", "index": 0},
+        },
+        "cluster.worker[1]",
+    ),
+    "two_evaluators": (
+        {
+            "cluster": {"worker": ["a:1"], "evaluator": ["e:1", "e:2"]},
+            "task": {"type": "worker", "index": 0},
+        },
+        "cluster.evaluator",
+    ),
+    "ps_without_chief": (
+        {"cluster": {"worker": ["a:1"], "ps": ["p:1"]}, "task": {"type": "worker", "index": 0}},
+        "no chief",
+    ),
+    "index_out_of_range": (
+        {"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}},
+        "task.index",
+    ),
 }
 
 
@@ -149,8 +204,13 @@ def _flag_cases():
                 yield command, [*command.split(), "--tf_logs=maybe", *before, *after], name
                 continue
             for value in _values(name):
-                argv = [*command.split(), *before, *_CONTEXT.get(name, []), f"--{name}={value}",
-                        *after]
+                argv = [
+                    *command.split(),
+                    *before,
+                    *_CONTEXT.get(name, []),
+                    f"--{name}={value}",
+                    *after,
+                ]
                 yield command, argv, _NAMED_AS.get(name, name)
 
 
@@ -173,8 +233,9 @@ class _Scratch:
         self._temp.cleanup()
 
 
-def _run_in_process(argv: list[str], tf_config: str | None = None,
-                    stdout_encoding: str = "utf-8") -> tuple[int, str, str]:
+def _run_in_process(
+    argv: list[str], tf_config: str | None = None, stdout_encoding: str = "utf-8"
+) -> tuple[int, str, str]:
     """`tfdist ARGV` in this process, its stdout in `stdout_encoding`; (exit status, stderr,
     stdout). Raises _ReachedTensorFlow when the input was accepted."""
     stderr = io.StringIO()
@@ -185,8 +246,11 @@ def _run_in_process(argv: list[str], tf_config: str | None = None,
         os.environ.pop("TF_CONFIG", None)
         if tf_config is not None:
             os.environ["TF_CONFIG"] = tf_config
-        for target, name in ((tf_import, "import_tensorflow"), (launch, "_open_network"),
-                             (rehearsal, "rehearse")):
+        for target, name in (
+            (tf_import, "import_tensorflow"),
+            (launch, "_open_network"),
+            (rehearsal, "rehearse"),
+        ):
             stack.enter_context(mock.patch.object(target, name, reached))
         stack.enter_context(contextlib.redirect_stderr(stderr))
         stack.enter_context(contextlib.redirect_stdout(stdout))
@@ -202,8 +266,7 @@ class _RejectingTest(unittest.TestCase):
         self.scratch = _Scratch()
         self.addCleanup(self.scratch.close)
 
-    def assert_rejected(self, argv: list[str], named: str, tf_config: str | None = None,
-                        **options):
+    def assert_rejected(self, argv: list[str], named: str, tf_config: str | None = None, **options):
         try:
             status, stderr, stdout = _run_in_process(argv, tf_config, **options)
         except _ReachedTensorFlow:
@@ -213,8 +276,10 @@ class _RejectingTest(unittest.TestCase):
         self.assertLen(lines, 1, f"tfdist {' '.join(argv)}: {stderr}")
         self.assertIn(named, lines[0], f"tfdist {' '.join(argv)}")
         self.assertNotIn("Traceback", stderr)
-        self.assertFalse(re.search(r"[\x00-\x1f\x7f-\x9f]", lines[0]),
-                         f"tfdist {' '.join(argv)} echoed a control character")
+        self.assertFalse(
+            re.search(r"[\x00-\x1f\x7f-\x9f]", lines[0]),
+            f"tfdist {' '.join(argv)} echoed a control character",
+        )
         self.assertTrue(self.scratch.untouched(), f"tfdist {' '.join(argv)} wrote something")
         self.assertEqual(stdout, "", f"tfdist {' '.join(argv)} printed (a manifest?)")
 
@@ -223,7 +288,6 @@ class _RejectingTest(unittest.TestCase):
 
 
 class CorpusTest(_RejectingTest):
-
     def test_every_flag_of_every_command(self):
         cases = list(_flag_cases())
         self.assertGreater(len(cases), 600)
@@ -234,10 +298,16 @@ class CorpusTest(_RejectingTest):
     def test_flags_of_other_commands_and_stray_arguments(self):
         for command in tfdist_flags.COMMAND_FLAGS:
             before, after = _COMMAND_ARGS[command]
-            other = next(name for names in tfdist_flags.COMMAND_FLAGS.values() for name in names
-                         if name not in tfdist_flags.COMMAND_FLAGS[command])
-            for argv, named in (([*command.split(), *before, f"--{other}=1", *after], other),
-                                ([*command.split(), *before, "stray", *after], "'stray'")):
+            other = next(
+                name
+                for names in tfdist_flags.COMMAND_FLAGS.values()
+                for name in names
+                if name not in tfdist_flags.COMMAND_FLAGS[command]
+            )
+            for argv, named in (
+                ([*command.split(), *before, f"--{other}=1", *after], other),
+                ([*command.split(), *before, "stray", *after], "'stray'"),
+            ):
                 with self.subTest(argv=argv):
                     self.assert_rejected(argv, named)
 
@@ -255,14 +325,24 @@ class CorpusTest(_RejectingTest):
                     self.assert_rejected([command], named, tf_config=text)
 
     def test_launch_beyond_this_machine(self):
-        self.assert_rejected(["launch", "--num_workers=4000", "--", sys.executable, "-c", "pass"],
-                             "num_workers")
+        self.assert_rejected(
+            ["launch", "--num_workers=4000", "--", sys.executable, "-c", "pass"], "num_workers"
+        )
 
 
 # A benchmark report `plan` takes, and what to change in it.
-_BENCHMARK = {"configurations": [{"replicas": 1, "data": "synthetic", "global_batch_size": 32,
-                                  "step_time_s": {"median": 0.1}}],
-              "train_args": [], "trainable_parameters": 1000}
+_BENCHMARK = {
+    "configurations": [
+        {
+            "replicas": 1,
+            "data": "synthetic",
+            "global_batch_size": 32,
+            "step_time_s": {"median": 0.1},
+        }
+    ],
+    "train_args": [],
+    "trainable_parameters": 1000,
+}
 _PLAN = ["plan", "--compute_ms=100", "--per_replica_batch_size=32", "--gradient_mib=1"]
 _ESCAPE = "\x1b[31m\x1b]0;pwned\x07"  # Colour, and a terminal title set.
 
@@ -297,23 +377,32 @@ class HostileInputTest(_RejectingTest):
         nested = [os.path.join(self.inputs, f"nested{index}") for index in range(40)]
         for path, inner in zip(nested, nested[1:] + [None]):
             self._write(path, f"# level\n--flagfile={inner}\n" if inner else "--epochs=1\n")
-        for path in ("/bin/ls", self._write("latin1", b"--name=caf\xe9\n"),
-                     self._write("nul", b"--epochs=1\x00\n"), fifo, zero, nested[0]):
+        for path in (
+            "/bin/ls",
+            self._write("latin1", b"--name=caf\xe9\n"),
+            self._write("nul", b"--epochs=1\x00\n"),
+            fifo,
+            zero,
+            nested[0],
+        ):
             for argv in (["train", f"--flagfile={path}"], ["plan", "--flagfile", path]):
                 with self.subTest(argv=argv):
                     self.assert_rejected(argv, "--flagfile=")
 
     def test_benchmark_reports_that_are_endless_deep_or_out_of_range(self):
         fifo, zero = self._fifo_and_zero()
-        huge_batch = json.dumps(_BENCHMARK).replace('"global_batch_size": 32',
-                                                     '"global_batch_size": 1e400')
-        for name, content in (("deep", "[" * 60_000 + "]" * 60_000),
-                              ("batch", huge_batch),
-                              ("parameters", json.dumps({**_BENCHMARK,
-                                                         "trainable_parameters": 10 ** 30}))):
+        huge_batch = json.dumps(_BENCHMARK).replace(
+            '"global_batch_size": 32', '"global_batch_size": 1e400'
+        )
+        for name, content in (
+            ("deep", "[" * 60_000 + "]" * 60_000),
+            ("batch", huge_batch),
+            ("parameters", json.dumps({**_BENCHMARK, "trainable_parameters": 10**30})),
+        ):
             with self.subTest(report=name):
-                self.assert_rejected(["plan", f"--from_benchmark={self._write(name, content)}"],
-                                     "from_benchmark")
+                self.assert_rejected(
+                    ["plan", f"--from_benchmark={self._write(name, content)}"], "from_benchmark"
+                )
         for path in (fifo, zero):
             self.assert_rejected(["plan", f"--from_benchmark={path}"], "from_benchmark")
 
@@ -323,52 +412,81 @@ class HostileInputTest(_RejectingTest):
 
     def test_path_components_past_a_names_limit(self):
         long = "a" * 300
-        for argv, named in ((["train", f"--model_dir={self.inputs}/{long}"], "model_dir"),
-                            (["train", f"--metrics_json={self.inputs}/{long}/m.json"],
-                             "metrics_json"),
-                            (["train", f"--metrics_json={self.inputs}/{long}"], "metrics_json"),
-                            ([*_PLAN, f"--json={self.inputs}/{long}"], "json"),
-                            (["data", "check", f"--data_dir={self.inputs}/{long}"], "data_dir")):
+        for argv, named in (
+            (["train", f"--model_dir={self.inputs}/{long}"], "model_dir"),
+            (["train", f"--metrics_json={self.inputs}/{long}/m.json"], "metrics_json"),
+            (["train", f"--metrics_json={self.inputs}/{long}"], "metrics_json"),
+            ([*_PLAN, f"--json={self.inputs}/{long}"], "json"),
+            (["data", "check", f"--data_dir={self.inputs}/{long}"], "data_dir"),
+        ):
             with self.subTest(argv=argv):
                 self.assert_rejected(argv, named)
 
     def test_escape_sequences_are_not_echoed(self):
-        for argv, named in ((["train", f"--dataset=tfrecord:/no{_ESCAPE}/*"], "dataset"),
-                            (["data", "check", f"--dataset=no{_ESCAPE}"], "dataset"),
-                            (["train", f"--model=my{_ESCAPE}:build"], "model"),
-                            ([f"tr{_ESCAPE}"], "unknown command")):
+        for argv, named in (
+            (["train", f"--dataset=tfrecord:/no{_ESCAPE}/*"], "dataset"),
+            (["data", "check", f"--dataset=no{_ESCAPE}"], "dataset"),
+            (["train", f"--model=my{_ESCAPE}:build"], "model"),
+            ([f"tr{_ESCAPE}"], "unknown command"),
+        ):
             with self.subTest(argv=argv):
                 self.assert_rejected(argv, named)
         # What TensorFlow finds (a glob that matches nothing) is echoed through the same line.
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
-            cli._fail("train",  # pylint: disable=protected-access
-                      f"the pattern /no{_ESCAPE}/* matches no files")
-        self.assertEqual(stderr.getvalue(), "tfdist train: error: the pattern "
-                                            "/no\\x1b[31m\\x1b]0;pwned\\x07/* matches no files\n")
+            cli._fail(
+                "train",  # pylint: disable=protected-access
+                f"the pattern /no{_ESCAPE}/* matches no files",
+            )
+        self.assertEqual(
+            stderr.getvalue(),
+            "tfdist train: error: the pattern /no\\x1b[31m\\x1b]0;pwned\\x07/* matches no files\n",
+        )
 
     def test_values_beyond_what_their_field_takes(self):
         for argv, named in (
-                (["manifest", "--format=slurm", "--slurm_port_base=65535", "--num_workers=4",
-                  "--", "train"], "slurm port: 65535 gives 4 tasks"),
-                (["manifest", "--image=img", "--", ""], "jobset program"),
-                (["plan", "--compute_ms=100", "--input_benchmark=" + self._write(
-                    "digits.json", '{"host_examples_per_core": 1%s, "decode_examples_per_core": '
-                                   '5}' % ("0" * 400))], "input_benchmark"),
-                (["manifest", "--format=slurm", "--time_limit=١٢", "--", "train"], "time_limit"),
-                ([*_PLAN, "--num_ps=2", "--allreduce=hierarchical"], "--allreduce"),
-                (["train", "--image_size=1"], "image_size"),
-                (["train", "--model=resnet50", "--image_size=8"], "32x32"),
-                ([*_PLAN, "--model=resnet50", "--image_size=8"], "32x32")):
+            (
+                [
+                    "manifest",
+                    "--format=slurm",
+                    "--slurm_port_base=65535",
+                    "--num_workers=4",
+                    "--",
+                    "train",
+                ],
+                "slurm port: 65535 gives 4 tasks",
+            ),
+            (["manifest", "--image=img", "--", ""], "jobset program"),
+            (
+                [
+                    "plan",
+                    "--compute_ms=100",
+                    "--input_benchmark="
+                    + self._write(
+                        "digits.json",
+                        '{"host_examples_per_core": 1%s, "decode_examples_per_core": '
+                        "5}" % ("0" * 400),
+                    ),
+                ],
+                "input_benchmark",
+            ),
+            (["manifest", "--format=slurm", "--time_limit=١٢", "--", "train"], "time_limit"),
+            ([*_PLAN, "--num_ps=2", "--allreduce=hierarchical"], "--allreduce"),
+            (["train", "--image_size=1"], "image_size"),
+            (["train", "--model=resnet50", "--image_size=8"], "32x32"),
+            ([*_PLAN, "--model=resnet50", "--image_size=8"], "32x32"),
+        ):
             with self.subTest(argv=argv):
                 self.assert_rejected(argv, named)
 
     def test_an_output_on_a_full_disk_before_anything_runs(self):
         with scratch_files.small_tmpfs(64) as disk:
             scratch_files.fill(disk)
-            for argv, named in ((["train", f"--metrics_json={disk}/m.json"], "metrics_json"),
-                                (["data", "check", f"--json={disk}/r.json"], "json"),
-                                ([*_PLAN, f"--json={disk}/plan.json"], "json")):
+            for argv, named in (
+                (["train", f"--metrics_json={disk}/m.json"], "metrics_json"),
+                (["data", "check", f"--json={disk}/r.json"], "json"),
+                ([*_PLAN, f"--json={disk}/plan.json"], "json"),
+            ):
                 with self.subTest(argv=argv):
                     self.assert_rejected(argv, f"{named}='{disk}/")
 
@@ -379,18 +497,29 @@ class HostileInputTest(_RejectingTest):
         os.chdir(gone)
         try:
             os.rmdir(gone)
-            for argv, named in ((["train", "--metrics_json=m.json"], "metrics_json"),
-                                (["train", "--model_dir=run"], "model_dir"),
-                                ([*_PLAN, "--json=plan.json"], "json")):
+            for argv, named in (
+                (["train", "--metrics_json=m.json"], "metrics_json"),
+                (["train", "--model_dir=run"], "model_dir"),
+                ([*_PLAN, "--json=plan.json"], "json"),
+            ):
                 with self.subTest(argv=argv):
                     self.assert_rejected(argv, named)
         finally:
             os.chdir(here)
 
     def test_a_manifest_stdout_cannot_encode(self):
-        self.assert_rejected(["manifest", "--format=slurm", "--", "train",
-                              "--dataset=tfrecord:/caf\u00e9/*", "--num_classes=3"],
-                             "PYTHONIOENCODING", stdout_encoding="ascii")
+        self.assert_rejected(
+            [
+                "manifest",
+                "--format=slurm",
+                "--",
+                "train",
+                "--dataset=tfrecord:/caf\u00e9/*",
+                "--num_classes=3",
+            ],
+            "PYTHONIOENCODING",
+            stdout_encoding="ascii",
+        )
 
 
 def _memory_limited():
@@ -405,25 +534,59 @@ def _after_tensorflow(tmp_path_factory):
     for name in ("split", "records", "code"):
         (scratch / name).mkdir()
     truncated = image_example(bytes_feature(encoded_image()[:200]))
-    records = write_records(str(scratch / "records" / "train-0"),
-                            [image_example(), image_example(), truncated, image_example()])
+    records = write_records(
+        str(scratch / "records" / "train-0"),
+        [image_example(), image_example(), truncated, image_example()],
+    )
     (scratch / "code" / "raising_data.py").write_text(_RAISING_DATA, encoding="utf-8")
     cases = {
-        "split": (["train", "--num_cpu_devices=2", "--global_batch_size=3",
-                   f"--metrics_json={scratch / 'split' / 'm.json'}"], scratch / "split"),
-        "records": (["train", f"--dataset=tfrecord:{records}", "--num_classes=3",
-                     "--image_size=16", "--global_batch_size=4", "--epochs=1",
-                     "--steps_per_epoch=1"], records),
-        "code": (["train", "--dataset=python:raising_data:splits", "--model=raising_data:build",
-                  "--epochs=1", "--steps_per_epoch=2"], None),
-        "too_large": (["train", "--num_cpu_devices=2", "--per_replica_batch_size=16777216"],
-                      None),
-        "features_only": (["train", "--dataset=python:raising_data:features_only",
-                           "--model=raising_data:build", "--epochs=1", "--steps_per_epoch=2",
-                           "--validation_steps=1"], None),
+        "split": (
+            [
+                "train",
+                "--num_cpu_devices=2",
+                "--global_batch_size=3",
+                f"--metrics_json={scratch / 'split' / 'm.json'}",
+            ],
+            scratch / "split",
+        ),
+        "records": (
+            [
+                "train",
+                f"--dataset=tfrecord:{records}",
+                "--num_classes=3",
+                "--image_size=16",
+                "--global_batch_size=4",
+                "--epochs=1",
+                "--steps_per_epoch=1",
+            ],
+            records,
+        ),
+        "code": (
+            [
+                "train",
+                "--dataset=python:raising_data:splits",
+                "--model=raising_data:build",
+                "--epochs=1",
+                "--steps_per_epoch=2",
+            ],
+            None,
+        ),
+        "too_large": (["train", "--num_cpu_devices=2", "--per_replica_batch_size=16777216"], None),
+        "features_only": (
+            [
+                "train",
+                "--dataset=python:raising_data:features_only",
+                "--model=raising_data:build",
+                "--epochs=1",
+                "--steps_per_epoch=2",
+                "--validation_steps=1",
+            ],
+            None,
+        ),
     }
-    results = run_tfdist_cases([args for args, _ in cases.values()],
-                               extra_env={"PYTHONPATH": str(scratch / "code")})
+    results = run_tfdist_cases(
+        [args for args, _ in cases.values()], extra_env={"PYTHONPATH": str(scratch / "code")}
+    )
     return {name: (result, given) for (name, (_, given)), result in zip(cases.items(), results)}
 
 
@@ -443,30 +606,48 @@ class AfterTensorFlowTest(unittest.TestCase):
 
     def test_per_replica_batch_whose_global_batch_is_too_large(self):
         result, _ = self.results["too_large"]
-        assert_one_line_error(self, result, "--per_replica_batch_size=16777216 over 2 replicas "
-                                            "is a global batch of 33554432, past the largest")
+        assert_one_line_error(
+            self,
+            result,
+            "--per_replica_batch_size=16777216 over 2 replicas "
+            "is a global batch of 33554432, past the largest",
+        )
 
     def test_image_that_does_not_decode_while_training(self):
         result, path = self.results["records"]
         # TensorFlow's JPEG decoder writes its own line to stderr first; ours ends the run.
         self.assertEqual(result.returncode, 2, result.stderr[-3000:])
         self.assertNotIn("Traceback", result.stderr)
-        self.assertIn(f"tfdist train: error: file {path}, record 2 (from 0): its image/encoded "
-                      "image does not decode", result.stderr.strip().splitlines()[-1])
+        self.assertIn(
+            f"tfdist train: error: file {path}, record 2 (from 0): its image/encoded "
+            "image does not decode",
+            result.stderr.strip().splitlines()[-1],
+        )
 
     def test_a_dataset_whose_python_code_raises(self):
         result, _ = self.results["code"]
-        assert_one_line_error(self, result, "dataset function raising_data:",
-                              "RuntimeError: boom in the generator")
+        assert_one_line_error(
+            self, result, "dataset function raising_data:", "RuntimeError: boom in the generator"
+        )
 
     def test_a_dataset_plugin_whose_batches_hold_no_labels(self):
         result, _ = self.results["features_only"]
-        assert_one_line_error(self, result, "train_data: its batches do not fit model",
-                              "(the batches hold no labels, so the compiled loss has nothing")
+        assert_one_line_error(
+            self,
+            result,
+            "train_data: its batches do not fit model",
+            "(the batches hold no labels, so the compiled loss has nothing",
+        )
 
     def test_tensorflow_that_cannot_load(self):
-        result = subprocess.run([sys.executable, "-m", "tfdist", "train"], capture_output=True,
-                                text=True, timeout=300, check=False, preexec_fn=_memory_limited)
+        result = subprocess.run(
+            [sys.executable, "-m", "tfdist", "train"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+            preexec_fn=_memory_limited,
+        )
         assert_one_line_error(self, result, "TensorFlow needs at least", "ulimit -v")
 
 

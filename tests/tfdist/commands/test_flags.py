@@ -29,10 +29,32 @@ from tfdist.commands.cost_plan import command as cost_plan
 _ROOT = pathlib.Path(__file__).resolve().parents[3]
 # A `tensorflow` that fails to import (see cli_runner.py): the user's program must not need it.
 _NO_TENSORFLOW = pathlib.Path(__file__).resolve().parents[1] / "no_tensorflow"
-_CLI_ONLY = ("num_workers", "replicas_per_worker", "json", "replicas", "data", "warmup_steps",
-             "timed_steps", "rounds", "overhead", "plot", "port", "evaluator", "max_restarts",
-             "network", "timeout_s", "format", "name", "image", "restart_policy", "time_limit",
-             "gpus_per_task", "probe", "probe_timeout_s", "tf_config")
+_CLI_ONLY = (
+    "num_workers",
+    "replicas_per_worker",
+    "json",
+    "replicas",
+    "data",
+    "warmup_steps",
+    "timed_steps",
+    "rounds",
+    "overhead",
+    "plot",
+    "port",
+    "evaluator",
+    "max_restarts",
+    "network",
+    "timeout_s",
+    "format",
+    "name",
+    "image",
+    "restart_policy",
+    "time_limit",
+    "gpus_per_task",
+    "probe",
+    "probe_timeout_s",
+    "tf_config",
+)
 _USER_PROGRAM = """\
 import json
 import sys
@@ -106,48 +128,87 @@ class UserProgramTest(unittest.TestCase):
         if text:
             tensorflow = pathlib.Path(directory, "empty_tensorflow")
             (tensorflow / "tensorflow").mkdir(parents=True)
-            (tensorflow / "tensorflow" / "__init__.py").write_text(_EMPTY_TENSORFLOW,
-                                                                   encoding="utf-8")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [
-            str(tensorflow), str(_ROOT), os.environ.get("PYTHONPATH")])))
+            (tensorflow / "tensorflow" / "__init__.py").write_text(
+                _EMPTY_TENSORFLOW, encoding="utf-8"
+            )
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                filter(None, [str(tensorflow), str(_ROOT), os.environ.get("PYTHONPATH")])
+            ),
+        )
         env.pop("TF_CONFIG", None)
-        return subprocess.run([sys.executable, str(program), *args], capture_output=True,
-                              text=True, env=env, cwd=directory, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, str(program), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=directory,
+            timeout=120,
+            check=False,
+        )
 
     def test_help_lists_the_programs_and_the_train_flags_but_no_cli_flag(self):
         result = self.run_program("--help")  # absl's --help exits 1.
         self.assertNotIn("Traceback", result.stderr)  # E.g. "tfdist imported tensorflow".
         self.assertIn("Try --helpfull", result.stdout)
-        for name in ("my_steps", "strategy", "global_batch_size", "mixed_precision",
-                     "model_dir", "model", "learning_rate", "cluster_resolver", "num_ps",
-                     "tf_logs"):
+        for name in (
+            "my_steps",
+            "strategy",
+            "global_batch_size",
+            "mixed_precision",
+            "model_dir",
+            "model",
+            "learning_rate",
+            "cluster_resolver",
+            "num_ps",
+            "tf_logs",
+        ):
             self.assertRegex(result.stdout, rf"--(\[no\])?{name}:")
         for name in ("image", "name", "port", "format", "num_workers", "evaluator"):
             self.assertNotRegex(result.stdout, rf"--(\[no\])?{name}:")
 
     def test_run_config_after_app_run(self):
-        result = self.run_program("--my_steps=7", "--strategy=mirrored",
-                                  "--global_batch_size=64", "--model=resnet20", "--epochs=5",
-                                  "--mixed_precision=mixed_bfloat16")
+        result = self.run_program(
+            "--my_steps=7",
+            "--strategy=mirrored",
+            "--global_batch_size=64",
+            "--model=resnet20",
+            "--epochs=5",
+            "--mixed_precision=mixed_bfloat16",
+        )
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(json.loads(result.stdout), {
-            "my_steps": 7, "strategy": "mirrored", "global_batch_size": 64, "model": "resnet20",
-            "epochs": 5, "precision": "mixed_bfloat16",
-            "cli_only_defined": [], "tensorflow_imported": False})
+        self.assertEqual(
+            json.loads(result.stdout),
+            {
+                "my_steps": 7,
+                "strategy": "mirrored",
+                "global_batch_size": 64,
+                "model": "resnet20",
+                "epochs": 5,
+                "precision": "mixed_bfloat16",
+                "cli_only_defined": [],
+                "tensorflow_imported": False,
+            },
+        )
 
     def test_a_program_sets_its_own_defaults_and_the_command_line_overrides_them(self):
         result = self.run_program("--help", text=_DEFAULTS_PROGRAM)
         blocks = {block.split(":")[0]: block for block in result.stdout.split("\n  --")}
         self.assertIn("(default: '5')", blocks["epochs"])
         self.assertIn("(default: '64')", blocks["per_replica_batch_size"])
-        for args, expected in (((), (5, 64, 128)),
-                               (("--epochs=2", "--per_replica_batch_size=8"), (2, 8, 128)),
-                               (("--global_batch_size=256",), (5, None, 256))):
+        for args, expected in (
+            ((), (5, 64, 128)),
+            (("--epochs=2", "--per_replica_batch_size=8"), (2, 8, 128)),
+            (("--global_batch_size=256",), (5, None, 256)),
+        ):
             with self.subTest(args=args):
                 result = self.run_program(*args, text=_DEFAULTS_PROGRAM)
                 self.assertEqual(result.returncode, 0, result.stderr)
-                self.assertEqual(json.loads(result.stdout.splitlines()[-1]), dict(zip(
-                    ("epochs", "per_replica_batch_size", "global_batch_size"), expected)))
+                self.assertEqual(
+                    json.loads(result.stdout.splitlines()[-1]),
+                    dict(zip(("epochs", "per_replica_batch_size", "global_batch_size"), expected)),
+                )
 
     def test_cli_only_flags_are_unknown_to_the_program(self):
         result = self.run_program("--image=img")
@@ -175,8 +236,12 @@ class FlagsTest(unittest.TestCase):
 
     def test_train_takes_no_cli_only_flag(self):
         self.assertEqual(set(tfdist_flags.COMMAND_FLAGS["train"]) & set(_CLI_ONLY), set())
-        others = {name for command, holders in tfdist_flags.COMMAND_FLAGS.items()
-                  if command != "train" for name in holders}
+        others = {
+            name
+            for command, holders in tfdist_flags.COMMAND_FLAGS.items()
+            if command != "train"
+            for name in holders
+        }
         self.assertLessEqual(set(_CLI_ONLY), others)
 
     def test_every_train_flags_default_builds_its_config_fields_default(self):
@@ -185,13 +250,15 @@ class FlagsTest(unittest.TestCase):
         _parse("train")
         built, checked = train_flags.run_config(None), set()
         flag_of = {field: name for name, field in tfdist_flags.FIELDS.items()}
-        configs = {part: getattr(built, part) for part in ("strategy", "input", "train",
-                                                           "optimizer")}
+        configs = {
+            part: getattr(built, part) for part in ("strategy", "input", "train", "optimizer")
+        }
         for part, config in [*configs.items(), ("run", built)]:
             for field in dataclasses.fields(config):
                 # A RunConfig field is a flag's only when made from it (--strategy is not).
-                name = flag_of.get((type(config), field.name),
-                                   None if part == "run" else field.name)
+                name = flag_of.get(
+                    (type(config), field.name), None if part == "run" else field.name
+                )
                 if name in tfdist_flags.COMMAND_FLAGS["train"]:
                     checked.add(name)
                     with self.subTest(flag=name):
@@ -215,14 +282,23 @@ class FlagsTest(unittest.TestCase):
                 if "help" in field.metadata and name != "per_replica_batch_size":  # Its plan:.
                     self.assertTrue(flag.help.endswith(field.metadata["help"]), flag.help)
                 if "bounds" in field.metadata:
-                    self.assertEqual((flag.parser.lower_bound, flag.parser.upper_bound),
-                                     field.metadata["bounds"])
+                    self.assertEqual(
+                        (flag.parser.lower_bound, flag.parser.upper_bound), field.metadata["bounds"]
+                    )
 
     def test_every_number_flag_takes_finite_ascii_decimals_only(self):
         # Python's int() and float() take all of these; absl's parsers pass them on.
-        refused = {"not_ascii": "٣٢", "hex": "0x8", "underscore": "1_0", "twenty_digits": "9" * 20,
-                   "space": " 8", "nan": "nan", "inf": "inf", "overflow": "1e400",
-                   "fullwidth": "８"}
+        refused = {
+            "not_ascii": "٣٢",
+            "hex": "0x8",
+            "underscore": "1_0",
+            "twenty_digits": "9" * 20,
+            "space": " 8",
+            "nan": "nan",
+            "inf": "inf",
+            "overflow": "1e400",
+            "fullwidth": "８",
+        }
         numbers = 0
         for command, holders in tfdist_flags.COMMAND_FLAGS.items():
             for name in holders:
@@ -233,27 +309,41 @@ class FlagsTest(unittest.TestCase):
                 for case, value in refused.items():
                     with self.subTest(command=command, name=name, case=case):
                         with self.assertRaisesRegex(
-                                flags.IllegalFlagValueError,
-                                rf"^flag --{name}=.*(is not a decimal|is not a finite)"):
+                            flags.IllegalFlagValueError,
+                            rf"^flag --{name}=.*(is not a decimal|is not a finite)",
+                        ):
                             _parse(command, f"--{name}={value}")
         self.assertGreater(numbers, 40)
 
     def test_durations_must_be_above_zero(self):
-        for command, name in (("train", "collective_timeout_s"), ("launch", "timeout_s"),
-                              ("doctor", "probe_timeout_s")):
+        for command, name in (
+            ("train", "collective_timeout_s"),
+            ("launch", "timeout_s"),
+            ("doctor", "probe_timeout_s"),
+        ):
             with self.subTest(name=name):
-                with self.assertRaisesRegex(flags.IllegalFlagValueError,
-                                            f"--{name}=0.*seconds above 0"):
+                with self.assertRaisesRegex(
+                    flags.IllegalFlagValueError, f"--{name}=0.*seconds above 0"
+                ):
                     _parse(command, f"--{name}=0")
 
     def test_a_flag_of_another_command_is_a_usage_error(self):
-        with self.assertRaisesRegex(tfdist_flags.UsageError,
-                                    r"--image is not a flag of `tfdist train`"):
+        with self.assertRaisesRegex(
+            tfdist_flags.UsageError, r"--image is not a flag of `tfdist train`"
+        ):
             _parse("train", "--image=img")
 
     def test_run_config(self):
-        _parse("train", "--strategy=mirrored", "--epochs=4", "--model=resnet20",
-               "--lr_schedule=step", "--lr_step_boundaries=1,2", "--seed=9", "--tf_logs")
+        _parse(
+            "train",
+            "--strategy=mirrored",
+            "--epochs=4",
+            "--model=resnet20",
+            "--lr_schedule=step",
+            "--lr_step_boundaries=1,2",
+            "--seed=9",
+            "--tf_logs",
+        )
         config = train_flags.run_config(None)
         self.assertEqual(config.strategy.strategy.value, "mirrored")
         self.assertEqual(config.train.epochs, 4)
@@ -267,26 +357,32 @@ class FlagsTest(unittest.TestCase):
             with self.subTest(command=command):
                 _parse(command, "--per_replica_batch_size=32")
                 config = train_flags.run_config(None)
-                self.assertEqual((config.train.per_replica_batch_size,
-                                  config.input.global_batch_size), (32, 128))
+                self.assertEqual(
+                    (config.train.per_replica_batch_size, config.input.global_batch_size), (32, 128)
+                )
                 _parse(command, "--global_batch_size=64")
                 config = train_flags.run_config(None)
-                self.assertEqual((config.train.per_replica_batch_size,
-                                  config.input.global_batch_size), (None, 64))
+                self.assertEqual(
+                    (config.train.per_replica_batch_size, config.input.global_batch_size),
+                    (None, 64),
+                )
                 with self.assertRaisesRegex(
-                        flags.IllegalFlagValueError,
-                        r"^flags global_batch_size=64, per_replica_batch_size=32: both set "
-                        r"the batch; give one: --per_replica_batch_size=N \(the global batch is "
-                        r"N x the replicas\) or --global_batch_size=N \(split over the "
-                        r"replicas\)$"):
+                    flags.IllegalFlagValueError,
+                    r"^flags global_batch_size=64, per_replica_batch_size=32: both set "
+                    r"the batch; give one: --per_replica_batch_size=N \(the global batch is "
+                    r"N x the replicas\) or --global_batch_size=N \(split over the "
+                    r"replicas\)$",
+                ):
                     _parse(command, "--global_batch_size=64", "--per_replica_batch_size=32")
         _parse("benchmark", "--per_replica_batch_size=32")
         self.assertEqual(benchmark.sweep_from_flags().train_args, ["--per_replica_batch_size=32"])
 
     def test_plan_and_train_share_one_per_replica_batch_flag(self):
         for command in ("train", "benchmark", "plan"):
-            self.assertIs(tfdist_flags.COMMAND_FLAGS[command]["per_replica_batch_size"],
-                          train_flags.PER_REPLICA_BATCH_SIZE)
+            self.assertIs(
+                tfdist_flags.COMMAND_FLAGS[command]["per_replica_batch_size"],
+                train_flags.PER_REPLICA_BATCH_SIZE,
+            )
         self.assertNotIn("global_batch_size", tfdist_flags.COMMAND_FLAGS["plan"])
         _parse("plan", "--per_replica_batch_size=32")
         request = cost_plan.request_from_flags()
@@ -294,24 +390,34 @@ class FlagsTest(unittest.TestCase):
         self.assertIn("per_replica_batch_size", request.given)
 
     def test_benchmark_passes_on_only_the_train_flags_given(self):
-        _parse("benchmark", "--epochs=2", "--replicas=2,1", "--json=/tmp/b.json",
-               "--lr_step_boundaries=1,2", "--tf_logs")
+        _parse(
+            "benchmark",
+            "--epochs=2",
+            "--replicas=2,1",
+            "--json=/tmp/b.json",
+            "--lr_step_boundaries=1,2",
+            "--tf_logs",
+        )
         sweep = benchmark.sweep_from_flags()
-        self.assertCountEqual(sweep.train_args,
-                              ["--epochs=2", "--lr_step_boundaries=1,2", "--tf_logs"])
+        self.assertCountEqual(
+            sweep.train_args, ["--epochs=2", "--lr_step_boundaries=1,2", "--tf_logs"]
+        )
         self.assertEqual((sweep.replicas, sweep.json_path), ([1, 2], "/tmp/b.json"))
 
     def test_benchmark_of_a_python_dataset_sweeps_real_data_only(self):
         _parse("benchmark", "--dataset=python:my_data:splits")
         self.assertEqual(benchmark.sweep_from_flags().data, ["real"])
-        with self.assertRaisesRegex(flags.IllegalFlagValueError,
-                                    r"--data=synthetic: a python: dataset brings its own model "
-                                    r"and data, .*; pass --data=real$"):
+        with self.assertRaisesRegex(
+            flags.IllegalFlagValueError,
+            r"--data=synthetic: a python: dataset brings its own model "
+            r"and data, .*; pass --data=real$",
+        ):
             _parse("benchmark", "--dataset=python:my_data:splits", "--data=synthetic,real")
 
     def test_slurm_layout_needs_the_slurm_resolver(self):
-        with self.assertRaisesRegex(flags.IllegalFlagValueError,
-                                    "num_ps=1, .*: given without --cluster_resolver=slurm"):
+        with self.assertRaisesRegex(
+            flags.IllegalFlagValueError, "num_ps=1, .*: given without --cluster_resolver=slurm"
+        ):
             _parse("train", "--num_ps=1")
         _parse("train", "--cluster_resolver=slurm", "--num_ps=1", "--chief")
         self.assertEqual((train_flags.NUM_PS.value, train_flags.CHIEF.value), (1, True))
@@ -322,36 +428,49 @@ class FlagsTest(unittest.TestCase):
         with mock.patch.object(launch.launcher, "main", return_value=0) as launched:
             launch.main(["python"], tfdist_commands=cli.COMMANDS)
         config = launched.call_args.args[0]
-        self.assertEqual((config.num_workers, config.num_ps, config.chief, config.timeout_s),
-                         (3, 1, True, 60.0))
+        self.assertEqual(
+            (config.num_workers, config.num_ps, config.chief, config.timeout_s), (3, 1, True, 60.0)
+        )
         self.assertEqual(dict(config.env), {"TF_USE_LEGACY_KERAS": "1"})
         _parse("manifest", "--image=img", "--num_workers=4")
         with mock.patch("sys.stdout", new_callable=io.StringIO) as stdout:
             manifest.main(["train"])
         self.assertIn("parallelism: 4", stdout.getvalue())
         _parse("data check", "--num_workers=3", "--replicas_per_worker=2")
-        with mock.patch.object(data, "check_coverage", return_value=0) as checked, \
-                mock.patch.object(data.tf_import, "import_tensorflow"):
+        with (
+            mock.patch.object(data, "check_coverage", return_value=0) as checked,
+            mock.patch.object(data.tf_import, "import_tensorflow"),
+        ):
             data.check_main()
         self.assertEqual(checked.call_args.args[1:], (3, 2, None))
         _parse("data serve", "--port=6000")
-        with mock.patch.object(data, "serve", return_value=0) as served, \
-                mock.patch.object(data.tf_import, "import_tensorflow"):
+        with (
+            mock.patch.object(data, "serve", return_value=0) as served,
+            mock.patch.object(data.tf_import, "import_tensorflow"),
+        ):
             data.serve_main()
         served.assert_called_once_with(6000, 2)
         _parse("doctor", "--probe")
         with mock.patch.object(doctor, "report", return_value=0) as reported:
             doctor.main()
-        self.assertEqual((reported.call_args.kwargs["probe_peers"],
-                          reported.call_args.kwargs["probe_timeout_s"]), (True, 5.0))
+        self.assertEqual(
+            (
+                reported.call_args.kwargs["probe_peers"],
+                reported.call_args.kwargs["probe_timeout_s"],
+            ),
+            (True, 5.0),
+        )
 
     def test_config_errors_are_worded_as_flags(self):
         self.assertEqual(
-            tfdist_flags.as_flags("global_batch_size=3 does not split; e.g. global_batch_size=2 "
-                                  "(epochs=3, --epochs=4, files=x, config.seed=1, "
-                                  "lr_step_boundaries[1]=nan)"),
+            tfdist_flags.as_flags(
+                "global_batch_size=3 does not split; e.g. global_batch_size=2 "
+                "(epochs=3, --epochs=4, files=x, config.seed=1, "
+                "lr_step_boundaries[1]=nan)"
+            ),
             "--global_batch_size=3 does not split; e.g. --global_batch_size=2 "
-            "(--epochs=3, --epochs=4, files=x, config.seed=1, lr_step_boundaries[1]=nan)")
+            "(--epochs=3, --epochs=4, files=x, config.seed=1, lr_step_boundaries[1]=nan)",
+        )
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ def _parse(command: str, *args: str) -> None:
 
 
 class RecipeFlagsTest(unittest.TestCase):
-
     def setUp(self):
         super().setUp()
         self.addCleanup(tfdist_flags.FLAGS.unparse_flags)
@@ -26,18 +25,28 @@ class RecipeFlagsTest(unittest.TestCase):
     def test_defaults_are_the_configs(self):
         _parse("train", *_TFRECORD)
         config = train_flags.input_config()
-        self.assertEqual((config.augment, config.augmentation, config.label_offset),
-                         (Augment.AUTO, Augment.IMAGENET, 0))
-        self.assertEqual((config.crop_area_range, config.crop_aspect_range),
-                         ((0.08, 1.0), (3 / 4, 4 / 3)))
+        self.assertEqual(
+            (config.augment, config.augmentation, config.label_offset),
+            (Augment.AUTO, Augment.IMAGENET, 0),
+        )
+        self.assertEqual(
+            (config.crop_area_range, config.crop_aspect_range), ((0.08, 1.0), (3 / 4, 4 / 3))
+        )
 
     def test_flags_set_the_fields(self):
-        _parse("train", *_TFRECORD, "--label_offset=1", "--augment=small",
-               "--crop_area_min=0.25", "--crop_aspect_max=2")
+        _parse(
+            "train",
+            *_TFRECORD,
+            "--label_offset=1",
+            "--augment=small",
+            "--crop_area_min=0.25",
+            "--crop_aspect_max=2",
+        )
         config = train_flags.run_config(None).input
         self.assertEqual((config.augment, config.label_offset), (Augment.SMALL, 1))
-        self.assertEqual((config.crop_area_range, config.crop_aspect_range),
-                         ((0.25, 1.0), (0.5, 2.0)))
+        self.assertEqual(
+            (config.crop_area_range, config.crop_aspect_range), ((0.25, 1.0), (0.5, 2.0))
+        )
 
     def test_data_check_reads_labels_with_the_offset(self):
         self.assertIn("label_offset", tfdist_flags.COMMAND_FLAGS["data check"])
@@ -46,9 +55,11 @@ class RecipeFlagsTest(unittest.TestCase):
         self.assertEqual(train_flags.input_config("data check").label_offset, 1)
 
     def test_out_of_range_values_name_the_flag(self):
-        for arg, message in (("--crop_area_min=0", r"crop_area_min=0.0: must lie in \[0.01, 1\]"),
-                             ("--crop_aspect_max=0.5", r"crop_aspect_max=0.5: must lie in \[1,"),
-                             ("--label_offset=-1", r"label_offset=-1: -1 is not an integer")):
+        for arg, message in (
+            ("--crop_area_min=0", r"crop_area_min=0.0: must lie in \[0.01, 1\]"),
+            ("--crop_aspect_max=0.5", r"crop_aspect_max=0.5: must lie in \[1,"),
+            ("--label_offset=-1", r"label_offset=-1: -1 is not an integer"),
+        ):
             with self.subTest(arg=arg):
                 with self.assertRaisesRegex(flags.IllegalFlagValueError, message):
                     _parse("train", arg)

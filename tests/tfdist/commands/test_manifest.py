@@ -28,81 +28,154 @@ class ManifestCommandTest(unittest.TestCase):
         self.addCleanup(flags_lib.FLAGS.unparse_flags)
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             status = cli.main(["tfdist", "manifest", *args])
-        return subprocess.CompletedProcess(["tfdist", "manifest", *args], status,
-                                           stdout.getvalue(), stderr.getvalue())
+        return subprocess.CompletedProcess(
+            ["tfdist", "manifest", *args], status, stdout.getvalue(), stderr.getvalue()
+        )
 
     def test_jobset_by_default(self):
-        result = self._manifest("--image=me/tfdist:1", "--num_workers=2", "--num_ps=1",
-                                "--chief", "--evaluator", "--volume_claim=runs",
-                                "--max_restarts=2", "--gpus_per_task=1", "--queue=team-a",
-                                "--node_selector=pool=gpu",
-                                "--tolerations=nvidia.com/gpu:NoSchedule", "--cpu=4",
-                                "--memory=16Gi", "--", "train", "--strategy=parameter_server",
-                                "--model_dir=/mnt/tfdist/run1")
+        result = self._manifest(
+            "--image=me/tfdist:1",
+            "--num_workers=2",
+            "--num_ps=1",
+            "--chief",
+            "--evaluator",
+            "--volume_claim=runs",
+            "--max_restarts=2",
+            "--gpus_per_task=1",
+            "--queue=team-a",
+            "--node_selector=pool=gpu",
+            "--tolerations=nvidia.com/gpu:NoSchedule",
+            "--cpu=4",
+            "--memory=16Gi",
+            "--",
+            "train",
+            "--strategy=parameter_server",
+            "--model_dir=/mnt/tfdist/run1",
+        )
         self.assertEqual(result.returncode, 0, result.stderr)
         document = yaml.safe_load(result.stdout)
         jobset_crd.validator().validate(document)
         self.assertEqual(jobset_crd.webhook_problems(document), [])
-        self.assertEqual([job["name"] for job in document["spec"]["replicatedJobs"]],
-                         ["chief", "worker", "ps", "evaluator"])
+        self.assertEqual(
+            [job["name"] for job in document["spec"]["replicatedJobs"]],
+            ["chief", "worker", "ps", "evaluator"],
+        )
         self.assertEqual(document["spec"]["failurePolicy"], {"maxRestarts": 2})
 
     def test_a_program_after_the_dashes(self):
-        result = self._manifest("--image=me/tfdist:1", "--", "python", "my_train.py",
-                                "--epochs=3")
+        result = self._manifest("--image=me/tfdist:1", "--", "python", "my_train.py", "--epochs=3")
         self.assertEqual(result.returncode, 0, result.stderr)
         (worker,) = yaml.safe_load(result.stdout)["spec"]["replicatedJobs"]
         (container,) = worker["template"]["spec"]["template"]["spec"]["containers"]
         self.assertEqual(container["command"], ["python", "my_train.py", "--epochs=3"])
 
     def test_tfjob_from_the_command_line(self):
-        result = self._manifest("--format=tfjob", "--image=me/tfdist:1", "--num_workers=2",
-                                "--num_ps=1", "--chief", "--", "train",
-                                "--strategy=parameter_server")
+        result = self._manifest(
+            "--format=tfjob",
+            "--image=me/tfdist:1",
+            "--num_workers=2",
+            "--num_ps=1",
+            "--chief",
+            "--",
+            "train",
+            "--strategy=parameter_server",
+        )
         self.assertEqual(result.returncode, 0, result.stderr)
-        for text in ("kind: TFJob", "Chief:", "Worker:", "PS:", "replicas: 2",
-                     '- "--strategy=parameter_server"'):
+        for text in (
+            "kind: TFJob",
+            "Chief:",
+            "Worker:",
+            "PS:",
+            "replicas: 2",
+            '- "--strategy=parameter_server"',
+        ):
             self.assertIn(text, result.stdout)
 
     def test_slurm_from_the_command_line(self):
-        result = self._manifest("--format=slurm", "--num_workers=2", "--slurm_port_base=9000",
-                                "--", "train", "--epochs=5")
+        result = self._manifest(
+            "--format=slurm",
+            "--num_workers=2",
+            "--slurm_port_base=9000",
+            "--",
+            "train",
+            "--epochs=5",
+        )
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("srun tfdist train --cluster_resolver=slurm --slurm_port_base=9000 "
-                      "--epochs=5", result.stdout)
+        self.assertIn(
+            "srun tfdist train --cluster_resolver=slurm --slurm_port_base=9000 --epochs=5",
+            result.stdout,
+        )
 
     def test_errors(self):
         # Every case in one child (fds 1 and 2 captured per case): the last one alone imports
         # TensorFlow. Outside a Slurm job: no SLURM_ variable reaches any case.
         outside_slurm = {name: "" for name in os.environ if name.startswith("SLURM_")}
-        (no_image, no_command, queue_with_slurm, tfjob_program, restarts_without_volume,
-         uneven_batch, per_replica, ps_without_slurm, slurm_resolver) = run_tfdist_cases([
-             ["manifest", "--num_workers=2", "--", "train"],
-             ["manifest", "--format=slurm"],
-             ["manifest", "--format=slurm", "--queue=q", "--", "train"],
-             ["manifest", "--format=tfjob", "--image=i", "--", "python", "x.py"],
-             ["manifest", "--image=i", "--max_restarts=1", "--", "train",
-              "--model_dir=/tmp/run"],
-             ["manifest", "--format=slurm", "--num_workers=3", "--", "train",
-              "--global_batch_size=128"],
-             ["manifest", "--format=slurm", "--num_workers=3", "--", "train",
-              "--per_replica_batch_size=32"],  # 96 in all: it always splits.
-             ["train", "--num_ps=1"],
-             ["train", "--cluster_resolver=slurm"],
-         ], extra_env=outside_slurm)
+        (
+            no_image,
+            no_command,
+            queue_with_slurm,
+            tfjob_program,
+            restarts_without_volume,
+            uneven_batch,
+            per_replica,
+            ps_without_slurm,
+            slurm_resolver,
+        ) = run_tfdist_cases(
+            [
+                ["manifest", "--num_workers=2", "--", "train"],
+                ["manifest", "--format=slurm"],
+                ["manifest", "--format=slurm", "--queue=q", "--", "train"],
+                ["manifest", "--format=tfjob", "--image=i", "--", "python", "x.py"],
+                [
+                    "manifest",
+                    "--image=i",
+                    "--max_restarts=1",
+                    "--",
+                    "train",
+                    "--model_dir=/tmp/run",
+                ],
+                [
+                    "manifest",
+                    "--format=slurm",
+                    "--num_workers=3",
+                    "--",
+                    "train",
+                    "--global_batch_size=128",
+                ],
+                [
+                    "manifest",
+                    "--format=slurm",
+                    "--num_workers=3",
+                    "--",
+                    "train",
+                    "--per_replica_batch_size=32",
+                ],  # 96 in all: it always splits.
+                ["train", "--num_ps=1"],
+                ["train", "--cluster_resolver=slurm"],
+            ],
+            extra_env=outside_slurm,
+        )
         assert_one_line_error(self, no_image, "pass --image=IMAGE")
         assert_one_line_error(self, no_command, "manifest needs the command after `--`")
-        assert_one_line_error(self, queue_with_slurm,
-                              "--queue is for --format=jobset, not --format=slurm")
+        assert_one_line_error(
+            self, queue_with_slurm, "--queue is for --format=jobset, not --format=slurm"
+        )
         assert_one_line_error(self, tfjob_program, "--format=jobset for a program of your own")
-        assert_one_line_error(self, restarts_without_volume,
-                              "jobset max_restarts: 1 needs a model_dir every pod shares")
-        assert_one_line_error(self, uneven_batch,
-                              "--global_batch_size=128 does not split evenly over 3 replicas")
+        assert_one_line_error(
+            self,
+            restarts_without_volume,
+            "jobset max_restarts: 1 needs a model_dir every pod shares",
+        )
+        assert_one_line_error(
+            self, uneven_batch, "--global_batch_size=128 does not split evenly over 3 replicas"
+        )
         self.assertEqual(per_replica.returncode, 0, per_replica.stderr)
         self.assertIn("--per_replica_batch_size=32", per_replica.stdout)
-        assert_one_line_error(self, ps_without_slurm,
-                              "--num_ps=1, --chief=False: given without --cluster_resolver=slurm")
+        assert_one_line_error(
+            self,
+            ps_without_slurm,
+            "--num_ps=1, --chief=False: given without --cluster_resolver=slurm",
+        )
         assert_one_line_error(self, slurm_resolver, "Slurm cluster")
 
 

@@ -14,8 +14,13 @@ from tests import scratch_files
 from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist
 
-_PLAN = ("plan", "--compute_ms=100", "--per_replica_batch_size=64", "--gradient_mib=100",
-         "--nodes=1,2")
+_PLAN = (
+    "plan",
+    "--compute_ms=100",
+    "--per_replica_batch_size=64",
+    "--gradient_mib=100",
+    "--nodes=1,2",
+)
 
 
 def _plan(*flags: str):
@@ -24,7 +29,6 @@ def _plan(*flags: str):
 
 @pytest.mark.multiprocess
 class OutputFlagsTest(unittest.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.enterContext(tempfile.TemporaryDirectory())
@@ -49,7 +53,7 @@ class OutputFlagsTest(unittest.TestCase):
         os.symlink("/proc/self/fd/1", link)
         result = _plan(f"--json={link}")
         self.assertEqual(result.returncode, 0, result.stderr)
-        report = result.stdout[result.stdout.index("\n{\n") + 1:]
+        report = result.stdout[result.stdout.index("\n{\n") + 1 :]
         self.assertIn("configurations", json.loads(report))
         self.assertTrue(os.path.islink(link))
 
@@ -57,8 +61,11 @@ class OutputFlagsTest(unittest.TestCase):
         null = scratch_files.device(self.dir, "null", scratch_files.NULL)
         self.assertEqual(_plan(f"--json={null}").returncode, 0)
         full = scratch_files.device(self.dir, "full", scratch_files.FULL)
-        assert_one_line_error(self, _plan(f"--json={full}"), f"json={full!r}: could not write "
-                                                             "it (No space left on device)")
+        assert_one_line_error(
+            self,
+            _plan(f"--json={full}"),
+            f"json={full!r}: could not write it (No space left on device)",
+        )
         disk = scratch_files.device(self.dir, "disk", scratch_files.LOOP0, block=True)
         result = _plan(f"--json={disk}")
         assert_one_line_error(self, result, f"json={disk!r} is a block device")

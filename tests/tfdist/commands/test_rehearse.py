@@ -99,7 +99,6 @@ def _log(log_dir: str, pod: str) -> str:
 @pytest.mark.multiprocess
 @pytest.mark.usefixtures("rehearsals_side_by_side")
 class RehearseTest(unittest.TestCase):
-
     @pytest.fixture(autouse=True)
     def _scratch(self, tmp_path, small_shapes_data_dir):
         emulated_hosts_or_skip()
@@ -114,27 +113,45 @@ class RehearseTest(unittest.TestCase):
     def _train(self, *flags: str) -> list[str]:
         # The built-in dataset, each pod reading its own files; no augmentation, which no
         # property here needs and which every pod that reads would compile.
-        return [f"--data_dir={self.data_dir}", "--global_batch_size=32", "--augment=none",
-                *flags]
+        return [f"--data_dir={self.data_dir}", "--global_batch_size=32", "--augment=none", *flags]
 
     def _rehearse(self, path: str, *flags: str) -> subprocess.CompletedProcess:
         start = time.monotonic()
-        result = run_tfdist("rehearse", f"--log_dir={self.log_dir}", f"--timeout_s={TIMEOUT_S}",
-                            *flags, path, timeout_s=TIMEOUT_S + 60)
+        result = run_tfdist(
+            "rehearse",
+            f"--log_dir={self.log_dir}",
+            f"--timeout_s={TIMEOUT_S}",
+            *flags,
+            path,
+            timeout_s=TIMEOUT_S + 60,
+        )
         self.seconds = time.monotonic() - start
         print(f"rehearsal of {os.path.basename(path)}: {self.seconds:.1f} s")
         return result
 
     def _start(self, path: str) -> subprocess.Popen:
         return subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, "-m", "tfdist", "rehearse", f"--log_dir={self.log_dir}",
-             f"--timeout_s={TIMEOUT_S}", path], stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tfdist",
+                "rehearse",
+                f"--log_dir={self.log_dir}",
+                f"--timeout_s={TIMEOUT_S}",
+                path,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
     def assert_done(self, result: subprocess.CompletedProcess, pods: int) -> None:
         self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-3000:])
-        self.assertRegex(result.stdout, rf"tfdist rehearse: JobSet \S+ done: {pods} pod\(s\) "
-                                        r"exited 0")
+        self.assertRegex(
+            result.stdout,
+            rf"tfdist rehearse: JobSet \S+ done: {pods} pod\(s\) "
+            r"exited 0",
+        )
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
     def test_a_killed_pod_restarts_the_jobset_which_resumes_to_identical_weights(self):
@@ -146,101 +163,179 @@ class RehearseTest(unittest.TestCase):
             program.write(_TRAIN_WITH_CHECKSUM)
         model_dir = os.path.join(self.mount, "run")
         metrics = os.path.join(model_dir, "metrics.json")
-        path = self._manifest("--name=kill", "--num_workers=2", "--max_restarts=1",
-                              "--volume_claim=runs", f"--mount_path={self.mount}", "--",
-                              sys.executable, script, os.path.join(self.mount, "held"),
-                              "kill-worker-0-1",
-                              *self._train("--strategy=multi_worker_mirrored", "--epochs=2",
-                                           "--steps_per_epoch=4", "--validation_steps=1",
-                                           f"--model_dir={model_dir}",
-                                           f"--metrics_json={metrics}",
-                                           "--collective_timeout_s=60"))
+        path = self._manifest(
+            "--name=kill",
+            "--num_workers=2",
+            "--max_restarts=1",
+            "--volume_claim=runs",
+            f"--mount_path={self.mount}",
+            "--",
+            sys.executable,
+            script,
+            os.path.join(self.mount, "held"),
+            "kill-worker-0-1",
+            *self._train(
+                "--strategy=multi_worker_mirrored",
+                "--epochs=2",
+                "--steps_per_epoch=4",
+                "--validation_steps=1",
+                f"--model_dir={model_dir}",
+                f"--metrics_json={metrics}",
+                "--collective_timeout_s=60",
+            ),
+        )
         rehearsal = self._start(path)
         with _stopped_at_the_end(rehearsal):
             # Killed where it holds: after epoch 1's backup, before epoch 2's steps.
-            lines, killed = read_killing(rehearsal.stdout, when=f"[kill-worker-0-1] {HOLDING}",
-                                         task="kill-worker-0-1")
+            lines, killed = read_killing(
+                rehearsal.stdout, when=f"[kill-worker-0-1] {HOLDING}", task="kill-worker-0-1"
+            )
             status = rehearsal.wait(timeout=TIMEOUT_S)
         output = "".join(lines)
         self.assertTrue(killed, f"kill-worker-0-1 never held at epoch 2: {output[-3000:]}")
         self.assertEqual(status, 0, output[-5000:])
-        self.assertIn("kill-worker-0-1 was killed by signal 9 (SIGKILL); restarting JobSet "
-                      "kill, every pod (1/1)", output, "the killed pod restarts the JobSet")
+        self.assertIn(
+            "kill-worker-0-1 was killed by signal 9 (SIGKILL); restarting JobSet "
+            "kill, every pod (1/1)",
+            output,
+            "the killed pod restarts the JobSet",
+        )
         self.assertIn("resuming at epoch 2", output, "the restarted pods resume from the backup")
-        self.assertIn("JobSet kill done: 2 pod(s) exited 0, after 1 restart(s)", output,
-                      "the restarted JobSet completes")
-        with open(os.path.join(self.log_dir, "volumes", "runs", "run", "metrics.json"),
-                  encoding="utf-8") as metrics_file:
+        self.assertIn(
+            "JobSet kill done: 2 pod(s) exited 0, after 1 restart(s)",
+            output,
+            "the restarted JobSet completes",
+        )
+        with open(
+            os.path.join(self.log_dir, "volumes", "runs", "run", "metrics.json"), encoding="utf-8"
+        ) as metrics_file:
             history = json.load(metrics_file)["history"]
-        self.assertEqual({name: len(values) for name, values in history.items()},
-                         {name: 2 for name in history},
-                         "the metrics history holds every epoch, before the kill and after")
+        self.assertEqual(
+            {name: len(values) for name, values in history.items()},
+            {name: 2 for name in history},
+            "the metrics history holds every epoch, before the kill and after",
+        )
         self.assertIn("loss", history)
         logs = [_log(self.log_dir, f"kill-worker-0-{index}") for index in (0, 1)]
         checksums = [re.findall(r"^weights (\S+)$", log, re.M) for log in logs]
-        self.assertEqual([len(found) for found in checksums], [1, 1],
-                         "each pod's program ends training once, in the restarted JobSet")
-        self.assertEqual(checksums[0], checksums[1],
-                         "multi-worker mirrored pods train identical weights")
+        self.assertEqual(
+            [len(found) for found in checksums],
+            [1, 1],
+            "each pod's program ends training once, in the restarted JobSet",
+        )
+        self.assertEqual(
+            checksums[0], checksums[1], "multi-worker mirrored pods train identical weights"
+        )
         for index in (0, 1):
             # Its task and the group's size, from the JobSet pod's environment.
-            self.assertIn(f"[kill-worker-0-{index}] tfdist input: train: input pipeline "
-                          f"{index}/2 reads", output, f"the program on pod {index} finds its "
-                          "cluster in the pod's environment")
-            self.assertIn("multi_worker_mirrored on 2 replica(s) in all (2 workers x 1)",
-                          logs[index], f"pod {index} trains with both workers' replicas")
+            self.assertIn(
+                f"[kill-worker-0-{index}] tfdist input: train: input pipeline {index}/2 reads",
+                output,
+                f"the program on pod {index} finds its cluster in the pod's environment",
+            )
+            self.assertIn(
+                "multi_worker_mirrored on 2 replica(s) in all (2 workers x 1)",
+                logs[index],
+                f"pod {index} trains with both workers' replicas",
+            )
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
     def test_parameter_server_with_an_evaluator(self):
         model_dir = os.path.join(self.mount, "ctr")
-        path = self._manifest("--name=ctr", "--num_workers=2", "--num_ps=1", "--chief",
-                              "--evaluator", "--volume_claim=runs", f"--mount_path={self.mount}",
-                              "--", "train", *self._train("--strategy=parameter_server",
-                                                          "--epochs=2", "--steps_per_epoch=4",
-                                                          "--validation_steps=2",
-                                                          f"--model_dir={model_dir}"))
+        path = self._manifest(
+            "--name=ctr",
+            "--num_workers=2",
+            "--num_ps=1",
+            "--chief",
+            "--evaluator",
+            "--volume_claim=runs",
+            f"--mount_path={self.mount}",
+            "--",
+            "train",
+            *self._train(
+                "--strategy=parameter_server",
+                "--epochs=2",
+                "--steps_per_epoch=4",
+                "--validation_steps=2",
+                f"--model_dir={model_dir}",
+            ),
+        )
         result = self._rehearse(path)
         self.assert_done(result, 2)  # The chief and the evaluator; the rest are stopped.
-        self.assertIn("done: 2 pod(s) exited 0, stopped ctr-worker-0-0, ctr-worker-0-1, "
-                      "ctr-ps-0-0 in ", result.stdout,
-                      "the workers and the ps serve until the JobSet is done")
-        self.assertRegex(_log(self.log_dir, "ctr-evaluator-0-0"),
-                         r"evaluator done after [12] evaluation\(s\)",
-                         "the evaluator pod ends once it has evaluated the last checkpoint")
-        with open(os.path.join(self.log_dir, "volumes", "runs", "ctr", "evaluations.json"),
-                  encoding="utf-8") as evaluations:
+        self.assertIn(
+            "done: 2 pod(s) exited 0, stopped ctr-worker-0-0, ctr-worker-0-1, ctr-ps-0-0 in ",
+            result.stdout,
+            "the workers and the ps serve until the JobSet is done",
+        )
+        self.assertRegex(
+            _log(self.log_dir, "ctr-evaluator-0-0"),
+            r"evaluator done after [12] evaluation\(s\)",
+            "the evaluator pod ends once it has evaluated the last checkpoint",
+        )
+        with open(
+            os.path.join(self.log_dir, "volumes", "runs", "ctr", "evaluations.json"),
+            encoding="utf-8",
+        ) as evaluations:
             # It read the chief's checkpoints through the volume; it skips one that a newer
             # replaced before it looked, but always evaluates the last.
-            self.assertIn("epoch-002", json.load(evaluations),
-                          "the evaluator evaluates the chief's last checkpoint")
+            self.assertIn(
+                "epoch-002",
+                json.load(evaluations),
+                "the evaluator evaluates the chief's last checkpoint",
+            )
         self.assertFalse(os.path.exists(self.mount), "the mount point made was not removed")
 
     def test_the_data_service_pods_feed_the_multi_worker_mirrored_workers(self):
-        path = self._manifest("--name=ds", "--num_workers=2", "--data_service_workers=2", "--",
-                              "train", *self._train("--strategy=multi_worker_mirrored",
-                                                    "--epochs=1", "--steps_per_epoch=3",
-                                                    "--validation_steps=1"))
+        path = self._manifest(
+            "--name=ds",
+            "--num_workers=2",
+            "--data_service_workers=2",
+            "--",
+            "train",
+            *self._train(
+                "--strategy=multi_worker_mirrored",
+                "--epochs=1",
+                "--steps_per_epoch=3",
+                "--validation_steps=1",
+            ),
+        )
         result = self._rehearse(path)
         self.assert_done(result, 2)
-        self.assertIn("done: 2 pod(s) exited 0, stopped ds-dispatcher-0-0, ds-data-worker-0-0, "
-                      "ds-data-worker-0-1 in ", result.stdout,
-                      "the data-service pods serve until the JobSet is done")
+        self.assertIn(
+            "done: 2 pod(s) exited 0, stopped ds-dispatcher-0-0, ds-data-worker-0-0, "
+            "ds-data-worker-0-1 in ",
+            result.stdout,
+            "the data-service pods serve until the JobSet is done",
+        )
         for index in (0, 1):
-            self.assertIn("runs on the tf.data service at grpc://ds-dispatcher-0-0.ds:2222",
-                          _log(self.log_dir, f"ds-worker-0-{index}"),
-                          f"worker {index}'s input runs on the dispatcher pod, by its JobSet name")
-            self.assertIn("worker of the dispatcher at ds-dispatcher-0-0.ds:2222, reached at "
-                          f"ds-data-worker-0-{index}.ds:2222",
-                          _log(self.log_dir, f"ds-data-worker-0-{index}"),
-                          f"data-service pod {index} joins the dispatcher pod, by its own name")
+            self.assertIn(
+                "runs on the tf.data service at grpc://ds-dispatcher-0-0.ds:2222",
+                _log(self.log_dir, f"ds-worker-0-{index}"),
+                f"worker {index}'s input runs on the dispatcher pod, by its JobSet name",
+            )
+            self.assertIn(
+                "worker of the dispatcher at ds-dispatcher-0-0.ds:2222, reached at "
+                f"ds-data-worker-0-{index}.ds:2222",
+                _log(self.log_dir, f"ds-data-worker-0-{index}"),
+                f"data-service pod {index} joins the dispatcher pod, by its own name",
+            )
 
     def test_a_cut_link_ends_every_other_pod_with_one_line_naming_the_lost_peer(self):
         timeout_s = 10
         # Synthetic data: what is read does not matter here, only that the pods train.
-        path = self._manifest("--name=cut", "--num_workers=2", "--", "train",
-                              "--strategy=multi_worker_mirrored", "--dataset=synthetic",
-                              "--num_classes=10", "--global_batch_size=32", "--epochs=100",
-                              "--steps_per_epoch=20", f"--collective_timeout_s={timeout_s}")
+        path = self._manifest(
+            "--name=cut",
+            "--num_workers=2",
+            "--",
+            "train",
+            "--strategy=multi_worker_mirrored",
+            "--dataset=synthetic",
+            "--num_classes=10",
+            "--global_batch_size=32",
+            "--epochs=100",
+            "--steps_per_epoch=20",
+            f"--collective_timeout_s={timeout_s}",
+        )
         rehearsal = self._start(path)
         lines, cut_at = [], None
         with _stopped_at_the_end(rehearsal):
@@ -248,10 +343,14 @@ class RehearseTest(unittest.TestCase):
                 lines.append(line)
                 # Once both pods have run a whole epoch of collectives together.
                 if cut_at is None and line.startswith("[cut-worker-0-0] Epoch 2/"):
-                    namespace = re.search(r"started cut-worker-0-1 .*\(netns (\S+)\)",
-                                          "".join(lines)).group(1)
-                    subprocess.run(["ip", "-n", namespace, "link", "set", "eth0", "down"],
-                                   check=True, timeout=30)
+                    namespace = re.search(
+                        r"started cut-worker-0-1 .*\(netns (\S+)\)", "".join(lines)
+                    ).group(1)
+                    subprocess.run(
+                        ["ip", "-n", namespace, "link", "set", "eth0", "down"],
+                        check=True,
+                        timeout=30,
+                    )
                     cut_at = time.monotonic()
             status = rehearsal.wait(timeout=TIMEOUT_S)
         ended_after_s = time.monotonic() - cut_at
@@ -267,24 +366,43 @@ class RehearseTest(unittest.TestCase):
         log = _log(self.log_dir, f"cut-worker-0-{index}")
         errors = [line for line in log.splitlines() if "error" in line]
         self.assertEqual(len(errors), 1, log[-3000:])
-        self.assertTrue(errors[0].startswith(f"tfdist train: error: lost peer worker:{1 - index} "
-                                             f"at cut-worker-0-{1 - index}.cut:2222"), errors[0])
+        self.assertTrue(
+            errors[0].startswith(
+                f"tfdist train: error: lost peer worker:{1 - index} "
+                f"at cut-worker-0-{1 - index}.cut:2222"
+            ),
+            errors[0],
+        )
         self.assertNotIn("Traceback", log)
 
     def test_the_slurm_script_on_two_emulated_nodes(self):
-        path = self._manifest("--format=slurm", "--name=sl", "--num_workers=3", "--", "train",
-                              "--strategy=multi_worker_mirrored", "--dataset=synthetic",
-                              "--num_classes=10", "--epochs=1", "--steps_per_epoch=3",
-                              "--global_batch_size=48", name="job.sbatch")
+        path = self._manifest(
+            "--format=slurm",
+            "--name=sl",
+            "--num_workers=3",
+            "--",
+            "train",
+            "--strategy=multi_worker_mirrored",
+            "--dataset=synthetic",
+            "--num_classes=10",
+            "--epochs=1",
+            "--steps_per_epoch=3",
+            "--global_batch_size=48",
+            name="job.sbatch",
+        )
         result = self._rehearse("--slurm_nodes=2", path)
         self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-3000:])
-        self.assertRegex(result.stdout, r"Slurm job sl: the batch script exited 0 on 2 emulated "
-                                        r"node\(s\)")
+        self.assertRegex(
+            result.stdout,
+            r"Slurm job sl: the batch script exited 0 on 2 emulated "
+            r"node\(s\)",
+        )
         self.assertIn("srun: started task 2 on node02", result.stdout)
         for rank in range(3):
             with open(os.path.join(self.log_dir, f"task-{rank}.log"), encoding="utf-8") as log:
-                self.assertIn("multi_worker_mirrored on 3 replica(s) in all (3 workers x 1)",
-                              log.read())
+                self.assertIn(
+                    "multi_worker_mirrored on 3 replica(s) in all (3 workers x 1)", log.read()
+                )
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
 
@@ -300,15 +418,21 @@ class SandboxTest(unittest.TestCase):
         outside, mount = os.path.join(scratch, "outside"), os.path.join(scratch, "mnt")
         os.mkdir(outside)
         namespace = f"tfdist-sandbox-probe-{os.getpid()}"
-        self.addCleanup(subprocess.run, ["ip", "netns", "delete", namespace],
-                        capture_output=True, check=False, timeout=30)
+        self.addCleanup(
+            subprocess.run,
+            ["ip", "netns", "delete", namespace],
+            capture_output=True,
+            check=False,
+            timeout=30,
+        )
         sleeper = subprocess.Popen(["sleep", "600"])  # pylint: disable=consider-using-with
         self.addCleanup(sleeper.wait, timeout=60)
         self.addCleanup(sleeper.kill)
         probe = os.path.join(scratch, "probe.sh")
         ip, mount_tool, kill = (shutil.which(tool) for tool in ("ip", "mount", "kill"))
         with open(probe, "w", encoding="utf-8") as script:
-            script.write(textwrap.dedent(f"""\
+            script.write(
+                textwrap.dedent(f"""\
                 read hostname < /proc/sys/kernel/hostname
                 echo "hostname $hostname cwd $(pwd) PATH $PATH"
                 [ -e /run/netns ] || echo "no /run/netns"
@@ -318,49 +442,77 @@ class SandboxTest(unittest.TestCase):
                 {mount_tool} -t tmpfs none {outside} 2>/dev/null || echo "mount refused"
                 {kill} -9 {sleeper.pid} 2>/dev/null || echo "kill refused"
                 echo pod > {mount}/from-pod && echo "wrote the volume"
-                """))
-        path = write_manifest(self, os.path.join(scratch, "job.yaml"), "--image=local",
-                              "--name=probe", "--num_workers=1", "--volume_claim=runs",
-                              f"--mount_path={mount}",
-                              "--", "/bin/sh", probe)
+                """)
+            )
+        path = write_manifest(
+            self,
+            os.path.join(scratch, "job.yaml"),
+            "--image=local",
+            "--name=probe",
+            "--num_workers=1",
+            "--volume_claim=runs",
+            f"--mount_path={mount}",
+            "--",
+            "/bin/sh",
+            probe,
+        )
         with open(path, encoding="utf-8") as manifest:
             document = yaml.safe_load(manifest)
-        container = document["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
-            "spec"]["containers"][0]
+        container = document["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+            "containers"
+        ][0]
         container["workingDir"] = f"{scratch}/not/there"
         container["env"].append({"name": "PATH", "value": "/nonexistent"})  # No tools on it.
         with open(path, "w", encoding="utf-8") as manifest:
             yaml.safe_dump(document, manifest)
         mounts_before = _host_mounts()
-        result = run_tfdist("rehearse", f"--log_dir={scratch}/logs", "--timeout_s=60", path,
-                            timeout_s=120)
+        result = run_tfdist(
+            "rehearse", f"--log_dir={scratch}/logs", "--timeout_s=60", path, timeout_s=120
+        )
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-        self.assertIn(f"[probe-worker-0-0] hostname probe-worker-0-0 cwd {scratch}/not/there "
-                      "PATH /nonexistent", result.stdout,
-                      "the pod has its own name, its workingDir (made in its own file "
-                      "system), and its own PATH, which the rehearsal's tools do not need")
-        for line in ("no /run/netns", "wrote /etc", "wrote outside", "netns refused",
-                     "mount refused",
-                     "kill refused", "wrote the volume"):
+        self.assertIn(
+            f"[probe-worker-0-0] hostname probe-worker-0-0 cwd {scratch}/not/there "
+            "PATH /nonexistent",
+            result.stdout,
+            "the pod has its own name, its workingDir (made in its own file "
+            "system), and its own PATH, which the rehearsal's tools do not need",
+        )
+        for line in (
+            "no /run/netns",
+            "wrote /etc",
+            "wrote outside",
+            "netns refused",
+            "mount refused",
+            "kill refused",
+            "wrote the volume",
+        ):
             self.assertIn(f"[probe-worker-0-0] {line}\n", result.stdout)
         self.assertFalse(os.path.exists("/etc/tfdist-sandbox-probe"), "the pod wrote /etc")
         self.assertEqual(os.listdir(outside), [], "the pod wrote outside its volume")
         self.assertFalse(os.path.exists(f"{scratch}/not"), "the workingDir was made here")
-        self.assertNotIn(namespace, subprocess.run(["ip", "netns", "list"], capture_output=True,
-                                                   text=True, check=True, timeout=30).stdout)
+        self.assertNotIn(
+            namespace,
+            subprocess.run(
+                ["ip", "netns", "list"], capture_output=True, text=True, check=True, timeout=30
+            ).stdout,
+        )
         self.assertIsNone(sleeper.poll(), "the pod killed a process of the host")
         self.assertEqual(_host_mounts(), mounts_before)
         with open(f"{scratch}/logs/volumes/runs/from-pod", encoding="utf-8") as written:
             self.assertEqual(written.read(), "pod\n", "the volume is this machine's directory")
-        self.assertEqual(sorted(os.listdir(f"{scratch}/logs")),
-                         ["probe-worker-0-0.log", "volumes"], "the pods' sandboxes are removed")
+        self.assertEqual(
+            sorted(os.listdir(f"{scratch}/logs")),
+            ["probe-worker-0-0.log", "volumes"],
+            "the pods' sandboxes are removed",
+        )
 
 
 def _host_mounts() -> list[str]:
     """This machine's mount points, less the network namespaces other tests' rehearsals hold."""
     with open("/proc/self/mountinfo", encoding="utf-8") as mountinfo:
-        return sorted(line.split()[4] for line in mountinfo
-                      if not line.split()[4].startswith("/run/netns/"))
+        return sorted(
+            line.split()[4] for line in mountinfo if not line.split()[4].startswith("/run/netns/")
+        )
 
 
 @pytest.mark.multiprocess
@@ -371,13 +523,31 @@ class CleanUpTest(unittest.TestCase):
     def _scratch(self, tmp_path):
         emulated_hosts_or_skip()
         self.dir = str(tmp_path)
-        self.path = write_manifest(self, os.path.join(self.dir, "sleep.yaml"), "--image=local",
-                                   "--name=sleep", "--num_workers=2", "--", "sleep", "600")
+        self.path = write_manifest(
+            self,
+            os.path.join(self.dir, "sleep.yaml"),
+            "--image=local",
+            "--name=sleep",
+            "--num_workers=2",
+            "--",
+            "sleep",
+            "600",
+        )
 
     def _start(self) -> subprocess.Popen:
         rehearsal = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, "-m", "tfdist", "rehearse", f"--log_dir={self.dir}/logs",
-             "--timeout_s=120", self.path], stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tfdist",
+                "rehearse",
+                f"--log_dir={self.dir}/logs",
+                "--timeout_s=120",
+                self.path,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for line in rehearsal.stdout:
             if "started sleep-worker-0-1" in line:
                 return rehearsal
@@ -395,17 +565,37 @@ class CleanUpTest(unittest.TestCase):
 
     @pytest.mark.usefixtures("rehearsals_side_by_side")
     def test_the_timeout_covers_setting_up_the_hosts(self):
-        path = write_manifest(self, os.path.join(self.dir, "wide.yaml"), "--image=local",
-                              "--name=wide", "--num_workers=20", "--", "true")
+        path = write_manifest(
+            self,
+            os.path.join(self.dir, "wide.yaml"),
+            "--image=local",
+            "--name=wide",
+            "--num_workers=20",
+            "--",
+            "true",
+        )
         rehearsal = subprocess.Popen(  # pylint: disable=consider-using-with
-            [sys.executable, "-m", "tfdist", "rehearse", f"--log_dir={self.dir}/logs",
-             "--timeout_s=0.05", path],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "tfdist",
+                "rehearse",
+                f"--log_dir={self.dir}/logs",
+                "--timeout_s=0.05",
+                path,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         with _stopped_at_the_end(rehearsal):
             stdout, stderr = rehearsal.communicate(timeout=120)
         self.assertEqual(rehearsal.returncode, 124, stdout[-2000:] + stderr[-2000:])
-        self.assertEqual(stderr, "tfdist rehearse: timed out after 0.05 s; 20 emulated hosts "
-                                 "were still being set up; removed them\n")
+        self.assertEqual(
+            stderr,
+            "tfdist rehearse: timed out after 0.05 s; 20 emulated hosts "
+            "were still being set up; removed them\n",
+        )
         self.assertNotIn("started", stdout, "no pod starts once the time is up")
         self.assertEqual(our_namespaces(rehearsal.pid), [])
 
@@ -415,21 +605,32 @@ class CleanUpTest(unittest.TestCase):
         rehearsal.kill()
         rehearsal.wait(timeout=60)
         self.assertNotEqual(our_namespaces(rehearsal.pid), [])
-        path = write_manifest(self, os.path.join(self.dir, "quick.yaml"), "--image=local",
-                              "--name=quick", "--", "true")
+        path = write_manifest(
+            self,
+            os.path.join(self.dir, "quick.yaml"),
+            "--image=local",
+            "--name=quick",
+            "--",
+            "true",
+        )
         result = run_tfdist("rehearse", f"--log_dir={self.dir}/logs", "--timeout_s=60", path)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertEqual(our_namespaces(rehearsal.pid), [])
 
 
 class RefusedTest(unittest.TestCase):
-
     def test_names_kubernetes_refuses_are_one_line_before_anything_starts(self):
         # The names become log paths, namespaces and hostnames here.
         for name in ("../../etc", "a;b", "a" * 300):
             with self.subTest(name=name[:12]), tempfile.TemporaryDirectory() as scratch:
-                path = write_manifest(self, os.path.join(scratch, "job.yaml"), "--image=local",
-                                      "--name=ok", "--", "true")
+                path = write_manifest(
+                    self,
+                    os.path.join(scratch, "job.yaml"),
+                    "--image=local",
+                    "--name=ok",
+                    "--",
+                    "true",
+                )
                 with open(path, encoding="utf-8") as manifest:
                     document = yaml.safe_load(manifest)
                 document["metadata"]["name"] = name
@@ -442,55 +643,83 @@ class RefusedTest(unittest.TestCase):
                 self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
                 lines = stderr.getvalue().splitlines()
                 self.assertEqual(len(lines), 1, lines)
-                self.assertRegex(lines[0], r"^tfdist rehearse: error: manifest metadata.name: .* "
-                                           r"(is not a DNS-1035 label|more than 63)")
+                self.assertRegex(
+                    lines[0],
+                    r"^tfdist rehearse: error: manifest metadata.name: .* "
+                    r"(is not a DNS-1035 label|more than 63)",
+                )
 
     def test_a_rehearsal_too_large_for_this_machine_is_refused_before_it_starts(self):
         with tempfile.TemporaryDirectory() as scratch:
-            path = write_manifest(self, os.path.join(scratch, "job.yaml"), "--image=local",
-                                  "--name=wide", "--num_workers=3", "--memory=1Gi", "--",
-                                  "true")
+            path = write_manifest(
+                self,
+                os.path.join(scratch, "job.yaml"),
+                "--image=local",
+                "--name=wide",
+                "--num_workers=3",
+                "--memory=1Gi",
+                "--",
+                "true",
+            )
             stderr = io.StringIO()
-            small = capacity.MachineLimits(memory_bytes=2 * 2 ** 30, memory_source="memory",
-                                           max_threads=None)
-            with mock.patch.object(capacity.MachineLimits, "of_this_machine",
-                                   return_value=small), \
-                    contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            small = capacity.MachineLimits(
+                memory_bytes=2 * 2**30, memory_source="memory", max_threads=None
+            )
+            with (
+                mock.patch.object(capacity.MachineLimits, "of_this_machine", return_value=small),
+                contextlib.redirect_stderr(stderr),
+                contextlib.redirect_stdout(io.StringIO()),
+            ):
                 status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
             self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
         self.assertEqual(status, 2)
-        self.assertEqual(stderr.getvalue(), "tfdist rehearse: error: the manifest's 3 pods need "
-                         "3.0 GiB (their memory requests, at least 64 MiB each), more than the "
-                         "2.0 GiB of memory this machine has; rehearse fewer replicas (e.g. "
-                         "tfdist manifest --num_workers=2), or smaller requests.\n")
+        self.assertEqual(
+            stderr.getvalue(),
+            "tfdist rehearse: error: the manifest's 3 pods need "
+            "3.0 GiB (their memory requests, at least 64 MiB each), more than the "
+            "2.0 GiB of memory this machine has; rehearse fewer replicas (e.g. "
+            "tfdist manifest --num_workers=2), or smaller requests.\n",
+        )
 
     def test_a_machine_that_refuses_namespaces_is_one_line(self):
         with tempfile.TemporaryDirectory() as scratch:
             path = os.path.join(scratch, "job.yaml")
             with open(path, "w", encoding="utf-8") as manifest:
-                manifest.write(manifests.jobset(name="job", pods=manifests.Pods(image="i"),
-                                                num_workers=1, program=["true"]))
+                manifest.write(
+                    manifests.jobset(
+                        name="job", pods=manifests.Pods(image="i"), num_workers=1, program=["true"]
+                    )
+                )
             stderr = io.StringIO()
-            with mock.patch.object(hosts_lib.os, "geteuid", return_value=1000), \
-                    mock.patch.object(hosts_lib, "clean_stale", return_value=[]), \
-                    contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            with (
+                mock.patch.object(hosts_lib.os, "geteuid", return_value=1000),
+                mock.patch.object(hosts_lib, "clean_stale", return_value=[]),
+                contextlib.redirect_stderr(stderr),
+                contextlib.redirect_stdout(io.StringIO()),
+            ):
                 status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
             self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
         self.assertEqual(status, 2)
         lines = stderr.getvalue().strip().splitlines()
         self.assertEqual(len(lines), 1, lines)
-        self.assertIn("tfdist rehearse: error: a rehearsal emulates hosts with network "
-                      "namespaces, which need root", lines[0])
+        self.assertIn(
+            "tfdist rehearse: error: a rehearsal emulates hosts with network "
+            "namespaces, which need root",
+            lines[0],
+        )
 
 
 def our_namespaces_of_any_rehearsal() -> list[str]:
     """Namespaces of rehearsals whose process is gone (a live one is another test's)."""
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True,
-                            timeout=30).stdout
-    names = [line.split()[0] for line in listed.splitlines()
-             if line.startswith(hosts_lib.PREFIX)]
-    return [name for name in names if not os.path.exists(
-        f"/proc/{name[len(hosts_lib.PREFIX):].split('-')[0]}")]
+    listed = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    names = [line.split()[0] for line in listed.splitlines() if line.startswith(hosts_lib.PREFIX)]
+    return [
+        name
+        for name in names
+        if not os.path.exists(f"/proc/{name[len(hosts_lib.PREFIX) :].split('-')[0]}")
+    ]
 
 
 @contextlib.contextmanager

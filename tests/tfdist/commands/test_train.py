@@ -12,14 +12,25 @@ from absl.testing import parameterized
 from tests.tfdist.cli_runner import run_tfdist
 
 _MIN_VAL_ACCURACY = 0.8
-_EXPECTED_KEYS = {"strategy", "num_replicas", "num_workers", "global_batch_size",
-                  "per_replica_batch_size", "mixed_precision", "epochs", "steps", "final",
-                  "history", "examples_per_sec", "epoch_train_s", "wall_s"}
+_EXPECTED_KEYS = {
+    "strategy",
+    "num_replicas",
+    "num_workers",
+    "global_batch_size",
+    "per_replica_batch_size",
+    "mixed_precision",
+    "epochs",
+    "steps",
+    "final",
+    "history",
+    "examples_per_sec",
+    "epoch_train_s",
+    "wall_s",
+}
 
 
 @pytest.mark.multiprocess
 class TrainEndToEndTest(parameterized.TestCase):
-
     @pytest.fixture(autouse=True)
     def _dirs(self, shapes_data_dir, tmp_path):
         self.data_dir = shapes_data_dir
@@ -32,23 +43,40 @@ class TrainEndToEndTest(parameterized.TestCase):
         result = self._train_and_check("--measure_noise_scale", "--preprocess_on=device")
         with open(self.metrics, encoding="utf-8") as metrics_file:
             noise_scales = json.load(metrics_file)["history"]["noise_scale"]
-        logged = re.findall(r"epoch ([0-9]+): gradient noise scale B_simple=([0-9.e+]+)",
-                            result.stderr)
-        self.assertEqual([int(epoch) for epoch, _ in logged], [1, 2, 3],
-                         "the noise scale is logged each epoch")
+        logged = re.findall(
+            r"epoch ([0-9]+): gradient noise scale B_simple=([0-9.e+]+)", result.stderr
+        )
+        self.assertEqual(
+            [int(epoch) for epoch, _ in logged], [1, 2, 3], "the noise scale is logged each epoch"
+        )
         for recorded, (_, printed) in zip(noise_scales, logged):
             self.assertGreater(recorded, 0, "the noise scale in the metrics")
-            self.assertAlmostEqual(recorded / float(printed), 1.0, places=3,
-                                   msg="the noise scale in the metrics is the one logged")
-        self.assertIn("tfdist: the gradient noise scale ends at B_simple=", result.stderr,
-                      "the noise scale's advice at the end")
-        self.assertIn("preprocessing on device: 3,080 bytes/example host->device",
-                      result.stderr, "the preprocessing on the replica devices (and learns)")
+            self.assertAlmostEqual(
+                recorded / float(printed),
+                1.0,
+                places=3,
+                msg="the noise scale in the metrics is the one logged",
+            )
+        self.assertIn(
+            "tfdist: the gradient noise scale ends at B_simple=",
+            result.stderr,
+            "the noise scale's advice at the end",
+        )
+        self.assertIn(
+            "preprocessing on device: 3,080 bytes/example host->device",
+            result.stderr,
+            "the preprocessing on the replica devices (and learns)",
+        )
 
     def _train_and_check(self, *args: str):
-        result = run_tfdist("train", "--strategy=mirrored", "--num_cpu_devices=2",
-                            f"--data_dir={self.data_dir}", f"--metrics_json={self.metrics}",
-                            *args)
+        result = run_tfdist(
+            "train",
+            "--strategy=mirrored",
+            "--num_cpu_devices=2",
+            f"--data_dir={self.data_dir}",
+            f"--metrics_json={self.metrics}",
+            *args,
+        )
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         with open(self.metrics, encoding="utf-8") as metrics_file:
             metrics = json.load(metrics_file)

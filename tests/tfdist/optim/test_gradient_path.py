@@ -17,8 +17,9 @@ from tfdist.training.keras2 import step
 _ONE_PLUS = 1.0 + 2.0**-10  # bfloat16 keeps 8 bits of mantissa: it rounds this to 1.0.
 
 
-def _sgd(transforms: GradientTransforms, rate: float = 1.0,
-         **options) -> tf_keras.optimizers.Optimizer:
+def _sgd(
+    transforms: GradientTransforms, rate: float = 1.0, **options
+) -> tf_keras.optimizers.Optimizer:
     """SGD carrying the gradient path of `transforms`, as the optimizer recipe builds it."""
     optimizer = tf_keras.optimizers.SGD(rate, **options)
     optimizer.gradient_path = GradientPath(transforms)
@@ -31,17 +32,18 @@ def _mirrored() -> tf.distribute.MirroredStrategy:
     reuse collective keys, and a key reused with another dtype (bfloat16 here, float32 in other
     tests) aborts the collective."""
     return tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
 
 
 class _Mirrored(tf.test.TestCase, parameterized.TestCase):
-
     @property
     def strategy(self) -> tf.distribute.MirroredStrategy:
         return _mirrored()
 
-    def _step_on_replicas(self, transforms: GradientTransforms, grad: list[float],
-                          steps: int = 1) -> tf.Variable:
+    def _step_on_replicas(
+        self, transforms: GradientTransforms, grad: list[float], steps: int = 1
+    ) -> tf.Variable:
         """`steps` SGD steps (rate 1) from 0 on 2 replicas whose gradients are `grad` and
         2 x `grad`."""
         with self.strategy.scope():
@@ -53,8 +55,9 @@ class _Mirrored(tf.test.TestCase, parameterized.TestCase):
             def replica_fn():
                 replica = tf.distribute.get_replica_context().replica_id_in_sync_group
                 step.apply_gradients(
-                    optimizer, [tf.constant(grad) * tf.cast(replica + 1, tf.float32)],
-                    [variable])
+                    optimizer, [tf.constant(grad) * tf.cast(replica + 1, tf.float32)], [variable]
+                )
+
             self.strategy.run(replica_fn)
 
         for _ in range(steps):
@@ -64,12 +67,12 @@ class _Mirrored(tf.test.TestCase, parameterized.TestCase):
 
 
 class WireDtypeTest(_Mirrored):
-
     def _update(self, wire_dtype: WireDtype, *, loss_scaling: bool = False):
         scale = INITIAL_LOSS_SCALE if loss_scaling else 1.0
         variable = self._step_on_replicas(
             GradientTransforms(wire_dtype=wire_dtype, loss_scaling=loss_scaling),
-            [_ONE_PLUS * scale, 3.0 * scale])
+            [_ONE_PLUS * scale, 3.0 * scale],
+        )
         return -variable.numpy()
 
     def test_float32_sums_exactly(self):
@@ -91,7 +94,6 @@ class WireDtypeTest(_Mirrored):
 
 
 class LossScaleTest(_Mirrored):
-
     def test_a_step_that_overflows_is_skipped_and_halves_the_scale(self):
         variable = self._step_on_replicas(GradientTransforms(loss_scaling=True), [np.inf, 1.0])
         path = self.optimizer.gradient_path
@@ -100,8 +102,9 @@ class LossScaleTest(_Mirrored):
         self.assertEqual(int(self.optimizer.iterations.numpy()), 1)  # Counted, as Keras does.
 
     def test_finite_steps_update_and_count_towards_growth(self):
-        variable = self._step_on_replicas(GradientTransforms(loss_scaling=True),
-                                          [INITIAL_LOSS_SCALE, 0.0], steps=2)
+        variable = self._step_on_replicas(
+            GradientTransforms(loss_scaling=True), [INITIAL_LOSS_SCALE, 0.0], steps=2
+        )
         self.assertAllEqual(-variable.numpy(), [6.0, 0.0])
         self.assertEqual(int(self.optimizer.gradient_path.finite_steps.numpy()), 2)
 
@@ -114,7 +117,6 @@ class LossScaleTest(_Mirrored):
 
 
 class ClipAndNoiseTest(_Mirrored):
-
     def test_clips_the_summed_gradient_to_the_global_norm(self):
         # Replicas send (1, 4/3) and (2, 8/3): the sum (3, 4) has norm 5, clipped to 1.
         variable = self._step_on_replicas(GradientTransforms(clip_norm=1.0), [1.0, 4 / 3])
@@ -140,7 +142,6 @@ class ClipAndNoiseTest(_Mirrored):
 
 
 class SparseGradientTest(_Mirrored):
-
     def test_an_embeddings_gradient_stays_sparse_when_nothing_needs_every_value(self):
         path = GradientPath(GradientTransforms(loss_scaling=True))
         with self.strategy.scope():
@@ -149,9 +150,11 @@ class SparseGradientTest(_Mirrored):
         @tf.function
         def reduce():
             def replica_fn():
-                sparse = tf.IndexedSlices(tf.ones((2, 3)) * INITIAL_LOSS_SCALE,
-                                          tf.constant([1, 4]), tf.constant([8, 3]))
+                sparse = tf.IndexedSlices(
+                    tf.ones((2, 3)) * INITIAL_LOSS_SCALE, tf.constant([1, 4]), tf.constant([8, 3])
+                )
                 return path.reduce([sparse], updates=tf.constant(0))
+
             return self.strategy.run(replica_fn)
 
         reduced = self.strategy.experimental_local_results(reduce())[0][0]
@@ -164,8 +167,15 @@ class AccumulationTest(_Mirrored):
     """K micro-batches, then one update with their mean: the same as one K-times larger batch,
     through tf-keras' `fit` with tfdist's step."""
 
-    def _fit(self, optimizer_class, options: dict, *, batch_size: int, accum_steps: int,
-             num_examples: int = 16):
+    def _fit(
+        self,
+        optimizer_class,
+        options: dict,
+        *,
+        batch_size: int,
+        accum_steps: int,
+        num_examples: int = 16,
+    ):
         """One epoch of `num_examples`; the final weights and the update count (the weights
         after each batch go to `self.weights_after_batch`)."""
         features = np.random.default_rng(0).normal(size=(num_examples, 3)).astype("float32")
@@ -180,9 +190,18 @@ class AccumulationTest(_Mirrored):
         self.weights_after_batch = []
         record = tf_keras.callbacks.LambdaCallback(
             on_train_batch_end=lambda batch, logs: self.weights_after_batch.append(
-                model.get_weights()))
-        model.fit(features, targets, batch_size=batch_size, epochs=1, shuffle=False, verbose=0,
-                  callbacks=[record])
+                model.get_weights()
+            )
+        )
+        model.fit(
+            features,
+            targets,
+            batch_size=batch_size,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+            callbacks=[record],
+        )
         return model.get_weights(), int(model.optimizer.iterations.numpy())
 
     @parameterized.named_parameters(
@@ -201,21 +220,28 @@ class AccumulationTest(_Mirrored):
     def test_accumulators_start_again_from_zero_after_each_update(self):
         self._fit(tf_keras.optimizers.SGD, {}, batch_size=16, accum_steps=1, num_examples=32)
         large = self.weights_after_batch
-        _, updates = self._fit(tf_keras.optimizers.SGD, {}, batch_size=4, accum_steps=4,
-                               num_examples=32)
+        _, updates = self._fit(
+            tf_keras.optimizers.SGD, {}, batch_size=4, accum_steps=4, num_examples=32
+        )
         micro = self.weights_after_batch[3::4]  # After each 4th micro-batch: an update.
         self.assertEqual((len(large), len(micro), updates), (2, 2, 2))
         for update, (expected, actual) in enumerate(zip(large, micro)):
             for expected_weight, actual_weight in zip(expected, actual):
-                self.assertAllClose(expected_weight, actual_weight, rtol=1e-5, atol=1e-6,
-                                    msg=f"after update {update + 1}")
+                self.assertAllClose(
+                    expected_weight,
+                    actual_weight,
+                    rtol=1e-5,
+                    atol=1e-6,
+                    msg=f"after update {update + 1}",
+                )
 
     def test_no_update_before_the_last_micro_batch(self):
         weights, updates = self._fit(tf_keras.optimizers.SGD, {}, batch_size=4, accum_steps=8)
         self.assertEqual(updates, 0)  # 4 micro-batches of 8 seen: nothing applied yet.
         with self.strategy.scope():
             tf_keras.utils.set_random_seed(1)
-            initial = tf_keras.Sequential([tf_keras.Input((3,)),
-                                           tf_keras.layers.Dense(1)]).get_weights()
+            initial = tf_keras.Sequential(
+                [tf_keras.Input((3,)), tf_keras.layers.Dense(1)]
+            ).get_weights()
         for expected, actual in zip(initial, weights):
             self.assertAllEqual(expected, actual)

@@ -15,8 +15,19 @@ _GRADS = [  # (kernel, bias) gradients of steps 1 and 2
 ]
 
 
-def _numpy_lars(w, g, v, rate, *, momentum=0.9, weight_decay=0.0, eeta=0.001, mode="scale",
-                excluded=False, epsilon=0.0):
+def _numpy_lars(
+    w,
+    g,
+    v,
+    rate,
+    *,
+    momentum=0.9,
+    weight_decay=0.0,
+    eeta=0.001,
+    mode="scale",
+    excluded=False,
+    epsilon=0.0,
+):
     """One LARS step in float64; returns (new w, new v, trust)."""
     w, g = np.float64(w), np.float64(g)
     if excluded:
@@ -41,14 +52,14 @@ def _apply(optimizer, variables, grads):
 
 
 class LarsTest(tf.test.TestCase, parameterized.TestCase):
-
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
         # One strategy for all, reducing through one device, not collectives: strategies
         # built in one process reuse collective keys, and other tests' would clash with these.
         cls.strategy = tf.distribute.MirroredStrategy(
-            ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+            ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+        )
 
     def _assert_matches_numpy(self, optimizer, rates, **options):
         """Two steps on (kernel, bias), the bias excluded, against NumPy at `rates`."""
@@ -58,9 +69,11 @@ class LarsTest(tf.test.TestCase, parameterized.TestCase):
         for rate, (kernel_grad, bias_grad) in zip(rates, _GRADS):
             _apply(optimizer, (kernel, bias), (kernel_grad, bias_grad))
             expected_kernel, kernel_v, _ = _numpy_lars(
-                expected_kernel, kernel_grad, kernel_v, rate, **options)
+                expected_kernel, kernel_grad, kernel_v, rate, **options
+            )
             expected_bias, bias_v, _ = _numpy_lars(
-                expected_bias, bias_grad, bias_v, rate, excluded=True, **options)
+                expected_bias, bias_grad, bias_v, rate, excluded=True, **options
+            )
             self.assertAllClose(kernel, expected_kernel, rtol=1e-6, atol=1e-7)
             self.assertAllClose(bias, expected_bias, rtol=1e-6, atol=1e-7)
 
@@ -76,12 +89,14 @@ class LarsTest(tf.test.TestCase, parameterized.TestCase):
         for kernel_grad, bias_grad in _GRADS:
             step([tf.constant(kernel_grad), tf.constant(bias_grad)])
             expected, velocity, _ = _numpy_lars(
-                expected, kernel_grad, velocity, 0.5, weight_decay=0.01, eeta=0.02)
+                expected, kernel_grad, velocity, 0.5, weight_decay=0.01, eeta=0.02
+            )
         self.assertAllClose(kernel, expected, rtol=1e-6, atol=1e-7)
 
     def test_learning_rate_schedule(self):
         schedule = tf_keras.optimizers.schedules.ExponentialDecay(
-            0.5, decay_steps=1, decay_rate=0.5)
+            0.5, decay_steps=1, decay_rate=0.5
+        )
         options = {"momentum": 0.9, "weight_decay": 0.01, "eeta": 0.02}
         self._assert_matches_numpy(LARS(schedule, **options), [0.5, 0.25], **options)
 
@@ -114,8 +129,9 @@ class LarsTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_sparse_gradients_update_as_dense(self):
         kernel, _ = _variables()
-        sparse = tf.IndexedSlices(tf.constant(_GRADS[0][0][1:]), tf.constant([1]),
-                                  tf.constant([2, 3]))
+        sparse = tf.IndexedSlices(
+            tf.constant(_GRADS[0][0][1:]), tf.constant([1]), tf.constant([2, 3])
+        )
         LARS(0.1, weight_decay=0.01, eeta=0.02).apply_gradients([(sparse, kernel)])
         dense = np.concatenate([np.zeros([1, 3]), _GRADS[0][0][1:]])
         expected, _, _ = _numpy_lars(_KERNEL, dense, 0.0, 0.1, weight_decay=0.01, eeta=0.02)
@@ -132,11 +148,13 @@ class LarsTest(tf.test.TestCase, parameterized.TestCase):
                 replica = tf.distribute.get_replica_context().replica_id_in_sync_group
                 scale = tf.cast(replica + 1, tf.float32)  # replicas send g and 2g: 3g in all
                 _apply(optimizer, (kernel, bias), [g * scale for g in _GRADS[0]])
+
             self.strategy.run(replica_fn)
 
         step()
         expected_kernel, _, _ = _numpy_lars(
-            _KERNEL, 3 * _GRADS[0][0], 0.0, 0.5, weight_decay=0.01, eeta=0.02)
+            _KERNEL, 3 * _GRADS[0][0], 0.0, 0.5, weight_decay=0.01, eeta=0.02
+        )
         expected_bias = _BIAS - 0.5 * 3 * _GRADS[0][1]
         for variable, expected in ((kernel, expected_kernel), (bias, expected_bias)):
             for local in self.strategy.experimental_local_results(variable):
@@ -158,7 +176,8 @@ class LarsTest(tf.test.TestCase, parameterized.TestCase):
     def test_under_a_loss_scale_optimizer(self):
         variables = _variables()
         optimizer = tf_keras.mixed_precision.LossScaleOptimizer(
-            LARS(0.5, weight_decay=0.01, eeta=0.02))
+            LARS(0.5, weight_decay=0.01, eeta=0.02)
+        )
         with tf.GradientTape() as tape:  # a loss whose gradients are _GRADS[0]
             loss = tf.add_n([tf.reduce_sum(g * v) for g, v in zip(_GRADS[0], variables)])
             scaled_loss = optimizer.get_scaled_loss(loss)
@@ -169,8 +188,16 @@ class LarsTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(variables, plain, rtol=1e-6)
 
     def test_config_round_trips(self):
-        optimizer = LARS(0.2, momentum=0.5, weight_decay=0.01, eeta=0.02, mode="clip",
-                         exclude=("kernel",), epsilon=1e-6, clipnorm=1.0)
+        optimizer = LARS(
+            0.2,
+            momentum=0.5,
+            weight_decay=0.01,
+            eeta=0.02,
+            mode="clip",
+            exclude=("kernel",),
+            epsilon=1e-6,
+            clipnorm=1.0,
+        )
         config = optimizer.get_config()
         clone = LARS.from_config(config)
         self.assertIsNone(clone.weight_decay)  # the base class's own decay stays off
@@ -183,7 +210,8 @@ class LarsTest(tf.test.TestCase, parameterized.TestCase):
         ({"eeta": -1.0}, "eeta=-1.0"),
         ({"weight_decay": -0.1}, "weight_decay=-0.1"),
         ({"momentum": 1.0}, "momentum=1.0"),
-        ({"momentum": -0.5}, "momentum=-0.5"))
+        ({"momentum": -0.5}, "momentum=-0.5"),
+    )
     def test_bad_arguments_are_named(self, options, message):
         with self.assertRaisesRegex(ValueError, message):
             LARS(**options)

@@ -38,8 +38,9 @@ class EstimatorTest(tf.test.TestCase):
 
     def _squared_norms(self, steps: int, replicas: int, per_replica: int):
         """|G_small|² averaged over the replicas and |G_big|², one pair per step."""
-        draws = self.gradient + self.rng.normal(size=(steps, replicas, self.gradient.size)) * \
-            np.sqrt(self.variances / per_replica)
+        draws = self.gradient + self.rng.normal(
+            size=(steps, replicas, self.gradient.size)
+        ) * np.sqrt(self.variances / per_replica)
         small_sq = np.square(draws).sum(axis=2).mean(axis=1)
         big_sq = np.square(draws.mean(axis=1)).sum(axis=1)
         return small_sq, big_sq
@@ -54,11 +55,16 @@ class EstimatorTest(tf.test.TestCase):
         self.assertAllClose(self.truth, 100, rtol=0.3)  # A noise scale between the batches.
         for replicas, per_replica in ((2, 32), (8, 16)):
             scale = noise_scale.NoiseScale()
-            small_sq, big_sq = self._squared_norms(steps=600, replicas=replicas,
-                                                   per_replica=per_replica)
+            small_sq, big_sq = self._squared_norms(
+                steps=600, replicas=replicas, per_replica=per_replica
+            )
             for small, big in zip(small_sq, big_sq):
-                scale.observe(small_sq=small, big_sq=big, small_batch=per_replica,
-                              big_batch=replicas * per_replica)
+                scale.observe(
+                    small_sq=small,
+                    big_sq=big,
+                    small_batch=per_replica,
+                    big_batch=replicas * per_replica,
+                )
             measured = scale.result()
             self.assertAllClose(measured["noise_scale"], self.truth, rtol=0.1)
             self.assertAllClose(measured["trace"], self.variances.sum(), rtol=0.1)
@@ -81,7 +87,8 @@ class EstimatorTest(tf.test.TestCase):
 @functools.cache
 def _mirrored() -> tf.distribute.MirroredStrategy:
     return tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
 
 
 class OptimizerTest(tf.test.TestCase):
@@ -106,6 +113,7 @@ class OptimizerTest(tf.test.TestCase):
                 replica = tf.distribute.get_replica_context().replica_id_in_sync_group
                 grad = tf.gather(tf.constant(np.stack(handed), tf.float32), replica)
                 tfdist_step.apply_gradients(optimizer, [grad], [variable])
+
             _mirrored().run(replica_fn)
 
         step()
@@ -137,32 +145,57 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
     """`fit` puts B_simple into every epoch's history, in either Keras."""
 
     @parameterized.named_parameters(
-        ("tf_keras_mirrored", 2, MIRRORED, 1), ("keras3_mirrored", 3, MIRRORED, 1),
+        ("tf_keras_mirrored", 2, MIRRORED, 1),
+        ("keras3_mirrored", 3, MIRRORED, 1),
         ("tf_keras_micro_batches", 2, {"strategy": "one_device"}, 2),
-        ("keras3_micro_batches", 3, {"strategy": "one_device"}, 2))
+        ("keras3_micro_batches", 3, {"strategy": "one_device"}, 2),
+    )
     def test_each_epoch_has_a_noise_scale(self, keras, strategy, accum_steps):
-        plan = tfdist.setup(run_config(
-            strategy=strategy, keras=keras, epochs=2, steps_per_epoch=20,
-            optimizer=tfdist.OptimizerConfig(measure_noise_scale=True,
-                                             grad_accum_steps=accum_steps)))
+        plan = tfdist.setup(
+            run_config(
+                strategy=strategy,
+                keras=keras,
+                epochs=2,
+                steps_per_epoch=20,
+                optimizer=tfdist.OptimizerConfig(
+                    measure_noise_scale=True, grad_accum_steps=accum_steps
+                ),
+            )
+        )
         model = keras3_tabular_model if keras == 3 else tabular_model
-        summary = tfdist.fit(plan, model, tabular_dataset_fn(16), None,
-                             loss="sparse_categorical_crossentropy")
+        summary = tfdist.fit(
+            plan, model, tabular_dataset_fn(16), None, loss="sparse_categorical_crossentropy"
+        )
         noise_scales = summary["history"]["noise_scale"]
         self.assertLen(noise_scales, 2)
-        self.assertTrue(all(math.isfinite(value) and value > 0 for value in noise_scales),
-                        noise_scales)
+        self.assertTrue(
+            all(math.isfinite(value) and value > 0 for value in noise_scales), noise_scales
+        )
 
     def test_tensorboard_gets_it_as_a_scalar(self):
         model_dir = self.enterContext(tempfile.TemporaryDirectory())
-        plan = tfdist.setup(run_config(
-            strategy=MIRRORED, epochs=1, steps_per_epoch=10, model_dir=model_dir,
-            optimizer=tfdist.OptimizerConfig(measure_noise_scale=True)))
-        tfdist.fit(plan, tabular_model, tabular_dataset_fn(16), None,
-                   loss="sparse_categorical_crossentropy")
-        tags = {value.tag for path in tf.io.gfile.glob(f"{model_dir}/logs/train/*")
-                for event in tf.compat.v1.train.summary_iterator(path)
-                for value in event.summary.value}
+        plan = tfdist.setup(
+            run_config(
+                strategy=MIRRORED,
+                epochs=1,
+                steps_per_epoch=10,
+                model_dir=model_dir,
+                optimizer=tfdist.OptimizerConfig(measure_noise_scale=True),
+            )
+        )
+        tfdist.fit(
+            plan,
+            tabular_model,
+            tabular_dataset_fn(16),
+            None,
+            loss="sparse_categorical_crossentropy",
+        )
+        tags = {
+            value.tag
+            for path in tf.io.gfile.glob(f"{model_dir}/logs/train/*")
+            for event in tf.compat.v1.train.summary_iterator(path)
+            for value in event.summary.value
+        }
         self.assertIn("epoch_noise_scale", tags)
 
 

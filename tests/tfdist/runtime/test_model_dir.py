@@ -13,7 +13,6 @@ from tfdist.runtime.model_dir import ModelDir
 
 
 class OwnedModelDirTest(unittest.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.enterContext(tempfile.TemporaryDirectory())
@@ -21,9 +20,11 @@ class OwnedModelDirTest(unittest.TestCase):
     def test_second_owner_is_refused_in_one_line_naming_the_first(self):
         with ModelDir(self.dir).owned():
             with self.assertRaisesRegex(
-                    ConfigError, rf"^model_dir='{self.dir}' is in use by another run \(pid "
-                                 rf"{os.getpid()} on .* since .*\); wait for it to end or "
-                                 r"stop it, or pass another --model_dir\.$"):
+                ConfigError,
+                rf"^model_dir='{self.dir}' is in use by another run \(pid "
+                rf"{os.getpid()} on .* since .*\); wait for it to end or "
+                r"stop it, or pass another --model_dir\.$",
+            ):
                 with ModelDir(self.dir).owned():
                     pass
         with ModelDir(self.dir).owned():  # Released when the owner is done.
@@ -32,14 +33,20 @@ class OwnedModelDirTest(unittest.TestCase):
     def test_nested_model_dirs_are_refused_both_ways(self):
         inner = os.path.join(self.dir, "a", "b")
         with ModelDir(self.dir).owned():
-            with self.assertRaisesRegex(ConfigError, rf"^model_dir='{inner}' lies inside "
-                                                     rf"'{self.dir}', the model dir of another "
-                                                     rf"run \(pid {os.getpid()} "):
+            with self.assertRaisesRegex(
+                ConfigError,
+                rf"^model_dir='{inner}' lies inside "
+                rf"'{self.dir}', the model dir of another "
+                rf"run \(pid {os.getpid()} ",
+            ):
                 ModelDir(inner).hold()
         self.assertEqual(os.listdir(self.dir), [".tfdist.lock"])  # The refused one made nothing.
         with ModelDir(inner).owned():
-            with self.assertRaisesRegex(ConfigError, rf"^model_dir='{self.dir}' holds "
-                                                     rf"'{inner}', the model dir of another"):
+            with self.assertRaisesRegex(
+                ConfigError,
+                rf"^model_dir='{self.dir}' holds "
+                rf"'{inner}', the model dir of another",
+            ):
                 ModelDir(self.dir).hold()
         # The refused ones took nothing: both are free again.
         ModelDir(self.dir).hold().release()
@@ -58,8 +65,11 @@ class OwnedModelDirTest(unittest.TestCase):
         model_dir = os.path.join(self.dir, "run")
         os.makedirs(model_dir)
         os.symlink(target, os.path.join(model_dir, ".tfdist.lock"))
-        with self.assertRaisesRegex(ConfigError, r"its lock file .*\.tfdist\.lock is a symlink; "
-                                                 "tfdist never follows its lock file"):
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"its lock file .*\.tfdist\.lock is a symlink; "
+            "tfdist never follows its lock file",
+        ):
             ModelDir(model_dir).hold()
         with open(target, encoding="utf-8") as precious:
             self.assertEqual(precious.read(), "keep me\n")
@@ -77,8 +87,11 @@ class OwnedModelDirTest(unittest.TestCase):
     def test_a_full_disk_is_one_line(self):
         with scratch_files.small_tmpfs(64) as disk:
             scratch_files.fill(disk)
-            with self.assertRaisesRegex(ConfigError, rf"^model_dir='{disk}/run'.*No space left "
-                                                     r"on device\); free space"):
+            with self.assertRaisesRegex(
+                ConfigError,
+                rf"^model_dir='{disk}/run'.*No space left "
+                r"on device\); free space",
+            ):
                 ModelDir(os.path.join(disk, "run")).hold()
 
 

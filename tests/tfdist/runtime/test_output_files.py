@@ -14,7 +14,6 @@ from tfdist.runtime.output_files import OutputFileError
 
 
 class OutputFilesTest(unittest.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.enterContext(tempfile.TemporaryDirectory())
@@ -48,8 +47,11 @@ class OutputFilesTest(unittest.TestCase):
         output_files.write_json("json", null, {"a": 1})
         self.assertTrue(stat.S_ISCHR(os.stat(null).st_mode))
         full = scratch_files.device(self.dir, "full", scratch_files.FULL)
-        with self.assertRaisesRegex(OutputFileError, r"^json='.*/full': could not write it "
-                                                     r"\(No space left on device\); free space"):
+        with self.assertRaisesRegex(
+            OutputFileError,
+            r"^json='.*/full': could not write it "
+            r"\(No space left on device\); free space",
+        ):
             output_files.write_json("json", full, {"a": 1})
         self.assertTrue(stat.S_ISCHR(os.stat(full).st_mode))
         self.assertEqual(sorted(os.listdir(self.dir)), ["full", "null"])
@@ -78,8 +80,11 @@ class OutputFilesTest(unittest.TestCase):
     def test_a_fifo_reaches_its_reader_and_without_one_is_one_line(self):
         fifo = self._path("fifo")
         os.mkfifo(fifo)
-        with self.assertRaisesRegex(OutputFileError, r"\(it is a FIFO that no process reads\); "
-                                                     "start its reader first"):
+        with self.assertRaisesRegex(
+            OutputFileError,
+            r"\(it is a FIFO that no process reads\); "
+            "start its reader first",
+        ):
             output_files.write_json("json", fifo, {"a": 1})
         reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         self.addCleanup(os.close, reader)
@@ -94,10 +99,12 @@ class OutputFilesTest(unittest.TestCase):
         sock = self._path("sock")
         with socket.socket(socket.AF_UNIX) as server:
             server.bind(sock)
-            for path, words in ((disk, "is a block device"), (sock, "is a socket"),
-                                (self.dir, "is a directory; pass the path of a file in it"),
-                                (dangling, "is a symlink to '.*nowhere/x.json', which does not "
-                                           "exist")):
+            for path, words in (
+                (disk, "is a block device"),
+                (sock, "is a socket"),
+                (self.dir, "is a directory; pass the path of a file in it"),
+                (dangling, "is a symlink to '.*nowhere/x.json', which does not exist"),
+            ):
                 with self.assertRaisesRegex(OutputFileError, f"^json='{path}' {words}"):
                     output_files.write_json("json", path, {"a": 1})
         self.assertTrue(stat.S_ISBLK(os.stat(disk).st_mode))
@@ -108,8 +115,11 @@ class OutputFilesTest(unittest.TestCase):
             path = os.path.join(disk, "out.json")
             output_files.write_json("metrics_json", path, {"before": 1})
             scratch_files.fill(disk)
-            with self.assertRaisesRegex(OutputFileError, r"^metrics_json='.*': could not write "
-                                                         r"it \(No space left on device\)"):
+            with self.assertRaisesRegex(
+                OutputFileError,
+                r"^metrics_json='.*': could not write "
+                r"it \(No space left on device\)",
+            ):
                 output_files.write_json("metrics_json", path, {"after": "x" * 100_000})
             self.assertEqual(sorted(os.listdir(disk)), ["filler", "out.json"])
             with open(path, encoding="utf-8") as written:

@@ -21,7 +21,6 @@ def _config(**train) -> RunConfig:
 
 
 class CheckTest(parameterized.TestCase):
-
     def setUp(self):
         super().setUp()
         self.dir = self.enterContext(tempfile.TemporaryDirectory())
@@ -29,18 +28,36 @@ class CheckTest(parameterized.TestCase):
         open(self.file, "w", encoding="utf-8").close()
 
     @parameterized.named_parameters(
-        ("metrics_is_a_directory", dict(metrics_json="{dir}"),
-         r"^metrics_json='{dir}' is a directory; pass the path of a file in it\.$"),
-        ("metrics_under_a_file", dict(metrics_json="{file}/m.json"),
-         r"^metrics_json='{file}/m\.json': {file} is a file, not a directory"),
-        ("metrics_not_writable", dict(metrics_json="/proc/m.json"),
-         r"^metrics_json='/proc/m\.json': cannot write in /proc \("),
-        ("model_dir_is_a_file", dict(model_dir="{file}"),
-         r"^model_dir='{file}' is a file; pass a directory\.$"),
-        ("model_dir_under_a_file", dict(model_dir="{file}/a/b"),
-         r"^model_dir='{file}/a/b': {file} is a file, not a directory; pass a directory\.$"),
-        ("model_dir_not_writable", dict(model_dir="/proc/sys/m"),
-         r"^model_dir='/proc/sys/m': cannot write in /proc/sys \("),
+        (
+            "metrics_is_a_directory",
+            dict(metrics_json="{dir}"),
+            r"^metrics_json='{dir}' is a directory; pass the path of a file in it\.$",
+        ),
+        (
+            "metrics_under_a_file",
+            dict(metrics_json="{file}/m.json"),
+            r"^metrics_json='{file}/m\.json': {file} is a file, not a directory",
+        ),
+        (
+            "metrics_not_writable",
+            dict(metrics_json="/proc/m.json"),
+            r"^metrics_json='/proc/m\.json': cannot write in /proc \(",
+        ),
+        (
+            "model_dir_is_a_file",
+            dict(model_dir="{file}"),
+            r"^model_dir='{file}' is a file; pass a directory\.$",
+        ),
+        (
+            "model_dir_under_a_file",
+            dict(model_dir="{file}/a/b"),
+            r"^model_dir='{file}/a/b': {file} is a file, not a directory; pass a directory\.$",
+        ),
+        (
+            "model_dir_not_writable",
+            dict(model_dir="/proc/sys/m"),
+            r"^model_dir='/proc/sys/m': cannot write in /proc/sys \(",
+        ),
     )
     def test_rejects_before_training(self, train, pattern):
         train = {key: value.format(dir=self.dir, file=self.file) for key, value in train.items()}
@@ -55,9 +72,11 @@ class CheckTest(parameterized.TestCase):
 
     def test_a_file_where_the_data_directory_belongs(self):
         for data_dir in (self.file, os.path.join(self.file, "sub")):
-            with self.assertRaisesRegex(ConfigError,
-                                        rf"^data_dir='{data_dir}': {self.file} is a file, "
-                                        r"not a directory; pass a directory\.$"):
+            with self.assertRaisesRegex(
+                ConfigError,
+                rf"^data_dir='{data_dir}': {self.file} is a file, "
+                r"not a directory; pass a directory\.$",
+            ):
                 paths.check_input_dir("data_dir", data_dir)
 
     def test_a_data_directory_to_be_made_is_fine_and_not_made_by_the_check(self):
@@ -68,14 +87,21 @@ class CheckTest(parameterized.TestCase):
 
     def test_a_data_directory_that_cannot_be_made(self):
         # /proc refuses every new entry, even root's.
-        with self.assertRaisesRegex(ConfigError, r"^data_dir='/proc/tfdist_data': cannot write "
-                                                 r"in /proc \(.*\); pass a path you may write\.$"):
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^data_dir='/proc/tfdist_data': cannot write "
+            r"in /proc \(.*\); pass a path you may write\.$",
+        ):
             paths.check_input_dir("data_dir", "/proc/tfdist_data")
         paths.check_input_dir("data_dir", "/proc")  # It exists: reading it needs no writes.
 
     def test_paths_to_be_made_pass(self):
-        paths.check(_config(model_dir=os.path.join(self.dir, "new", "model"),
-                            metrics_json=os.path.join(self.dir, "new", "m.json")))
+        paths.check(
+            _config(
+                model_dir=os.path.join(self.dir, "new", "model"),
+                metrics_json=os.path.join(self.dir, "new", "m.json"),
+            )
+        )
 
     def test_metrics_json_is_checked_only_where_it_is_written(self):
         worker = make_cluster(num_workers=2, ports=[1, 2], task=("worker", 1))
@@ -83,41 +109,48 @@ class CheckTest(parameterized.TestCase):
         paths.check(config)  # Worker 1 writes no summary.
 
 
-
 class FullDiskTest(unittest.TestCase):
-
     def test_an_output_on_a_full_disk_is_refused_before_anything_runs(self):
         with scratch_files.small_tmpfs(64) as disk:
             scratch_files.fill(disk)
-            for check, path in ((paths.check_output_file, f"{disk}/metrics.json"),
-                                (paths.check_output_dir, f"{disk}/logs")):
+            for check, path in (
+                (paths.check_output_file, f"{disk}/metrics.json"),
+                (paths.check_output_dir, f"{disk}/logs"),
+            ):
                 with self.subTest(check=check.__name__):
-                    with self.assertRaisesRegex(ConfigError, rf"^json={path!r}: cannot write in "
-                                                             rf"{disk} \(No space left on device"
-                                                             r"\); free space there"):
+                    with self.assertRaisesRegex(
+                        ConfigError,
+                        rf"^json={path!r}: cannot write in "
+                        rf"{disk} \(No space left on device"
+                        r"\); free space there",
+                    ):
                         check("json", path)
             self.assertEqual(len(os.listdir(disk)), 1, "only the filler")
 
 
 class AbsoluteTest(unittest.TestCase):
-
     def test_local_paths_are_resolved_once_and_uris_kept(self):
         with tempfile.TemporaryDirectory() as scratch:
             here = os.getcwd()
             os.chdir(scratch)
             self.addCleanup(os.chdir, here)
-            config = paths.absolute(RunConfig(
-                input=InputConfig(data_dir="data"),
-                train=TrainConfig(model_dir="run", metrics_json="out/metrics.json")))
+            config = paths.absolute(
+                RunConfig(
+                    input=InputConfig(data_dir="data"),
+                    train=TrainConfig(model_dir="run", metrics_json="out/metrics.json"),
+                )
+            )
             os.chdir(here)  # As a plug-in might: the run still writes where it was started.
             real = os.path.realpath(scratch)
-            self.assertEqual(os.path.realpath(config.train.model_dir),
-                             os.path.join(real, "run"))
-            self.assertEqual(os.path.realpath(config.train.metrics_json),
-                             os.path.join(real, "out", "metrics.json"))
+            self.assertEqual(os.path.realpath(config.train.model_dir), os.path.join(real, "run"))
+            self.assertEqual(
+                os.path.realpath(config.train.metrics_json),
+                os.path.join(real, "out", "metrics.json"),
+            )
             self.assertEqual(os.path.realpath(config.input.data_dir), os.path.join(real, "data"))
-        self.assertEqual(paths.absolute(_config(model_dir="gs://bucket/run")).train.model_dir,
-                         "gs://bucket/run")
+        self.assertEqual(
+            paths.absolute(_config(model_dir="gs://bucket/run")).train.model_dir, "gs://bucket/run"
+        )
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from tfdist.runtime.config import Precision
 
 
 class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
-
     def tearDown(self):
         tf_keras.mixed_precision.set_global_policy("float32")
         super().tearDown()
@@ -27,7 +26,8 @@ class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
     @parameterized.parameters(
         (Precision.FLOAT32, "float32"),
         (Precision.MIXED_FLOAT16, "float16"),
-        (Precision.MIXED_BFLOAT16, "bfloat16"))
+        (Precision.MIXED_BFLOAT16, "bfloat16"),
+    )
     def test_model_computes_in_policy_dtype_and_outputs_float32(self, policy, compute_dtype):
         precision.apply_policy(policy)
         model = models.build(ModelName.SMALL_CNN, (32, 32, 3), 10)
@@ -40,16 +40,22 @@ class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
         """A loss of order 1e-9 gives the float16 layer gradients below float16's smallest
         (6e-8), which reach it as 0 unless the loss is scaled first (by 2**15)."""
         import tfdist  # pylint: disable=import-outside-toplevel
+
         config = RunConfig(
             strategy=StrategyConfig(strategy="one_device"),
             optimizer=OptimizerConfig(optimizer="sgd", learning_rate=1e6),
-            train=TrainConfig(mixed_precision="mixed_float16", epochs=1, steps_per_epoch=1))
+            train=TrainConfig(mixed_precision="mixed_float16", epochs=1, steps_per_epoch=1),
+        )
         plan = tfdist.setup(config)
 
         def build():
-            return tf_keras.Sequential([
-                tf_keras.Input((4,)), tf_keras.layers.Dense(4, use_bias=False, name="float16"),
-                tf_keras.layers.Dense(1, use_bias=False, dtype="float32")])
+            return tf_keras.Sequential(
+                [
+                    tf_keras.Input((4,)),
+                    tf_keras.layers.Dense(4, use_bias=False, name="float16"),
+                    tf_keras.layers.Dense(1, use_bias=False, dtype="float32"),
+                ]
+            )
 
         def data(context):
             del context
@@ -80,9 +86,12 @@ class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
     def test_fast_gpu_means_compute_capability_7_or_newer(self):
         for capability, fast in (((6, 1), False), ((7, 0), True), ((9, 0), True), (None, False)):
             details = {"compute_capability": capability} if capability else {}
-            with mock.patch.object(tf.config, "list_physical_devices", return_value=["gpu"]), \
-                    mock.patch.object(tf.config.experimental, "get_device_details",
-                                      return_value=details):
+            with (
+                mock.patch.object(tf.config, "list_physical_devices", return_value=["gpu"]),
+                mock.patch.object(
+                    tf.config.experimental, "get_device_details", return_value=details
+                ),
+            ):
                 self.assertEqual(precision._has_fast_fp16_gpu(), fast, capability)
 
     def test_float16_output_is_rejected(self):

@@ -16,16 +16,15 @@ def _record(path: str, level: int) -> logging.LogRecord:
 
 
 class QuietTest(unittest.TestCase):
-
     def test_tensorflows_info_lines_are_hidden_and_a_programs_own_kept(self):
         tf_import.import_tensorflow(show_logs=False)  # TensorFlow is imported already.
         absl = absl_logging.get_absl_logger()
-        saver = os.path.join("site-packages", "tensorflow", "python", "checkpoint",
-                             "functional_saver.py")
+        saver = os.path.join(
+            "site-packages", "tensorflow", "python", "checkpoint", "functional_saver.py"
+        )
         self.assertFalse(absl.filter(_record(saver, logging.INFO)))
         self.assertTrue(absl.filter(_record(saver, logging.WARNING)))
-        self.assertTrue(absl.filter(_record(os.path.join("home", "me", "train.py"),
-                                            logging.INFO)))
+        self.assertTrue(absl.filter(_record(os.path.join("home", "me", "train.py"), logging.INFO)))
         self.assertEqual(logging.getLogger("tensorflow").level, logging.ERROR)
         tf_import.import_tensorflow(show_logs=False)
         self.assertEqual(absl.filters.count(absl.filters[-1]), 1)  # Added once.

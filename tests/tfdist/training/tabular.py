@@ -15,15 +15,22 @@ MIRRORED = dict(strategy="mirrored", num_cpu_devices=2)
 FEATURES = 6
 
 
-def run_config(data_dir=None, global_batch_size=16, preprocess_on="auto", strategy=None,
-            optimizer=None, **train) -> RunConfig:
+def run_config(
+    data_dir=None,
+    global_batch_size=16,
+    preprocess_on="auto",
+    strategy=None,
+    optimizer=None,
+    **train,
+) -> RunConfig:
     return RunConfig(
         strategy=StrategyConfig(**(strategy or {})),
-        input=InputConfig(data_dir=data_dir, global_batch_size=global_batch_size,
-                          preprocess_on=preprocess_on),
+        input=InputConfig(
+            data_dir=data_dir, global_batch_size=global_batch_size, preprocess_on=preprocess_on
+        ),
         optimizer=optimizer or OptimizerConfig(),
-        train=TrainConfig(**{"epochs": 1, "steps_per_epoch": 2, "validation_steps": 1,
-                             **train}))
+        train=TrainConfig(**{"epochs": 1, "steps_per_epoch": 2, "validation_steps": 1, **train}),
+    )
 
 
 def tabular(count: int, seed: int):
@@ -38,21 +45,26 @@ def tabular_dataset_fn(global_batch_size: int, count: int = 512, training: bool 
 
     def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
         dataset = tf.data.Dataset.from_tensor_slices((features, labels)).shard(
-            context.num_input_pipelines, context.input_pipeline_id)
+            context.num_input_pipelines, context.input_pipeline_id
+        )
         dataset = dataset.repeat() if training else dataset
         return dataset.batch(context.get_per_replica_batch_size(global_batch_size))
+
     return make
 
 
 def tabular_model() -> tf_keras.Model:
-    return tf_keras.Sequential([tf_keras.layers.Input((FEATURES,)),
-                                tf_keras.layers.Dense(16, activation="relu"),
-                                tf_keras.layers.Dense(2, activation="softmax", dtype="float32")],
-                               name="tabular")
+    return tf_keras.Sequential(
+        [
+            tf_keras.layers.Input((FEATURES,)),
+            tf_keras.layers.Dense(16, activation="relu"),
+            tf_keras.layers.Dense(2, activation="softmax", dtype="float32"),
+        ],
+        name="tabular",
+    )
 
 
 class PolicyReset(tf.test.TestCase):
-
     def tearDown(self):
         tf_keras.mixed_precision.set_global_policy("float32")
         super().tearDown()
@@ -60,14 +72,18 @@ class PolicyReset(tf.test.TestCase):
 
 def arrays_dataset_fn(features, labels, *, repeat: bool = True):
     """A dataset function over the whole arrays, in batches of 16."""
+
     def make(context: tf.distribute.InputContext) -> tf.data.Dataset:
         del context
         dataset = tf.data.Dataset.from_tensor_slices((features, labels))
         return (dataset.repeat() if repeat else dataset).batch(16, drop_remainder=True)
+
     return make
 
 
 def linear_model() -> tf_keras.Model:
     """A model that passes NaN inputs on to its loss (a ReLU turns them into zeros)."""
-    return tf_keras.Sequential([tf_keras.layers.Input((FEATURES,)),
-                                tf_keras.layers.Dense(2, activation="softmax")], name="linear")
+    return tf_keras.Sequential(
+        [tf_keras.layers.Input((FEATURES,)), tf_keras.layers.Dense(2, activation="softmax")],
+        name="linear",
+    )

@@ -34,8 +34,13 @@ _EPOCHS = 3
 
 def _start(*args: str) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
-    return subprocess.Popen([sys.executable, "-m", "tfdist", "train", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tfdist", "train", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
 
 def _read_until(process: subprocess.Popen, marker: str) -> str:
@@ -51,15 +56,19 @@ def _read_until(process: subprocess.Popen, marker: str) -> str:
 
 @pytest.mark.multiprocess
 class ResumeTest(unittest.TestCase):
-
     @pytest.fixture(autouse=True)
     def _dirs(self, small_shapes_data_dir, tmp_path):
         self.tmp = tmp_path
         self.model_dir = str(tmp_path / "model")
         self.metrics = str(tmp_path / "metrics.json")
-        self.args = [f"--data_dir={small_shapes_data_dir}", f"--model_dir={self.model_dir}",
-                     f"--metrics_json={self.metrics}", f"--epochs={_EPOCHS}",
-                     "--steps_per_epoch=20", "--global_batch_size=32"]
+        self.args = [
+            f"--data_dir={small_shapes_data_dir}",
+            f"--model_dir={self.model_dir}",
+            f"--metrics_json={self.metrics}",
+            f"--epochs={_EPOCHS}",
+            "--steps_per_epoch=20",
+            "--global_batch_size=32",
+        ]
 
     def _kill_in_epoch_2(self, strategy_args: list[str], while_stopped=lambda pid: None) -> None:
         """Starts a run and SIGKILLs it once it prints "Epoch 2/" (Keras prints it once every
@@ -81,32 +90,48 @@ class ResumeTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         self.assertNotIn("Epoch 1/", result.stdout, "the resumed run skips epoch 1")
         self.assertIn("Epoch 2/", result.stdout, "the resumed run trains epoch 2")
-        self.assertIn("(resumed at epoch 2)", result.stdout,
-                      "the summary says it resumed from the backup (kept by any refused run)")
-        self.assertIn("tfdist: resuming at epoch 2 from the backup an earlier run left in this "
-                      "--model_dir", result.stderr, "the resumed run says where it resumes")
+        self.assertIn(
+            "(resumed at epoch 2)",
+            result.stdout,
+            "the summary says it resumed from the backup (kept by any refused run)",
+        )
+        self.assertIn(
+            "tfdist: resuming at epoch 2 from the backup an earlier run left in this --model_dir",
+            result.stderr,
+            "the resumed run says where it resumes",
+        )
         with open(self.metrics, encoding="utf-8") as metrics_file:
             metrics = json.load(metrics_file)
         self.assertEqual(metrics["resumed_from_epoch"], 1, "metrics: resumed_from_epoch")
         for name, values in metrics["history"].items():
             self.assertEqual(len(values), _EPOCHS, f"metrics: {name} has every epoch")
             self.assertNotIn(None, values, f"metrics: {name} has every epoch")
-        self.assertEqual(sorted(os.listdir(os.path.join(self.model_dir, "checkpoints")))[-1:],
-                         ["epoch-003.index"], "the last epoch's checkpoint")
-        self.assertTrue(os.listdir(os.path.join(self.model_dir, "logs", "train")),
-                        "the train logs")
+        self.assertEqual(
+            sorted(os.listdir(os.path.join(self.model_dir, "checkpoints")))[-1:],
+            ["epoch-003.index"],
+            "the last epoch's checkpoint",
+        )
+        self.assertTrue(os.listdir(os.path.join(self.model_dir, "logs", "train")), "the train logs")
 
     def _assert_fewer_epochs_refused(self, result: subprocess.CompletedProcess) -> None:
         with self.subTest("a run of fewer epochs than the backup has done is refused"):
-            assert_one_line_error(self, result, "epochs=1: the backup in --model_dir=",
-                                  "has 1 epoch(s) done, so nothing is left to train",
-                                  "(the backup is kept)")
+            assert_one_line_error(
+                self,
+                result,
+                "epochs=1: the backup in --model_dir=",
+                "has 1 epoch(s) done, so nothing is left to train",
+                "(the backup is kept)",
+            )
 
     def test_killed_in_epoch_2_resumes_there_mirrored_cpus(self):
         strategy_args = ["--strategy=mirrored", "--num_cpu_devices=2"]
         self._kill_in_epoch_2(strategy_args)
-        fewer, resumed = run_tfdist_cases([["train", *self.args, *strategy_args, "--epochs=1"],
-                                           ["train", *self.args, *strategy_args]])
+        fewer, resumed = run_tfdist_cases(
+            [
+                ["train", *self.args, *strategy_args, "--epochs=1"],
+                ["train", *self.args, *strategy_args],
+            ]
+        )
         self._assert_fewer_epochs_refused(fewer)
         self._assert_resumed_in_epoch_2(resumed)  # The refused run kept the backup.
 
@@ -117,26 +142,41 @@ class ResumeTest(unittest.TestCase):
 
         def holds_its_lock(pid: int) -> None:
             refusal = rf"^model_dir={re.escape(repr(self.model_dir))} is in use by another run "
-            with self.assertRaisesRegex(ConfigError, refusal + rf"\(pid {pid} on ",
-                                        msg="a training run holds its model dir's lock"):
+            with self.assertRaisesRegex(
+                ConfigError,
+                refusal + rf"\(pid {pid} on ",
+                msg="a training run holds its model dir's lock",
+            ):
                 model_dir.ModelDir(self.model_dir).hold().release()
 
         self._kill_in_epoch_2(strategy_args, while_stopped=holds_its_lock)
         in_use = str(self.tmp / "in_use")
         with scratch_files.small_tmpfs(1200) as disk, model_dir.ModelDir(in_use).owned():
             full_disk_dir = os.path.join(disk, "run")  # Room for one backup, not for more.
-            other_args = [arg for arg in self.args
-                          if not arg.startswith(("--model_dir=", "--metrics_json="))]
-            second, fewer, another_model, resumed, full_disk = run_tfdist_cases([
-                ["train", *other_args, f"--model_dir={in_use}", *strategy_args],
-                ["train", *self.args, *strategy_args, "--epochs=1"],
-                ["train", *self.args, *strategy_args, "--model=resnet20"],
-                ["train", *self.args, *strategy_args],
-                ["train", *other_args, f"--model_dir={full_disk_dir}",
-                 f"--metrics_json={self.tmp / 'full_disk.json'}", *strategy_args]])
+            other_args = [
+                arg for arg in self.args if not arg.startswith(("--model_dir=", "--metrics_json="))
+            ]
+            second, fewer, another_model, resumed, full_disk = run_tfdist_cases(
+                [
+                    ["train", *other_args, f"--model_dir={in_use}", *strategy_args],
+                    ["train", *self.args, *strategy_args, "--epochs=1"],
+                    ["train", *self.args, *strategy_args, "--model=resnet20"],
+                    ["train", *self.args, *strategy_args],
+                    [
+                        "train",
+                        *other_args,
+                        f"--model_dir={full_disk_dir}",
+                        f"--metrics_json={self.tmp / 'full_disk.json'}",
+                        *strategy_args,
+                    ],
+                ]
+            )
             with self.subTest("a second run on a model dir in use is refused"):
-                assert_one_line_error(self, second, f"model_dir={in_use!r} is in use by another "
-                                                    f"run (pid {os.getpid()} on ")
+                assert_one_line_error(
+                    self,
+                    second,
+                    f"model_dir={in_use!r} is in use by another run (pid {os.getpid()} on ",
+                )
             self._assert_fewer_epochs_refused(fewer)
             with self.subTest("the backup of another model is one line"):
                 self._assert_another_model_refused(another_model)
@@ -150,28 +190,40 @@ class ResumeTest(unittest.TestCase):
         self.assertEqual(result.returncode, 2, result.stderr[-3000:])
         self.assertNotIn("Traceback", result.stderr)
         last = result.stderr.strip().splitlines()[-1]
-        self.assertTrue(last.startswith(
-            f"tfdist train: error: --model_dir={self.model_dir!r}: the backup an interrupted "
-            "run left there cannot be restored into this one (Received incompatible tensor "
-            "with shape"), last)
-        self.assertIn("resume it with that run's --model and flags, or pass another "
-                      "--model_dir", last)
+        self.assertTrue(
+            last.startswith(
+                f"tfdist train: error: --model_dir={self.model_dir!r}: the backup an interrupted "
+                "run left there cannot be restored into this one (Received incompatible tensor "
+                "with shape"
+            ),
+            last,
+        )
+        self.assertIn(
+            "resume it with that run's --model and flags, or pass another --model_dir", last
+        )
 
-    def _assert_full_disk_kept_a_backup(self, result: subprocess.CompletedProcess, disk: str,
-                                        model_dir: str) -> None:
+    def _assert_full_disk_kept_a_backup(
+        self, result: subprocess.CompletedProcess, disk: str, model_dir: str
+    ) -> None:
         self.assertEqual(result.returncode, 1, result.stderr[-3000:])  # A failed run (DiskFull).
         self.assertNotIn("Traceback", result.stderr)
-        self.assertRegex(result.stderr.strip().splitlines()[-1],
-                         r"^tfdist train: error: --model_dir='.*': saving into it failed "
-                         r"\(No space left on device\); the last complete backup and "
-                         "checkpoints are kept")
-        left = [os.path.join(directory, name) for directory, names, files in os.walk(disk)
-                for name in names + files]
+        self.assertRegex(
+            result.stderr.strip().splitlines()[-1],
+            r"^tfdist train: error: --model_dir='.*': saving into it failed "
+            r"\(No space left on device\); the last complete backup and "
+            "checkpoints are kept",
+        )
+        left = [
+            os.path.join(directory, name)
+            for directory, names, files in os.walk(disk)
+            for name in names + files
+        ]
         self.assertFalse([path for path in left if "temp" in os.path.basename(path)], left)
         backup = tf.train.latest_checkpoint(os.path.join(model_dir, "backup", "chief"))
         self.assertIsNotNone(backup, left)
-        self.assertGreaterEqual(tf.train.load_variable(
-            backup, "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"), 0)
+        self.assertGreaterEqual(
+            tf.train.load_variable(backup, "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"), 0
+        )
 
 
 class NoiseScaleAdviceTest(unittest.TestCase):
@@ -188,8 +240,9 @@ class RefuseFinishedBackupTest(unittest.TestCase):
     """Both flavours' backups, as they lay them out, read without a model."""
 
     def _save(self, directory: str, **counters: int) -> None:
-        checkpoint = tf.train.Checkpoint(**{name: tf.Variable(value, dtype=tf.int64)
-                                            for name, value in counters.items()})
+        checkpoint = tf.train.Checkpoint(
+            **{name: tf.Variable(value, dtype=tf.int64) for name, value in counters.items()}
+        )
         tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1).save()
 
     def test_a_backup_with_every_epoch_done_is_refused_and_a_shorter_one_resumes(self):
@@ -198,8 +251,11 @@ class RefuseFinishedBackupTest(unittest.TestCase):
             callbacks.refuse_finished_backup(backup, 3)  # None yet.
             self._save(backup, epochs_done=2)  # Keras 3's.
             callbacks.refuse_finished_backup(backup, 3)
-            with self.assertRaisesRegex(ConfigError, r"^epochs=2: the backup in model_dir='.*' "
-                                                     r"has 2 epoch\(s\) done"):
+            with self.assertRaisesRegex(
+                ConfigError,
+                r"^epochs=2: the backup in model_dir='.*' "
+                r"has 2 epoch\(s\) done",
+            ):
                 callbacks.refuse_finished_backup(backup, 2)
             shutil.rmtree(backup)
             # tf-keras': in epoch 2 (from 0) at its end, so 3 done; mid-epoch, 2.

@@ -29,37 +29,48 @@ def _user_dataset_fn(global_batch_size: int, *, shard: bool = True, per_replica:
         dataset = tf.data.Dataset.from_tensor_slices((FEATURES, np.arange(256) % 2))
         if shard:
             dataset = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
-        batch = context.get_per_replica_batch_size(global_batch_size) if per_replica \
+        batch = (
+            context.get_per_replica_batch_size(global_batch_size)
+            if per_replica
             else global_batch_size
+        )
         return dataset.repeat().batch(batch)
+
     return make
 
 
 class InProcessTest(PolicyReset):
-
     def _fit(self, data, **kwargs):
         plan = tfdist.setup(run_config(global_batch_size=32, strategy=MIRRORED))
-        return tfdist.fit(plan, tabular_model, data(plan.global_batch_size),
-                          validation_data=None, loss="sparse_categorical_crossentropy",
-                          **kwargs)
+        return tfdist.fit(
+            plan,
+            tabular_model,
+            data(plan.global_batch_size),
+            validation_data=None,
+            loss="sparse_categorical_crossentropy",
+            **kwargs,
+        )
 
     def test_pipelines_that_do_not_shard(self):
         with self.assertRaisesRegex(
-                ConfigError, r"^train_data: replica pipelines 0 and 1 read the same first "
-                             r"batch, .*shard the data by context.input_pipeline_id .*"
-                             r"check_input=False"):
+            ConfigError,
+            r"^train_data: replica pipelines 0 and 1 read the same first "
+            r"batch, .*shard the data by context.input_pipeline_id .*"
+            r"check_input=False",
+        ):
             self._fit(lambda batch: _user_dataset_fn(batch, shard=False))
 
     def test_batches_of_the_global_batch(self):
         with self.assertRaisesRegex(
-                ConfigError, r"^train_data: its first batch holds 32 examples, but each "
-                             r"replica's batch is 16 \(global batch 32 over 2 replica\(s\)\).*"
-                             r"get_per_replica_batch_size"):
+            ConfigError,
+            r"^train_data: its first batch holds 32 examples, but each "
+            r"replica's batch is 16 \(global batch 32 over 2 replica\(s\)\).*"
+            r"get_per_replica_batch_size",
+        ):
             self._fit(lambda batch: _user_dataset_fn(batch, per_replica=False))
 
     def test_opting_out_trains(self):
-        summary = self._fit(lambda batch: _user_dataset_fn(batch, shard=False),
-                            check_input=False)
+        summary = self._fit(lambda batch: _user_dataset_fn(batch, shard=False), check_input=False)
         self.assertEqual(summary["steps"], 2)
 
     def test_a_dataset_function_that_shards_trains(self):
@@ -79,9 +90,15 @@ class InProcessTest(PolicyReset):
 
     def test_fingerprints_any_structure(self):
         def batch(first):
-            return ({"ids": tf.ragged.constant([[first, 2], [3]]),
-                     "sparse": tf.sparse.from_dense([[0, first], [1, 0]]),
-                     "dense": tf.constant([[1.0], [2.0]])}, tf.constant([0, 1]))
+            return (
+                {
+                    "ids": tf.ragged.constant([[first, 2], [3]]),
+                    "sparse": tf.sparse.from_dense([[0, first], [1, 0]]),
+                    "dense": tf.constant([[1.0], [2.0]]),
+                },
+                tf.constant([0, 1]),
+            )
+
         # pylint: disable-next=protected-access
         one, other = (input_checks._fingerprint_and_size(batch(value)).numpy() for value in (1, 5))
         self.assertEqual((one[1], other[1]), (2, 2))
@@ -147,40 +164,71 @@ class UnderLaunchTest(tf.test.TestCase):
         with open(program, "w", encoding="utf-8") as file:
             file.write(textwrap.dedent(_PROGRAM))
         return subprocess.run(
-            [sys.executable, "-m", "tfdist", "launch", "--timeout_s=300", *cluster, "--",
-             sys.executable, program, "--epochs=1", "--steps_per_epoch=4",
-             "--global_batch_size=16", f"--fits={','.join(fits)}"],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=320,
-            check=False)
+            [
+                sys.executable,
+                "-m",
+                "tfdist",
+                "launch",
+                "--timeout_s=300",
+                *cluster,
+                "--",
+                sys.executable,
+                program,
+                "--epochs=1",
+                "--steps_per_epoch=4",
+                "--global_batch_size=16",
+                f"--fits={','.join(fits)}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=320,
+            check=False,
+        )
 
     def test_multi_worker_mirrored_workers_that_read_the_same_examples(self):
-        result = self._launch(["--num_workers=2"], ["noshard+nocheck", "batch_by_global",
-                                                    "noshard"])
+        result = self._launch(
+            ["--num_workers=2"], ["noshard+nocheck", "batch_by_global", "noshard"]
+        )
         output = result.stdout
         for index in (0, 1):
-            self.assertIn(f"[worker:{index}] fit noshard+nocheck: trained 4 step(s)", output,
-                          "opted out, workers that read the same examples train")
-        self.assertRegex(output, r"\[worker:0\] fit batch_by_global: raised train_data: its "
-                                 r"first batch holds 16 examples, but each replica's batch is 8 "
-                                 r"\(global batch 16 over 2 replica",
-                         "batches of the global batch are refused")
+            self.assertIn(
+                f"[worker:{index}] fit noshard+nocheck: trained 4 step(s)",
+                output,
+                "opted out, workers that read the same examples train",
+            )
+        self.assertRegex(
+            output,
+            r"\[worker:0\] fit batch_by_global: raised train_data: its "
+            r"first batch holds 16 examples, but each replica's batch is 8 "
+            r"\(global batch 16 over 2 replica",
+            "batches of the global batch are refused",
+        )
         self.assertEqual(result.returncode, 2, output[-3000:])
         lines = [line for line in output.splitlines() if "error:" in line]
         self.assertTrue(lines, output[-3000:])
-        self.assertRegex(lines[0], r"program.py: error: train_data: workers 0 and 1 read the "
-                                   r"same first batch",
-                         "workers that read the same examples: tfdist.run's one line")
+        self.assertRegex(
+            lines[0],
+            r"program.py: error: train_data: workers 0 and 1 read the "
+            r"same first batch",
+            "workers that read the same examples: tfdist.run's one line",
+        )
         self.assertNotIn("Traceback", output)
 
     def test_parameter_server_workers_that_shuffle_alike(self):
-        result = self._launch(["--num_workers=2", "--num_ps=1", "--chief"],
-                              ["unseeded", "seed:7"])
+        result = self._launch(["--num_workers=2", "--num_ps=1", "--chief"], ["unseeded", "seed:7"])
         output = result.stdout
-        self.assertIn("[chief:0] fit unseeded: trained 4 step(s)", output,
-                      "workers that shuffle unseeded pass the check and train")
+        self.assertIn(
+            "[chief:0] fit unseeded: trained 4 step(s)",
+            output,
+            "workers that shuffle unseeded pass the check and train",
+        )
         self.assertEqual(result.returncode, 2, output[-3000:])
-        self.assertRegex(output, r"\[chief:0\] program.py: error: train_data: "
-                                 r"parameter-server workers 0 and 1 read the same first "
-                                 r"batch.*unseeded shuffle",
-                         "workers that shuffle alike: the chief's one line")
+        self.assertRegex(
+            output,
+            r"\[chief:0\] program.py: error: train_data: "
+            r"parameter-server workers 0 and 1 read the same first "
+            r"batch.*unseeded shuffle",
+            "workers that shuffle alike: the chief's one line",
+        )
         self.assertNotIn("Traceback", output)

@@ -9,7 +9,6 @@ from tfdist.runtime.config import ModelName
 
 
 class ModelsTest(tf.test.TestCase, parameterized.TestCase):
-
     @parameterized.parameters(
         (ModelName.SMALL_CNN, 32, 56_970, 2),
         (ModelName.RESNET20, 32, 274_042, 2),  # He et al. report 0.27M for CIFAR-10.

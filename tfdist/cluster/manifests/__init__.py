@@ -21,5 +21,13 @@ from tfdist.cluster.manifests.sbatch_script import slurm_train_flags
 from tfdist.cluster.manifests.tfjob_yaml import RESTART_POLICIES
 from tfdist.cluster.manifests.tfjob_yaml import tfjob
 
-__all__ = ["ManifestError", "Pods", "RESTART_POLICIES", "jobset", "slurm", "slurm_train_flags",
-           "tfjob", "to_yaml"]
+__all__ = [
+    "ManifestError",
+    "Pods",
+    "RESTART_POLICIES",
+    "jobset",
+    "slurm",
+    "slurm_train_flags",
+    "tfjob",
+    "to_yaml",
+]

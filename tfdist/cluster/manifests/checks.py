@@ -26,7 +26,7 @@ def require(ok: bool, field: str, value: Any, fix: str, problem: str = "is inval
     """Raises the one-line `ManifestError` "<field>: <value> <problem>; <fix>." unless `ok`."""
     if not ok:
         shown = " ".join(repr(value).split())
-        shown = shown if len(shown) <= _MAX_SHOWN else shown[:_MAX_SHOWN - 3] + "..."
+        shown = shown if len(shown) <= _MAX_SHOWN else shown[: _MAX_SHOWN - 3] + "..."
         raise ManifestError(f"{field}: {shown} {problem}; {fix}.")
 
 
@@ -35,12 +35,27 @@ def is_int(value: Any) -> bool:
 
 
 def check_layout(where: str, *, num_workers: int, num_ps: int, chief: bool) -> None:
-    require(is_int(num_workers) and num_workers >= 1, f"{where} num_workers", num_workers,
-            "pass at least 1 worker", problem="is not a count of 1 or more")
-    require(is_int(num_ps) and num_ps >= 0, f"{where} num_ps", num_ps,
-            "pass 0 or more parameter servers", problem="is not a count of 0 or more")
-    require(isinstance(chief, bool), f"{where} chief", chief, "pass True or False",
-            problem="is not a bool")
+    require(
+        is_int(num_workers) and num_workers >= 1,
+        f"{where} num_workers",
+        num_workers,
+        "pass at least 1 worker",
+        problem="is not a count of 1 or more",
+    )
+    require(
+        is_int(num_ps) and num_ps >= 0,
+        f"{where} num_ps",
+        num_ps,
+        "pass 0 or more parameter servers",
+        problem="is not a count of 0 or more",
+    )
+    require(
+        isinstance(chief, bool),
+        f"{where} chief",
+        chief,
+        "pass True or False",
+        problem="is not a bool",
+    )
     problem = strategies.ps_without_chief(num_ps, chief)
     require(not problem, f"{where} num_ps", num_ps, "add --chief", problem=f"means {problem}")
 
@@ -53,33 +68,57 @@ def follow(problem: str | None, field: str, value: Any, fix: str) -> None:
 
 def check_k8s_name(field: str, name: Any) -> None:
     """A Kubernetes object name that is also a DNS label (RFC 1123)."""
-    follow(kubernetes_rules.dns1123_label(name), field, name,
-           f'use at most {kubernetes_rules.LABEL_MAX} lowercase letters, digits and "-", e.g. '
-           '"tfdist-train"')
+    follow(
+        kubernetes_rules.dns1123_label(name),
+        field,
+        name,
+        f'use at most {kubernetes_rules.LABEL_MAX} lowercase letters, digits and "-", e.g. '
+        '"tfdist-train"',
+    )
 
 
 def check_image(field: str, image: Any) -> None:
-    follow(kubernetes_rules.image_reference(image), field, image,
-           'pass a container image with tfdist installed, e.g. '
-           '"registry.example.com/tfdist:0.1.0"')
+    follow(
+        kubernetes_rules.image_reference(image),
+        field,
+        image,
+        'pass a container image with tfdist installed, e.g. "registry.example.com/tfdist:0.1.0"',
+    )
 
 
 def check_choice(field: str, value: Any, choices: Sequence[str]) -> None:
-    require(value in choices, field, value, f"use one of {', '.join(choices)}",
-            problem="is not a choice")
+    require(
+        value in choices,
+        field,
+        value,
+        f"use one of {', '.join(choices)}",
+        problem="is not a choice",
+    )
 
 
 def check_port(field: str, port: Any) -> None:
-    require(is_int(port) and 1 <= port <= 65535, field, port,
-            "use an integer port from 1 to 65535", problem="is not a port")
+    require(
+        is_int(port) and 1 <= port <= 65535,
+        field,
+        port,
+        "use an integer port from 1 to 65535",
+        problem="is not a port",
+    )
 
 
 def check_args(where: str, train_args: Any, field: str = "train_args") -> list[str]:
-    ok = (isinstance(train_args, Sequence) and not isinstance(train_args, str)
-          and all(isinstance(arg, str) for arg in train_args))
-    require(ok, f"{where} {field}", train_args,
-            'pass a list of strings, e.g. ["--strategy=multi_worker_mirrored"]',
-            problem="is not a list of strings")
+    ok = (
+        isinstance(train_args, Sequence)
+        and not isinstance(train_args, str)
+        and all(isinstance(arg, str) for arg in train_args)
+    )
+    require(
+        ok,
+        f"{where} {field}",
+        train_args,
+        'pass a list of strings, e.g. ["--strategy=multi_worker_mirrored"]',
+        problem="is not a list of strings",
+    )
     return list(train_args)
 
 
@@ -116,5 +155,11 @@ _Dumper.add_representer(str, _represent_str)
 def to_yaml(value: Any) -> str:
     """`value` (dicts, lists, str, int, float, bool, None) as block-style YAML, keys in order,
     ASCII only (other characters escaped), one line per scalar."""
-    return yaml.dump(value, Dumper=_Dumper, sort_keys=False, default_flow_style=False,
-                     allow_unicode=False, width=float("inf"))
+    return yaml.dump(
+        value,
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=False,
+        width=float("inf"),
+    )

@@ -43,6 +43,7 @@ _POD_NAME_SUFFIX = "-xxxxx"  # The Job controller's random suffix on each pod's 
 CPU_RANGE = ("1m", "100000")  # Per pod; a quantity outside is a typo.
 MEMORY_RANGE = ("6Mi", "1Pi")  # runc's least memory limit, and more than any node has.
 
+
 @dataclasses.dataclass(frozen=True)
 class Pods:
     """What the pods need from the cluster, and no more.
@@ -61,6 +62,7 @@ class Pods:
         the model directory all tasks share).
       mount_path: where the claim is mounted.
     """
+
     image: str
     cpu: str | None = None
     memory: str | None = None
@@ -74,10 +76,21 @@ class Pods:
     mount_path: str = "/mnt/tfdist"
 
 
-def jobset(*, name: str, pods: Pods, num_workers: int, num_ps: int = 0, chief: bool = False,
-           evaluator: bool = False, data_service_workers: int = 0, port: int = 2222,
-           max_restarts: int = 0, train_args: Sequence[str] | None = None,
-           program: Sequence[str] | None = None, model_dir: str | None = None) -> str:
+def jobset(
+    *,
+    name: str,
+    pods: Pods,
+    num_workers: int,
+    num_ps: int = 0,
+    chief: bool = False,
+    evaluator: bool = False,
+    data_service_workers: int = 0,
+    port: int = 2222,
+    max_restarts: int = 0,
+    train_args: Sequence[str] | None = None,
+    program: Sequence[str] | None = None,
+    model_dir: str | None = None,
+) -> str:
     """Returns a JobSet YAML document that runs `tfdist train <train_args>` (or `program`) in
     every task pod.
 
@@ -98,39 +111,74 @@ def jobset(*, name: str, pods: Pods, num_workers: int, num_ps: int = 0, chief: b
     Raises:
       ManifestError: an argument is invalid.
     """
-    checks.follow(kubernetes_rules.dns1035_label(name), "jobset name", name,
-                  'use lowercase letters, digits and "-", starting with a letter, e.g. '
-                  '"tfdist-train"')
+    checks.follow(
+        kubernetes_rules.dns1035_label(name),
+        "jobset name",
+        name,
+        'use lowercase letters, digits and "-", starting with a letter, e.g. "tfdist-train"',
+    )
     checks.check_layout("jobset", num_workers=num_workers, num_ps=num_ps, chief=chief)
-    require(isinstance(evaluator, bool), "jobset evaluator", evaluator, "pass True or False",
-            problem="is not a bool")
-    require(checks.is_int(data_service_workers) and data_service_workers >= 0,
-            "jobset data_service_workers", data_service_workers,
-            "pass 0 for no tf.data service or the number of its workers", problem="is not a count")
+    require(
+        isinstance(evaluator, bool),
+        "jobset evaluator",
+        evaluator,
+        "pass True or False",
+        problem="is not a bool",
+    )
+    require(
+        checks.is_int(data_service_workers) and data_service_workers >= 0,
+        "jobset data_service_workers",
+        data_service_workers,
+        "pass 0 for no tf.data service or the number of its workers",
+        problem="is not a count",
+    )
     checks.check_port("jobset port", port)
-    require(checks.is_int(max_restarts) and max_restarts >= 0, "jobset max_restarts",
-            max_restarts, "pass 0 or more restarts", problem="is not a count")
+    require(
+        checks.is_int(max_restarts) and max_restarts >= 0,
+        "jobset max_restarts",
+        max_restarts,
+        "pass 0 or more restarts",
+        problem="is not a count",
+    )
     _check_pods(pods)
-    layout = {"chief": int(chief), "worker": num_workers, "ps": num_ps,
-              "evaluator": int(evaluator), jobset_pods.DISPATCHER: int(data_service_workers > 0),
-              jobset_pods.DATA_WORKER: data_service_workers}
+    layout = {
+        "chief": int(chief),
+        "worker": num_workers,
+        "ps": num_ps,
+        "evaluator": int(evaluator),
+        jobset_pods.DISPATCHER: int(data_service_workers > 0),
+        jobset_pods.DATA_WORKER: data_service_workers,
+    }
     layout = {job: count for job, count in layout.items() if count}
-    longest = max((jobset_pods.hostname(name, job, count - 1) for job, count in layout.items()),
-                  key=len)
-    require(len(longest) + len(_POD_NAME_SUFFIX) <= kubernetes_rules.LABEL_MAX, "jobset name",
-            name, f"use a shorter name: pods are named <name>-<replicatedJob>-0-<index>"
-            f"{_POD_NAME_SUFFIX}, at most {kubernetes_rules.LABEL_MAX} characters",
-            problem=f"makes pod names such as {longest + _POD_NAME_SUFFIX!r} too long")
+    longest = max(
+        (jobset_pods.hostname(name, job, count - 1) for job, count in layout.items()), key=len
+    )
+    require(
+        len(longest) + len(_POD_NAME_SUFFIX) <= kubernetes_rules.LABEL_MAX,
+        "jobset name",
+        name,
+        f"use a shorter name: pods are named <name>-<replicatedJob>-0-<index>"
+        f"{_POD_NAME_SUFFIX}, at most {kubernetes_rules.LABEL_MAX} characters",
+        problem=f"makes pod names such as {longest + _POD_NAME_SUFFIX!r} too long",
+    )
     command = _task_command(name, port, data_service_workers, train_args, program)
-    _check_volume(pods, max_restarts=max_restarts, evaluator=evaluator,
-                  model_dir=model_dir if train_args is not None else _UNKNOWN)
+    _check_volume(
+        pods,
+        max_restarts=max_restarts,
+        evaluator=evaluator,
+        model_dir=model_dir if train_args is not None else _UNKNOWN,
+    )
     env = _environment(name, port, layout)
     replicated_jobs = []
     for job, count in layout.items():
         service = job in jobset_pods.SERVICE_JOBS
-        container = _container(pods, list(DATA_SERVICE_COMMAND) if service else command, env,
-                               port=None if job == "evaluator" else port,
-                               gpus=0 if service or not _trains(job, num_ps) else pods.gpus)
+        container = _container(
+            pods,
+            list(DATA_SERVICE_COMMAND) if service else command,
+            env,
+            port=None if job == "evaluator" else port,
+            gpus=0 if service or not _trains(job, num_ps) else pods.gpus,
+        )
         replicated_jobs.append(_replicated_job(job, count, _pod_spec(pods, container)))
     metadata: dict[str, Any] = {"name": name}
     if pods.queue:
@@ -140,10 +188,15 @@ def jobset(*, name: str, pods: Pods, num_workers: int, num_ps: int = 0, chief: b
         "kind": "JobSet",
         "metadata": metadata,
         "spec": {
-            "network": {"enableDNSHostnames": True, "subdomain": name,
-                        "publishNotReadyAddresses": True},
-            "successPolicy": {"operator": "All",
-                              "targetReplicatedJobs": _ending_jobs(layout, num_ps)},
+            "network": {
+                "enableDNSHostnames": True,
+                "subdomain": name,
+                "publishNotReadyAddresses": True,
+            },
+            "successPolicy": {
+                "operator": "All",
+                "targetReplicatedJobs": _ending_jobs(layout, num_ps),
+            },
             "failurePolicy": {"maxRestarts": max_restarts},
             "replicatedJobs": replicated_jobs,
         },
@@ -164,26 +217,51 @@ def _ending_jobs(layout: Mapping[str, int], num_ps: int) -> list[str]:
     return [job for job in layout if job in ending]
 
 
-def _task_command(name: str, port: int, data_service_workers: int,
-                  train_args: Sequence[str] | None, program: Sequence[str] | None) -> list[str]:
-    require((train_args is None) != (program is None), "jobset train_args", train_args,
-            "pass train_args (the flags after `tfdist train`) or program, not both",
-            problem="and program are both given or both missing")
+def _task_command(
+    name: str,
+    port: int,
+    data_service_workers: int,
+    train_args: Sequence[str] | None,
+    program: Sequence[str] | None,
+) -> list[str]:
+    require(
+        (train_args is None) != (program is None),
+        "jobset train_args",
+        train_args,
+        "pass train_args (the flags after `tfdist train`) or program, not both",
+        problem="and program are both given or both missing",
+    )
     if program is not None:
         program = checks.check_args("jobset", program, field="program")
-        require(bool(program) and bool(program[0].strip()), "jobset program", program,
-                "pass the program's argv, e.g. "'["python", "my_train.py"]',
-                problem="has no program to run")
-        require(not data_service_workers, "jobset data_service_workers", data_service_workers,
-                "run `-- train ...` to read input through the tf.data service, or start the "
-                "service yourself", problem="needs a tfdist train command, not a program")
+        require(
+            bool(program) and bool(program[0].strip()),
+            "jobset program",
+            program,
+            'pass the program\'s argv, e.g. ["python", "my_train.py"]',
+            problem="has no program to run",
+        )
+        require(
+            not data_service_workers,
+            "jobset data_service_workers",
+            data_service_workers,
+            "run `-- train ...` to read input through the tf.data service, or start the "
+            "service yourself",
+            problem="needs a tfdist train command, not a program",
+        )
         return [checks.kubernetes_literal(word) for word in program]
     args = checks.check_args("jobset", train_args)
-    for flag in (JOBSET_RESOLVER_FLAG.partition("=")[0],
-                 *([DATA_SERVICE_FLAG] if data_service_workers else [])):
+    for flag in (
+        JOBSET_RESOLVER_FLAG.partition("=")[0],
+        *([DATA_SERVICE_FLAG] if data_service_workers else []),
+    ):
         given = [arg for arg in args if arg.lstrip("-").partition("=")[0] == flag.lstrip("-")]
-        require(not given, "jobset train_args", given[0] if given else None,
-                "leave it out: the manifest sets it for the JobSet", problem="is set")
+        require(
+            not given,
+            "jobset train_args",
+            given[0] if given else None,
+            "leave it out: the manifest sets it for the JobSet",
+            problem="is set",
+        )
     command = ["tfdist", "train", JOBSET_RESOLVER_FLAG, *map(checks.kubernetes_literal, args)]
     if data_service_workers:
         dispatcher = f"{jobset_pods.hostname(name, jobset_pods.DISPATCHER, 0)}.{name}:{port}"
@@ -193,26 +271,34 @@ def _task_command(name: str, port: int, data_service_workers: int,
 
 def _environment(name: str, port: int, layout: Mapping[str, int]) -> list[dict[str, Any]]:
     """The variables from which each pod derives its place (`tfdist.strategies.jobset`)."""
-    env = [{"name": variable, "valueFrom": {"fieldRef": {"fieldPath": field}}}
-           for variable, field in jobset_pods.DOWNWARD_API.items()]
-    return env + [{"name": jobset_pods.ENV_SUBDOMAIN, "value": name},
-                  {"name": jobset_pods.ENV_PORT, "value": str(port)},
-                  {"name": jobset_pods.ENV_LAYOUT, "value": jobset_pods.format_layout(layout)}]
+    env = [
+        {"name": variable, "valueFrom": {"fieldRef": {"fieldPath": field}}}
+        for variable, field in jobset_pods.DOWNWARD_API.items()
+    ]
+    return env + [
+        {"name": jobset_pods.ENV_SUBDOMAIN, "value": name},
+        {"name": jobset_pods.ENV_PORT, "value": str(port)},
+        {"name": jobset_pods.ENV_LAYOUT, "value": jobset_pods.format_layout(layout)},
+    ]
 
 
-def _container(pods: Pods, command: list[str], env: list[dict[str, Any]], *, port: int | None,
-               gpus: int) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": CONTAINER_NAME, "image": pods.image,
-                                 "command": command, "env": env}
+def _container(
+    pods: Pods, command: list[str], env: list[dict[str, Any]], *, port: int | None, gpus: int
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": CONTAINER_NAME,
+        "image": pods.image,
+        "command": command,
+        "env": env,
+    }
     if port is not None:
         container["ports"] = [{"name": PORT_NAME, "containerPort": port, "protocol": "TCP"}]
-    requests = {key: value for key, value in (("cpu", pods.cpu), ("memory", pods.memory))
-                if value}
-    limits = {key: value for key, value in (("memory", pods.memory), (GPU_RESOURCE, gpus))
-              if value}
+    requests = {key: value for key, value in (("cpu", pods.cpu), ("memory", pods.memory)) if value}
+    limits = {key: value for key, value in (("memory", pods.memory), (GPU_RESOURCE, gpus)) if value}
     if requests or limits:
-        container["resources"] = {key: value for key, value in (("requests", requests),
-                                                                 ("limits", limits)) if value}
+        container["resources"] = {
+            key: value for key, value in (("requests", requests), ("limits", limits)) if value
+        }
     if pods.volume_claim:
         container["volumeMounts"] = [{"name": VOLUME_NAME, "mountPath": pods.mount_path}]
     return container
@@ -221,12 +307,15 @@ def _container(pods: Pods, command: list[str], env: list[dict[str, Any]], *, por
 def _pod_spec(pods: Pods, container: dict[str, Any]) -> dict[str, Any]:
     spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
     if pods.volume_claim:
-        spec["volumes"] = [{"name": VOLUME_NAME,
-                            "persistentVolumeClaim": {"claimName": pods.volume_claim}}]
-    optional = (("priorityClassName", pods.priority_class),
-                ("serviceAccountName", pods.service_account),
-                ("nodeSelector", dict(pods.node_selector)),
-                ("tolerations", [_toleration(text) for text in pods.tolerations]))
+        spec["volumes"] = [
+            {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": pods.volume_claim}}
+        ]
+    optional = (
+        ("priorityClassName", pods.priority_class),
+        ("serviceAccountName", pods.service_account),
+        ("nodeSelector", dict(pods.node_selector)),
+        ("tolerations", [_toleration(text) for text in pods.tolerations]),
+    )
     spec.update((key, value) for key, value in optional if value)
     return spec
 
@@ -234,13 +323,23 @@ def _pod_spec(pods: Pods, container: dict[str, Any]) -> dict[str, Any]:
 def _replicated_job(job: str, pods: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
     """One Indexed Job of `pods` pods; a failed pod fails it (backoffLimit 0), and the JobSet's
     failure policy restarts everything."""
-    return {"name": job, "replicas": 1, "template": {"spec": {
-        "parallelism": pods, "completions": pods, "completionMode": "Indexed",
-        "backoffLimit": 0, "template": {"spec": pod_spec}}}}
+    return {
+        "name": job,
+        "replicas": 1,
+        "template": {
+            "spec": {
+                "parallelism": pods,
+                "completions": pods,
+                "completionMode": "Indexed",
+                "backoffLimit": 0,
+                "template": {"spec": pod_spec},
+            }
+        },
+    }
 
 
 def _toleration(text: str) -> dict[str, str]:
-    """"key[=value][:Effect]" as a toleration: Equal with a value, else Exists."""
+    """ "key[=value][:Effect]" as a toleration: Equal with a value, else Exists."""
     rest, _, effect = text.rpartition(":") if ":" in text else (text, "", "")
     key, equals, value = rest.partition("=")
     toleration = {"key": key, "operator": "Equal" if equals else "Exists"}
@@ -252,60 +351,106 @@ def _toleration(text: str) -> dict[str, str]:
 
 
 def _check_pods(pods: Any) -> None:
-    require(isinstance(pods, Pods), "jobset pods", pods, "pass a manifests.Pods(image=...)",
-            problem="is not a Pods")
+    require(
+        isinstance(pods, Pods),
+        "jobset pods",
+        pods,
+        "pass a manifests.Pods(image=...)",
+        problem="is not a Pods",
+    )
     checks.check_image("jobset image", pods.image)
     for field, (least, most) in (("cpu", CPU_RANGE), ("memory", MEMORY_RANGE)):
         value = getattr(pods, field)
         if value is not None:
-            checks.follow(kubernetes_rules.quantity(value, least=least, most=most),
-                          f"jobset {field}", value, f'use a Kubernetes quantity from {least} to '
-                          f'{most}, e.g. "4", "500m" or "16Gi"')
-    require(checks.is_int(pods.gpus) and pods.gpus >= 0, "jobset gpus", pods.gpus,
-            "pass 0 or more GPUs per pod", problem="is not a count")
+            checks.follow(
+                kubernetes_rules.quantity(value, least=least, most=most),
+                f"jobset {field}",
+                value,
+                f'use a Kubernetes quantity from {least} to {most}, e.g. "4", "500m" or "16Gi"',
+            )
+    require(
+        checks.is_int(pods.gpus) and pods.gpus >= 0,
+        "jobset gpus",
+        pods.gpus,
+        "pass 0 or more GPUs per pod",
+        problem="is not a count",
+    )
     for field in ("queue", "priority_class", "service_account", "volume_claim"):
         value = getattr(pods, field)
         if value is not None:
-            checks.follow(kubernetes_rules.dns1123_subdomain(value), f"jobset {field}", value,
-                          'use lowercase letters, digits, "-" and ".", e.g. "team-a"')
+            checks.follow(
+                kubernetes_rules.dns1123_subdomain(value),
+                f"jobset {field}",
+                value,
+                'use lowercase letters, digits, "-" and ".", e.g. "team-a"',
+            )
     if pods.queue is not None:  # Also the value of the JobSet's queue label.
-        checks.follow(kubernetes_rules.label_value(pods.queue), "jobset queue", pods.queue,
-                      f"use a LocalQueue name of at most {kubernetes_rules.LABEL_MAX} characters")
+        checks.follow(
+            kubernetes_rules.label_value(pods.queue),
+            "jobset queue",
+            pods.queue,
+            f"use a LocalQueue name of at most {kubernetes_rules.LABEL_MAX} characters",
+        )
     for key, value in dict(pods.node_selector).items():
         _check_label("jobset node_selector", key, value)
     for text in pods.tolerations:
-        require(isinstance(text, str), "jobset tolerations", text,
-                'write each as "key[=value][:Effect]", e.g. "gpu=true:NoSchedule"',
-                problem="is not a string")
+        require(
+            isinstance(text, str),
+            "jobset tolerations",
+            text,
+            'write each as "key[=value][:Effect]", e.g. "gpu=true:NoSchedule"',
+            problem="is not a string",
+        )
         toleration = _toleration(text)
         _check_label("jobset tolerations", toleration["key"], toleration.get("value", ""))
-        checks.check_choice("jobset tolerations effect", toleration.get("effect", "NoSchedule"),
-                            TOLERATION_EFFECTS)
-    checks.follow(kubernetes_rules.mount_path(pods.mount_path), "jobset mount_path",
-                  pods.mount_path, 'use a directory of its own, e.g. "/mnt/tfdist"')
+        checks.check_choice(
+            "jobset tolerations effect", toleration.get("effect", "NoSchedule"), TOLERATION_EFFECTS
+        )
+    checks.follow(
+        kubernetes_rules.mount_path(pods.mount_path),
+        "jobset mount_path",
+        pods.mount_path,
+        'use a directory of its own, e.g. "/mnt/tfdist"',
+    )
 
 
-def _check_volume(pods: Pods, *, max_restarts: int, evaluator: bool,
-                  model_dir: str | None) -> None:
+def _check_volume(pods: Pods, *, max_restarts: int, evaluator: bool, model_dir: str | None) -> None:
     """A restarted JobSet resumes, and an evaluator reads checkpoints, from `model_dir`, so it
     must be one every pod shares: on the claim's volume, or a URL (gs://...). Unknown (None)
     for a program of the user's, which is trusted."""
-    needs = ("max_restarts", max_restarts) if max_restarts else (
-        ("evaluator", evaluator) if evaluator else None)
+    needs = (
+        ("max_restarts", max_restarts)
+        if max_restarts
+        else (("evaluator", evaluator) if evaluator else None)
+    )
     if not needs or model_dir is _UNKNOWN:
         return
     mount = posixpath.normpath(pods.mount_path)
-    shared = bool(model_dir) and (_URL_MARK in model_dir or (
-        bool(pods.volume_claim) and posixpath.normpath(model_dir).startswith(mount + "/")))
-    require(shared, f"jobset {needs[0]}", needs[1],
-            f"pass volume_claim (a ReadWriteMany PersistentVolumeClaim mounted at {mount}) and "
-            f"a model_dir on it, e.g. {mount}/run1, or a gs:// model_dir",
-            problem=f"needs a model_dir every pod shares, not {model_dir!r}")
+    shared = bool(model_dir) and (
+        _URL_MARK in model_dir
+        or (bool(pods.volume_claim) and posixpath.normpath(model_dir).startswith(mount + "/"))
+    )
+    require(
+        shared,
+        f"jobset {needs[0]}",
+        needs[1],
+        f"pass volume_claim (a ReadWriteMany PersistentVolumeClaim mounted at {mount}) and "
+        f"a model_dir on it, e.g. {mount}/run1, or a gs:// model_dir",
+        problem=f"needs a model_dir every pod shares, not {model_dir!r}",
+    )
 
 
 def _check_label(field: str, key: Any, value: Any) -> None:
-    checks.follow(kubernetes_rules.label_key(key), field, key,
-                  'use a label key such as "cloud.google.com/gke-accelerator"')
-    checks.follow(kubernetes_rules.label_value(value), f"{field} {key}", value,
-                  f'use at most {kubernetes_rules.LABEL_MAX} letters, digits, "-", "_" and ".", '
-                  'e.g. "nvidia-h100-80gb"')
+    checks.follow(
+        kubernetes_rules.label_key(key),
+        field,
+        key,
+        'use a label key such as "cloud.google.com/gke-accelerator"',
+    )
+    checks.follow(
+        kubernetes_rules.label_value(value),
+        f"{field} {key}",
+        value,
+        f'use at most {kubernetes_rules.LABEL_MAX} letters, digits, "-", "_" and ".", '
+        'e.g. "nvidia-h100-80gb"',
+    )

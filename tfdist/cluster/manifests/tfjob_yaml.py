@@ -17,9 +17,18 @@ TFJOB_PORT_NAME = "tfjob-port"  # The operator reads the task port from this por
 RESTART_POLICIES = ("OnFailure", "Never", "Always", "ExitCode")
 
 
-def tfjob(*, name: str, image: str, train_args: Sequence[str], num_workers: int,
-          num_ps: int = 0, chief: bool = False, evaluator: bool = False,
-          restart_policy: str = "OnFailure", port: int = 2222) -> str:
+def tfjob(
+    *,
+    name: str,
+    image: str,
+    train_args: Sequence[str],
+    num_workers: int,
+    num_ps: int = 0,
+    chief: bool = False,
+    evaluator: bool = False,
+    restart_policy: str = "OnFailure",
+    port: int = 2222,
+) -> str:
     """Returns a Kubeflow TFJob YAML document that runs `tfdist train <train_args>` in each pod.
 
     Replica specs come in the order Chief, Worker, PS, Evaluator, each with its container
@@ -44,11 +53,17 @@ def tfjob(*, name: str, image: str, train_args: Sequence[str], num_workers: int,
     checks.check_choice("tfjob restart_policy", restart_policy, RESTART_POLICIES)
     checks.check_layout("tfjob", num_workers=num_workers, num_ps=num_ps, chief=chief)
     checks.check_port("tfjob port", port)
-    command = ["tfdist", "train", *map(checks.kubernetes_literal,
-                                        checks.check_args("tfjob", train_args))]
+    command = [
+        "tfdist",
+        "train",
+        *map(checks.kubernetes_literal, checks.check_args("tfjob", train_args)),
+    ]
     counts = {"Chief": int(chief), "Worker": num_workers, "PS": num_ps, "Evaluator": int(evaluator)}
-    replica_specs = {kind: _replica_spec(replicas, restart_policy, image, command, port)
-                     for kind, replicas in counts.items() if replicas}
+    replica_specs = {
+        kind: _replica_spec(replicas, restart_policy, image, command, port)
+        for kind, replicas in counts.items()
+        if replicas
+    }
     document = {
         "apiVersion": TFJOB_API_VERSION,
         "kind": "TFJob",
@@ -58,13 +73,17 @@ def tfjob(*, name: str, image: str, train_args: Sequence[str], num_workers: int,
     return checks.to_yaml(document)
 
 
-def _replica_spec(replicas: int, restart_policy: str, image: str, command: list[str],
-                  port: int) -> dict[str, Any]:
+def _replica_spec(
+    replicas: int, restart_policy: str, image: str, command: list[str], port: int
+) -> dict[str, Any]:
     container = {
         "name": TFJOB_CONTAINER_NAME,
         "image": image,
         "command": command,
         "ports": [{"name": TFJOB_PORT_NAME, "containerPort": port}],
     }
-    return {"replicas": replicas, "restartPolicy": restart_policy,
-            "template": {"spec": {"containers": [container]}}}
+    return {
+        "replicas": replicas,
+        "restartPolicy": restart_policy,
+        "template": {"spec": {"containers": [container]}},
+    }

@@ -50,16 +50,19 @@ def rehearse(path: str, options: Options, *, nodes: int | None = None) -> int:
         hosts.require_tools()
         return slurm_run.run(slurm_job, options.made())
     if nodes is not None:
-        raise RehearsalError(f"slurm_nodes={nodes} is for a Slurm script, and {path} is not "
-                             "one; drop it.")
+        raise RehearsalError(
+            f"slurm_nodes={nodes} is for a Slurm script, and {path} is not one; drop it."
+        )
     try:
         document = yaml.safe_load(text)
     except yaml.YAMLError as error:
         where = getattr(error, "problem_mark", None)
         line = f" at line {where.line + 1}" if where else ""
-        raise RehearsalError(f"{path} is not YAML{line} "
-                             f"({getattr(error, 'problem', None) or 'unreadable'}); pass a "
-                             "manifest written by `tfdist manifest`.") from None
+        raise RehearsalError(
+            f"{path} is not YAML{line} "
+            f"({getattr(error, 'problem', None) or 'unreadable'}); pass a "
+            "manifest written by `tfdist manifest`."
+        ) from None
     plan = jobset_plan.read(document)
     jobset_run.check_fits(plan, capacity.MachineLimits.of_this_machine())
     hosts.require_tools()
@@ -71,14 +74,19 @@ def _read(path: str) -> str:
     try:
         info = os.stat(path)
     except OSError as error:
-        raise RehearsalError(f"{path}: {error.strerror}; pass the path of a manifest "
-                             "written by `tfdist manifest`.") from None
+        raise RehearsalError(
+            f"{path}: {error.strerror}; pass the path of a manifest written by `tfdist manifest`."
+        ) from None
     if not stat.S_ISREG(info.st_mode):
-        raise RehearsalError(f"{path} is not a regular file; pass a manifest written "
-                             "by `tfdist manifest` (e.g. tfdist manifest ... > job.yaml).")
+        raise RehearsalError(
+            f"{path} is not a regular file; pass a manifest written "
+            "by `tfdist manifest` (e.g. tfdist manifest ... > job.yaml)."
+        )
     if info.st_size > MAX_MANIFEST_BYTES:
-        raise RehearsalError(f"{path} has {info.st_size} bytes, more than a manifest "
-                             f"({MAX_MANIFEST_BYTES} at most); pass the manifest itself.")
+        raise RehearsalError(
+            f"{path} has {info.st_size} bytes, more than a manifest "
+            f"({MAX_MANIFEST_BYTES} at most); pass the manifest itself."
+        )
     try:
         with open(path, "rb") as manifest:
             data = manifest.read(MAX_MANIFEST_BYTES + 1)
@@ -87,5 +95,7 @@ def _read(path: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise RehearsalError(f"{path} is not UTF-8 text (byte {error.start}); pass a "
-                             "manifest written by `tfdist manifest`.") from None
+        raise RehearsalError(
+            f"{path} is not UTF-8 text (byte {error.start}); pass a "
+            "manifest written by `tfdist manifest`."
+        ) from None

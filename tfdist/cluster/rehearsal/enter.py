@@ -48,13 +48,40 @@ _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 # sys_chroot, audit_write, setfcap.
 _KEPT_CAPABILITIES = frozenset((0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 29, 31))
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
-_PSEUDO_FILE_SYSTEMS = frozenset((
-    "proc", "sysfs", "devtmpfs", "devpts", "mqueue", "nsfs", "cgroup", "cgroup2", "debugfs",
-    "tracefs", "securityfs", "bpf", "fusectl", "configfs", "pstore", "hugetlbfs", "autofs",
-    "binfmt_misc", "efivarfs", "selinuxfs", "rpc_pipefs"))
+_PSEUDO_FILE_SYSTEMS = frozenset(
+    (
+        "proc",
+        "sysfs",
+        "devtmpfs",
+        "devpts",
+        "mqueue",
+        "nsfs",
+        "cgroup",
+        "cgroup2",
+        "debugfs",
+        "tracefs",
+        "securityfs",
+        "bpf",
+        "fusectl",
+        "configfs",
+        "pstore",
+        "hugetlbfs",
+        "autofs",
+        "binfmt_misc",
+        "efivarfs",
+        "selinuxfs",
+        "rpc_pipefs",
+    )
+)
 _FRESH_TREES = ("/proc", "/sys", "/dev", "/run")  # Never from this machine.
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
-              signal.SIGUSR2)
+_FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -70,6 +97,7 @@ class Spec:
       binds: (source on this machine, mount path in the pod) of each volume.
       working_dir: where the command starts in the pod; None is `/`.
     """
+
     hostname: str
     staging: str | None = None
     binds: tuple[tuple[str, str], ...] = ()
@@ -151,8 +179,13 @@ def _build_root(spec: Spec) -> None:
         os.makedirs(inside, exist_ok=True)
         lower = target.replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
         try:
-            _mount("overlay", inside, "overlay", _MS_NODEV,
-                   f"lowerdir={lower},upperdir={layer}/upper,workdir={layer}/work")
+            _mount(
+                "overlay",
+                inside,
+                "overlay",
+                _MS_NODEV,
+                f"lowerdir={lower},upperdir={layer}/upper,workdir={layer}/work",
+            )
         except OSError as refused:  # A file system overlayfs cannot stack on: read-only.
             _mount(target, inside, None, _MS_BIND)
             _mount("none", inside, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
@@ -161,8 +194,10 @@ def _build_root(spec: Spec) -> None:
     for source, path in spec.binds:
         inside = root + path
         if os.path.lexists(inside) and not os.path.isdir(inside):
-            raise _Refused(f"mount path {path} is not a directory in the image (this machine); "
-                           "mount the volume elsewhere (tfdist manifest --mount_path=DIR)")
+            raise _Refused(
+                f"mount path {path} is not a directory in the image (this machine); "
+                "mount the volume elsewhere (tfdist manifest --mount_path=DIR)"
+            )
         os.makedirs(inside, exist_ok=True)
         _bind(source, inside)
     os.chdir(root)
@@ -182,7 +217,8 @@ def _this_machines_file_systems() -> list[tuple[str, bool]]:
             target = _unescape(fields[4])
             file_system = fields[fields.index("-") + 1]
             if file_system in _PSEUDO_FILE_SYSTEMS or any(
-                    target == tree or target.startswith(tree + "/") for tree in _FRESH_TREES):
+                target == tree or target.startswith(tree + "/") for tree in _FRESH_TREES
+            ):
                 continue
             found = [entry for entry in found if entry[0] != target]  # The top one counts.
             found.append((target, os.path.isdir(target)))
@@ -203,13 +239,22 @@ def _fresh_trees(root: str) -> None:
         open(f"{root}/dev/{device}", "w", encoding="ascii").close()  # pylint: disable=consider-using-with
         _bind(f"/dev/{device}", f"{root}/dev/{device}")
     os.makedirs(f"{root}/dev/pts")
-    _mount("devpts", f"{root}/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC,
-           "newinstance,ptmxmode=0666,mode=0620")
+    _mount(
+        "devpts",
+        f"{root}/dev/pts",
+        "devpts",
+        _MS_NOSUID | _MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=0620",
+    )
     os.symlink("pts/ptmx", f"{root}/dev/ptmx")
     os.makedirs(f"{root}/dev/shm")
     _mount("tmpfs", f"{root}/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, f"{root}/dev/{name}")
     _mount("tmpfs", f"{root}/run", "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
 
@@ -224,8 +269,9 @@ def _pivot_root() -> None:
     """Makes the current directory the root, and this machine's root unreachable."""
     number = _SYS_PIVOT_ROOT.get(os.uname().machine)
     if number is None:
-        raise _Refused(f"pivot_root is not known on {os.uname().machine}; rehearse on x86_64 "
-                       "or aarch64")
+        raise _Refused(
+            f"pivot_root is not known on {os.uname().machine}; rehearse on x86_64 or aarch64"
+        )
     _check(_LIBC.syscall(number, b".", b"."), "pivot_root")
     _check(_LIBC.umount2(b".", _MNT_DETACH), "umount the old root")
     os.chdir("/")
@@ -281,11 +327,16 @@ def _unshare(flags: int) -> None:
     _check(_LIBC.unshare(flags), "unshare")
 
 
-def _mount(source: str, target: str, file_system: str | None, flags: int,
-           data: str | None = None) -> None:
-    result = _LIBC.mount(source.encode(), target.encode(),
-                         file_system.encode() if file_system else None, ctypes.c_ulong(flags),
-                         data.encode() if data else None)
+def _mount(
+    source: str, target: str, file_system: str | None, flags: int, data: str | None = None
+) -> None:
+    result = _LIBC.mount(
+        source.encode(),
+        target.encode(),
+        file_system.encode() if file_system else None,
+        ctypes.c_ulong(flags),
+        data.encode() if data else None,
+    )
     _check(result, f"mount {file_system or 'bind'} on {target}")
 
 
@@ -302,4 +353,3 @@ def _unescape(text: str) -> str:
 
 def _say(line: str) -> None:
     print(f"{ANNOUNCER}: {line}", file=sys.stderr, flush=True)
-

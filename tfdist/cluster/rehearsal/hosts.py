@@ -58,20 +58,35 @@ class Host:
       address: its IPv4 address on the bridge.
       namespace: its network namespace.
     """
+
     hostname: str
     names: tuple[str, ...]
     address: str
     namespace: str
 
-    def enter(self, *, staging: str | None = None, binds: tuple[tuple[str, str], ...] = (),
-              working_dir: str | None = None) -> list[str]:
+    def enter(
+        self,
+        *,
+        staging: str | None = None,
+        binds: tuple[tuple[str, str], ...] = (),
+        working_dir: str | None = None,
+    ) -> list[str]:
         """The argv prefix that runs a program on this host: in its network namespace (with its
         hosts file as /etc/hosts) and a UTS namespace named after it; with `staging`, in a pod's
         sandbox built there, with `binds` and `working_dir` (`enter.Spec`). Its tools come from
         this machine's PATH, whatever PATH the program is given."""
         spec = enter.Spec(self.hostname, staging=staging, binds=binds, working_dir=working_dir)
-        return [_tool("ip"), "netns", "exec", self.namespace, *PYTHON, "-c", _ENTER,
-                spec.to_json(), "--"]
+        return [
+            _tool("ip"),
+            "netns",
+            "exec",
+            self.namespace,
+            *PYTHON,
+            "-c",
+            _ENTER,
+            spec.to_json(),
+            "--",
+        ]
 
     def cut_link(self) -> None:
         """Takes this host's link down, as a failed cable or switch port would."""
@@ -81,8 +96,13 @@ class Host:
 class Hosts:
     """A set of emulated hosts; `close` (or leaving the `with`) removes everything made."""
 
-    def __init__(self, names: list[tuple[str, ...]], *, owner: int | None = None,
-                 checkpoint: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        names: list[tuple[str, ...]],
+        *,
+        owner: int | None = None,
+        checkpoint: Callable[[], None] | None = None,
+    ):
         """Makes one host per entry of `names` (its hostname first, then other names), calling
         `checkpoint` before each, which may raise to stop (what was made is removed).
 
@@ -95,8 +115,10 @@ class Hosts:
         self._made_netns_dir = not os.path.isdir(NETNS_DIR)
         self.hosts: list[Host] = []
         if len(names) > MAX_HOSTS:
-            raise NoHosts(f"{len(names)} hosts is more than a rehearsal emulates ({MAX_HOSTS}); "
-                          "rehearse a smaller layout.")
+            raise NoHosts(
+                f"{len(names)} hosts is more than a rehearsal emulates ({MAX_HOSTS}); "
+                "rehearse a smaller layout."
+            )
         require_tools()
         try:
             self._make(names, checkpoint or (lambda: None))
@@ -113,11 +135,20 @@ class Hosts:
           NoHosts: no `tc` on PATH, or the kernel refuses the filter.
         """
         if shutil.which("tc") is None:
-            raise NoHosts("tc not on PATH; shaping emulated links needs iproute2's tc: install "
-                          "iproute2.")
+            raise NoHosts(
+                "tc not on PATH; shaping emulated links needs iproute2's tc: install iproute2."
+            )
         burst, limit = tbf_sizes(gbit_per_s)
-        tbf = ["root", "tbf", "rate", f"{round(gbit_per_s * 1e9)}bit", "burst", str(burst),
-               "limit", str(limit)]
+        tbf = [
+            "root",
+            "tbf",
+            "rate",
+            f"{round(gbit_per_s * 1e9)}bit",
+            "burst",
+            str(burst),
+            "limit",
+            str(limit),
+        ]
         switch = self._namespace(_SWITCH)
         for index, host in enumerate(self.hosts):
             _run("tc", "-n", host.namespace, "qdisc", "replace", "dev", INTERFACE, *tbf)
@@ -138,8 +169,20 @@ class Hosts:
             namespace = self._namespace(str(index))
             self._add_namespace(namespace)
             port = f"h{index}"
-            _ip("-n", switch, "link", "add", port, "type", "veth", "peer", "name", INTERFACE,
-                "netns", namespace)
+            _ip(
+                "-n",
+                switch,
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                INTERFACE,
+                "netns",
+                namespace,
+            )
             _ip("-n", switch, "link", "set", port, "master", "br0")
             _ip("-n", switch, "link", "set", port, "up")
             _ip("-n", namespace, "link", "set", "lo", "up")
@@ -148,8 +191,9 @@ class Hosts:
             self.hosts.append(Host(host_names[0], tuple(host_names), address, namespace))
         table = "".join(f"{host.address}\t{' '.join(host.names)}\n" for host in self.hosts)
         for host in self.hosts:
-            with open(os.path.join(NETNS_DIR, host.namespace, "hosts"), "w",
-                      encoding="utf-8") as hosts_file:
+            with open(
+                os.path.join(NETNS_DIR, host.namespace, "hosts"), "w", encoding="utf-8"
+            ) as hosts_file:
                 hosts_file.write("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n" + table)
 
     def _add_namespace(self, namespace: str) -> None:
@@ -187,15 +231,23 @@ def clean_stale() -> list[str]:
     if shutil.which("ip") is None:
         return []
     try:
-        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                                timeout=_IP_TIMEOUT_S, check=False).stdout
+        listed = subprocess.run(
+            ["ip", "netns", "list"],
+            capture_output=True,
+            text=True,
+            timeout=_IP_TIMEOUT_S,
+            check=False,
+        ).stdout
     except subprocess.TimeoutExpired:
         return []
     names = [line.split()[0] for line in listed.splitlines() if line.strip()]
     if os.path.isdir(NETNS_DIR):
         names += [name for name in os.listdir(NETNS_DIR) if name not in names]
-    stale = [name for name in names
-             if (match := _NAME_RE.fullmatch(name)) and not _alive(int(match.group(1)))]
+    stale = [
+        name
+        for name in names
+        if (match := _NAME_RE.fullmatch(name)) and not _alive(int(match.group(1)))
+    ]
     _remove(stale)
     return stale
 
@@ -213,8 +265,13 @@ def _alive(pid: int) -> bool:
 def _remove(namespaces: list[str]) -> None:
     """Kills the processes left in `namespaces`, then deletes them and their /etc/netns dirs."""
     for namespace in namespaces:
-        pids = subprocess.run(["ip", "netns", "pids", namespace], capture_output=True,
-                              text=True, timeout=_IP_TIMEOUT_S, check=False).stdout.split()
+        pids = subprocess.run(
+            ["ip", "netns", "pids", namespace],
+            capture_output=True,
+            text=True,
+            timeout=_IP_TIMEOUT_S,
+            check=False,
+        ).stdout.split()
         for pid in pids:
             try:
                 os.kill(int(pid), signal.SIGKILL)
@@ -223,8 +280,12 @@ def _remove(namespaces: list[str]) -> None:
     deadline = time.monotonic() + _IP_TIMEOUT_S
     for namespace in namespaces:
         while os.path.exists(os.path.join("/run/netns", namespace)):
-            subprocess.run(["ip", "netns", "delete", namespace], capture_output=True,
-                           timeout=_IP_TIMEOUT_S, check=False)
+            subprocess.run(
+                ["ip", "netns", "delete", namespace],
+                capture_output=True,
+                timeout=_IP_TIMEOUT_S,
+                check=False,
+            )
             if time.monotonic() > deadline:
                 break
             if os.path.exists(os.path.join("/run/netns", namespace)):
@@ -235,12 +296,16 @@ def _remove(namespaces: list[str]) -> None:
 def require_tools() -> None:
     """Raises NoHosts, in one line, unless this machine has what emulating hosts takes."""
     if shutil.which("ip") is None:
-        raise NoHosts("ip not on PATH; a rehearsal emulates hosts with iproute2: install it "
-                      "(apt install iproute2).")
+        raise NoHosts(
+            "ip not on PATH; a rehearsal emulates hosts with iproute2: install it "
+            "(apt install iproute2)."
+        )
     if os.geteuid() != 0:
-        raise NoHosts("a rehearsal emulates hosts with network namespaces, which need root; "
-                      "run `tfdist rehearse` as root (e.g. with sudo, or in a container run with "
-                      "--cap-add=NET_ADMIN --cap-add=SYS_ADMIN).")
+        raise NoHosts(
+            "a rehearsal emulates hosts with network namespaces, which need root; "
+            "run `tfdist rehearse` as root (e.g. with sudo, or in a container run with "
+            "--cap-add=NET_ADMIN --cap-add=SYS_ADMIN)."
+        )
 
 
 def _tool(name: str) -> str:
@@ -257,12 +322,17 @@ def _run(tool: str, *args: str) -> None:
     """Runs iproute2's `tool ARGS`; raises NoHosts with its own words when it fails."""
     command = " ".join((tool, *args))
     try:
-        result = subprocess.run([tool, *args], capture_output=True, text=True,
-                                timeout=_IP_TIMEOUT_S, check=False)
+        result = subprocess.run(
+            [tool, *args], capture_output=True, text=True, timeout=_IP_TIMEOUT_S, check=False
+        )
     except subprocess.TimeoutExpired:
-        raise NoHosts(f"`{command}` gave no answer within {_IP_TIMEOUT_S:g} s; "
-                      "check that iproute2 works here.") from None
+        raise NoHosts(
+            f"`{command}` gave no answer within {_IP_TIMEOUT_S:g} s; "
+            "check that iproute2 works here."
+        ) from None
     if result.returncode:
         why = " ".join(result.stderr.split()) or f"exit status {result.returncode}"
-        raise NoHosts(f"`{command}` failed ({why}); a rehearsal needs root on Linux "
-                      "with network namespaces allowed.")
+        raise NoHosts(
+            f"`{command}` failed ({why}); a rehearsal needs root on Linux "
+            "with network namespaces allowed."
+        )

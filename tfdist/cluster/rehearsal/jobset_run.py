@@ -37,6 +37,7 @@ class Options:
         is `<log_dir>/volumes`.
       timeout_s: stop every pod and fail after this long; None waits.
     """
+
     log_dir: str | None = None
     volume_dir: str | None = None
     timeout_s: float | None = None
@@ -71,18 +72,25 @@ class _Run:
         """Starts `pod` (anew, in a new sandbox) in the current restart attempt."""
         host = self.hosts[pod.hostname]
         env = self.plan.environment(pod, address=host.address, attempt=self.attempt)
-        binds = [(os.path.join(self.options.volume_dir, claim), path)
-                 for claim, path in pod.claims]
+        binds = [(os.path.join(self.options.volume_dir, claim), path) for claim, path in pod.claims]
         # A fresh emptyDir for every pod that starts.
         binds += [(tempfile.mkdtemp(dir=self._scratch), path) for path in pod.scratch]
         staging = tempfile.mkdtemp(prefix=f"{pod.hostname}-", dir=self._scratch)
-        argv = [*host.enter(staging=staging, binds=tuple(binds), working_dir=pod.working_dir),
-                *(expand(word, env) for word in pod.command)]
+        argv = [
+            *host.enter(staging=staging, binds=tuple(binds), working_dir=pod.working_dir),
+            *(expand(word, env) for word in pod.command),
+        ]
         log_path = os.path.join(self.options.log_dir, f"{pod.hostname}.log")
         with open(log_path, "a", encoding="utf-8") as log:
             log.write(f"{ANNOUNCER}: restart attempt {self.attempt}\n")
-        process = processes.Process(pod.hostname, argv, local_image.environment(env), log_path,
-                                    self._lock, announcer=ANNOUNCER)
+        process = processes.Process(
+            pod.hostname,
+            argv,
+            local_image.environment(env),
+            log_path,
+            self._lock,
+            announcer=ANNOUNCER,
+        )
         process.start(f" at {host.address} (netns {host.namespace})")
         return process
 
@@ -98,24 +106,33 @@ def run(plan: JobSetPlan, options: Options) -> int:
       NoHosts: this machine cannot emulate hosts.
       RehearsalError: a mount point that cannot be one.
     """
-    watcher = supervisor.Supervisor(ANNOUNCER, timeout_s=options.timeout_s,
-                                    everything="every pod",
-                                    straggler_hint="--timeout_s=S bounds the rehearsal")
+    watcher = supervisor.Supervisor(
+        ANNOUNCER,
+        timeout_s=options.timeout_s,
+        everything="every pod",
+        straggler_hint="--timeout_s=S bounds the rehearsal",
+    )
     hosts_lib.clean_stale()
 
     def rehearse() -> int:
-        with hosts_lib.Hosts([plan.names(pod) for pod in plan.pods],
-                             checkpoint=watcher.checkpoint) as hosts:
+        with hosts_lib.Hosts(
+            [plan.names(pod) for pod in plan.pods], checkpoint=watcher.checkpoint
+        ) as hosts:
             pods = _Run(plan, hosts.hosts, options)
             try:
-                print(f"{ANNOUNCER}: JobSet {plan.name}: {len(plan.pods)} pod(s) on emulated "
-                      f"hosts; logs in {options.log_dir}", flush=True)
+                print(
+                    f"{ANNOUNCER}: JobSet {plan.name}: {len(plan.pods)} pod(s) on emulated "
+                    f"hosts; logs in {options.log_dir}",
+                    flush=True,
+                )
                 return watcher.watch(_group(pods))
             finally:
                 pods.close()
 
-    return watcher.run(rehearse, setting_up=f"{len(plan.pods)} emulated hosts were still being "
-                       "set up; removed them")
+    return watcher.run(
+        rehearse,
+        setting_up=f"{len(plan.pods)} emulated hosts were still being set up; removed them",
+    )
 
 
 def check_fits(plan: JobSetPlan, limits: capacity.MachineLimits) -> None:
@@ -125,11 +142,12 @@ def check_fits(plan: JobSetPlan, limits: capacity.MachineLimits) -> None:
     need = sum(max(pod.memory_bytes or 0, POD_MEMORY_FLOOR_BYTES) for pod in plan.pods)
     if need > limits.memory_bytes:
         raise RehearsalError(
-            f"the manifest's {len(plan.pods)} pods need {need / 2 ** 30:.1f} GiB (their memory "
+            f"the manifest's {len(plan.pods)} pods need {need / 2**30:.1f} GiB (their memory "
             f"requests, at least {POD_MEMORY_FLOOR_BYTES >> 20} MiB each), more than the "
-            f"{limits.memory_bytes / 2 ** 30:.1f} GiB of {limits.memory_source} this machine "
+            f"{limits.memory_bytes / 2**30:.1f} GiB of {limits.memory_source} this machine "
             "has; rehearse fewer replicas (e.g. tfdist manifest --num_workers=2), or smaller "
-            "requests.")
+            "requests."
+        )
 
 
 def _group(pods: _Run) -> supervisor.Group:
@@ -145,20 +163,31 @@ def _group(pods: _Run) -> supervisor.Group:
         pod = by_name[name]
         failures[pod.job] = failures.get(pod.job, 0) + 1
         if failures[pod.job] <= pod.backoff_limit:
-            return supervisor.Restart((name,), f"its Job recreates it ({failures[pod.job]}/"
-                                      f"{pod.backoff_limit})", counted=False)
+            return supervisor.Restart(
+                (name,),
+                f"its Job recreates it ({failures[pod.job]}/{pod.backoff_limit})",
+                counted=False,
+            )
         if restarts >= plan.max_restarts:
-            return supervisor.Fail(f"{name} {supervisor.ended(status)}; JobSet {plan.name} "
-                                   f"failed after {restarts} restart(s) (maxRestarts "
-                                   f"{plan.max_restarts}); stopped every pod")
+            return supervisor.Fail(
+                f"{name} {supervisor.ended(status)}; JobSet {plan.name} "
+                f"failed after {restarts} restart(s) (maxRestarts "
+                f"{plan.max_restarts}); stopped every pod"
+            )
         failures.clear()
         pods.attempt = restarts + 1
-        return supervisor.Restart(names, f"restarting JobSet {plan.name}, every pod "
-                                         f"({restarts + 1}/{plan.max_restarts})")
+        return supervisor.Restart(
+            names, f"restarting JobSet {plan.name}, every pod ({restarts + 1}/{plan.max_restarts})"
+        )
 
-    return supervisor.Group(names, lambda name: pods.start(by_name[name]), on_failure,
-                            job=f"JobSet {plan.name}", noun="pod",
-                            succeeded=lambda done: _succeeded(plan, done))
+    return supervisor.Group(
+        names,
+        lambda name: pods.start(by_name[name]),
+        on_failure,
+        job=f"JobSet {plan.name}",
+        noun="pod",
+        succeeded=lambda done: _succeeded(plan, done),
+    )
 
 
 def _succeeded(plan: JobSetPlan, done: set[str]) -> bool:

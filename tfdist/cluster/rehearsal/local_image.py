@@ -15,11 +15,18 @@ _CLUSTER_PREFIXES = ("SLURM_", "TFDIST_JOBSET_", "TFDIST_REPLICATED_JOB", "TFDIS
 def environment(extra: dict[str, str]) -> dict[str, str]:
     """This process's environment minus cluster variables, this Python's `bin` first on PATH
     (where `tfdist` is), then `extra`."""
-    base = {name: value for name, value in os.environ.items()
-            if name not in _CLUSTER_VARIABLES and not name.startswith(_CLUSTER_PREFIXES)}
+    base = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in _CLUSTER_VARIABLES and not name.startswith(_CLUSTER_PREFIXES)
+    }
     bin_dir = os.path.dirname(sys.executable)
-    base["PATH"] = os.pathsep.join([bin_dir, *(part for part in base.get("PATH", "").split(
-        os.pathsep) if part and part != bin_dir)])
+    base["PATH"] = os.pathsep.join(
+        [
+            bin_dir,
+            *(part for part in base.get("PATH", "").split(os.pathsep) if part and part != bin_dir),
+        ]
+    )
     return {**base, **extra}
 
 
@@ -28,6 +35,8 @@ def check_mount_path(path: str) -> None:
     image (this machine), where no volume can be mounted; the pod makes a missing one in its
     own file system."""
     if os.path.lexists(path) and not os.path.isdir(path):
-        raise RehearsalError(f"mount path {path} is not a directory in the image (this "
-                             "machine), so no volume can be mounted there; mount the volume "
-                             "elsewhere (tfdist manifest --mount_path=DIR).")
+        raise RehearsalError(
+            f"mount path {path} is not a directory in the image (this "
+            "machine), so no volume can be mounted there; mount the volume "
+            "elsewhere (tfdist manifest --mount_path=DIR)."
+        )

@@ -39,9 +39,13 @@ def read(text: str) -> dict[str, str]:
     """
     lines = text.splitlines()
     if not lines or lines[0].strip() not in _SHELLS:
-        raise RehearsalError(f"the script's first line is {lines[0][:40]!r}, not a "
-                             "shell's #!; rehearse a script written by `tfdist manifest "
-                             "--format=slurm`." if lines else "the script is empty.")
+        raise RehearsalError(
+            f"the script's first line is {lines[0][:40]!r}, not a "
+            "shell's #!; rehearse a script written by `tfdist manifest "
+            "--format=slurm`."
+            if lines
+            else "the script is empty."
+        )
     options = {}
     for line in lines:
         match = _DIRECTIVE_RE.fullmatch(line.strip())
@@ -52,8 +56,10 @@ def read(text: str) -> dict[str, str]:
             options[{"n": "ntasks", "N": "nodes", "J": "job-name"}.get(name, name)] = value
     ntasks = options.get("ntasks", "")
     if not (ntasks.isascii() and ntasks.isdigit()) or not 0 < int(ntasks) <= 4096:
-        raise RehearsalError(f"#SBATCH --ntasks={options.get('ntasks')!r} is not a "
-                             "count of tasks from 1 to 4096; set it in the script.")
+        raise RehearsalError(
+            f"#SBATCH --ntasks={options.get('ntasks')!r} is not a "
+            "count of tasks from 1 to 4096; set it in the script."
+        )
     return options
 
 
@@ -90,6 +96,7 @@ def tasks_per_node(layout: list[int]) -> str:
 @dataclasses.dataclass(frozen=True)
 class SlurmJob:
     """A batch script as the rehearsal runs it: its path, job name, tasks and node names."""
+
     script_path: str
     name: str
     num_tasks: int
@@ -110,11 +117,16 @@ def job(script_path: str, text: str, *, nodes: int | None) -> SlurmJob:
         nodes = int(directives["nodes"])
     nodes = nodes or min(num_tasks, _MAX_NODES)
     if not 0 < nodes <= min(num_tasks, _MAX_NODES):
-        raise RehearsalError(f"slurm_nodes={nodes} does not fit {num_tasks} task(s); pass "
-                             f"from 1 to {min(num_tasks, _MAX_NODES)} nodes.")
-    return SlurmJob(os.path.abspath(script_path),
-                    directives.get("job-name") or os.path.basename(script_path), num_tasks,
-                    tuple(node_names(nodes)))
+        raise RehearsalError(
+            f"slurm_nodes={nodes} does not fit {num_tasks} task(s); pass "
+            f"from 1 to {min(num_tasks, _MAX_NODES)} nodes."
+        )
+    return SlurmJob(
+        os.path.abspath(script_path),
+        directives.get("job-name") or os.path.basename(script_path),
+        num_tasks,
+        tuple(node_names(nodes)),
+    )
 
 
 def run(slurm_job: SlurmJob, options: Options) -> int:
@@ -124,48 +136,70 @@ def run(slurm_job: SlurmJob, options: Options) -> int:
     Raises:
       NoHosts: this machine cannot emulate hosts.
     """
-    watcher = supervisor.Supervisor(ANNOUNCER, timeout_s=options.timeout_s,
-                                    everything="the job")
+    watcher = supervisor.Supervisor(ANNOUNCER, timeout_s=options.timeout_s, everything="the job")
     hosts_lib.clean_stale()
     nodes = len(slurm_job.nodes)
 
     def rehearse() -> int:
-        with hosts_lib.Hosts([(name,) for name in slurm_job.nodes],
-                             checkpoint=watcher.checkpoint) as hosts:
+        with hosts_lib.Hosts(
+            [(name,) for name in slurm_job.nodes], checkpoint=watcher.checkpoint
+        ) as hosts:
             batch = processes.Process(
-                "batch", [*hosts.hosts[0].enter(), "bash", slurm_job.script_path],
-                local_image.environment(_batch_environment(
-                    hosts.hosts, slurm_job.name, slurm_job.num_tasks, options.log_dir)),
-                os.path.join(options.log_dir, f"slurm-{os.getpid()}.out"), threading.Lock(),
-                announcer=ANNOUNCER)
+                "batch",
+                [*hosts.hosts[0].enter(), "bash", slurm_job.script_path],
+                local_image.environment(
+                    _batch_environment(
+                        hosts.hosts, slurm_job.name, slurm_job.num_tasks, options.log_dir
+                    )
+                ),
+                os.path.join(options.log_dir, f"slurm-{os.getpid()}.out"),
+                threading.Lock(),
+                announcer=ANNOUNCER,
+            )
 
             def start(_) -> processes.Process:
                 batch.start(" on node 1 (the batch script)")
                 return batch
 
-            print(f"{ANNOUNCER}: Slurm job {slurm_job.name} on {nodes} emulated node(s); logs "
-                  f"in {options.log_dir}", flush=True)
-            return watcher.watch(supervisor.Group(
-                ("batch",), start, lambda *failure: None,
-                closing=lambda status, seconds: (
-                    f"Slurm job {slurm_job.name}: the batch script exited {status} on {nodes} "
-                    f"emulated node(s) in {seconds:.1f} s")))
+            print(
+                f"{ANNOUNCER}: Slurm job {slurm_job.name} on {nodes} emulated node(s); logs "
+                f"in {options.log_dir}",
+                flush=True,
+            )
+            return watcher.watch(
+                supervisor.Group(
+                    ("batch",),
+                    start,
+                    lambda *failure: None,
+                    closing=lambda status, seconds: (
+                        f"Slurm job {slurm_job.name}: the batch script exited {status} on {nodes} "
+                        f"emulated node(s) in {seconds:.1f} s"
+                    ),
+                )
+            )
 
-    return watcher.run(rehearse, setting_up="the emulated nodes were still being set up; "
-                       "removed them")
+    return watcher.run(
+        rehearse, setting_up="the emulated nodes were still being set up; removed them"
+    )
 
 
-def _batch_environment(hosts: list[hosts_lib.Host], job_name: str, num_tasks: int,
-                       log_dir: str) -> dict[str, str]:
+def _batch_environment(
+    hosts: list[hosts_lib.Host], job_name: str, num_tasks: int, log_dir: str
+) -> dict[str, str]:
     """What sbatch gives the batch script, and where our srun finds the nodes."""
     names = [host.hostname for host in hosts]
     return {
-        "SLURM_JOB_ID": str(os.getpid()), "SLURM_JOB_NAME": job_name,
-        "SLURM_NTASKS": str(num_tasks), "SLURM_NPROCS": str(num_tasks),
-        "SLURM_JOB_NUM_NODES": str(len(names)), "SLURM_NNODES": str(len(names)),
-        "SLURM_JOB_NODELIST": host_list(names), "SLURM_NODELIST": host_list(names),
+        "SLURM_JOB_ID": str(os.getpid()),
+        "SLURM_JOB_NAME": job_name,
+        "SLURM_NTASKS": str(num_tasks),
+        "SLURM_NPROCS": str(num_tasks),
+        "SLURM_JOB_NUM_NODES": str(len(names)),
+        "SLURM_NNODES": str(len(names)),
+        "SLURM_JOB_NODELIST": host_list(names),
+        "SLURM_NODELIST": host_list(names),
         "SLURM_TASKS_PER_NODE": tasks_per_node(block_layout(num_tasks, len(names))),
-        "SLURM_SUBMIT_DIR": os.getcwd(), "SLURMD_NODENAME": names[0],
+        "SLURM_SUBMIT_DIR": os.getcwd(),
+        "SLURMD_NODENAME": names[0],
         "SLURM_CLUSTER_NAME": "rehearsal",
         ENV_NODES: json.dumps([[host.hostname, host.address, host.namespace] for host in hosts]),
         ENV_LOG_DIR: log_dir,
@@ -179,7 +213,9 @@ def _srun_dir(log_dir: str) -> str:
     os.makedirs(bin_dir, exist_ok=True)
     path = os.path.join(bin_dir, "srun")
     with open(path, "w", encoding="utf-8") as shim:
-        shim.write(f"#!/bin/sh\nexec {' '.join(map(shlex.quote, PYTHON))} -m "
-                   "tfdist.cluster.rehearsal.srun \"$@\"\n")
+        shim.write(
+            f"#!/bin/sh\nexec {' '.join(map(shlex.quote, PYTHON))} -m "
+            'tfdist.cluster.rehearsal.srun "$@"\n'
+        )
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return bin_dir

@@ -31,8 +31,9 @@ def _options(argv: list[str]) -> tuple[int, bool, list[str]]:
                 _refuse(f"--ntasks={value} is not from 1 to the job's {num_tasks} tasks")
             num_tasks = int(value)
         else:
-            _refuse(f"option {option} is not rehearsed (only -n/--ntasks and "
-                    "-K/--kill-on-bad-exit are)")
+            _refuse(
+                f"option {option} is not rehearsed (only -n/--ntasks and -K/--kill-on-bad-exit are)"
+            )
     if not argv:
         _refuse("no command to run")
     return num_tasks, kill, argv
@@ -45,26 +46,46 @@ def _refuse(problem: str) -> None:
 
 def main(argv: list[str]) -> int:
     num_tasks, kill, command = _options(list(argv))
-    nodes = [Host(name, (name,), address, namespace)
-             for name, address, namespace in json.loads(os.environ[slurm_run.ENV_NODES])]
+    nodes = [
+        Host(name, (name,), address, namespace)
+        for name, address, namespace in json.loads(os.environ[slurm_run.ENV_NODES])
+    ]
     nodes = nodes[:num_tasks]
     layout = slurm_run.block_layout(num_tasks, len(nodes))
     names = [node.hostname for node in nodes]
-    step = {"SLURM_STEP_ID": "0", "SLURM_STEPID": "0",
-            "SLURM_STEP_NUM_TASKS": str(num_tasks), "SLURM_NTASKS": str(num_tasks),
-            "SLURM_STEP_NUM_NODES": str(len(nodes)),
-            "SLURM_STEP_NODELIST": slurm_run.host_list(names),
-            "SLURM_STEP_TASKS_PER_NODE": slurm_run.tasks_per_node(layout)}
+    step = {
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEPID": "0",
+        "SLURM_STEP_NUM_TASKS": str(num_tasks),
+        "SLURM_NTASKS": str(num_tasks),
+        "SLURM_STEP_NUM_NODES": str(len(nodes)),
+        "SLURM_STEP_NODELIST": slurm_run.host_list(names),
+        "SLURM_STEP_TASKS_PER_NODE": slurm_run.tasks_per_node(layout),
+    }
     lock = threading.Lock()
     log_dir = os.environ[slurm_run.ENV_LOG_DIR]
     tasks, rank = {}, 0
     for node_id, (node, count) in enumerate(zip(nodes, layout)):
         for local_id in range(count):
-            env = dict(os.environ, **step, SLURM_PROCID=str(rank), SLURM_LOCALID=str(local_id),
-                       SLURM_NODEID=str(node_id), SLURMD_NODENAME=node.hostname)
-            tasks[f"task {rank}"] = (node.hostname, processes.Process(
-                f"task {rank}", [*node.enter(), *command], env,
-                os.path.join(log_dir, f"task-{rank}.log"), lock, announcer="srun"))
+            env = dict(
+                os.environ,
+                **step,
+                SLURM_PROCID=str(rank),
+                SLURM_LOCALID=str(local_id),
+                SLURM_NODEID=str(node_id),
+                SLURMD_NODENAME=node.hostname,
+            )
+            tasks[f"task {rank}"] = (
+                node.hostname,
+                processes.Process(
+                    f"task {rank}",
+                    [*node.enter(), *command],
+                    env,
+                    os.path.join(log_dir, f"task-{rank}.log"),
+                    lock,
+                    announcer="srun",
+                ),
+            )
             rank += 1
 
     def start(name: str) -> processes.Process:
@@ -74,17 +95,26 @@ def main(argv: list[str]) -> int:
 
     def on_failure(name: str, status: int, restarts: int) -> supervisor.Fail | None:
         del restarts  # srun restarts nothing.
-        return supervisor.Fail(f"{name} {supervisor.ended(status)}; stopping the step "
-                               "(--kill-on-bad-exit)") if kill else None
+        return (
+            supervisor.Fail(
+                f"{name} {supervisor.ended(status)}; stopping the step (--kill-on-bad-exit)"
+            )
+            if kill
+            else None
+        )
 
     watcher = supervisor.Supervisor("srun", timeout_s=None, everything="the step")
-    worst = watcher.run(lambda: watcher.watch(supervisor.Group(
-        tuple(tasks), start, on_failure, closing=lambda status, seconds: None)))
+    worst = watcher.run(
+        lambda: watcher.watch(
+            supervisor.Group(tuple(tasks), start, on_failure, closing=lambda status, seconds: None)
+        )
+    )
     for name, (_, task) in tasks.items():  # Each has ended: the supervisor stops what runs.
         status = supervisor.exit_status(task.poll())
         if status:
-            print(f"srun: error: {name}: exited with exit code {status}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"srun: error: {name}: exited with exit code {status}", file=sys.stderr, flush=True
+            )
         worst = max(worst, status)
     return worst
 

@@ -71,15 +71,16 @@ def _tfdist_steps(plan, steps: int) -> tuple[list[float], dict]:
 def _without_noise_scale(config):
     """`config` with the noise-scale measurement off."""
     return dataclasses.replace(
-        config, optimizer=dataclasses.replace(config.optimizer, measure_noise_scale=False))
+        config, optimizer=dataclasses.replace(config.optimizer, measure_noise_scale=False)
+    )
 
 
 def _measures_noise_scale(config) -> bool:
     """`--measure_noise_scale` where it has two batch sizes to compare (not on 1 replica
     without micro-batches, which a sweep from 1 replica includes)."""
     return config.optimizer.measure_noise_scale and (
-        strategies.num_replica_devices(config.strategy) > 1 or
-        config.optimizer.grad_accum_steps > 1)
+        strategies.num_replica_devices(config.strategy) > 1 or config.optimizer.grad_accum_steps > 1
+    )
 
 
 def _plain_steps(config, strategy, steps: int, batch: int) -> list[float]:
@@ -92,10 +93,14 @@ def _plain_steps(config, strategy, steps: int, batch: int) -> list[float]:
     dataset = tf.data.Dataset.from_tensors((images, labels)).repeat()
     keras = keras_flavour.api(config.train.keras)
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model = models.build(config.train.model, info.image_shape, info.num_classes,
-                             config.train.keras)
-        model.compile(optimizer=keras.optimizers.Adam(config.optimizer.learning_rate),
-                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+        model = models.build(
+            config.train.model, info.image_shape, info.num_classes, config.train.keras
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(config.optimizer.learning_rate),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
     timer = StepTimer()
     model.fit(dataset, epochs=1, steps_per_epoch=steps, callbacks=[timer], verbose=0)
     return timer.seconds
@@ -110,33 +115,42 @@ class Configuration:
         self._timed = slice(spec["warmup_steps"], None)
         self._overhead = spec["overhead"]
         config = train_flags.run_config(None)
-        self._config = dataclasses.replace(config, train=dataclasses.replace(
-            config.train, epochs=1, steps_per_epoch=self._steps, model_dir=None,
-            metrics_json=None))
+        self._config = dataclasses.replace(
+            config,
+            train=dataclasses.replace(
+                config.train,
+                epochs=1,
+                steps_per_epoch=self._steps,
+                model_dir=None,
+                metrics_json=None,
+            ),
+        )
         self._measuring = _measures_noise_scale(self._config)
-        self._plan = setup(self._config if self._measuring
-                           else _without_noise_scale(self._config))
+        self._plan = setup(self._config if self._measuring else _without_noise_scale(self._config))
 
     def description(self) -> dict:
-        return {"global_batch_size": self._plan.global_batch_size,
-                "num_replicas": self._plan.num_replicas}
+        return {
+            "global_batch_size": self._plan.global_batch_size,
+            "num_replicas": self._plan.num_replicas,
+        }
 
     def round(self) -> dict:
         """Times one round; see the module docstring."""
         plan, config, timed = self._plan, self._config, self._timed
         seconds, summary = _tfdist_steps(plan, self._steps)
-        result = {"tfdist": seconds[timed],
-                  "trainable_parameters": summary["trainable_parameters"]}
+        result = {"tfdist": seconds[timed], "trainable_parameters": summary["trainable_parameters"]}
         if self._measuring:
             result["noise_scale"] = summary["history"].get("noise_scale", [None])[-1]
             result["without_noise_scale"] = _tfdist_steps(
-                dataclasses.replace(plan, config=_without_noise_scale(config)),
-                self._steps)[0][timed]
+                dataclasses.replace(plan, config=_without_noise_scale(config)), self._steps
+            )[0][timed]
         if self._overhead:
-            result["plain"] = _plain_steps(config, plan.strategy, self._steps,
-                                           plan.global_batch_size)[timed]
+            result["plain"] = _plain_steps(
+                config, plan.strategy, self._steps, plan.global_batch_size
+            )[timed]
             result["no_strategy"] = _plain_steps(
-                config, None, self._steps, plan.per_replica_batch_size)[timed]
+                config, None, self._steps, plan.per_replica_batch_size
+            )[timed]
         return result
 
 

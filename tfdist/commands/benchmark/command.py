@@ -33,48 +33,83 @@ from tfdist.strategies import StrategyConfig
 from tfdist.strategies import StrategyKind
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
 
-_REPLICAS = flags.DEFINE_list("replicas", ["1", "2"],
-                              "benchmark: replica counts to sweep (GPUs when present, else "
-                              "logical CPUs).")
-_DATA = flags.DEFINE_list("data", ["synthetic", "real"],
-                          "benchmark: synthetic (one batch, no input cost) and/or real "
-                          "(--dataset).")
-_WARMUP_STEPS = flags_lib.define_integer("warmup_steps", 5,
-                                         "benchmark: untimed steps first (tracing, warm-up).",
-                                         lower_bound=1, upper_bound=MAX_COUNT)
-_TIMED_STEPS = flags_lib.define_integer("timed_steps", 20, "benchmark: timed steps per round.",
-                                        lower_bound=1, upper_bound=MAX_COUNT)
-_ROUNDS = flags_lib.define_integer("rounds", 7,
-                                   "benchmark: timed rounds per configuration; figures are medians "
-                                   "over rounds, with their spread.",
-                                   lower_bound=1, upper_bound=MAX_COUNT)
-_OVERHEAD = flags.DEFINE_boolean("overhead", True,
-                                 "benchmark: on synthetic data, each round also times a plain "
-                                 "Keras script in the strategy's scope and with no strategy "
-                                 "(overhead_ratio, overhead_vs_no_strategy), and a 1-worker "
-                                 "multi_worker_mirrored run against mirrored on one device, "
-                                 "each in a process of its own (overhead_vs_mirrored).")
-flags_lib.register("benchmark", train_flags.STRATEGY, train_flags.INPUT, train_flags.TRAIN,
-                   train_flags.OPTIMIZER, flags_lib.group(
-                       _REPLICAS, _DATA, _WARMUP_STEPS, _TIMED_STEPS, _ROUNDS, _OVERHEAD,
-                       cli_flags.JSON, cli_flags.PLOT, train_flags.TF_LOGS))
+_REPLICAS = flags.DEFINE_list(
+    "replicas",
+    ["1", "2"],
+    "benchmark: replica counts to sweep (GPUs when present, else logical CPUs).",
+)
+_DATA = flags.DEFINE_list(
+    "data",
+    ["synthetic", "real"],
+    "benchmark: synthetic (one batch, no input cost) and/or real (--dataset).",
+)
+_WARMUP_STEPS = flags_lib.define_integer(
+    "warmup_steps",
+    5,
+    "benchmark: untimed steps first (tracing, warm-up).",
+    lower_bound=1,
+    upper_bound=MAX_COUNT,
+)
+_TIMED_STEPS = flags_lib.define_integer(
+    "timed_steps", 20, "benchmark: timed steps per round.", lower_bound=1, upper_bound=MAX_COUNT
+)
+_ROUNDS = flags_lib.define_integer(
+    "rounds",
+    7,
+    "benchmark: timed rounds per configuration; figures are medians "
+    "over rounds, with their spread.",
+    lower_bound=1,
+    upper_bound=MAX_COUNT,
+)
+_OVERHEAD = flags.DEFINE_boolean(
+    "overhead",
+    True,
+    "benchmark: on synthetic data, each round also times a plain "
+    "Keras script in the strategy's scope and with no strategy "
+    "(overhead_ratio, overhead_vs_no_strategy), and a 1-worker "
+    "multi_worker_mirrored run against mirrored on one device, "
+    "each in a process of its own (overhead_vs_mirrored).",
+)
+flags_lib.register(
+    "benchmark",
+    train_flags.STRATEGY,
+    train_flags.INPUT,
+    train_flags.TRAIN,
+    train_flags.OPTIMIZER,
+    flags_lib.group(
+        _REPLICAS,
+        _DATA,
+        _WARMUP_STEPS,
+        _TIMED_STEPS,
+        _ROUNDS,
+        _OVERHEAD,
+        cli_flags.JSON,
+        cli_flags.PLOT,
+        train_flags.TF_LOGS,
+    ),
+)
 
 
 @flags.multi_flags_validator(
     [_DATA.name, train_flags.SOURCE["dataset"].name],
     message="--data=synthetic: a python: dataset brings its own model and data, which synthetic "
-            "images do not fit; pass --data=real")
+    "images do not fit; pass --data=real",
+)
 def _synthetic_needs_an_image_dataset(values: dict) -> bool:
     """A `python:` dataset sweeps real data only; asking for synthetic data is an error (by
     default such a sweep just leaves it out)."""
-    return not (values["dataset"].startswith(PYTHON_PREFIX) and "synthetic" in values["data"]
-                and _DATA.present)
+    return not (
+        values["dataset"].startswith(PYTHON_PREFIX)
+        and "synthetic" in values["data"]
+        and _DATA.present
+    )
 
 
 @dataclasses.dataclass(frozen=True)
 class Sweep:
     """What one `tfdist benchmark` measures: `train_args` (the train flags given) in every
     configuration of `replicas` x `data`."""
+
     train_args: list[str]
     replicas: list[int]
     data: list[str]
@@ -100,22 +135,34 @@ def sweep_from_flags() -> Sweep:
     """
     replicas = flags_lib.counts(_REPLICAS.value, MAX_REPLICA_DEVICES)
     if replicas is None:
-        raise flags_lib.UsageError(f"replicas={','.join(_REPLICAS.value)!r} is not a list of "
-                                   f"integers from 1 to {MAX_REPLICA_DEVICES}; write e.g. "
-                                   "--replicas=1,2,4.")
+        raise flags_lib.UsageError(
+            f"replicas={','.join(_REPLICAS.value)!r} is not a list of "
+            f"integers from 1 to {MAX_REPLICA_DEVICES}; write e.g. "
+            "--replicas=1,2,4."
+        )
     data = _DATA.value
     if not data or set(data) - set(figures.DATA_KINDS):
-        raise flags_lib.UsageError(f"data={','.join(data)!r} is not understood; use synthetic, "
-                                   "real or synthetic,real.")
+        raise flags_lib.UsageError(
+            f"data={','.join(data)!r} is not understood; use synthetic, real or synthetic,real."
+        )
     if train_flags.SOURCE["dataset"].value.startswith(PYTHON_PREFIX):
         data = ["real"]  # The default sweep, less what such a dataset cannot run.
-    train = {name: holder for name, holder in flags_lib.COMMAND_FLAGS["benchmark"].items()
-             if name in flags_lib.COMMAND_FLAGS["train"]}
-    return Sweep(train_args=flags_lib.given(train), replicas=replicas,
-                 data=[kind for kind in figures.DATA_KINDS if kind in data],
-                 warmup_steps=_WARMUP_STEPS.value, timed_steps=_TIMED_STEPS.value,
-                 rounds=_ROUNDS.value, overhead=_OVERHEAD.value,
-                 json_path=cli_flags.JSON.value, plot_path=cli_flags.PLOT.value)
+    train = {
+        name: holder
+        for name, holder in flags_lib.COMMAND_FLAGS["benchmark"].items()
+        if name in flags_lib.COMMAND_FLAGS["train"]
+    }
+    return Sweep(
+        train_args=flags_lib.given(train),
+        replicas=replicas,
+        data=[kind for kind in figures.DATA_KINDS if kind in data],
+        warmup_steps=_WARMUP_STEPS.value,
+        timed_steps=_TIMED_STEPS.value,
+        rounds=_ROUNDS.value,
+        overhead=_OVERHEAD.value,
+        json_path=cli_flags.JSON.value,
+        plot_path=cli_flags.PLOT.value,
+    )
 
 
 def _child_args(train_args: list[str], replicas: int, data: str, num_gpus: int) -> list[str]:
@@ -137,18 +184,33 @@ def _tax_pair_fits(sweep: Sweep, strategy: StrategyConfig) -> bool:
     single = dataclasses.replace(strategy, num_cpu_devices=1)  # As `_child_args` sets it.
     refused = [why for kind in _TAX_PAIR for why in single.ignored_by(kind)]
     if refused:
-        print(f"tfdist benchmark: overhead_vs_mirrored is left out: {refused[0]}.",
-              file=sys.stderr, flush=True)
+        print(
+            f"tfdist benchmark: overhead_vs_mirrored is left out: {refused[0]}.",
+            file=sys.stderr,
+            flush=True,
+        )
     return not refused
 
 
 def _tax_pair_specs(sweep: Sweep, num_gpus: int) -> list[dict]:
     """The children of the tax pair: the sweep's train flags on one device, synthetic data,
     under mirrored and multi_worker_mirrored (no TF_CONFIG: one worker)."""
-    return [{"train_args": [*_child_args(sweep.train_args, 1, "synthetic", num_gpus),
-                            f"--strategy={kind.value}"],
-             "warmup_steps": sweep.warmup_steps, "timed_steps": sweep.timed_steps,
-             "overhead": False} for kind in _TAX_PAIR] if sweep.multi_worker_tax else []
+    return (
+        [
+            {
+                "train_args": [
+                    *_child_args(sweep.train_args, 1, "synthetic", num_gpus),
+                    f"--strategy={kind.value}",
+                ],
+                "warmup_steps": sweep.warmup_steps,
+                "timed_steps": sweep.timed_steps,
+                "overhead": False,
+            }
+            for kind in _TAX_PAIR
+        ]
+        if sweep.multi_worker_tax
+        else []
+    )
 
 
 def main() -> int:
@@ -163,8 +225,10 @@ def main() -> int:
     tf_import.import_tensorflow(train_flags.TF_LOGS.value)
     num_gpus = len(strategies.visible_gpus())
     if num_gpus and max(sweep.replicas) > num_gpus:
-        raise ConfigError(f"replicas={max(sweep.replicas)} needs that many GPUs, but "
-                          f"{num_gpus} are visible; lower --replicas.")
+        raise ConfigError(
+            f"replicas={max(sweep.replicas)} needs that many GPUs, but "
+            f"{num_gpus} are visible; lower --replicas."
+        )
     sweep = dataclasses.replace(sweep, multi_worker_tax=_tax_pair_fits(sweep, config.strategy))
     return run(sweep, num_gpus=num_gpus)
 
@@ -175,20 +239,35 @@ def run(sweep: Sweep, *, num_gpus: int) -> int:
         plotting.pyplot(sweep.plot_path)  # Before a sweep of minutes, not after it.
     configurations = [(count, kind) for count in sweep.replicas for kind in sweep.data]
     measured_all = benchmark_rounds.run(
-        [{"train_args": _child_args(sweep.train_args, count, kind, num_gpus),
-          "warmup_steps": sweep.warmup_steps, "timed_steps": sweep.timed_steps,
-          "overhead": sweep.overhead and kind == "synthetic"} for count, kind in configurations]
+        [
+            {
+                "train_args": _child_args(sweep.train_args, count, kind, num_gpus),
+                "warmup_steps": sweep.warmup_steps,
+                "timed_steps": sweep.timed_steps,
+                "overhead": sweep.overhead and kind == "synthetic",
+            }
+            for count, kind in configurations
+        ]
         + _tax_pair_specs(sweep, num_gpus),
-        benchmark_rounds.child_env(num_gpus), rounds=sweep.rounds)
-    tax = (figures.multi_worker_tax(*measured_all[len(configurations):])
-           if sweep.multi_worker_tax else None)
+        benchmark_rounds.child_env(num_gpus),
+        rounds=sweep.rounds,
+    )
+    tax = (
+        figures.multi_worker_tax(*measured_all[len(configurations) :])
+        if sweep.multi_worker_tax
+        else None
+    )
     results = []
     for number, ((count, kind), measured) in enumerate(zip(configurations, measured_all), 1):
         entry = {"replicas": count, "data": kind, **figures.figures(measured, kind)}
         results.append(entry)
-        print(f"tfdist benchmark: [{number}/{len(configurations)}] replicas={count} data={kind}: "
-              f"{entry['examples_per_sec']['median']:.1f} examples/s, step "
-              f"{entry['step_time_s']['median'] * 1000:.1f} ms", file=sys.stderr, flush=True)
+        print(
+            f"tfdist benchmark: [{number}/{len(configurations)}] replicas={count} data={kind}: "
+            f"{entry['examples_per_sec']['median']:.1f} examples/s, step "
+            f"{entry['step_time_s']['median'] * 1000:.1f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
     figures.add_ratios(results)
     print(figures.table(results))
     if tax:
@@ -196,11 +275,19 @@ def run(sweep: Sweep, *, num_gpus: int) -> int:
     for line in figures.noisy_figures(results, tax):
         print(line)
     if sweep.json_path:
-        output_files.write_json("json", sweep.json_path, {
-            "configurations": results, "train_args": sweep.train_args,
-            "trainable_parameters": measured_all[0]["trainable_parameters"],
-            "warmup_steps": sweep.warmup_steps, "timed_steps": sweep.timed_steps,
-            "rounds": sweep.rounds, **({"multi_worker_mirrored": tax} if tax else {})})
+        output_files.write_json(
+            "json",
+            sweep.json_path,
+            {
+                "configurations": results,
+                "train_args": sweep.train_args,
+                "trainable_parameters": measured_all[0]["trainable_parameters"],
+                "warmup_steps": sweep.warmup_steps,
+                "timed_steps": sweep.timed_steps,
+                "rounds": sweep.rounds,
+                **({"multi_worker_mirrored": tax} if tax else {}),
+            },
+        )
     if sweep.plot_path:
         figures.plot(results, sweep.plot_path)
     return 0

@@ -36,8 +36,12 @@ class _Child:
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self._process = subprocess.Popen(
             [*PYTHON, "-m", CHILD_MODULE, json.dumps(spec)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
-            env=env)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            env=env,
+        )
 
     def request(self) -> None:
         self._process.stdin.write("round\n")
@@ -55,7 +59,8 @@ class _Child:
         else:
             why = f"gave no answer in {_WAIT_S:g} s"
         raise errors.RunFailure(
-            f"benchmark configuration `tfdist train {' '.join(self.train_args)}` {why}")
+            f"benchmark configuration `tfdist train {' '.join(self.train_args)}` {why}"
+        )
 
     def _last_error_line(self) -> str:
         self._stderr.seek(0)
@@ -102,8 +107,9 @@ def run(specs: Sequence[dict], env: dict[str, str], *, rounds: int) -> list[dict
                         measured[index][key] = value
                     else:
                         measured[index].setdefault(key, []).append(value)
-            print(f"tfdist benchmark: round {number + 1}/{rounds} done", file=sys.stderr,
-                  flush=True)
+            print(
+                f"tfdist benchmark: round {number + 1}/{rounds} done", file=sys.stderr, flush=True
+            )
         return measured
     finally:
         for child in children:

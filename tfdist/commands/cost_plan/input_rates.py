@@ -19,6 +19,7 @@ _MAX_RATE = 1e9  # The flags' bound: examples/s per core.
 class HostRates:
     """Each rate (None: not given) and where it came from ("flag", "input benchmark" or
     "default"), and the image side the benchmark measured at (None: not from one)."""
+
     rates: dict[str, float | None]
     sources: dict[str, str]
     image_size: int | None = None
@@ -31,14 +32,23 @@ def read(path: str) -> tuple[dict[str, float], int | None]:
       ConfigError: a file that cannot be read, is not such a JSON, or holds a rate that is not a
         positive number.
     """
-    fix = ("give a file `python scripts/input_pipeline/benchmark_input.py --json=FILE` wrote "
-           "(with --dataset=tfrecord:GLOB for your own images)")
+    fix = (
+        "give a file `python scripts/input_pipeline/benchmark_input.py --json=FILE` wrote "
+        "(with --dataset=tfrecord:GLOB for your own images)"
+    )
     report = workload.read_json("input_benchmark", path, "an input benchmark", fix)
     values = [report.get(name) for name in RATES] if isinstance(report, dict) else [None]
-    if not all(isinstance(value, (int, float)) and not isinstance(value, bool) and
-               math.isfinite(value) and 0 < value <= _MAX_RATE for value in values):
-        raise ConfigError(f"input_benchmark={path!r} has no positive {' and '.join(RATES)} "
-                          f"(at most {_MAX_RATE:.0e}); {fix}.")
+    if not all(
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 < value <= _MAX_RATE
+        for value in values
+    ):
+        raise ConfigError(
+            f"input_benchmark={path!r} has no positive {' and '.join(RATES)} "
+            f"(at most {_MAX_RATE:.0e}); {fix}."
+        )
     image_size = report.get("image_size")
     return dict(zip(RATES, map(float, values))), image_size if isinstance(image_size, int) else None
 
@@ -46,8 +56,7 @@ def read(path: str) -> tuple[dict[str, float], int | None]:
 def from_request(request) -> HostRates:
     """The rates of `request`: a flag given on the command line, else the input benchmark's,
     else None."""
-    from_file, image_size = read(request.input_benchmark) if request.input_benchmark else ({},
-                                                                                           None)
+    from_file, image_size = read(request.input_benchmark) if request.input_benchmark else ({}, None)
     rates, sources = {}, {}
     for name in RATES:
         if name in request.given or name not in from_file:

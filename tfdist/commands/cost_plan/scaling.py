@@ -23,8 +23,10 @@ STUDY_KNEE_OVER_B_SIMPLE = 3.4
 # (26, 158, 3,756 over 3 epochs in the large-batch experiment): the median then depends on how
 # far past its target the run went.
 GREW = 10
-_FIX = ("give a metrics JSON that `tfdist train --measure_noise_scale --metrics_json=FILE` "
-        "wrote, or the critical batch as --critical_batch=N")
+_FIX = (
+    "give a metrics JSON that `tfdist train --measure_noise_scale --metrics_json=FILE` "
+    "wrote, or the critical batch as --critical_batch=N"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +34,7 @@ class CriticalBatch:
     """The critical batch B_crit in examples, and where it came from: `b_simple` holds the
     median, min, max and last of the measured noise scale and the epochs it covers when it was
     estimated from --noise_scale_json; None when --critical_batch gave it."""
+
     examples: float
     b_simple: dict | None = None
 
@@ -49,17 +52,24 @@ def _noise_scales(report, path: str) -> list[float]:
         if not isinstance(history, list):
             raise TypeError(history)
     except (KeyError, TypeError):
-        raise ConfigError(f"noise_scale_json={path!r} has no noise_scale history; "
-                          f"{_FIX}.") from None
+        raise ConfigError(
+            f"noise_scale_json={path!r} has no noise_scale history; {_FIX}."
+        ) from None
     numbers = [value for value in history if value is not None]
-    if not all(isinstance(value, (int, float)) and not isinstance(value, bool)
-               and value <= MAX_NOISE_SCALE for value in numbers):
-        raise ConfigError(f"noise_scale_json={path!r} has a noise_scale that is not a number of "
-                          f"at most {MAX_NOISE_SCALE:.0e} examples; {_FIX}.")
+    if not all(
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value <= MAX_NOISE_SCALE
+        for value in numbers
+    ):
+        raise ConfigError(
+            f"noise_scale_json={path!r} has a noise_scale that is not a number of "
+            f"at most {MAX_NOISE_SCALE:.0e} examples; {_FIX}."
+        )
     measured = [float(value) for value in numbers if value > 0]
     if not measured:
-        raise ConfigError(f"noise_scale_json={path!r} has no positive noise_scale (it was not "
-                          f"measurable in any epoch); {_FIX}.")
+        raise ConfigError(
+            f"noise_scale_json={path!r} has no positive noise_scale (it was not "
+            f"measurable in any epoch); {_FIX}."
+        )
     return measured
 
 
@@ -70,11 +80,20 @@ def read_noise_scale(path: str) -> CriticalBatch:
     Raises:
       ConfigError: a file that cannot be read, is not JSON or holds no measured noise scale.
     """
-    measured = _noise_scales(workload.read_json("noise_scale_json", path, "a metrics JSON",
-                                                _FIX), path)
+    measured = _noise_scales(
+        workload.read_json("noise_scale_json", path, "a metrics JSON", _FIX), path
+    )
     median = statistics.median(measured)
-    return CriticalBatch(median, {"median": median, "min": min(measured), "max": max(measured),
-                                  "last": measured[-1], "epochs": len(measured)})
+    return CriticalBatch(
+        median,
+        {
+            "median": median,
+            "min": min(measured),
+            "max": max(measured),
+            "last": measured[-1],
+            "epochs": len(measured),
+        },
+    )
 
 
 def from_request(request) -> CriticalBatch | None:
@@ -84,8 +103,10 @@ def from_request(request) -> CriticalBatch | None:
       ConfigError: both flags, or a file `read_noise_scale` refuses.
     """
     if request.noise_scale_json is not None and request.critical_batch is not None:
-        raise ConfigError(f"noise_scale_json={request.noise_scale_json!r} and critical_batch="
-                          f"{request.critical_batch:g}: give one of them, not both.")
+        raise ConfigError(
+            f"noise_scale_json={request.noise_scale_json!r} and critical_batch="
+            f"{request.critical_batch:g}: give one of them, not both."
+        )
     if request.noise_scale_json is not None:
         return read_noise_scale(request.noise_scale_json)
     return None if request.critical_batch is None else CriticalBatch(request.critical_batch)
@@ -104,10 +125,19 @@ def with_steps(rows: list[dict], critical: CriticalBatch, per_replica_batch: int
     for row in rows:
         steps = cost_model.steps_ratio(row["global_batch"], critical.examples, per_replica_batch)
         speedup = row["scaling_efficiency"] / steps
-        cut = (cost_model.cut_per_doubling(time, 1 / speedup, gpus, row["gpus"])
-               if row["gpus"] > gpus else None)
-        out.append({**row, "steps_ratio": steps, "time_to_target_speedup": speedup,
-                    "time_cut_per_doubling": cut})
+        cut = (
+            cost_model.cut_per_doubling(time, 1 / speedup, gpus, row["gpus"])
+            if row["gpus"] > gpus
+            else None
+        )
+        out.append(
+            {
+                **row,
+                "steps_ratio": steps,
+                "time_to_target_speedup": speedup,
+                "time_cut_per_doubling": cut,
+            }
+        )
         gpus, time = row["gpus"], 1 / speedup
     return out
 
@@ -121,25 +151,36 @@ def _share(value: float) -> str:
 COLUMNS: tuple[workload.Column, ...] = (
     ("steps vs 1 GPU", lambda row: f"{row['steps_ratio']:.2f}"),
     ("time to target speed-up", lambda row: f"{row['time_to_target_speedup']:,.1f}"),
-    ("time cut per doubling", lambda row: "-" if row["time_cut_per_doubling"] is None
-     else _share(row["time_cut_per_doubling"])))
+    (
+        "time cut per doubling",
+        lambda row: (
+            "-" if row["time_cut_per_doubling"] is None else _share(row["time_cut_per_doubling"])
+        ),
+    ),
+)
 
 
 def describe(critical: CriticalBatch) -> str:
     """One line: the critical batch and where it came from."""
     if critical.b_simple is None:
-        return (f"critical batch B_crit = {_examples(critical.examples)} examples "
-                "(--critical_batch).")
+        return (
+            f"critical batch B_crit = {_examples(critical.examples)} examples (--critical_batch)."
+        )
     simple = critical.b_simple
-    grew = (f"; it grew {simple['max'] / simple['min']:,.0f}x during the run, as it does once "
-            "the loss nears its floor: give a run that stops near the target you plan for"
-            if simple["max"] > GREW * simple["min"] else "")
-    return (f"critical batch B_crit ~ {_examples(critical.examples)} examples, estimated by the "
-            f"median gradient noise scale B_simple of {simple['epochs']} epoch(s) in "
-            f"--noise_scale_json ({_examples(simple['min'])} to {_examples(simple['max'])}, "
-            f"last {_examples(simple['last'])}{grew}); an estimate: B_simple tends to fall "
-            f"below B_crit, and the batch-scaling study measured its knee "
-            f"{STUDY_KNEE_OVER_B_SIMPLE}x above it (docs/PLANNING.md).")
+    grew = (
+        f"; it grew {simple['max'] / simple['min']:,.0f}x during the run, as it does once "
+        "the loss nears its floor: give a run that stops near the target you plan for"
+        if simple["max"] > GREW * simple["min"]
+        else ""
+    )
+    return (
+        f"critical batch B_crit ~ {_examples(critical.examples)} examples, estimated by the "
+        f"median gradient noise scale B_simple of {simple['epochs']} epoch(s) in "
+        f"--noise_scale_json ({_examples(simple['min'])} to {_examples(simple['max'])}, "
+        f"last {_examples(simple['last'])}{grew}); an estimate: B_simple tends to fall "
+        f"below B_crit, and the batch-scaling study measured its knee "
+        f"{STUDY_KNEE_OVER_B_SIMPLE}x above it (docs/PLANNING.md)."
+    )
 
 
 def _knee_place(critical: CriticalBatch, per_replica_batch: int, gpus_per_node: int) -> str:
@@ -167,35 +208,47 @@ def _where(row: dict | None) -> str:
     return "1 GPU" if row is None else f"{row['nodes']} node{'s' * (row['nodes'] > 1)}"
 
 
-def advice(rows: list[dict], critical: CriticalBatch, per_replica_batch: int,
-           gpus_per_node: int) -> str:
+def advice(
+    rows: list[dict], critical: CriticalBatch, per_replica_batch: int, gpus_per_node: int
+) -> str:
     """One line: past which node count a doubling of the GPUs cuts the time to the target by
     less than `cost_model.PAYING_CUT`, and past which global batch the steps alone stop paying."""
     last, first = stops_paying(rows)
-    steps = (f"for the steps alone from a global batch of about {_examples(critical.examples)} "
-             f"(B_crit; at {per_replica_batch} examples per replica "
-             f"{_knee_place(critical, per_replica_batch, gpus_per_node)})")
+    steps = (
+        f"for the steps alone from a global batch of about {_examples(critical.examples)} "
+        f"(B_crit; at {per_replica_batch} examples per replica "
+        f"{_knee_place(critical, per_replica_batch, gpus_per_node)})"
+    )
     if first is None:
-        return (f"scaling pays up to {_where(last)}: each doubling of the GPUs cuts the time to "
-                f"the target by {cost_model.PAYING_CUT:.0%} or more "
-                f"({last['time_to_target_speedup']:,.1f}x the 1-GPU run's there); it stops "
-                f"paying {steps}.")
-    return (f"scaling stops paying past {_where(last)}: from there a doubling of the GPUs cuts "
-            f"the time to the target by under {cost_model.PAYING_CUT:.0%}, half of what perfect "
-            f"scaling would ({_where(last)} to {_where(first)}: "
-            f"{_share(first['time_cut_per_doubling'])} per doubling); {steps}.")
+        return (
+            f"scaling pays up to {_where(last)}: each doubling of the GPUs cuts the time to "
+            f"the target by {cost_model.PAYING_CUT:.0%} or more "
+            f"({last['time_to_target_speedup']:,.1f}x the 1-GPU run's there); it stops "
+            f"paying {steps}."
+        )
+    return (
+        f"scaling stops paying past {_where(last)}: from there a doubling of the GPUs cuts "
+        f"the time to the target by under {cost_model.PAYING_CUT:.0%}, half of what perfect "
+        f"scaling would ({_where(last)} to {_where(first)}: "
+        f"{_share(first['time_cut_per_doubling'])} per doubling); {steps}."
+    )
 
 
 def summary(rows: list[dict], critical: CriticalBatch, per_replica_batch: int) -> dict:
     """The JSON report's `critical_batch`: B_crit, its source and where scaling stops paying."""
     last, first = stops_paying(rows)
-    return {"b_crit": critical.examples,
-            "source": "critical_batch" if critical.b_simple is None else "noise_scale_json",
-            "b_simple": critical.b_simple,
-            "knee_global_batch": critical.examples,
-            "knee_replicas": critical.examples / per_replica_batch,
-            "paying_cut": cost_model.PAYING_CUT,
-            "pays_up_to": {"nodes": None if last is None else last["nodes"],
-                           "gpus": 1 if last is None else last["gpus"]},
-            "stops_paying_at": None if first is None else {"nodes": first["nodes"],
-                                                           "gpus": first["gpus"]}}
+    return {
+        "b_crit": critical.examples,
+        "source": "critical_batch" if critical.b_simple is None else "noise_scale_json",
+        "b_simple": critical.b_simple,
+        "knee_global_batch": critical.examples,
+        "knee_replicas": critical.examples / per_replica_batch,
+        "paying_cut": cost_model.PAYING_CUT,
+        "pays_up_to": {
+            "nodes": None if last is None else last["nodes"],
+            "gpus": 1 if last is None else last["gpus"],
+        },
+        "stops_paying_at": None
+        if first is None
+        else {"nodes": first["nodes"], "gpus": first["gpus"]},
+    }

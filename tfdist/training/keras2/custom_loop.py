@@ -72,27 +72,40 @@ class CustomLoop:
       ...     loop.save(epoch + 1)
     """
 
-    def __init__(self, plan: Plan, model: Callable[[], tf_keras.Model],
-                 optimizer: tf_keras.optimizers.Optimizer | None = None):
+    def __init__(
+        self,
+        plan: Plan,
+        model: Callable[[], tf_keras.Model],
+        optimizer: tf_keras.optimizers.Optimizer | None = None,
+    ):
         require_plan(plan)
         if plan.config.train.keras == 3:
-            raise ConfigError("keras=3: CustomLoop trains tf-keras models with tf-keras' "
-                              "optimizer; train a Keras 3 model through tfdist.fit, or write "
-                              "the loop with keras=2.")
+            raise ConfigError(
+                "keras=3: CustomLoop trains tf-keras models with tf-keras' "
+                "optimizer; train a Keras 3 model through tfdist.fit, or write "
+                "the loop with keras=2."
+            )
         if plan.role is not Role.TRAIN:
-            raise ConfigError(f"{plan.task} has role {plan.role.value}: CustomLoop trains, on "
-                              "the training tasks; a parameter-server worker or ps task calls "
-                              "tfdist.serve(plan) instead, and a custom loop has no evaluator "
-                              "task (launch without --evaluator; evaluate in your loop).")
+            raise ConfigError(
+                f"{plan.task} has role {plan.role.value}: CustomLoop trains, on "
+                "the training tasks; a parameter-server worker or ps task calls "
+                "tfdist.serve(plan) instead, and a custom loop has no evaluator "
+                "task (launch without --evaluator; evaluate in your loop)."
+            )
         if optimizer is not None and not isinstance(optimizer, _OPTIMIZERS):
-            raise ConfigError(f"optimizer={optimizer!r} is a {type(optimizer).__name__}, not a "
-                              "tf_keras optimizer; pass one built in plan.strategy.scope() "
-                              "(e.g. tf_keras.optimizers.Adam()), or none for tfdist's own "
-                              "(--optimizer).")
+            raise ConfigError(
+                f"optimizer={optimizer!r} is a {type(optimizer).__name__}, not a "
+                "tf_keras optimizer; pass one built in plan.strategy.scope() "
+                "(e.g. tf_keras.optimizers.Adam()), or none for tfdist's own "
+                "(--optimizer)."
+            )
         self.plan = plan
         self.strategy = plan.strategy
-        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
-            self.strategy) if plan.kind is StrategyKind.PARAMETER_SERVER else None
+        self.coordinator = (
+            tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
+            if plan.kind is StrategyKind.PARAMETER_SERVER
+            else None
+        )
         if plan.model_dir and plan.writes_results:
             _hold_for_this_loop(plan.model_dir)
         with self.strategy.scope():
@@ -100,14 +113,16 @@ class CustomLoop:
             log_sharding(plan, self.model)
             self.optimizer = optimizer or tfdist_optimizer(plan)
             self._epoch = tf.Variable(0, trainable=False, dtype=tf.int64)
-        self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                               epoch=self._epoch)
+        self._checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, epoch=self._epoch
+        )
         self._manager = None
         self._iterators = weakref.WeakKeyDictionary()  # Dataset -> its iterator.
         self._loops: dict[Callable, Callable] = {}
 
-    def distribute(self, data, split: str = "train", *, training: bool = True,
-                   check_input: bool = True):
+    def distribute(
+        self, data, split: str = "train", *, training: bool = True, check_input: bool = True
+    ):
         """The distributed dataset of `data` (a dataset function, `tfdist.Records` or an
         `InputConfig`): each worker reads its share, batched per replica (under parameter
         server, a per-worker dataset, made on each worker). A training dataset function of
@@ -120,13 +135,15 @@ class CustomLoop:
             return self.strategy.distribute_datasets_from_function(read)
         strategy = self.strategy
         return self.coordinator.create_per_worker_dataset(
-            tf.function(lambda: strategy.distribute_datasets_from_function(read)))
+            tf.function(lambda: strategy.distribute_datasets_from_function(read))
+        )
 
     def scale_loss(self, per_example_loss: tf.Tensor) -> tf.Tensor:
         """The replica's share of the global mean loss: summed over the replicas it is the
         mean over the global batch (call in the step, on each replica)."""
-        return tf.nn.compute_average_loss(per_example_loss,
-                                          global_batch_size=self.plan.global_batch_size)
+        return tf.nn.compute_average_loss(
+            per_example_loss, global_batch_size=self.plan.global_batch_size
+        )
 
     def minimize(self, loss: tf.Tensor, tape: tf.GradientTape) -> None:
         """Gradients of `loss` (recorded on `tape`) applied to the model's trainable variables:
@@ -148,21 +165,26 @@ class CustomLoop:
         call goes on where this one stopped), or an iterator of one, read as it is:
         `iter(evaluation)` gives an evaluation a fresh pass."""
         if not callable(step_fn):
-            raise ConfigError(f"step_fn={step_fn!r} is a {type(step_fn).__name__}, not a "
-                              "function; pass the function each replica runs on a batch.")
-        check_int("steps", steps, 1, MAX_COUNT, "pass e.g. plan.steps_per_epoch",
-                  error=ConfigError)
+            raise ConfigError(
+                f"step_fn={step_fn!r} is a {type(step_fn).__name__}, not a "
+                "function; pass the function each replica runs on a batch."
+            )
+        check_int("steps", steps, 1, MAX_COUNT, "pass e.g. plan.steps_per_epoch", error=ConfigError)
         iterator = self._iterator(dataset)
         if step_fn not in self._loops:
+
             @tf.function
             def loop(iterator, steps):
                 total = tf.constant(0.0)
                 for _ in tf.range(steps):
                     values = self.strategy.run(step_fn, args=next(iterator))
                     if values is not None:  # A step that returns nothing (evaluation) adds 0.
-                        total += tf.cast(self.strategy.reduce(tf.distribute.ReduceOp.SUM,
-                                                              values, axis=None), tf.float32)
+                        total += tf.cast(
+                            self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None),
+                            tf.float32,
+                        )
                 return total
+
             self._loops[step_fn] = loop
         try:
             if self.coordinator is None:
@@ -175,8 +197,10 @@ class CustomLoop:
 
     def _iterator(self, dataset):
         """`dataset`'s kept iterator (made on first use), or `dataset` if it is an iterator."""
-        if isinstance(dataset, (collections.abc.Iterator,
-                                tf.distribute.experimental.coordinator.PerWorkerValues)):
+        if isinstance(
+            dataset,
+            (collections.abc.Iterator, tf.distribute.experimental.coordinator.PerWorkerValues),
+        ):
             return dataset
         if dataset not in self._iterators:
             self._iterators[dataset] = iter(dataset)
@@ -186,8 +210,12 @@ class CustomLoop:
         """`loop` over `steps` batches, scheduled on the parameter-server workers in chunks of
         `steps_per_execution`; the sum of its results, once every chunk has run."""
         chunk = self.plan.config.train.steps_per_execution
-        results = [self.coordinator.schedule(loop, args=(iterator, tf.constant(
-            min(chunk, steps - start), tf.int64))) for start in range(0, steps, chunk)]
+        results = [
+            self.coordinator.schedule(
+                loop, args=(iterator, tf.constant(min(chunk, steps - start), tf.int64))
+            )
+            for start in range(0, steps, chunk)
+        ]
         self.coordinator.join()
         return sum(float(result.fetch()) for result in results)
 
@@ -217,16 +245,18 @@ class CustomLoop:
             try:
                 self._checkpoint.restore(latest)
             except (ValueError, tf.errors.OpError) as error:  # Another model's, or damaged.
-                raise unrestorable(model_dir.root, "the checkpoint a loop", manager.directory,
-                                   error) from None
+                raise unrestorable(
+                    model_dir.root, "the checkpoint a loop", manager.directory, error
+                ) from None
             say_resuming(int(self._epoch.numpy()) + 1, "the checkpoint an earlier loop")
         return int(self._epoch.numpy())
 
     def save(self, epochs_done: int) -> None:
         """Checkpoints the model, optimizer and `epochs_done` (every worker must call it); only
         the chief's copy stays. Without `--model_dir`, does nothing."""
-        check_int("epochs_done", epochs_done, 0, MAX_COUNT, "pass the epochs completed",
-                  error=ConfigError)
+        check_int(
+            "epochs_done", epochs_done, 0, MAX_COUNT, "pass the epochs completed", error=ConfigError
+        )
         manager = self._manager_or_none()
         if manager is None:
             return

@@ -27,8 +27,9 @@ class _Evaluator(tf_keras.utils.SidecarEvaluator):
     evaluator waits forever after a chief that died before its last epoch."""
 
     def __init__(self, *args, watch: ChiefWatch, **kwargs):
-        keras_flavour.require_checked_tf_keras("the evaluator's stop once the chief is gone",
-                                               "run without --evaluator")
+        keras_flavour.require_checked_tf_keras(
+            "the evaluator's stop once the chief is gone", "run without --evaluator"
+        )
         super().__init__(*args, **kwargs)
         self._watch = watch
 
@@ -56,19 +57,33 @@ class _Record(tf_keras.callbacks.Callback):
         print(f"tfdist evaluator: {self._checkpoint}: {shown}", flush=True)
 
 
-def evaluate_checkpoints(config: RunConfig, model: tf_keras.Model, data: tf.data.Dataset, *,
-                         steps: int | None, model_dir: ModelDir) -> dict[str, dict[str, float]]:
+def evaluate_checkpoints(
+    config: RunConfig,
+    model: tf_keras.Model,
+    data: tf.data.Dataset,
+    *,
+    steps: int | None,
+    model_dir: ModelDir,
+) -> dict[str, dict[str, float]]:
     """Evaluates `model` (compiled) on `data` with each new checkpoint the chief writes under
     `model_dir` until the last epoch's; returns the results by checkpoint (`tfdist.setup`
     requires a model dir for the evaluator task)."""
     chief = chief_address(config.cluster)
-    print(f"tfdist: evaluator evaluating each new checkpoint in {model_dir.checkpoints} until "
-          f"epoch {config.train.epochs} or until the chief at {chief} finishes",
-          file=sys.stderr, flush=True)
+    print(
+        f"tfdist: evaluator evaluating each new checkpoint in {model_dir.checkpoints} until "
+        f"epoch {config.train.epochs} or until the chief at {chief} finishes",
+        file=sys.stderr,
+        flush=True,
+    )
     record = _Record(model_dir.checkpoints, model_dir.evaluations_json)
-    _Evaluator(model, data, model_dir.checkpoints, steps=steps,
-               max_evaluations=config.train.epochs,
-               callbacks=[record, tf_keras.callbacks.TensorBoard(model_dir.logs("evaluator"))],
-               watch=ChiefWatch(chief).start()).start()
+    _Evaluator(
+        model,
+        data,
+        model_dir.checkpoints,
+        steps=steps,
+        max_evaluations=config.train.epochs,
+        callbacks=[record, tf_keras.callbacks.TensorBoard(model_dir.logs("evaluator"))],
+        watch=ChiefWatch(chief).start(),
+    ).start()
     print(f"tfdist: evaluator done after {len(record.results)} evaluation(s)", flush=True)
     return record.results

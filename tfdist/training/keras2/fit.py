@@ -33,20 +33,23 @@ _SHARD_NAME = re.compile(r"(?P<name>.+)/part_(?P<part>[0-9]+)(:[0-9]+)?")
 def tfdist_optimizer(plan: Plan) -> tf_keras.optimizers.Optimizer:
     """The tf-keras optimizer recipe of `plan.config.optimizer`, with its gradient path."""
     return recipe.build_optimizer(
-        plan.config.optimizer, update_batch_size=plan.update_batch_size,
-        updates_per_epoch=plan.updates_per_epoch, epochs=plan.config.train.epochs,
-        transforms=training_model.gradient_transforms(plan))
+        plan.config.optimizer,
+        update_batch_size=plan.update_batch_size,
+        updates_per_epoch=plan.updates_per_epoch,
+        epochs=plan.config.train.epochs,
+        transforms=training_model.gradient_transforms(plan),
+    )
 
 
-def _with_device_preprocessing(plan: Plan, model: tf_keras.Model,
-                               data: Data) -> tf_keras.Model:
+def _with_device_preprocessing(plan: Plan, model: tf_keras.Model, data: Data) -> tf_keras.Model:
     """`model` behind an input of the dtype an image pipeline delivers: with preprocessing on
     the device, uint8 images go through the preprocessing layer first (run in each replica's
     step, on its device), which augments as `data`'s recipe says."""
     if not (isinstance(data, InputConfig) and plan.placement.on_device):
         return model
-    images = tf_keras.Input(training_data.dataset_info(plan, data).image_shape, dtype="uint8",
-                            name="image")
+    images = tf_keras.Input(
+        training_data.dataset_info(plan, data).image_shape, dtype="uint8", name="image"
+    )
     layer = input_pipelines.device_preprocessing(data.augmentation)
     return tf_keras.Model(images, model(layer(images)), name=model.name)
 
@@ -57,8 +60,12 @@ def _compile(plan: Plan, model: tf_keras.Model, loss, metrics) -> None:
         return
     training_model.check_compile_arguments(tf_keras, loss, metrics)
     optimizer = tfdist_optimizer(plan)
-    model.compile(optimizer=optimizer, loss=loss, metrics=metrics,
-                  steps_per_execution=plan.config.train.steps_per_execution)
+    model.compile(
+        optimizer=optimizer,
+        loss=loss,
+        metrics=metrics,
+        steps_per_execution=plan.config.train.steps_per_execution,
+    )
     step.install(model, optimizer)
 
 
@@ -66,8 +73,7 @@ def build_model(plan: Plan, model, *, data: Data, loss=None, metrics=None) -> tf
     """The model `fit` trains: `model` (built in `plan.strategy.scope()`), or what the function
     `model` returns when called there with no arguments; compiled as `fit` says."""
     with training_model.strategy_scope(plan):
-        model = _with_device_preprocessing(plan, training_model.checked_model(plan, model),
-                                           data)
+        model = _with_device_preprocessing(plan, training_model.checked_model(plan, model), data)
         _compile(plan, model, loss, metrics)
     log_sharding(plan, model)
     return model
@@ -94,7 +100,8 @@ def _distribute(plan: Plan, dataset_fn: DatasetFn):
     if plan.kind is StrategyKind.PARAMETER_SERVER:
         return tf_keras.utils.experimental.DatasetCreator(dataset_fn)
     return plan.strategy.distribute_datasets_from_function(
-        dataset_fn, options=training_data.input_options(plan))
+        dataset_fn, options=training_data.input_options(plan)
+    )
 
 
 def _output_callbacks(plan: Plan) -> list[tf_keras.callbacks.Callback]:
@@ -104,10 +111,12 @@ def _output_callbacks(plan: Plan) -> list[tf_keras.callbacks.Callback]:
     if model_dir is None:
         return []
     return [
-        BackupAndRestore(model_dir.backup, save_freq="epoch" if backup_every == "epoch"
-                         else int(backup_every)),
-        tf_keras.callbacks.ModelCheckpoint(model_dir.checkpoint("{epoch:03d}"),
-                                           save_weights_only=True),
+        BackupAndRestore(
+            model_dir.backup, save_freq="epoch" if backup_every == "epoch" else int(backup_every)
+        ),
+        tf_keras.callbacks.ModelCheckpoint(
+            model_dir.checkpoint("{epoch:03d}"), save_weights_only=True
+        ),
         tf_keras.callbacks.TensorBoard(model_dir.logs()),
     ]
 
@@ -117,43 +126,82 @@ def _noise_scale_log(plan: Plan, model: tf_keras.Model) -> list[NoiseScaleLog]:
     if not plan.config.optimizer.measure_noise_scale:
         return []
     if not gradient_path.measures_noise_scale(model.optimizer):
-        raise ConfigError(f"measure_noise_scale: model {model.name!r} came compiled with its own "
-                          "optimizer, which does not measure it; pass the model uncompiled "
-                          "(fit(..., loss=..., metrics=[...])) to train with tfdist's.")
-    return [NoiseScaleLog(lambda: gradient_path.gradient_noise_scale(model.optimizer),
-                          global_batch_size=plan.update_batch_size)]
+        raise ConfigError(
+            f"measure_noise_scale: model {model.name!r} came compiled with its own "
+            "optimizer, which does not measure it; pass the model uncompiled "
+            "(fit(..., loss=..., metrics=[...])) to train with tfdist's."
+        )
+    return [
+        NoiseScaleLog(
+            lambda: gradient_path.gradient_noise_scale(model.optimizer),
+            global_batch_size=plan.update_batch_size,
+        )
+    ]
 
 
-def train(plan: Plan, model, train_data: Data, validation_data: Data | None,
-          validation_steps: int | None, *, loss, metrics,
-          callbacks: Sequence[tf_keras.callbacks.Callback]) -> tuple[tf_keras.Model, dict]:
+def train(
+    plan: Plan,
+    model,
+    train_data: Data,
+    validation_data: Data | None,
+    validation_steps: int | None,
+    *,
+    loss,
+    metrics,
+    callbacks: Sequence[tf_keras.callbacks.Callback],
+) -> tuple[tf_keras.Model, dict]:
     """(the model, the summary's training part): `model.fit` with tfdist's callbacks."""
     model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
     config = plan.config
-    timer = ThroughputTimer(global_batch_size=plan.global_batch_size,
-                            steps_per_epoch=plan.steps_per_epoch)
-    epochs = EpochHistory(plan.model_dir and plan.model_dir.history_json,
-                          writes=plan.writes_results)
+    timer = ThroughputTimer(
+        global_batch_size=plan.global_batch_size, steps_per_epoch=plan.steps_per_epoch
+    )
+    epochs = EpochHistory(
+        plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results
+    )
     train_batches = guards.BatchCounts(
-        training_data.dataset_fn(plan, train_data, "train", training=True))
+        training_data.dataset_fn(plan, train_data, "train", training=True)
+    )
     train_set = _distribute(plan, train_batches)
-    guards.require_enough(train_batches, steps_per_epoch=plan.steps_per_epoch,
-                          epochs=config.train.epochs,
-                          new_iterator_each_epoch=isinstance(train_set, tf.data.Dataset))
+    guards.require_enough(
+        train_batches,
+        steps_per_epoch=plan.steps_per_epoch,
+        epochs=config.train.epochs,
+        new_iterator_each_epoch=isinstance(train_set, tf.data.Dataset),
+    )
     validation = {}
     if validation_data is not None:
-        validation = {"validation_data": _distribute(plan, training_data.dataset_fn(
-                          plan, validation_data, "validation", training=False)),
-                      "validation_steps": training_data.validation_steps(
-                          plan, validation_data, validation_steps)}
-    with guards.explained(model.name, lambda error: training_data.explain(train_data, error),
-                          plan.config.cluster):
-        model.fit(train_set, epochs=config.train.epochs, steps_per_epoch=plan.steps_per_epoch,
-                  callbacks=[timer, guards.finite_loss(plan), *_noise_scale_log(plan, model),
-                             epochs, *callbacks, *_output_callbacks(plan)],
-                  verbose=2, **validation)
+        validation = {
+            "validation_data": _distribute(
+                plan, training_data.dataset_fn(plan, validation_data, "validation", training=False)
+            ),
+            "validation_steps": training_data.validation_steps(
+                plan, validation_data, validation_steps
+            ),
+        }
+    with guards.explained(
+        model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
+    ):
+        model.fit(
+            train_set,
+            epochs=config.train.epochs,
+            steps_per_epoch=plan.steps_per_epoch,
+            callbacks=[
+                timer,
+                guards.finite_loss(plan),
+                *_noise_scale_log(plan, model),
+                epochs,
+                *callbacks,
+                *_output_callbacks(plan),
+            ],
+            verbose=2,
+            **validation,
+        )
     history = epochs.history()
-    return model, {"final": {name: values[-1] for name, values in history.items()},
-                   "history": history, "examples_per_sec": timer.examples_per_sec(),
-                   "epoch_train_s": timer.epoch_train_s,
-                   "resumed_from_epoch": epochs.resumed_from_epoch}
+    return model, {
+        "final": {name: values[-1] for name, values in history.items()},
+        "history": history,
+        "examples_per_sec": timer.examples_per_sec(),
+        "epoch_train_s": timer.epoch_train_s,
+        "resumed_from_epoch": epochs.resumed_from_epoch,
+    }

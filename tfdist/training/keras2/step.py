@@ -14,8 +14,12 @@ import tf_keras
 from tfdist.training import guards
 
 
-def minimize(optimizer: tf_keras.optimizers.Optimizer, loss: tf.Tensor, tape: tf.GradientTape,
-             variables: list) -> None:
+def minimize(
+    optimizer: tf_keras.optimizers.Optimizer,
+    loss: tf.Tensor,
+    tape: tf.GradientTape,
+    variables: list,
+) -> None:
     """In a replica: the gradients of `loss` (recorded on `tape`, scaled here under loss
     scaling) with respect to `variables`, applied through `apply_gradients`."""
     path = optimizer.gradient_path
@@ -26,8 +30,7 @@ def minimize(optimizer: tf_keras.optimizers.Optimizer, loss: tf.Tensor, tape: tf
     apply_gradients(optimizer, tape.gradient(scaled, variables), variables)
 
 
-def apply_gradients(optimizer: tf_keras.optimizers.Optimizer, grads: list,
-                    variables: list) -> None:
+def apply_gradients(optimizer: tf_keras.optimizers.Optimizer, grads: list, variables: list) -> None:
     """In a replica: this replica's `grads` (of the loss `optimizer.gradient_path` scaled)
     through that path (all-reduce, unscaling, clipping, noise, accumulation, the loss scale's
     skip), then applied to `variables` by `optimizer`."""

@@ -26,20 +26,32 @@ def _written(checkpoint_dir: str) -> list[str]:
     """The checkpoints complete in `checkpoint_dir` (TensorFlow writes the index last)."""
     if not os.path.isdir(checkpoint_dir):
         return []
-    return sorted(name.removesuffix(".index") for name in os.listdir(checkpoint_dir)
-                  if name.startswith(CHECKPOINT_PREFIX) and name.endswith(".index"))
+    return sorted(
+        name.removesuffix(".index")
+        for name in os.listdir(checkpoint_dir)
+        if name.startswith(CHECKPOINT_PREFIX) and name.endswith(".index")
+    )
 
 
-def evaluate_checkpoints(config: RunConfig, model: keras.Model, data: tf.data.Dataset, *,
-                         steps: int | None, model_dir: ModelDir) -> dict[str, dict[str, float]]:
+def evaluate_checkpoints(
+    config: RunConfig,
+    model: keras.Model,
+    data: tf.data.Dataset,
+    *,
+    steps: int | None,
+    model_dir: ModelDir,
+) -> dict[str, dict[str, float]]:
     """Evaluates the compiled `model` on `data` with each checkpoint the chief writes under
     `model_dir`, until the last epoch's; returns the results by checkpoint."""
     chief = chief_address(config.cluster)
     checkpoint_dir = model_dir.checkpoints
     last = os.path.basename(model_dir.checkpoint(config.train.epochs))
-    print(f"tfdist: evaluator evaluating each new checkpoint in {checkpoint_dir} until epoch "
-          f"{config.train.epochs} or until the chief at {chief} finishes", file=sys.stderr,
-          flush=True)
+    print(
+        f"tfdist: evaluator evaluating each new checkpoint in {checkpoint_dir} until epoch "
+        f"{config.train.epochs} or until the chief at {chief} finishes",
+        file=sys.stderr,
+        flush=True,
+    )
     watch = ChiefWatch(chief).start()
     weights = tf.train.Checkpoint(model=model)
     results: dict[str, dict[str, float]] = {}
@@ -51,8 +63,7 @@ def evaluate_checkpoints(config: RunConfig, model: keras.Model, data: tf.data.Da
             weights.restore(os.path.join(checkpoint_dir, name)).expect_partial()
             result = model.evaluate(data, steps=steps, verbose=0, return_dict=True)
             results[name] = {metric: float(value) for metric, value in result.items()}
-            output_files.write_json("model_dir", model_dir.evaluations_json,
-                                   results)
+            output_files.write_json("model_dir", model_dir.evaluations_json, results)
             shown = " ".join(f"{metric}={value:.4f}" for metric, value in results[name].items())
             print(f"tfdist evaluator: {name}: {shown}", flush=True)
         if not new:

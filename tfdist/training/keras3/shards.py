@@ -55,16 +55,20 @@ def trainable_shards(model: keras.Model) -> list[keras.Variable]:
             variables.append(variable)
             continue
         with keras.name_scope(variable.name, override_parent=variable.path.rpartition("/")[0]):
-            variables.extend(keras.Variable(shard, name=f"part_{index}")
-                             for index, shard in enumerate(shards))
+            variables.extend(
+                keras.Variable(shard, name=f"part_{index}") for index, shard in enumerate(shards)
+            )
     return variables
 
 
 def constrained(model: keras.Model) -> list[keras.Variable]:
     """`model`'s split trainable variables with a constraint, which applies to the whole variable
     (the wraps of its shards carry none, lest it apply to each block of rows on its own)."""
-    return [variable for variable in model.trainable_variables
-            if variable.constraint is not None and shards_of(variable)]
+    return [
+        variable
+        for variable in model.trainable_variables
+        if variable.constraint is not None and shards_of(variable)
+    ]
 
 
 _VALUE = "VARIABLE_VALUE"  # A variable's checkpoint key, in TensorFlow's and Keras' protocol.

@@ -48,8 +48,11 @@ from tfdist.training.data import DatasetFn
 from tfdist.training.keras3 import optim as keras3_optim
 from tfdist.training.keras3 import shards as keras3_shards
 
-_ONE_COPY = {"trainable": False, "synchronization": tf.VariableSynchronization.ON_WRITE,
-             "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA}
+_ONE_COPY = {
+    "trainable": False,
+    "synchronization": tf.VariableSynchronization.ON_WRITE,
+    "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA,
+}
 
 
 def _skip_keras_all_reduce(optimizer: keras.optimizers.Optimizer) -> None:
@@ -66,11 +69,13 @@ def _add_atomically(variables) -> None:
     count kept)."""
     for variable in variables:
         variable.assign_add = lambda delta, variable=variable: variable.value.assign_add(
-            tf.cast(delta, variable.value.dtype))
+            tf.cast(delta, variable.value.dtype)
+        )
 
 
-def _build(model: keras.Model, optimizer: keras.optimizers.Optimizer,
-           data_spec) -> list[keras.Variable]:
+def _build(
+    model: keras.Model, optimizer: keras.optimizers.Optimizer, data_spec
+) -> list[keras.Variable]:
     """Creates the variables of `model`, its metrics and loss from `data_spec`, then those of
     `optimizer` (the model's, or the one it wraps) for the variables tfdist's step updates,
     which it returns: `keras3_shards.trainable_shards`. Call in the strategy's scope.
@@ -107,10 +112,17 @@ def build_model(plan: Plan, model, *, data: Data, loss, metrics) -> keras.Model:
         model = training_model.checked_model(plan, model)
         if not model.compiled:
             training_model.check_compile_arguments(keras, loss, metrics)
-            model.compile(optimizer=keras3_optim.build_optimizer(
-                config.optimizer, update_batch_size=plan.update_batch_size,
-                updates_per_epoch=plan.updates_per_epoch, epochs=config.train.epochs,
-                transforms=training_model.gradient_transforms(plan)), loss=loss, metrics=metrics)
+            model.compile(
+                optimizer=keras3_optim.build_optimizer(
+                    config.optimizer,
+                    update_batch_size=plan.update_batch_size,
+                    updates_per_epoch=plan.updates_per_epoch,
+                    epochs=config.train.epochs,
+                    transforms=training_model.gradient_transforms(plan),
+                ),
+                loss=loss,
+                metrics=metrics,
+            )
     return model
 
 
@@ -122,10 +134,14 @@ class _Steps:
         self.optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
         # tfdist's optimizer carries its path; a model compiled with the user's own optimizer
         # gets the run's.
-        self.path = getattr(self.optimizer, "gradient_path", None) or \
-            GradientPath(training_model.gradient_transforms(plan))
-        self.preprocess_dtype = plan.placement.compute_dtype \
-            if plan.placement is not None and plan.placement.on_device else None
+        self.path = getattr(self.optimizer, "gradient_path", None) or GradientPath(
+            training_model.gradient_transforms(plan)
+        )
+        self.preprocess_dtype = (
+            plan.placement.compute_dtype
+            if plan.placement is not None and plan.placement.on_device
+            else None
+        )
         self.augmentation = plan.config.input.augmentation  # The recipe the host cropped for.
         with self.strategy.scope():
             # What is differentiated and updated: a variable the partitioner split, shard by
@@ -136,8 +152,9 @@ class _Steps:
             self.path.build([variable.value for variable in self.variables])
         _skip_keras_all_reduce(self.optimizer)
         # pylint: disable-next=protected-access
-        _add_atomically([self.optimizer._iterations, *model.metrics_variables,
-                         *self.loss_metric.variables])
+        _add_atomically(
+            [self.optimizer._iterations, *model.metrics_variables, *self.loss_metric.variables]
+        )
 
     def _model_spec(self, element_spec):
         """The batches' spec as the model sees them (float images with device
@@ -150,9 +167,12 @@ class _Steps:
     def _features(self, features, *, training: bool):
         if self.preprocess_dtype is None:
             return features
-        return input_pipelines.device_preprocess(features, training=training,
-                                                 compute_dtype=self.preprocess_dtype,
-                                                 augmentation=self.augmentation)
+        return input_pipelines.device_preprocess(
+            features,
+            training=training,
+            compute_dtype=self.preprocess_dtype,
+            augmentation=self.augmentation,
+        )
 
     def _forward(self, data, *, training: bool):
         """The replica's loss (its share of the global mean) and predictions; updates the
@@ -160,11 +180,13 @@ class _Steps:
         features, labels, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         features = self._features(features, training=training)
         predictions = self.model(features, training=training)
-        loss = self.model.compute_loss(x=features, y=labels, y_pred=predictions,
-                                       sample_weight=sample_weight, training=training)
+        loss = self.model.compute_loss(
+            x=features, y=labels, y_pred=predictions, sample_weight=sample_weight, training=training
+        )
         batch = tf.shape(tf.nest.flatten(predictions)[0])[0]
-        self.loss_metric.update_state(loss * self.strategy.num_replicas_in_sync,
-                                      sample_weight=batch)
+        self.loss_metric.update_state(
+            loss * self.strategy.num_replicas_in_sync, sample_weight=batch
+        )
         self.model.compute_metrics(features, labels, predictions, sample_weight)
         return loss
 
@@ -173,8 +195,9 @@ class _Steps:
         the gradient path, which hands the summed gradients to the optimizer's `apply`."""
         with tf.GradientTape() as tape:
             loss = self.path.scale_loss(self._forward(data, training=True))
-        grads = self.path.reduce(tape.gradient(loss, self.variables),
-                                 updates=self.optimizer.iterations)
+        grads = self.path.reduce(
+            tape.gradient(loss, self.variables), updates=self.optimizer.iterations
+        )
         self.path.apply(grads, self._update, updates=self.optimizer.iterations)
 
     def _update(self, grads: list) -> None:
@@ -190,8 +213,9 @@ class _Steps:
 
     def logs(self, prefix: str = "") -> dict[str, float]:
         """The metrics' values over the batches since the last reset, across replicas."""
-        results = {name: value for name, value in self.model.get_metrics_result().items()
-                   if name != "loss"}
+        results = {
+            name: value for name, value in self.model.get_metrics_result().items() if name != "loss"
+        }
         results = {"loss": self.loss_metric.result(), **results}
         return {prefix + name: float(value) for name, value in results.items()}
 
@@ -207,8 +231,11 @@ class _Runner:
     def __init__(self, plan: Plan, options: tf.distribute.InputOptions):
         self.plan, self.options = plan, options
         self.strategy = plan.strategy
-        self.coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(
-            self.strategy) if plan.kind is StrategyKind.PARAMETER_SERVER else None
+        self.coordinator = (
+            tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
+            if plan.kind is StrategyKind.PARAMETER_SERVER
+            else None
+        )
         self.element_spec = None  # Of the first dataset `dataset` made.
         self._train = self._evaluate = None
 
@@ -233,16 +260,19 @@ class _Runner:
 
     def dataset(self, dataset_fn: DatasetFn):
         """The distributed dataset of `dataset_fn`: per worker under parameter server."""
+
         def noting_spec(context: tf.distribute.InputContext) -> tf.data.Dataset:
             dataset = dataset_fn(context)
             self.element_spec = self.element_spec or dataset.element_spec
             return dataset
 
         if self.coordinator is None:
-            return self.strategy.distribute_datasets_from_function(noting_spec,
-                                                                   options=self.options)
+            return self.strategy.distribute_datasets_from_function(
+                noting_spec, options=self.options
+            )
         return self.coordinator.create_per_worker_dataset(
-            lambda: self.strategy.distribute_datasets_from_function(noting_spec))
+            lambda: self.strategy.distribute_datasets_from_function(noting_spec)
+        )
 
     def run(self, function, iterator, count: int, callbacks=None) -> None:
         """`count` steps of `function` (train or evaluate), `steps_per_execution` per call,
@@ -278,9 +308,12 @@ class _Checkpoints:
         self.model_dir = plan.model_dir
         with plan.strategy.scope():
             self.epochs_done = tf.Variable(0, dtype=tf.int64, name="epochs_done", **_ONE_COPY)
-        self._backup = tf.train.Checkpoint(model=steps.model, optimizer=steps.optimizer,
-                                           gradient_path=steps.path,
-                                           epochs_done=self.epochs_done)
+        self._backup = tf.train.Checkpoint(
+            model=steps.model,
+            optimizer=steps.optimizer,
+            gradient_path=steps.path,
+            epochs_done=self.epochs_done,
+        )
         self._weights = tf.train.Checkpoint(model=steps.model)
 
     def _directory(self, path: str) -> str:
@@ -303,12 +336,14 @@ class _Checkpoints:
         if self.model_dir is None:
             return
         self.epochs_done.assign(epochs_done)
-        backup = tf.train.CheckpointManager(self._backup, self._directory(self.model_dir.backup),
-                                            max_to_keep=1)
+        backup = tf.train.CheckpointManager(
+            self._backup, self._directory(self.model_dir.backup), max_to_keep=1
+        )
         backup.save(checkpoint_number=epochs_done)
         weights = self._directory(self.model_dir.checkpoints)
-        self._weights.write(os.path.join(
-            weights, os.path.basename(self.model_dir.checkpoint(epochs_done))))
+        self._weights.write(
+            os.path.join(weights, os.path.basename(self.model_dir.checkpoint(epochs_done)))
+        )
         if not self.plan.writes_results:
             shutil.rmtree(backup.directory, ignore_errors=True)
             shutil.rmtree(weights, ignore_errors=True)
@@ -319,27 +354,47 @@ class _Checkpoints:
             shutil.rmtree(self.model_dir.backup, ignore_errors=True)
 
 
-def train(plan: Plan, model, train_data: Data, validation_data: Data | None,
-          validation_steps: int | None, *, loss, metrics,
-          callbacks: Sequence[keras.callbacks.Callback]) -> tuple[keras.Model, dict]:
+def train(
+    plan: Plan,
+    model,
+    train_data: Data,
+    validation_data: Data | None,
+    validation_steps: int | None,
+    *,
+    loss,
+    metrics,
+    callbacks: Sequence[keras.callbacks.Callback],
+) -> tuple[keras.Model, dict]:
     """(the model, the summary's training part) for a Keras 3 model: built as `build_model`
     says and trained by tfdist's own loop, as `tfdist.fit` trains tf-keras models."""
     model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
     validation = None
     if validation_data is not None:
-        validation = (training_data.dataset_fn(plan, validation_data, "validation",
-                                               training=False),
-                      training_data.validation_steps(plan, validation_data, validation_steps))
-    with fit_guards.explained(model.name,
-                              lambda error: training_data.explain(train_data, error),
-                              plan.config.cluster):
-        trained = _train_loop(plan, model, training_data.dataset_fn(
-            plan, train_data, "train", training=True), validation, callbacks=callbacks)
+        validation = (
+            training_data.dataset_fn(plan, validation_data, "validation", training=False),
+            training_data.validation_steps(plan, validation_data, validation_steps),
+        )
+    with fit_guards.explained(
+        model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
+    ):
+        trained = _train_loop(
+            plan,
+            model,
+            training_data.dataset_fn(plan, train_data, "train", training=True),
+            validation,
+            callbacks=callbacks,
+        )
     return model, trained
 
 
-def _train_loop(plan: Plan, model: keras.Model, train_fn: DatasetFn, validation: tuple | None,
-                *, callbacks: Sequence[keras.callbacks.Callback]) -> dict:
+def _train_loop(
+    plan: Plan,
+    model: keras.Model,
+    train_fn: DatasetFn,
+    validation: tuple | None,
+    *,
+    callbacks: Sequence[keras.callbacks.Callback],
+) -> dict:
     """Trains the compiled Keras 3 `model` on `train_fn`'s data, validating each epoch on
     `validation` ((dataset function, steps) or None); returns the summary's training part.
     `callbacks` see the train's, epochs' and `steps_per_execution` batches' beginnings and
@@ -348,22 +403,30 @@ def _train_loop(plan: Plan, model: keras.Model, train_fn: DatasetFn, validation:
     runner = _Runner(plan, training_data.input_options(plan))
     train_batches = fit_guards.BatchCounts(train_fn)
     train_iterator = iter(runner.dataset(train_batches))
-    fit_guards.require_enough(train_batches, steps_per_epoch=plan.steps_per_epoch,
-                              epochs=config.train.epochs, new_iterator_each_epoch=False)
+    fit_guards.require_enough(
+        train_batches,
+        steps_per_epoch=plan.steps_per_epoch,
+        epochs=config.train.epochs,
+        new_iterator_each_epoch=False,
+    )
     validation_data = validation and runner.dataset(validation[0])
     steps = _Steps(plan, model, runner.element_spec)
     keras3_shards.log_placement(model)
     runner.bind(steps)
     checkpoints = _Checkpoints(plan, steps)
-    timer = ThroughputTimer(global_batch_size=plan.global_batch_size,
-                            steps_per_epoch=plan.steps_per_epoch)
-    history = EpochHistory(plan.model_dir and plan.model_dir.history_json,
-                           writes=plan.writes_results)
+    timer = ThroughputTimer(
+        global_batch_size=plan.global_batch_size, steps_per_epoch=plan.steps_per_epoch
+    )
+    history = EpochHistory(
+        plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results
+    )
     finite_loss = fit_guards.finite_loss(plan)
     finite_loss.set_model(model)
-    noise_logs = [NoiseScaleLog(steps.path.noise_scale_so_far,
-                                global_batch_size=plan.update_batch_size)] \
-        if steps.path.transforms.noise_scale_batch else []
+    noise_logs = (
+        [NoiseScaleLog(steps.path.noise_scale_so_far, global_batch_size=plan.update_batch_size)]
+        if steps.path.transforms.noise_scale_batch
+        else []
+    )
     user_callbacks = keras.callbacks.CallbackList(list(callbacks), model=model)
     user_callbacks.on_train_begin()
     for epoch in range(checkpoints.restore(), config.train.epochs):
@@ -386,10 +449,16 @@ def _train_loop(plan: Plan, model: keras.Model, train_fn: DatasetFn, validation:
     for callback in (*noise_logs, user_callbacks):
         callback.on_train_end()
     checkpoints.finished()
-    print(f"tfdist: Keras 3 step: {int(steps.optimizer.iterations.numpy())} optimizer updates",
-          file=sys.stderr, flush=True)
+    print(
+        f"tfdist: Keras 3 step: {int(steps.optimizer.iterations.numpy())} optimizer updates",
+        file=sys.stderr,
+        flush=True,
+    )
     epochs = history.history()
-    return {"final": {name: values[-1] for name, values in epochs.items()},
-            "history": epochs, "examples_per_sec": timer.examples_per_sec(),
-            "epoch_train_s": timer.epoch_train_s,
-            "resumed_from_epoch": history.resumed_from_epoch}
+    return {
+        "final": {name: values[-1] for name, values in epochs.items()},
+        "history": epochs,
+        "examples_per_sec": timer.examples_per_sec(),
+        "epoch_train_s": timer.epoch_train_s,
+        "resumed_from_epoch": history.resumed_from_epoch,
+    }

@@ -18,8 +18,9 @@ import re
 import jsonschema
 import yaml
 
-CRD_PATH = (pathlib.Path(__file__).resolve().parents[3] / "data" / "jobset"
-            / "jobset.x-k8s.io_jobsets.yaml")
+CRD_PATH = (
+    pathlib.Path(__file__).resolve().parents[3] / "data" / "jobset" / "jobset.x-k8s.io_jobsets.yaml"
+)
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 _DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
@@ -27,9 +28,12 @@ _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 # suffix; the API server also refuses a request of zero for what tfdist writes (cpu, memory).
 # An image reference as container runtimes parse it (distribution/reference), simplified: a
 # registry host with its port, lowercase path components, a tag, a sha256 digest.
-_IMAGE = re.compile(r"([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*"
-                    r"(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
-                    r"(@sha256:[0-9a-f]{64})?", re.ASCII)
+_IMAGE = re.compile(
+    r"([A-Za-z0-9.-]+(:[0-9]+)?/)?[a-z0-9]+([._-]+[a-z0-9]+)*"
+    r"(/[a-z0-9]+([._-]+[a-z0-9]+)*)*(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(@sha256:[0-9a-f]{64})?",
+    re.ASCII,
+)
 _QUANTITY = re.compile(r"[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([KMGTPE]i|[numkMGTPE]|[eE][-+]?[0-9]+)?")
 
 
@@ -39,15 +43,21 @@ def _strict(node):
         return [_strict(item) for item in node]
     if not isinstance(node, dict):
         return node
-    schema = {key: _strict(value) for key, value in node.items()
-              if not key.startswith("x-kubernetes-") and key != "nullable"}
+    schema = {
+        key: _strict(value)
+        for key, value in node.items()
+        if not key.startswith("x-kubernetes-") and key != "nullable"
+    }
     if node.get("x-kubernetes-int-or-string"):
         schema.pop("anyOf", None)
         schema["anyOf"] = [{"type": "integer"}, {"type": "string"}]
     if node.get("nullable") and "type" in schema:
         schema["type"] = [schema["type"], "null"]
-    if "properties" in node and "additionalProperties" not in node and not node.get(
-            "x-kubernetes-preserve-unknown-fields"):
+    if (
+        "properties" in node
+        and "additionalProperties" not in node
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
         schema["additionalProperties"] = False
     return schema
 
@@ -59,10 +69,15 @@ def validator() -> jsonschema.Draft7Validator:
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2"]
     schema = _strict(version["schema"]["openAPIV3Schema"])
     schema["properties"]["metadata"] = {
-        "type": "object", "required": ["name"], "additionalProperties": False,
-        "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
-                       "labels": {"type": "object",
-                                  "additionalProperties": {"type": "string"}}}}
+        "type": "object",
+        "required": ["name"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string"},
+            "namespace": {"type": "string"},
+            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        },
+    }
     schema["properties"]["apiVersion"] = {"const": API_VERSION}
     schema["properties"]["kind"] = {"const": "JobSet"}
     schema["required"] = ["apiVersion", "kind", "metadata", "spec"]
@@ -85,17 +100,26 @@ def webhook_problems(document: dict) -> list[str]:
         completions = job["template"]["spec"].get("completions", 1)
         names.append(f"{name}-{job['name']}-{replicas - 1}")
         names.append(f"{name}-{job['name']}-{replicas - 1}-{completions - 1}-abcde")
-    problems += [f"{text!r} is not an RFC 1035 label of at most 63 characters" for text in names
-                 if len(text) > 63 or not _DNS1035.fullmatch(text)]
+    problems += [
+        f"{text!r} is not an RFC 1035 label of at most 63 characters"
+        for text in names
+        if len(text) > 63 or not _DNS1035.fullmatch(text)
+    ]
     targets = document["spec"].get("successPolicy", {}).get("targetReplicatedJobs", [])
-    problems += [f"successPolicy names {target!r}, not a replicated job" for target in targets
-                 if target not in replicated]
+    problems += [
+        f"successPolicy names {target!r}, not a replicated job"
+        for target in targets
+        if target not in replicated
+    ]
     labels = dict(document["metadata"].get("labels", {}))
     for job in document["spec"]["replicatedJobs"]:
         pod = job["template"]["spec"]["template"]["spec"]
         labels.update(pod.get("nodeSelector", {}))
-        labels.update((toleration["key"], toleration["value"])
-                      for toleration in pod.get("tolerations", []) if "value" in toleration)
+        labels.update(
+            (toleration["key"], toleration["value"])
+            for toleration in pod.get("tolerations", [])
+            if "value" in toleration
+        )
         for container in pod["containers"]:
             problems += _container_problems(container)
     for key, value in labels.items():
@@ -105,18 +129,27 @@ def webhook_problems(document: dict) -> list[str]:
 
 
 def _container_problems(container: dict) -> list[str]:
-    problems = [] if _IMAGE.fullmatch(container["image"]) else [
-        f"image {container['image']!r} is not an image reference"]
+    problems = (
+        []
+        if _IMAGE.fullmatch(container["image"])
+        else [f"image {container['image']!r} is not an image reference"]
+    )
     resources = container.get("resources", {})
     for kind in ("requests", "limits"):
         for resource, amount in resources.get(kind, {}).items():
             text = str(amount)
-            if not _QUANTITY.fullmatch(text) or len(text) > 32 or \
-                    not 0 < float(text.rstrip("KMGTPEinumk") or 0) < float("inf"):
+            if (
+                not _QUANTITY.fullmatch(text)
+                or len(text) > 32
+                or not 0 < float(text.rstrip("KMGTPEinumk") or 0) < float("inf")
+            ):
                 problems.append(f"{kind} {resource}={amount!r} is not a positive quantity")
     for mount in container.get("volumeMounts", []):
         path = mount["mountPath"]
-        if not path.startswith("/") or not path.isprintable() or \
-                path.split("/")[1] in ("", "etc", "usr", "bin", "lib", "proc", "sys", "dev"):
+        if (
+            not path.startswith("/")
+            or not path.isprintable()
+            or path.split("/")[1] in ("", "etc", "usr", "bin", "lib", "proc", "sys", "dev")
+        ):
             problems.append(f"mountPath {path!r} hides the container's own files")
     return problems

@@ -7,23 +7,58 @@ from tfdist.cluster import manifests
 
 
 class ToYamlTest(absltest.TestCase):
-
     def test_tricky_scalars_read_back(self):
-        value = {"strings": ["yes", "No", "on", "null", "~", "1.5", "0x1f", "-1", ".inf", "a: b",
-                             "#c", "- d", "", " lead", "tab\there", "line\nbreak", "é😀",
-                             'quote " and \\', "*alias", "&anchor", "!tag", "%directive",
-                             "@at", "`tick", "key: {flow}", "[list]", "2024-01-01", "0o17",
-                             "1e3", "NaN", "-.inf", "+1", "0b1"],
-                 "numbers": [0, -3, 2222], "flags": [True, False, None],
-                 "empty": {"list": [], "map": {}}, "nested": [[1, 2], [{"k": "v"}]]}
+        value = {
+            "strings": [
+                "yes",
+                "No",
+                "on",
+                "null",
+                "~",
+                "1.5",
+                "0x1f",
+                "-1",
+                ".inf",
+                "a: b",
+                "#c",
+                "- d",
+                "",
+                " lead",
+                "tab\there",
+                "line\nbreak",
+                "é😀",
+                'quote " and \\',
+                "*alias",
+                "&anchor",
+                "!tag",
+                "%directive",
+                "@at",
+                "`tick",
+                "key: {flow}",
+                "[list]",
+                "2024-01-01",
+                "0o17",
+                "1e3",
+                "NaN",
+                "-.inf",
+                "+1",
+                "0b1",
+            ],
+            "numbers": [0, -3, 2222],
+            "flags": [True, False, None],
+            "empty": {"list": [], "map": {}},
+            "nested": [[1, 2], [{"k": "v"}]],
+        }
         text = manifests.to_yaml(value)
         self.assertEqual(yaml.safe_load(text), value)
         self.assertTrue(text.isascii())
 
     def test_strings_that_read_as_other_types_are_double_quoted(self):
         text = manifests.to_yaml(["yes", "null", "1.5", "0x1f", "plain", "/abs/path"])
-        self.assertEqual(text.splitlines(), ['- "yes"', '- "null"', '- "1.5"', '- "0x1f"',
-                                             "- plain", '- "/abs/path"'])
+        self.assertEqual(
+            text.splitlines(),
+            ['- "yes"', '- "null"', '- "1.5"', '- "0x1f"', "- plain", '- "/abs/path"'],
+        )
 
     def test_shared_values_are_written_out_not_aliased(self):
         shared = ["tfdist", "train"]

@@ -16,13 +16,18 @@ from absl.testing import parameterized
 from tfdist.cluster import manifests
 from tfdist.cluster.manifests import ManifestError
 
-_TRAIN_ARGS = ["--strategy=parameter_server", "--epochs=2", "--model_dir=/tmp/my run",
-               "--dataset=tfrecord:/data/{split}-*", "yes", "it's \"quoted\" $HOME #x"]
+_TRAIN_ARGS = [
+    "--strategy=parameter_server",
+    "--epochs=2",
+    "--model_dir=/tmp/my run",
+    "--dataset=tfrecord:/data/{split}-*",
+    "yes",
+    'it\'s "quoted" $HOME #x',
+]
 _SLURM = dict(job_name="tfdist-train", train_args=_TRAIN_ARGS)
 
 
 class SlurmTest(parameterized.TestCase):
-
     def _tempdir(self):
         tempdir = tempfile.TemporaryDirectory()  # pylint: disable=consider-using-with
         self.addCleanup(tempdir.cleanup)
@@ -35,8 +40,9 @@ class SlurmTest(parameterized.TestCase):
         return path
 
     def test_script_header(self):
-        script = manifests.slurm(**_SLURM, num_workers=3, num_ps=1, chief=True,
-                                time_limit="2-00:00:00")
+        script = manifests.slurm(
+            **_SLURM, num_workers=3, num_ps=1, chief=True, time_limit="2-00:00:00"
+        )
         lines = script.splitlines()
         self.assertEqual(lines[0], "#!/bin/bash")
         self.assertIn("#SBATCH --job-name=tfdist-train", lines)
@@ -53,8 +59,11 @@ class SlurmTest(parameterized.TestCase):
 
     @parameterized.named_parameters(
         ("workers", dict(num_workers=2), ["--cluster_resolver=slurm", "--slurm_port_base=8888"]),
-        ("ps", dict(num_workers=2, num_ps=2, chief=True, port=7000),
-         ["--cluster_resolver=slurm", "--slurm_port_base=7000", "--num_ps=2", "--chief"]),
+        (
+            "ps",
+            dict(num_workers=2, num_ps=2, chief=True, port=7000),
+            ["--cluster_resolver=slurm", "--slurm_port_base=7000", "--num_ps=2", "--chief"],
+        ),
     )
     def test_srun_line_quotes_the_train_args(self, layout, flags):
         script = manifests.slurm(**_SLURM, **layout)
@@ -78,11 +87,14 @@ class SlurmTest(parameterized.TestCase):
         os.chmod(fake_srun, os.stat(fake_srun).st_mode | stat.S_IXUSR)
         path = self._write(manifests.slurm(**_SLURM, num_workers=2))
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-        result = subprocess.run(["bash", path], capture_output=True, text=True, timeout=30,
-                                env=env, cwd=bin_dir)
+        result = subprocess.run(
+            ["bash", path], capture_output=True, text=True, timeout=30, env=env, cwd=bin_dir
+        )
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertEqual(json.loads(result.stdout), ["tfdist", "train", "--cluster_resolver=slurm",
-                                                     "--slurm_port_base=8888", *_TRAIN_ARGS])
+        self.assertEqual(
+            json.loads(result.stdout),
+            ["tfdist", "train", "--cluster_resolver=slurm", "--slurm_port_base=8888", *_TRAIN_ARGS],
+        )
 
     @parameterized.named_parameters(
         ("job_name", dict(job_name="my job"), "slurm job_name", "'my job'", "letters, digits"),
@@ -91,22 +103,32 @@ class SlurmTest(parameterized.TestCase):
         ("ps_without_chief", dict(num_ps=1), "slurm num_ps", "1", "add --chief"),
         ("port", dict(port=0), "slurm port", "0", "from 1 to 65535"),
         ("gpus", dict(gpus_per_task=-1), "slurm gpus_per_task", "-1", "GPUs per task"),
-        ("args", dict(train_args=["--epochs", 2]), "slurm train_args", "['--epochs', 2]",
-         "list of strings"),
+        (
+            "args",
+            dict(train_args=["--epochs", 2]),
+            "slurm train_args",
+            "['--epochs', 2]",
+            "list of strings",
+        ),
     )
     def test_errors_are_one_line(self, override, field, value, fix):
         kwargs = {**_SLURM, "num_workers": 1, **override}
-        with self.assertRaisesRegex(ManifestError, rf"^{re.escape(field)}: "
-                                                   rf"{re.escape(value)}.*; .*{re.escape(fix)}"):
+        with self.assertRaisesRegex(
+            ManifestError,
+            rf"^{re.escape(field)}: "
+            rf"{re.escape(value)}.*; .*{re.escape(fix)}",
+        ):
             manifests.slurm(**kwargs)
 
 
 class SecurityNoteTest(absltest.TestCase):
-
     def test_the_package_says_the_cluster_needs_a_private_network(self):
         doc = " ".join(manifests.__doc__.split())
-        self.assertIn("gRPC servers (workers, parameter servers, the chief, the tf.data service) "
-                      "have no authentication", doc)
+        self.assertIn(
+            "gRPC servers (workers, parameter servers, the chief, the tf.data service) "
+            "have no authentication",
+            doc,
+        )
         self.assertIn("private network", doc)
 
 

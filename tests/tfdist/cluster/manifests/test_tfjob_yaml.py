@@ -9,12 +9,19 @@ from absl.testing import parameterized
 from tfdist.cluster import manifests
 from tfdist.cluster.manifests import ManifestError
 
-_TRAIN_ARGS = ["--strategy=parameter_server", "--epochs=2", "--model_dir=/tmp/my run",
-               "--dataset=tfrecord:/data/{split}-*", "yes", "it's \"quoted\" $HOME #x"]
+_TRAIN_ARGS = [
+    "--strategy=parameter_server",
+    "--epochs=2",
+    "--model_dir=/tmp/my run",
+    "--dataset=tfrecord:/data/{split}-*",
+    "yes",
+    'it\'s "quoted" $HOME #x',
+]
 # As written: Kubernetes expands $(VAR) in a container's command, and turns $$ into $.
-_WRITTEN_ARGS = [*_TRAIN_ARGS[:-1], "it's \"quoted\" $$HOME #x"]
-_TFJOB = dict(name="tfdist-train", image="registry.example.com/tfdist:0.1.0",
-              train_args=_TRAIN_ARGS)
+_WRITTEN_ARGS = [*_TRAIN_ARGS[:-1], 'it\'s "quoted" $$HOME #x']
+_TFJOB = dict(
+    name="tfdist-train", image="registry.example.com/tfdist:0.1.0", train_args=_TRAIN_ARGS
+)
 
 
 def _container(document, kind):
@@ -24,7 +31,6 @@ def _container(document, kind):
 
 
 class TfjobTest(parameterized.TestCase):
-
     def test_worker_only(self):
         document = yaml.safe_load(manifests.tfjob(**_TFJOB, num_workers=3))
         self.assertEqual(document["apiVersion"], "kubeflow.org/v1")
@@ -34,23 +40,33 @@ class TfjobTest(parameterized.TestCase):
         self.assertEqual(list(replicas), ["Worker"])
         self.assertEqual(replicas["Worker"]["replicas"], 3)
         self.assertEqual(replicas["Worker"]["restartPolicy"], "OnFailure")
-        self.assertEqual(_container(document, "Worker"), {
-            "name": "tensorflow",
-            "image": "registry.example.com/tfdist:0.1.0",
-            "command": ["tfdist", "train", *_WRITTEN_ARGS],
-            "ports": [{"name": "tfjob-port", "containerPort": 2222}],
-        })
+        self.assertEqual(
+            _container(document, "Worker"),
+            {
+                "name": "tensorflow",
+                "image": "registry.example.com/tfdist:0.1.0",
+                "command": ["tfdist", "train", *_WRITTEN_ARGS],
+                "ports": [{"name": "tfjob-port", "containerPort": 2222}],
+            },
+        )
 
     @parameterized.named_parameters(
-        ("ps_and_chief", dict(num_workers=2, num_ps=1, chief=True),
-         {"Chief": 1, "Worker": 2, "PS": 1}),
+        (
+            "ps_and_chief",
+            dict(num_workers=2, num_ps=1, chief=True),
+            {"Chief": 1, "Worker": 2, "PS": 1},
+        ),
         ("evaluator", dict(num_workers=1, evaluator=True), {"Worker": 1, "Evaluator": 1}),
-        ("everything", dict(num_workers=4, num_ps=2, chief=True, evaluator=True),
-         {"Chief": 1, "Worker": 4, "PS": 2, "Evaluator": 1}),
+        (
+            "everything",
+            dict(num_workers=4, num_ps=2, chief=True, evaluator=True),
+            {"Chief": 1, "Worker": 4, "PS": 2, "Evaluator": 1},
+        ),
     )
     def test_replica_specs(self, layout, expected):
-        document = yaml.safe_load(manifests.tfjob(**_TFJOB, **layout, restart_policy="ExitCode",
-                                             port=5000))
+        document = yaml.safe_load(
+            manifests.tfjob(**_TFJOB, **layout, restart_policy="ExitCode", port=5000)
+        )
         replicas = document["spec"]["tfReplicaSpecs"]
         self.assertEqual({kind: spec["replicas"] for kind, spec in replicas.items()}, expected)
         self.assertEqual(list(replicas), list(expected))  # Chief, Worker, PS, Evaluator.
@@ -70,16 +86,29 @@ class TfjobTest(parameterized.TestCase):
         ("no_workers", dict(num_workers=0), "tfjob num_workers", "0", "at least 1 worker"),
         ("negative_ps", dict(num_ps=-1, chief=True), "tfjob num_ps", "-1", "0 or more"),
         ("ps_without_chief", dict(num_ps=2), "tfjob num_ps", "2", "add --chief"),
-        ("restart_policy", dict(restart_policy="Sometimes"), "tfjob restart_policy",
-         "'Sometimes'", "OnFailure, Never, Always, ExitCode"),
+        (
+            "restart_policy",
+            dict(restart_policy="Sometimes"),
+            "tfjob restart_policy",
+            "'Sometimes'",
+            "OnFailure, Never, Always, ExitCode",
+        ),
         ("port", dict(port=70000), "tfjob port", "70000", "from 1 to 65535"),
-        ("args_string", dict(train_args="--epochs=2"), "tfjob train_args", "'--epochs=2'",
-         "list of strings"),
+        (
+            "args_string",
+            dict(train_args="--epochs=2"),
+            "tfjob train_args",
+            "'--epochs=2'",
+            "list of strings",
+        ),
     )
     def test_errors_are_one_line(self, override, field, value, fix):
         kwargs = {**_TFJOB, "num_workers": 1, **override}
-        with self.assertRaisesRegex(ManifestError, rf"^{re.escape(field)}: "
-                                                   rf"{re.escape(value)}.*; .*{re.escape(fix)}"):
+        with self.assertRaisesRegex(
+            ManifestError,
+            rf"^{re.escape(field)}: "
+            rf"{re.escape(value)}.*; .*{re.escape(fix)}",
+        ):
             manifests.tfjob(**kwargs)
         try:
             manifests.tfjob(**kwargs)

@@ -18,8 +18,9 @@ def emulated_hosts_or_skip() -> None:
 
 
 def our_namespaces(owner: int) -> list[str]:
-    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
-                            check=True, timeout=30).stdout
+    listed = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
     prefix = f"{hosts_lib.PREFIX}{owner}-"
     names = [line.split()[0] for line in listed.splitlines() if line.startswith(prefix)]
     if os.path.isdir(hosts_lib.NETNS_DIR):

@@ -18,13 +18,17 @@ from tfdist.cluster.rehearsal import hosts as hosts_lib
 
 
 def _run_on(host: hosts_lib.Host, code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*host.enter(), sys.executable, "-c", textwrap.dedent(code)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [*host.enter(), sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 @pytest.mark.multiprocess
 class HostsTest(unittest.TestCase):
-
     def setUp(self):
         super().setUp()
         emulated_hosts_or_skip()
@@ -33,13 +37,22 @@ class HostsTest(unittest.TestCase):
         with hosts_lib.Hosts([("a-0", "a-0.sub"), ("b-0", "b-0.sub")]) as made:
             first, second = made.hosts
             server = subprocess.Popen(  # pylint: disable=consider-using-with
-                [*second.enter(), sys.executable, "-c",
-                 "import socket; s = socket.create_server(('', 2222)); print('up', flush=True);"
-                 " s.accept()"], stdout=subprocess.PIPE, text=True)
+                [
+                    *second.enter(),
+                    sys.executable,
+                    "-c",
+                    "import socket; s = socket.create_server(('', 2222)); print('up', flush=True);"
+                    " s.accept()",
+                ],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
             self.addCleanup(server.wait, 30)
             self.addCleanup(server.kill)
             self.assertEqual(server.stdout.readline().strip(), "up")
-            result = _run_on(first, """
+            result = _run_on(
+                first,
+                """
                 import socket
                 print(socket.gethostname(), socket.gethostbyname("b-0.sub"))
                 socket.create_connection(("b-0.sub", 2222), timeout=10).close()
@@ -47,7 +60,8 @@ class HostsTest(unittest.TestCase):
                     socket.create_connection(("10.0.0.1", 80), timeout=2)
                 except OSError as error:
                     print("outside:", type(error).__name__)
-                """)
+                """,
+            )
             self.assertEqual(result.returncode, 0, result.stderr)
             name_and_address, outside = result.stdout.splitlines()
             self.assertEqual(name_and_address, f"a-0 {second.address}")
@@ -57,13 +71,16 @@ class HostsTest(unittest.TestCase):
         with hosts_lib.Hosts([("a-0",), ("b-0",)]) as made:
             first, second = made.hosts
             second.cut_link()
-            result = _run_on(first, """
+            result = _run_on(
+                first,
+                """
                 import socket
                 try:
                     socket.create_connection(("b-0", 2222), timeout=3)
                 except OSError as error:
                     print(type(error).__name__)
-                """)
+                """,
+            )
             self.assertIn(result.stdout.strip(), ("TimeoutError", "OSError"), result.stderr)
 
     def test_close_leaves_nothing(self):
@@ -76,14 +93,21 @@ class HostsTest(unittest.TestCase):
 
     @pytest.mark.usefixtures("rehearsals_alone")
     def test_a_killed_rehearsals_hosts_and_processes_are_cleaned_by_the_next(self):
-        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                              capture_output=True, text=True, check=True, timeout=30)
+        gone = subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        )
         dead_pid = int(gone.stdout)
         stale = hosts_lib.Hosts([("a-0",)], owner=dead_pid)  # Left as a killed rehearsal would.
         self.addCleanup(stale.close)
         sleeper = subprocess.Popen(  # pylint: disable=consider-using-with
             [*stale.hosts[0].enter(), "sh", "-c", "echo inside; exec sleep 600"],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         self.addCleanup(sleeper.stdout.close)
         self.addCleanup(sleeper.wait, 30)
         self.addCleanup(sleeper.kill)  # Only if the clean-up missed it (a failure below).
@@ -98,12 +122,16 @@ class HostsTest(unittest.TestCase):
 
 
 class RefusalTest(unittest.TestCase):
-
     def test_without_root_one_line(self):
-        with mock.patch.object(hosts_lib.os, "geteuid", return_value=1000), \
-                mock.patch.object(hosts_lib.shutil, "which", return_value="/usr/sbin/ip"):
-            with self.assertRaisesRegex(hosts_lib.NoHosts, r"need root; run `tfdist rehearse` "
-                                                           r"as root") as raised:
+        with (
+            mock.patch.object(hosts_lib.os, "geteuid", return_value=1000),
+            mock.patch.object(hosts_lib.shutil, "which", return_value="/usr/sbin/ip"),
+        ):
+            with self.assertRaisesRegex(
+                hosts_lib.NoHosts,
+                r"need root; run `tfdist rehearse` "
+                r"as root",
+            ) as raised:
                 hosts_lib.Hosts([("a-0",)])
         self.assertNotIn("\n", str(raised.exception))
 

@@ -10,12 +10,13 @@ from tfdist.cluster.rehearsal import slurm_run
 
 
 class SlurmLayoutTest(parameterized.TestCase):
-
     def test_reads_what_tfdist_manifest_writes(self):
-        script = manifests.slurm(job_name="sl", train_args=["--epochs=1"], num_workers=3,
-                                 num_ps=1, chief=True)
-        self.assertEqual(slurm_run.read(script),
-                         {"job-name": "sl", "ntasks": "5", "time": "01:00:00"})
+        script = manifests.slurm(
+            job_name="sl", train_args=["--epochs=1"], num_workers=3, num_ps=1, chief=True
+        )
+        self.assertEqual(
+            slurm_run.read(script), {"job-name": "sl", "ntasks": "5", "time": "01:00:00"}
+        )
 
     @parameterized.named_parameters(
         ("not_a_script", "apiVersion: v1\n", "first line"),

@@ -31,11 +31,15 @@ def _benchmark_here(test: unittest.TestCase, *args: str) -> subprocess.Completed
     `test`."""
     test.addCleanup(flags_lib.FLAGS.unparse_flags)
     stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr), \
-            mock.patch.object(benchmark_rounds, "_WAIT_S", 600):
+    with (
+        contextlib.redirect_stdout(stdout),
+        contextlib.redirect_stderr(stderr),
+        mock.patch.object(benchmark_rounds, "_WAIT_S", 600),
+    ):
         status = cli.main(["tfdist", "benchmark", *args])
-    return subprocess.CompletedProcess(["tfdist", "benchmark", *args], status,
-                                       stdout.getvalue(), stderr.getvalue())
+    return subprocess.CompletedProcess(
+        ["tfdist", "benchmark", *args], status, stdout.getvalue(), stderr.getvalue()
+    )
 
 
 @pytest.mark.multiprocess
@@ -50,22 +54,30 @@ class ShortSweepTest(unittest.TestCase):
 
     def test_figures_are_positive_and_consistent(self):
         with tempfile.TemporaryDirectory() as scratch:
-            report_path, plot_path = (os.path.join(scratch, name)
-                                      for name in ("report.json", "plot.png"))
-            result = _benchmark_here(self, "--replicas=1,2", "--warmup_steps=3",
-                                     "--timed_steps=10", "--rounds=2", "--global_batch_size=32",
-                                     f"--data_dir={self.data_dir}", f"--json={report_path}",
-                                     f"--plot={plot_path}")
+            report_path, plot_path = (
+                os.path.join(scratch, name) for name in ("report.json", "plot.png")
+            )
+            result = _benchmark_here(
+                self,
+                "--replicas=1,2",
+                "--warmup_steps=3",
+                "--timed_steps=10",
+                "--rounds=2",
+                "--global_batch_size=32",
+                f"--data_dir={self.data_dir}",
+                f"--json={report_path}",
+                f"--plot={plot_path}",
+            )
             self.assertEqual(result.returncode, 0, result.stderr[-3000:])
             with open(report_path, encoding="utf-8") as report_file:
                 report = json.load(report_file)
             self.assertGreater(os.path.getsize(plot_path), 1000)
         self.assertIn("[4/4] replicas=2 data=real", result.stderr)
         self.assertIn("efficiency", result.stdout)
-        entries = {(entry["replicas"], entry["data"]): entry
-                   for entry in report["configurations"]}
-        self.assertEqual(set(entries), {(1, "synthetic"), (1, "real"), (2, "synthetic"),
-                                        (2, "real")})
+        entries = {(entry["replicas"], entry["data"]): entry for entry in report["configurations"]}
+        self.assertEqual(
+            set(entries), {(1, "synthetic"), (1, "real"), (2, "synthetic"), (2, "real")}
+        )
         for (replicas, data), entry in entries.items():
             rate, step = entry["examples_per_sec"], entry["step_time_s"]
             self.assertTrue(0 < rate["min"] <= rate["median"] <= rate["max"], entry)
@@ -98,21 +110,44 @@ class TaxPairTest(unittest.TestCase):
     """Which sweeps time the multi_worker_mirrored tax pair, and its children's flags."""
 
     def _sweep(self, **fields):
-        return benchmark_command.Sweep(**{
-            "train_args": ["--model=small_cnn"], "replicas": [1, 2],
-            "data": ["synthetic", "real"], "warmup_steps": 2, "timed_steps": 3, "rounds": 1,
-            "overhead": True, "json_path": None, "plot_path": None, **fields})
+        return benchmark_command.Sweep(
+            **{
+                "train_args": ["--model=small_cnn"],
+                "replicas": [1, 2],
+                "data": ["synthetic", "real"],
+                "warmup_steps": 2,
+                "timed_steps": 3,
+                "rounds": 1,
+                "overhead": True,
+                "json_path": None,
+                "plot_path": None,
+                **fields,
+            }
+        )
 
     def test_the_default_sweep_times_the_pair_on_one_device(self):
         sweep = self._sweep()
         self.assertTrue(benchmark_command._tax_pair_fits(sweep, StrategyConfig(num_cpu_devices=4)))
         specs = benchmark_command._tax_pair_specs(
-            dataclasses.replace(sweep, multi_worker_tax=True), num_gpus=0)
-        self.assertEqual([spec["train_args"] for spec in specs], [
-            ["--model=small_cnn", "--num_cpu_devices=1", "--dataset=synthetic",
-             "--strategy=mirrored"],
-            ["--model=small_cnn", "--num_cpu_devices=1", "--dataset=synthetic",
-             "--strategy=multi_worker_mirrored"]])
+            dataclasses.replace(sweep, multi_worker_tax=True), num_gpus=0
+        )
+        self.assertEqual(
+            [spec["train_args"] for spec in specs],
+            [
+                [
+                    "--model=small_cnn",
+                    "--num_cpu_devices=1",
+                    "--dataset=synthetic",
+                    "--strategy=mirrored",
+                ],
+                [
+                    "--model=small_cnn",
+                    "--num_cpu_devices=1",
+                    "--dataset=synthetic",
+                    "--strategy=multi_worker_mirrored",
+                ],
+            ],
+        )
         self.assertEqual({spec["overhead"] for spec in specs}, {False})
         self.assertEqual(benchmark_command._tax_pair_specs(sweep, num_gpus=0), [])
 
@@ -121,11 +156,14 @@ class TaxPairTest(unittest.TestCase):
         self.assertFalse(benchmark_command._tax_pair_fits(self._sweep(overhead=False), strategy))
         self.assertFalse(benchmark_command._tax_pair_fits(self._sweep(data=["real"]), strategy))
         with contextlib.redirect_stderr(io.StringIO()) as stderr:
-            self.assertFalse(benchmark_command._tax_pair_fits(
-                self._sweep(), StrategyConfig(collective="ring")))
-        self.assertEqual(stderr.getvalue(),
-                         "tfdist benchmark: overhead_vs_mirrored is left out: collective=ring "
-                         "applies to strategy=multi_worker_mirrored, not mirrored.\n")
+            self.assertFalse(
+                benchmark_command._tax_pair_fits(self._sweep(), StrategyConfig(collective="ring"))
+            )
+        self.assertEqual(
+            stderr.getvalue(),
+            "tfdist benchmark: overhead_vs_mirrored is left out: collective=ring "
+            "applies to strategy=multi_worker_mirrored, not mirrored.\n",
+        )
 
 
 # `tfdist benchmark` flags that fail in one line, with a part of that line.
@@ -139,7 +177,6 @@ _BAD_INPUT = {
 
 
 class BadBenchmarkInputTest(parameterized.TestCase):
-
     _results = None
 
     @classmethod
@@ -158,9 +195,22 @@ class BadBenchmarkInputTest(parameterized.TestCase):
 
     def test_plot_without_matplotlib_says_how_to_install_it(self):
         with mock.patch.dict(sys.modules, {"matplotlib": None}):
-            with self.assertRaisesRegex(ConfigError, r"plot=out.png needs matplotlib.*"
-                                                     r"pip install -e '.\[plot\]'"):
-                benchmark_command.run(benchmark_command.Sweep(
-                    train_args=[], replicas=[1], data=["synthetic"], warmup_steps=1,
-                    timed_steps=1, rounds=1, overhead=False, json_path=None,
-                    plot_path="out.png"), num_gpus=0)
+            with self.assertRaisesRegex(
+                ConfigError,
+                r"plot=out.png needs matplotlib.*"
+                r"pip install -e '.\[plot\]'",
+            ):
+                benchmark_command.run(
+                    benchmark_command.Sweep(
+                        train_args=[],
+                        replicas=[1],
+                        data=["synthetic"],
+                        warmup_steps=1,
+                        timed_steps=1,
+                        rounds=1,
+                        overhead=False,
+                        json_path=None,
+                        plot_path="out.png",
+                    ),
+                    num_gpus=0,
+                )

@@ -16,25 +16,26 @@ _ROOT = pathlib.Path(__file__).resolve().parents[4]
 
 
 class BenchmarkRoundsTest(unittest.TestCase):
-
     def setUp(self):
         scratch = tempfile.TemporaryDirectory()
         self.addCleanup(scratch.cleanup)
         self.log = os.path.join(scratch.name, "rounds.log")
-        patcher = mock.patch.object(benchmark_rounds, "CHILD_MODULE",
-                                    "tests.tfdist.commands.benchmark.fake_child")
+        patcher = mock.patch.object(
+            benchmark_rounds, "CHILD_MODULE", "tests.tfdist.commands.benchmark.fake_child"
+        )
         patcher.start()
         self.addCleanup(patcher.stop)
 
     def _specs(self, names, **extra):
-        return [{"train_args": [name], "log": self.log, **extra.get(name, {})}
-                for name in names]
+        return [{"train_args": [name], "log": self.log, **extra.get(name, {})} for name in names]
 
     def _env(self):
         """The children's environment: their interpreter (`python -P`) finds `tests` on
         PYTHONPATH, not in the working directory."""
-        return dict(os.environ, PYTHONPATH=os.pathsep.join(
-            filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])))
+        return dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])),
+        )
 
     def _logged(self):
         with open(self.log, encoding="utf-8") as log:
@@ -44,10 +45,8 @@ class BenchmarkRoundsTest(unittest.TestCase):
     def test_every_round_times_each_configuration_once_starting_one_later(self):
         measured = benchmark_rounds.run(self._specs("abc"), self._env(), rounds=4)
         logged = self._logged()
-        self.assertEqual([name for name, _ in logged],
-                         list("abc" "bca" "cab" "abc"))
-        pids = {name: {pid for logged_name, pid in logged if logged_name == name}
-                for name in "abc"}
+        self.assertEqual([name for name, _ in logged], list("abcbcacababc"))
+        pids = {name: {pid for logged_name, pid in logged if logged_name == name} for name in "abc"}
         self.assertTrue(all(len(pid) == 1 for pid in pids.values()), pids)  # One process each.
         self.assertEqual([entry["name"] for entry in measured], list("abc"))
         for entry in measured:
@@ -57,10 +56,12 @@ class BenchmarkRoundsTest(unittest.TestCase):
 
     @pytest.mark.multiprocess
     def test_a_failing_configuration_names_itself_and_its_error(self):
-        with self.assertRaisesRegex(RunFailure, r"^benchmark configuration `tfdist train b` "
-                                                 r"failed: b: failed on purpose in round 2$"):
-            benchmark_rounds.run(self._specs("ab", b={"fail_on_round": 2}), self._env(),
-                                 rounds=3)
+        with self.assertRaisesRegex(
+            RunFailure,
+            r"^benchmark configuration `tfdist train b` "
+            r"failed: b: failed on purpose in round 2$",
+        ):
+            benchmark_rounds.run(self._specs("ab", b={"fail_on_round": 2}), self._env(), rounds=3)
         self.assertEqual([name for name, _ in self._logged()], ["a", "b"])  # Round 2 starts at b.
 
     @pytest.mark.multiprocess
@@ -75,12 +76,15 @@ class BenchmarkRoundsTest(unittest.TestCase):
             benchmark_rounds._WAIT_S = 2  # pylint: disable=protected-access
             request(child)
 
-        with mock.patch.object(benchmark_rounds, "_WAIT_S", 60), \
-                mock.patch.object(benchmark_rounds, "_EXIT_WAIT_S", 0.5), \
-                mock.patch.object(child_class, "request", request_then_wait_2_s):
+        with (
+            mock.patch.object(benchmark_rounds, "_WAIT_S", 60),
+            mock.patch.object(benchmark_rounds, "_EXIT_WAIT_S", 0.5),
+            mock.patch.object(child_class, "request", request_then_wait_2_s),
+        ):
             with self.assertRaisesRegex(RunFailure, r"`tfdist train b` gave no answer in 2 s"):
-                benchmark_rounds.run(self._specs("ab", b={"hang_on_round": 1}),
-                                     self._env(), rounds=2)
+                benchmark_rounds.run(
+                    self._specs("ab", b={"hang_on_round": 1}), self._env(), rounds=2
+                )
         logged = self._logged()
         self.assertEqual([name for name, _ in logged], ["a", "b"])  # b was asked, and hung.
         for name, pid in logged:  # Every child has exited (killed, or closed with its input).

@@ -23,18 +23,19 @@ from tfdist.strategies import make_cluster
 
 
 class CustomLoopTest(PolicyReset):
-
     def test_a_loop_learns_and_resumes_from_its_checkpoint(self):
         model_dir = self.get_temp_dir()
-        config = run_config(global_batch_size=32, strategy=MIRRORED, steps_per_epoch=16,
-                         model_dir=model_dir)
+        config = run_config(
+            global_batch_size=32, strategy=MIRRORED, steps_per_epoch=16, model_dir=model_dir
+        )
         plan = tfdist.setup(config)
 
         def run_epochs(epochs):
             loop = tfdist.CustomLoop(plan, tabular_model)
             batches = loop.distribute(tabular_dataset_fn(32))
             loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
-                reduction=tf_keras.losses.Reduction.NONE)
+                reduction=tf_keras.losses.Reduction.NONE
+            )
 
             def step(features, labels):
                 with tf.GradientTape() as tape:
@@ -56,26 +57,37 @@ class CustomLoopTest(PolicyReset):
         with contextlib.redirect_stderr(stderr):
             first, losses = run_epochs(3)
         self.assertEqual((first, len(losses)), (2, 1))
-        self.assertEqual(stderr.getvalue(), "tfdist: resuming at epoch 3 from the checkpoint an "
-                                            "earlier loop left in this --model_dir; pass another "
-                                            "--model_dir to start afresh\n")
+        self.assertEqual(
+            stderr.getvalue(),
+            "tfdist: resuming at epoch 3 from the checkpoint an "
+            "earlier loop left in this --model_dir; pass another "
+            "--model_dir to start afresh\n",
+        )
 
     def _loop_and_step(self, model_dir=None, model=tabular_model):
-        plan = tfdist.setup(run_config(global_batch_size=16, model_dir=model_dir),
-                            train_examples=64)
+        plan = tfdist.setup(
+            run_config(global_batch_size=16, model_dir=model_dir), train_examples=64
+        )
         loop = tfdist.CustomLoop(plan, model)
 
         def step(features, labels):
             with tf.GradientTape() as tape:
-                loss = loop.scale_loss(tf_keras.losses.sparse_categorical_crossentropy(
-                    labels, loop.model(features, training=True)))
+                loss = loop.scale_loss(
+                    tf_keras.losses.sparse_categorical_crossentropy(
+                        labels, loop.model(features, training=True)
+                    )
+                )
             loop.minimize(loss, tape)
             return loss
+
         return loop, step
 
     def test_bad_input_to_a_loop(self):
-        with self.assertRaisesRegex(ConfigError, r"^model function .* returned a "
-                                                 r"builtins.NoneType, not a tf-keras model"):
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^model function .* returned a "
+            r"builtins.NoneType, not a tf-keras model",
+        ):
             self._loop_and_step(model=lambda: None)
         loop, step = self._loop_and_step()
         features, labels = tabular(64, seed=1)
@@ -83,16 +95,22 @@ class CustomLoopTest(PolicyReset):
         for steps in (0, -1, 1.5):
             with self.assertRaisesRegex(ConfigError, rf"^steps={steps} is not an integer from 1 "):
                 loop.run(step, finite, steps)
-        with self.assertRaisesRegex(ConfigError, r"^dataset: it ran out of batches before the "
-                                                 r"run's last step; end the dataset with"):
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^dataset: it ran out of batches before the "
+            r"run's last step; end the dataset with",
+        ):
             loop.run(step, finite, 5)  # It holds 4.
         with self.assertRaisesRegex(ConfigError, r"^epochs_done=-1 is not an integer from 0 "):
             loop.save(-1)
         with self.assertRaisesRegex(ConfigError, r"^step_fn=42 is a int, not a function"):
             loop.run(42, finite, 1)
         plan = tfdist.setup(run_config(global_batch_size=16), train_examples=64)
-        with self.assertRaisesRegex(ConfigError, r"^optimizer='adam' is a str, not a tf_keras "
-                                                 r"optimizer; pass one built in"):
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^optimizer='adam' is a str, not a tf_keras "
+            r"optimizer; pass one built in",
+        ):
             tfdist.CustomLoop(plan, tabular_model, optimizer="adam")
 
     def test_an_iterator_is_read_as_it_is(self):
@@ -107,24 +125,38 @@ class CustomLoopTest(PolicyReset):
 
     def test_tasks_that_do_not_train(self):
         cluster = dict(num_workers=1, num_ps=1, chief=True, evaluator=True, ports=[1, 2, 3, 4])
-        for task, role in ((("worker", 0), "serve"), (("ps", 0), "serve"),
-                           (("evaluator", 0), "evaluate")):
-            config = dataclasses.replace(run_config(model_dir=self.get_temp_dir()),
-                                         cluster=make_cluster(**cluster, task=task))
+        for task, role in (
+            (("worker", 0), "serve"),
+            (("ps", 0), "serve"),
+            (("evaluator", 0), "evaluate"),
+        ):
+            config = dataclasses.replace(
+                run_config(model_dir=self.get_temp_dir()),
+                cluster=make_cluster(**cluster, task=task),
+            )
             plan = tfdist.setup(config, train_examples=64)
             self.assertEqual(plan.role.value, role)
-            with self.assertRaisesRegex(ConfigError, rf"^{task[0]}:0 has role {role}: "
-                                                     r"CustomLoop trains.*tfdist.serve\(plan\)"):
+            with self.assertRaisesRegex(
+                ConfigError,
+                rf"^{task[0]}:0 has role {role}: "
+                r"CustomLoop trains.*tfdist.serve\(plan\)",
+            ):
                 tfdist.CustomLoop(plan, tabular_model)
-        with self.assertRaisesRegex(ConfigError, r"^serve: local has role train, not serve; "
-                                                 r"call it only when plan.role is"):
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^serve: local has role train, not serve; "
+            r"call it only when plan.role is",
+        ):
             tfdist.serve(tfdist.setup(run_config(), train_examples=64))
 
     def test_a_loop_holds_its_model_dir(self):
         model_dir = self.get_temp_dir()
         with ModelDir(model_dir).owned():  # Another run's.
-            with self.assertRaisesRegex(ConfigError, rf"^model_dir='{model_dir}' is in use by "
-                                                     "another run"):
+            with self.assertRaisesRegex(
+                ConfigError,
+                rf"^model_dir='{model_dir}' is in use by "
+                "another run",
+            ):
                 self._loop_and_step(model_dir)
         self._loop_and_step(model_dir)
         self._loop_and_step(model_dir)  # A newer loop in this process takes the lock over.
@@ -136,12 +168,21 @@ class CustomLoopTest(PolicyReset):
         self._loop_and_step(model_dir)[0].save(1)
 
         def wider():
-            return tf_keras.Sequential([tf_keras.layers.Input((FEATURES,)),
-                                        tf_keras.layers.Dense(7), tf_keras.layers.Dense(2)])
+            return tf_keras.Sequential(
+                [
+                    tf_keras.layers.Input((FEATURES,)),
+                    tf_keras.layers.Dense(7),
+                    tf_keras.layers.Dense(2),
+                ]
+            )
+
         loop, _ = self._loop_and_step(model_dir, wider)
-        with self.assertRaisesRegex(ConfigError, rf"^model_dir='{model_dir}': the checkpoint a "
-                                                 r"loop left there cannot be restored into this "
-                                                 r"one \(.*incompatible.*\); resume it with"):
+        with self.assertRaisesRegex(
+            ConfigError,
+            rf"^model_dir='{model_dir}': the checkpoint a "
+            r"loop left there cannot be restored into this "
+            r"one \(.*incompatible.*\); resume it with",
+        ):
             loop.restore()
 
 

@@ -6,8 +6,12 @@ from tests.tfdist.training.tabular import FEATURES
 
 
 def keras3_tabular_model() -> keras.Model:
-    return keras.Sequential([keras.layers.Input((FEATURES,)),
-                             keras.layers.Dense(16, activation="relu"),
-                             keras.layers.Dense(2),
-                             keras.layers.Activation("softmax", dtype="float32")],
-                            name="keras3_tabular")
+    return keras.Sequential(
+        [
+            keras.layers.Input((FEATURES,)),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dense(2),
+            keras.layers.Activation("softmax", dtype="float32"),
+        ],
+        name="keras3_tabular",
+    )

@@ -13,7 +13,6 @@ from tfdist.runtime.optimizer_config import OptimizerConfig
 
 
 class Keras3OptimizerTest(tf.test.TestCase):
-
     def test_lars_takes_the_same_step_as_tf_keras_lars(self):
         options = dict(momentum=0.9, weight_decay=1e-4, eeta=0.01, exclude=("bias",))
         weights = np.arange(1.0, 7.0, dtype="float32").reshape(2, 3)
@@ -28,11 +27,16 @@ class Keras3OptimizerTest(tf.test.TestCase):
         self.assertAllClose(keras3_variable.numpy(), tf_keras_variable.numpy(), atol=1e-6)
 
     def test_recipe_rate_follows_the_warmup_schedule(self):
-        config = OptimizerConfig(optimizer="momentum", learning_rate=0.1, warmup_epochs=1,
-                                 lr_schedule="cosine")
-        optimizer = keras3_optim.build_optimizer(config, update_batch_size=256,
-                                                 updates_per_epoch=10, epochs=2,
-                                                 transforms=GradientTransforms())
+        config = OptimizerConfig(
+            optimizer="momentum", learning_rate=0.1, warmup_epochs=1, lr_schedule="cosine"
+        )
+        optimizer = keras3_optim.build_optimizer(
+            config,
+            update_batch_size=256,
+            updates_per_epoch=10,
+            epochs=2,
+            transforms=GradientTransforms(),
+        )
         schedule = optim.learning_rate_schedule(config, 256, 10, 2)
         self.assertIsInstance(optimizer, keras.optimizers.SGD)
         for step in (0, 5, 10, 15, 19):

@@ -45,7 +45,6 @@ class _InterruptAtEpoch(keras.callbacks.Callback):
 
 
 class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
-
     def tearDown(self):
         keras.mixed_precision.set_global_policy("float32")
         super().tearDown()
@@ -53,27 +52,38 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
     def _fit(self, *, strategy=None, callbacks=(), **train):
         train = {"keras": 3, "epochs": 3, "steps_per_epoch": 20, "validation_steps": 8, **train}
         plan = tfdist.setup(run_config(strategy=strategy, **train))
-        summary = tfdist.fit(plan, keras3_tabular_model, tabular_dataset_fn(16),
-                             tabular_dataset_fn(16, count=128, training=False),
-                             loss=_LOSS, metrics=["accuracy"], callbacks=callbacks)
+        summary = tfdist.fit(
+            plan,
+            keras3_tabular_model,
+            tabular_dataset_fn(16),
+            tabular_dataset_fn(16, count=128, training=False),
+            loss=_LOSS,
+            metrics=["accuracy"],
+            callbacks=callbacks,
+        )
         return plan, summary
 
-    @parameterized.named_parameters(("one_device", {"strategy": "one_device"}),
-                                    ("mirrored", MIRRORED))
+    @parameterized.named_parameters(
+        ("one_device", {"strategy": "one_device"}), ("mirrored", MIRRORED)
+    )
     def test_learns_and_reports_like_tf_keras(self, strategy):
         plan, summary = self._fit(strategy=strategy)
         self.assertEqual(summary["num_replicas"], plan.num_replicas)
         self.assertEqual(summary["model"], "keras3_tabular")
         self.assertGreaterEqual(summary["final"]["val_accuracy"], 0.85)
-        self.assertEqual(sorted(summary["history"]),
-                         ["accuracy", "loss", "val_accuracy", "val_loss"])
+        self.assertEqual(
+            sorted(summary["history"]), ["accuracy", "loss", "val_accuracy", "val_loss"]
+        )
         self.assertLen(summary["history"]["loss"], 3)
         self.assertLess(summary["history"]["loss"][-1], summary["history"]["loss"][0])
         self.assertGreater(summary["examples_per_sec"], 0)
 
     def test_steps_per_execution_runs_every_step(self):
-        plan = tfdist.setup(run_config(keras=3, epochs=1, steps_per_epoch=7,
-                                    steps_per_execution=3, strategy=MIRRORED))
+        plan = tfdist.setup(
+            run_config(
+                keras=3, epochs=1, steps_per_epoch=7, steps_per_execution=3, strategy=MIRRORED
+            )
+        )
         with plan.strategy.scope():
             model = keras3_tabular_model()
         tfdist.fit(plan, model, tabular_dataset_fn(16), None, loss=_LOSS)
@@ -82,12 +92,21 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
     def test_replicas_stay_identical_with_every_gradient_transform(self):
         # Reduced through one device: a collective key reused in this process with another
         # dtype aborts (tests/tfdist/optim/test_gradient_path.py:_mirrored).
-        plan = tfdist.setup(run_config(
-            keras=3, epochs=1, steps_per_epoch=6,
-            strategy={**MIRRORED, "allreduce_dtype": "float16",
-                      "all_reduce": "reduction_to_one_device"},
-            optimizer=OptimizerConfig(clip_norm=0.5, gradient_noise_eta=0.3,
-                                      grad_accum_steps=2)))
+        plan = tfdist.setup(
+            run_config(
+                keras=3,
+                epochs=1,
+                steps_per_epoch=6,
+                strategy={
+                    **MIRRORED,
+                    "allreduce_dtype": "float16",
+                    "all_reduce": "reduction_to_one_device",
+                },
+                optimizer=OptimizerConfig(
+                    clip_norm=0.5, gradient_noise_eta=0.3, grad_accum_steps=2
+                ),
+            )
+        )
         with plan.strategy.scope():
             model = keras3_tabular_model()
         before = [variable.numpy() for variable in model.trainable_variables]
@@ -101,15 +120,23 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
 
     def test_accumulating_two_micro_batches_is_one_batch_twice_as_large(self):
         def trained_weights(global_batch_size, grad_accum_steps, steps):
-            plan = tfdist.setup(run_config(
-                keras=3, epochs=1, steps_per_epoch=steps, global_batch_size=global_batch_size,
-                optimizer=OptimizerConfig(optimizer="sgd", learning_rate=0.5,
-                                          grad_accum_steps=grad_accum_steps)))
+            plan = tfdist.setup(
+                run_config(
+                    keras=3,
+                    epochs=1,
+                    steps_per_epoch=steps,
+                    global_batch_size=global_batch_size,
+                    optimizer=OptimizerConfig(
+                        optimizer="sgd", learning_rate=0.5, grad_accum_steps=grad_accum_steps
+                    ),
+                )
+            )
             with plan.strategy.scope():
                 model = keras3_tabular_model()
             data = tabular_dataset_fn(global_batch_size)
-            tfdist.fit(plan, model, lambda context: data(context).take(steps).repeat(), None,
-                       loss=_LOSS)
+            tfdist.fit(
+                plan, model, lambda context: data(context).take(steps).repeat(), None, loss=_LOSS
+            )
             return [variable.numpy() for variable in model.trainable_variables]
 
         for accumulated, whole in zip(trained_weights(16, 2, 2), trained_weights(32, 1, 1)):
@@ -121,14 +148,21 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
         def huge_loss(labels, predictions):  # Overflows float16 at the initial loss scale.
             return 1e4 * keras.losses.sparse_categorical_crossentropy(labels, predictions)
 
-        plan = tfdist.setup(run_config(keras=3, epochs=2, steps_per_epoch=20,
-                                    mixed_precision="mixed_float16", strategy=MIRRORED,
-                                    optimizer=OptimizerConfig(optimizer="sgd",
-                                                              learning_rate=1e-5)))
+        plan = tfdist.setup(
+            run_config(
+                keras=3,
+                epochs=2,
+                steps_per_epoch=20,
+                mixed_precision="mixed_float16",
+                strategy=MIRRORED,
+                optimizer=OptimizerConfig(optimizer="sgd", learning_rate=1e-5),
+            )
+        )
         with plan.strategy.scope():
             model = keras3_tabular_model()
-        summary = tfdist.fit(plan, model, tabular_dataset_fn(16), None, loss=huge_loss,
-                             metrics=["accuracy"])
+        summary = tfdist.fit(
+            plan, model, tabular_dataset_fn(16), None, loss=huge_loss, metrics=["accuracy"]
+        )
         self.assertEqual(model.layers[0].compute_dtype, "float16")
         self.assertTrue(np.isfinite(summary["final"]["loss"]), summary["final"])
         for variable in model.trainable_variables:
@@ -143,8 +177,7 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
     def test_model_dir_resumes_from_the_backup_and_keeps_each_epoch(self):
         model_dir = self.get_temp_dir()
         with self.assertRaises(_Interrupt):
-            self._fit(epochs=3, model_dir=model_dir,
-                      callbacks=[_InterruptAtEpoch(2)])
+            self._fit(epochs=3, model_dir=model_dir, callbacks=[_InterruptAtEpoch(2)])
         self.assertTrue(os.path.isdir(os.path.join(model_dir, "backup")))
         _, summary = self._fit(epochs=3, model_dir=model_dir)
         self.assertEqual(summary["resumed_from_epoch"], 2)
@@ -154,25 +187,37 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
             self.assertIn(f"{epoch}.index", checkpoints)
         self.assertFalse(os.path.exists(os.path.join(model_dir, "backup")))  # Finished.
 
-
     def test_a_loss_that_diverges_stops_before_the_epoch_is_saved(self):
         model_dir = self.get_temp_dir()
         plan = tfdist.setup(run_config(keras=3, epochs=2, steps_per_epoch=4, model_dir=model_dir))
         features = np.full((64, FEATURES), np.nan, "float32")
         with self.assertRaisesRegex(errors.Diverged, r"^loss: training diverged in epoch 1 "):
-            tfdist.fit(plan, lambda: keras.Sequential([keras.layers.Input((FEATURES,)),
-                                                       keras.layers.Dense(2, "softmax")]),
-                       arrays_dataset_fn(features, np.zeros(64, "int64")), None, loss=_LOSS)
+            tfdist.fit(
+                plan,
+                lambda: keras.Sequential(
+                    [keras.layers.Input((FEATURES,)), keras.layers.Dense(2, "softmax")]
+                ),
+                arrays_dataset_fn(features, np.zeros(64, "int64")),
+                None,
+                loss=_LOSS,
+            )
         self.assertFalse(os.path.exists(os.path.join(model_dir, "checkpoints")))
 
     def test_training_data_that_runs_out(self):
         plan = tfdist.setup(run_config(keras=3, epochs=3, steps_per_epoch=2))
         features, labels = np.zeros((64, FEATURES), "float32"), np.zeros(64, "int64")
-        with self.assertRaisesRegex(ConfigError, r"^train_data: an input pipeline holds 4 "
-                                                 r"batches but the run takes 2 steps x 3 epochs"):
-            tfdist.fit(plan, keras3_tabular_model,
-                       arrays_dataset_fn(features, labels, repeat=False), None, loss=_LOSS)
-
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^train_data: an input pipeline holds 4 "
+            r"batches but the run takes 2 steps x 3 epochs",
+        ):
+            tfdist.fit(
+                plan,
+                keras3_tabular_model,
+                arrays_dataset_fn(features, labels, repeat=False),
+                None,
+                loss=_LOSS,
+            )
 
     def test_a_loss_name_keras_3_does_not_know(self):
         plan = tfdist.setup(run_config(keras=3))
@@ -183,36 +228,50 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
         plan = tfdist.setup(run_config(keras=3, epochs=3, steps_per_epoch=2))
         features, labels = np.zeros((64, FEATURES), "float32"), np.zeros(64, "int64")
         filtered = arrays_dataset_fn(features, labels, repeat=False)
-        with self.assertRaisesRegex(ConfigError, r"^train_data: it ran out of batches before the "
-                                                 r"run's last step; end the dataset with"):
-            tfdist.fit(plan, keras3_tabular_model,
-                       lambda context: filtered(context).filter(lambda x, y: True), None,
-                       loss=_LOSS)
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^train_data: it ran out of batches before the "
+            r"run's last step; end the dataset with",
+        ):
+            tfdist.fit(
+                plan,
+                keras3_tabular_model,
+                lambda context: filtered(context).filter(lambda x, y: True),
+                None,
+                loss=_LOSS,
+            )
 
 
 class Keras3ErrorsTest(tf.test.TestCase):
-
     def test_keras3_model_under_keras_2(self):
         plan = tfdist.setup(run_config())
-        with self.assertRaisesRegex(KerasFlavourError, "built a Keras 3 model .* train it with "
-                                                       "keras=3"):
+        with self.assertRaisesRegex(
+            KerasFlavourError, "built a Keras 3 model .* train it with keras=3"
+        ):
             tfdist.fit(plan, keras3_tabular_model, tabular_dataset_fn(16), None, loss=_LOSS)
 
     def test_tf_keras_model_under_keras_3(self):
         plan = tfdist.setup(run_config(keras=3))
-        with self.assertRaisesRegex(KerasFlavourError, "built a tf-keras model .* but keras=3; "
-                                                       "build it with `import keras`"):
+        with self.assertRaisesRegex(
+            KerasFlavourError, "built a tf-keras model .* but keras=3; build it with `import keras`"
+        ):
             tfdist.fit(plan, tabular_model, tabular_dataset_fn(16), None, loss=_LOSS)
 
     def test_keras_version_outside_one_and_the_guard(self):
-        with self.assertRaisesRegex(ConfigError, r"keras=4 is not a Keras tfdist trains with; "
-                                                 r"use keras=2 \(tf-keras\) or keras=3"):
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"keras=4 is not a Keras tfdist trains with; "
+            r"use keras=2 \(tf-keras\) or keras=3",
+        ):
             TrainConfig(keras=4)
         self.assertEqual(TrainConfig(keras="3").keras, 3)
         with mock.patch.object(keras, "__version__", "3.99.0"):
-            with self.assertRaisesRegex(KerasFlavourError, r"written for keras 3\.15\.x and keras "
-                                                           r"3\.99\.0 is installed; pip install "
-                                                           r"'keras==3\.15\.\*', or use keras=2"):
+            with self.assertRaisesRegex(
+                KerasFlavourError,
+                r"written for keras 3\.15\.x and keras "
+                r"3\.99\.0 is installed; pip install "
+                r"'keras==3\.15\.\*', or use keras=2",
+            ):
                 keras_flavour.require(3)
 
     def test_step_backups_and_custom_loop_are_refused_under_keras_3(self):
