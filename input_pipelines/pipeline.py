@@ -285,7 +285,7 @@ def map_batches(
     parallel map; with `calls` > 1 (only when dropping the remainder), `calls` batches go
     through each map call and are split back, in order."""
     if calls > 1 and not drop_remainder:
-        raise ValueError(
+        raise InputConfigError(
             f"calls={calls} needs drop_remainder=True: a partial last batch cannot be split evenly"
         )
     dataset = records.batch(batch_size * calls, drop_remainder=drop_remainder)

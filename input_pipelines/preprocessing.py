@@ -17,6 +17,7 @@ import tensorflow as tf
 import tf_keras
 
 from .config import Augment
+from .config import InputConfigError
 from .config import Placement
 from .config import PreprocessOn
 from .config import log
@@ -136,7 +137,7 @@ class DevicePreprocessing(tf_keras.layers.Layer):
         super().__init__(**kwargs)
         self.augmentation = Augment(augmentation)
         if self.augmentation is Augment.AUTO:
-            raise ValueError(
+            raise InputConfigError(
                 "augmentation=auto is resolved by the input config; pass "
                 "InputConfig.augmentation (imagenet, small or none)."
             )

@@ -55,7 +55,7 @@ def distribute(
       InputConfigError: `address` is malformed, or nothing answers there.
     """
     if not job_name:
-        raise ValueError(
+        raise InputConfigError(
             f"job_name={job_name!r}: consumers share a job by name; pass a "
             "non-empty name, e.g. 'train'."
         )

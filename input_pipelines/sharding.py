@@ -66,7 +66,7 @@ def plan(policy: AutoShard, *, num_files: int, num_pipelines: int, pipeline_id: 
         nothing).
     """
     if not 0 <= pipeline_id < num_pipelines:
-        raise ValueError(f"pipeline_id={pipeline_id} is not in [0, {num_pipelines}).")
+        raise InputConfigError(f"pipeline_id={pipeline_id} is not in [0, {num_pipelines}).")
     all_files = tuple(range(num_files))
     notice = None
     if policy is AutoShard.AUTO:

@@ -226,17 +226,17 @@ def make_cluster(
         task: this process's (type, index); the chief if there is one, else worker 0.
 
     Raises:
-        ValueError: the counts are negative, there is no worker, or `ports` does not have one
-            port per task (a `ClusterConfigError` when the resulting cluster is invalid).
+        ClusterConfigError: the counts are negative, there is no worker, `ports` does not have
+            one port per task, or the resulting cluster is invalid.
     """
     sizes = {"chief": int(chief), "worker": num_workers, "ps": num_ps, "evaluator": int(evaluator)}
     if num_workers < 1 or num_ps < 0:
-        raise ValueError(
+        raise ClusterConfigError(
             f"make_cluster: num_workers={num_workers}, num_ps={num_ps}; "
             "a cluster needs num_workers >= 1 and num_ps >= 0."
         )
     if len(ports) != sum(sizes.values()):
-        raise ValueError(
+        raise ClusterConfigError(
             f"make_cluster: got {len(ports)} ports for {sum(sizes.values())} tasks "
             f"({', '.join(f'{job}={n}' for job, n in sizes.items())}); pass one "
             "port per task, in the order chief, workers, ps, evaluator."

@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 
+from tfdist.cluster import ClusterError
 from tfdist.strategies import ClusterConfig
 
 # One entry of `socket.getaddrinfo`: (family, type, proto, canonname, sockaddr).
@@ -72,10 +73,10 @@ def probe(
             then); a name that does not resolve is still one.
 
     Raises:
-        ValueError: `timeout_s` is not a positive number.
+        ClusterError: `timeout_s` is not a positive number.
     """
     if not math.isfinite(timeout_s) or timeout_s <= 0:
-        raise ValueError(
+        raise ClusterError(
             f"probe: timeout_s={timeout_s} must be a positive number of seconds; "
             "pass e.g. timeout_s=5."
         )

@@ -9,6 +9,7 @@ import re
 import tensorflow as tf
 import tf_keras
 
+from tfdist.errors import ConfigError
 from tfdist.runtime.optimizer_config import DEFAULT_LARS_EXCLUDE as DEFAULT_EXCLUDE
 
 LearningRateSchedule = tf_keras.optimizers.schedules.LearningRateSchedule
@@ -38,19 +39,19 @@ def check_options(
     exclude: tuple[str, ...],
     epsilon: float,
 ) -> None:
-    """Raises ValueError, naming the option, unless LARS can run with these."""
+    """Raises ConfigError, naming the option, unless LARS can run with these."""
     if mode not in _MODES:
-        raise ValueError(f"LARS mode={mode!r} is invalid: use 'scale' or 'clip'.")
+        raise ConfigError(f"LARS mode={mode!r} is invalid: use 'scale' or 'clip'.")
     if eeta <= 0:
-        raise ValueError(f"LARS eeta={eeta} is invalid: use a value > 0.")
+        raise ConfigError(f"LARS eeta={eeta} is invalid: use a value > 0.")
     if not 0 <= momentum < 1:
-        raise ValueError(f"LARS momentum={momentum} is invalid: use a value in [0, 1).")
+        raise ConfigError(f"LARS momentum={momentum} is invalid: use a value in [0, 1).")
     if weight_decay < 0:
-        raise ValueError(f"LARS weight_decay={weight_decay} is invalid: use a value >= 0.")
+        raise ConfigError(f"LARS weight_decay={weight_decay} is invalid: use a value >= 0.")
     if epsilon < 0:
-        raise ValueError(f"LARS epsilon={epsilon} is invalid: use a value >= 0.")
+        raise ConfigError(f"LARS epsilon={epsilon} is invalid: use a value >= 0.")
     if isinstance(exclude, str):
-        raise ValueError(
+        raise ConfigError(
             f"LARS exclude={exclude!r} is a string: pass a tuple of patterns, e.g. ({exclude!r},)."
         )
 
