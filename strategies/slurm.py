@@ -1,17 +1,21 @@
-"""This task's `ClusterConfig` from a Slurm job step, found by TensorFlow's `SlurmClusterResolver`.
+"""This task's `ClusterConfig` from the Slurm job step it runs in, derived from what Slurm says
+about that step. Pure Python: no Slurm command, no TensorFlow.
 
-Runs in every task that `srun` starts. TensorFlow's resolver (TF 2.21) reads the job step from the
-environment and calls no Slurm command:
+`srun` sets, in every task of a step:
 
-- `SLURM_PROCID`: this task's rank;
-- `SLURM_STEP_NUM_TASKS`: the step's task count;
-- `SLURM_STEP_NODELIST`: the step's hosts, as a Slurm host list such as "n[01-04]" (expanded in
-  Python, without `scontrol show hostnames`);
-- `SLURM_STEP_TASKS_PER_NODE`: tasks on each host, such as "2(x3),1".
+- `SLURM_STEP_NODELIST`: the step's nodes as a Slurm host list ("gpu[9-10]", "n[01-04],x7"), in
+  Slurm's order, which is the order tasks are laid out in (numeric: gpu9 before gpu10);
+- `SLURM_STEP_TASKS_PER_NODE`: tasks on each of those nodes ("2(x3),1");
+- `SLURM_STEP_NUM_TASKS` and `SLURM_PROCID`: the step's task count and this task's rank;
+- `SLURM_DISTRIBUTION`: how ranks go onto the nodes (unset: `block`); `SLURM_NODEID` and
+  `SLURM_LOCALID`: this task's node (an index into the node list) and its place on the node.
 
-`srun` sets all four inside a job step; `sbatch` and `salloc` alone do not. The resolver sorts the
-hosts by name, gives the n-th task of a host the port `port_base + n` (n from 0), and hands out
-ranks in job-name order: the chief (rank 0), then the parameter servers, then the workers.
+Ranks are laid out `block` (node by node) or `cyclic` (one per node in turn); the n-th task of a
+node listens on `port_base + n`. tfdist checks the layout it derives against this task's own
+`SLURM_NODEID` and `SLURM_LOCALID`: a distribution it cannot derive (`plane`, `arbitrary`, or one
+whose ranks land elsewhere) is one line before any server starts, not a task listening on the
+wrong node while its peers wait. Ranks are given to jobs in order: the chief (rank 0), the
+parameter servers, then the workers.
 
 The result goes through `parse_tf_config`, so a Slurm cluster is checked like a TF_CONFIG.
 Errors are one-line `ClusterConfigError`s that name what is missing and the fix.
@@ -19,7 +23,9 @@ Errors are one-line `ClusterConfigError`s that name what is missing and the fix.
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from tfdist import errors
@@ -35,73 +41,212 @@ _SRUN_FIX = (
     "`srun tfdist train ...`, or set TF_CONFIG instead"
 )
 _STEP_FIX = "check this job step's SLURM_STEP_* variables (srun sets them) or set TF_CONFIG instead"
-# TF's resolver pairs each task of a host with a slot of `gpus_per_task` GPUs and drops tasks
-# without one; with 0 GPUs it fails ("range() arg 3 must not be zero") and without
-# `gpus_per_node` it runs nvidia-smi. One slot per possible task (ports bound the tasks of a host)
-# keeps every task; Slurm's own --gpus-per-task binding decides which GPUs a task sees.
-_GPU_SLOTS = 65536
-_MISSING_VAR_RE = re.compile(r"(SLURM_\w+) not found in environment")
+_DISTRIBUTION_FIX = (
+    "run the step with srun's default distribution (block, or -m cyclic), e.g. drop -m/"
+    "--distribution, or set TF_CONFIG instead"
+)
+_LAYOUTS = ("block", "cyclic")
+_COUNT_RE = re.compile(r"(\d+)(?:\(x(\d+)\))?")
+_HOST_RE = re.compile(r"([^\[\],]*)(?:\[([^\]]*)\])?([^\[\],]*)")
+_MAX_NODES = 65536
 
 
 def cluster_from_slurm(
-    port_base: int = 8888, *, num_ps: int = 0, chief: bool = False, rpc_layer: str = "grpc"
+    port_base: int = 8888,
+    *,
+    num_ps: int = 0,
+    chief: bool = False,
+    rpc_layer: str = "grpc",
+    environ: Mapping[str, str] | None = None,
 ) -> ClusterConfig:
     """Returns the cluster of the Slurm job step this process runs in, seen from this task.
 
     Call it in each task that `srun` started; every task of the step must pass the same
-    arguments. Imports TensorFlow. Leaves CUDA_VISIBLE_DEVICES alone.
+    arguments. Leaves CUDA_VISIBLE_DEVICES alone (Slurm's GPU binding decides what a task sees).
 
     Args:
-        port_base: the port of the first task on each host; the n-th listens on port_base + n.
+        port_base: the port of the first task on each node; the n-th listens on port_base + n.
         num_ps: how many tasks are parameter servers (ranks 1.. after the chief).
         chief: whether rank 0 is the chief; parameter servers need one (the coordinator).
         rpc_layer: the protocol between tasks.
+        environ: the environment to read; `os.environ` when None.
 
     Raises:
-        ClusterConfigError: not in a Slurm job step, too few tasks for the layout, or the step's
-            hosts are named so that TensorFlow's host order differs from Slurm's.
+        ClusterConfigError: not in a Slurm job step, too few tasks for the layout, a port past
+            65535, or a task layout tfdist cannot derive.
     """
     _check_arguments(port_base, num_ps, chief)
-    probe = _resolver(None, port_base, rpc_layer)
-    num_tasks = len(_cluster_spec(probe)["worker"])
+    env = os.environ if environ is None else environ
+    rank, num_tasks = _int(env, "SLURM_PROCID"), _int(env, "SLURM_STEP_NUM_TASKS")
+    nodes = expand_hostlist(_require(env, "SLURM_STEP_NODELIST"))
+    counts = expand_counts(_require(env, "SLURM_STEP_TASKS_PER_NODE"))
+    if len(counts) != len(nodes) or sum(counts) != num_tasks:
+        raise _error(
+            f"SLURM_STEP_TASKS_PER_NODE={env['SLURM_STEP_TASKS_PER_NODE']!r} does not lay "
+            f"SLURM_STEP_NUM_TASKS={num_tasks} task(s) onto the {len(nodes)} node(s) of "
+            f"SLURM_STEP_NODELIST={env['SLURM_STEP_NODELIST']!r}",
+            _STEP_FIX,
+        )
+    if not 0 <= rank < num_tasks:
+        raise _error(
+            f"this task's rank (SLURM_PROCID) is not one of the step's {num_tasks}", _STEP_FIX
+        )
+    places = task_places(counts, env.get("SLURM_DISTRIBUTION", "") or "block")
+    _check_own_place(env, places[rank])
     num_workers = num_tasks - int(chief) - num_ps
     if num_workers < 1:
         raise _error(
-            f"the job step has {num_tasks} task(s), but chief={chief} and "
-            f"num_ps={num_ps} leave no worker",
+            f"the job step has {num_tasks} task(s), but chief={chief} and num_ps={num_ps} leave "
+            "no worker",
             f"ask for at least {int(chief) + num_ps + 1} tasks (sbatch --ntasks)",
         )
-    jobs = {"chief": int(chief), "ps": num_ps, "worker": num_workers}
-    resolver = (
-        probe
-        if num_workers == num_tasks
-        else _resolver({job: n for job, n in jobs.items() if n}, port_base, rpc_layer)
-    )
-    spec = _cluster_spec(resolver)
-    addresses = [address for addresses in spec.values() for address in addresses]
-    highest = max(int(address.rpartition(":")[2]) for address in addresses)
+    highest = port_base + max(counts) - 1
     if highest > 65535:
-        shared = highest - port_base + 1
         raise _error(
-            f"port_base={port_base} gives the {shared} tasks that share a node ports up "
-            f"to {highest}",
-            f"use a port_base of at most {65536 - shared}",
+            f"port_base={port_base} gives the {max(counts)} tasks that share a node ports up to "
+            f"{highest}",
+            f"use a port_base of at most {65536 - max(counts)}",
         )
-    _check_host_order(addresses)
-    task_type, task_id = resolver.get_task_info()
-    if task_type is None:
-        raise _error(
-            f"this task's rank (SLURM_PROCID) is not one of the step's {num_tasks} tasks", _STEP_FIX
-        )
-    tf_config = {
-        "cluster": spec,
-        "task": {"type": task_type, "index": task_id},
-        "rpc_layer": rpc_layer,
-    }
+    addresses = [f"{nodes[node]}:{port_base + local}" for node, local in places]
+    jobs = [("chief", int(chief)), ("ps", num_ps), ("worker", num_workers)]
+    spec, first = {}, 0
+    for job, size in jobs:
+        if size:
+            spec[job] = addresses[first : first + size]
+        if first <= rank < first + size:
+            task = {"type": job, "index": rank - first}
+        first += size
+    tf_config = {"cluster": spec, "task": task, "rpc_layer": rpc_layer}
     try:
         return parse_tf_config(tf_config)
     except ClusterConfigError as exc:
         raise ClusterConfigError(f"{_PREFIX}: {exc}") from exc
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """A Slurm host list ("gpu[9-10,12],login1") as its host names, in Slurm's order.
+
+    Raises:
+        ClusterConfigError: not a host list Slurm writes.
+    """
+    hosts: list[str] = []
+    position = 0
+    while position < len(text):
+        match = _HOST_RE.match(text, position)
+        prefix, ranges, suffix = match.groups()
+        if match.end() == position or not (prefix or ranges):
+            break
+        if ranges is None:
+            hosts.append(prefix + suffix)
+        else:
+            hosts.extend(f"{prefix}{number}{suffix}" for number in _expand_ranges(text, ranges))
+        position = match.end()
+        if position < len(text) and text[position] != ",":
+            break
+        position += 1
+    if position < len(text) or not hosts or len(hosts) > _MAX_NODES:
+        raise _error(
+            f"SLURM_STEP_NODELIST={errors.cut(repr(text))} is not a Slurm host list", _STEP_FIX
+        )
+    return hosts
+
+
+def _expand_ranges(text: str, ranges: str) -> list[str]:
+    """ "01-03,7" as ["01", "02", "03", "7"]: each range keeps its zero padding."""
+    numbers = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        if not (
+            low.isascii() and low.isdigit() and (not high or (high.isascii() and high.isdigit()))
+        ):
+            raise _error(
+                f"SLURM_STEP_NODELIST={errors.cut(repr(text))} is not a Slurm host list", _STEP_FIX
+            )
+        width = len(low) if low.startswith("0") else 0
+        last = int(high) if high else int(low)
+        if last - int(low) > _MAX_NODES:
+            raise _error(
+                f"SLURM_STEP_NODELIST={errors.cut(repr(text))} names too many hosts", _STEP_FIX
+            )
+        numbers.extend(f"{number:0{width}d}" for number in range(int(low), last + 1))
+    return numbers
+
+
+def expand_counts(text: str) -> list[int]:
+    """SLURM_STEP_TASKS_PER_NODE ("2(x3),1") as tasks per node ([2, 2, 2, 1]).
+
+    Raises:
+        ClusterConfigError: not such a list.
+    """
+    counts = []
+    for part in text.split(","):
+        match = _COUNT_RE.fullmatch(part.strip())
+        repeat = int(match.group(2) or 1) if match else 0
+        if not match or not 0 < repeat <= _MAX_NODES or int(match.group(1)) < 1:
+            raise _error(
+                f"SLURM_STEP_TASKS_PER_NODE={errors.cut(repr(text))} is not a list of task counts "
+                "such as '2(x3),1'",
+                _STEP_FIX,
+            )
+        counts.extend([int(match.group(1))] * repeat)
+    return counts
+
+
+def task_places(counts: list[int], distribution: str) -> list[tuple[int, int]]:
+    """(node index, place on the node) of every rank, as Slurm lays out `counts` under
+    `distribution` (SLURM_DISTRIBUTION: "block" or "cyclic", with an optional ":..." for sockets,
+    which leaves nodes alone).
+
+    Raises:
+        ClusterConfigError: a distribution tfdist cannot derive (plane, arbitrary).
+    """
+    layout = distribution.split(":")[0].split(",")[0]
+    if layout not in _LAYOUTS:
+        raise _error(
+            f"SLURM_DISTRIBUTION={errors.cut(repr(distribution))} lays tasks out in a way tfdist "
+            "cannot derive (it knows block and cyclic)",
+            _DISTRIBUTION_FIX,
+        )
+    if layout == "block":
+        return [(node, local) for node, count in enumerate(counts) for local in range(count)]
+    places, placed = [], [0] * len(counts)
+    while len(places) < sum(counts):
+        for node, count in enumerate(counts):
+            if placed[node] < count:
+                places.append((node, placed[node]))
+                placed[node] += 1
+    return places
+
+
+def _check_own_place(env: Mapping[str, str], place: tuple[int, int]) -> None:
+    """Refuses a layout that puts this task where Slurm did not: its address would be another
+    node's, and its peers would wait for it there."""
+    said = (env.get("SLURM_NODEID"), env.get("SLURM_LOCALID"))
+    if None in said or said == (str(place[0]), str(place[1])):
+        return
+    raise _error(
+        f"SLURM_PROCID={env['SLURM_PROCID']} runs on node {said[0]} as its task {said[1]} "
+        f"(SLURM_NODEID, SLURM_LOCALID), but SLURM_DISTRIBUTION="
+        f"{env.get('SLURM_DISTRIBUTION', 'block')!r} puts it on node {place[0]} as task "
+        f"{place[1]}, so its address would be another task's",
+        _DISTRIBUTION_FIX,
+    )
+
+
+def _require(env: Mapping[str, str], name: str) -> str:
+    value = env.get(name, "")
+    if not value.strip():
+        raise _error(
+            f"{name} is not set, so this process is not a task of a Slurm job step", _SRUN_FIX
+        )
+    return value.strip()
+
+
+def _int(env: Mapping[str, str], name: str) -> int:
+    value = _require(env, name)
+    if not (value.isascii() and value.isdigit() and len(value) <= 9):
+        raise _error(f"{name}={errors.cut(repr(value))} is not a task number", _STEP_FIX)
+    return int(value)
 
 
 def _check_arguments(port_base: Any, num_ps: Any, chief: Any) -> None:
@@ -116,64 +261,6 @@ def _check_arguments(port_base: Any, num_ps: Any, chief: Any) -> None:
     problem = cluster_lib.ps_without_chief(num_ps, bool(chief))
     if problem:
         raise _error(f"num_ps={num_ps}: {problem}", "pass chief=True")
-
-
-def _resolver(jobs: dict[str, int] | None, port_base: int, rpc_layer: str):
-    """Returns TF's resolver for this job step; `jobs` None makes every task a worker."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-
-    try:
-        return tf.distribute.cluster_resolver.SlurmClusterResolver(
-            jobs=jobs,
-            port_base=port_base,
-            gpus_per_node=_GPU_SLOTS,
-            gpus_per_task=1,
-            auto_set_gpu=False,
-            rpc_layer=rpc_layer,
-        )
-    except (RuntimeError, ValueError) as exc:
-        raise _resolver_error(exc) from exc
-
-
-def _cluster_spec(resolver) -> dict[str, list[str]]:
-    """The resolver's cluster as {job: [host:port, ...]}; every listed job has a task."""
-    return {job: list(addresses) for job, addresses in resolver.cluster_spec().as_dict().items()}
-
-
-def _check_host_order(addresses: list[str]) -> None:
-    """Rejects hosts whose text order (TF's) differs from their numeric order (Slurm's).
-
-    TF's resolver sorts host names as text, so "n10" comes before "n9", while Slurm lists and
-    fills nodes in numeric order: the addresses would not be where the ranks run.
-    """
-    hosts = sorted({address.rpartition(":")[0] for address in addresses})
-    numeric = sorted(hosts, key=_natural_key)
-    if hosts != numeric:
-        raise _error(
-            f"TensorFlow's SlurmClusterResolver orders hosts as text ({', '.join(hosts)})"
-            f" but Slurm orders them as numbers ({', '.join(numeric)}), so task addresses "
-            "would not match where the tasks run",
-            "run on nodes whose names sort alike both ways (e.g. zero-padded, via sbatch "
-            "--nodelist) or set TF_CONFIG instead",
-        )
-
-
-def _natural_key(host: str) -> list[tuple[int, int | str]]:
-    return [
-        (0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", host) if part
-    ]
-
-
-def _resolver_error(exc: Exception) -> ClusterConfigError:
-    """Turns the resolver's RuntimeError or ValueError into one line with a fix."""
-    message = " ".join(str(exc).split())
-    missing = _MISSING_VAR_RE.search(message)
-    if missing:
-        return _error(
-            f"{missing.group(1)} is not set, so this process is not a task of a Slurm job step",
-            _SRUN_FIX,
-        )
-    return _error(f"TensorFlow's SlurmClusterResolver failed: {message.rstrip('.')}", _STEP_FIX)
 
 
 def _error(problem: str, fix: str) -> ClusterConfigError:

@@ -34,6 +34,7 @@ COMMAND_LAYER = "tfdist.commands"
 ENVIRON_MODULES = {  # Each reads or writes the environment for a documented reason.
     "tfdist.strategies.cluster",  # TF_CONFIG.
     "tfdist.strategies.jobset",  # A JobSet pod's.
+    "tfdist.strategies.slurm",  # A Slurm job step's.
     "tfdist.cluster.launcher",  # Children's environments.
     "tfdist.commands.benchmark.rounds",  # Children's environments.
     "tfdist.cluster.rehearsal.local_image",  # A rehearsal's.

@@ -1,72 +1,38 @@
-"""Tests for strategies.slurm: a job step's SLURM_* variables as this task's ClusterConfig.
+"""Tests for strategies.slurm: a job step's SLURM_* variables as this task's ClusterConfig,
+derived in Python from what Slurm says of the step (no Slurm command, no TensorFlow)."""
 
-The environment is replaced for each test (no SLURM_* variable of the machine leaks in), and a
-fake `scontrol` on PATH answers `scontrol show hostnames` and notes each call, so a test would
-see if TensorFlow's resolver started asking Slurm instead of expanding the host list itself.
-"""
-
-import os
-import stat
-import tempfile
 import unittest
-from unittest import mock
 
 from absl.testing import parameterized
 
+from tfdist.strategies import slurm
 from tfdist.strategies.cluster import ClusterConfigError
 from tfdist.strategies.cluster import Task
 from tfdist.strategies.cluster import TaskType
-from tfdist.strategies.slurm import cluster_from_slurm
-
-_FAKE_SCONTROL = """#!/bin/bash
-# scontrol show hostnames n[1-2]: one host per line, as Slurm prints them.
-echo "$@" >> "$(dirname "$0")/scontrol.calls"
-[ "$1 $2" = "show hostnames" ] || exit 1
-case "$3" in
-  "n[1-2]") printf 'n1\\nn2\\n' ;;
-  "n[9-10]") printf 'n9\\nn10\\n' ;;
-  *) echo "$3" | tr ',' '\\n' ;;
-esac
-"""
 
 
-def _step(procid, nodelist="n[1-2]", tasks_per_node="2(x2)", num_tasks=4):
-    """The SLURM_* variables srun sets for one task of a job step."""
+def _step(procid, nodelist="n[1-2]", tasks_per_node="2(x2)", num_tasks=4, **more):
+    """The SLURM_* variables srun sets for one task of a job step laid out by block."""
+    counts = slurm.expand_counts(tasks_per_node)
+    layout = "cyclic" if more.get("SLURM_DISTRIBUTION") == "cyclic" else "block"
+    places = slurm.task_places(counts, layout)
+    place = places[procid] if procid < len(places) else (0, 0)
     return {
         "SLURM_PROCID": str(procid),
         "SLURM_STEP_NUM_TASKS": str(num_tasks),
         "SLURM_STEP_NODELIST": nodelist,
         "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+        "SLURM_NODEID": str(place[0]),
+        "SLURM_LOCALID": str(place[1]),
         "SLURM_JOB_ID": "42",
-        "SLURM_NODELIST": nodelist,
+        **more,
     }
 
 
 class ClusterFromSlurmTest(parameterized.TestCase):
-    def setUp(self):
-        super().setUp()
-        tempdir = tempfile.TemporaryDirectory()  # pylint: disable=consider-using-with
-        self.addCleanup(tempdir.cleanup)
-        self.bin_dir = tempdir.name
-        scontrol = os.path.join(self.bin_dir, "scontrol")
-        with open(scontrol, "w", encoding="utf-8") as f:
-            f.write(_FAKE_SCONTROL)
-        os.chmod(scontrol, os.stat(scontrol).st_mode | stat.S_IXUSR)
-        self.base_env = {
-            key: value for key, value in os.environ.items() if not key.startswith("SLURM_")
-        }
-        self.base_env["PATH"] = f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
-        self.base_env["CUDA_VISIBLE_DEVICES"] = "untouched"
-
-    def _resolve(self, env, **kwargs):
-        with mock.patch.dict(os.environ, {**self.base_env, **env}, clear=True):
-            cluster = cluster_from_slurm(**kwargs)
-            self.assertEqual(os.environ["CUDA_VISIBLE_DEVICES"], "untouched")
-        return cluster
-
     def _assert_one_line_error(self, env, pattern, **kwargs):
         with self.assertRaisesRegex(ClusterConfigError, pattern) as raised:
-            self._resolve(env, **kwargs)
+            slurm.cluster_from_slurm(environ=env, **kwargs)
         self.assertNotIn("\n", str(raised.exception))
         self.assertTrue(str(raised.exception).startswith("Slurm cluster: "), raised.exception)
 
@@ -76,7 +42,7 @@ class ClusterFromSlurmTest(parameterized.TestCase):
         ("rank3", 3, 3, "n2:8889"),
     )
     def test_every_task_is_a_worker_by_default(self, procid, index, address):
-        cluster = self._resolve(_step(procid))
+        cluster = slurm.cluster_from_slurm(environ=_step(procid))
         self.assertEqual(
             dict(cluster.jobs), {"worker": ("n1:8888", "n1:8889", "n2:8888", "n2:8889")}
         )
@@ -92,7 +58,7 @@ class ClusterFromSlurmTest(parameterized.TestCase):
         ("worker1", 3, Task(TaskType.WORKER, 1), "n2:7001"),
     )
     def test_chief_then_ps_then_workers(self, procid, task, address):
-        cluster = self._resolve(_step(procid), port_base=7000, num_ps=1, chief=True)
+        cluster = slurm.cluster_from_slurm(7000, num_ps=1, chief=True, environ=_step(procid))
         self.assertEqual(
             dict(cluster.jobs),
             {"chief": ("n1:7000",), "worker": ("n2:7000", "n2:7001"), "ps": ("n1:7001",)},
@@ -101,22 +67,51 @@ class ClusterFromSlurmTest(parameterized.TestCase):
         self.assertEqual(cluster.task_address, address)
         self.assertEqual((cluster.num_workers, cluster.num_ps), (3, 1))
 
-    def test_uneven_tasks_per_node_and_no_scontrol_call(self):
+    def test_nodes_in_slurms_order_numeric_names_included(self):
+        env = _step(1, nodelist="node[9-10]", tasks_per_node="1(x2)", num_tasks=2)
+        cluster = slurm.cluster_from_slurm(environ=env)
+        self.assertEqual(dict(cluster.jobs), {"worker": ("node9:8888", "node10:8888")})
+        self.assertEqual(cluster.task_address, "node10:8888")
+
+    def test_uneven_tasks_per_node_in_the_node_lists_order(self):
         env = _step(4, nodelist="gpu[01-02],cpu7", tasks_per_node="1,2,2", num_tasks=5)
-        cluster = self._resolve(env, chief=True)
-        # Hosts are sorted by name: cpu7 first.
+        cluster = slurm.cluster_from_slurm(chief=True, environ=env)
         self.assertEqual(
             dict(cluster.jobs),
             {
-                "chief": ("cpu7:8888",),
-                "worker": ("cpu7:8889", "gpu01:8888", "gpu02:8888", "gpu02:8889"),
+                "chief": ("gpu01:8888",),
+                "worker": ("gpu02:8888", "gpu02:8889", "cpu7:8888", "cpu7:8889"),
             },
         )
         self.assertEqual(cluster.task, Task(TaskType.WORKER, 3))
-        self.assertFalse(
-            os.path.exists(os.path.join(self.bin_dir, "scontrol.calls")),
-            "TF's SlurmClusterResolver now calls scontrol; update strategies/slurm.py",
+
+    @parameterized.named_parameters(
+        ("rank0", 0, "n1:8888"),
+        ("rank1", 1, "n2:8888"),
+        ("rank2", 2, "n1:8889"),
+        ("rank3", 3, "n2:8889"),
+    )
+    def test_cyclic_distribution(self, procid, address):
+        env = _step(procid, SLURM_DISTRIBUTION="cyclic")
+        cluster = slurm.cluster_from_slurm(environ=env)
+        self.assertEqual(
+            dict(cluster.jobs), {"worker": ("n1:8888", "n2:8888", "n1:8889", "n2:8889")}
         )
+        self.assertEqual(cluster.task_address, address)
+
+    def test_a_task_slurm_placed_elsewhere_is_refused(self):
+        env = _step(1, SLURM_NODEID="1", SLURM_LOCALID="0")  # Cyclic's place, block's name.
+        self._assert_one_line_error(
+            env,
+            r"SLURM_PROCID=1 runs on node 1 as its task 0 .* but SLURM_DISTRIBUTION='block' "
+            r"puts it on node 0 as task 1, so its address would be another task's; run the "
+            r"step with srun's default distribution",
+        )
+
+    @parameterized.parameters("plane=2", "arbitrary")
+    def test_a_distribution_it_cannot_derive(self, distribution):
+        env = _step(0, SLURM_DISTRIBUTION=distribution)
+        self._assert_one_line_error(env, rf"SLURM_DISTRIBUTION='{distribution}' lays tasks out")
 
     def test_not_in_a_slurm_step(self):
         self._assert_one_line_error(
@@ -156,26 +151,34 @@ class ClusterFromSlurmTest(parameterized.TestCase):
             port_base=65535,
         )
 
-    def test_text_order_of_hosts_differs_from_slurm_order(self):
-        env = _step(0, nodelist="n[9-10]", tasks_per_node="1(x2)", num_tasks=2)
+    @parameterized.parameters("n[1-", "n[a-b]", "n[1-2]x[3]", ",", "n[1-99999999]")
+    def test_invalid_host_list(self, nodelist):
         self._assert_one_line_error(
-            env,
-            r"orders hosts as text \(n10, n9\) but Slurm orders them "
-            r"as numbers \(n9, n10\).*zero-padded",
-        )
-
-    def test_invalid_host_list(self):
-        self._assert_one_line_error(
-            _step(0, nodelist="n[1-"), r"SlurmClusterResolver failed: Invalid hostlist format"
+            _step(0, nodelist=nodelist), r"SLURM_STEP_NODELIST=.* (is not a Slurm host list|names)"
         )
 
     def test_rank_outside_the_step(self):
         self._assert_one_line_error(_step(4), r"rank \(SLURM_PROCID\) is not one of the step's 4")
 
-    def test_task_counts_disagree(self):
-        self._assert_one_line_error(
-            _step(0, num_tasks=3), r"Requested 3 tasks but only 4 were assigned"
-        )
+    @parameterized.parameters(("2(x2)", 3), ("2,x", 4), ("0(x2)", 0))
+    def test_task_counts_disagree(self, tasks_per_node, num_tasks):
+        env = _step(0, num_tasks=num_tasks)
+        env["SLURM_STEP_TASKS_PER_NODE"] = tasks_per_node
+        self._assert_one_line_error(env, r"SLURM_STEP_TASKS_PER_NODE=")
+
+
+class HostListTest(parameterized.TestCase):
+    @parameterized.parameters(
+        ("n1", ["n1"]),
+        ("n[01-03]", ["n01", "n02", "n03"]),
+        ("gpu[9-10,12],login1", ["gpu9", "gpu10", "gpu12", "login1"]),
+        ("a[1-2]-ib,b7", ["a1-ib", "a2-ib", "b7"]),
+    )
+    def test_expands_as_slurm_writes_them(self, text, hosts):
+        self.assertEqual(slurm.expand_hostlist(text), hosts)
+
+    def test_counts(self):
+        self.assertEqual(slurm.expand_counts("2(x3),1"), [2, 2, 2, 1])
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines.config import CROP_AREA_RANGE
 from tfdist.input_pipelines.config import MAX_CROP_ASPECT
 from tfdist.runtime import keras_env
-from tfdist.runtime import tf_import
 from tfdist.runtime.config import KERAS_VERSIONS
 from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
@@ -23,6 +22,7 @@ from tfdist.strategies import ClusterConfig
 from tfdist.strategies import StrategyConfig
 from tfdist.strategies import from_environment
 from tfdist.strategies import jobset
+from tfdist.strategies import slurm
 
 FLAGS = flags.FLAGS
 
@@ -295,16 +295,13 @@ def cluster() -> ClusterConfig | None:
 def cluster_and_source() -> tuple[ClusterConfig | None, list[str]]:
     """This task's cluster, and where it came from, in lines: TF_CONFIG, the JobSet pod's
     environment (each variable and the field it came from), or the Slurm job step with
-    --cluster_resolver=slurm (TensorFlow's resolver: TensorFlow is imported then).
+    --cluster_resolver=slurm (what Slurm says of the step: `strategies.slurm`).
 
     Raises:
       ClusterConfigError: the chosen source is missing or invalid, in one line.
     """
     resolver = CLUSTER_RESOLVER.value
     if resolver == "slurm":
-        tf_import.import_tensorflow(show_tf_logs())
-        from tfdist.strategies import slurm  # pylint: disable=import-outside-toplevel
-
         found = slurm.cluster_from_slurm(
             port_base=SLURM_PORT_BASE.value, num_ps=NUM_PS.value, chief=CHIEF.value
         )
