@@ -39,6 +39,7 @@ ENVIRON_MODULES = {  # Each reads or writes the environment for a documented rea
     "tfdist.commands.benchmark.rounds",  # Children's environments.
     "tfdist.cluster.rehearsal.local_image",  # A rehearsal's.
     "tfdist.cluster.rehearsal.srun",  # A rehearsal's.
+    "tfdist.cluster.rehearsal.slurm_cluster",  # A real Slurm cluster's SLURM_CONF.
     "tfdist.runtime.keras_env",  # TensorFlow's own variables.
     "tfdist.runtime.tf_import",  # TensorFlow's own variables.
 }

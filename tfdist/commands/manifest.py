@@ -43,6 +43,14 @@ _RESTART_POLICY = flags.DEFINE_enum(
     "manifest: TFJob replicas' restart policy.",
 )
 _TIME_LIMIT = flags.DEFINE_string("time_limit", "01:00:00", "manifest: Slurm --time of the job.")
+_SLURM_TASKS_PER_NODE = flags_lib.define_integer(
+    "slurm_tasks_per_node",
+    1,
+    "manifest: Slurm tasks on each node (--ntasks-per-node); 1 puts one task per node, on GPU "
+    "nodes give the GPUs per node with --gpus_per_task=1.",
+    lower_bound=1,
+    upper_bound=1024,
+)
 _GPUS_PER_TASK = flags_lib.define_integer(
     "gpus_per_task",
     0,
@@ -124,6 +132,7 @@ flags_lib.register(
         _MOUNT_PATH,
         _RESTART_POLICY,
         _TIME_LIMIT,
+        _SLURM_TASKS_PER_NODE,
         train_flags.SLURM_PORT_BASE,
     ),
 )
@@ -150,6 +159,7 @@ _ONLY_FOR = {
     _GPUS_PER_TASK.name: ("jobset", "slurm"),
     _RESTART_POLICY.name: ("tfjob",),
     _TIME_LIMIT.name: ("slurm",),
+    _SLURM_TASKS_PER_NODE.name: ("slurm",),
     train_flags.SLURM_PORT_BASE.name: ("slurm",),
 }
 
@@ -203,7 +213,7 @@ def main(command: list[str]) -> int:
                 train_flags.input_config().global_batch_size,
                 (values["num_workers"] + values["chief"]) * per_task,
             )
-    elif manifest_format != "jobset":
+    elif manifest_format == "tfjob":
         raise ManifestError(
             f"format={manifest_format} runs `tfdist train` in each task, not "
             f"{program[0]!r}; pass `-- train FLAGS`, or --format=jobset for a "
@@ -264,6 +274,9 @@ def _text(
             time_limit=values["time_limit"],
             port=values["slurm_port_base"],
             gpus_per_task=values["gpus_per_task"],
+            tasks_per_node=values["slurm_tasks_per_node"],
+            python=sys.executable,
+            program=program,
         )
     if manifest_format == "tfjob":
         return manifests.tfjob(

@@ -451,10 +451,11 @@ class HostileInputTest(_RejectingTest):
                     "--format=slurm",
                     "--slurm_port_base=65535",
                     "--num_workers=4",
+                    "--slurm_tasks_per_node=4",
                     "--",
                     "train",
                 ],
-                "slurm port: 65535 gives 4 tasks",
+                "slurm port: 65535 gives the 4 tasks of a node ports up to 65538",
             ),
             (["manifest", "--image=img", "--", ""], "jobset program"),
             (

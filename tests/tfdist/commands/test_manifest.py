@@ -3,6 +3,7 @@
 import contextlib
 import io
 import os
+import sys
 import subprocess
 import unittest
 
@@ -102,9 +103,11 @@ class ManifestCommandTest(unittest.TestCase):
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(
-            "srun tfdist train --cluster_resolver=slurm --slurm_port_base=9000 --epochs=5",
+            'srun --kill-on-bad-exit=1 --label "$PYTHON" -m tfdist train --cluster_resolver=slurm '
+            "--slurm_port_base=9000 --epochs=5",
             result.stdout,
         )
+        self.assertIn(f'PYTHON="${{TFDIST_PYTHON:-{sys.executable}}}"', result.stdout)
 
     def test_errors(self):
         # Every case in one child (fds 1 and 2 captured per case): the last one alone imports

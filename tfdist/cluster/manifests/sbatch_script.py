@@ -1,5 +1,5 @@
-"""A Slurm batch script for a `tfdist train` command line: its `srun` runs one `tfdist train` per
-Slurm task, and each task finds its cluster with TensorFlow's `SlurmClusterResolver`
+"""A Slurm batch script for a `tfdist train` command line (or a program of the user's): its `srun`
+runs one task per Slurm task, and each task derives its cluster from the job step
 (`tfdist.strategies.slurm.cluster_from_slurm`)."""
 
 import re
@@ -11,6 +11,8 @@ from tfdist.cluster.manifests import checks
 SLURM_RESOLVER_FLAG = "--cluster_resolver=slurm"
 SLURM_PORT_FLAG = "--slurm_port_base"
 
+_MAX_TASKS_PER_NODE = 1024
+_PYTHON_WORD = '"$PYTHON"'  # The interpreter's variable, expanded by the shell in each task.
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # ASCII digits: \d alone takes e.g. Arabic-Indic ones, which Slurm does not.
 _SLURM_TIME_RE = re.compile(
@@ -21,31 +23,42 @@ _SLURM_TIME_RE = re.compile(
 def slurm(
     *,
     job_name: str,
-    train_args: Sequence[str],
+    train_args: Sequence[str] | None,
     num_workers: int,
     num_ps: int = 0,
     chief: bool = False,
     time_limit: str = "01:00:00",
     port: int = 8888,
     gpus_per_task: int = 0,
+    tasks_per_node: int = 1,
+    python: str = "python3",
+    program: Sequence[str] | None = None,
 ) -> str:
-    """Returns an sbatch script that runs one `tfdist train <train_args>` per Slurm task.
+    """Returns an sbatch script that runs one `tfdist train <train_args>` (or `program`) per
+    Slurm task, `tasks_per_node` tasks on each node.
 
     The job has chief + num_workers + num_ps tasks. `srun` starts every task with
-    `--cluster_resolver=slurm` and the cluster layout, so that each resolves the same cluster with
-    TensorFlow's `SlurmClusterResolver`: ranks are given out in TF's order (the chief is rank 0,
-    then the parameter servers, then the workers), and the n-th task on a node listens on
-    `port + n` (counting from 0).
+    `--cluster_resolver=slurm` and the cluster layout, so that each derives the same cluster from
+    its job step (`tfdist.strategies.slurm`): ranks go to the chief (rank 0), then the
+    parameter servers, then the workers, and the n-th task on a node listens on `port + n`
+    (counting from 0). `srun --kill-on-bad-exit` ends every task when one fails, and `--label`
+    prefixes each line with its rank.
 
     Args:
         job_name: the Slurm job name (letters, digits, ".", "_" and "-").
-        train_args: the flags after `tfdist train`; each is shell-quoted in the script.
+        train_args: the flags after `tfdist train`; each is shell-quoted in the script. None with
+          `program`.
         num_workers: the worker tasks (the chief, if any, comes on top).
         num_ps: the parameter-server tasks; they need a chief.
         chief: whether rank 0 is a chief (the ParameterServerStrategy coordinator).
         time_limit: the job's wall-clock limit in a Slurm time format, e.g. "01:00:00", "2-00:00".
         port: the first task's port on each node.
         gpus_per_task: GPUs Slurm binds to each task; 0 asks for none.
+        tasks_per_node: tasks on each node (1: one per node; on GPU nodes, one per GPU).
+        python: the interpreter every node runs (with tfdist installed: a virtual environment on
+          a file system the nodes share); `TFDIST_PYTHON` overrides it when the job runs.
+        program: a program of the user's (`python my_train.py ...`) instead of `tfdist train`;
+          it takes tfdist's flags (`tfdist.define_flags`) and gets the Slurm ones appended.
 
     Raises:
         ManifestError: an argument is invalid.
@@ -65,43 +78,81 @@ def slurm(
     )
     checks.check_layout("slurm", num_workers=num_workers, num_ps=num_ps, chief=chief)
     checks.check_port("slurm port", port)
-    checks.require(
-        checks.is_int(gpus_per_task) and gpus_per_task >= 0,
-        "slurm gpus_per_task",
-        gpus_per_task,
-        "pass 0 for no GPUs or a positive number of GPUs per task",
-        problem="is not a count",
-    )
-    args = checks.check_args("slurm", train_args)
+    for name, value, lowest in (
+        ("gpus_per_task", gpus_per_task, 0),
+        ("tasks_per_node", tasks_per_node, 1),
+    ):
+        checks.require(
+            checks.is_int(value) and lowest <= value <= _MAX_TASKS_PER_NODE,
+            f"slurm {name}",
+            value,
+            f"pass a count from {lowest} to {_MAX_TASKS_PER_NODE}",
+            problem="is not a count",
+        )
     num_tasks = int(chief) + num_workers + num_ps
-    # Slurm may put every task on one node, whose n-th task listens on port + n.
+    per_node = min(tasks_per_node, num_tasks)
     checks.require(
-        port + num_tasks - 1 <= 65535,
+        port + per_node - 1 <= 65535,
         "slurm port",
         port,
-        f"use a port of at most {65536 - num_tasks}",
-        problem=f"gives {num_tasks} tasks that may share a node ports up to {port + num_tasks - 1}",
+        f"use a port of at most {65536 - per_node}",
+        problem=f"gives the {per_node} tasks of a node ports up to {port + per_node - 1}",
     )
     layout = checks.describe_layout(num_workers=num_workers, num_ps=num_ps, chief=chief)
     flags = slurm_train_flags(port=port, num_ps=num_ps, chief=chief)
-    command = ["srun", "tfdist", "train", *flags, *args]
+    if program is None:
+        task = [
+            _PYTHON_WORD,
+            "-m",
+            "tfdist",
+            "train",
+            *flags,
+            *checks.check_args("slurm", train_args),
+        ]
+        runs = "`tfdist train`"
+    else:
+        words = checks.check_args("slurm", program)
+        interpreter = [_PYTHON_WORD] if words[0] in ("python", "python3") else [words[0]]
+        task = [*interpreter, *words[1:], *flags]
+        runs = f"`{' '.join(words[:2])}`"
+    srun = ["srun", "--kill-on-bad-exit=1", "--label", *task]
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job_name}",
         f"#SBATCH --ntasks={num_tasks}",
+        f"#SBATCH --nodes={-(-num_tasks // per_node)}",
+        f"#SBATCH --ntasks-per-node={per_node}",
         f"#SBATCH --time={time_limit}",
         *([f"#SBATCH --gpus-per-task={gpus_per_task}"] if gpus_per_task else []),
         "",
-        f"# {num_tasks} tasks of `tfdist train`: {layout}, in rank order.",
-        "# Each task resolves the cluster with TensorFlow's SlurmClusterResolver from the job step",
-        "# (SLURM_PROCID, SLURM_STEP_NUM_TASKS, SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE).",
+        f"# {num_tasks} tasks of {runs}: {layout}, in rank order, {per_node} on each node.",
+        "# On GPU nodes, one task per GPU: tfdist manifest --slurm_tasks_per_node=GPUS_PER_NODE",
+        "# --gpus_per_task=1.",
+        "# Each task derives the cluster from its job step (SLURM_STEP_NODELIST,",
+        "# SLURM_STEP_TASKS_PER_NODE, SLURM_DISTRIBUTION, SLURM_PROCID): block or cyclic layouts.",
         f"# Ports: the 1st task on a node listens on {port}, the 2nd on {port + 1}, and so on.",
         "# TensorFlow's gRPC servers have no authentication: keep these ports on a private",
         "# network, closed to everyone but this job's nodes.",
+        "# Every node runs $PYTHON, which must have tfdist installed: a virtual environment on a",
+        "# file system the nodes share (as --model_dir must be, for a requeued job to resume).",
+        "# --kill-on-bad-exit ends every task when one fails; --label prefixes lines with ranks.",
         "set -euo pipefail",
-        " ".join(shlex.quote(word) for word in command),
+        f'PYTHON="${{TFDIST_PYTHON:-{_shell_quote_inside(python)}}}"',
+        " ".join(word if word is _PYTHON_WORD else shlex.quote(word) for word in srun),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _shell_quote_inside(path: str) -> str:
+    """`path` for inside a double-quoted shell word: refused if it holds what would expand."""
+    checks.require(
+        isinstance(path, str) and bool(path) and not set(path) & set('"$`\\\n'),
+        "slurm python",
+        path,
+        "install tfdist under a path without quotes, $, ` or backslashes",
+        problem="cannot be written into the script",
+    )
+    return path
 
 
 def slurm_train_flags(*, port: int, num_ps: int, chief: bool) -> list[str]:

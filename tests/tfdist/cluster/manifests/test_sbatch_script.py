@@ -24,7 +24,8 @@ _TRAIN_ARGS = [
     "yes",
     'it\'s "quoted" $HOME #x',
 ]
-_SLURM = dict(job_name="tfdist-train", train_args=_TRAIN_ARGS)
+_PYTHON = "/opt/venv/bin/python3"
+_SLURM = dict(job_name="tfdist-train", train_args=_TRAIN_ARGS, python=_PYTHON)
 
 
 class SlurmTest(parameterized.TestCase):
@@ -47,6 +48,8 @@ class SlurmTest(parameterized.TestCase):
         self.assertEqual(lines[0], "#!/bin/bash")
         self.assertIn("#SBATCH --job-name=tfdist-train", lines)
         self.assertIn("#SBATCH --ntasks=5", lines)
+        self.assertIn("#SBATCH --nodes=5", lines)  # One task per node unless asked otherwise.
+        self.assertIn("#SBATCH --ntasks-per-node=1", lines)
         self.assertIn("#SBATCH --time=2-00:00:00", lines)
         self.assertNotIn("--gpus-per-task", script)
         self.assertIn("8888", script)  # The port is documented.
@@ -69,7 +72,50 @@ class SlurmTest(parameterized.TestCase):
         script = manifests.slurm(**_SLURM, **layout)
         srun = [line for line in script.splitlines() if line.startswith("srun ")]
         self.assertLen(srun, 1)
-        self.assertEqual(shlex.split(srun[0]), ["srun", "tfdist", "train", *flags, *_TRAIN_ARGS])
+        self.assertEqual(
+            shlex.split(srun[0]),
+            [
+                "srun",
+                "--kill-on-bad-exit=1",
+                "--label",
+                "$PYTHON",
+                "-m",
+                "tfdist",
+                "train",
+                *flags,
+                *_TRAIN_ARGS,
+            ],
+        )
+
+    def test_tasks_per_node_sets_the_node_count(self):
+        lines = manifests.slurm(**_SLURM, num_workers=4, chief=True, tasks_per_node=2).splitlines()
+        self.assertIn("#SBATCH --ntasks=5", lines)
+        self.assertIn("#SBATCH --nodes=3", lines)
+        self.assertIn("#SBATCH --ntasks-per-node=2", lines)
+
+    def test_a_program_of_your_own_gets_the_slurm_flags(self):
+        script = manifests.slurm(
+            job_name="mine",
+            train_args=None,
+            num_workers=2,
+            python=_PYTHON,
+            program=["python", "my_train.py", "--epochs=2"],
+        )
+        srun = [line for line in script.splitlines() if line.startswith("srun ")]
+        self.assertEqual(
+            shlex.split(srun[0]),
+            [
+                "srun",
+                "--kill-on-bad-exit=1",
+                "--label",
+                "$PYTHON",
+                "my_train.py",
+                "--epochs=2",
+                "--cluster_resolver=slurm",
+                "--slurm_port_base=8888",
+            ],
+        )
+        self.assertIn(f'PYTHON="${{TFDIST_PYTHON:-{_PYTHON}}}"', script.splitlines())
 
     @pytest.mark.multiprocess
     def test_bash_accepts_the_script(self):
@@ -93,7 +139,17 @@ class SlurmTest(parameterized.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(
             json.loads(result.stdout),
-            ["tfdist", "train", "--cluster_resolver=slurm", "--slurm_port_base=8888", *_TRAIN_ARGS],
+            [
+                "--kill-on-bad-exit=1",
+                "--label",
+                _PYTHON,
+                "-m",
+                "tfdist",
+                "train",
+                "--cluster_resolver=slurm",
+                "--slurm_port_base=8888",
+                *_TRAIN_ARGS,
+            ],
         )
 
     @parameterized.named_parameters(
@@ -102,7 +158,9 @@ class SlurmTest(parameterized.TestCase):
         ("no_workers", dict(num_workers=0), "slurm num_workers", "0", "at least 1 worker"),
         ("ps_without_chief", dict(num_ps=1), "slurm num_ps", "1", "add --chief"),
         ("port", dict(port=0), "slurm port", "0", "from 1 to 65535"),
-        ("gpus", dict(gpus_per_task=-1), "slurm gpus_per_task", "-1", "GPUs per task"),
+        ("gpus", dict(gpus_per_task=-1), "slurm gpus_per_task", "-1", "from 0 to 1024"),
+        ("tasks_per_node", dict(tasks_per_node=0), "slurm tasks_per_node", "0", "from 1 to 1024"),
+        ("python", dict(python='/a "b"/python'), "slurm python", "'/a \"b\"/python'", "path"),
         (
             "args",
             dict(train_args=["--epochs", 2]),

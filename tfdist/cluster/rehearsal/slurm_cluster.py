@@ -1,0 +1,279 @@
+"""A real Slurm cluster on emulated hosts: Debian's `slurm-wlm` daemons, not an imitation.
+
+munged runs with a key, socket and files of its own in the cluster's directory (slurm.conf's
+`AuthInfo=socket=PATH`: a path, so every namespace reaches it); slurmctld runs on a host of its own
+(`slurmctl`) and one slurmd on each node, each an emulated host (`hosts.Hosts`) with its own
+address, hosts file and hostname. `ip netns exec` does not work for slurmd (it remounts /sys,
+hiding /sys/fs/cgroup, and slurmd 22.05 then refuses to start), so each daemon starts under
+`unshare --mount --uts` with the host's hosts file bound over /etc/hosts and its hostname set,
+then enters the host's network namespace; job steps inherit all three, so a task sees its node's
+name and resolves its peers by name. Client commands (sbatch, squeue, scancel) run in the
+controller's namespace with SLURM_CONF pointing at the cluster's slurm.conf.
+
+Closing stops the daemons by pid, then removes the hosts (killing whatever still runs in them:
+job steps) and the directory's sockets. Linux, root.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from collections.abc import Sequence
+
+from tfdist.cluster.rehearsal import hosts as hosts_lib
+from tfdist.cluster.rehearsal.hosts import NoHosts
+
+CONTROLLER = "slurmctl"
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "srun")
+INSTALL = "apt-get install slurm-wlm munge"
+_READY_S = 60.0
+_COMMAND_S = 60.0
+_STOP_S = 10.0
+_POLL_S = 0.25
+_DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+
+
+def missing() -> str | None:
+    """What this machine lacks to run a real Slurm cluster (a daemon or client not on PATH),
+    else None."""
+    absent = [name for name in DAEMONS if shutil.which(name) is None]
+    return ", ".join(absent) if absent else None
+
+
+class SlurmCluster:
+    """slurmctld and one slurmd per node, on emulated hosts, with munge; `close` (or leaving the
+    `with`) stops and removes everything.
+
+    Attributes:
+      nodes: the node names, in the order given (Slurm lists them in its own, numeric, order).
+      directory: where slurm.conf, the daemons' logs and spools and munge's key live.
+    """
+
+    def __init__(
+        self,
+        nodes: Sequence[str],
+        directory: str,
+        *,
+        cpus_per_node: int = 2,
+        checkpoint: Callable[[], None] | None = None,
+    ):
+        """Starts the cluster and waits (at most _READY_S) until every node is idle.
+
+        Raises:
+          NoHosts: this machine cannot emulate hosts, Slurm is not installed, or the cluster
+            did not come up (its logs are named).
+        """
+        self.nodes, self.directory = list(nodes), os.path.abspath(directory)
+        self._daemons: list[subprocess.Popen] = []
+        self._hosts: hosts_lib.Hosts | None = None
+        absent = missing()
+        if absent:
+            raise NoHosts(
+                f"a real Slurm cluster needs {absent}, which this machine lacks; install "
+                f"Debian's slurm-wlm and munge ({INSTALL}) as root."
+            )
+        try:
+            self._start(cpus_per_node, checkpoint or (lambda: None))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def conf(self) -> str:
+        return os.path.join(self.directory, "slurm.conf")
+
+    def _start(self, cpus_per_node: int, checkpoint: Callable[[], None]) -> None:
+        os.makedirs(os.path.join(self.directory, "state"), exist_ok=True)
+        for node in self.nodes:
+            os.makedirs(os.path.join(self.directory, "spool", node), exist_ok=True)
+        socket = self._start_munge()
+        self._hosts = hosts_lib.Hosts(
+            [(CONTROLLER,), *((node,) for node in self.nodes)], checkpoint=checkpoint
+        )
+        self._controller, *nodes = self._hosts.hosts
+        with open(self.conf, "w", encoding="utf-8") as conf:
+            conf.write(self._slurm_conf(socket, nodes, cpus_per_node))
+        self._daemons.append(self._on(self._controller, ["slurmctld", "-D", "-f", self.conf]))
+        for host in nodes:
+            self._daemons.append(
+                self._on(host, ["slurmd", "-D", "-N", host.hostname, "-f", self.conf])
+            )
+        deadline = time.monotonic() + _READY_S
+        while not self._all_idle():
+            checkpoint()
+            if time.monotonic() > deadline or any(d.poll() is not None for d in self._daemons):
+                raise NoHosts(
+                    f"the Slurm cluster in {self.directory} did not come up within {_READY_S:g} s"
+                    " (a daemon ended or a node is not idle); read slurmctld.log and "
+                    "slurmd-NODE.log there."
+                )
+            time.sleep(_POLL_S)
+
+    def _start_munge(self) -> str:
+        key = os.path.join(self.directory, "munge.key")
+        with open(key, "wb") as key_file:
+            key_file.write(os.urandom(1024))
+        os.chmod(key, 0o400)
+        socket = os.path.join(self.directory, "munge.socket")
+        files = {name: os.path.join(self.directory, f"munged.{name}") for name in ("pid", "log")}
+        self._daemons.append(
+            subprocess.Popen(  # pylint: disable=consider-using-with
+                [
+                    "munged",
+                    "--foreground",
+                    "--force",
+                    f"--socket={socket}",
+                    f"--key-file={key}",
+                    f"--pid-file={files['pid']}",
+                    f"--log-file={files['log']}",
+                    f"--seed-file={os.path.join(self.directory, 'munged.seed')}",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        deadline = time.monotonic() + _READY_S
+        while not os.path.exists(socket):
+            if time.monotonic() > deadline or self._daemons[-1].poll() is not None:
+                raise NoHosts(f"munged did not start; read {files['log']}.")
+            time.sleep(0.05)
+        return socket
+
+    def _slurm_conf(self, socket: str, nodes: list[hosts_lib.Host], cpus: int) -> str:
+        directory = self.directory
+        lines = [
+            "ClusterName=tfdist",
+            f"SlurmctldHost={CONTROLLER}({self._controller.address})",
+            "AuthType=auth/munge",
+            f"AuthInfo=socket={socket}",
+            "CredType=cred/munge",
+            "SlurmUser=root",
+            "SlurmdUser=root",
+            f"StateSaveLocation={directory}/state",
+            f"SlurmdSpoolDir={directory}/spool/%n",
+            f"SlurmctldPidFile={directory}/slurmctld.pid",
+            f"SlurmdPidFile={directory}/slurmd-%n.pid",
+            f"SlurmctldLogFile={directory}/slurmctld.log",
+            f"SlurmdLogFile={directory}/slurmd-%n.log",
+            "ProctrackType=proctrack/linuxproc",
+            "TaskPlugin=task/none",
+            "SelectType=select/cons_tres",
+            "SelectTypeParameters=CR_Core",
+            "MpiDefault=none",
+            "ReturnToService=2",
+            "JobAcctGatherType=jobacct_gather/none",
+            "AccountingStorageType=accounting_storage/none",
+            "KillWait=5",
+            "MinJobAge=300",
+            *(
+                f"NodeName={h.hostname} NodeAddr={h.address} CPUs={cpus} State=UNKNOWN"
+                for h in nodes
+            ),
+            "PartitionName=rehearsal Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _on(self, host: hosts_lib.Host, argv: list[str]) -> subprocess.Popen:
+        """Starts daemon `argv` on `host`: its hosts file, hostname and network."""
+        script = (
+            'mount --bind "$1" /etc/hosts && hostname "$2" && '
+            'exec nsenter --net="/run/netns/$3" "${@:4}"'
+        )
+        log = os.path.join(self.directory, f"{argv[0]}-{host.hostname}.out")
+        with open(log, "wb") as output:
+            return subprocess.Popen(  # pylint: disable=consider-using-with
+                [
+                    "unshare",
+                    "--mount",
+                    "--uts",
+                    "bash",
+                    "-c",
+                    script,
+                    "bash",
+                    os.path.join(hosts_lib.NETNS_DIR, host.namespace, "hosts"),
+                    host.hostname,
+                    host.namespace,
+                    *argv,
+                ],
+                env=self.environment(),
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
+
+    def environment(self) -> dict[str, str]:
+        """This process's environment with the cluster's slurm.conf (what sbatch passes on to
+        a job, --export=ALL)."""
+        return dict(os.environ, SLURM_CONF=self.conf)
+
+    def command(self, *argv: str, timeout_s: float = _COMMAND_S) -> subprocess.CompletedProcess:
+        """Runs Slurm client command `argv` (sbatch, squeue, scancel, scontrol) against the
+        cluster; its output as text."""
+        return subprocess.run(
+            ["nsenter", f"--net=/run/netns/{self._controller.namespace}", *argv],
+            env=self.environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+    def _all_idle(self) -> bool:
+        states = self.command("sinfo", "--noheader", "--Node", "--format=%N %T").stdout.split()
+        return len(states) == 2 * len(self.nodes) and all(state == "idle" for state in states[1::2])
+
+    def submit(self, script: str, *options: str) -> int:
+        """Submits batch script `script` with sbatch `options`; returns the job's id.
+
+        Raises:
+          NoHosts: sbatch refused it (its words).
+        """
+        result = self.command("sbatch", "--parsable", *options, script)
+        if result.returncode != 0:
+            raise NoHosts(f"sbatch refused {script}: {result.stderr.strip()}")
+        return int(result.stdout.strip().split(";")[0])
+
+    def state(self, job_id: int) -> str:
+        """The job's state as scontrol says it (PENDING, RUNNING, COMPLETED, FAILED, ...)."""
+        words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
+        return next((w.partition("=")[2] for w in words if w.startswith("JobState=")), "UNKNOWN")
+
+    def wait(
+        self, job_id: int, timeout_s: float, checkpoint: Callable[[], None] | None = None
+    ) -> str:
+        """Waits until the job ended (at most `timeout_s`); returns its final state, or the
+        state it is still in then."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            state = self.state(job_id)
+            if state in _DONE_STATES or time.monotonic() > deadline:
+                return state
+            if checkpoint:
+                checkpoint()
+            time.sleep(_POLL_S)
+
+    def close(self) -> None:
+        """Stops the daemons (SIGTERM, then SIGKILL after _STOP_S), removes the hosts and
+        what still runs in them; later calls do nothing."""
+        daemons, self._daemons = self._daemons, []
+        for daemon in reversed(daemons):
+            if daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+        for daemon in reversed(daemons):
+            try:
+                daemon.wait(timeout=_STOP_S)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+        if self._hosts is not None:
+            self._hosts.close()
+            self._hosts = None
+
+    def __enter__(self) -> SlurmCluster:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
