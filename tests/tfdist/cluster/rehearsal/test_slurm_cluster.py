@@ -1,0 +1,197 @@
+"""tfdist's generated sbatch scripts on a real Slurm cluster (Debian's slurm-wlm 22.05: munged,
+slurmctld and one slurmd per node, on emulated hosts named node9 and node10, whose text and
+numeric orders differ). Submitted as generated, with sbatch.
+
+Where Slurm is not installed these tests skip, except under TFDIST_REQUIRE_SLURM=1 (`.ci/run`
+installs Slurm and sets it), where a missing Slurm fails them.
+"""
+
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import unittest
+
+import pytest
+
+from tests.tfdist.cluster.rehearsal.emulated_hosts import emulated_hosts_or_skip
+from tfdist.cluster import manifests
+from tfdist.cluster.rehearsal import slurm_cluster
+
+_NODES = ("node9", "node10")
+_JOB_S = 180.0  # A job's bound, from submission to its end.
+_ENDED_S = 30.0  # After a task is killed or the job cancelled: every task ends (KillWait 5 s).
+_TRAIN = [
+    "--dataset=synthetic",
+    "--num_classes=4",
+    "--image_size=8",
+    "--global_batch_size=16",
+    "--collective_timeout_s=60",
+]
+
+
+def _slurm_or_skip() -> None:
+    absent = slurm_cluster.missing()
+    if absent and os.environ.get("TFDIST_REQUIRE_SLURM") == "1":
+        pytest.fail(f"Slurm is required here but {absent} is missing: {slurm_cluster.INSTALL}")
+    if absent:
+        pytest.skip(f"Slurm is not installed ({absent}): {slurm_cluster.INSTALL}")
+    emulated_hosts_or_skip()
+
+
+def _task_pids(job_id: int) -> dict[int, int]:
+    """{rank: pid} of the tasks of `job_id` still running on this machine (their environment
+    names the job and the rank)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as environ:
+                env = dict(
+                    entry.partition(b"=")[::2] for entry in environ.read().split(b"\0") if entry
+                )
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                command = cmdline.read()
+        except OSError:
+            continue
+        if env.get(b"SLURM_JOB_ID") == str(job_id).encode() and b"tfdist" in command:
+            found[int(env.get(b"SLURM_PROCID", b"-1"))] = int(pid)
+    return found
+
+
+@pytest.mark.multiprocess
+class RealSlurmTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls._scratch = tempfile.TemporaryDirectory()  # pylint: disable=consider-using-with
+        cls.cluster = None
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.cluster is not None:
+            cls.cluster.close()
+        cls._scratch.cleanup()
+        super().tearDownClass()
+
+    def setUp(self):
+        super().setUp()
+        _slurm_or_skip()
+        if RealSlurmTest.cluster is None:
+            os.chmod(self._scratch.name, 0o755)
+            RealSlurmTest.cluster = slurm_cluster.SlurmCluster(
+                _NODES, os.path.join(self._scratch.name, "slurm")
+            )
+        self.dir = tempfile.mkdtemp(dir=self._scratch.name)
+
+    def _submit(self, name: str, *sbatch_options: str, **layout) -> tuple[int, str]:
+        """Writes the script `tfdist manifest --format=slurm` writes for `layout` and submits
+        it as written; its job id and output file."""
+        path, output = os.path.join(self.dir, f"{name}.sh"), os.path.join(self.dir, f"{name}.out")
+        with open(path, "w", encoding="utf-8") as script:
+            script.write(manifests.slurm(job_name=name, python=sys.executable, **layout))
+        job = self.cluster.submit(
+            path, f"--chdir={self.dir}", f"--output={output}", *sbatch_options
+        )
+        return job, output
+
+    def _wait_for(self, output: str, line: str, job: int) -> None:
+        deadline = time.monotonic() + _JOB_S
+        while time.monotonic() < deadline:
+            if os.path.exists(output) and line in open(output, encoding="utf-8").read():
+                return
+            self.assertNotIn(self.cluster.state(job), ("COMPLETED", "FAILED", "CANCELLED"))
+            time.sleep(0.25)
+        self.fail(f"no {line!r} in {output}")
+
+    def _show(self, job: int) -> str:
+        return self.cluster.command("scontrol", "show", "job", "--oneliner", str(job)).stdout
+
+    def test_multi_worker_mirrored_one_task_per_node_identical_metrics(self):
+        job, output = self._submit(
+            "mwm",
+            num_workers=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=multi_worker_mirrored",
+                "--epochs=2",
+                "--steps_per_epoch=4",
+            ],
+        )
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        text = open(output, encoding="utf-8").read()
+        self.assertIn("NumNodes=2", self._show(job))
+        self.assertIn("NodeList=node[9-10]", self._show(job))
+        summaries = re.findall(
+            r"^(\d): tfdist: multi_worker_mirrored .*: (.*loss=[\d.]+)", text, re.M
+        )
+        self.assertEqual(sorted(rank for rank, _ in summaries), ["0", "1"], text[-3000:])
+        self.assertEqual(summaries[0][1], summaries[1][1], "both workers end with one model")
+
+    def test_parameter_server_two_tasks_per_node_laid_out_cyclic(self):
+        job, output = self._submit(
+            "ps",
+            "--distribution=cyclic",
+            num_workers=2,
+            num_ps=1,
+            chief=True,
+            tasks_per_node=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=parameter_server",
+                "--epochs=1",
+                "--steps_per_epoch=4",
+            ],
+        )
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        text = open(output, encoding="utf-8").read()
+        self.assertIn("NumNodes=2", self._show(job))
+        self.assertRegex(text, r"(?m)^0: tfdist: parameter_server .*loss=")
+
+    def test_a_killed_task_ends_the_job_and_a_resubmitted_job_resumes(self):
+        layout = dict(
+            num_workers=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=multi_worker_mirrored",
+                "--epochs=3",
+                "--steps_per_epoch=400",
+                f"--model_dir={self.dir}/run",
+            ],
+        )
+        job, output = self._submit("killed", **layout)
+        self._wait_for(output, "1: Epoch 2/3", job)
+        os.kill(_task_pids(job)[1], signal.SIGKILL)
+        killed = time.monotonic()
+        self.assertEqual(self.cluster.wait(job, _ENDED_S), "FAILED")
+        self.assertLess(time.monotonic() - killed, _ENDED_S)
+        self.assertEqual(_task_pids(job), {}, "every task of the job ended")
+        self.assertRegex(open(output).read(), r"srun: error: node10: task 1: Killed")
+        again, output = self._submit("resumed", **layout)
+        self.assertEqual(self.cluster.wait(again, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        self.assertIn("resuming at epoch 2", open(output, encoding="utf-8").read())
+
+    def test_scancel_ends_every_task(self):
+        job, output = self._submit(
+            "cancelled",
+            num_workers=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=multi_worker_mirrored",
+                "--epochs=1000",
+                "--steps_per_epoch=20",
+            ],
+        )
+        self._wait_for(output, "Epoch 2/1000", job)
+        cancelled = time.monotonic()
+        self.cluster.command("scancel", str(job))
+        self.assertEqual(self.cluster.wait(job, _ENDED_S), "CANCELLED")
+        while _task_pids(job) and time.monotonic() - cancelled < _ENDED_S:
+            time.sleep(0.25)
+        self.assertEqual(_task_pids(job), {}, "every task of the job ended")
+        self.assertLess(time.monotonic() - cancelled, _ENDED_S)
+
+
+if __name__ == "__main__":
+    unittest.main()
