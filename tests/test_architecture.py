@@ -38,7 +38,6 @@ ENVIRON_MODULES = {  # Each reads or writes the environment for a documented rea
     "tfdist.cluster.launcher",  # Children's environments.
     "tfdist.commands.benchmark.rounds",  # Children's environments.
     "tfdist.cluster.rehearsal.local_image",  # A rehearsal's.
-    "tfdist.cluster.rehearsal.srun",  # A rehearsal's.
     "tfdist.cluster.rehearsal.slurm_cluster",  # A real Slurm cluster's SLURM_CONF.
     "tfdist.runtime.keras_env",  # TensorFlow's own variables.
     "tfdist.runtime.tf_import",  # TensorFlow's own variables.

@@ -79,8 +79,9 @@ def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
 
 _RESTART_FIX = (
     "Restart the job to resume from --model_dir's backup (a JobSet's "
-    "failurePolicy.maxRestarts, `tfdist launch --max_restarts`), and check that "
-    "task's log and network (`tfdist doctor --probe`)."
+    "failurePolicy.maxRestarts, `tfdist launch --max_restarts`, Slurm's `sbatch --requeue` or "
+    "the script submitted again with the same --model_dir), and check that task's log and "
+    "network (`tfdist doctor --probe`)."
 )
 
 

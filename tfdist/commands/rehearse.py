@@ -19,7 +19,8 @@ _VOLUME_DIR = flags.DEFINE_string(
 _NODES = flags_lib.define_integer(
     "slurm_nodes",
     None,
-    "rehearse: emulated nodes of a Slurm script (unset: its #SBATCH --nodes, else one per task).",
+    "rehearse: nodes of the real Slurm cluster a Slurm script runs on, named node1, node2, ... "
+    "(unset: its #SBATCH --nodes, else one per task).",
     lower_bound=1,
     upper_bound=flags_lib.MAX_TASKS,
 )

@@ -25,6 +25,7 @@ from tests.tfdist.cli_runner import read_killing
 from tests.tfdist.cluster.manifests import jobset_crd
 from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cluster.rehearsal.emulated_hosts import emulated_hosts_or_skip
+from tests.tfdist.cluster.rehearsal.emulated_hosts import real_slurm_or_skip
 from tests.tfdist.cluster.rehearsal.emulated_hosts import our_namespaces
 from tfdist.cluster import capacity
 from tfdist.cluster import manifests
@@ -375,11 +376,13 @@ class RehearseTest(unittest.TestCase):
         )
         self.assertNotIn("Traceback", log)
 
-    def test_the_slurm_script_on_two_emulated_nodes(self):
+    def test_the_slurm_script_on_real_slurm(self):
+        real_slurm_or_skip()
         path = self._manifest(
             "--format=slurm",
             "--name=sl",
             "--num_workers=3",
+            "--slurm_tasks_per_node=2",
             "--",
             "train",
             "--strategy=multi_worker_mirrored",
@@ -390,19 +393,21 @@ class RehearseTest(unittest.TestCase):
             "--global_batch_size=48",
             name="job.sbatch",
         )
-        result = self._rehearse("--slurm_nodes=2", path)
+        result = self._rehearse(path)
         self.assertEqual(result.returncode, 0, result.stdout[-4000:] + result.stderr[-3000:])
         self.assertRegex(
             result.stdout,
-            r"Slurm job sl: the batch script exited 0 on 2 emulated "
-            r"node\(s\)",
+            r"tfdist rehearse: Slurm job sl on real Slurm \(slurm-wlm [\d.]+: slurmctld and 2 "
+            r"slurmd on emulated hosts node1, node2\)",
         )
-        self.assertIn("srun: started task 2 on node02", result.stdout)
+        self.assertRegex(
+            result.stdout, r"Slurm job sl \(job \d+\) COMPLETED, exit code 0, on real Slurm with 2"
+        )
         for rank in range(3):
-            with open(os.path.join(self.log_dir, f"task-{rank}.log"), encoding="utf-8") as log:
-                self.assertIn(
-                    "multi_worker_mirrored on 3 replica(s) in all (3 workers x 1)", log.read()
-                )
+            self.assertRegex(
+                result.stdout,
+                rf"(?m)^{rank}: tfdist: multi_worker_mirrored on 3 replica\(s\) in all \(3 workers",
+            )
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
 

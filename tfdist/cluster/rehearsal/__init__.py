@@ -1,9 +1,10 @@
-"""`tfdist rehearse FILE`: runs a manifest that `tfdist manifest` wrote (a JobSet, or a Slurm
-batch script) on this machine as the cluster would, one emulated host per pod (or Slurm node):
-a network namespace with its own address on a private bridge, the pods' DNS names in its hosts
-file, the same port on every host, the environment Kubernetes and JobSet (or sbatch and srun)
-give, the manifest's own command (the local Python environment stands in for the image), and
-JobSet's failure and success policies. Each pod runs in a sandbox of its own that cannot touch
+"""`tfdist rehearse FILE`: runs a manifest that `tfdist manifest` wrote on this machine as the
+cluster would. A Slurm batch script runs on real Slurm (`slurm_run`: Debian's daemons, one
+emulated host per node). Kubernetes cannot run here, so a JobSet is emulated, one emulated host
+per pod: a network namespace with its own address on a private bridge, the pods' DNS names in
+its hosts file, the same port on every host, the environment Kubernetes and JobSet give, the
+manifest's own command (the local Python environment stands in for the image), and JobSet's
+failure and success policies. Each pod runs in a sandbox of its own that cannot touch
 this machine (`enter`): its own namespaces, a root file system whose writes are its own and
 lost when it ends, and a container's capabilities.
 

@@ -34,7 +34,7 @@ _READY_S = 60.0
 _COMMAND_S = 60.0
 _STOP_S = 10.0
 _POLL_S = 0.25
-_DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
 
 
 def missing() -> str | None:
@@ -42,6 +42,16 @@ def missing() -> str | None:
     else None."""
     absent = [name for name in DAEMONS if shutil.which(name) is None]
     return ", ".join(absent) if absent else None
+
+
+def require_slurm() -> None:
+    """Raises NoHosts, in one line that says how to install it, unless Slurm is installed."""
+    absent = missing()
+    if absent:
+        raise NoHosts(
+            f"a real Slurm cluster needs {absent}, which this machine lacks; install "
+            f"Debian's slurm-wlm and munge ({INSTALL}) as root."
+        )
 
 
 class SlurmCluster:
@@ -70,12 +80,7 @@ class SlurmCluster:
         self.nodes, self.directory = list(nodes), os.path.abspath(directory)
         self._daemons: list[subprocess.Popen] = []
         self._hosts: hosts_lib.Hosts | None = None
-        absent = missing()
-        if absent:
-            raise NoHosts(
-                f"a real Slurm cluster needs {absent}, which this machine lacks; install "
-                f"Debian's slurm-wlm and munge ({INSTALL}) as root."
-            )
+        require_slurm()
         try:
             self._start(cpus_per_node, checkpoint or (lambda: None))
         except BaseException:
@@ -241,6 +246,22 @@ class SlurmCluster:
         words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
         return next((w.partition("=")[2] for w in words if w.startswith("JobState=")), "UNKNOWN")
 
+    @property
+    def version(self) -> str:
+        """slurmd's own words for its version, e.g. "slurm-wlm 22.05.8"."""
+        return subprocess.run(
+            ["slurmd", "-V"], capture_output=True, text=True, timeout=_COMMAND_S, check=False
+        ).stdout.strip()
+
+    def exit_code(self, job_id: int) -> int:
+        """The batch script's exit code as scontrol says it (ExitCode=CODE:SIGNAL): the code,
+        or 128 + the signal that ended it."""
+        words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
+        code, _, signum = next(
+            (w.partition("=")[2] for w in words if w.startswith("ExitCode=")), "1:0"
+        ).partition(":")
+        return 128 + int(signum) if signum not in ("", "0") else int(code)
+
     def wait(
         self, job_id: int, timeout_s: float, checkpoint: Callable[[], None] | None = None
     ) -> str:
@@ -249,7 +270,7 @@ class SlurmCluster:
         deadline = time.monotonic() + timeout_s
         while True:
             state = self.state(job_id)
-            if state in _DONE_STATES or time.monotonic() > deadline:
+            if state in DONE_STATES or time.monotonic() > deadline:
                 return state
             if checkpoint:
                 checkpoint()

@@ -1,34 +1,31 @@
-"""Rehearses an sbatch script on emulated Slurm nodes: the batch script runs on the first node
-with the variables sbatch gives it, and an `srun` of ours on its PATH (`rehearsal.srun`) starts
-each job step's tasks on their nodes with the variables srun gives a task (SLURM_PROCID,
-SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE, ...), tasks laid out in blocks as Slurm's default
-distribution does. Nodes are named node01, node02, ... (text order is numeric order, as
-TensorFlow's SlurmClusterResolver needs)."""
+"""Rehearses an sbatch script on a real Slurm cluster built on this machine
+(`slurm_cluster.SlurmCluster`: Debian's slurmctld and one slurmd per node, on emulated hosts
+named node1, node2, ...): the script is submitted as written with sbatch, its output followed
+on stdout, and its end said in one line with the job's state and exit code. A signal or the time
+limit cancels the job (scancel) before the cluster is taken down. Where Slurm is not installed,
+one line says how to install it."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 import shlex
-import stat
-import threading
+import sys
+import time
 
-from tfdist.cluster import PYTHON
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import processes
 from tfdist.cluster import supervisor
 from tfdist.cluster.rehearsal import hosts as hosts_lib
-from tfdist.cluster.rehearsal import local_image
+from tfdist.cluster.rehearsal import slurm_cluster
 from tfdist.cluster.rehearsal.jobset_run import ANNOUNCER
 from tfdist.cluster.rehearsal.jobset_run import Options
 
-ENV_NODES = "TFDIST_REHEARSAL_NODES"  # [[hostname, address, namespace], ...] for our srun.
-ENV_LOG_DIR = "TFDIST_REHEARSAL_LOG_DIR"
 _DIRECTIVE_RE = re.compile(r"#SBATCH\s+(.*)")
 _SHELLS = ("#!/bin/bash", "#!/usr/bin/env bash", "#!/bin/sh")
 _MAX_NODES = 64
+_POLL_S = 0.25
 
 
 def read(text: str) -> dict[str, str]:
@@ -61,36 +58,6 @@ def read(text: str) -> dict[str, str]:
             "count of tasks from 1 to 4096; set it in the script."
         )
     return options
-
-
-def node_names(count: int) -> list[str]:
-    width = max(2, len(str(count)))
-    return [f"node{number:0{width}d}" for number in range(1, count + 1)]
-
-
-def host_list(names: list[str]) -> str:
-    """`names` (node01, node02, ...) as Slurm writes a host list: "node[01-02]"."""
-    if len(names) == 1:
-        return names[0]
-    return f"node[{names[0][4:]}-{names[-1][4:]}]"
-
-
-def block_layout(num_tasks: int, num_nodes: int) -> list[int]:
-    """Tasks on each node under Slurm's default block distribution."""
-    base, extra = divmod(num_tasks, num_nodes)
-    return [base + (node < extra) for node in range(num_nodes)]
-
-
-def tasks_per_node(layout: list[int]) -> str:
-    """`layout` as Slurm writes SLURM_TASKS_PER_NODE: "2(x2),1"."""
-    parts, index = [], 0
-    while index < len(layout):
-        run = 1
-        while index + run < len(layout) and layout[index + run] == layout[index]:
-            run += 1
-        parts.append(f"{layout[index]}(x{run})" if run > 1 else str(layout[index]))
-        index += run
-    return ",".join(parts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,93 +96,84 @@ def job(script_path: str, text: str, *, nodes: int | None) -> SlurmJob:
     )
 
 
+def node_names(count: int) -> list[str]:
+    """node1, node2, ...: named as clusters are, so text and numeric order differ past 9."""
+    return [f"node{number}" for number in range(1, count + 1)]
+
+
 def run(slurm_job: SlurmJob, options: Options) -> int:
-    """Runs the batch script on emulated nodes with `options.made()`; returns its exit status
-    (124 on the timeout, 128 + N on signal N).
+    """Submits the batch script to a real Slurm cluster of `slurm_job.nodes` with
+    `options.made()`; returns its exit code (124 on the timeout, 128 + N on signal N).
 
     Raises:
-      NoHosts: this machine cannot emulate hosts.
+      NoHosts: this machine cannot emulate hosts, or Slurm is not installed (how to install it).
     """
     watcher = supervisor.Supervisor(ANNOUNCER, timeout_s=options.timeout_s, everything="the job")
     hosts_lib.clean_stale()
-    nodes = len(slurm_job.nodes)
+    slurm_cluster.require_slurm()
+    cpus = max(2, -(-slurm_job.num_tasks // len(slurm_job.nodes)))
 
     def rehearse() -> int:
-        with hosts_lib.Hosts(
-            [(name,) for name in slurm_job.nodes], checkpoint=watcher.checkpoint
-        ) as hosts:
-            batch = processes.Process(
-                "batch",
-                [*hosts.hosts[0].enter(), "bash", slurm_job.script_path],
-                local_image.environment(
-                    _batch_environment(
-                        hosts.hosts, slurm_job.name, slurm_job.num_tasks, options.log_dir
-                    )
-                ),
-                os.path.join(options.log_dir, f"slurm-{os.getpid()}.out"),
-                threading.Lock(),
-                announcer=ANNOUNCER,
-            )
-
-            def start(_) -> processes.Process:
-                batch.start(" on node 1 (the batch script)")
-                return batch
-
+        with slurm_cluster.SlurmCluster(
+            slurm_job.nodes,
+            os.path.join(options.log_dir, "slurm"),
+            cpus_per_node=cpus,
+            checkpoint=watcher.checkpoint,
+        ) as cluster:
             print(
-                f"{ANNOUNCER}: Slurm job {slurm_job.name} on {nodes} emulated node(s); logs "
-                f"in {options.log_dir}",
+                f"{ANNOUNCER}: Slurm job {slurm_job.name} on real Slurm ({cluster.version}: "
+                f"slurmctld and {len(slurm_job.nodes)} slurmd on emulated hosts "
+                f"{', '.join(slurm_job.nodes)}); logs in {options.log_dir}",
                 flush=True,
             )
-            return watcher.watch(
-                supervisor.Group(
-                    ("batch",),
-                    start,
-                    lambda *failure: None,
-                    closing=lambda status, seconds: (
-                        f"Slurm job {slurm_job.name}: the batch script exited {status} on {nodes} "
-                        f"emulated node(s) in {seconds:.1f} s"
-                    ),
-                )
+            output = os.path.join(options.log_dir, f"{slurm_job.name}.out")
+            job_id = cluster.submit(
+                slurm_job.script_path, f"--chdir={os.getcwd()}", f"--output={output}"
             )
+            try:
+                state = _follow(cluster, job_id, output, watcher)
+            finally:
+                cluster.command("scancel", str(job_id))  # Nothing once it ended.
+            code = cluster.exit_code(job_id)
+            watcher.say(
+                f"Slurm job {slurm_job.name} (job {job_id}) {state}, exit code {code}, on real "
+                f"Slurm with {len(slurm_job.nodes)} node(s) in "
+                f"{time.monotonic() - watcher.start_s:.1f} s",
+                error=state != "COMPLETED",
+            )
+            return code if state != "COMPLETED" or code else 0
 
-    return watcher.run(
-        rehearse, setting_up="the emulated nodes were still being set up; removed them"
-    )
-
-
-def _batch_environment(
-    hosts: list[hosts_lib.Host], job_name: str, num_tasks: int, log_dir: str
-) -> dict[str, str]:
-    """What sbatch gives the batch script, and where our srun finds the nodes."""
-    names = [host.hostname for host in hosts]
-    return {
-        "SLURM_JOB_ID": str(os.getpid()),
-        "SLURM_JOB_NAME": job_name,
-        "SLURM_NTASKS": str(num_tasks),
-        "SLURM_NPROCS": str(num_tasks),
-        "SLURM_JOB_NUM_NODES": str(len(names)),
-        "SLURM_NNODES": str(len(names)),
-        "SLURM_JOB_NODELIST": host_list(names),
-        "SLURM_NODELIST": host_list(names),
-        "SLURM_TASKS_PER_NODE": tasks_per_node(block_layout(num_tasks, len(names))),
-        "SLURM_SUBMIT_DIR": os.getcwd(),
-        "SLURMD_NODENAME": names[0],
-        "SLURM_CLUSTER_NAME": "rehearsal",
-        ENV_NODES: json.dumps([[host.hostname, host.address, host.namespace] for host in hosts]),
-        ENV_LOG_DIR: log_dir,
-        "PATH": f"{_srun_dir(log_dir)}{os.pathsep}{local_image.environment({})['PATH']}",
-    }
+    return watcher.run(rehearse, setting_up="the Slurm cluster was still being set up; removed it")
 
 
-def _srun_dir(log_dir: str) -> str:
-    """A directory holding our `srun`, which runs a job step on the emulated nodes."""
-    bin_dir = os.path.join(log_dir, "bin")
-    os.makedirs(bin_dir, exist_ok=True)
-    path = os.path.join(bin_dir, "srun")
-    with open(path, "w", encoding="utf-8") as shim:
-        shim.write(
-            f"#!/bin/sh\nexec {' '.join(map(shlex.quote, PYTHON))} -m "
-            'tfdist.cluster.rehearsal.srun "$@"\n'
-        )
-    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return bin_dir
+def _follow(cluster, job_id: int, output: str, watcher: supervisor.Supervisor) -> str:
+    """Copies the job's output to stdout as it is written until the job ends; its state.
+
+    Raises:
+      processes.Stopped, supervisor.OutOfTime: a signal, or the time limit (the caller cancels
+        the job).
+    """
+    offset = 0
+    while True:
+        state = cluster.state(job_id)
+        offset = _copy(output, offset)
+        if state in slurm_cluster.DONE_STATES:
+            _copy(output, offset)
+            return state
+        processes.raise_if_stopped()
+        if watcher.out_of_time():
+            raise supervisor.OutOfTime("cancelled the job")
+        time.sleep(_POLL_S)
+
+
+def _copy(path: str, offset: int) -> int:
+    """Writes what `path` holds past `offset` to stdout; the new offset."""
+    try:
+        with open(path, "rb") as output:
+            output.seek(offset)
+            data = output.read()
+    except FileNotFoundError:
+        return offset
+    sys.stdout.buffer.write(data)
+    sys.stdout.flush()
+    return offset + len(data)

@@ -1,5 +1,5 @@
-"""For tests that emulate hosts: skip where this machine cannot, and the namespaces a
-rehearsal holds."""
+"""For tests that emulate hosts: skip where this machine cannot (or has no Slurm), and the
+namespaces a rehearsal holds."""
 
 import os
 import subprocess
@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from tfdist.cluster.rehearsal import hosts as hosts_lib
+from tfdist.cluster.rehearsal import slurm_cluster
 
 
 def emulated_hosts_or_skip() -> None:
@@ -15,6 +16,17 @@ def emulated_hosts_or_skip() -> None:
         hosts_lib.Hosts([("probe",)]).close()
     except hosts_lib.NoHosts as refused:
         pytest.skip(f"this machine cannot emulate hosts: {refused}")
+
+
+def real_slurm_or_skip() -> None:
+    """Skips the calling test unless this machine can run a real Slurm cluster; under
+    TFDIST_REQUIRE_SLURM=1 (CI, which installs Slurm) a missing Slurm fails it instead."""
+    absent = slurm_cluster.missing()
+    if absent and os.environ.get("TFDIST_REQUIRE_SLURM") == "1":
+        pytest.fail(f"Slurm is required here but {absent} is missing: {slurm_cluster.INSTALL}")
+    if absent:
+        pytest.skip(f"Slurm is not installed ({absent}): {slurm_cluster.INSTALL}")
+    emulated_hosts_or_skip()
 
 
 def our_namespaces(owner: int) -> list[str]:

@@ -16,7 +16,7 @@ import unittest
 
 import pytest
 
-from tests.tfdist.cluster.rehearsal.emulated_hosts import emulated_hosts_or_skip
+from tests.tfdist.cluster.rehearsal.emulated_hosts import real_slurm_or_skip
 from tfdist.cluster import manifests
 from tfdist.cluster.rehearsal import slurm_cluster
 
@@ -30,15 +30,6 @@ _TRAIN = [
     "--global_batch_size=16",
     "--collective_timeout_s=60",
 ]
-
-
-def _slurm_or_skip() -> None:
-    absent = slurm_cluster.missing()
-    if absent and os.environ.get("TFDIST_REQUIRE_SLURM") == "1":
-        pytest.fail(f"Slurm is required here but {absent} is missing: {slurm_cluster.INSTALL}")
-    if absent:
-        pytest.skip(f"Slurm is not installed ({absent}): {slurm_cluster.INSTALL}")
-    emulated_hosts_or_skip()
 
 
 def _task_pids(job_id: int) -> dict[int, int]:
@@ -77,7 +68,7 @@ class RealSlurmTest(unittest.TestCase):
 
     def setUp(self):
         super().setUp()
-        _slurm_or_skip()
+        real_slurm_or_skip()
         if RealSlurmTest.cluster is None:
             os.chmod(self._scratch.name, 0o755)
             RealSlurmTest.cluster = slurm_cluster.SlurmCluster(

@@ -1,5 +1,5 @@
-"""Tests for tfdist.cluster.rehearsal.slurm_run's reading of a batch script and its Slurm
-layouts (the rehearsal itself runs in tests/tfdist/commands/test_rehearse.py)."""
+"""Tests for tfdist.cluster.rehearsal.slurm_run's reading of a batch script and its nodes (the
+rehearsal itself, on real Slurm, runs in tests/tfdist/commands/test_rehearse.py)."""
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -15,7 +15,14 @@ class SlurmLayoutTest(parameterized.TestCase):
             job_name="sl", train_args=["--epochs=1"], num_workers=3, num_ps=1, chief=True
         )
         self.assertEqual(
-            slurm_run.read(script), {"job-name": "sl", "ntasks": "5", "time": "01:00:00"}
+            slurm_run.read(script),
+            {
+                "job-name": "sl",
+                "ntasks": "5",
+                "nodes": "5",
+                "ntasks-per-node": "1",
+                "time": "01:00:00",
+            },
         )
 
     @parameterized.named_parameters(
@@ -27,22 +34,19 @@ class SlurmLayoutTest(parameterized.TestCase):
         with self.assertRaisesRegex(RehearsalError, words):
             slurm_run.read(text)
 
-    @parameterized.named_parameters(
-        ("even", 4, 2, [2, 2], "2(x2)"),
-        ("uneven", 5, 2, [3, 2], "3,2"),
-        ("runs", 7, 3, [3, 2, 2], "3,2(x2)"),
-        ("one_each", 3, 3, [1, 1, 1], "1(x3)"),
-    )
-    def test_block_distribution(self, tasks, nodes, layout, text):
-        self.assertEqual(slurm_run.block_layout(tasks, nodes), layout)
-        self.assertEqual(slurm_run.tasks_per_node(layout), text)
+    def test_nodes_are_named_as_clusters_name_them(self):
+        names = slurm_run.node_names(10)
+        self.assertEqual(names[:2], ["node1", "node2"])
+        self.assertNotEqual(sorted(names), names)  # node10 sorts before node2 as text.
 
-    def test_node_names_sort_alike_as_text_and_as_numbers(self):
-        names = slurm_run.node_names(12)
-        self.assertEqual(names[:2], ["node01", "node02"])
-        self.assertEqual(sorted(names), names)
-        self.assertEqual(slurm_run.host_list(names), "node[01-12]")
-        self.assertEqual(slurm_run.host_list(names[:1]), "node01")
+    @parameterized.named_parameters(
+        ("declared", "#SBATCH --ntasks=4\n#SBATCH --nodes=2\n", None, 2),
+        ("one_per_task", "#SBATCH --ntasks=3\n", None, 3),
+        ("asked", "#SBATCH --ntasks=4\n#SBATCH --nodes=2\n", 4, 4),
+    )
+    def test_node_count(self, directives, asked, count):
+        job = slurm_run.job("job.sh", f"#!/bin/bash\n{directives}srun x\n", nodes=asked)
+        self.assertEqual(job.nodes, tuple(slurm_run.node_names(count)))
 
 
 if __name__ == "__main__":
