@@ -1,5 +1,5 @@
-"""One supervisor for a group of processes: `tfdist launch`'s tasks, the JobSet rehearsal's pods,
-the Slurm rehearsal's batch script and its srun's tasks.
+"""One supervisor for a group of processes: `tfdist launch`'s tasks and the JobSet rehearsal's
+pods (the Slurm rehearsal, which follows a job of real Slurm, takes its signal and time handling).
 
 It starts every process, polls them every POLL_S, asks its caller's policy what a failure means
 (restart some of them after a back-off, fail the job, or let the rest go on), says once when the
@@ -62,8 +62,8 @@ class Fail:
     line: str
 
 
-# A policy's answer None: the failed process stays ended and the rest go on (srun without
-# --kill-on-bad-exit, a batch script); the job's status is then the worst one.
+# A policy's answer None: the failed process stays ended and the rest go on; the job's status
+# is then the worst one.
 Policy = Callable[[str, int, int], "Restart | Fail | None"]
 
 

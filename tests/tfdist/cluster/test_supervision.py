@@ -381,7 +381,8 @@ def _pod(name: str, replicated_job: str, backoff_limit: int = 0) -> jobset_plan.
 
 
 class OtherPoliciesTest(parameterized.TestCase):
-    """The same supervisor under the JobSet rehearsal's and srun's policies."""
+    """The same supervisor under the JobSet rehearsal's policy and one that fails fast or lets
+    the rest go on."""
 
     def setUp(self):
         super().setUp()
@@ -453,12 +454,12 @@ class OtherPoliciesTest(parameterized.TestCase):
     @parameterized.named_parameters(
         ("kill_on_bad_exit", True, 3, 1.0), ("waits_for_every_task", False, 3, 2.0)
     )
-    def test_srun_fails_the_step_on_a_bad_exit_only_with_kill(self, kill, status, ended_s):
+    def test_a_bad_exit_fails_the_group_or_lets_the_rest_go_on(self, kill, status, ended_s):
         tasks = {
             "task 0": _Task(self.host, "task 0", [(1.0, 3)]),
             "task 1": _Task(self.host, "task 1", [(2.0, 0)]),
         }
-        watcher = supervisor.Supervisor("srun", timeout_s=None, everything="the step")
+        watcher = supervisor.Supervisor("step", timeout_s=None, everything="the step")
 
         def start(name):
             tasks[name].start()
@@ -472,7 +473,7 @@ class OtherPoliciesTest(parameterized.TestCase):
             watcher, supervisor.Group(tuple(tasks), start, on_failure, closing=lambda *ended: None)
         )
         self.assertEqual(result, status)
-        self.assertEqual(stderr, ["srun: task 0 exited with status 3"] if kill else [])
+        self.assertEqual(stderr, ["step: task 0 exited with status 3"] if kill else [])
         self.assertEqual(self.host.now, ended_s)
 
     def test_a_signal_stops_everything_with_one_line(self):
