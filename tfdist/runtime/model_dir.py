@@ -131,13 +131,13 @@ class Lock:
                 else f"cannot be opened ({error.strerror})"
             )
             raise ConfigError(
-                f"model_dir={root!r}: its lock file {path} {what}; or pass another --model_dir."
+                f"model_dir={root!r}: its lock file {path} {what}; or pass another model_dir=DIR."
             ) from None
         try:
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
                 raise ConfigError(
                     f"model_dir={root!r}: its lock file {path} is not a regular "
-                    "file; remove it, or pass another --model_dir."
+                    "file; remove it, or pass another model_dir=DIR."
                 )
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -145,7 +145,7 @@ class Lock:
                 raise ConfigError(
                     f"model_dir={root!r} is in use by another run "
                     f"({_owner(descriptor)}); wait for it to end or stop it, or "
-                    "pass another --model_dir."
+                    "pass another model_dir=DIR."
                 ) from None
             try:
                 os.ftruncate(descriptor, 0)
@@ -154,7 +154,7 @@ class Lock:
                 raise ConfigError(
                     f"model_dir={root!r}: cannot write its lock file "
                     f"({error.strerror}); free space there, or pass another "
-                    "--model_dir."
+                    "model_dir=DIR."
                 ) from None
         except BaseException:
             os.close(descriptor)

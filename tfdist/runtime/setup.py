@@ -289,8 +289,8 @@ def _check_noise_scale_replicas(config: RunConfig, kind: StrategyKind, num_repli
     ):
         raise ConfigError(
             f"measure_noise_scale=True with 1 replica under strategy={kind.value}: it compares "
-            "small- and large-batch gradients; train on 2+ replicas (e.g. --strategy=mirrored "
-            "--num_cpu_devices=2) or with --grad_accum_steps=2 or more."
+            "small- and large-batch gradients; train on 2+ replicas (e.g. strategy=mirrored "
+            "num_cpu_devices=2) or with grad_accum_steps=2 or more."
         )
 
 
@@ -348,8 +348,8 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     role = _role(config, kind)
     if role is Role.EVALUATE and not config.train.model_dir:
         raise ConfigError(
-            "the evaluator task needs --model_dir=DIR, the chief's --model_dir, "
-            "to find the checkpoints it evaluates."
+            "the evaluator task needs model_dir=DIR, the chief's, to find the checkpoints "
+            "it evaluates."
         )
     strategy = None
     if role is Role.TRAIN:

@@ -194,8 +194,8 @@ def refuse_finished_backup(backup_dir: str, epochs: int) -> None:
     if done >= epochs:
         raise ConfigError(
             f"epochs={epochs}: the backup in model_dir={os.path.dirname(backup_dir)!r} has "
-            f"{done} epoch(s) done, so nothing is left to train; pass --epochs above {done} to "
-            "train on from it, or another --model_dir to start afresh (the backup is kept)."
+            f"{done} epoch(s) done, so nothing is left to train; pass epochs={done + 1} or more "
+            "to train on from it, or another model_dir=DIR to start afresh (the backup is kept)."
         )
 
 
@@ -210,8 +210,8 @@ def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> Conf
     lines = str(error).strip().splitlines()
     return ConfigError(
         f"model_dir={model_dir!r}: {left} left there cannot be restored into this one "
-        f"({lines[0] if lines else type(error).__name__}); resume it with that run's --model and "
-        f"flags, or pass another --model_dir (or delete {path})."
+        f"({lines[0] if lines else type(error).__name__}); resume it with that run's model=MODEL "
+        f"and options, or pass another model_dir=DIR (or delete {path})."
     )
 
 

@@ -116,8 +116,8 @@ def validation_steps(plan: Plan, data: Data, steps: int | None = None) -> int:
             return batches
     raise ConfigError(
         "validation_steps: tfdist cannot tell where your validation data ends; "
-        "give fit a validation_steps argument or --validation_steps=N (or return "
-        "a finite dataset, or a tfdist.Records)."
+        "pass validation_steps=N (to fit, or as the option) (or return a finite dataset, "
+        "or a tfdist.Records)."
     )
 
 
@@ -149,7 +149,7 @@ def check_steps_match(plan: Plan, train_data: Data) -> None:
         raise ConfigError(
             f"steps_per_epoch: the plan took {plan.steps_per_epoch} from {plan.steps_from}, but "
             "fit got other training data; pass train_examples= to tfdist.setup, or "
-            "--steps_per_epoch=N."
+            "steps_per_epoch=N."
         )
 
 

@@ -158,7 +158,7 @@ def _full_disk_is_one_line(model_dir: ModelDir):
         raise errors.DiskFull(
             f"model_dir={model_dir.root!r}: saving into it failed ({full}); the "
             "last complete backup and checkpoints are kept: free space there and "
-            "run again to resume, or pass another --model_dir."
+            "run again to resume, or pass another model_dir=DIR."
         ) from None
 
 
@@ -168,7 +168,7 @@ def _evaluate(plan: Plan, model, validation_data, validation_steps, loss, metric
         raise ConfigError(
             "the evaluator task has no validation data: pass validation_data to "
             "fit (or a dataset with a validation split), or launch without "
-            "--evaluator."
+            "an evaluator task."
         )
     keras = flavour(plan)
     keras_model = keras.build_model(plan, model, data=validation_data, loss=loss, metrics=metrics)

@@ -43,7 +43,7 @@ def _python_data(plan: Plan):
         raise ConfigError(
             f"model={config.train.model!r} is built for image datasets; with "
             f"dataset={config.input.dataset!r} name your own model as "
-            "--model=MODULE:FUNCTION."
+            "model=MODULE:FUNCTION."
         )
     splits = plugins.dataset_splits(config.input.dataset)
     build = functools.partial(

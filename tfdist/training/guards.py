@@ -71,7 +71,7 @@ def check_arguments(validation_steps, callbacks) -> list:
             raise ConfigError(
                 f"callbacks[{index}] is a {type(callback).__name__}, not a Keras "
                 "callback; pass instances of tf_keras.callbacks.Callback "
-                "(keras.callbacks.Callback under --keras=3)."
+                "(keras.callbacks.Callback under keras=3)."
             )
     return callbacks
 
@@ -171,8 +171,8 @@ def require_enough(
         )
         raise ConfigError(
             f"train_data: an input pipeline holds {batches} batches but the run takes {takes} = "
-            f"{epoch * epochs} of them; end the dataset with .repeat() (or lower --epochs or "
-            "--steps_per_epoch)."
+            f"{epoch * epochs} of them; end the dataset with .repeat() (or lower epochs=N or "
+            "steps_per_epoch=N)."
         )
 
 
@@ -197,7 +197,7 @@ def ran_out(field: str = "train_data") -> ConfigError:
     instead)."""
     return ConfigError(
         f"{field}: it ran out of batches before the run's last step; end the "
-        "dataset with .repeat() (or lower --epochs or --steps_per_epoch)."
+        "dataset with .repeat() (or lower epochs=N or steps_per_epoch=N)."
     )
 
 
@@ -247,7 +247,7 @@ class FiniteLoss(tf_keras.callbacks.Callback):
             raise errors.Diverged(
                 f"loss: training diverged in epoch {epoch + 1} ({sign}); its checkpoint was "
                 "not written. Lower the learning rate "
-                f"(--learning_rate={self._learning_rate:g}, unless the model came compiled with "
+                f"(learning_rate={self._learning_rate:g}, unless the model came compiled with "
                 "its own optimizer), or check train_data for NaN or infinite values."
             )
         raise ConfigError(

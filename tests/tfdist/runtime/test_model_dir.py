@@ -23,7 +23,7 @@ class OwnedModelDirTest(unittest.TestCase):
                 ConfigError,
                 rf"^model_dir='{self.dir}' is in use by another run \(pid "
                 rf"{os.getpid()} on .* since .*\); wait for it to end or "
-                r"stop it, or pass another --model_dir\.$",
+                r"stop it, or pass another model_dir=DIR\.$",
             ):
                 with ModelDir(self.dir).owned():
                     pass

@@ -199,7 +199,8 @@ class ResumeTest(unittest.TestCase):
             last,
         )
         self.assertIn(
-            "resume it with that run's --model and flags, or pass another --model_dir", last
+            "resume it with that run's --model=MODEL and options, or pass another --model_dir=DIR",
+            last,
         )
 
     def _assert_full_disk_kept_a_backup(

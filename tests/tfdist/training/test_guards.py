@@ -120,7 +120,7 @@ class FiniteLossTest(tf.test.TestCase):
         with self.assertRaisesRegex(
             errors.Diverged,
             r"^loss: training diverged in epoch 1 \(loss "
-            r"inf\); .*--learning_rate=0\.1, ",
+            r"inf\); .*\(learning_rate=0\.1, ",
         ):
             self._guard(False, 1.0).on_epoch_end(0, {"loss": float("inf")})
 
@@ -252,7 +252,7 @@ class FitGuardsTest(PolicyReset):
             errors.Diverged,
             r"^loss: training diverged in epoch 1 \(loss "
             r"nan\); its checkpoint was not written\. Lower "
-            r"the learning rate \(--learning_rate=0.003, ",
+            r"the learning rate \(learning_rate=0.003, ",
         ):
             self._fit(
                 arrays_dataset_fn(features * np.nan, labels),

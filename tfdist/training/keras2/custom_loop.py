@@ -90,14 +90,14 @@ class CustomLoop:
                 f"{plan.task} has role {plan.role.value}: CustomLoop trains, on "
                 "the training tasks; a parameter-server worker or ps task calls "
                 "tfdist.serve(plan) instead, and a custom loop has no evaluator "
-                "task (launch without --evaluator; evaluate in your loop)."
+                "task (launch without an evaluator task; evaluate in your loop)."
             )
         if optimizer is not None and not isinstance(optimizer, _OPTIMIZERS):
             raise ConfigError(
                 f"optimizer={optimizer!r} is a {type(optimizer).__name__}, not a "
                 "tf_keras optimizer; pass one built in plan.strategy.scope() "
                 "(e.g. tf_keras.optimizers.Adam()), or none for tfdist's own "
-                "(--optimizer)."
+                "(optimizer=NAME in the config)."
             )
         self.plan = plan
         self.strategy = plan.strategy
