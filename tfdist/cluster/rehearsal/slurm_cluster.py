@@ -20,6 +20,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -34,7 +35,15 @@ _READY_S = 60.0
 _COMMAND_S = 60.0
 _STOP_S = 10.0
 _POLL_S = 0.25
-DONE_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY")
+DONE_STATES = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "LAUNCH_FAILED",
+)
 
 
 def missing() -> str | None:
@@ -60,7 +69,10 @@ class SlurmCluster:
 
     Attributes:
       nodes: the node names, in the order given (Slurm lists them in its own, numeric, order).
-      directory: where slurm.conf, the daemons' logs and spools and munge's key live.
+      directory: where slurm.conf, the daemons' logs and state and munge's key live.
+      sockets: a short directory of its own under /tmp for the daemons' spools and munge's
+        socket (a Unix socket's path has at most 107 bytes, which a deep `directory` passes:
+        slurmstepd then fails and the job is requeued forever); removed on close.
     """
 
     def __init__(
@@ -78,6 +90,7 @@ class SlurmCluster:
             did not come up (its logs are named).
         """
         self.nodes, self.directory = list(nodes), os.path.abspath(directory)
+        self.sockets = tempfile.mkdtemp(prefix="tfdist-slurm-", dir="/tmp")
         self._daemons: list[subprocess.Popen] = []
         self._hosts: hosts_lib.Hosts | None = None
         require_slurm()
@@ -94,7 +107,7 @@ class SlurmCluster:
     def _start(self, cpus_per_node: int, checkpoint: Callable[[], None]) -> None:
         os.makedirs(os.path.join(self.directory, "state"), exist_ok=True)
         for node in self.nodes:
-            os.makedirs(os.path.join(self.directory, "spool", node), exist_ok=True)
+            os.makedirs(os.path.join(self.sockets, node), exist_ok=True)
         socket = self._start_munge()
         self._hosts = hosts_lib.Hosts(
             [(CONTROLLER,), *((node,) for node in self.nodes)], checkpoint=checkpoint
@@ -123,7 +136,7 @@ class SlurmCluster:
         with open(key, "wb") as key_file:
             key_file.write(os.urandom(1024))
         os.chmod(key, 0o400)
-        socket = os.path.join(self.directory, "munge.socket")
+        socket = os.path.join(self.sockets, "munge.socket")
         files = {name: os.path.join(self.directory, f"munged.{name}") for name in ("pid", "log")}
         self._daemons.append(
             subprocess.Popen(  # pylint: disable=consider-using-with
@@ -159,7 +172,7 @@ class SlurmCluster:
             "SlurmUser=root",
             "SlurmdUser=root",
             f"StateSaveLocation={directory}/state",
-            f"SlurmdSpoolDir={directory}/spool/%n",
+            f"SlurmdSpoolDir={self.sockets}/%n",
             f"SlurmctldPidFile={directory}/slurmctld.pid",
             f"SlurmdPidFile={directory}/slurmd-%n.pid",
             f"SlurmctldLogFile={directory}/slurmctld.log",
@@ -242,9 +255,13 @@ class SlurmCluster:
         return int(result.stdout.strip().split(";")[0])
 
     def state(self, job_id: int) -> str:
-        """The job's state as scontrol says it (PENDING, RUNNING, COMPLETED, FAILED, ...)."""
+        """The job's state as scontrol says it (PENDING, RUNNING, COMPLETED, FAILED, ...), or
+        LAUNCH_FAILED for a job Slurm could not start on its nodes (it would requeue it)."""
         words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
-        return next((w.partition("=")[2] for w in words if w.startswith("JobState=")), "UNKNOWN")
+        said = {w.partition("=")[0]: w.partition("=")[2] for w in words if "=" in w}
+        if "launch_failed" in said.get("Reason", "").lower():
+            return "LAUNCH_FAILED"
+        return said.get("JobState", "UNKNOWN")
 
     @property
     def version(self) -> str:
@@ -292,6 +309,7 @@ class SlurmCluster:
         if self._hosts is not None:
             self._hosts.close()
             self._hosts = None
+        shutil.rmtree(self.sockets, ignore_errors=True)
 
     def __enter__(self) -> SlurmCluster:
         return self

@@ -135,9 +135,15 @@ def run(slurm_job: SlurmJob, options: Options) -> int:
             finally:
                 cluster.command("scancel", str(job_id))  # Nothing once it ended.
             code = cluster.exit_code(job_id)
+            why = (
+                f" (Slurm could not start it on its nodes: read slurmd-NODE.log in "
+                f"{cluster.directory})"
+                if state == "LAUNCH_FAILED"
+                else ""
+            )
             watcher.say(
-                f"Slurm job {slurm_job.name} (job {job_id}) {state}, exit code {code}, on real "
-                f"Slurm with {len(slurm_job.nodes)} node(s) in "
+                f"Slurm job {slurm_job.name} (job {job_id}) {state}{why}, exit code {code}, on "
+                f"real Slurm with {len(slurm_job.nodes)} node(s) in "
                 f"{time.monotonic() - watcher.start_s:.1f} s",
                 error=state != "COMPLETED",
             )

@@ -140,7 +140,7 @@ class RealSlurmTest(unittest.TestCase):
         self.assertIn("NumNodes=2", self._show(job))
         self.assertRegex(text, r"(?m)^0: tfdist: parameter_server .*loss=")
 
-    def test_a_killed_task_ends_the_job_and_a_resubmitted_job_resumes(self):
+    def test_a_killed_task_ends_the_job_and_the_requeued_job_resumes(self):
         layout = dict(
             num_workers=2,
             train_args=[
@@ -151,7 +151,7 @@ class RealSlurmTest(unittest.TestCase):
                 f"--model_dir={self.dir}/run",
             ],
         )
-        job, output = self._submit("killed", **layout)
+        job, output = self._submit("killed", "--requeue", "--open-mode=append", **layout)
         self._wait_for(output, "1: Epoch 2/3", job)
         os.kill(_task_pids(job)[1], signal.SIGKILL)
         killed = time.monotonic()
@@ -159,8 +159,13 @@ class RealSlurmTest(unittest.TestCase):
         self.assertLess(time.monotonic() - killed, _ENDED_S)
         self.assertEqual(_task_pids(job), {}, "every task of the job ended")
         self.assertRegex(open(output).read(), r"srun: error: node10: task 1: Killed")
-        again, output = self._submit("resumed", **layout)
-        self.assertEqual(self.cluster.wait(again, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        # As Slurm requeues a job after a node failure or a preemption (scontrol requeue).
+        requeued = self.cluster.command("scontrol", "requeue", str(job))
+        self.assertEqual(requeued.returncode, 0, requeued.stderr)
+        deadline = time.monotonic() + _ENDED_S
+        while self.cluster.state(job) == "FAILED" and time.monotonic() < deadline:
+            time.sleep(0.25)
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
         self.assertIn("resuming at epoch 2", open(output, encoding="utf-8").read())
 
     def test_scancel_ends_every_task(self):
