@@ -123,7 +123,7 @@ def cluster_from_slurm(
         raise ClusterConfigError(f"{_PREFIX}: {exc}") from exc
 
 
-def expand_hostlist(text: str) -> list[str]:
+def expand_hostlist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]:
     """A Slurm host list ("gpu[9-10,12],login1") as its host names, in Slurm's order.
 
     Raises:
@@ -139,19 +139,19 @@ def expand_hostlist(text: str) -> list[str]:
         if ranges is None:
             hosts.append(prefix + suffix)
         else:
-            hosts.extend(f"{prefix}{number}{suffix}" for number in _expand_ranges(text, ranges))
+            hosts.extend(
+                f"{prefix}{number}{suffix}" for number in _expand_ranges(text, ranges, source)
+            )
         position = match.end()
         if position < len(text) and text[position] != ",":
             break
         position += 1
     if position < len(text) or not hosts or len(hosts) > _MAX_NODES:
-        raise _error(
-            f"SLURM_STEP_NODELIST={errors.cut(repr(text))} is not a Slurm host list", _STEP_FIX
-        )
+        raise _error(f"{source}={errors.cut(repr(text))} is not a Slurm host list", _STEP_FIX)
     return hosts
 
 
-def _expand_ranges(text: str, ranges: str) -> list[str]:
+def _expand_ranges(text: str, ranges: str, source: str) -> list[str]:
     """ "01-03,7" as ["01", "02", "03", "7"]: each range keeps its zero padding."""
     numbers = []
     for part in ranges.split(","):
@@ -159,15 +159,11 @@ def _expand_ranges(text: str, ranges: str) -> list[str]:
         if not (
             low.isascii() and low.isdigit() and (not high or (high.isascii() and high.isdigit()))
         ):
-            raise _error(
-                f"SLURM_STEP_NODELIST={errors.cut(repr(text))} is not a Slurm host list", _STEP_FIX
-            )
+            raise _error(f"{source}={errors.cut(repr(text))} is not a Slurm host list", _STEP_FIX)
         width = len(low) if low.startswith("0") else 0
         last = int(high) if high else int(low)
         if last - int(low) > _MAX_NODES:
-            raise _error(
-                f"SLURM_STEP_NODELIST={errors.cut(repr(text))} names too many hosts", _STEP_FIX
-            )
+            raise _error(f"{source}={errors.cut(repr(text))} names too many hosts", _STEP_FIX)
         numbers.extend(f"{number:0{width}d}" for number in range(int(low), last + 1))
     return numbers
 

@@ -4,10 +4,12 @@ script) on this machine as the cluster would, one emulated host per pod or node
 
 from absl import flags
 
+from tfdist import errors
 from tfdist.cluster import rehearsal
 from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.runtime import paths
+from tfdist.strategies import slurm
 
 _VOLUME_DIR = flags.DEFINE_string(
     "volume_dir",
@@ -16,13 +18,12 @@ _VOLUME_DIR = flags.DEFINE_string(
     "PersistentVolumeClaims, each as DIR/<claimName> (unset: "
     "<log_dir>/volumes).",
 )
-_NODES = flags_lib.define_integer(
+_NODES = flags.DEFINE_string(
     "slurm_nodes",
     None,
-    "rehearse: nodes of the real Slurm cluster a Slurm script runs on, named node1, node2, ... "
-    "(unset: its #SBATCH --nodes, else one per task).",
-    lower_bound=1,
-    upper_bound=flags_lib.MAX_TASKS,
+    "rehearse: the nodes of the real Slurm cluster a Slurm script runs on: a count (named "
+    "node1, node2, ...) or their names as a Slurm host list, e.g. gpu[9-10] (unset: its "
+    "#SBATCH --nodes, else one per task).",
 )
 flags_lib.register(
     "rehearse", flags_lib.group(cli_flags.LOG_DIR, _VOLUME_DIR, _NODES, cli_flags.TIMEOUT_S)
@@ -48,4 +49,19 @@ def main(files: list[str]) -> int:
         volume_dir=_VOLUME_DIR.value,
         timeout_s=cli_flags.TIMEOUT_S.value,
     )
-    return rehearsal.rehearse(files[0], options, nodes=_NODES.value)
+    return rehearsal.rehearse(files[0], options, nodes=_nodes(_NODES.value))
+
+
+def _nodes(text: str | None) -> int | list[str] | None:
+    """--slurm_nodes as a count or node names."""
+    if text is None:
+        return None
+    if text.isascii() and text.isdigit() and len(text) <= 4:
+        return int(text)
+    try:
+        return slurm.expand_hostlist(text, source="slurm_nodes")
+    except slurm.ClusterConfigError:
+        raise flags_lib.UsageError(
+            f"--slurm_nodes={errors.shown(text)} is neither a count nor a Slurm host list; pass "
+            "e.g. --slurm_nodes=2 or --slurm_nodes=gpu[9-10]."
+        ) from None

@@ -171,9 +171,9 @@ def _build_strategy(config: RunConfig, kind: StrategyKind) -> tf.distribute.Stra
     ]
     message = errors.line(
         f"{task} waited {timeout_s:g} s (--collective_timeout_s) for the "
-        f"other {cluster.num_workers - 1} worker(s) to join; start every task, "
-        "check them with `tfdist doctor --probe`, or raise "
-        "--collective_timeout_s."
+        f"other {cluster.num_workers - 1} worker(s) to join; start every task (a JobSet "
+        "or a Slurm job starts them all: if one did not start, submit the job again), check "
+        "them with `tfdist doctor --probe`, or raise --collective_timeout_s."
     )
     with join_deadline.deadline(timeout_s, message, peers):
         return strategies.build(config.strategy, cluster)

@@ -16,6 +16,7 @@ tolerations are not looked at), or the cluster's DNS and storage. Linux, as root
 
 import os
 import stat
+from collections.abc import Sequence
 
 import yaml
 
@@ -32,14 +33,15 @@ MAX_MANIFEST_BYTES = 1 << 20
 __all__ = ["MAX_MANIFEST_BYTES", "Options", "rehearse"]
 
 
-def rehearse(path: str, options: Options, *, nodes: int | None = None) -> int:
+def rehearse(path: str, options: Options, *, nodes: int | Sequence[str] | None = None) -> int:
     """Rehearses the manifest at `path`; returns the job's exit status (0 when it completes).
 
     Args:
       path: a JobSet YAML or an sbatch script that `tfdist manifest` wrote.
       options: where logs and volumes go (made once the manifest and this machine are found
         fit), and the time limit.
-      nodes: a Slurm script's node count (else its #SBATCH --nodes, else one node per task).
+      nodes: a Slurm script's node count or node names (else its #SBATCH --nodes, else one
+        node per task).
 
     Raises:
       RehearsalError: the file cannot be read or rehearsed; NoHosts: this machine cannot

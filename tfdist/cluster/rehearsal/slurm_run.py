@@ -13,6 +13,7 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Sequence
 
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import processes
@@ -25,6 +26,7 @@ from tfdist.cluster.rehearsal.jobset_run import Options
 _DIRECTIVE_RE = re.compile(r"#SBATCH\s+(.*)")
 _SHELLS = ("#!/bin/bash", "#!/usr/bin/env bash", "#!/bin/sh")
 _MAX_NODES = 64
+_NODE_NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9-]{0,62}")
 _POLL_S = 0.25
 
 
@@ -70,9 +72,9 @@ class SlurmJob:
     nodes: tuple[str, ...]
 
 
-def job(script_path: str, text: str, *, nodes: int | None) -> SlurmJob:
-    """The job of the batch script `text` on `nodes` nodes (else its #SBATCH --nodes, else one
-    per task, at most 64).
+def job(script_path: str, text: str, *, nodes: int | Sequence[str] | None) -> SlurmJob:
+    """The job of the batch script `text` on `nodes` (a count of nodes named node1, node2, ...,
+    or their names; else its #SBATCH --nodes, else one per task, at most 64).
 
     Raises:
       RehearsalError: the script or node count cannot be rehearsed.
@@ -82,18 +84,31 @@ def job(script_path: str, text: str, *, nodes: int | None) -> SlurmJob:
     declared = directives.get("nodes", "")
     if nodes is None and declared.isascii() and declared.isdigit():
         nodes = int(directives["nodes"])
-    nodes = nodes or min(num_tasks, _MAX_NODES)
-    if not 0 < nodes <= min(num_tasks, _MAX_NODES):
+    if nodes is None:
+        nodes = min(num_tasks, _MAX_NODES)
+    names = list(nodes) if _is_list(nodes) else node_names(nodes)
+    if not 0 < len(names) <= min(num_tasks, _MAX_NODES):
         raise RehearsalError(
-            f"slurm_nodes={nodes} does not fit {num_tasks} task(s); pass "
-            f"from 1 to {min(num_tasks, _MAX_NODES)} nodes."
+            f"slurm_nodes={len(names)} node(s) do not fit {num_tasks} task(s); pass from 1 to "
+            f"{min(num_tasks, _MAX_NODES)} nodes."
+        )
+    bad = next((name for name in names if not _NODE_NAME_RE.fullmatch(name)), None)
+    if bad is not None or len(set(names)) < len(names):
+        raise RehearsalError(
+            f"slurm_nodes={','.join(names)!r} names "
+            f"{'the node ' + repr(bad) + ' that is not a host name' if bad else 'a node twice'}; "
+            "pass names of letters, digits and '-', e.g. gpu[9-10]."
         )
     return SlurmJob(
         os.path.abspath(script_path),
         directives.get("job-name") or os.path.basename(script_path),
         num_tasks,
-        tuple(node_names(nodes)),
+        tuple(names),
     )
+
+
+def _is_list(nodes) -> bool:
+    return nodes is not None and not isinstance(nodes, int)
 
 
 def node_names(count: int) -> list[str]:

@@ -48,6 +48,20 @@ class SlurmLayoutTest(parameterized.TestCase):
         job = slurm_run.job("job.sh", f"#!/bin/bash\n{directives}srun x\n", nodes=asked)
         self.assertEqual(job.nodes, tuple(slurm_run.node_names(count)))
 
+    def test_nodes_named_as_the_user_asks(self):
+        job = slurm_run.job("job.sh", "#!/bin/bash\n#SBATCH --ntasks=2\n", nodes=["gpu9", "gpu10"])
+        self.assertEqual(job.nodes, ("gpu9", "gpu10"))
+
+    @parameterized.named_parameters(
+        ("none", 0, "0 node\\(s\\) do not fit 2 task"),
+        ("too_many", ["a1", "a2", "a3"], "3 node\\(s\\) do not fit 2 task"),
+        ("twice", ["a1", "a1"], "names a node twice"),
+        ("not_a_host_name", ["a_1", "b"], "names the node 'a_1' that is not a host name"),
+    )
+    def test_node_refusals_are_one_line(self, nodes, words):
+        with self.assertRaisesRegex(RehearsalError, words):
+            slurm_run.job("job.sh", "#!/bin/bash\n#SBATCH --ntasks=2\n", nodes=nodes)
+
 
 if __name__ == "__main__":
     absltest.main()
