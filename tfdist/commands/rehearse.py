@@ -4,12 +4,11 @@ script) on this machine as the cluster would, one emulated host per pod or node
 
 from absl import flags
 
-from tfdist import errors
 from tfdist.cluster import rehearsal
+from tfdist.cluster.rehearsal import slurm_run
 from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.runtime import paths
-from tfdist.strategies import slurm
 
 _VOLUME_DIR = flags.DEFINE_string(
     "volume_dir",
@@ -53,15 +52,5 @@ def main(files: list[str]) -> int:
 
 
 def _nodes(text: str | None) -> int | list[str] | None:
-    """--slurm_nodes as a count or node names."""
-    if text is None:
-        return None
-    if text.isascii() and text.isdigit() and len(text) <= 4:
-        return int(text)
-    try:
-        return slurm.expand_hostlist(text, source="slurm_nodes")
-    except slurm.ClusterConfigError:
-        raise flags_lib.UsageError(
-            f"--slurm_nodes={errors.shown(text)} is neither a count nor a Slurm host list; pass "
-            "e.g. --slurm_nodes=2 or --slurm_nodes=gpu[9-10]."
-        ) from None
+    """--slurm_nodes as a count or node names (`slurm_run.nodes_asked`)."""
+    return None if text is None else slurm_run.nodes_asked(text)

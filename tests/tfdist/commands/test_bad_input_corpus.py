@@ -97,6 +97,7 @@ _STRINGS = {
     "plot": ("{dir}", "/proc/plot.png"),
     "replicas": ("0", "x", "", HUGE, "-1"),
     "nodes": ("0", "x", "", HUGE, "-1", "1,,2"),
+    "slurm_nodes": ("0", "", "-1", "gpu[9-", "a_1,b", "a,a", HUGE),
     "from_benchmark": ("{dir}", "{file}", "/nowhere/bench.json"),
     "noise_scale_json": ("{dir}", "{file}", "/nowhere/metrics.json"),
     "input_benchmark": ("{dir}", "{file}", "/nowhere/input.json"),

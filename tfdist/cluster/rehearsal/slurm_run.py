@@ -15,6 +15,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from tfdist import errors
+from tfdist.strategies import slurm
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import processes
 from tfdist.cluster import supervisor
@@ -92,13 +94,6 @@ def job(script_path: str, text: str, *, nodes: int | Sequence[str] | None) -> Sl
             f"slurm_nodes={len(names)} node(s) do not fit {num_tasks} task(s); pass from 1 to "
             f"{min(num_tasks, _MAX_NODES)} nodes."
         )
-    bad = next((name for name in names if not _NODE_NAME_RE.fullmatch(name)), None)
-    if bad is not None or len(set(names)) < len(names):
-        raise RehearsalError(
-            f"slurm_nodes={','.join(names)!r} names "
-            f"{'the node ' + repr(bad) + ' that is not a host name' if bad else 'a node twice'}; "
-            "pass names of letters, digits and '-', e.g. gpu[9-10]."
-        )
     return SlurmJob(
         os.path.abspath(script_path),
         directives.get("job-name") or os.path.basename(script_path),
@@ -109,6 +104,29 @@ def job(script_path: str, text: str, *, nodes: int | Sequence[str] | None) -> Sl
 
 def _is_list(nodes) -> bool:
     return nodes is not None and not isinstance(nodes, int)
+
+
+def nodes_asked(text: str) -> int | list[str]:
+    """`--slurm_nodes`: a count of nodes (named node1, node2, ...) or their names as a Slurm host
+    list ("gpu[9-10]").
+
+    Raises:
+      RehearsalError: neither, or names that are not host names or name a node twice.
+    """
+    if text.isascii() and text.isdigit() and len(text) <= 4 and 0 < int(text) <= _MAX_NODES:
+        return int(text)
+    try:
+        names = slurm.expand_hostlist(text, source="slurm_nodes")
+    except slurm.ClusterConfigError:
+        names = []
+    bad = next((name for name in names if not _NODE_NAME_RE.fullmatch(name)), None)
+    if not names or bad is not None or len(set(names)) < len(names) or len(names) > _MAX_NODES:
+        raise RehearsalError(
+            f"slurm_nodes={errors.shown(text)} is neither a count from 1 to {_MAX_NODES} nor a "
+            "Slurm host list of distinct host names (letters, digits and '-'); pass e.g. "
+            "--slurm_nodes=2 or --slurm_nodes=gpu[9-10]."
+        )
+    return names
 
 
 def node_names(count: int) -> list[str]:

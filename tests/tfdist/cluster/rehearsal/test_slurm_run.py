@@ -52,15 +52,18 @@ class SlurmLayoutTest(parameterized.TestCase):
         job = slurm_run.job("job.sh", "#!/bin/bash\n#SBATCH --ntasks=2\n", nodes=["gpu9", "gpu10"])
         self.assertEqual(job.nodes, ("gpu9", "gpu10"))
 
-    @parameterized.named_parameters(
-        ("none", 0, "0 node\\(s\\) do not fit 2 task"),
-        ("too_many", ["a1", "a2", "a3"], "3 node\\(s\\) do not fit 2 task"),
-        ("twice", ["a1", "a1"], "names a node twice"),
-        ("not_a_host_name", ["a_1", "b"], "names the node 'a_1' that is not a host name"),
-    )
-    def test_node_refusals_are_one_line(self, nodes, words):
-        with self.assertRaisesRegex(RehearsalError, words):
-            slurm_run.job("job.sh", "#!/bin/bash\n#SBATCH --ntasks=2\n", nodes=nodes)
+    def test_a_job_that_does_not_fit_its_nodes_is_refused(self):
+        with self.assertRaisesRegex(RehearsalError, "3 node\\(s\\) do not fit 2 task"):
+            slurm_run.job("job.sh", "#!/bin/bash\n#SBATCH --ntasks=2\n", nodes=["a1", "a2", "a3"])
+
+    @parameterized.parameters(("2", 2), ("gpu[9-10]", ["gpu9", "gpu10"]), ("a,b-1", ["a", "b-1"]))
+    def test_nodes_asked_as_a_count_or_names(self, text, nodes):
+        self.assertEqual(slurm_run.nodes_asked(text), nodes)
+
+    @parameterized.parameters("0", "", "-1", "99999999999999999999", "gpu[9-", "a_1,b", "a,a", "9a")
+    def test_nodes_asked_refusals_are_one_line(self, text):
+        with self.assertRaisesRegex(RehearsalError, r"^slurm_nodes=.* is neither a count"):
+            slurm_run.nodes_asked(text)
 
 
 if __name__ == "__main__":
