@@ -147,7 +147,7 @@ class RealSlurmTest(unittest.TestCase):
                 *_TRAIN,
                 "--strategy=multi_worker_mirrored",
                 "--epochs=3",
-                "--steps_per_epoch=400",
+                "--steps_per_epoch=150",
                 f"--model_dir={self.dir}/run",
             ],
         )
