@@ -96,6 +96,10 @@ class RealSlurmTest(unittest.TestCase):
             time.sleep(0.25)
         self.fail(f"no {line!r} in {output}")
 
+    def _slurmctld_log(self) -> str:
+        with open(os.path.join(self.cluster.directory, "slurmctld.log"), encoding="utf-8") as log:
+            return "".join(log.readlines()[-30:])
+
     def _show(self, job: int) -> str:
         return self.cluster.command("scontrol", "show", "job", "--oneliner", str(job)).stdout
 
@@ -159,15 +163,21 @@ class RealSlurmTest(unittest.TestCase):
         self.assertLess(time.monotonic() - killed, _ENDED_S)
         self.assertEqual(_task_pids(job), {}, "every task of the job ended")
         self.assertRegex(open(output).read(), r"srun: error: node10: task 1: Killed")
-        # As Slurm requeues a job after a node failure or a preemption (scontrol requeue).
-        requeued = self.cluster.command("scontrol", "requeue", str(job))
-        self.assertEqual(requeued.returncode, 0, requeued.stderr)
+        # As Slurm requeues a job after a node failure or a preemption (scontrol requeue); a job
+        # still completing on a loaded machine may not be requeued yet, so ask until it is.
         # Slurm holds a requeued job back by about two minutes (BeginTime); start it now.
-        self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
         deadline = time.monotonic() + _ENDED_S
-        while self.cluster.state(job) == "FAILED" and time.monotonic() < deadline:
-            time.sleep(0.25)
-        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        while self.cluster.state(job) not in ("PENDING", "RUNNING", "COMPLETED"):
+            self.assertLess(time.monotonic(), deadline, self._show(job) + self._slurmctld_log())
+            self.cluster.command("scontrol", "requeue", str(job))
+            self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
+            time.sleep(1.0)
+        self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
+        self.assertEqual(
+            self.cluster.wait(job, _JOB_S),
+            "COMPLETED",
+            open(output).read()[-3000:] + self._show(job) + self._slurmctld_log(),
+        )
         self.assertIn("resuming at epoch 2", open(output, encoding="utf-8").read())
 
     def test_scancel_ends_every_task(self):
