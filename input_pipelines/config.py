@@ -10,8 +10,6 @@ import os
 import re
 import sys
 
-from tfdist import errors
-from tfdist.fields import option
 
 BUILTIN_DATASET = "shapes"
 SYNTHETIC_DATASET = "synthetic"
@@ -55,8 +53,23 @@ _COMPUTE_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
 BASELINE_STAGES = ("read", "shuffle", "parse", "decode")
 
 
-class InputConfigError(errors.UsageError):
+class InputConfigError(ValueError):
     """An input option is invalid; the message is one line: field, value, fix."""
+
+
+def option(
+    default,
+    help: str | None = None,
+    *,  # pylint: disable=redefined-builtin
+    bounds: tuple[int, int] | None = None,
+) -> dataclasses.Field:
+    """A config field that carries its `tfdist train` flag's default, help and integer bounds
+    once (as `strategies.config.option`: the two libraries import nothing of each other)."""
+    metadata = {"help": help, "bounds": bounds}
+    return dataclasses.field(
+        default=default,
+        metadata={key: value for key, value in metadata.items() if value is not None},
+    )
 
 
 def log(line: str) -> None:

@@ -29,7 +29,8 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tfdist import errors
+from .config import cut
+from .config import problem as one_line
 
 _ENV_VAR = "TF_CONFIG"
 _JOB_ORDER = ("chief", "worker", "ps", "evaluator")
@@ -46,7 +47,7 @@ _TYPE_FIX = f"set task.type to {_JOB_NAMES}"
 _INDEX_FIX = "set task.index to this task's position in its job's address list, counting from 0"
 
 
-class ClusterConfigError(errors.UsageError):
+class ClusterConfigError(ValueError):
     """TF_CONFIG is invalid; the message is one user-facing line."""
 
 
@@ -475,9 +476,9 @@ def _show(value: Any) -> str:
         text = json.dumps(value)
     except (TypeError, ValueError):
         text = repr(value).replace("\n", "\\n")
-    return errors.cut(text)
+    return cut(text)
 
 
 def _error(path: str, problem: str, fix: str) -> ClusterConfigError:
     """The one-line error "TF_CONFIG <path>: <problem>; <fix>."."""
-    return ClusterConfigError(errors.problem(f"TF_CONFIG {path}".rstrip(), problem, fix))
+    return ClusterConfigError(one_line(f"TF_CONFIG {path}".rstrip(), problem, fix))

@@ -5,9 +5,6 @@ import enum
 import math
 from typing import TypeVar
 
-from tfdist import errors
-from tfdist.fields import fix_of
-from tfdist.fields import option
 
 # Upper bounds, beyond which TensorFlow or the OS fails (e.g. an OverflowError for 10**20
 # logical CPUs); 512 logical CPU devices were measured to start in 1.4 s.
@@ -19,7 +16,51 @@ MAX_PARTITION_BYTES = 1 << 40
 MAX_SHARDS = 1 << 16
 
 
-class StrategyConfigError(errors.UsageError):
+MAX_SHOWN = 80  # Characters of a value's repr in a message.
+_NO_VALUE = object()
+
+
+def cut(text: str, limit: int = MAX_SHOWN) -> str:
+    """`text` cut to `limit` characters, " ..." marking the cut: how every message of tfdist
+    quotes a value or a line of someone else's (`tfdist.errors` uses these three)."""
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
+def shown(value, limit: int = MAX_SHOWN) -> str:
+    """`repr(value)` cut to `limit` characters."""
+    return cut(repr(value), limit)
+
+
+def problem(subject: str, what: str, fix: str, value=_NO_VALUE) -> str:
+    """One message: `<subject>=<value> <what>; <fix>.` (the value cut by `shown`), or without a
+    value `<subject>: <what>; <fix>.`."""
+    said = f"{subject}: {what}" if value is _NO_VALUE else f"{subject}={shown(value)} {what}"
+    return f"{said}; {fix.rstrip('.')}."
+
+
+def option(
+    default,
+    help: str | None = None,
+    *,  # pylint: disable=redefined-builtin
+    bounds: tuple[int, int] | None = None,
+    fix: str | None = None,
+) -> dataclasses.Field:
+    """A config field that carries, once, what its `tfdist train` flag is made of: its default,
+    `help`, integer `bounds` [lowest, highest] (which the config checks too) and the `fix` that
+    ends a bad value's error (`fix_of`)."""
+    metadata = {"help": help, "bounds": bounds, "fix": fix}
+    return dataclasses.field(
+        default=default,
+        metadata={key: value for key, value in metadata.items() if value is not None},
+    )
+
+
+def fix_of(field: dataclasses.Field) -> str:
+    """How to fix a bad value of `field`: its `fix`, else its default as an example."""
+    return field.metadata.get("fix", f"e.g. {field.default}")
+
+
+class StrategyConfigError(ValueError):
     """A strategy option is invalid; the message is one line: field, value, fix."""
 
 
@@ -73,7 +114,7 @@ def coerce_enum(
     except ValueError:
         choices = "|".join(member.value for member in enum_type)
         raise error(
-            errors.problem(field, "is not a known value", f"use one of {choices}", value=value)
+            problem(field, "is not a known value", f"use one of {choices}", value=value)
         ) from None
 
 
@@ -118,12 +159,12 @@ def check_int(
     """Raises `error` naming `field` unless `value` is an integer in [lowest, highest]."""
     if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= highest:
         raise error(
-            errors.problem(field, f"is not an integer from {lowest} to {highest}", fix, value=value)
+            problem(field, f"is not an integer from {lowest} to {highest}", fix, value=value)
         )
 
 
 def check_bounds(config, error: type[ValueError] = StrategyConfigError) -> None:
-    """`check_int` on each field of the dataclass `config` that has bounds (`fields.option`); None
+    """`check_int` on each field of the dataclass `config` that has bounds (`option`); None
     passes where it is the default."""
     for field in dataclasses.fields(config):
         value = getattr(config, field.name)
@@ -154,7 +195,7 @@ def check_seconds(
     """Raises `error` naming `field` unless `value` is a duration (`is_duration`)."""
     if not is_duration(value):
         raise error(
-            errors.problem(
+            problem(
                 field,
                 f"is not a number of seconds above 0 and at most {MAX_TIMEOUT_S:.0f} (30 days)",
                 fix,

@@ -25,11 +25,10 @@ import os
 import re
 from collections.abc import Mapping
 
-from tfdist import errors
-
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
 from .cluster import parse_tf_config
+from .config import problem as one_line
 
 # The labels and annotation a JobSet pod carries (kubernetes-sigs/jobset v0.12.0,
 # api/jobset/v1alpha2/jobset_types.go; the Job controller's completion index).
@@ -288,4 +287,4 @@ def _layout(value: str) -> dict[str, int]:
 
 
 def _error(name: str, value: str, problem: str, fix: str) -> ClusterConfigError:
-    return ClusterConfigError(errors.problem(f"JobSet pod: {name}", problem, fix, value=value))
+    return ClusterConfigError(one_line(f"JobSet pod: {name}", problem, fix, value=value))

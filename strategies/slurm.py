@@ -28,12 +28,12 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from tfdist import errors
-
 from . import cluster as cluster_lib
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
 from .cluster import parse_tf_config
+from .config import cut
+from .config import problem as one_line
 
 _PREFIX = "Slurm cluster"
 _SRUN_FIX = (
@@ -147,7 +147,7 @@ def expand_hostlist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]
             break
         position += 1
     if position < len(text) or not hosts or len(hosts) > _MAX_NODES:
-        raise _error(f"{source}={errors.cut(repr(text))} is not a Slurm host list", _STEP_FIX)
+        raise _error(f"{source}={cut(repr(text))} is not a Slurm host list", _STEP_FIX)
     return hosts
 
 
@@ -159,11 +159,11 @@ def _expand_ranges(text: str, ranges: str, source: str) -> list[str]:
         if not (
             low.isascii() and low.isdigit() and (not high or (high.isascii() and high.isdigit()))
         ):
-            raise _error(f"{source}={errors.cut(repr(text))} is not a Slurm host list", _STEP_FIX)
+            raise _error(f"{source}={cut(repr(text))} is not a Slurm host list", _STEP_FIX)
         width = len(low) if low.startswith("0") else 0
         last = int(high) if high else int(low)
         if last - int(low) > _MAX_NODES:
-            raise _error(f"{source}={errors.cut(repr(text))} names too many hosts", _STEP_FIX)
+            raise _error(f"{source}={cut(repr(text))} names too many hosts", _STEP_FIX)
         numbers.extend(f"{number:0{width}d}" for number in range(int(low), last + 1))
     return numbers
 
@@ -180,7 +180,7 @@ def expand_counts(text: str) -> list[int]:
         repeat = int(match.group(2) or 1) if match else 0
         if not match or not 0 < repeat <= _MAX_NODES or int(match.group(1)) < 1:
             raise _error(
-                f"SLURM_STEP_TASKS_PER_NODE={errors.cut(repr(text))} is not a list of task counts "
+                f"SLURM_STEP_TASKS_PER_NODE={cut(repr(text))} is not a list of task counts "
                 "such as '2(x3),1'",
                 _STEP_FIX,
             )
@@ -199,7 +199,7 @@ def task_places(counts: list[int], distribution: str) -> list[tuple[int, int]]:
     layout = distribution.split(":")[0].split(",")[0]
     if layout not in _LAYOUTS:
         raise _error(
-            f"SLURM_DISTRIBUTION={errors.cut(repr(distribution))} lays tasks out in a way tfdist "
+            f"SLURM_DISTRIBUTION={cut(repr(distribution))} lays tasks out in a way tfdist "
             "cannot derive (it knows block and cyclic)",
             _DISTRIBUTION_FIX,
         )
@@ -241,7 +241,7 @@ def _require(env: Mapping[str, str], name: str) -> str:
 def _int(env: Mapping[str, str], name: str) -> int:
     value = _require(env, name)
     if not (value.isascii() and value.isdigit() and len(value) <= 9):
-        raise _error(f"{name}={errors.cut(repr(value))} is not a task number", _STEP_FIX)
+        raise _error(f"{name}={cut(repr(value))} is not a task number", _STEP_FIX)
     return int(value)
 
 
@@ -260,4 +260,4 @@ def _check_arguments(port_base: Any, num_ps: Any, chief: Any) -> None:
 
 
 def _error(problem: str, fix: str) -> ClusterConfigError:
-    return ClusterConfigError(errors.problem(_PREFIX, problem, fix))
+    return ClusterConfigError(one_line(_PREFIX, problem, fix))

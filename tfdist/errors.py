@@ -1,5 +1,7 @@
-"""tfdist's errors: one root, one message builder, one program name. Imports nothing of tfdist
-(the libraries' errors derive from it too), and nothing heavy.
+"""tfdist's errors: one root, one message builder, one program name. Imports only the strategies
+library's message builder, nothing heavy. The libraries, which import nothing of tfdist, raise
+their own ValueErrors (StrategyConfigError, ClusterConfigError, InputConfigError): `USER_ERRORS`
+catches them with the root, as usage errors.
 
     TfdistError                      every error tfdist words in one line; `exit_status`
       UsageError (ValueError)        the input is wrong: a flag, a config field, a file; exit 2
@@ -20,9 +22,14 @@ import os
 import sys
 from typing import Iterator
 
+# The one message builder, written in the strategies library (which imports nothing of tfdist):
+# every room of tfdist builds its messages with it too.
+from tfdist.strategies.config import cut  # noqa: F401
+from tfdist.strategies.config import problem  # noqa: F401
+from tfdist.strategies.config import shown  # noqa: F401
+
 EXIT_USAGE = 2
 EXIT_RUN_FAILURE = 1
-MAX_SHOWN = 80  # Characters of a value's repr in a message.
 
 
 class TfdistError(Exception):
@@ -67,29 +74,6 @@ class ResultNotSaved(RunFailure):
     def __init__(self, message: str, summary: dict):
         super().__init__(message)
         self.summary = summary
-
-
-def cut(text: str, limit: int = MAX_SHOWN) -> str:
-    """`text` cut to `limit` characters, " ..." marking the cut: how every message quotes a
-    value or a line of someone else's."""
-    return text if len(text) <= limit else text[: limit - 4] + " ..."
-
-
-def shown(value, limit: int = MAX_SHOWN) -> str:
-    """`repr(value)` cut to `limit` characters (a 20-digit integer or a long list stays one
-    readable line); strings quoted as in Python."""
-    return cut(repr(value), limit)
-
-
-_NO_VALUE = object()
-
-
-def problem(subject: str, what: str, fix: str, value=_NO_VALUE) -> str:
-    """One message, the builder of tfdist's: `<subject>=<value> <what>; <fix>.` (the value cut
-    by `shown`), or without a value `<subject>: <what>; <fix>.`. `fix` says what to do
-    instead, e.g. "pass e.g. epochs=3"."""
-    said = f"{subject}: {what}" if value is _NO_VALUE else f"{subject}={shown(value)} {what}"
-    return f"{said}; {fix.rstrip('.')}."
 
 
 _PROGRAM: list[str] = []

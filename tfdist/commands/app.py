@@ -11,13 +11,17 @@ from absl import app as absl_app
 from absl import flags
 
 from tfdist import errors
+from tfdist.input_pipelines import InputConfigError
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import RunConfig
+from tfdist.strategies import ClusterConfigError
+from tfdist.strategies import StrategyConfigError
 
 EXIT_USAGE = errors.EXIT_USAGE
-# Every error tfdist words in one line, as users' programs catch them (`tfdist.errors`): usage
-# errors (exit 2) and run-time failures (exit 1).
-USER_ERRORS = (errors.TfdistError,)
+# Every error tfdist words in one line, as users' programs catch them: the core's root
+# (`tfdist.errors`: usage errors, exit 2, and run-time failures, exit 1) and the libraries' own
+# usage errors (ValueErrors: the libraries import nothing of tfdist).
+USER_ERRORS = (errors.TfdistError, StrategyConfigError, ClusterConfigError, InputConfigError)
 
 # `define_flags` makes the train flags key flags of the module that calls it, not of this one.
 flags.disclaim_key_flags()
@@ -70,13 +74,13 @@ def config_from_flags() -> RunConfig:
     return config
 
 
-def report(error: errors.TfdistError) -> int:
+def report(error: Exception) -> int:
     """Prints `error` as the one line the user sees (`<program>: error: ...`, its fields named
     as the flags that set them); returns its exit status. The one printer of tfdist's errors."""
     from tfdist.commands import flags as flags_lib  # pylint: disable=import-outside-toplevel
 
     print(errors.line(flags_lib.as_flags(str(error))), file=sys.stderr, flush=True)
-    return error.exit_status
+    return getattr(error, "exit_status", errors.EXIT_USAGE)
 
 
 def run(main: Callable[[list[str]], int | None]) -> None:
@@ -93,7 +97,7 @@ def run(main: Callable[[list[str]], int | None]) -> None:
     def main_with_one_line_errors(argv: list[str]) -> int | None:
         try:
             return main(argv)
-        except errors.TfdistError as error:
+        except USER_ERRORS as error:
             return report(error)
 
     def one_line_usage_errors(argv: list[str]) -> list[str]:

@@ -147,7 +147,7 @@ def main(argv: list[str]) -> int:
             return (
                 COMMANDS[command](arguments) if command in _TAKES_ARGUMENTS else COMMANDS[command]()
             )
-        except errors.TfdistError as error:  # Bad input (2) or a failed run (1): one line.
+        except app.USER_ERRORS as error:  # Bad input (2) or a failed run (1): one line.
             return app.report(error)
         except KeyboardInterrupt:  # Ctrl-C: the user knows why; one line, not a traceback.
             print(f"tfdist {command}: interrupted.", file=sys.stderr)
