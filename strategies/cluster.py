@@ -29,8 +29,29 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .config import cut
-from .config import problem as one_line
+
+MAX_SHOWN = 80  # Characters of a value's repr in a message.
+_NO_VALUE = object()
+
+
+def cut(text: str, limit: int = MAX_SHOWN) -> str:
+    """`text` cut to `limit` characters, " ..." marking the cut: how every message of tfdist
+    quotes a value or a line of someone else's. The builder (cut, shown, problem) lives here, so
+    that this module stays importable alone; `strategies.config` and `tfdist.errors` use it."""
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
+
+
+def shown(value, limit: int = MAX_SHOWN) -> str:
+    """`repr(value)` cut to `limit` characters."""
+    return cut(repr(value), limit)
+
+
+def problem(subject: str, what: str, fix: str, value=_NO_VALUE) -> str:
+    """One message: `<subject>=<value> <what>; <fix>.` (the value cut by `shown`), or without a
+    value `<subject>: <what>; <fix>.`."""
+    said = f"{subject}: {what}" if value is _NO_VALUE else f"{subject}={shown(value)} {what}"
+    return f"{said}; {fix.rstrip('.')}."
+
 
 _ENV_VAR = "TF_CONFIG"
 _JOB_ORDER = ("chief", "worker", "ps", "evaluator")
@@ -479,6 +500,6 @@ def _show(value: Any) -> str:
     return cut(text)
 
 
-def _error(path: str, problem: str, fix: str) -> ClusterConfigError:
-    """The one-line error "TF_CONFIG <path>: <problem>; <fix>."."""
-    return ClusterConfigError(one_line(f"TF_CONFIG {path}".rstrip(), problem, fix))
+def _error(path: str, what: str, fix: str) -> ClusterConfigError:
+    """The one-line error "TF_CONFIG <path>: <what>; <fix>."."""
+    return ClusterConfigError(problem(f"TF_CONFIG {path}".rstrip(), what, fix))

@@ -5,6 +5,11 @@ import enum
 import math
 from typing import TypeVar
 
+from .cluster import MAX_SHOWN  # noqa: F401
+from .cluster import cut  # noqa: F401
+from .cluster import problem
+from .cluster import shown  # noqa: F401
+
 
 # Upper bounds, beyond which TensorFlow or the OS fails (e.g. an OverflowError for 10**20
 # logical CPUs); 512 logical CPU devices were measured to start in 1.4 s.
@@ -14,28 +19,6 @@ MAX_GPU_MEMORY_MIB = 1 << 24  # 16 TiB: more than any GPU holds.
 MAX_TIMEOUT_S = 30 * 24 * 3600.0
 MAX_PARTITION_BYTES = 1 << 40
 MAX_SHARDS = 1 << 16
-
-
-MAX_SHOWN = 80  # Characters of a value's repr in a message.
-_NO_VALUE = object()
-
-
-def cut(text: str, limit: int = MAX_SHOWN) -> str:
-    """`text` cut to `limit` characters, " ..." marking the cut: how every message of tfdist
-    quotes a value or a line of someone else's (`tfdist.errors` uses these three)."""
-    return text if len(text) <= limit else text[: limit - 4] + " ..."
-
-
-def shown(value, limit: int = MAX_SHOWN) -> str:
-    """`repr(value)` cut to `limit` characters."""
-    return cut(repr(value), limit)
-
-
-def problem(subject: str, what: str, fix: str, value=_NO_VALUE) -> str:
-    """One message: `<subject>=<value> <what>; <fix>.` (the value cut by `shown`), or without a
-    value `<subject>: <what>; <fix>.`."""
-    said = f"{subject}: {what}" if value is _NO_VALUE else f"{subject}={shown(value)} {what}"
-    return f"{said}; {fix.rstrip('.')}."
 
 
 def option(
