@@ -39,7 +39,7 @@ _NOT_OURS = {"docs/benchmarks.md", "tfdist/train/"}
 # Flags every command takes: absl's help and flag files.
 _EVERY_COMMAND = {"help", "helpfull", "helpshort", "flagfile"}
 # Commands that take another command after `--`: a tfdist command or a program of yours.
-_TAKES_A_COMMAND = ("launch", "manifest")
+_TAKES_A_COMMAND = cli.TAKES_A_COMMAND
 
 
 def _anchors(page: pathlib.Path) -> set[str]:

@@ -66,6 +66,7 @@ __all__ = [
     "InputConfigError",
     "USER_ERRORS",
     "cost_model",
+    "ray_runtime_env",
     "profile_stages",
     "read_trace",
 ]
@@ -79,6 +80,7 @@ _LAZY = {
     "CustomLoop": "tfdist.training.keras2.custom_loop",
     "train": "tfdist.training.from_config",
     "gradient_noise_scale": "tfdist.optim.gradient_path",
+    "ray_runtime_env": "tfdist.runtime.ray_env",
     "profile_stages": "tfdist.input_pipelines",
     "read_trace": "tfdist.input_pipelines",
 }

@@ -22,7 +22,9 @@ _PACKAGES = {
     "input_pipelines": "tfdist.input_pipelines",
 }
 # Exceptions that never reach a user: signals between a module's own parts.
-_INTERNAL = {"Stopped", "OutOfTime", "NoNamespace", "_Refused", "_OutOfBounds"}
+# Signals between tfdist's own parts, never shown to a user as they are (WorkerFailed fails a
+# Ray worker, so that Ray's failure policy acts; `tfdist ray` says it in its closing line).
+_INTERNAL = {"Stopped", "OutOfTime", "NoNamespace", "_Refused", "_OutOfBounds", "WorkerFailed"}
 
 
 def _error_classes() -> list[tuple[str, str]]:

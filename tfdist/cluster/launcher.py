@@ -16,7 +16,7 @@ says which ports are open on which interfaces.
 When the job is done: without ps tasks, when every chief and worker exited 0; with ps tasks, when
 the chief (the coordinator) exited 0. Tasks still running then (ps and worker servers, the
 evaluator) are stopped. When a task fails, the launcher restarts it up to `max_restarts` times,
-after a back-off (`backoff`): the whole group without ps tasks (a lost peer breaks a
+after a back-off (`supervisor.backoff_s`): the whole group without ps tasks (a lost peer breaks a
 collective group) or when a ps task failed (its variables are gone with it), else only that
 task. On a final failure it stops every task, names the first failure and exits with the last
 failed task's status. Stopping and what ends with the tasks (their process groups, cgroups, the
@@ -38,7 +38,6 @@ import portpicker
 from tfdist import strategies
 from tfdist.cluster import LaunchError
 from tfdist.cluster import PYTHON
-from tfdist.cluster import backoff
 from tfdist.cluster import capacity
 from tfdist.cluster import joining
 from tfdist.cluster import network
@@ -70,7 +69,7 @@ class LaunchConfig:
       log_dir: where each task's output goes as `<type>-<index>.log`; None keeps no files.
       max_restarts: how many times a failed task (or group) is restarted.
       restart_backoff_s: the wait before the first restart, doubled before each next one, at
-        most backoff.MAX_DELAY_S; 0 restarts at once.
+        most supervisor.MAX_BACKOFF_S; 0 restarts at once.
       timeout_s: stop every task and fail after this long; None waits for the job to end.
       network: which network the tasks run on (see `Network`).
       env: variables every task gets on top of this process's environment (`tfdist launch`
@@ -264,9 +263,9 @@ class _Restarts:
         self.first_failure = self.first_failure or failure
         lost_ps = name.startswith("ps:")
         every_task = lost_ps or not config.num_ps
-        delay = backoff.delay(config.restart_backoff_s, restarts + 1)
+        delay = supervisor.backoff_s(config.restart_backoff_s, restarts + 1)
         bound = (
-            backoff.bound(
+            supervisor.backoff_bound(
                 config.restart_backoff_s, config.max_restarts, timed=bool(config.timeout_s)
             )
             if restarts == 0

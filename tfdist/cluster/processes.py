@@ -220,6 +220,12 @@ def _in_child(supervisor_pid: int, cgroup: str | None) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+def dies_with_this_thread() -> Callable[[], None]:
+    """A `preexec_fn` for a process that must not outlive the thread that starts it (nor this
+    process): SIGKILL when that thread ends."""
+    return functools.partial(_in_child, os.getpid(), None)
+
+
 def _close_quietly(file: BinaryIO) -> None:
     with contextlib.suppress(OSError):  # Its last buffered bytes on a full disk.
         file.close()

@@ -24,6 +24,7 @@ from tfdist.cluster import processes
 POLL_S = 0.2
 EXIT_TIMEOUT = 124
 STRAGGLER_NOTICE_S = 60.0
+MAX_BACKOFF_S = 30.0
 
 
 def exit_status(status: int) -> int:
@@ -41,6 +42,24 @@ def ended(status: int) -> str:
     except ValueError:
         name = ""
     return f"was killed by signal {-status}{name}"
+
+
+def backoff_s(first_s: float, restarts: int) -> float:
+    """The wait before restart number `restarts` (1 for the first): `first_s`, doubled each
+    time, at most MAX_BACKOFF_S."""
+    return min(first_s * 2.0 ** min(restarts - 1, 32), MAX_BACKOFF_S)
+
+
+def backoff_bound(first_s: float, max_restarts: int, *, timed: bool) -> str:
+    """What the back-off of `max_restarts` restarts can add up to, as the end of the first
+    restart's line ("" when there is nothing to add); `timed`: a time limit bounds the job."""
+    total = sum(backoff_s(first_s, number) for number in range(1, max_restarts + 1))
+    if max_restarts < 2 or not total:
+        return ""
+    return (
+        f" (the back-off doubles up to {MAX_BACKOFF_S:g} s: at most {total:,.0f} s over "
+        f"{max_restarts} restarts{'' if timed else '; --timeout_s=S bounds the whole job'})"
+    )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,6 +6,7 @@ Pure Python until the config is built: TensorFlow is imported after the flags ar
 
 import sys
 from typing import Callable
+from typing import Sequence
 
 from absl import app as absl_app
 from absl import flags
@@ -52,9 +53,14 @@ def define_flags() -> None:
     flags.adopt_module_key_flags(train_flags)
 
 
-def config_from_flags() -> RunConfig:
+def config_from_flags(argv: Sequence[str] | None = None) -> RunConfig:
     """The run's `RunConfig` from the parsed tfdist flags and this task's cluster (TF_CONFIG,
     or the Slurm job step with `--cluster_resolver=slurm`), checked.
+
+    Args:
+      argv: parse these first (the program's name, then flags), where nothing parsed argv: a
+        function Ray or another engine calls in its own process, e.g.
+        `config_from_flags(["train", "--strategy=multi_worker_mirrored"])`.
 
     Example:
       >>> def main(argv):
@@ -68,10 +74,20 @@ def config_from_flags() -> RunConfig:
     from tfdist.commands import flags as flags_lib
     from tfdist.commands import train_flags
 
+    if argv is not None:
+        _parse(list(argv))
     flags_lib.require_parsed("config_from_flags")
     config = train_flags.run_config(train_flags.cluster())
     import_tensorflow(config.train.keras)
     return config
+
+
+def _parse(argv: list[str]) -> list[str]:
+    """absl's parse of `argv`, with a bad flag one UsageError (absl prints two lines)."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as error:
+        raise errors.UsageError(f"{error}; see `{errors.program()} --help`.") from None
 
 
 def report(error: Exception) -> int:
@@ -103,9 +119,9 @@ def run(main: Callable[[list[str]], int | None]) -> None:
     def one_line_usage_errors(argv: list[str]) -> list[str]:
         """absl's parse, with a bad flag one line and status 2 (absl prints two, status 1)."""
         try:
-            return flags.FLAGS(argv)
-        except flags.Error as error:
-            sys.exit(report(errors.UsageError(f"{error}; see `{errors.program()} --help`.")))
+            return _parse(argv)
+        except errors.UsageError as error:
+            sys.exit(report(error))
 
     try:  # Before absl reads them: it would hang on a FIFO, or trace back on a binary file.
         flags_lib.check_flagfiles(sys.argv)

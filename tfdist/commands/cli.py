@@ -16,6 +16,7 @@ from tfdist.commands import doctor
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import launch
 from tfdist.commands import manifest
+from tfdist.commands import ray_job
 from tfdist.commands import rehearse
 from tfdist.commands import train
 from tfdist.commands.benchmark import command as benchmark
@@ -40,6 +41,8 @@ commands:
            run a tf.data service dispatcher and workers for --tf_data_service
   launch   start a local cluster, one process per task with its own TF_CONFIG:
            tfdist launch --num_workers=2 -- train --strategy=multi_worker_mirrored
+  ray      run it on Ray Train instead, each worker of a TensorflowTrainer one task, on a
+           local Ray or a Ray cluster (--address): tfdist ray --num_workers=2 -- train ...
   manifest write a Kubernetes JobSet (the default), a Slurm sbatch script (--format=slurm) or
            a legacy Kubeflow TFJob for a train command or your program:
            tfdist manifest --image=IMG --num_workers=4 -- train ... > job.yaml
@@ -56,6 +59,10 @@ def _launch(command: list[str]) -> int:
     return launch.main(command, tfdist_commands=COMMANDS)
 
 
+def _ray(command: list[str]) -> int:
+    return ray_job.main(command, tfdist_commands=COMMANDS)
+
+
 # Each command's main; launch and manifest take the command after `--`, rehearse its file.
 COMMANDS = {
     "train": train.main,
@@ -65,12 +72,18 @@ COMMANDS = {
     "data check": data.check_main,
     "data serve": data.serve_main,
     "launch": _launch,
+    "ray": _ray,
     "manifest": manifest.main,
     "rehearse": rehearse.main,
 }
-_TAKES_A_COMMAND = ("launch", "manifest")
+TAKES_A_COMMAND = ("launch", "manifest", "ray")
 _TAKES_ARGUMENTS = ("rehearse",)
-_USAGE_TAIL = {"launch": " -- COMMAND", "manifest": " -- COMMAND", "rehearse": " FILE"}
+_USAGE_TAIL = {
+    "launch": " -- COMMAND",
+    "manifest": " -- COMMAND",
+    "ray": " -- COMMAND",
+    "rehearse": " FILE",
+}
 GROUPS = {"data": ("check", "serve")}
 
 
@@ -124,7 +137,7 @@ def main(argv: list[str]) -> int:
             f"unknown command {command!r}; use one of {', '.join(COMMANDS)} (see `tfdist --help`).",
         )
     child_command = []
-    if command in _TAKES_A_COMMAND and "--" in flag_args:
+    if command in TAKES_A_COMMAND and "--" in flag_args:
         split = flag_args.index("--")
         flag_args, child_command = flag_args[:split], flag_args[split + 1 :]
     if _help(command, flag_args):
@@ -134,7 +147,7 @@ def main(argv: list[str]) -> int:
             command,
             [argv[0]] + flag_args,
             arguments=command in _TAKES_ARGUMENTS,
-            takes_a_command=command in _TAKES_A_COMMAND,
+            takes_a_command=command in TAKES_A_COMMAND,
         )
     except flags.Error as error:
         return _fail(command, f"{error}; see `tfdist {command} --help`.")
@@ -142,7 +155,7 @@ def main(argv: list[str]) -> int:
         return _fail(command, error)
     with errors.running_as(f"tfdist {command}"):
         try:
-            if command in _TAKES_A_COMMAND:
+            if command in TAKES_A_COMMAND:
                 return COMMANDS[command](child_command)
             return (
                 COMMANDS[command](arguments) if command in _TAKES_ARGUMENTS else COMMANDS[command]()

@@ -6,6 +6,7 @@ from absl import logging  # noqa: F401  (defines --log_dir, which launch and reh
 
 from tfdist.commands import flags as flags_lib
 from tfdist.fields import MAX_COUNT
+from tfdist.strategies.config import MAX_REPLICA_DEVICES
 
 NUM_WORKERS = flags_lib.define_integer(
     "num_workers",
@@ -26,14 +27,29 @@ MAX_RESTARTS = flags_lib.define_integer(
     "(--restart_backoff_s): every task, or in a job with ps tasks only a "
     "failed task that is not a ps; "
     "manifest: restart the whole JobSet up to K times after a pod fails "
-    "(failurePolicy.maxRestarts).",
+    "(failurePolicy.maxRestarts); ray: restart the worker group up to K times after a worker "
+    "fails (FailureConfig.max_failures).",
     lower_bound=0,
     upper_bound=MAX_COUNT,
 )
 TIMEOUT_S = flags_lib.define_duration(
     "timeout_s",
     None,
-    "launch, rehearse: stop every task (pod) and exit 124 after this many seconds; unset waits.",
+    "launch, rehearse, ray: stop every task (pod, Ray worker) and exit 124 after this many "
+    "seconds; unset waits.",
+)
+NAME = flags.DEFINE_string(
+    "name",
+    "tfdist",
+    "manifest: the JobSet, Slurm job or TFJob name; ray: the Ray Train run's name.",
+)
+GPUS_PER_TASK = flags_lib.define_integer(
+    "gpus_per_task",
+    0,
+    "manifest: GPUs of each task: Slurm --gpus-per-task; JobSet nvidia.com/gpu of each pod that "
+    "trains (the workers, and the chief without ps); ray: GPUs Ray reserves for each worker.",
+    lower_bound=0,
+    upper_bound=MAX_REPLICA_DEVICES,
 )
 LOG_DIR = flags.FlagHolder(flags.FLAGS, flags.FLAGS["log_dir"])  # absl.logging's flag.
 flags.FLAGS["log_dir"].help = (

@@ -2,7 +2,7 @@
 `tfdist.cluster.launcher`; the command after `--` is a tfdist command (`train ...`, whose flags
 are checked before any task starts) or any program."""
 
-from tfdist.cluster import backoff
+from tfdist.cluster import supervisor
 from tfdist.cluster import joining
 from tfdist.cluster import launcher
 from tfdist.cluster.network import Network
@@ -27,7 +27,7 @@ _RESTART_BACKOFF_S = flags_lib.define_float(
     "restart_backoff_s",
     1.0,
     "launch: wait this many seconds before the first restart (--max_restarts), twice as long "
-    f"before each next one, at most {backoff.MAX_DELAY_S:g} s; 0 restarts at once.",
+    f"before each next one, at most {supervisor.MAX_BACKOFF_S:g} s; 0 restarts at once.",
 )
 _JOIN_CHECK_S = flags_lib.define_float(
     "join_check_s",

@@ -15,7 +15,6 @@ from tfdist.cluster.manifests import ManifestError
 from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import train_flags
-from tfdist.strategies.config import MAX_REPLICA_DEVICES
 
 FORMATS = ("jobset", "slurm", "tfjob")
 _FORMAT = flags.DEFINE_enum(
@@ -25,7 +24,6 @@ _FORMAT = flags.DEFINE_enum(
     "manifest: a Kubernetes JobSet (YAML), a Slurm sbatch script, or a "
     "Kubeflow TFJob (YAML; legacy, for training-operator 1.9 clusters).",
 )
-_NAME = flags.DEFINE_string("name", "tfdist", "manifest: the JobSet, Slurm job or TFJob name.")
 _IMAGE = flags.DEFINE_string(
     "image", None, "manifest: container image of a JobSet or TFJob (with tfdist in it)."
 )
@@ -50,15 +48,6 @@ _SLURM_TASKS_PER_NODE = flags_lib.define_integer(
     "nodes give the GPUs per node with --gpus_per_task=1.",
     lower_bound=1,
     upper_bound=1024,
-)
-_GPUS_PER_TASK = flags_lib.define_integer(
-    "gpus_per_task",
-    0,
-    "manifest: GPUs of each task: Slurm --gpus-per-task; JobSet "
-    "nvidia.com/gpu of each pod that trains (the workers, and the chief "
-    "without ps).",
-    lower_bound=0,
-    upper_bound=MAX_REPLICA_DEVICES,
 )
 _DATA_SERVICE_WORKERS = flags_lib.define_integer(
     "data_service_workers",
@@ -115,12 +104,12 @@ flags_lib.register(
         train_flags.CHIEF,
         cli_flags.EVALUATOR,
         _FORMAT,
-        _NAME,
+        cli_flags.NAME,
         _IMAGE,
         _TASK_PORT,
         cli_flags.MAX_RESTARTS,
         _DATA_SERVICE_WORKERS,
-        _GPUS_PER_TASK,
+        cli_flags.GPUS_PER_TASK,
         _CPU,
         _MEMORY,
         _QUEUE,
@@ -156,7 +145,7 @@ _ONLY_FOR = {
     },
     _IMAGE.name: ("jobset", "tfjob"),
     _TASK_PORT.name: ("jobset", "tfjob"),
-    _GPUS_PER_TASK.name: ("jobset", "slurm"),
+    cli_flags.GPUS_PER_TASK.name: ("jobset", "slurm"),
     _RESTART_POLICY.name: ("tfjob",),
     _TIME_LIMIT.name: ("slurm",),
     _SLURM_TASKS_PER_NODE.name: ("slurm",),

@@ -33,7 +33,7 @@ from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.cluster import PYTHON
 from tfdist.commands import cli
-from tfdist.cluster import backoff
+from tfdist.cluster import supervisor
 from tfdist.cluster import launcher as launch
 from tfdist.cluster import network
 from tfdist.cluster import processes
@@ -390,16 +390,18 @@ class CommandTest(parameterized.TestCase):
 
     def test_restart_back_off_doubles_up_to_its_cap(self):
         self.assertEqual(
-            [backoff.delay(1.0, restarts) for restarts in (1, 2, 5, 6, 500)],
+            [supervisor.backoff_s(1.0, restarts) for restarts in (1, 2, 5, 6, 500)],
             [1.0, 2.0, 16.0, 30.0, 30.0],
         )
-        self.assertEqual(backoff.delay(0.0, 3), 0.0)
+        self.assertEqual(supervisor.backoff_s(0.0, 3), 0.0)
         self.assertEqual(
-            backoff.bound(1.0, 50, timed=True),
+            supervisor.backoff_bound(1.0, 50, timed=True),
             " (the back-off doubles up to 30 s: at most 1,381 s over 50 restarts)",
         )
-        self.assertEqual(backoff.bound(1.0, 1, timed=False), "")  # One wait: the line says it.
-        self.assertEqual(backoff.bound(0.0, 9, timed=False), "")
+        self.assertEqual(
+            supervisor.backoff_bound(1.0, 1, timed=False), ""
+        )  # One wait: the line says it.
+        self.assertEqual(supervisor.backoff_bound(0.0, 9, timed=False), "")
 
     def test_other_programs_are_looked_up_on_path_and_python_is_ours(self):
         self.assertEqual(

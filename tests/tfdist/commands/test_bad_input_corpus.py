@@ -94,6 +94,7 @@ _STRINGS = {
     "metrics_json": ("{dir}", "{file}/m.json", "/proc/m.json"),
     "model_dir": ("{file}", "{file}/sub", "/proc/sys/model"),
     "name": ("My_Job", "", "a" * 64, "../../etc"),
+    "address": ("", "http://head:8265", "head", "head:port", "a b:1", "\x1b[31m:1", "h:" + HUGE),
     "plot": ("{dir}", "/proc/plot.png"),
     "replicas": ("0", "x", "", HUGE, "-1"),
     "nodes": ("0", "x", "", HUGE, "-1", "1,,2"),
@@ -148,6 +149,7 @@ _COMMAND_ARGS = {
     "data serve": ([], []),
     "launch": ([], ["--", sys.executable, "-c", "pass"]),
     "manifest": ([], ["--", "train"]),
+    "ray": ([], ["--", "train"]),
     "rehearse": ([], ["job.yaml"]),
     "plan": (["--compute_ms=100", "--per_replica_batch_size=32", "--gradient_mib=1"], []),
 }
@@ -196,6 +198,11 @@ def _values(name: str) -> tuple[str, ...]:
     return _STRINGS[name]
 
 
+def _context(name: str, command_flags) -> list[str]:
+    """What `_CONTEXT` adds beside --`name`, of the flags the command has."""
+    return [arg for arg in _CONTEXT.get(name, []) if arg[2:].split("=")[0] in command_flags]
+
+
 def _flag_cases():
     """(command, argv, the name the message must say) for every flag and bad value."""
     for command, names in tfdist_flags.COMMAND_FLAGS.items():
@@ -208,7 +215,7 @@ def _flag_cases():
                 argv = [
                     *command.split(),
                     *before,
-                    *_CONTEXT.get(name, []),
+                    *_context(name, names),
                     f"--{name}={value}",
                     *after,
                 ]

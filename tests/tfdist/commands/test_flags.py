@@ -107,6 +107,20 @@ if __name__ == "__main__":
 """
 
 
+# A function an engine calls in its own process (a Ray worker), with the flags as a list.
+_ARGV_PROGRAM = """
+import json, sys
+import tfdist
+
+try:
+    config = tfdist.config_from_flags(["ray-worker", *sys.argv[1:]])
+except tfdist.USER_ERRORS as error:
+    print(error)
+    sys.exit(2)
+print(json.dumps([config.train.epochs, config.input.global_batch_size]))
+"""
+
+
 def _parse(command: str, *args: str) -> None:
     tfdist_flags.parse(command, ["tfdist", *args])
 
@@ -209,6 +223,15 @@ class UserProgramTest(unittest.TestCase):
                     json.loads(result.stdout.splitlines()[-1]),
                     dict(zip(("epochs", "per_replica_batch_size", "global_batch_size"), expected)),
                 )
+
+    def test_flags_from_a_list_where_nothing_parsed_argv(self):
+        result = self.run_program("--epochs=3", "--global_batch_size=32", text=_ARGV_PROGRAM)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(json.loads(result.stdout.splitlines()[-1]), [3, 32])
+        result = self.run_program("--epochs=many", text=_ARGV_PROGRAM)
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(len(result.stdout.splitlines()), 1, result.stdout)
+        self.assertIn("epochs", result.stdout)
 
     def test_cli_only_flags_are_unknown_to_the_program(self):
         result = self.run_program("--image=img")

@@ -18,7 +18,7 @@ from absl import flags
 from tfdist import strategies
 from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
-from tfdist.commands import plotting
+from tfdist.commands.benchmark import plotting
 from tfdist.commands import train_flags
 from tfdist.commands.benchmark import figures
 from tfdist.commands.benchmark import rounds as benchmark_rounds

@@ -33,7 +33,7 @@ from 1 is named after the table: that difference is noise.
 import statistics
 from typing import Sequence
 
-from tfdist.commands import plotting
+from tfdist.commands.benchmark import plotting
 
 DATA_KINDS = ("synthetic", "real")
 

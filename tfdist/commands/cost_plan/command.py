@@ -14,7 +14,7 @@ from absl import flags
 from tfdist.cluster import cost_model
 from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
-from tfdist.commands import plotting
+from tfdist.commands.benchmark import plotting
 from tfdist.commands import train_flags
 from tfdist.commands.cost_plan import input_rates
 from tfdist.commands.cost_plan import scaling

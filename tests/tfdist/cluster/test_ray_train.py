@@ -1,0 +1,178 @@
+"""tfdist programs under Ray Train (`tfdist ray`, `tfdist.cluster.ray_train`): what each Ray
+worker runs, and whole runs on a real local Ray (`ray[train]`, installed by the test extra).
+
+Where Ray is not installed the real-Ray tests skip, except under TFDIST_REQUIRE_RAY=1 (`.ci/run`
+sets it), where a missing Ray fails them.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import sys
+import tempfile
+import unittest
+import unittest.mock
+
+import pytest
+
+from tests.tfdist.cli_runner import run_tfdist
+from tfdist.cluster import ray_train
+from tfdist.runtime import keras_env
+from tfdist.runtime import ray_env
+
+_PROGRAM = pathlib.Path(__file__).parents[2] / "data" / "programs" / "mlp_with_digest.py"
+_RUN_S = 420  # A whole run's bound: Ray's start, two groups of workers importing TensorFlow.
+
+
+def _real_ray_or_skip() -> None:
+    if importlib.util.find_spec("ray") is not None:
+        return
+    if os.environ.get("TFDIST_REQUIRE_RAY") == "1":
+        pytest.fail("Ray is required here but not installed: pip install -e '.[ray]'")
+    pytest.skip("Ray is not installed: pip install -e '.[ray]'")
+
+
+def _digests(output: str) -> dict[str, str]:
+    """{task: digest of its final weights} from the program's `digest {...}` lines."""
+    found = {}
+    for line in output.splitlines():
+        if "digest {" in line:
+            record = json.loads(line[line.index("{") :])
+            found[record["task"]] = record["sha"]
+    return found
+
+
+class WorkerEnvTest(unittest.TestCase):
+    def test_the_keras_flavour_quiet_logs_and_each_line_once(self):
+        self.assertEqual(
+            ray_env.worker_env(),
+            {
+                "TF_USE_LEGACY_KERAS": "1",
+                "TF_CPP_MIN_LOG_LEVEL": "3",
+                "RAY_TRAIN_ENABLE_PRINT_PATCH": "0",
+            },
+        )
+        env = ray_env.worker_env(keras=3, tf_logs=True)
+        self.assertEqual(env["TF_USE_LEGACY_KERAS"], "0")
+        self.assertNotIn("TF_CPP_MIN_LOG_LEVEL", env)
+
+    def test_the_runtime_env_names_a_hook_that_exists(self):
+        env = ray_env.ray_runtime_env()
+        module, _, name = env["worker_process_setup_hook"].rpartition(".")
+        self.assertIs(getattr(sys.modules[module], name), ray_env.quiet_ray_process)
+
+    def test_the_cause_of_a_failed_run_is_the_first_failed_worker(self):
+        class WorkerGroupError(Exception):
+            worker_failures = {
+                1: RuntimeError("Traceback ...\nWorkerFailed: `python x.py` exited with status -9"),
+                0: RuntimeError("lost peer"),
+            }
+
+        self.assertEqual(
+            ray_train.cause(WorkerGroupError("Training failed")), "worker 0: lost peer"
+        )
+        self.assertEqual(
+            ray_train.cause(RuntimeError("controller died\ndetails")), "controller died"
+        )
+
+
+@pytest.mark.multiprocess
+class TrainLoopPerWorkerTest(unittest.TestCase):
+    """The function each Ray worker runs, called here as Ray would (no Ray needed)."""
+
+    def _run(self, program: str, env: dict[str, str] | None = None) -> None:
+        ray_train.train_loop_per_worker(
+            {
+                "command": ["python", "-c", program],
+                "tfdist_commands": ["train"],
+                "env": env or {},
+                "cwd": tempfile.gettempdir(),
+            }
+        )
+
+    def test_a_failed_program_fails_the_worker(self):
+        with self.assertRaisesRegex(ray_train.WorkerFailed, r"`python -c .*` exited with status 3"):
+            self._run("import sys; sys.exit(3)")
+        self._run("pass")
+
+    def test_the_program_gets_the_keras_flavour_ray_overrode(self):
+        check = "import os, sys; sys.exit(os.environ['TF_USE_LEGACY_KERAS'] != '0')"
+        with unittest.mock.patch.dict(os.environ, {"TF_USE_LEGACY_KERAS": "1"}):  # As Ray sets.
+            self._run(check, env=keras_env.environment(3))
+
+
+class RayCommandInputTest(unittest.TestCase):
+    @pytest.mark.multiprocess
+    def test_bad_input_is_one_line_before_ray_starts(self):
+        for args, expected in (
+            (["ray"], "needs the command every worker runs after `--`"),
+            (["ray", "--", "no-such-program-here"], "is not an executable file or on PATH"),
+            (["ray", "--", "train", "--epochs=-1"], "epochs"),
+            (["ray", "--cpus_per_worker=nan", "--", "train"], "cpus_per_worker"),
+        ):
+            with self.subTest(args=args):
+                result = run_tfdist(*args, timeout_s=120)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
+                self.assertIn(expected, result.stderr)
+
+
+@pytest.mark.multiprocess
+class RealRayTest(unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+        _real_ray_or_skip()
+        self.dir = self.enterContext(tempfile.TemporaryDirectory())
+
+    def test_a_killed_worker_is_restarted_by_ray_and_the_run_resumes_with_equal_weights(self):
+        model_dir = os.path.join(self.dir, "model")
+        result = run_tfdist(
+            "ray",
+            "--num_workers=2",
+            "--max_restarts=1",
+            "--timeout_s=360",
+            "--",
+            "python",
+            str(_PROGRAM),
+            "--strategy=multi_worker_mirrored",
+            "--epochs=3",
+            "--global_batch_size=32",
+            f"--model_dir={model_dir}",
+            "--kill_at_epoch=2",
+            timeout_s=_RUN_S,
+            extra_env={"HOME": self.dir},
+        )
+        output = result.stdout + result.stderr
+        self.assertEqual(result.returncode, 0, output[-6000:])
+        self.assertIn("worker:1: killing myself at epoch 2", output)
+        self.assertEqual(output.count("tfdist: resuming at epoch 2"), 2, output[-6000:])
+        digests = _digests(output)
+        self.assertEqual(set(digests), {"worker:0", "worker:1"}, output[-6000:])
+        self.assertEqual(len(set(digests.values())), 1, digests)
+        self.assertNotIn("port.cc", output)  # TensorFlow's C++ start-up lines stay hidden.
+        self.assertRegex(
+            result.stdout, r"tfdist ray: Ray Train run tfdist finished on a local Ray with 2 worker"
+        )
+
+    def test_tfdist_train_under_ray(self):
+        result = run_tfdist(
+            "ray",
+            "--num_workers=2",
+            "--timeout_s=300",
+            "--",
+            "train",
+            "--strategy=multi_worker_mirrored",
+            "--dataset=synthetic",
+            "--num_classes=4",
+            "--image_size=8",
+            "--epochs=1",
+            "--steps_per_epoch=4",
+            "--global_batch_size=16",
+            timeout_s=_RUN_S,
+            extra_env={"HOME": self.dir},
+        )
+        output = result.stdout + result.stderr
+        self.assertEqual(result.returncode, 0, output[-6000:])
+        summaries = [line for line in output.splitlines() if "multi_worker_mirrored on 2" in line]
+        self.assertEqual(len(summaries), 2, output[-6000:])

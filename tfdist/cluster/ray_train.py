@@ -1,0 +1,129 @@
+"""Ray Train as the engine: every worker of Ray's `TensorflowTrainer` runs a tfdist program (a
+tfdist command, `train ...`, or the user's own, `python my_train.py ...`, as `tfdist launch`
+takes them) with the TF_CONFIG Ray wrote for it.
+
+Ray owns the workers: where they run, their CPUs and GPUs, restarting the group after a failure
+(`FailureConfig`), the run's record. tfdist owns what runs in them. Each Ray worker runs the
+program as its child process: Ray imports TensorFlow (as Keras 3's `tf.keras`, with its C++
+start-up logs) in its workers before any user code, and a child that imports tfdist first gets
+tfdist's Keras flavour and quiet logs whatever Ray did, parses its flags from its own argv, and
+writes its lines once. A child that fails, or is killed, fails its worker, so Ray restarts the
+group and the program resumes from its `--model_dir` (which every worker must reach: on a
+cluster a shared file system or a `gs://` path). The child dies with its worker.
+
+Ray itself is imported only by `trainer` (`pip install -e '.[ray]'`).
+"""
+
+import os
+import subprocess
+from collections.abc import Collection, Sequence
+
+from tfdist.cluster import ClusterError
+from tfdist.cluster import launcher
+from tfdist.cluster import processes
+
+
+class RayUnavailable(ClusterError):
+    """Ray (with Ray Train) is not installed here; one line says how to install it."""
+
+
+class WorkerFailed(RuntimeError):
+    """A Ray worker's program ended with a non-zero status: raised in the worker, so that Ray's
+    failure policy (`FailureConfig`) restarts the group or ends the run."""
+
+
+def train_loop_per_worker(config: dict) -> None:
+    """Ray Train's function for each worker (in the worker's process): runs `config["command"]`
+    as `tfdist launch` would run it as a task, with the TF_CONFIG Ray set, and waits for it.
+
+    Args:
+      config: "command" (the words after `--`), "tfdist_commands" (tfdist's command names),
+        "env" (variables for the program, over the worker's) and "cwd" (the program's working
+        directory; None: the worker's).
+
+    Raises:
+      WorkerFailed: the program ended with a non-zero status (a signal's: negative).
+    """
+    command = tuple(config["command"])
+    argv = launcher.resolve_command(command, config["tfdist_commands"])
+    env = {**os.environ, **config["env"]}  # Over Ray's: it sets TF_USE_LEGACY_KERAS=1.
+    with subprocess.Popen(  # The worker's stdout and stderr: Ray sends them to the driver.
+        argv,
+        env=env,
+        cwd=config["cwd"],
+        stdin=subprocess.DEVNULL,
+        preexec_fn=processes.dies_with_this_thread(),
+    ) as program:
+        try:
+            status = program.wait()
+        finally:
+            if program.poll() is None:  # Ray stopped this worker: its program goes too.
+                program.kill()
+    if status:
+        raise WorkerFailed(f"`{' '.join(command)[:200]}` exited with status {status}")
+
+
+def trainer(
+    command: Sequence[str],
+    *,
+    num_workers: int,
+    gpus_per_worker: int = 0,
+    cpus_per_worker: float = 1,
+    max_failures: int = 0,
+    name: str | None = None,
+    runtime_env: dict | None = None,
+    program_env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    tfdist_commands: Collection[str] = ("train",),
+):
+    """A `ray.train.tensorflow.TensorflowTrainer` whose `num_workers` workers each run
+    `command`, with `runtime_env` (`tfdist.ray_runtime_env()`) and the program with
+    `program_env` over its worker's variables; `trainer(...).fit()` runs it on the Ray that
+    `ray.init` connected to.
+
+    Raises:
+      RayUnavailable: Ray Train is not installed.
+    """
+    try:
+        # pylint: disable=import-outside-toplevel
+        from ray.train import FailureConfig
+        from ray.train import RunConfig
+        from ray.train import ScalingConfig
+        from ray.train.tensorflow import TensorflowTrainer
+    except ImportError as error:
+        raise RayUnavailable(
+            f"Ray Train cannot be imported ({error}); install it with pip install -e '.[ray]' "
+            "(or pip install 'ray[train]')."
+        ) from None
+    resources = {"CPU": cpus_per_worker, **({"GPU": gpus_per_worker} if gpus_per_worker else {})}
+    return TensorflowTrainer(
+        train_loop_per_worker,
+        train_loop_config={
+            "command": list(command),
+            "tfdist_commands": sorted(tfdist_commands),
+            "env": dict(program_env or {}),
+            "cwd": cwd,
+        },
+        scaling_config=ScalingConfig(
+            num_workers=num_workers,
+            use_gpu=gpus_per_worker > 0,
+            resources_per_worker=resources,
+        ),
+        run_config=RunConfig(
+            name=name,
+            failure_config=FailureConfig(max_failures=max_failures),
+            worker_runtime_env=runtime_env or {},
+        ),
+    )
+
+
+def cause(error: Exception) -> str:
+    """What ended a failed Ray Train run, in one line: the first failed worker's rank and its
+    error's last line (a tfdist program's: how it ended), else the error's first line."""
+    failures = getattr(error, "worker_failures", None)  # ray.train.WorkerGroupError
+    if failures:
+        rank = min(failures)
+        lines = str(failures[rank]).strip().splitlines() or [type(failures[rank]).__name__]
+        return f"worker {rank}: {lines[-1]}"
+    lines = str(error).strip().splitlines() or [type(error).__name__]
+    return lines[0]

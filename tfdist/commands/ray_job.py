@@ -1,0 +1,144 @@
+"""`tfdist ray -- COMMAND`: the command after `--` (a tfdist command, `train ...`, or a program,
+`python my_train.py ...`) run by every worker of a Ray Train `TensorflowTrainer`
+(`tfdist.cluster.ray_train`), on a local Ray started for the run or on a running Ray cluster
+(`--address`); exits 0 when the run finished, 1 when Ray gave up on it."""
+
+import os
+import re
+import threading
+import time
+
+from absl import flags
+
+from tfdist import errors
+from tfdist.cluster import launcher
+from tfdist.cluster.manifests import checks
+from tfdist.cluster import ray_train
+from tfdist.cluster.supervisor import Supervisor
+from tfdist.commands import app
+from tfdist.commands import cli_flags
+from tfdist.commands import flags as flags_lib
+from tfdist.commands import train_flags
+from tfdist.runtime import keras_env
+from tfdist.runtime import ray_env
+
+_ADDRESS = flags.DEFINE_string(
+    "address",
+    None,
+    "ray: the Ray cluster to run on, as `ray.init` takes it (auto: the one this machine "
+    "belongs to; ray://HOST:10001: a remote one); unset starts a local Ray for the run.",
+)
+_CPUS_PER_WORKER = flags_lib.define_float(
+    "cpus_per_worker", 1.0, "ray: CPUs Ray reserves for each worker.", lower_bound=0.0
+)
+flags_lib.register(
+    "ray",
+    flags_lib.group(
+        cli_flags.NUM_WORKERS,
+        cli_flags.GPUS_PER_TASK,
+        _CPUS_PER_WORKER,
+        cli_flags.MAX_RESTARTS,
+        cli_flags.NAME,
+        _ADDRESS,
+        cli_flags.TIMEOUT_S,
+        train_flags.KERAS,
+    ),
+)
+_POLL_S = 0.2
+_ADDRESS_RE = re.compile(r"auto|local|(ray://)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}")
+
+
+def main(command: list[str], *, tfdist_commands) -> int:
+    """Runs `command` on every worker of a Ray Train run the flags describe; returns 0 when it
+    finished, 1 when it failed past `--max_restarts` (one line says why).
+
+    Raises:
+      RayUnavailable, LaunchError and the train flags' errors: the run cannot start.
+    """
+    if not command:
+        raise errors.UsageError(
+            "ray needs the command every worker runs after `--`, e.g. `tfdist ray "
+            "--num_workers=2 -- train --strategy=multi_worker_mirrored`."
+        )
+    _check_address(_ADDRESS.value)
+    # The same name as the run's JobSet or Slurm job: a DNS label, also a safe directory name
+    # for Ray's record of the run.
+    checks.check_k8s_name("name", cli_flags.NAME.value)
+    if command[0] == "train":
+        train_flags.check_train_args(command[1:])  # Before Ray starts.
+    launcher.resolve_command(tuple(command), tfdist_commands)  # A missing program: one line.
+    keras = train_flags.keras()
+    local = _ADDRESS.value is None
+    # Each worker's lines as they are, not folded into "[repeated 2x across cluster]" (read
+    # when Ray is imported).
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    app.import_tensorflow(keras)  # Quietly: Ray Train imports it here too.
+    trainer = ray_train.trainer(
+        command,
+        num_workers=cli_flags.NUM_WORKERS.value,
+        gpus_per_worker=cli_flags.GPUS_PER_TASK.value,
+        cpus_per_worker=_CPUS_PER_WORKER.value,
+        max_failures=cli_flags.MAX_RESTARTS.value,
+        name=cli_flags.NAME.value,
+        runtime_env=ray_env.ray_runtime_env(keras, train_flags.show_tf_logs()),
+        program_env=keras_env.environment(keras),
+        # A local Ray's workers share this machine: the program's relative paths mean here.
+        # On a cluster they mean the job's working directory (`ray job submit --working-dir`).
+        cwd=os.getcwd() if local else None,
+        tfdist_commands=tfdist_commands,
+    )
+    supervisor = Supervisor("tfdist ray", timeout_s=cli_flags.TIMEOUT_S.value, everything="the run")
+    return supervisor.run(lambda: _fit(trainer, supervisor, local), setting_up="")
+
+
+def _check_address(address: str | None) -> None:
+    """Raises UsageError unless `address` is one `ray.init` takes: auto, local, HOST:PORT or
+    ray://HOST:PORT (a wrong one would wait on a connection, then trace back in Ray)."""
+    if address is None or _ADDRESS_RE.fullmatch(address):
+        return
+    raise errors.UsageError(
+        f"address={errors.shown(address)} is not a Ray address; pass auto (the cluster this "
+        "machine belongs to), HOST:PORT of its head (port 6379), ray://HOST:10001 (a remote "
+        "one), or leave it unset for a local Ray."
+    )
+
+
+def _fit(trainer, supervisor: Supervisor, local: bool) -> int:
+    """Runs `trainer` on Ray until it ends, checking the supervisor's signals and time limit
+    meanwhile; Ray is shut down (a local one with everything it started) however it ends."""
+    import ray  # pylint: disable=import-outside-toplevel
+
+    ray.init(
+        address=_ADDRESS.value,
+        include_dashboard=False,
+        runtime_env=ray_env.ray_runtime_env(train_flags.keras(), train_flags.show_tf_logs()),
+    )
+    outcome: dict = {}
+    start_s = time.monotonic()
+
+    def fit() -> None:
+        try:
+            outcome["result"] = trainer.fit()
+        except Exception as error:  # pylint: disable=broad-except  # Ray's run failed: said below.
+            outcome["error"] = error
+
+    runner = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
+    try:
+        runner.start()
+        while runner.is_alive():
+            supervisor.checkpoint()
+            runner.join(_POLL_S)
+    finally:
+        ray.shutdown()  # The driver's actors go with it: the controller, then the workers.
+    where = "a local Ray" if local else f"Ray at {_ADDRESS.value}"
+    took = f"in {time.monotonic() - start_s:.0f} s"
+    if "error" in outcome:
+        cause = ray_train.cause(outcome["error"])
+        supervisor.say(f"Ray Train run {cli_flags.NAME.value} failed on {where} {took}: {cause}")
+        return errors.RunFailure.exit_status
+    supervisor.say(
+        f"Ray Train run {cli_flags.NAME.value} finished on {where} with "
+        f"{cli_flags.NUM_WORKERS.value} worker(s) {took}",
+        error=False,
+    )
+    return 0
