@@ -23,11 +23,11 @@ import tensorflow as tf
 from . import pipeline
 from . import preprocessing
 from . import sources
+from .choices import PreprocessOn
 from .config import InputConfig
-from .config import InputConfigError
-from .config import Placement
-from .config import PreprocessOn
-from .config import ReadOptions
+from .messages import InputConfigError
+from .read_options import Placement
+from .read_options import ReadOptions
 
 _SINGLE_PIPELINE = tf.distribute.InputContext(
     num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1

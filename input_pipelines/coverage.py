@@ -14,12 +14,12 @@ import tensorflow as tf
 
 from . import pipeline
 from . import sources
+from .choices import PreprocessOn
+from .choices import SourceKind
 from .config import InputConfig
-from .config import InputConfigError
-from .config import Placement
-from .config import PreprocessOn
-from .config import ReadOptions
-from .config import SourceKind
+from .messages import InputConfigError
+from .read_options import Placement
+from .read_options import ReadOptions
 from .records import explain_parse_error
 from .user_records import Records
 

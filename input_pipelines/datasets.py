@@ -6,10 +6,10 @@ from typing import Callable
 import tensorflow as tf
 
 from . import pipeline
+from .choices import SourceKind
 from .config import InputConfig
-from .config import InputConfigError
-from .config import ReadOptions
-from .config import SourceKind
+from .messages import InputConfigError
+from .read_options import ReadOptions
 from .records import check_parse_fn
 from .user_records import Records
 

@@ -31,16 +31,16 @@ from . import records
 from . import service
 from . import sharding
 from . import sources
-from .config import Augment
-from .config import AutoShard
+from .choices import Augment
+from .choices import AutoShard
+from .choices import ServiceMode
 from .config import InputConfig
-from .config import InputConfigError
-from .config import Placement
-from .config import ReadOptions
-from .config import ServiceMode
-from .config import log
 from .config import per_replica_batch_size
 from .imagenet_recipe import Crop
+from .messages import InputConfigError
+from .messages import log
+from .read_options import Placement
+from .read_options import ReadOptions
 from .sources import Source
 
 IMAGE = "image"

@@ -18,12 +18,12 @@ import tensorflow_datasets as tfds
 from . import file_lists
 from . import records
 from . import shapes
-from .config import DatasetInfo
+from .choices import SPLIT_PLACEHOLDER
+from .choices import SourceKind
+from .choices import TFRECORD_PREFIX
 from .config import InputConfig
-from .config import InputConfigError
-from .config import SPLIT_PLACEHOLDER
-from .config import SourceKind
-from .config import TFRECORD_PREFIX
+from .messages import InputConfigError
+from .read_options import DatasetInfo
 
 TRAIN = "train"
 VALIDATION = "validation"

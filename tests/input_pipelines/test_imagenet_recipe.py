@@ -20,7 +20,7 @@ from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import ReadOptions
 from tfdist.input_pipelines import imagenet_recipe
 from tfdist.input_pipelines import pipeline
-from tfdist.input_pipelines.config import Augment
+from tfdist.input_pipelines.choices import Augment
 from tests.input_pipelines.records import write_records
 
 _CONTEXT = tf.distribute.InputContext()

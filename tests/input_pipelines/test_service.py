@@ -26,9 +26,9 @@ from tfdist.input_pipelines import ReadOptions
 from tfdist.input_pipelines import dispatcher
 from tfdist.input_pipelines import pipeline
 from tfdist.input_pipelines import service
-from tfdist.input_pipelines.config import InputConfigError
-from tfdist.input_pipelines.config import ServiceMode
-from tfdist.input_pipelines.config import parse_service_address
+from tfdist.input_pipelines.choices import ServiceMode
+from tfdist.input_pipelines.choices import parse_service_address
+from tfdist.input_pipelines.messages import InputConfigError
 
 _NUM_FILES = 6
 _NUM_IDS = 60
