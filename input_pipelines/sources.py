@@ -3,8 +3,8 @@
 Every file-backed source (the built-in dataset, a prepared TFDS dataset, TFRecord files by glob)
 is reduced to the same `Source`: sorted TFRecord files per split, the feature keys of the image,
 the label and (if stored) a unique example id, and the image shape the decoder produces. The
-pipeline (`pipeline.py`) then shards, reads and decodes all of them the same way. `synthetic` has
-no files.
+pipeline (`pipeline.py`, `image_batches.py`) then shards, reads and decodes all of them the same
+way. `synthetic` has no files.
 """
 
 import dataclasses

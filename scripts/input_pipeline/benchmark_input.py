@@ -37,7 +37,7 @@ validation) it compares instead, on that dataset's training files, batches of --
   naive          one sequential reader, a per-example map (parse, decode the whole image,
                  resize, flip, normalise), batch.
   tfdist         tfdist's training pipeline with augmentation on the host, as `tfdist train`
-                 builds it (`pipeline.examples`): whatever decode and augmentation it does
+                 builds it (`image_batches.examples`): whatever decode and augmentation it does
                  (--augment picks its recipe).
   tfdist_device  the host's share of it under --preprocess_on=device: read, decode (the
                  imagenet recipe's crop included), batch; flip and normalisation left out.
