@@ -7,19 +7,19 @@ imported (`tfdist.runtime.keras_env`).
 """
 
 # pylint: disable=import-outside-toplevel
-from .config import Augment
-from .config import AutoShard
-from .config import BASELINE_STAGES
-from .config import DATASET_FORMS
-from .config import DatasetInfo
+from .choices import Augment
+from .choices import AutoShard
+from .choices import BASELINE_STAGES
+from .choices import DATASET_FORMS
+from .choices import PreprocessOn
+from .choices import ServiceMode
+from .choices import SourceKind
 from .config import InputConfig
-from .config import InputConfigError
-from .config import Placement
-from .config import PreprocessOn
-from .config import ReadOptions
-from .config import ServiceMode
-from .config import SourceKind
 from .config import per_replica_batch_size
+from .messages import InputConfigError
+from .read_options import DatasetInfo
+from .read_options import Placement
+from .read_options import ReadOptions
 from .user_records import Records
 
 

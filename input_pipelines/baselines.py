@@ -20,14 +20,15 @@ import math
 
 import tensorflow as tf
 
+from . import image_batches
 from . import pipeline
 from . import preprocessing
 from . import sources
+from .choices import PreprocessOn
 from .config import InputConfig
-from .config import InputConfigError
-from .config import Placement
-from .config import PreprocessOn
-from .config import ReadOptions
+from .messages import InputConfigError
+from .read_options import Placement
+from .read_options import ReadOptions
 
 _SINGLE_PIPELINE = tf.distribute.InputContext(
     num_input_pipelines=1, input_pipeline_id=0, num_replicas_in_sync=1
@@ -74,7 +75,7 @@ def tfdist(config: InputConfig, on: PreprocessOn = PreprocessOn.HOST) -> tf.data
     """tfdist's training pipeline, prefetched: augmentation on the host, or (`on=DEVICE`) the
     host's share when the device preprocesses (decode, and the imagenet recipe's crop)."""
     read = ReadOptions(split=sources.TRAIN, training=True, placement=Placement(on))
-    return pipeline.examples(config, read, _SINGLE_PIPELINE, announce=False).prefetch(
+    return image_batches.examples(config, read, _SINGLE_PIPELINE, announce=False).prefetch(
         tf.data.AUTOTUNE
     )
 
@@ -91,7 +92,7 @@ def stage(config: InputConfig, last: str, *, shuffle: bool = True) -> tf.data.Da
         records = records.shuffle(config.shuffle_buffer_size, seed=config.seed)
     work = {
         "parse": lambda serialized: tf.io.parse_example(serialized, source.features),
-        "decode": lambda serialized: pipeline.parse_and_decode(source, serialized),
+        "decode": lambda serialized: image_batches.parse_and_decode(source, serialized),
     }.get(last)
     if work:  # Batched and mapped as tfdist's pipeline does, several batches per map call.
         calls = pipeline.batches_per_call(batch, math.prod(source.info.image_shape))

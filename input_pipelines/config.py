@@ -1,40 +1,25 @@
-"""`InputConfig`: which data to read, how to shard, batch and preprocess it; `ReadOptions`: how
-one dataset function reads a split; `Placement` and `DatasetInfo`; `log`, the input pipelines'
-notices. Pure Python."""
+"""`InputConfig`: which data to read, how to shard, batch and preprocess it; each field with
+its help, default and bounds (`option`) and checked when made; `per_replica_batch_size`.
+Pure Python."""
 
 import dataclasses
 import enum
 import math
 import numbers
 import os
-import re
-import sys
 
+from .choices import Augment
+from .choices import AutoShard
+from .choices import BUILTIN_DATASET
+from .choices import DATASET_FORMS
+from .choices import DATASET_SOURCES
+from .choices import PreprocessOn
+from .choices import ServiceMode
+from .choices import SourceKind
+from .choices import parse_service_address
+from .choices import source_kind
+from .messages import InputConfigError
 
-BUILTIN_DATASET = "shapes"
-SYNTHETIC_DATASET = "synthetic"
-TFRECORD_PREFIX = "tfrecord:"
-PYTHON_PREFIX = "python:"  # A user's dataset function, imported by the program that trains.
-SPLIT_PLACEHOLDER = "{split}"
-# What `dataset` takes, each form once with what it reads: the field's help and errors say it.
-DATASET_SOURCES = {
-    BUILTIN_DATASET: "is the built-in 10-class image dataset, generated locally on first use",
-    SYNTHETIC_DATASET: "is one random batch repeated (compute throughput only)",
-    f"{TFRECORD_PREFIX}<glob>": "reads image/encoded and image/class/label ({split} in the glob "
-    "becomes train and validation)",
-    f"{PYTHON_PREFIX}MODULE:FUNCTION": "is a dataset function of yours (docs/library.md)",
-    "<tfds name>[:<version>]": "is a prepared TFDS dataset",
-}
-DATASET_FORMS = "|".join(DATASET_SOURCES)
-_DOTTED_NAME = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
-PYTHON_FUNCTION = re.compile(  # MODULE:FUNCTION, both dotted names.
-    rf"{_DOTTED_NAME}:{_DOTTED_NAME}"
-)
-SERVICE_PROTOCOL = "grpc"
-HOST_PATTERN = r"[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]"
-_ADDRESS = re.compile(rf"(?P<protocol>[a-z]+)://(?P<host>{HOST_PATTERN}):(?P<port>[0-9]+)")
-_ADDRESS_FIX = "write grpc://host:port, e.g. grpc://127.0.0.1:5050"
-_TFDS_NAME = re.compile(r"^[a-z][a-z0-9_]*(/[a-zA-Z0-9_.-]+)?(:[0-9.*]+)?$")
 # Upper bounds, past which TensorFlow overflows or the machine cannot hold the tensors.
 MAX_GLOBAL_BATCH_SIZE = 1 << 24  # 256x the largest published ImageNet batch (65,536).
 MAX_NUM_CLASSES = 1 << 24
@@ -47,14 +32,6 @@ MAX_CROP_ASPECT = 100.0  # Width over height of a random-resized crop; ImageNet'
 # The random-resized crop's defaults (Inception; TF's official ResNet preprocessing).
 CROP_AREA_RANGE = (0.08, 1.0)
 CROP_ASPECT_RANGE = (3 / 4, 4 / 3)
-LABEL_BYTES = 8  # int64
-_COMPUTE_DTYPE_BYTES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
-# The steps of tfdist's training pipeline that `baseline_pipeline` can cut it after, in order.
-BASELINE_STAGES = ("read", "shuffle", "parse", "decode")
-
-
-class InputConfigError(ValueError):
-    """An input option is invalid; the message is one line: field, value, fix."""
 
 
 def option(
@@ -70,108 +47,6 @@ def option(
         default=default,
         metadata={key: value for key, value in metadata.items() if value is not None},
     )
-
-
-def log(line: str) -> None:
-    """Input-pipeline notices for the person running the job, one line each on stderr."""
-    print(f"tfdist input: {line}", file=sys.stderr, flush=True)
-
-
-class AutoShard(str, enum.Enum):
-    """How input pipelines (one per worker, or per replica) divide the data.
-
-    `file`: whole files per pipeline. `data`: every pipeline reads every file and keeps every
-    N-th example. `off`: every pipeline reads everything. `auto`: `file` when there are at least
-    as many files as pipelines, else `data`.
-    """
-
-    AUTO = "auto"
-    FILE = "file"
-    DATA = "data"
-    OFF = "off"
-
-
-class PreprocessOn(str, enum.Enum):
-    """Where augmentation, normalisation and the cast to the compute dtype run."""
-
-    AUTO = "auto"
-    HOST = "host"
-    DEVICE = "device"
-
-
-class Augment(str, enum.Enum):
-    """How training images are augmented (input_pipelines/imagenet_recipe.py has the details).
-
-    `imagenet`: a random-resized crop, fused with the JPEG decode, then a horizontal flip;
-    evaluation reads a centre crop. `small`: an offset of up to 4 pixels from a reflect-padded
-    image, a flip and a brightness change; evaluation reads the whole image. `none`: training
-    reads images as evaluation does. `auto`: imagenet for encoded images resized to
-    `image_size` (`tfrecord:` datasets, TFDS datasets given an `image_size`), else small.
-    """
-
-    AUTO = "auto"
-    IMAGENET = "imagenet"
-    SMALL = "small"
-    NONE = "none"
-
-
-class ServiceMode(str, enum.Enum):
-    """tf.data service processing mode.
-
-    `distributed_epoch`: the service workers split one epoch between them, each example once.
-    `parallel_epochs`: every service worker produces the whole epoch.
-    """
-
-    DISTRIBUTED_EPOCH = "distributed_epoch"
-    PARALLEL_EPOCHS = "parallel_epochs"
-
-
-class SourceKind(str, enum.Enum):
-    BUILTIN = "builtin"
-    SYNTHETIC = "synthetic"
-    TFRECORD = "tfrecord"
-    TFDS = "tfds"
-    PYTHON = "python"  # Read by the user's function; input_pipelines only knows its name.
-
-
-def source_kind(dataset: str) -> SourceKind:
-    """What kind of source `--dataset` names; raises InputConfigError for malformed values."""
-    if dataset == BUILTIN_DATASET:
-        return SourceKind.BUILTIN
-    if dataset == SYNTHETIC_DATASET:
-        return SourceKind.SYNTHETIC
-    if dataset.startswith(TFRECORD_PREFIX):
-        if not dataset[len(TFRECORD_PREFIX) :]:
-            raise InputConfigError(
-                f"dataset={dataset!r} has no file pattern; write "
-                f"{TFRECORD_PREFIX}/data/train-*.tfrecord."
-            )
-        return SourceKind.TFRECORD
-    if dataset.startswith(PYTHON_PREFIX):
-        if not PYTHON_FUNCTION.fullmatch(dataset[len(PYTHON_PREFIX) :]):
-            raise InputConfigError(
-                f"dataset={dataset!r} is not {PYTHON_PREFIX}MODULE:FUNCTION; "
-                f"write e.g. {PYTHON_PREFIX}my_project.data:splits (a module "
-                "on PYTHONPATH)."
-            )
-        return SourceKind.PYTHON
-    if _TFDS_NAME.match(dataset):
-        return SourceKind.TFDS
-    raise InputConfigError(f"dataset={dataset!r} is not a dataset name; use {DATASET_FORMS}.")
-
-
-def parse_service_address(address: str) -> tuple[str, str]:
-    """Splits a dispatcher address `grpc://host:port` into `("grpc", "host:port")`."""
-    match = _ADDRESS.fullmatch(address) if isinstance(address, str) else None
-    if (
-        match is None
-        or match["protocol"] != SERVICE_PROTOCOL
-        or not 1 <= int(match["port"]) <= 65535
-    ):
-        raise InputConfigError(
-            f"tf_data_service={address!r}: not a dispatcher address; {_ADDRESS_FIX}."
-        )
-    return SERVICE_PROTOCOL, f"{match['host']}:{match['port']}"
 
 
 def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
@@ -426,93 +301,3 @@ class InputConfig:
             kind is SourceKind.TFDS and self.image_size is not None
         )
         return Augment.IMAGENET if resized else Augment.SMALL
-
-
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-    """What a model and a training schedule need to know about an image dataset.
-
-    `num_examples` has an entry per split the dataset has; no `validation` entry means the
-    dataset has no validation split.
-    """
-
-    name: str
-    num_classes: int
-    image_shape: tuple[int, int, int]
-    num_examples: dict[str, int]
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-    """Where image preprocessing runs (HOST or DEVICE, never AUTO) and the dtype the model
-    computes in."""
-
-    preprocess_on: PreprocessOn
-    compute_dtype: str = "float32"
-
-    def __post_init__(self):
-        if self.compute_dtype not in _COMPUTE_DTYPE_BYTES:
-            raise InputConfigError(
-                f"compute_dtype={self.compute_dtype!r} is not a dtype models "
-                f"compute in; use one of {', '.join(_COMPUTE_DTYPE_BYTES)}."
-            )
-
-    @property
-    def on_device(self) -> bool:
-        return self.preprocess_on is PreprocessOn.DEVICE
-
-    def bytes_per_example(self, image_shape: tuple[int, int, int]) -> int:
-        """Bytes of one example crossing host to device: uint8 images on DEVICE, else images in
-        the compute dtype; plus the label."""
-        height, width, channels = image_shape
-        image_bytes = 1 if self.on_device else _COMPUTE_DTYPE_BYTES[self.compute_dtype]
-        return height * width * channels * image_bytes + LABEL_BYTES
-
-    def describe(self, image_shape: tuple[int, int, int], augment: Augment = Augment.SMALL) -> str:
-        """One line: where preprocessing runs, and the bytes that cross to the device. With
-        augment=imagenet the crop always runs on the host, in the decode."""
-        work = {
-            Augment.IMAGENET: "flip, normalisation and cast",
-            Augment.NONE: "normalisation and cast",
-        }.get(augment, "augmentation, normalisation and cast")
-        images = (
-            f"uint8 images; {work} run on each replica's device"
-            if self.on_device
-            else f"{self.compute_dtype} images; {work} run on the host"
-        )
-        return (
-            f"preprocessing on {self.preprocess_on.value}: "
-            f"{self.bytes_per_example(image_shape):,} bytes/example host->device ({images})"
-        )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ReadOptions:
-    """How one `DatasetFn` reads its data (`input_pipelines.dataset_fn`, `records_dataset_fn`).
-
-    Attributes:
-      split: the split to read, e.g. `train` or `validation`; it replaces `{split}` in file
-        patterns.
-      training: shuffle (seeded) and repeat, and drop each pipeline's last partial batch;
-        otherwise read once, in order, keeping the tail.
-      placement: where image preprocessing runs (`input_pipelines.resolve_placement`); image
-        datasets need one, `Records` ignore it (their `parse_fn` does all the work).
-      independent_order: every pipeline gets the same `InputContext` (ParameterServerStrategy),
-        so nothing can be sharded: each pipeline reads the whole split in an order of its own.
-    """
-
-    split: str
-    training: bool
-    placement: Placement | None = None
-    independent_order: bool = False
-
-    def __post_init__(self):
-        if not isinstance(self.split, str) or not self.split:
-            raise InputConfigError(
-                f"split={self.split!r} is not a split name; pass e.g. split='train'."
-            )
-        for field in ("training", "independent_order"):
-            if not isinstance(getattr(self, field), bool):
-                raise InputConfigError(
-                    f"{field}={getattr(self, field)!r} is not a bool; pass True or False."
-                )

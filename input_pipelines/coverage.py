@@ -12,14 +12,15 @@ from typing import Callable
 import numpy as np
 import tensorflow as tf
 
+from . import image_batches
 from . import pipeline
 from . import sources
+from .choices import PreprocessOn
+from .choices import SourceKind
 from .config import InputConfig
-from .config import InputConfigError
-from .config import Placement
-from .config import PreprocessOn
-from .config import ReadOptions
-from .config import SourceKind
+from .messages import InputConfigError
+from .read_options import Placement
+from .read_options import ReadOptions
 from .records import explain_parse_error
 from .user_records import Records
 
@@ -136,7 +137,7 @@ def _image_split(config: InputConfig, split: str) -> _Covered:
         read_config: InputConfig, context: tf.distribute.InputContext, training: bool
     ) -> tf.data.Dataset:
         read = ReadOptions(split=split, training=training, placement=_UINT8)
-        return pipeline.examples(
+        return image_batches.examples(
             read_config, read, context, repeat=False, announce=False, with_ids=True
         )
 
@@ -161,7 +162,7 @@ def _records_split(records: Records, split: str) -> _Covered:
             ReadOptions(split=split, training=training),
             paths,
             context,
-            lambda _, ids: {pipeline.ID: ids},
+            lambda _, ids: {image_batches.ID: ids},
             job_name=records.job_name(split),
             repeat=False,
             announce=False,
@@ -177,7 +178,7 @@ def _records_split(records: Records, split: str) -> _Covered:
 
 
 def _read_ids(dataset: tf.data.Dataset) -> np.ndarray:
-    ids = [batch[pipeline.ID] for batch in dataset.as_numpy_iterator()]
+    ids = [batch[image_batches.ID] for batch in dataset.as_numpy_iterator()]
     return np.concatenate(ids) if ids else np.zeros([0], np.int64)
 
 

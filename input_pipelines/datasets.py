@@ -5,11 +5,12 @@ from typing import Callable
 
 import tensorflow as tf
 
+from . import image_batches
 from . import pipeline
+from .choices import SourceKind
 from .config import InputConfig
-from .config import InputConfigError
-from .config import ReadOptions
-from .config import SourceKind
+from .messages import InputConfigError
+from .read_options import ReadOptions
 from .records import check_parse_fn
 from .user_records import Records
 
@@ -17,7 +18,7 @@ DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
 
 def _as_supervised(batch: dict[str, tf.Tensor]) -> tuple[tf.Tensor, tf.Tensor]:
-    return batch[pipeline.IMAGE], batch[pipeline.LABEL]
+    return batch[image_batches.IMAGE], batch[image_batches.LABEL]
 
 
 def dataset_fn(config: InputConfig, read: ReadOptions) -> DatasetFn:
@@ -32,7 +33,7 @@ def dataset_fn(config: InputConfig, read: ReadOptions) -> DatasetFn:
 
     Raises:
       InputConfigError: `read.placement` is None; when a pipeline is made, the dataset has
-        no split `read.split` or cannot be prepared (`pipeline.examples`).
+        no split `read.split` or cannot be prepared (`image_batches.examples`).
     """
     if read.placement is None:
         raise InputConfigError(
@@ -43,9 +44,9 @@ def dataset_fn(config: InputConfig, read: ReadOptions) -> DatasetFn:
 
     def make_dataset(context: tf.distribute.InputContext) -> tf.data.Dataset:
         if config.source_kind is SourceKind.SYNTHETIC:
-            dataset = pipeline.synthetic(config, context, placement=read.placement)
+            dataset = image_batches.synthetic(config, context, placement=read.placement)
         else:
-            dataset = pipeline.examples(config, read, context)
+            dataset = image_batches.examples(config, read, context)
         return dataset.map(_as_supervised).prefetch(tf.data.AUTOTUNE)
 
     return make_dataset

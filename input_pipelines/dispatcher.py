@@ -7,8 +7,8 @@ training silently; `check_dispatcher` bounds that wait.
 import socket
 import time
 
-from .config import InputConfigError
-from .config import parse_service_address
+from .choices import parse_service_address
+from .messages import InputConfigError
 
 DISPATCHER_WAIT_S = 20.0  # How long a dispatcher may take to accept a connection.
 _RETRY_S = 1.0

@@ -4,8 +4,8 @@ file. Pure Python, shared by `tfrecord:` sources and user `Records`."""
 import glob
 import os
 
-from .config import InputConfigError
-from .config import SPLIT_PLACEHOLDER
+from .choices import SPLIT_PLACEHOLDER
+from .messages import InputConfigError
 
 
 def match(pattern: str, split: str) -> tuple[str, ...]:

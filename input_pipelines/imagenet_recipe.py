@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from . import preprocessing
 from . import records
-from .config import Augment
+from .choices import Augment
 from .config import InputConfig
 
 EVAL_CROP_FRACTION = 0.875  # Of the short side: the central 224 of 256.

@@ -15,44 +15,32 @@ Order of operations, and why:
 Batching before parsing and mapping keeps tf.data's fixed per-element cost off every example;
 mapping several small batches per call keeps the map's fixed cost per call (running its graph,
 launching the XLA-compiled preprocessing: about 0.2 ms) off every batch.
-`batches` is that pipeline for any TFRecord files and parse function; `examples` reads image
-datasets with it."""
+`batches` is that pipeline for any TFRecord files and parse function; `image_batches.examples`
+reads image datasets with it."""
 
 import functools
-import math
 from typing import Any
 from typing import Callable
 
 import tensorflow as tf
 
-from . import imagenet_recipe
-from . import preprocessing
 from . import records
 from . import service
 from . import sharding
-from . import sources
-from .config import Augment
-from .config import AutoShard
+from .choices import AutoShard
+from .choices import ServiceMode
 from .config import InputConfig
-from .config import InputConfigError
-from .config import Placement
-from .config import ReadOptions
-from .config import ServiceMode
-from .config import log
 from .config import per_replica_batch_size
-from .imagenet_recipe import Crop
-from .sources import Source
+from .messages import InputConfigError
+from .messages import log
+from .read_options import ReadOptions
 
-IMAGE = "image"
-LABEL = "label"
-ID = "id"
 _POSITION_BITS = 32  # An example without a stored id is identified as file << 32 | position.
 _MAX_READERS = 8
 # Consecutive records taken from one file before the interleave moves to the next. Measured on
 # the built-in dataset's training pipeline, 2 cores, 192,000 examples each: 32 read 164k and
 # 149k examples/s against 134k and 132k with 1 (the shuffle buffer downstream mixes them).
 _READ_BLOCK = 32
-_DECODE_PARALLELISM = 32  # Images decoded concurrently within a batch: 1.35x the default 10.
 # Several per-replica batches go through one map call while together they hold at most this
 # many bytes of decoded pixels, and at most `_MAX_BATCHES_PER_CALL` of them. Measured on the
 # built-in dataset, 2 cores, batches of 128 32x32x3 images: XLA-compiled augmentation took 3.8-4.0
@@ -170,58 +158,6 @@ def _log_damaged_files(files: list[str]) -> None:
             f"{len(damaged)} of {len(files)} file(s) damaged; their records after the damage "
             "are skipped (--skip_corrupt_records)"
         )
-
-
-def _decode_images(encoded: tf.Tensor, source: Source, crop: Crop | None = None) -> tf.Tensor:
-    """Decodes a batch of encoded images to uint8 `[B, H, W, C]`: the crops of `crop` when
-    given (imagenet_recipe.py), else whole, resized if the source says so.
-
-    Raw images decode as one op for the whole batch; JPEG/PNG need one decode per image.
-    """
-    height, width, channels = source.info.image_shape
-    if source.raw_image_shape:
-        images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, *source.raw_image_shape])
-        if crop is not None:
-            return imagenet_recipe.crop_decoded(images, crop)
-        if source.resize:
-            images = tf.cast(tf.image.resize(images, [height, width]), tf.uint8)
-        return images
-    if crop is not None:
-        return imagenet_recipe.crop_encoded(encoded, crop)
-
-    def decode(image: tf.Tensor) -> tf.Tensor:
-        image = records.decode_image(image, channels)
-        if source.resize:
-            image = tf.cast(tf.image.resize(image, [height, width]), tf.uint8)
-        return tf.ensure_shape(image, source.info.image_shape)
-
-    return tf.map_fn(
-        decode,
-        encoded,
-        parallel_iterations=_DECODE_PARALLELISM,
-        fn_output_signature=tf.TensorSpec(source.info.image_shape, tf.uint8),
-    )
-
-
-def parse_and_decode(
-    source: Source,
-    serialized: tf.Tensor,
-    position_ids: tf.Tensor | None = None,
-    *,
-    crop: Crop | None = None,
-) -> dict[str, tf.Tensor]:
-    """Parses and decodes one batch of records into {image uint8, label[, id]}, the images
-    cropped as `crop` says when given, the labels less the source's `label_offset`; the id is
-    the stored one, else `position_ids` when given."""
-    features = tf.io.parse_example(serialized, source.features)
-    labels = features[source.label_key]
-    batch = {
-        IMAGE: _decode_images(features[source.image_key], source, crop),
-        LABEL: labels - source.label_offset if source.label_offset else labels,
-    }
-    if source.id_key or position_ids is not None:
-        batch[ID] = features[source.id_key] if source.id_key else position_ids
-    return batch
 
 
 def _clock_seed() -> tf.Tensor:
@@ -374,89 +310,3 @@ def batches(
             dataset, config.tf_data_service, config.tf_data_service_mode, job_name=job_name
         )
     return dataset.with_options(options(config))
-
-
-def _host_work(
-    config: InputConfig, source: Source, read: ReadOptions, records: tuple[tf.Tensor, ...]
-) -> dict[str, tf.Tensor]:
-    """Everything the host does to one batch of images, in one map: parse, decode (cropped
-    with augment=imagenet) and, when placed on the host, preprocess."""
-    augmentation = config.augmentation
-    crop = (
-        Crop.of(config, source.info.image_shape, training=read.training)
-        if augmentation is Augment.IMAGENET
-        else None
-    )
-    batch = parse_and_decode(source, *records, crop=crop)
-    if not read.placement.on_device:
-        batch[IMAGE] = preprocessing.preprocess_on_host(
-            batch[IMAGE],
-            training=read.training,
-            compute_dtype=read.placement.compute_dtype,
-            augmentation=augmentation,
-        )
-    return batch
-
-
-def examples(
-    config: InputConfig,
-    read: ReadOptions,
-    context: tf.distribute.InputContext,
-    *,
-    repeat: bool = True,
-    announce: bool = True,
-    with_ids: bool = False,
-) -> tf.data.Dataset:
-    """Batched examples as dicts {image, label[, id]} of this pipeline's share of the image
-    dataset's split `read.split` (see `batches`).
-
-    Images are uint8 when `read.placement` is on the device, else preprocessed on the host.
-    `announce` logs the sharding plan and, for training, the preprocessing placement and
-    recipe.
-    `with_ids` makes sure every example carries an `id` (its stored one, else its file and
-    position).
-    """
-    source = sources.source(config)
-    if read.split not in source.files:
-        raise InputConfigError(
-            f"split={read.split!r}: dataset={config.dataset!r} has no such "
-            f"split; pass one of {', '.join(map(repr, source.files))}."
-        )
-    dataset = batches(
-        config,
-        read,
-        source.files[read.split],
-        context,
-        lambda *records: _host_work(config, source, read, records),
-        job_name=f"tfdist-{source.info.name}-{read.split}",
-        repeat=repeat,
-        announce=announce,
-        tag_positions=with_ids and not source.id_key,
-        bytes_per_example=math.prod(source.info.image_shape),
-    )
-    if announce and read.training:
-        shape = source.info.image_shape
-        log(
-            f"{read.placement.describe(shape, config.augmentation)}; "
-            f"{imagenet_recipe.describe(config)}"
-        )
-    return dataset
-
-
-def synthetic(
-    config: InputConfig, context: tf.distribute.InputContext, *, placement: Placement
-) -> tf.data.Dataset:
-    """One random batch, made once in the model's input format and repeated: no reading,
-    decoding or host preprocessing per step."""
-    info = sources.synthetic_info(config)
-    batch_size = per_replica_batch_size(config.global_batch_size, context.num_replicas_in_sync)
-    images = tf.random.uniform((batch_size, *info.image_shape), 0, 256, tf.int32, seed=config.seed)
-    images = tf.cast(images, tf.uint8)
-    if not placement.on_device:
-        images = preprocessing.normalise(images, placement.compute_dtype)
-    labels = tf.random.uniform((batch_size,), 0, info.num_classes, tf.int64, seed=config.seed)
-    return (
-        tf.data.Dataset.from_tensors({IMAGE: images, LABEL: labels})
-        .repeat()
-        .with_options(options(config))
-    )

@@ -16,11 +16,11 @@ fuses it with the normalisation (see `flip`).
 import tensorflow as tf
 import tf_keras
 
-from .config import Augment
-from .config import InputConfigError
-from .config import Placement
-from .config import PreprocessOn
-from .config import log
+from .choices import Augment
+from .choices import PreprocessOn
+from .messages import InputConfigError
+from .messages import log
+from .read_options import Placement
 
 CROP_PADDING = 4
 MAX_BRIGHTNESS_DELTA = 0.125  # Of the full 0-255 range.

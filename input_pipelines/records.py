@@ -8,7 +8,7 @@ from typing import Callable
 import tensorflow as tf
 
 from . import file_lists
-from .config import InputConfigError
+from .messages import InputConfigError
 
 # How the formats tf.io.decode_image reads start (TF 2.21): JPEG, PNG, GIF, BMP, WebP and JPEG XL
 # (bare codestream or container).

@@ -9,13 +9,13 @@ import socket
 import portpicker
 import tensorflow as tf
 
-from .config import HOST_PATTERN
-from .config import InputConfigError
-from .config import SERVICE_PROTOCOL
-from .config import ServiceMode
-from .config import parse_service_address
+from .choices import HOST_PATTERN
+from .choices import SERVICE_PROTOCOL
+from .choices import ServiceMode
+from .choices import parse_service_address
 from .dispatcher import DISPATCHER_WAIT_S
 from .dispatcher import check_dispatcher
+from .messages import InputConfigError
 
 _SHARDING = {
     ServiceMode.DISTRIBUTED_EPOCH: tf.data.experimental.service.ShardingPolicy.DYNAMIC,

@@ -19,7 +19,7 @@ import numpy as np
 from absl import logging
 import tensorflow_datasets as tfds
 
-from .config import InputConfigError
+from .messages import InputConfigError
 
 NAME = "tfdist_shapes"
 IMAGE_SHAPE = (32, 32, 3)

@@ -6,8 +6,8 @@ what `tf.distribute` builds one of per `InputContext`: one per worker, or one pe
 
 import dataclasses
 
-from .config import AutoShard
-from .config import InputConfigError
+from .choices import AutoShard
+from .messages import InputConfigError
 
 
 def _ordinal(number: int) -> str:

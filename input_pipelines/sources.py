@@ -3,8 +3,8 @@
 Every file-backed source (the built-in dataset, a prepared TFDS dataset, TFRecord files by glob)
 is reduced to the same `Source`: sorted TFRecord files per split, the feature keys of the image,
 the label and (if stored) a unique example id, and the image shape the decoder produces. The
-pipeline (`pipeline.py`) then shards, reads and decodes all of them the same way. `synthetic` has
-no files.
+pipeline (`pipeline.py`, `image_batches.py`) then shards, reads and decodes all of them the same
+way. `synthetic` has no files.
 """
 
 import dataclasses
@@ -18,12 +18,12 @@ import tensorflow_datasets as tfds
 from . import file_lists
 from . import records
 from . import shapes
-from .config import DatasetInfo
+from .choices import SPLIT_PLACEHOLDER
+from .choices import SourceKind
+from .choices import TFRECORD_PREFIX
 from .config import InputConfig
-from .config import InputConfigError
-from .config import SPLIT_PLACEHOLDER
-from .config import SourceKind
-from .config import TFRECORD_PREFIX
+from .messages import InputConfigError
+from .read_options import DatasetInfo
 
 TRAIN = "train"
 VALIDATION = "validation"

@@ -10,9 +10,9 @@ from typing import Callable
 from typing import Sequence
 
 from . import file_lists
-from .config import InputConfigError
+from .choices import SPLIT_PLACEHOLDER
 from .config import MAX_NUM_EXAMPLES
-from .config import SPLIT_PLACEHOLDER
+from .messages import InputConfigError
 
 _FILES_FIX = "pass a glob such as '/data/{split}-*.tfrecord' or a list of TFRecord paths"
 

@@ -170,7 +170,7 @@ def test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline
     """Both modes' rounds, with each child's figures stood in for: every round times every
     pipeline in a child of its own, in order; each figure is the median over the rounds and
     each ratio the median of the rounds' ratios, with their [min, max]."""
-    benchmark = _script("input_pipeline/benchmark_input")
+    rounds = _script("input_pipeline/input_rounds")
     rates = {
         "naive": iter([100.0, 100.0, 200.0]),
         "tfdist": iter([200.0, 300.0, 300.0]),
@@ -182,10 +182,8 @@ def test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline
         asked.append(name)
         return next(rates[name])
 
-    with mock.patch.object(benchmark, "_measure_in_child", side_effect=measure_in_child):
-        figures = benchmark._rounds(  # pylint: disable=protected-access
-            argparse.Namespace(rounds=3, stages=False)
-        )
+    with mock.patch.object(rounds, "measure_in_child", side_effect=measure_in_child):
+        figures = rounds.builtin_rounds(argparse.Namespace(rounds=3, stages=False))
     assert asked == ["naive", "tfdist", "parse_only"] * 3
     assert (figures["naive_eps"], figures["tfdist_eps"], figures["parse_only_eps"]) == (
         100,
@@ -215,10 +213,8 @@ def test_benchmark_input_takes_medians_over_rounds_of_a_fresh_child_per_pipeline
         rate = next(per_s[asked[-1]])
         return json.dumps({"images_per_s": rate, "images_per_cpu_s": rate / 2})
 
-    with mock.patch.object(benchmark, "_child_output", side_effect=child_output):
-        figures = benchmark._jpeg_rounds(  # pylint: disable=protected-access
-            argparse.Namespace(rounds=3)
-        )
+    with mock.patch.object(rounds, "child_output", side_effect=child_output):
+        figures = rounds.jpeg_rounds(argparse.Namespace(rounds=3))
     assert asked == ["naive", "tfdist", "tfdist_device", "best_practice", "decode_only"] * 3
     assert figures["images_per_s"] == {
         "naive": 10,

@@ -37,7 +37,7 @@ validation) it compares instead, on that dataset's training files, batches of --
   naive          one sequential reader, a per-example map (parse, decode the whole image,
                  resize, flip, normalise), batch.
   tfdist         tfdist's training pipeline with augmentation on the host, as `tfdist train`
-                 builds it (`pipeline.examples`): whatever decode and augmentation it does
+                 builds it (`image_batches.examples`): whatever decode and augmentation it does
                  (--augment picks its recipe).
   tfdist_device  the host's share of it under --preprocess_on=device: read, decode (the
                  imagenet recipe's crop included), batch; flip and normalisation left out.
@@ -66,32 +66,19 @@ CPU-second: the per-core rate of host preprocessing a planner needs) and
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
-import time
 
-from typing import Iterable
-
+import input_rounds
+import input_timing
 from tfdist import input_pipelines  # Selects tf-keras before TensorFlow is imported.
 from tfdist.input_pipelines import Augment
-from tfdist.input_pipelines import BASELINE_STAGES as STAGES
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import InputConfigError
 from tfdist.runtime.output_files import write_json
 from tfdist.runtime.tf_import import import_tensorflow
 
-_GLOBAL_BATCH_SIZE = 128
-_WARMUP_BATCHES = 10
-# With --dataset: the pipelines compared, in the order each round times them; the ratios of
-# tfdist's figures to each of the others'; the defaults of the flags of this mode and of the
-# built-in dataset's (None in argparse, so that a flag given in the wrong mode is refused).
-_JPEG_PIPELINES = ("naive", "tfdist", "tfdist_device", "best_practice", "decode_only")
-_JPEG_RATIOS = {
-    "speedup_vs_naive": "naive",
-    "fraction_of_best_practice": "best_practice",
-    "fraction_of_decode_only": "decode_only",
-}
+# With --dataset: the defaults of the flags of this mode and of the built-in dataset's (None in
+# argparse, so that a flag given in the wrong mode is refused).
 _JPEG_DEFAULTS = {
     "rounds": 3,
     "seconds": 20.0,
@@ -102,193 +89,6 @@ _JPEG_DEFAULTS = {
 _BUILTIN_DEFAULTS = {"rounds": 5, "examples": 400_000}
 _JPEG_ONLY = ("num_classes", "image_size", "global_batch_size", "seconds", "augment")
 _BUILTIN_ONLY = ("examples", "data_dir", "stages", "trace")
-# The warm-up of a timed JPEG pipeline goes on past `_WARMUP_BATCHES` until this many seconds
-# (or --seconds, if shorter) have passed: TF's autotuner (on in best_practice) and the shuffle
-# buffers settle in that time.
-_WARMUP_S = 3.0
-
-
-def _examples_per_sec(dataset: Iterable, num_examples: int) -> float:
-    """Examples/s of iterating `dataset` (batches of `_GLOBAL_BATCH_SIZE`) after a warm-up."""
-    iterator = iter(dataset)
-    for _ in range(_WARMUP_BATCHES):
-        next(iterator)
-    num_batches = num_examples // _GLOBAL_BATCH_SIZE
-    start = time.perf_counter()
-    for _ in range(num_batches):
-        next(iterator)
-    return num_batches * _GLOBAL_BATCH_SIZE / (time.perf_counter() - start)
-
-
-def _image_rates(dataset: Iterable, seconds: float, global_batch_size: int) -> dict:
-    """Images/s and images per CPU-second of iterating `dataset` (batches of
-    `global_batch_size`) for `seconds` after a warm-up. The CPU time is this process's, all its
-    threads, over the timed seconds."""
-    iterator = iter(dataset)
-    start = time.perf_counter()
-    for _ in range(_WARMUP_BATCHES):
-        next(iterator)
-    while time.perf_counter() - start < min(_WARMUP_S, seconds):
-        next(iterator)
-    num_batches, start, cpu_start = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - start < seconds:
-        next(iterator)
-        num_batches += 1
-    wall_s, cpu_s = time.perf_counter() - start, time.process_time() - cpu_start
-    images = num_batches * global_batch_size
-    return {
-        "images": images,
-        "wall_s": round(wall_s, 3),
-        "cpu_s": round(cpu_s, 3),
-        "images_per_s": images / wall_s,
-        "images_per_cpu_s": images / cpu_s,
-    }
-
-
-# With --stages: tfdist's training pipeline cut after each of its steps, in order; the last
-# step (augment and normalise on the host) makes it the whole `tfdist` pipeline. parse_only is
-# tfdist's reading (parallel interleave, batched parse), no shuffle, decode or augmentation.
-_PIPELINES = {
-    **{
-        name: (lambda config, name=name: input_pipelines.baseline_pipeline(config, name))
-        for name in _JPEG_PIPELINES
-    },
-    "parse_only": lambda config: input_pipelines.baseline_pipeline(config, "parse", shuffle=False),
-    **{
-        f"stage_{name}": (lambda config, name=name: input_pipelines.baseline_pipeline(config, name))
-        for name in STAGES
-    },
-}
-_CHILD_TIMEOUT_S = 600
-_TRACE_BATCHES = 200
-_TRACE_MIN_US = 0.1  # Stages under this many microseconds per example are left out.
-
-
-def _mode_flags(args: argparse.Namespace) -> list[str]:
-    """The flags a child needs to build the pipelines of this run and time them as it does."""
-    if args.dataset:
-        return [
-            f"--dataset={args.dataset}",
-            f"--num_classes={args.num_classes}",
-            f"--image_size={args.image_size}",
-            f"--global_batch_size={args.global_batch_size}",
-            f"--seconds={args.seconds}",
-            f"--augment={args.augment}",
-        ]
-    return [f"--examples={args.examples}"] + (
-        [f"--data_dir={args.data_dir}"] if args.data_dir else []
-    )
-
-
-def _child_output(args: argparse.Namespace, *flags: str) -> str:
-    """Runs this script in a fresh process with `flags`; returns its last line of output."""
-    command = [sys.executable, __file__, *_mode_flags(args), *flags]
-    output = subprocess.run(
-        command, check=True, capture_output=True, text=True, timeout=_CHILD_TIMEOUT_S
-    ).stdout
-    return output.strip().splitlines()[-1]
-
-
-def _measure_in_child(pipeline_name: str, args: argparse.Namespace) -> float:
-    """Examples/s of `pipeline_name`, timed in a fresh process."""
-    return float(_child_output(args, f"--pipeline={pipeline_name}"))
-
-
-def _stages(figures: dict) -> dict:
-    """Median examples/s after each step and the microseconds per example each step adds."""
-    rates = {name: figures[f"stage_{name}_eps"] for name in STAGES}
-    rates["augment_normalise"] = figures["tfdist_eps"]
-    stages, before = {}, 0.0
-    for name, rate in rates.items():
-        cost = 1e6 / rate
-        stages[name] = {"eps": round(rate), "added_us_per_example": round(cost - before, 2)}
-        before = cost
-        added = stages[name]["added_us_per_example"]
-        print(f"  + {name:18s} {rate:>10,.0f} examples/s  {added:+6.2f} us/example")
-    return stages
-
-
-def _trace(config: InputConfig) -> dict:
-    """tfdist's pipeline under the profiler: trace microseconds per example of each stage."""
-    profile = input_pipelines.profile_stages(
-        input_pipelines.baseline_pipeline(config, "tfdist"),
-        num_elements=_TRACE_BATCHES,
-        warmup_elements=_WARMUP_BATCHES,
-    )
-    examples = profile.num_elements * _GLOBAL_BATCH_SIZE
-    per_example = {
-        stage: round(1e6 * seconds / examples, 2) for stage, seconds in profile.stage_s.items()
-    }
-    return {
-        "examples": examples,
-        "wall_us_per_example": round(1e6 * profile.wall_s / examples, 2),
-        "stage_us_per_example": {
-            stage: value for stage, value in per_example.items() if value >= _TRACE_MIN_US
-        },
-    }
-
-
-def _rounds(args: argparse.Namespace) -> dict:
-    """Each pipeline's (and with --stages each stage's) median examples/s over `args.rounds`
-    rounds, and each ratio as the median of the rounds' ratios with its [min, max]."""
-    names = ["naive", "tfdist", "parse_only"] + (
-        [f"stage_{name}" for name in STAGES] if args.stages else []
-    )
-    measured = [{name: _measure_in_child(name, args) for name in names} for _ in range(args.rounds)]
-    figures = {
-        f"{name}_eps": round(statistics.median(round_[name] for round_ in measured), 2)
-        for name in measured[0]
-    }
-    for ratio, baseline in (
-        ("speedup_vs_naive", "naive"),
-        ("fraction_of_parse_only", "parse_only"),
-    ):
-        figures[ratio], figures[f"{ratio}_spread"] = _median_and_spread(
-            [round_["tfdist"] / round_[baseline] for round_ in measured]
-        )
-    figures["rounds_eps"] = [
-        {name: round(rate) for name, rate in round_.items()} for round_ in measured
-    ]
-    return figures
-
-
-def _median_and_spread(values: list[float]) -> tuple[float, list[float]]:
-    return round(statistics.median(values), 3), [round(min(values), 3), round(max(values), 3)]
-
-
-def _jpeg_rounds(args: argparse.Namespace) -> dict:
-    """Each JPEG pipeline's median images/s and images per CPU-second over `args.rounds`
-    rounds, each timed in a fresh process; each ratio of tfdist's figures to another
-    pipeline's as the median of the rounds' ratios, with its [min, max]."""
-    measured = [
-        {name: json.loads(_child_output(args, f"--pipeline={name}")) for name in _JPEG_PIPELINES}
-        for _ in range(args.rounds)
-    ]
-    figures = {
-        rate: {
-            name: round(statistics.median(round_[name][rate] for round_ in measured), 1)
-            for name in _JPEG_PIPELINES
-        }
-        for rate in ("images_per_s", "images_per_cpu_s")
-    }
-    for ratio, baseline in _JPEG_RATIOS.items():
-        for prefix, rate in (("", "images_per_s"), ("per_cpu_", "images_per_cpu_s")):
-            figures[prefix + ratio], figures[f"{prefix}{ratio}_spread"] = _median_and_spread(
-                [round_["tfdist"][rate] / round_[baseline][rate] for round_ in measured]
-            )
-    figures["host_examples_per_core"] = figures["images_per_cpu_s"]["tfdist"]
-    figures["decode_examples_per_core"] = figures["images_per_cpu_s"]["tfdist_device"]
-    figures["rounds_measured"] = [
-        {
-            name: {
-                key: round(value, 1) if key.startswith("images_per") else value
-                for key, value in rates.items()
-            }
-            for name, rates in round_.items()
-        }
-        for round_ in measured
-    ]
-    return figures
 
 
 def _print_jpeg(args: argparse.Namespace, figures: dict) -> None:
@@ -297,12 +97,12 @@ def _print_jpeg(args: argparse.Namespace, figures: dict) -> None:
         f"of {args.rounds} rounds of {args.seconds:g} s on {os.cpu_count()} cores"
     )
     print(f"  {'pipeline':14s} {'images/s':>9s} {'images/CPU-s':>13s}")
-    for name in _JPEG_PIPELINES:
+    for name in input_timing.JPEG_PIPELINES:
         print(
             f"  {name:14s} {figures['images_per_s'][name]:9,.1f} "
             f"{figures['images_per_cpu_s'][name]:13,.1f}"
         )
-    for ratio, baseline in _JPEG_RATIOS.items():
+    for ratio, baseline in input_rounds.JPEG_RATIOS.items():
         low, high = figures[f"{ratio}_spread"]
         cpu_low, cpu_high = figures[f"per_cpu_{ratio}_spread"]
         print(
@@ -316,7 +116,7 @@ def _jpeg_main(args: argparse.Namespace, config: InputConfig) -> None:
     """--dataset: times the JPEG pipelines in alternating rounds; prints and writes the
     figures."""
     load_before = [round(load, 2) for load in os.getloadavg()]
-    figures = _jpeg_rounds(args)
+    figures = input_rounds.jpeg_rounds(args)
     _print_jpeg(args, figures)
     if args.json:
         write_json(
@@ -396,7 +196,9 @@ def _config(args: argparse.Namespace) -> InputConfig:
                 augment=args.augment,
             )
         else:
-            config = InputConfig(data_dir=args.data_dir, global_batch_size=_GLOBAL_BATCH_SIZE)
+            config = InputConfig(
+                data_dir=args.data_dir, global_batch_size=input_timing.GLOBAL_BATCH_SIZE
+            )
         import_tensorflow(show_logs=False)
         input_pipelines.prepare(config)
     except InputConfigError as error:
@@ -463,7 +265,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--pipeline",
-        choices=sorted(_PIPELINES),
+        choices=sorted(input_timing.PIPELINES),
         help="time only this pipeline, here, and print its examples/s (with "
         "--dataset: its figures as JSON)",
     )
@@ -472,24 +274,30 @@ def main() -> None:
     _settle_mode(parser, args)
     config = _config(args)
     if args.trace_here:
-        print(json.dumps(_trace(config)))
+        print(json.dumps(input_timing.trace(config)))
         return
     if args.pipeline and args.dataset:
         print(
             json.dumps(
-                _image_rates(
-                    _PIPELINES[args.pipeline](config), args.seconds, args.global_batch_size
+                input_timing.image_rates(
+                    input_timing.PIPELINES[args.pipeline](config),
+                    args.seconds,
+                    args.global_batch_size,
                 )
             )
         )
         return
     if args.pipeline:
-        print(_examples_per_sec(_PIPELINES[args.pipeline](config), args.examples))
+        print(
+            input_timing.examples_per_sec(
+                input_timing.PIPELINES[args.pipeline](config), args.examples
+            )
+        )
         return
     if args.dataset:
         _jpeg_main(args, config)
         return
-    figures = _rounds(args)
+    figures = input_rounds.builtin_rounds(args)
     for name in ("naive_eps", "tfdist_eps", "parse_only_eps"):
         print(f"{name}: {figures[name]:,.0f} examples/s (median of {args.rounds} rounds)")
     for ratio, label in (
@@ -498,8 +306,8 @@ def main() -> None:
     ):
         low, high = figures[f"{ratio}_spread"]
         print(f"{label}: {figures[ratio]:.2f} (rounds {low:.2f}-{high:.2f})")
-    stages = _stages(figures) if args.stages else None
-    trace = json.loads(_child_output(args, "--trace_here")) if args.trace else None
+    stages = input_rounds.stage_costs(figures) if args.stages else None
+    trace = json.loads(input_rounds.child_output(args, "--trace_here")) if args.trace else None
     if trace:
         print(
             f"trace of tfdist's pipeline, {trace['wall_us_per_example']:.2f} us/example of wall "
@@ -515,7 +323,7 @@ def main() -> None:
                 "cpu_count": os.cpu_count(),
                 "examples": args.examples,
                 "rounds": args.rounds,
-                "global_batch_size": _GLOBAL_BATCH_SIZE,
+                "global_batch_size": input_timing.GLOBAL_BATCH_SIZE,
                 **figures,
                 **({"stages": stages} if stages else {}),
                 **({"trace": trace} if trace else {}),

@@ -11,7 +11,7 @@ from tfdist.input_pipelines import Placement
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import ReadOptions
 from tfdist.input_pipelines import per_replica_batch_size
-from tfdist.input_pipelines.config import SourceKind
+from tfdist.input_pipelines.choices import SourceKind
 
 
 class InputConfigTest(parameterized.TestCase):

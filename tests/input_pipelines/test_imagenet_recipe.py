@@ -18,9 +18,9 @@ from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import Placement
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import ReadOptions
+from tfdist.input_pipelines import image_batches
 from tfdist.input_pipelines import imagenet_recipe
-from tfdist.input_pipelines import pipeline
-from tfdist.input_pipelines.config import Augment
+from tfdist.input_pipelines.choices import Augment
 from tests.input_pipelines.records import write_records
 
 _CONTEXT = tf.distribute.InputContext()
@@ -172,18 +172,18 @@ class PipelineTest(tf.test.TestCase, parameterized.TestCase):
         read = ReadOptions(
             split="train" if training else "validation", training=training, placement=_DEVICE
         )
-        batch = next(iter(pipeline.examples(self._config(), read, _CONTEXT, announce=False)))
+        batch = next(iter(image_batches.examples(self._config(), read, _CONTEXT, announce=False)))
         self.assertEqual((batch["image"].shape, batch["image"].dtype), ((4, 32, 32, 3), tf.uint8))
         self.assertAllInRange(batch["label"], 0, 2)
 
     def test_labels_read_with_the_offset_are_the_stored_ones_less_it(self):
         read = ReadOptions(split="validation", training=False, placement=_DEVICE)
-        batch = next(iter(pipeline.examples(self._config(), read, _CONTEXT, announce=False)))
+        batch = next(iter(image_batches.examples(self._config(), read, _CONTEXT, announce=False)))
         self.assertAllEqual(batch["label"], [0, 1, 2, 0])
 
     def test_host_placement_flips_and_normalises(self):
         read = ReadOptions(split="train", training=True, placement=Placement(PreprocessOn.HOST))
-        batch = next(iter(pipeline.examples(self._config(), read, _CONTEXT, announce=False)))
+        batch = next(iter(image_batches.examples(self._config(), read, _CONTEXT, announce=False)))
         self.assertEqual(batch["image"].dtype, tf.float32)
         self.assertAllInRange(batch["image"], -1.0 - 1e-6, 1.0 + 1e-6)
 
@@ -191,7 +191,7 @@ class PipelineTest(tf.test.TestCase, parameterized.TestCase):
         read = ReadOptions(split="train", training=True, placement=_DEVICE)
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
-            pipeline.examples(self._config(image_size=224), read, _CONTEXT)
+            image_batches.examples(self._config(image_size=224), read, _CONTEXT)
         self.assertRegex(
             stderr.getvalue(),
             (
@@ -207,7 +207,11 @@ class PipelineTest(tf.test.TestCase, parameterized.TestCase):
     def test_small_recipe_on_jpeg_reads_whole_images(self):
         read = ReadOptions(split="validation", training=False, placement=_DEVICE)
         batch = next(
-            iter(pipeline.examples(self._config(augment="small"), read, _CONTEXT, announce=False))
+            iter(
+                image_batches.examples(
+                    self._config(augment="small"), read, _CONTEXT, announce=False
+                )
+            )
         )
         first = tf.io.decode_jpeg(encode_image(smooth_pixels(50, 70, 0), "JPEG"), channels=3)
         expected = tf.cast(tf.image.resize(first, [32, 32]), tf.uint8)
@@ -239,7 +243,7 @@ class RawImagesTest(tf.test.TestCase):
     def test_the_builtin_dataset_takes_the_imagenet_recipe_when_asked(self):
         config = InputConfig(data_dir=self.data_dir, global_batch_size=8, augment="imagenet")
         read = ReadOptions(split="train", training=True, placement=_DEVICE)
-        batch = next(iter(pipeline.examples(config, read, _CONTEXT, announce=False)))
+        batch = next(iter(image_batches.examples(config, read, _CONTEXT, announce=False)))
         self.assertEqual((batch["image"].shape, batch["image"].dtype), ((8, 32, 32, 3), tf.uint8))
 
 

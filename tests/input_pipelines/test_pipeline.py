@@ -20,6 +20,7 @@ from tfdist.input_pipelines import Placement
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import ReadOptions
 from tfdist.input_pipelines import coverage
+from tfdist.input_pipelines import image_batches
 from tfdist.input_pipelines import pipeline
 from tests.conftest import SMALL_TRAIN_SIZE
 from tests.conftest import SMALL_VALIDATION_SIZE
@@ -132,7 +133,7 @@ class CoverageTest(_SmallShapes, parameterized.TestCase):
 
 class BatchingTest(_SmallShapes, tf.test.TestCase):
     def test_training_batches_per_replica_and_repeats(self):
-        dataset = pipeline.examples(
+        dataset = image_batches.examples(
             self.config, _read("train", True, _HOST), _context(2, 1, num_replicas=4)
         )
         batches = list(dataset.take(30).as_numpy_iterator())  # 30 x 8 > the pipeline's 320.
@@ -141,7 +142,9 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
 
     def test_validation_keeps_its_tail(self):
         config = dataclasses.replace(self.config, global_batch_size=48)
-        dataset = pipeline.examples(config, _read("validation", False), _context(), with_ids=True)
+        dataset = image_batches.examples(
+            config, _read("validation", False), _context(), with_ids=True
+        )
         sizes = [len(batch["id"]) for batch in dataset.as_numpy_iterator()]
         self.assertEqual(sizes, [48, 48, 48, 16])
         self.assertEqual(sum(sizes), SMALL_VALIDATION_SIZE)
@@ -149,7 +152,9 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
     def test_same_seed_same_order_other_seed_other_order(self):
         def first_ids(seed: int) -> np.ndarray:
             config = dataclasses.replace(self.config, seed=seed, deterministic=True)
-            dataset = pipeline.examples(config, _read("train", True), _context(), with_ids=True)
+            dataset = image_batches.examples(
+                config, _read("train", True), _context(), with_ids=True
+            )
             return next(dataset.as_numpy_iterator())["id"]
 
         self.assertAllEqual(first_ids(1), first_ids(1))
@@ -162,7 +167,7 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
             read = ReadOptions(
                 split="validation", training=False, placement=_DEVICE, independent_order=True
             )
-            dataset = pipeline.examples(self.config, read, _context(), with_ids=True)
+            dataset = image_batches.examples(self.config, read, _context(), with_ids=True)
             return np.concatenate([batch["id"] for batch in dataset.as_numpy_iterator()])
 
         first, second = validation_ids(), validation_ids()
@@ -173,7 +178,7 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         self.assertNotAllEqual(first, second)
 
     def test_options_stop_tf_from_sharding_again(self):
-        dataset = pipeline.examples(self.config, _read("train", True), _context())
+        dataset = image_batches.examples(self.config, _read("train", True), _context())
         self.assertEqual(
             dataset.options().experimental_distribute.auto_shard_policy,
             tf.data.experimental.AutoShardPolicy.OFF,
@@ -183,7 +188,7 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         config = dataclasses.replace(
             self.config, datasets_num_private_threads=3, deterministic=False, cache=True
         )
-        dataset = pipeline.examples(config, _read("train", True), _context())
+        dataset = image_batches.examples(config, _read("train", True), _context())
         self.assertEqual(dataset.options().threading.private_threadpool_size, 3)
         self.assertFalse(dataset.options().deterministic)
         self.assertEqual(next(iter(dataset))["image"].shape, (32, 32, 32, 3))
@@ -192,7 +197,9 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         def training_batches(max_calls: int) -> list[dict]:
             config = dataclasses.replace(self.config, deterministic=True)
             with mock.patch.object(pipeline, "_MAX_BATCHES_PER_CALL", max_calls):
-                dataset = pipeline.examples(config, _read("train", True), _context(), with_ids=True)
+                dataset = image_batches.examples(
+                    config, _read("train", True), _context(), with_ids=True
+                )
             return list(dataset.take(25).as_numpy_iterator())  # 25 x 32 > one epoch's 640.
 
         one, several = training_batches(1), training_batches(4)
@@ -243,7 +250,7 @@ class TfrecordSourceTest(tf.test.TestCase):
         report = input_pipelines.check_coverage(self.config, num_workers=2, replicas_per_worker=2)
         self.assertTrue(report.exactly_once, report.lines())
         self.assertEqual(report.examples_per_worker, [20, 10])
-        batch = next(iter(pipeline.examples(self.config, _read("train", True), _context())))
+        batch = next(iter(image_batches.examples(self.config, _read("train", True), _context())))
         self.assertEqual(batch["image"].shape, (4, 16, 16, 3))
 
     def test_glob_without_split_is_training_only(self):
@@ -282,7 +289,9 @@ class TfrecordSourceTest(tf.test.TestCase):
         self.assertBetween(readable, 20, 29)
         ids = [
             batch["id"]
-            for batch in pipeline.examples(config, _read("train", False), _context(), with_ids=True)
+            for batch in image_batches.examples(
+                config, _read("train", False), _context(), with_ids=True
+            )
         ]
         self.assertLen(np.concatenate(ids), readable)
 

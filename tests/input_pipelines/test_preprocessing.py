@@ -15,7 +15,7 @@ from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import Placement
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import preprocessing
-from tfdist.input_pipelines.config import Augment
+from tfdist.input_pipelines.choices import Augment
 
 _NUM_IMAGES = 4096
 

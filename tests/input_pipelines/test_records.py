@@ -25,7 +25,7 @@ from tfdist.input_pipelines import InputConfigError
 from tfdist.input_pipelines import Placement
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import ReadOptions
-from tfdist.input_pipelines import pipeline
+from tfdist.input_pipelines import image_batches
 from tfdist.input_pipelines import records
 
 _LAYOUT = (
@@ -63,7 +63,7 @@ class RecordCheckTest(_Files, parameterized.TestCase):
         self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 5})
         context = tf.distribute.InputContext()
         read = ReadOptions(split="train", training=False, placement=Placement(PreprocessOn.DEVICE))
-        batch = next(iter(pipeline.examples(config, read, context)))
+        batch = next(iter(image_batches.examples(config, read, context)))
         self.assertEqual(batch["image"].shape, (4, 16, 16, 3))
 
     @parameterized.named_parameters(

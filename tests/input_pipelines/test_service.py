@@ -24,11 +24,12 @@ from tfdist.input_pipelines import Placement
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import ReadOptions
 from tfdist.input_pipelines import dispatcher
+from tfdist.input_pipelines import image_batches
 from tfdist.input_pipelines import pipeline
 from tfdist.input_pipelines import service
-from tfdist.input_pipelines.config import InputConfigError
-from tfdist.input_pipelines.config import ServiceMode
-from tfdist.input_pipelines.config import parse_service_address
+from tfdist.input_pipelines.choices import ServiceMode
+from tfdist.input_pipelines.choices import parse_service_address
+from tfdist.input_pipelines.messages import InputConfigError
 
 _NUM_FILES = 6
 _NUM_IDS = 60
@@ -362,7 +363,7 @@ def test_training_batches_mapped_several_per_call_cross_the_service_whole(
             tf_data_service_mode=mode,
         )
         read = ReadOptions(split="train", training=True, placement=Placement(PreprocessOn.HOST))
-        dataset = pipeline.examples(config, read, tf.distribute.InputContext(), announce=False)
+        dataset = image_batches.examples(config, read, tf.distribute.InputContext(), announce=False)
         assert pipeline.batches_per_call(32, 32 * 32 * 3) == 4
         assert dataset.element_spec["image"].shape == (32, 32, 32, 3)
         batches = []

@@ -17,7 +17,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tfdist.input_pipelines import shapes
-from tfdist.input_pipelines.config import InputConfigError
+from tfdist.input_pipelines.messages import InputConfigError
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TRAIN_SIZE = 240

@@ -11,9 +11,9 @@ from tfdist.errors import ConfigError
 from tfdist.fields import MAX_COUNT
 from tfdist.fields import option
 from tfdist.input_pipelines import InputConfig
+from tfdist.input_pipelines.choices import PYTHON_FUNCTION
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_SEED
-from tfdist.input_pipelines.config import PYTHON_FUNCTION
 from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.optimizer_config import check_peak_learning_rate
 from tfdist.runtime.optimizer_config import check_schedule_fits

@@ -6,7 +6,7 @@ import importlib.util
 from typing import Any
 from typing import Callable
 
-from tfdist.input_pipelines.config import PYTHON_PREFIX
+from tfdist.input_pipelines.choices import PYTHON_PREFIX
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
 

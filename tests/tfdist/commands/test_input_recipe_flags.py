@@ -8,7 +8,7 @@ from absl import flags
 from tfdist.commands import cli  # noqa: F401  (defines every command's flags)
 from tfdist.commands import flags as tfdist_flags
 from tfdist.commands import train_flags
-from tfdist.input_pipelines.config import Augment
+from tfdist.input_pipelines.choices import Augment
 
 _TFRECORD = ("--dataset=tfrecord:/data/{split}-*", "--num_classes=1000")
 

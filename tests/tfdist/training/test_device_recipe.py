@@ -17,7 +17,7 @@ from tests.input_pipelines.imagenet_examples import imagenet_example
 from tests.input_pipelines.imagenet_examples import smooth_pixels
 from tests.input_pipelines.records import write_records
 from tfdist.input_pipelines import InputConfig
-from tfdist.input_pipelines.config import Augment
+from tfdist.input_pipelines.choices import Augment
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import StrategyConfig

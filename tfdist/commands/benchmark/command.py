@@ -22,7 +22,7 @@ from tfdist.commands.benchmark import plotting
 from tfdist.commands import train_flags
 from tfdist.commands.benchmark import figures
 from tfdist.commands.benchmark import rounds as benchmark_rounds
-from tfdist.input_pipelines.config import PYTHON_PREFIX
+from tfdist.input_pipelines.choices import PYTHON_PREFIX
 from tfdist.runtime import output_files
 from tfdist.runtime import paths
 from tfdist.runtime import plugins
