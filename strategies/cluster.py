@@ -29,29 +29,8 @@ import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-
-MAX_SHOWN = 80  # Characters of a value's repr in a message.
-_NO_VALUE = object()
-
-
-def cut(text: str, limit: int = MAX_SHOWN) -> str:
-    """`text` cut to `limit` characters, " ..." marking the cut: how every message of tfdist
-    quotes a value or a line of someone else's. The builder (cut, shown, problem) lives here, so
-    that this module stays importable alone; `strategies.config` and `tfdist.errors` use it."""
-    return text if len(text) <= limit else text[: limit - 4] + " ..."
-
-
-def shown(value, limit: int = MAX_SHOWN) -> str:
-    """`repr(value)` cut to `limit` characters."""
-    return cut(repr(value), limit)
-
-
-def problem(subject: str, what: str, fix: str, value=_NO_VALUE) -> str:
-    """One message: `<subject>=<value> <what>; <fix>.` (the value cut by `shown`), or without a
-    value `<subject>: <what>; <fix>.`."""
-    said = f"{subject}: {what}" if value is _NO_VALUE else f"{subject}={shown(value)} {what}"
-    return f"{said}; {fix.rstrip('.')}."
-
+from .messages import problem
+from .messages import shown_json
 
 _ENV_VAR = "TF_CONFIG"
 _JOB_ORDER = ("chief", "worker", "ps", "evaluator")
@@ -190,7 +169,7 @@ def parse_tf_config(value: str | Mapping[str, Any]) -> ClusterConfig:
     if not isinstance(rpc_layer, str):
         raise _error(
             "rpc_layer",
-            f"{_show(rpc_layer)} is not a string",
+            f"{shown_json(rpc_layer)} is not a string",
             'use a protocol name such as "grpc", or leave rpc_layer out',
         )
     return ClusterConfig(jobs=jobs, task=task, rpc_layer=rpc_layer)
@@ -281,9 +260,11 @@ def _decode(value: Any) -> Mapping[str, Any]:
                 if isinstance(exc, json.JSONDecodeError)
                 else "nested too deeply to read"
             )
-            raise _error("", f"{_show(value)} is not valid JSON ({why})", _OBJECT_FIX) from None
+            raise _error(
+                "", f"{shown_json(value)} is not valid JSON ({why})", _OBJECT_FIX
+            ) from None
     if not isinstance(value, Mapping):
-        raise _error("", f"{_show(value)} is not a JSON object", _OBJECT_FIX)
+        raise _error("", f"{shown_json(value)} is not a JSON object", _OBJECT_FIX)
     return value
 
 
@@ -294,7 +275,7 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(raw, Mapping):
         raise _error(
             "cluster",
-            f"{_show(raw)} is not an object",
+            f"{shown_json(raw)} is not an object",
             f"map job names to address lists, e.g. {_CLUSTER_EXAMPLE}",
         )
     jobs: dict[str, list[str]] = {}
@@ -302,20 +283,22 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     for name, addresses in raw.items():
         job = _ALIASES.get(name, name)
         if job not in _JOB_ORDER:
-            raise _error("cluster", f"job {_show(name)} is unknown", f"name each job {_JOB_NAMES}")
+            raise _error(
+                "cluster", f"job {shown_json(name)} is unknown", f"name each job {_JOB_NAMES}"
+            )
         jobs.setdefault(job, []).extend(_parse_job(f"cluster.{name}", addresses, seen))
     chiefs = jobs.get("chief", [])
     if len(chiefs) > 1:
         raise _error(
             "cluster.chief",
-            f'{_show(chiefs)} has {len(chiefs)} chiefs ("master" counts as chief)',
+            f'{shown_json(chiefs)} has {len(chiefs)} chiefs ("master" counts as chief)',
             'keep one chief and list the others under "worker"',
         )
     evaluators = jobs.get("evaluator", [])
     if len(evaluators) > 1:
         raise _error(
             "cluster.evaluator",
-            f"{_show(evaluators)} has {len(evaluators)} evaluators",
+            f"{shown_json(evaluators)} has {len(evaluators)} evaluators",
             "keep one: TensorFlow runs at most one evaluator task",
         )
     problem = ps_without_chief(len(jobs.get("ps", ())), bool(chiefs))
@@ -325,7 +308,7 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     if not ordered:
         raise _error(
             "cluster",
-            f"{_show(raw)} has no addresses",
+            f"{shown_json(raw)} has no addresses",
             f"list at least one task, e.g. {_CLUSTER_EXAMPLE}",
         )
     return ordered
@@ -339,7 +322,7 @@ def _parse_job(
     if not isinstance(addresses, (list, tuple)):
         raise _error(
             path,
-            f"{_show(addresses)} is not a list",
+            f"{shown_json(addresses)} is not a list",
             'write each job as a list of "host:port" strings, e.g. ["localhost:2222"]',
         )
     for i, address in enumerate(addresses):
@@ -349,10 +332,10 @@ def _parse_job(
         if key in seen:
             other, other_address = seen[key]
             why = _LOOPBACK_WHY if key[0] == _THIS_MACHINE else _RESPELLED_WHY
-            same = "" if other_address == address else f" ({_show(other_address)}; {why})"
+            same = "" if other_address == address else f" ({shown_json(other_address)}; {why})"
             raise _error(
                 where,
-                f"{_show(address)} is also used by {other}{same}",
+                f"{shown_json(address)} is also used by {other}{same}",
                 "give every task its own host:port",
             )
         seen[key] = (where, address)
@@ -400,18 +383,18 @@ def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | No
 def _check_address(path: str, address: Any) -> None:
     """Checks that `address` is "host:port" with a valid host and a port in 1..65535."""
     if not isinstance(address, str):
-        raise _error(path, f"{_show(address)} is not a string", _ADDRESS_FIX)
+        raise _error(path, f"{shown_json(address)} is not a string", _ADDRESS_FIX)
     host, colon, port = address.rpartition(":")
     if not colon:
-        raise _error(path, f"{_show(address)} is not host:port", _ADDRESS_FIX)
+        raise _error(path, f"{shown_json(address)} is not host:port", _ADDRESS_FIX)
     if not host:
-        raise _error(path, f"{_show(address)} has an empty host", _ADDRESS_FIX)
+        raise _error(path, f"{shown_json(address)} has an empty host", _ADDRESS_FIX)
     if host.startswith("[") and host.endswith("]"):
         valid_host = _is_ipv6(host[1:-1])
     elif _is_ipv6(host):
         raise _error(
             path,
-            f"{_show(address)} has an IPv6 host without brackets",
+            f"{shown_json(address)} has an IPv6 host without brackets",
             f'put IPv6 addresses in brackets, e.g. "[{host}]:{port}"',
         )
     else:
@@ -419,14 +402,14 @@ def _check_address(path: str, address: Any) -> None:
     if not valid_host:
         raise _error(
             path,
-            f"{_show(address)} has an invalid host {_show(host)}",
+            f"{shown_json(address)} has an invalid host {shown_json(host)}",
             "use a host name, an IPv4 address or a bracketed IPv6 address, e.g. "
             '"localhost:2222" or "[::1]:2222"',
         )
     if not _PORT_RE.fullmatch(port) or not 1 <= int(port) <= 65535:
         raise _error(
             path,
-            f"{_show(address)} has port {_show(port)}",
+            f"{shown_json(address)} has port {shown_json(port)}",
             'use an integer port from 1 to 65535, e.g. "localhost:2222"',
         )
 
@@ -438,7 +421,7 @@ def _parse_task(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> Task:
     if not isinstance(raw, Mapping):
         raise _error(
             "task",
-            f"{_show(raw)} is not an object",
+            f"{shown_json(raw)} is not an object",
             f"give the task a type and an index, e.g. {_TASK_EXAMPLE}",
         )
     task_type = _parse_task_type(raw.get("type", _MISSING), jobs)
@@ -448,7 +431,7 @@ def _parse_task(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> Task:
     if isinstance(index, bool) or not isinstance(index, int):
         raise _error(
             "task.index",
-            f"{_show(index)} is not an integer",
+            f"{shown_json(index)} is not an integer",
             "write the index as a JSON number without quotes, e.g. 0",
         )
     addresses = jobs.get(task_type.value)
@@ -472,11 +455,11 @@ def _parse_task_type(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> TaskType:
         raw = raw.value  # Python 3.10 hashes enum members by name, so use the plain string.
     name = _ALIASES.get(raw, raw) if isinstance(raw, str) else None
     if name not in _JOB_ORDER:
-        raise _error("task.type", f"{_show(raw)} is not a task type", _TYPE_FIX)
+        raise _error("task.type", f"{shown_json(raw)} is not a task type", _TYPE_FIX)
     if name not in jobs and name != "evaluator":
         raise _error(
             "task.type",
-            f"{_show(raw)} is not a job of the cluster (it has {', '.join(jobs)})",
+            f"{shown_json(raw)} is not a job of the cluster (it has {', '.join(jobs)})",
             f'add a "{name}" job to cluster or fix task.type',
         )
     return TaskType(name)
@@ -489,15 +472,6 @@ def _is_ipv6(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _show(value: Any) -> str:
-    """Renders a received value for a message: JSON when possible, one line, truncated."""
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value).replace("\n", "\\n")
-    return cut(text)
 
 
 def _error(path: str, what: str, fix: str) -> ClusterConfigError:
