@@ -20,28 +20,26 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import ipaddress
 import json
 import os
-import re
-import socket
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .addresses import address_problem
+from .addresses import endpoint
+from .addresses import is_ipv6
+from .addresses import why_the_same
 from .messages import problem
 from .messages import shown_json
 
 _ENV_VAR = "TF_CONFIG"
 _JOB_ORDER = ("chief", "worker", "ps", "evaluator")
 _ALIASES = {"master": "chief"}
-_HOST_RE = re.compile(r"[A-Za-z0-9_.-]+")
-_PORT_RE = re.compile(r"[0-9]+")
 _MISSING = object()
 _CLUSTER_EXAMPLE = '"cluster": {"worker": ["localhost:2222"]}'
 _TASK_EXAMPLE = '"task": {"type": "worker", "index": 0}'
 _OBJECT_FIX = f"set TF_CONFIG to a JSON object, e.g. {{{_CLUSTER_EXAMPLE}, {_TASK_EXAMPLE}}}"
-_ADDRESS_FIX = 'write addresses as "host:port", e.g. "localhost:2222"'
 _JOB_NAMES = '"chief", "worker", "ps" or "evaluator" ("master" means "chief")'
 _TYPE_FIX = f"set task.type to {_JOB_NAMES}"
 _INDEX_FIX = "set task.index to this task's position in its job's address list, counting from 0"
@@ -242,7 +240,7 @@ def make_cluster(
             f"({', '.join(f'{job}={n}' for job, n in sizes.items())}); pass one "
             "port per task, in the order chief, workers, ps, evaluator."
         )
-    host = f"[{host}]" if _is_ipv6(host) else host
+    host = f"[{host}]" if is_ipv6(host) else host
     next_port = iter(ports)
     cluster = {job: [f"{host}:{next(next_port)}" for _ in range(n)] for job, n in sizes.items()}
     task_type, index = task or ("chief" if chief else "worker", 0)
@@ -318,7 +316,7 @@ def _parse_job(
     path: str, addresses: Any, seen: dict[tuple[str, int], tuple[str, str]]
 ) -> list[str]:
     """Validates one job's address list; `seen` maps endpoints already used to their path and
-    spelling (`_endpoint`)."""
+    spelling (`endpoint`)."""
     if not isinstance(addresses, (list, tuple)):
         raise _error(
             path,
@@ -327,11 +325,13 @@ def _parse_job(
         )
     for i, address in enumerate(addresses):
         where = f"{path}[{i}]"
-        _check_address(where, address)
-        key = _endpoint(address)
+        wrong = address_problem(address)
+        if wrong:
+            raise _error(where, *wrong)
+        key = endpoint(address)
         if key in seen:
             other, other_address = seen[key]
-            why = _LOOPBACK_WHY if key[0] == _THIS_MACHINE else _RESPELLED_WHY
+            why = why_the_same(key)
             same = "" if other_address == address else f" ({shown_json(other_address)}; {why})"
             raise _error(
                 where,
@@ -340,78 +340,6 @@ def _parse_job(
             )
         seen[key] = (where, address)
     return list(addresses)
-
-
-_THIS_MACHINE = "this machine"
-_LOOPBACK_WHY = "both name this machine, and TensorFlow's servers listen on all its addresses"
-_RESPELLED_WHY = "the same host and port spelled differently"
-
-
-def _endpoint(address: str) -> tuple[str, int]:
-    """A key equal for two spellings of one endpoint: loopback hosts ("localhost", 127.0.0.0/8,
-    [::1]) are one machine, IP addresses compare by value, host names ignore case and a final
-    dot, and ports compare as numbers ("02222" is 2222)."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]").lower().rstrip(".")
-    ip = _ip_address(host)
-    if (
-        host == "localhost"
-        or host.endswith(".localhost")
-        or (
-            ip is not None
-            and (ip.is_loopback or getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)
-        )
-    ):
-        return _THIS_MACHINE, int(port)
-    return (str(ip) if ip is not None else host), int(port)
-
-
-def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """`host` as an IP address, including the short IPv4 forms resolvers accept ("127.1")."""
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    if not re.fullmatch(r"[0-9a-fx.]+", host) or not re.search(r"[0-9]", host):
-        return None
-    try:
-        return ipaddress.IPv4Address(socket.inet_aton(host))
-    except OSError:
-        return None
-
-
-def _check_address(path: str, address: Any) -> None:
-    """Checks that `address` is "host:port" with a valid host and a port in 1..65535."""
-    if not isinstance(address, str):
-        raise _error(path, f"{shown_json(address)} is not a string", _ADDRESS_FIX)
-    host, colon, port = address.rpartition(":")
-    if not colon:
-        raise _error(path, f"{shown_json(address)} is not host:port", _ADDRESS_FIX)
-    if not host:
-        raise _error(path, f"{shown_json(address)} has an empty host", _ADDRESS_FIX)
-    if host.startswith("[") and host.endswith("]"):
-        valid_host = _is_ipv6(host[1:-1])
-    elif _is_ipv6(host):
-        raise _error(
-            path,
-            f"{shown_json(address)} has an IPv6 host without brackets",
-            f'put IPv6 addresses in brackets, e.g. "[{host}]:{port}"',
-        )
-    else:
-        valid_host = bool(_HOST_RE.fullmatch(host))
-    if not valid_host:
-        raise _error(
-            path,
-            f"{shown_json(address)} has an invalid host {shown_json(host)}",
-            "use a host name, an IPv4 address or a bracketed IPv6 address, e.g. "
-            '"localhost:2222" or "[::1]:2222"',
-        )
-    if not _PORT_RE.fullmatch(port) or not 1 <= int(port) <= 65535:
-        raise _error(
-            path,
-            f"{shown_json(address)} has port {shown_json(port)}",
-            'use an integer port from 1 to 65535, e.g. "localhost:2222"',
-        )
 
 
 def _parse_task(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> Task:
@@ -463,15 +391,6 @@ def _parse_task_type(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> TaskType:
             f'add a "{name}" job to cluster or fix task.type',
         )
     return TaskType(name)
-
-
-def _is_ipv6(host: str) -> bool:
-    """Whether `host` is a bare IPv6 address such as "::1"."""
-    try:
-        ipaddress.IPv6Address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _error(path: str, what: str, fix: str) -> ClusterConfigError:
