@@ -1,4 +1,4 @@
-"""Parses, validates and builds TF_CONFIG, the JSON that configures multi-worker TensorFlow.
+"""Parses and validates TF_CONFIG, the JSON that configures multi-worker TensorFlow.
 
 Pure Python on purpose: the CLI imports this module before TensorFlow, so `tfdist --help` stays
 fast. It is also the only module of the project that reads `os.environ` (only `TF_CONFIG`).
@@ -23,12 +23,11 @@ import enum
 import json
 import os
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from .addresses import address_problem
 from .addresses import endpoint
-from .addresses import is_ipv6
 from .addresses import why_the_same
 from .messages import problem
 from .messages import shown_json
@@ -201,50 +200,6 @@ def ps_without_chief(num_ps: int, has_chief: bool) -> str | None:
             "(workers and ps tasks only serve it)"
         )
     return None
-
-
-def make_cluster(
-    *,
-    num_workers: int,
-    num_ps: int = 0,
-    chief: bool = False,
-    evaluator: bool = False,
-    ports: Sequence[int],
-    host: str = "127.0.0.1",
-    task: tuple[str, int] | None = None,
-) -> ClusterConfig:
-    """Builds a validated cluster whose tasks all run on `host`, e.g. for local tests.
-
-    Args:
-        num_workers: the size of the "worker" job (the chief, if any, comes on top).
-        num_ps: the number of parameter servers.
-        chief: whether to add a chief.
-        evaluator: whether to add an evaluator.
-        ports: one port per task, in the order chief, workers, ps, evaluator.
-        host: the host of every task; an IPv6 address is bracketed for you.
-        task: this process's (type, index); the chief if there is one, else worker 0.
-
-    Raises:
-        ClusterConfigError: the counts are negative, there is no worker, `ports` does not have
-            one port per task, or the resulting cluster is invalid.
-    """
-    sizes = {"chief": int(chief), "worker": num_workers, "ps": num_ps, "evaluator": int(evaluator)}
-    if num_workers < 1 or num_ps < 0:
-        raise ClusterConfigError(
-            f"make_cluster: num_workers={num_workers}, num_ps={num_ps}; "
-            "a cluster needs num_workers >= 1 and num_ps >= 0."
-        )
-    if len(ports) != sum(sizes.values()):
-        raise ClusterConfigError(
-            f"make_cluster: got {len(ports)} ports for {sum(sizes.values())} tasks "
-            f"({', '.join(f'{job}={n}' for job, n in sizes.items())}); pass one "
-            "port per task, in the order chief, workers, ps, evaluator."
-        )
-    host = f"[{host}]" if is_ipv6(host) else host
-    next_port = iter(ports)
-    cluster = {job: [f"{host}:{next(next_port)}" for _ in range(n)] for job, n in sizes.items()}
-    task_type, index = task or ("chief" if chief else "worker", 0)
-    return parse_tf_config({"cluster": cluster, "task": {"type": task_type, "index": index}})
 
 
 def _decode(value: Any) -> Mapping[str, Any]:

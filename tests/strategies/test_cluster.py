@@ -1,4 +1,5 @@
-"""Tests for strategies.cluster: TF_CONFIG parsing, validation and building."""
+"""Tests for strategies.cluster (TF_CONFIG parsing and validation, with strategies.addresses)
+and strategies.local_cluster (building)."""
 
 import dataclasses
 import doctest
@@ -19,8 +20,8 @@ from tfdist.strategies.cluster import ClusterConfigError
 from tfdist.strategies.cluster import Task
 from tfdist.strategies.cluster import TaskType
 from tfdist.strategies.cluster import from_environment
-from tfdist.strategies.cluster import make_cluster
 from tfdist.strategies.cluster import parse_tf_config
+from tfdist.strategies.local_cluster import make_cluster
 
 _WORKER0 = {"type": "worker", "index": 0}
 _TWO_WORKERS = {"worker": ["host-a:2222", "host-b:2222"]}
