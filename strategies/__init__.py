@@ -11,7 +11,6 @@ from .cluster import ClusterConfigError
 from .cluster import Task
 from .cluster import TaskType
 from .cluster import from_environment
-from .cluster import make_cluster
 from .cluster import parse_tf_config
 from .config import AllReduce
 from .config import Collective
@@ -20,6 +19,7 @@ from .config import StrategyConfigError
 from .config import StrategyKind
 from .config import VariablePartition
 from .config import WireDtype
+from .local_cluster import make_cluster
 
 
 def ps_without_chief(num_ps: int, has_chief: bool) -> str | None:

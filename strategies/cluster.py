@@ -1,4 +1,4 @@
-"""Parses, validates and builds TF_CONFIG, the JSON that configures multi-worker TensorFlow.
+"""Parses and validates TF_CONFIG, the JSON that configures multi-worker TensorFlow.
 
 Pure Python on purpose: the CLI imports this module before TensorFlow, so `tfdist --help` stays
 fast. It is also the only module of the project that reads `os.environ` (only `TF_CONFIG`).
@@ -20,49 +20,25 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import ipaddress
 import json
 import os
-import re
-import socket
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-
-MAX_SHOWN = 80  # Characters of a value's repr in a message.
-_NO_VALUE = object()
-
-
-def cut(text: str, limit: int = MAX_SHOWN) -> str:
-    """`text` cut to `limit` characters, " ..." marking the cut: how every message of tfdist
-    quotes a value or a line of someone else's. The builder (cut, shown, problem) lives here, so
-    that this module stays importable alone; `strategies.config` and `tfdist.errors` use it."""
-    return text if len(text) <= limit else text[: limit - 4] + " ..."
-
-
-def shown(value, limit: int = MAX_SHOWN) -> str:
-    """`repr(value)` cut to `limit` characters."""
-    return cut(repr(value), limit)
-
-
-def problem(subject: str, what: str, fix: str, value=_NO_VALUE) -> str:
-    """One message: `<subject>=<value> <what>; <fix>.` (the value cut by `shown`), or without a
-    value `<subject>: <what>; <fix>.`."""
-    said = f"{subject}: {what}" if value is _NO_VALUE else f"{subject}={shown(value)} {what}"
-    return f"{said}; {fix.rstrip('.')}."
-
+from .addresses import address_problem
+from .addresses import endpoint
+from .addresses import why_the_same
+from .messages import problem
+from .messages import shown_json
 
 _ENV_VAR = "TF_CONFIG"
 _JOB_ORDER = ("chief", "worker", "ps", "evaluator")
 _ALIASES = {"master": "chief"}
-_HOST_RE = re.compile(r"[A-Za-z0-9_.-]+")
-_PORT_RE = re.compile(r"[0-9]+")
 _MISSING = object()
 _CLUSTER_EXAMPLE = '"cluster": {"worker": ["localhost:2222"]}'
 _TASK_EXAMPLE = '"task": {"type": "worker", "index": 0}'
 _OBJECT_FIX = f"set TF_CONFIG to a JSON object, e.g. {{{_CLUSTER_EXAMPLE}, {_TASK_EXAMPLE}}}"
-_ADDRESS_FIX = 'write addresses as "host:port", e.g. "localhost:2222"'
 _JOB_NAMES = '"chief", "worker", "ps" or "evaluator" ("master" means "chief")'
 _TYPE_FIX = f"set task.type to {_JOB_NAMES}"
 _INDEX_FIX = "set task.index to this task's position in its job's address list, counting from 0"
@@ -190,7 +166,7 @@ def parse_tf_config(value: str | Mapping[str, Any]) -> ClusterConfig:
     if not isinstance(rpc_layer, str):
         raise _error(
             "rpc_layer",
-            f"{_show(rpc_layer)} is not a string",
+            f"{shown_json(rpc_layer)} is not a string",
             'use a protocol name such as "grpc", or leave rpc_layer out',
         )
     return ClusterConfig(jobs=jobs, task=task, rpc_layer=rpc_layer)
@@ -226,50 +202,6 @@ def ps_without_chief(num_ps: int, has_chief: bool) -> str | None:
     return None
 
 
-def make_cluster(
-    *,
-    num_workers: int,
-    num_ps: int = 0,
-    chief: bool = False,
-    evaluator: bool = False,
-    ports: Sequence[int],
-    host: str = "127.0.0.1",
-    task: tuple[str, int] | None = None,
-) -> ClusterConfig:
-    """Builds a validated cluster whose tasks all run on `host`, e.g. for local tests.
-
-    Args:
-        num_workers: the size of the "worker" job (the chief, if any, comes on top).
-        num_ps: the number of parameter servers.
-        chief: whether to add a chief.
-        evaluator: whether to add an evaluator.
-        ports: one port per task, in the order chief, workers, ps, evaluator.
-        host: the host of every task; an IPv6 address is bracketed for you.
-        task: this process's (type, index); the chief if there is one, else worker 0.
-
-    Raises:
-        ClusterConfigError: the counts are negative, there is no worker, `ports` does not have
-            one port per task, or the resulting cluster is invalid.
-    """
-    sizes = {"chief": int(chief), "worker": num_workers, "ps": num_ps, "evaluator": int(evaluator)}
-    if num_workers < 1 or num_ps < 0:
-        raise ClusterConfigError(
-            f"make_cluster: num_workers={num_workers}, num_ps={num_ps}; "
-            "a cluster needs num_workers >= 1 and num_ps >= 0."
-        )
-    if len(ports) != sum(sizes.values()):
-        raise ClusterConfigError(
-            f"make_cluster: got {len(ports)} ports for {sum(sizes.values())} tasks "
-            f"({', '.join(f'{job}={n}' for job, n in sizes.items())}); pass one "
-            "port per task, in the order chief, workers, ps, evaluator."
-        )
-    host = f"[{host}]" if _is_ipv6(host) else host
-    next_port = iter(ports)
-    cluster = {job: [f"{host}:{next(next_port)}" for _ in range(n)] for job, n in sizes.items()}
-    task_type, index = task or ("chief" if chief else "worker", 0)
-    return parse_tf_config({"cluster": cluster, "task": {"type": task_type, "index": index}})
-
-
 def _decode(value: Any) -> Mapping[str, Any]:
     """Returns TF_CONFIG as a mapping, decoding JSON text."""
     if isinstance(value, str):
@@ -281,9 +213,11 @@ def _decode(value: Any) -> Mapping[str, Any]:
                 if isinstance(exc, json.JSONDecodeError)
                 else "nested too deeply to read"
             )
-            raise _error("", f"{_show(value)} is not valid JSON ({why})", _OBJECT_FIX) from None
+            raise _error(
+                "", f"{shown_json(value)} is not valid JSON ({why})", _OBJECT_FIX
+            ) from None
     if not isinstance(value, Mapping):
-        raise _error("", f"{_show(value)} is not a JSON object", _OBJECT_FIX)
+        raise _error("", f"{shown_json(value)} is not a JSON object", _OBJECT_FIX)
     return value
 
 
@@ -294,7 +228,7 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     if not isinstance(raw, Mapping):
         raise _error(
             "cluster",
-            f"{_show(raw)} is not an object",
+            f"{shown_json(raw)} is not an object",
             f"map job names to address lists, e.g. {_CLUSTER_EXAMPLE}",
         )
     jobs: dict[str, list[str]] = {}
@@ -302,20 +236,22 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     for name, addresses in raw.items():
         job = _ALIASES.get(name, name)
         if job not in _JOB_ORDER:
-            raise _error("cluster", f"job {_show(name)} is unknown", f"name each job {_JOB_NAMES}")
+            raise _error(
+                "cluster", f"job {shown_json(name)} is unknown", f"name each job {_JOB_NAMES}"
+            )
         jobs.setdefault(job, []).extend(_parse_job(f"cluster.{name}", addresses, seen))
     chiefs = jobs.get("chief", [])
     if len(chiefs) > 1:
         raise _error(
             "cluster.chief",
-            f'{_show(chiefs)} has {len(chiefs)} chiefs ("master" counts as chief)',
+            f'{shown_json(chiefs)} has {len(chiefs)} chiefs ("master" counts as chief)',
             'keep one chief and list the others under "worker"',
         )
     evaluators = jobs.get("evaluator", [])
     if len(evaluators) > 1:
         raise _error(
             "cluster.evaluator",
-            f"{_show(evaluators)} has {len(evaluators)} evaluators",
+            f"{shown_json(evaluators)} has {len(evaluators)} evaluators",
             "keep one: TensorFlow runs at most one evaluator task",
         )
     problem = ps_without_chief(len(jobs.get("ps", ())), bool(chiefs))
@@ -325,7 +261,7 @@ def _parse_cluster(raw: Any) -> dict[str, tuple[str, ...]]:
     if not ordered:
         raise _error(
             "cluster",
-            f"{_show(raw)} has no addresses",
+            f"{shown_json(raw)} has no addresses",
             f"list at least one task, e.g. {_CLUSTER_EXAMPLE}",
         )
     return ordered
@@ -335,100 +271,30 @@ def _parse_job(
     path: str, addresses: Any, seen: dict[tuple[str, int], tuple[str, str]]
 ) -> list[str]:
     """Validates one job's address list; `seen` maps endpoints already used to their path and
-    spelling (`_endpoint`)."""
+    spelling (`endpoint`)."""
     if not isinstance(addresses, (list, tuple)):
         raise _error(
             path,
-            f"{_show(addresses)} is not a list",
+            f"{shown_json(addresses)} is not a list",
             'write each job as a list of "host:port" strings, e.g. ["localhost:2222"]',
         )
     for i, address in enumerate(addresses):
         where = f"{path}[{i}]"
-        _check_address(where, address)
-        key = _endpoint(address)
+        wrong = address_problem(address)
+        if wrong:
+            raise _error(where, *wrong)
+        key = endpoint(address)
         if key in seen:
             other, other_address = seen[key]
-            why = _LOOPBACK_WHY if key[0] == _THIS_MACHINE else _RESPELLED_WHY
-            same = "" if other_address == address else f" ({_show(other_address)}; {why})"
+            why = why_the_same(key)
+            same = "" if other_address == address else f" ({shown_json(other_address)}; {why})"
             raise _error(
                 where,
-                f"{_show(address)} is also used by {other}{same}",
+                f"{shown_json(address)} is also used by {other}{same}",
                 "give every task its own host:port",
             )
         seen[key] = (where, address)
     return list(addresses)
-
-
-_THIS_MACHINE = "this machine"
-_LOOPBACK_WHY = "both name this machine, and TensorFlow's servers listen on all its addresses"
-_RESPELLED_WHY = "the same host and port spelled differently"
-
-
-def _endpoint(address: str) -> tuple[str, int]:
-    """A key equal for two spellings of one endpoint: loopback hosts ("localhost", 127.0.0.0/8,
-    [::1]) are one machine, IP addresses compare by value, host names ignore case and a final
-    dot, and ports compare as numbers ("02222" is 2222)."""
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]").lower().rstrip(".")
-    ip = _ip_address(host)
-    if (
-        host == "localhost"
-        or host.endswith(".localhost")
-        or (
-            ip is not None
-            and (ip.is_loopback or getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)
-        )
-    ):
-        return _THIS_MACHINE, int(port)
-    return (str(ip) if ip is not None else host), int(port)
-
-
-def _ip_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """`host` as an IP address, including the short IPv4 forms resolvers accept ("127.1")."""
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    if not re.fullmatch(r"[0-9a-fx.]+", host) or not re.search(r"[0-9]", host):
-        return None
-    try:
-        return ipaddress.IPv4Address(socket.inet_aton(host))
-    except OSError:
-        return None
-
-
-def _check_address(path: str, address: Any) -> None:
-    """Checks that `address` is "host:port" with a valid host and a port in 1..65535."""
-    if not isinstance(address, str):
-        raise _error(path, f"{_show(address)} is not a string", _ADDRESS_FIX)
-    host, colon, port = address.rpartition(":")
-    if not colon:
-        raise _error(path, f"{_show(address)} is not host:port", _ADDRESS_FIX)
-    if not host:
-        raise _error(path, f"{_show(address)} has an empty host", _ADDRESS_FIX)
-    if host.startswith("[") and host.endswith("]"):
-        valid_host = _is_ipv6(host[1:-1])
-    elif _is_ipv6(host):
-        raise _error(
-            path,
-            f"{_show(address)} has an IPv6 host without brackets",
-            f'put IPv6 addresses in brackets, e.g. "[{host}]:{port}"',
-        )
-    else:
-        valid_host = bool(_HOST_RE.fullmatch(host))
-    if not valid_host:
-        raise _error(
-            path,
-            f"{_show(address)} has an invalid host {_show(host)}",
-            "use a host name, an IPv4 address or a bracketed IPv6 address, e.g. "
-            '"localhost:2222" or "[::1]:2222"',
-        )
-    if not _PORT_RE.fullmatch(port) or not 1 <= int(port) <= 65535:
-        raise _error(
-            path,
-            f"{_show(address)} has port {_show(port)}",
-            'use an integer port from 1 to 65535, e.g. "localhost:2222"',
-        )
 
 
 def _parse_task(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> Task:
@@ -438,7 +304,7 @@ def _parse_task(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> Task:
     if not isinstance(raw, Mapping):
         raise _error(
             "task",
-            f"{_show(raw)} is not an object",
+            f"{shown_json(raw)} is not an object",
             f"give the task a type and an index, e.g. {_TASK_EXAMPLE}",
         )
     task_type = _parse_task_type(raw.get("type", _MISSING), jobs)
@@ -448,7 +314,7 @@ def _parse_task(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> Task:
     if isinstance(index, bool) or not isinstance(index, int):
         raise _error(
             "task.index",
-            f"{_show(index)} is not an integer",
+            f"{shown_json(index)} is not an integer",
             "write the index as a JSON number without quotes, e.g. 0",
         )
     addresses = jobs.get(task_type.value)
@@ -472,32 +338,14 @@ def _parse_task_type(raw: Any, jobs: Mapping[str, tuple[str, ...]]) -> TaskType:
         raw = raw.value  # Python 3.10 hashes enum members by name, so use the plain string.
     name = _ALIASES.get(raw, raw) if isinstance(raw, str) else None
     if name not in _JOB_ORDER:
-        raise _error("task.type", f"{_show(raw)} is not a task type", _TYPE_FIX)
+        raise _error("task.type", f"{shown_json(raw)} is not a task type", _TYPE_FIX)
     if name not in jobs and name != "evaluator":
         raise _error(
             "task.type",
-            f"{_show(raw)} is not a job of the cluster (it has {', '.join(jobs)})",
+            f"{shown_json(raw)} is not a job of the cluster (it has {', '.join(jobs)})",
             f'add a "{name}" job to cluster or fix task.type',
         )
     return TaskType(name)
-
-
-def _is_ipv6(host: str) -> bool:
-    """Whether `host` is a bare IPv6 address such as "::1"."""
-    try:
-        ipaddress.IPv6Address(host)
-    except ValueError:
-        return False
-    return True
-
-
-def _show(value: Any) -> str:
-    """Renders a received value for a message: JSON when possible, one line, truncated."""
-    try:
-        text = json.dumps(value)
-    except (TypeError, ValueError):
-        text = repr(value).replace("\n", "\\n")
-    return cut(text)
 
 
 def _error(path: str, what: str, fix: str) -> ClusterConfigError:

@@ -5,10 +5,10 @@ import enum
 import math
 from typing import TypeVar
 
-from .cluster import MAX_SHOWN  # noqa: F401
-from .cluster import cut  # noqa: F401
-from .cluster import problem
-from .cluster import shown  # noqa: F401
+from .messages import MAX_SHOWN  # noqa: F401
+from .messages import cut  # noqa: F401
+from .messages import problem
+from .messages import shown  # noqa: F401
 
 
 # Upper bounds, beyond which TensorFlow or the OS fails (e.g. an OverflowError for 10**20

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
 from .cluster import parse_tf_config
-from .cluster import problem as one_line
+from .messages import problem as one_line
 
 # The labels and annotation a JobSet pod carries (kubernetes-sigs/jobset v0.12.0,
 # api/jobset/v1alpha2/jobset_types.go; the Job controller's completion index).

@@ -32,8 +32,8 @@ from . import cluster as cluster_lib
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
 from .cluster import parse_tf_config
-from .cluster import cut
-from .cluster import problem as one_line
+from .messages import cut
+from .messages import problem as one_line
 
 _PREFIX = "Slurm cluster"
 _SRUN_FIX = (

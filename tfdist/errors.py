@@ -24,9 +24,9 @@ from typing import Iterator
 
 # The one message builder, written in the strategies library (which imports nothing of tfdist):
 # every room of tfdist builds its messages with it too.
-from tfdist.strategies.cluster import cut  # noqa: F401
-from tfdist.strategies.cluster import problem  # noqa: F401
-from tfdist.strategies.cluster import shown  # noqa: F401
+from tfdist.strategies.messages import cut  # noqa: F401
+from tfdist.strategies.messages import problem  # noqa: F401
+from tfdist.strategies.messages import shown  # noqa: F401
 
 EXIT_USAGE = 2
 EXIT_RUN_FAILURE = 1

@@ -1,4 +1,5 @@
-"""Tests for strategies.cluster: TF_CONFIG parsing, validation and building."""
+"""Tests for strategies.cluster (TF_CONFIG parsing and validation, with strategies.addresses)
+and strategies.local_cluster (building)."""
 
 import dataclasses
 import doctest
@@ -19,8 +20,8 @@ from tfdist.strategies.cluster import ClusterConfigError
 from tfdist.strategies.cluster import Task
 from tfdist.strategies.cluster import TaskType
 from tfdist.strategies.cluster import from_environment
-from tfdist.strategies.cluster import make_cluster
 from tfdist.strategies.cluster import parse_tf_config
+from tfdist.strategies.local_cluster import make_cluster
 
 _WORKER0 = {"type": "worker", "index": 0}
 _TWO_WORKERS = {"worker": ["host-a:2222", "host-b:2222"]}
@@ -574,11 +575,14 @@ class ModuleTest(absltest.TestCase):
 
     @pytest.mark.multiprocess
     def test_does_not_import_tensorflow(self):
-        # Imported alone, so the test does not depend on what the `strategies` package imports.
+        # Imported in a bare `strategies` package whose __init__ does not run, so the test does
+        # not depend on what the package imports: only cluster and the modules it imports load.
         code = (
-            "import sys\n"
-            f"sys.path.insert(0, {os.path.dirname(cluster.__file__)!r})\n"
-            "import cluster\n"
+            "import sys, types\n"
+            "package = types.ModuleType('strategies')\n"
+            f"package.__path__ = [{os.path.dirname(cluster.__file__)!r}]\n"
+            "sys.modules['strategies'] = package\n"
+            "import strategies.cluster\n"
             "assert not any(name.split('.')[0] == 'tensorflow' for name in sys.modules)\n"
         )
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

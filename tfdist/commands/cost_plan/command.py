@@ -2,7 +2,7 @@
 machine measured, by the cost model of `tfdist.cluster.cost_model` (docs/PLANNING.md).
 
 Prints a description of the workload and cluster, a table per node count and advice drawn from
-the same model (`workload`); `--json` and `--plot` write the figures.
+the same model (`workload`, `forecast`); `--json` and `--plot` write the figures.
 """
 
 import dataclasses
@@ -16,6 +16,7 @@ from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.commands.benchmark import plotting
 from tfdist.commands import train_flags
+from tfdist.commands.cost_plan import forecast
 from tfdist.commands.cost_plan import input_rates
 from tfdist.commands.cost_plan import scaling
 from tfdist.commands.cost_plan import workload
@@ -298,9 +299,9 @@ def main() -> int:
         plotting.pyplot(request.plot)  # Missing matplotlib, before any figure.
     plan_inputs = workload.inputs(request, input_rates.from_request(request))
     critical = scaling.from_request(request)
-    rows = workload.predictions(plan_inputs, request.nodes)
-    lines = workload.advice(plan_inputs, request.nodes)
-    print(workload.describe(plan_inputs))
+    rows = forecast.predictions(plan_inputs, request.nodes)
+    lines = forecast.advice(plan_inputs, request.nodes)
+    print(forecast.describe(plan_inputs))
     report = {}
     if critical is not None:
         batch = plan_inputs.workload.per_replica_batch
@@ -308,7 +309,7 @@ def main() -> int:
         lines.append(scaling.advice(rows, critical, batch, plan_inputs.cluster.gpus_per_node))
         report["critical_batch"] = scaling.summary(rows, critical, batch)
         print(f"tfdist plan: {scaling.describe(critical)}")
-    print(workload.table(rows, scaling.COLUMNS if critical is not None else ()))
+    print(forecast.table(rows, scaling.COLUMNS if critical is not None else ()))
     for line in lines:
         print(f"tfdist plan: {line}")
     if request.json:

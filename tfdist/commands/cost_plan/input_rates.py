@@ -8,7 +8,7 @@ not a limit and the table's host-core column stays empty."""
 import dataclasses
 import math
 
-from tfdist.commands.cost_plan import workload
+from tfdist.commands.cost_plan import json_input
 from tfdist.runtime.config import ConfigError
 
 RATES = ("host_examples_per_core", "decode_examples_per_core")
@@ -36,7 +36,7 @@ def read(path: str) -> tuple[dict[str, float], int | None]:
         "give a file `python scripts/input_pipeline/benchmark_input.py --json=FILE` wrote "
         "(with --dataset=tfrecord:GLOB for your own images)"
     )
-    report = workload.read_json("input_benchmark", path, "an input benchmark", fix)
+    report = json_input.read_json("input_benchmark", path, "an input benchmark", fix)
     values = [report.get(name) for name in RATES] if isinstance(report, dict) else [None]
     if not all(
         isinstance(value, (int, float))

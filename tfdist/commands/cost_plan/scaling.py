@@ -12,7 +12,8 @@ import dataclasses
 import statistics
 
 from tfdist.cluster import cost_model
-from tfdist.commands.cost_plan import workload
+from tfdist.commands.cost_plan import forecast
+from tfdist.commands.cost_plan import json_input
 from tfdist.runtime.config import ConfigError
 
 MAX_NOISE_SCALE = 1e12  # Examples; Dota's, the largest McCandlish et al. measured, is ~1e7.
@@ -75,13 +76,13 @@ def _noise_scales(report, path: str) -> list[float]:
 
 def read_noise_scale(path: str) -> CriticalBatch:
     """B_crit estimated by the median B_simple of the metrics JSON at `path`, read as every
-    plan input is (`workload.read_json`).
+    plan input is (`json_input.read_json`).
 
     Raises:
       ConfigError: a file that cannot be read, is not JSON or holds no measured noise scale.
     """
     measured = _noise_scales(
-        workload.read_json("noise_scale_json", path, "a metrics JSON", _FIX), path
+        json_input.read_json("noise_scale_json", path, "a metrics JSON", _FIX), path
     )
     median = statistics.median(measured)
     return CriticalBatch(
@@ -148,7 +149,7 @@ def _share(value: float) -> str:
     return "0%" if text == "-0%" else text
 
 
-COLUMNS: tuple[workload.Column, ...] = (
+COLUMNS: tuple[forecast.Column, ...] = (
     ("steps vs 1 GPU", lambda row: f"{row['steps_ratio']:.2f}"),
     ("time to target speed-up", lambda row: f"{row['time_to_target_speedup']:,.1f}"),
     (

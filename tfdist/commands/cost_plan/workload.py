@@ -1,17 +1,14 @@
 """What `tfdist plan` predicts from: the workload (one replica's step time, its batch, the
 gradient bytes) from a `tfdist benchmark --json` file, from flags, or (gradients only) from
-counting `--model`'s trainable parameters; the cluster from the link presets and flags; and what
-the cost model (`tfdist.cluster.cost_model`) makes of them: a table per node count and advice.
-A flag given on the command line beats the benchmark's figure, which beats the default."""
+counting `--model`'s trainable parameters; and the cluster from the link presets and flags.
+A flag given on the command line beats the benchmark's figure, which beats the default. What
+the cost model makes of them, plan prints with `forecast`."""
 
 import dataclasses
-import json
 import math
-from collections.abc import Callable
-from collections.abc import Sequence
 
 from tfdist.cluster import cost_model
-from tfdist.commands import flags as flags_lib
+from tfdist.commands.cost_plan import json_input
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_IMAGE_SIZE
 from tfdist.input_pipelines.config import MAX_NUM_CLASSES
@@ -22,7 +19,6 @@ from tfdist.runtime.config import check_image_size
 
 MIB = 1024 * 1024
 MAX_PARAMETERS = 1 << 44  # About 1.8e13: ten times the largest published models.
-MAX_JSON_DIGITS = 32  # Of a number in a JSON file: 17 significant digits, zeros and an exponent.
 _BUILT_IN_IMAGE_SIZE = {ModelName.RESNET50.value: 224}  # Others take the built-in 32x32 data.
 
 
@@ -82,57 +78,6 @@ def _train_flags(train_args: list[str], path: str, fix: str) -> dict:
     return found
 
 
-def read_json(name: str, path: str, what: str, fix: str):
-    """The JSON value in the file `path` that --`name` gives: a regular file of UTF-8 text, of
-    bounded size (`flags.read_text`), whose numbers are finite, of at most MAX_JSON_DIGITS
-    digits (checked as text, before any is converted).
-
-    Raises:
-      ConfigError: a file that cannot be read or is not JSON, in one line that ends in `fix`;
-        `what` says what the file should have been.
-    """
-    try:
-        return json.loads(
-            flags_lib.read_text(path),
-            parse_int=_bounded(int),
-            parse_float=_bounded(float),
-            parse_constant=_refuse_constant,
-        )
-    except _OutOfBounds as number:
-        raise ConfigError(
-            f"{name}={path!r}: it holds the number {number}, which is not a "
-            f"finite number of at most {MAX_JSON_DIGITS} digits; {fix}."
-        ) from None
-    except ValueError as error:  # JSONDecodeError too.
-        reason = "it is not JSON" if isinstance(error, json.JSONDecodeError) else error
-        raise ConfigError(f"{name}={path!r}: {reason}; {fix}.") from None
-    except RecursionError:
-        raise ConfigError(
-            f"{name}={path!r}: it is nested too deeply to be {what}; {fix}."
-        ) from None
-
-
-class _OutOfBounds(Exception):
-    """A number of a JSON file that no tfdist figure can be; its text (shortened)."""
-
-
-def _bounded(convert):
-    """A json parse hook: `convert(text)` once the text has at most MAX_JSON_DIGITS digits
-    and converts to a finite number."""
-
-    def parse(text: str):
-        value = convert(text) if sum(char.isdigit() for char in text) <= MAX_JSON_DIGITS else None
-        if value is None or not math.isfinite(value):
-            raise _OutOfBounds(text if len(text) <= 24 else f"{text[:20]}...")
-        return value
-
-    return parse
-
-
-def _refuse_constant(text: str):
-    raise _OutOfBounds(text)  # NaN, Infinity, -Infinity: not JSON, though Python writes them.
-
-
 def read_benchmark(path: str) -> dict:
     """The figures `plan` takes from a `tfdist benchmark --json` file: compute_s, batch,
     trainable_parameters (None from a file of an older tfdist), and the train flags it takes.
@@ -142,7 +87,7 @@ def read_benchmark(path: str) -> dict:
         synthetic configuration.
     """
     fix = "give a file `tfdist benchmark --replicas=1 --data=synthetic --json=FILE` wrote"
-    report = read_json("from_benchmark", path, "a benchmark report", fix)
+    report = json_input.read_json("from_benchmark", path, "a benchmark report", fix)
     try:
         single = next(
             entry
@@ -316,128 +261,3 @@ def inputs(request, host) -> Inputs:
         else "workload"
     )
     return Inputs(workload, cluster, sources, described)
-
-
-def predictions(plan_inputs: Inputs, nodes: list[int], **changes) -> list[dict]:
-    """The model's figures at each node count, with `changes` to the shared cluster."""
-    cluster = dataclasses.replace(plan_inputs.cluster, **changes)
-    return [
-        cost_model.predict(plan_inputs.workload, dataclasses.replace(cluster, nodes=count))
-        for count in nodes
-    ]
-
-
-def _cores(value: float) -> str:
-    return "-" if math.isnan(value) or value == 0 else f"{value:.1f}"
-
-
-# A column a table can add: its header, and its cell of a row.
-Column = tuple[str, Callable[[dict], str]]
-
-
-def table(rows: list[dict], extra: Sequence[Column] = ()) -> str:
-    """The figures as a Markdown table, times in ms, with the `extra` columns last."""
-    lines = [
-        "| nodes | GPUs | global batch | compute ms | exchange ms | exposed ms | input ms | "
-        "step ms | examples/s | efficiency | host cores/node (host, device prep) | "
-        "host->device MB/s per GPU (host, device prep) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    lines = [
-        lines[0] + "".join(f" {header} |" for header, _ in extra),
-        lines[1] + " ---: |" * len(extra),
-    ]
-    for row in rows:
-        cores, copied = row["host_cores_needed"], row["host_to_device_bytes_per_s"]
-        lines.append(
-            f"| {row['nodes']} | {row['gpus']} | {row['global_batch']} | "
-            f"{row['compute_s'] * 1000:.1f} | {row['exchange_s'] * 1000:.1f} | "
-            f"{row['exposed_exchange_s'] * 1000:.1f} | {row['input_s'] * 1000:.1f} | "
-            f"{row['step_s'] * 1000:.1f} | {row['examples_per_s']:,.0f} | "
-            f"{row['scaling_efficiency']:.2f} | {_cores(cores['host'])}, "
-            f"{_cores(cores['device'])} | {copied['host'] / 1e6:,.1f}, "
-            f"{copied['device'] / 1e6:,.1f} |" + "".join(f" {cell(row)} |" for _, cell in extra)
-        )
-    return "\n".join(lines)
-
-
-def _efficiencies(rows: list[dict]) -> str:
-    return " and ".join(f"{row['scaling_efficiency']:.2f}" for row in rows)
-
-
-def _alternatives(cluster: cost_model.Cluster):
-    """(what, cluster changes) of each exchange setting `cluster` does not use yet and a user
-    can choose."""
-    if cluster.wire_dtype == "float32":
-        yield "bfloat16 on the wire (--allreduce_dtype=bfloat16)", {"wire_dtype": "bfloat16"}
-    if cluster.allreduce == "ring" and not cluster.num_ps:
-        yield (
-            "hierarchical all-reduce (NCCL's between nodes: --collective=nccl)",
-            {"allreduce": "hierarchical"},
-        )
-    if cluster.inter.rdma and not cluster.gpudirect_rdma:
-        yield "GPUDirect RDMA", {"gpudirect_rdma": True}
-
-
-def advice(plan_inputs: Inputs, nodes: list[int]) -> list[str]:
-    """One or two lines drawn from the model: scale up or out, and what the exchange settings
-    this run does not use would bring."""
-    cluster = plan_inputs.cluster
-    gpus = cluster.gpus_per_node
-    one_node = predictions(plan_inputs, [1])[0]
-    out = sorted({2, max(nodes)}) if max(nodes) > 1 else []
-    if not out:
-        return [
-            f"one node of {gpus} GPUs on {cluster.intra.name} reaches "
-            f"{one_node['scaling_efficiency']:.2f}; give --nodes to see scaling out."
-        ]
-    rows = predictions(plan_inputs, out)
-    where = " and ".join(f"{count} nodes" for count in out)
-    scale = (
-        f"scale up first: {gpus} GPUs on {cluster.intra.name} reach "
-        f"{one_node['scaling_efficiency']:.2f}, {where} over {cluster.inter.name} "
-        f"{_efficiencies(rows)}"
-        if one_node["scaling_efficiency"] - rows[-1]["scaling_efficiency"] > 0.02
-        else f"scaling out costs little here: {gpus} GPUs on one node reach "
-        f"{one_node['scaling_efficiency']:.2f}, {where} {_efficiencies(rows)}"
-    )
-    lines = [scale + "."]
-    best = max(
-        (
-            (name, predictions(plan_inputs, out, **changes))
-            for name, changes in _alternatives(cluster)
-        ),
-        key=lambda option: option[1][-1]["scaling_efficiency"],
-        default=None,
-    )
-    if best and best[1][-1]["scaling_efficiency"] - rows[-1]["scaling_efficiency"] > 0.01:
-        lines.append(f"{best[0]} brings {where} to {_efficiencies(best[1])}.")
-    return lines
-
-
-def _stack(gbps: float) -> str:
-    return "" if math.isinf(gbps) else f", its stack {gbps:g} Gbit/s"
-
-
-def describe(plan_inputs: Inputs) -> str:
-    workload, cluster = plan_inputs.workload, plan_inputs.cluster
-    where = ", ".join(
-        f"{name} from {source}"
-        for name, source in plan_inputs.sources.items()
-        if source != "default"
-    )
-    exchange = (
-        f"parameter server, {cluster.num_ps} ps task(s)"
-        if cluster.num_ps
-        else f"{cluster.allreduce} all-reduce in {cluster.wire_dtype}"
-    )
-    return (
-        f"tfdist plan: {plan_inputs.model}, {workload.per_replica_batch} examples per "
-        f"replica, step {workload.compute_s * 1000:.1f} ms, gradients "
-        f"{workload.gradient_bytes / MIB:.1f} MiB; {cluster.gpus_per_node} GPUs per node on "
-        f"{cluster.intra.name} ({cluster.intra.gbit_per_s:g} Gbit/s), nodes on "
-        f"{cluster.inter.name} ({cluster.inter.gbit_per_s:g} Gbit/s"
-        f"{', GPUDirect RDMA' if cluster.gpudirect_rdma else ''}"
-        f"{_stack(cluster.inter_stack_gbps)}); {exchange}; overlap "
-        f"{workload.overlap:g}" + (f" ({where})" if where else "")
-    )

@@ -1,5 +1,6 @@
 """The `evaluator` task for Keras 3 models (`--keras=3`): evaluates each epoch's weights the
-chief writes (`checkpoints/epoch-NNN`, `tfdist.training.keras3.step`), in order, on this task alone.
+chief writes (`checkpoints/epoch-NNN`, `tfdist.training.keras3.checkpoints`), in order, on this
+task alone.
 
 It stops after the last epoch's checkpoint, or when the chief has finished (or died) and no new
 checkpoint is left. Results are printed and recorded as tf-keras' evaluator records them, in

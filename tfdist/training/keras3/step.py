@@ -3,32 +3,21 @@
 Keras 3's `fit` on TensorFlow 2.21 (keras 3.15) fails under multi-worker mirrored
 (keras-team/keras#20585), does not support parameter server (keras-team/keras#18624), and under
 mirrored breaks with `steps_per_execution > 1` and gives NaN with mixed_float16 loss scaling.
-So tfdist runs the step itself, on the model's `compute_loss` and `compute_metrics` and the
-optimizer's `apply`: in each replica the forward pass and `compute_loss` (Keras divides it by
-the replicas), then the gradient path of `tfdist.optim.gradient_path` that tf-keras models take
-too (loss scaling, the all-reduce, clipping, noise, accumulation), which hands the summed
-gradients to the optimizer's `apply`.
+So tfdist runs the step itself (`Steps`), on the model's `compute_loss` and `compute_metrics`
+and the optimizer's `apply`: in each replica the forward pass and `compute_loss` (Keras divides
+it by the replicas), then the gradient path of `tfdist.optim.gradient_path` that tf-keras models
+take too (loss scaling, the all-reduce, clipping, noise, accumulation), which hands the summed
+gradients to the optimizer's `apply`. `tfdist.training.keras3.runner` runs the steps over the
+data, and `tfdist.training.keras3.fit` trains a model with them, epoch by epoch.
 
 Three Keras 3 internals are relied on, for the release `keras_flavour.KERAS3_CHECKED` names (the
 guard refuses others): `_symbolic_build` creates the model's, metrics' and loss's variables before
 the first step, from the data's shapes (tfdist builds the optimizer: `_build`); `apply`'s own sum
 over the replicas is switched off on the optimizer tfdist trains with (`_skip_keras_all_reduce`),
 since the path has summed already; and the update count and the metrics add atomically
-(`_add_atomically`).
-
-Under parameter server a ClusterCoordinator schedules `steps_per_execution` steps at a time on
-the workers; a variable that `--variable_partition` split over the ps tasks is differentiated
-and updated shard by shard (`tfdist.training.keras3.shards`). With `--model_dir`: a backup of
-the model, optimizer, gradient path (loss scale, accumulators) and epochs done at the end of
-every epoch, in `backup/` (other workers write a temporary copy, since every worker must take
-part in saving), restored when a run restarts and deleted when it finishes; and each epoch's
-weights in `checkpoints/epoch-NNN` for the evaluator (`tfdist.training.keras3.evaluator`).
+(`_add_atomically`). A variable that `--variable_partition` split over the ps tasks is
+differentiated and updated shard by shard (`tfdist.training.keras3.shards`).
 """
-
-import os
-import shutil
-import sys
-from typing import Sequence
 
 import keras
 import tensorflow as tf
@@ -36,23 +25,9 @@ import tensorflow as tf
 from tfdist import input_pipelines
 from tfdist.optim.gradient_path import GradientPath
 from tfdist.runtime.setup import Plan
-from tfdist.strategies import StrategyKind
-from tfdist.training import data as training_data
 from tfdist.training import guards as fit_guards
 from tfdist.training import model as training_model
-from tfdist.training.callbacks import EpochHistory
-from tfdist.training.callbacks import NoiseScaleLog
-from tfdist.training.callbacks import ThroughputTimer
-from tfdist.training.data import Data
-from tfdist.training.data import DatasetFn
-from tfdist.training.keras3 import optim as keras3_optim
 from tfdist.training.keras3 import shards as keras3_shards
-
-_ONE_COPY = {
-    "trainable": False,
-    "synchronization": tf.VariableSynchronization.ON_WRITE,
-    "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA,
-}
 
 
 def _skip_keras_all_reduce(optimizer: keras.optimizers.Optimizer) -> None:
@@ -101,32 +76,7 @@ def _build(
     return variables
 
 
-def build_model(plan: Plan, model, *, data: Data, loss, metrics) -> keras.Model:
-    """The Keras 3 model to train: `model` (built in `plan.strategy.scope()`) or what the
-    function `model` returns when called there; compiled with tfdist's optimizer recipe,
-    `loss` and `metrics` unless it is compiled already. (Device preprocessing of `data`'s
-    images runs in tfdist's step, so the model takes them as it is.)"""
-    del data
-    config = plan.config
-    with training_model.strategy_scope(plan):
-        model = training_model.checked_model(plan, model)
-        if not model.compiled:
-            training_model.check_compile_arguments(keras, loss, metrics)
-            model.compile(
-                optimizer=keras3_optim.build_optimizer(
-                    config.optimizer,
-                    update_batch_size=plan.update_batch_size,
-                    updates_per_epoch=plan.updates_per_epoch,
-                    epochs=config.train.epochs,
-                    transforms=training_model.gradient_transforms(plan),
-                ),
-                loss=loss,
-                metrics=metrics,
-            )
-    return model
-
-
-class _Steps:
+class Steps:
     """The distributed training and evaluation steps of one compiled Keras 3 model."""
 
     def __init__(self, plan: Plan, model: keras.Model, element_spec):
@@ -222,243 +172,3 @@ class _Steps:
     def reset_metrics(self) -> None:
         self.loss_metric.reset_state()
         self.model.reset_metrics()
-
-
-class _Runner:
-    """Runs `_Steps` over distributed data: in this process (mirrored strategies), or
-    scheduled on the workers by a ClusterCoordinator (parameter server)."""
-
-    def __init__(self, plan: Plan, options: tf.distribute.InputOptions):
-        self.plan, self.options = plan, options
-        self.strategy = plan.strategy
-        self.coordinator = (
-            tf.distribute.experimental.coordinator.ClusterCoordinator(self.strategy)
-            if plan.kind is StrategyKind.PARAMETER_SERVER
-            else None
-        )
-        self.element_spec = None  # Of the first dataset `dataset` made.
-        self._train = self._evaluate = None
-
-    def bind(self, steps: _Steps) -> None:
-        """Compiles the loops over `steps`' training and evaluation steps."""
-        strategy = self.strategy
-
-        @tf.function
-        def train(iterator, count):
-            for _ in tf.range(count):
-                strategy.run(steps.train_replica, args=(next(iterator),))
-
-        @tf.function
-        def evaluate(iterator, count):
-            for _ in tf.range(count):
-                batch = iterator.get_next_as_optional()
-                if not batch.has_value():
-                    break
-                strategy.run(steps.evaluate_replica, args=(batch.get_value(),))
-
-        self._train, self._evaluate = train, evaluate
-
-    def dataset(self, dataset_fn: DatasetFn):
-        """The distributed dataset of `dataset_fn`: per worker under parameter server."""
-
-        def noting_spec(context: tf.distribute.InputContext) -> tf.data.Dataset:
-            dataset = dataset_fn(context)
-            self.element_spec = self.element_spec or dataset.element_spec
-            return dataset
-
-        if self.coordinator is None:
-            return self.strategy.distribute_datasets_from_function(
-                noting_spec, options=self.options
-            )
-        return self.coordinator.create_per_worker_dataset(
-            lambda: self.strategy.distribute_datasets_from_function(noting_spec)
-        )
-
-    def run(self, function, iterator, count: int, callbacks=None) -> None:
-        """`count` steps of `function` (train or evaluate), `steps_per_execution` per call,
-        each call between `callbacks`' `on_train_batch_begin` and `_end` (under parameter
-        server: when it is scheduled)."""
-        chunk = self.plan.config.train.steps_per_execution
-        for start in range(0, count, chunk):
-            steps = min(chunk, count - start)
-            if callbacks is not None:
-                callbacks.on_train_batch_begin(start)
-            args = (iterator, tf.constant(steps, tf.int64))
-            if self.coordinator is None:
-                function(*args)
-            else:
-                self.coordinator.schedule(function, args=args)
-            if callbacks is not None:
-                callbacks.on_train_batch_end(start + steps - 1)
-        if self.coordinator is not None:
-            self.coordinator.join()
-
-    def train(self, iterator, count: int, callbacks) -> None:
-        self.run(self._train, iterator, count, callbacks)
-
-    def evaluate(self, dataset, count: int) -> None:
-        self.run(self._evaluate, iter(dataset), count)
-
-
-class _Checkpoints:
-    """The backup (restored on restart) and each epoch's weights, under `--model_dir`."""
-
-    def __init__(self, plan: Plan, steps: _Steps):
-        self.plan = plan
-        self.model_dir = plan.model_dir
-        with plan.strategy.scope():
-            self.epochs_done = tf.Variable(0, dtype=tf.int64, name="epochs_done", **_ONE_COPY)
-        self._backup = tf.train.Checkpoint(
-            model=steps.model,
-            optimizer=steps.optimizer,
-            gradient_path=steps.path,
-            epochs_done=self.epochs_done,
-        )
-        self._weights = tf.train.Checkpoint(model=steps.model)
-
-    def _directory(self, path: str) -> str:
-        """`path` under --model_dir for the task that writes results; a scratch copy for the
-        other workers."""
-        return path if self.plan.writes_results else self.model_dir.scratch(path, self.plan.task)
-
-    def restore(self) -> int:
-        """Restores the backup an earlier run left, if any; returns the epochs it had done."""
-        if self.model_dir is None:
-            return 0
-        latest = tf.train.latest_checkpoint(self.model_dir.backup)
-        if latest:
-            self._backup.restore(latest).assert_existing_objects_matched()
-        return int(self.epochs_done.numpy())
-
-    def save(self, epochs_done: int) -> None:
-        """Backs up after `epochs_done` epochs and keeps that epoch's weights (every worker
-        calls it; only the results writer's copy stays)."""
-        if self.model_dir is None:
-            return
-        self.epochs_done.assign(epochs_done)
-        backup = tf.train.CheckpointManager(
-            self._backup, self._directory(self.model_dir.backup), max_to_keep=1
-        )
-        backup.save(checkpoint_number=epochs_done)
-        weights = self._directory(self.model_dir.checkpoints)
-        self._weights.write(
-            os.path.join(weights, os.path.basename(self.model_dir.checkpoint(epochs_done)))
-        )
-        if not self.plan.writes_results:
-            shutil.rmtree(backup.directory, ignore_errors=True)
-            shutil.rmtree(weights, ignore_errors=True)
-
-    def finished(self) -> None:
-        """The run is complete: a restart starts afresh (as tf-keras' BackupAndRestore)."""
-        if self.model_dir is not None and self.plan.writes_results:
-            shutil.rmtree(self.model_dir.backup, ignore_errors=True)
-
-
-def train(
-    plan: Plan,
-    model,
-    train_data: Data,
-    validation_data: Data | None,
-    validation_steps: int | None,
-    *,
-    loss,
-    metrics,
-    callbacks: Sequence[keras.callbacks.Callback],
-) -> tuple[keras.Model, dict]:
-    """(the model, the summary's training part) for a Keras 3 model: built as `build_model`
-    says and trained by tfdist's own loop, as `tfdist.fit` trains tf-keras models."""
-    model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
-    validation = None
-    if validation_data is not None:
-        validation = (
-            training_data.dataset_fn(plan, validation_data, "validation", training=False),
-            training_data.validation_steps(plan, validation_data, validation_steps),
-        )
-    with fit_guards.explained(
-        model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
-    ):
-        trained = _train_loop(
-            plan,
-            model,
-            training_data.dataset_fn(plan, train_data, "train", training=True),
-            validation,
-            callbacks=callbacks,
-        )
-    return model, trained
-
-
-def _train_loop(
-    plan: Plan,
-    model: keras.Model,
-    train_fn: DatasetFn,
-    validation: tuple | None,
-    *,
-    callbacks: Sequence[keras.callbacks.Callback],
-) -> dict:
-    """Trains the compiled Keras 3 `model` on `train_fn`'s data, validating each epoch on
-    `validation` ((dataset function, steps) or None); returns the summary's training part.
-    `callbacks` see the train's, epochs' and `steps_per_execution` batches' beginnings and
-    ends."""
-    config = plan.config
-    runner = _Runner(plan, training_data.input_options(plan))
-    train_batches = fit_guards.BatchCounts(train_fn)
-    train_iterator = iter(runner.dataset(train_batches))
-    fit_guards.require_enough(
-        train_batches,
-        steps_per_epoch=plan.steps_per_epoch,
-        epochs=config.train.epochs,
-        new_iterator_each_epoch=False,
-    )
-    validation_data = validation and runner.dataset(validation[0])
-    steps = _Steps(plan, model, runner.element_spec)
-    keras3_shards.log_placement(model)
-    runner.bind(steps)
-    checkpoints = _Checkpoints(plan, steps)
-    timer = ThroughputTimer(
-        global_batch_size=plan.global_batch_size, steps_per_epoch=plan.steps_per_epoch
-    )
-    history = EpochHistory(
-        plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results
-    )
-    finite_loss = fit_guards.finite_loss(plan)
-    finite_loss.set_model(model)
-    noise_logs = (
-        [NoiseScaleLog(steps.path.noise_scale_so_far, global_batch_size=plan.update_batch_size)]
-        if steps.path.transforms.noise_scale_batch
-        else []
-    )
-    user_callbacks = keras.callbacks.CallbackList(list(callbacks), model=model)
-    user_callbacks.on_train_begin()
-    for epoch in range(checkpoints.restore(), config.train.epochs):
-        for callback in (timer, history, user_callbacks):
-            callback.on_epoch_begin(epoch)
-        steps.reset_metrics()
-        runner.train(train_iterator, plan.steps_per_epoch, user_callbacks)
-        timer.on_test_begin()
-        logs = steps.logs()
-        if validation_data is not None:
-            steps.reset_metrics()
-            runner.evaluate(validation_data, validation[1])
-            logs.update(steps.logs("val_"))
-        finite_loss.on_epoch_end(epoch, logs)  # Before saving: a diverged epoch is not.
-        checkpoints.save(epoch + 1)
-        shown = " - ".join(f"{name}: {value:.4f}" for name, value in logs.items())
-        print(f"Epoch {epoch + 1}/{config.train.epochs} - {shown}", flush=True)
-        for callback in (timer, *noise_logs, history, user_callbacks):
-            callback.on_epoch_end(epoch, logs)
-    for callback in (*noise_logs, user_callbacks):
-        callback.on_train_end()
-    checkpoints.finished()
-    print(
-        f"tfdist: Keras 3 step: {int(steps.optimizer.iterations.numpy())} optimizer updates",
-        file=sys.stderr,
-        flush=True,
-    )
-    epochs = history.history()
-    return {
-        "final": {name: values[-1] for name, values in epochs.items()},
-        "history": epochs,
-        "examples_per_sec": timer.examples_per_sec(),
-        "epoch_train_s": timer.epoch_train_s,
-        "resumed_from_epoch": history.resumed_from_epoch,
-    }

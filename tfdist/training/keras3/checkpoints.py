@@ -1,0 +1,73 @@
+"""A Keras 3 run's files under `--model_dir`: a backup of the model, optimizer, gradient path
+(loss scale, accumulators) and epochs done at the end of every epoch, in `backup/` (other
+workers write a temporary copy, since every worker must take part in saving), restored when a
+run restarts and deleted when it finishes; and each epoch's weights in `checkpoints/epoch-NNN`
+for the evaluator (`tfdist.training.keras3.evaluator`)."""
+
+import os
+import shutil
+
+import tensorflow as tf
+
+from tfdist.runtime.setup import Plan
+from tfdist.training.keras3.step import Steps
+
+_ONE_COPY = {
+    "trainable": False,
+    "synchronization": tf.VariableSynchronization.ON_WRITE,
+    "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA,
+}
+
+
+class Checkpoints:
+    """The backup (restored on restart) and each epoch's weights, under `--model_dir`."""
+
+    def __init__(self, plan: Plan, steps: Steps):
+        self.plan = plan
+        self.model_dir = plan.model_dir
+        with plan.strategy.scope():
+            self.epochs_done = tf.Variable(0, dtype=tf.int64, name="epochs_done", **_ONE_COPY)
+        self._backup = tf.train.Checkpoint(
+            model=steps.model,
+            optimizer=steps.optimizer,
+            gradient_path=steps.path,
+            epochs_done=self.epochs_done,
+        )
+        self._weights = tf.train.Checkpoint(model=steps.model)
+
+    def _directory(self, path: str) -> str:
+        """`path` under --model_dir for the task that writes results; a scratch copy for the
+        other workers."""
+        return path if self.plan.writes_results else self.model_dir.scratch(path, self.plan.task)
+
+    def restore(self) -> int:
+        """Restores the backup an earlier run left, if any; returns the epochs it had done."""
+        if self.model_dir is None:
+            return 0
+        latest = tf.train.latest_checkpoint(self.model_dir.backup)
+        if latest:
+            self._backup.restore(latest).assert_existing_objects_matched()
+        return int(self.epochs_done.numpy())
+
+    def save(self, epochs_done: int) -> None:
+        """Backs up after `epochs_done` epochs and keeps that epoch's weights (every worker
+        calls it; only the results writer's copy stays)."""
+        if self.model_dir is None:
+            return
+        self.epochs_done.assign(epochs_done)
+        backup = tf.train.CheckpointManager(
+            self._backup, self._directory(self.model_dir.backup), max_to_keep=1
+        )
+        backup.save(checkpoint_number=epochs_done)
+        weights = self._directory(self.model_dir.checkpoints)
+        self._weights.write(
+            os.path.join(weights, os.path.basename(self.model_dir.checkpoint(epochs_done)))
+        )
+        if not self.plan.writes_results:
+            shutil.rmtree(backup.directory, ignore_errors=True)
+            shutil.rmtree(weights, ignore_errors=True)
+
+    def finished(self) -> None:
+        """The run is complete: a restart starts afresh (as tf-keras' BackupAndRestore)."""
+        if self.model_dir is not None and self.plan.writes_results:
+            shutil.rmtree(self.model_dir.backup, ignore_errors=True)
