@@ -166,9 +166,8 @@ def image_reference(value: Any) -> str | None:
     return None
 
 
-def mount_path(value: Any) -> str | None:
-    """A volume's mount path: absolute, normalised, printable, and not over the directories a
-    container itself needs."""
+def absolute_path(value: Any) -> str | None:
+    """A path in a container: absolute, normalised, printable (a container's workingDir)."""
     if not isinstance(value, str) or not value.startswith("/"):
         return "is not an absolute path"
     if any(ord(char) < 0x20 or ord(char) == 0x7F for char in value):
@@ -176,6 +175,14 @@ def mount_path(value: Any) -> str | None:
     normal = posixpath.normpath(value)
     if value != normal or value.startswith("//"):
         return f"is not a normalised path (write {'/' + normal.lstrip('/')!r})"
+    return None
+
+
+def mount_path(value: Any) -> str | None:
+    """A volume's mount path: an `absolute_path` not over the directories a container itself
+    needs."""
+    if problem := absolute_path(value):
+        return problem
     if value in _SYSTEM_DIRECTORIES or any(
         value == tree or value.startswith(tree + "/") for tree in _SYSTEM_TREES
     ):

@@ -12,6 +12,7 @@ from absl import flags
 from tfdist import input_pipelines
 from tfdist.cluster import manifests
 from tfdist.cluster.manifests import ManifestError
+from tfdist.cluster.manifests import jobset_yaml
 from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import train_flags
@@ -96,6 +97,22 @@ _VOLUME_CLAIM = flags.DEFINE_string(
 _MOUNT_PATH = flags.DEFINE_string(
     "mount_path", "/mnt/tfdist", "manifest: where JobSet pods mount --volume_claim."
 )
+_WORKING_DIR = flags.DEFINE_string(
+    "working_dir",
+    None,
+    "manifest: the JobSet containers' working directory (workingDir): where the image holds "
+    "your program, so `-- python my_train.py` means DIR/my_train.py; unset: the image's "
+    "WORKDIR, and a program given by a relative path is refused.",
+)
+_DEADLINE_S = flags_lib.define_integer(
+    "deadline_s",
+    jobset_yaml.DEADLINE_S,
+    "manifest: the JobSet's Jobs fail after this many seconds (activeDeadlineSeconds) in each "
+    "restart attempt, so nothing the JobSet starts runs for ever: it ends within "
+    "(--max_restarts + 1) times this; raise it for longer runs.",
+    lower_bound=1,
+    upper_bound=jobset_yaml.MAX_DEADLINE_S,
+)
 flags_lib.register(
     "manifest",
     flags_lib.group(
@@ -119,6 +136,8 @@ flags_lib.register(
         _TOLERATIONS,
         _VOLUME_CLAIM,
         _MOUNT_PATH,
+        _WORKING_DIR,
+        _DEADLINE_S,
         _RESTART_POLICY,
         _TIME_LIMIT,
         _SLURM_TASKS_PER_NODE,
@@ -141,6 +160,8 @@ _ONLY_FOR = {
             _TOLERATIONS,
             _VOLUME_CLAIM,
             _MOUNT_PATH,
+            _WORKING_DIR,
+            _DEADLINE_S,
         )
     },
     _IMAGE.name: ("jobset", "tfjob"),
@@ -304,6 +325,7 @@ def _text(
         tolerations=tuple(values["tolerations"]),
         volume_claim=values["volume_claim"],
         mount_path=values["mount_path"],
+        working_dir=values["working_dir"],
     )
     return manifests.jobset(
         name=values["name"],
@@ -313,6 +335,7 @@ def _text(
         data_service_workers=values["data_service_workers"],
         port=values["task_port"],
         max_restarts=values["max_restarts"],
+        deadline_s=values["deadline_s"],
         train_args=train_args,
         program=program,
         model_dir=model_dir,

@@ -94,6 +94,7 @@ _STRINGS = {
     "metrics_json": ("{dir}", "{file}/m.json", "/proc/m.json"),
     "model_dir": ("{file}", "{file}/sub", "/proc/sys/model"),
     "name": ("My_Job", "", "a" * 64, "../../etc"),
+    "working_dir": ("relative", "", "/app/../etc", "/a\nb", "//app"),
     "address": ("", "http://head:8265", "head", "head:port", "a b:1", "\x1b[31m:1", "h:" + HUGE),
     "plot": ("{dir}", "/proc/plot.png"),
     "replicas": ("0", "x", "", HUGE, "-1"),
@@ -135,6 +136,8 @@ _CONTEXT = {
             "node_selector",
             "tolerations",
             "mount_path",
+            "working_dir",
+            "deadline_s",
         )
     },
 }

@@ -64,11 +64,61 @@ class ManifestCommandTest(unittest.TestCase):
         self.assertEqual(document["spec"]["failurePolicy"], {"maxRestarts": 2})
 
     def test_a_program_after_the_dashes(self):
-        result = self._manifest("--image=me/tfdist:1", "--", "python", "my_train.py", "--epochs=3")
+        result = self._manifest(
+            "--image=me/tfdist:1", "--working_dir=/app", "--", "python", "my_train.py", "--epochs=3"
+        )
         self.assertEqual(result.returncode, 0, result.stderr)
         (worker,) = yaml.safe_load(result.stdout)["spec"]["replicatedJobs"]
         (container,) = worker["template"]["spec"]["template"]["spec"]["containers"]
-        self.assertEqual(container["command"], ["python", "my_train.py", "--epochs=3"])
+        self.assertEqual(
+            container["command"],
+            ["python", "my_train.py", "--epochs=3", "--collective_timeout_s=600"],
+        )
+        self.assertEqual(container["workingDir"], "/app")
+
+    def test_what_a_cluster_would_not_give_a_program_is_refused(self):
+        for args, expected in (
+            (
+                ["--", "python", "my_train.py"],
+                "'my_train.py' is a relative path and the container's working directory is unset",
+            ),
+            (
+                ["--max_restarts=1", "--", "python", "/app/t.py", "--model_dir=/tmp/run"],
+                "max_restarts: 1 needs a model_dir every pod shares, not '/tmp/run'",
+            ),
+            (
+                ["--evaluator", "--", "python", "/app/t.py"],
+                "evaluator: True needs a model_dir every pod shares, and the program names no",
+            ),
+            (
+                ["--", "python", "/app/t.py", "--model_dir", "/mnt/tfdist/r"],
+                "'/mnt/tfdist/r' is under mount_path /mnt/tfdist, where no volume is mounted",
+            ),
+            (["--", "train", "--model_dir=/mnt/tfdist/r"], "where no volume is mounted"),
+        ):
+            with self.subTest(args=args):
+                result = self._manifest("--image=me/tfdist:1", *args)
+                self.assertEqual(result.returncode, 2, result.stderr)
+                self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
+                self.assertIn(expected, result.stderr)
+        result = self._manifest(
+            "--image=me/tfdist:1",
+            "--max_restarts=1",
+            "--volume_claim=runs",
+            "--deadline_s=7200",
+            "--",
+            "python",
+            "/app/t.py",
+            "--model_dir=/mnt/tfdist/r",
+            "--collective_timeout_s=60",
+        )
+        self.assertEqual(result.returncode, 0, result.stderr)
+        (worker,) = yaml.safe_load(result.stdout)["spec"]["replicatedJobs"]
+        job = worker["template"]["spec"]
+        self.assertEqual(job["activeDeadlineSeconds"], 7200)
+        self.assertEqual(  # The program's own timeout stays, alone.
+            job["template"]["spec"]["containers"][0]["command"][-1], "--collective_timeout_s=60"
+        )
 
     def test_tfjob_from_the_command_line(self):
         result = self._manifest(

@@ -14,7 +14,7 @@ fix, e.g.::
 
 from tfdist.cluster.manifests.checks import ManifestError
 from tfdist.cluster.manifests.checks import to_yaml
-from tfdist.cluster.manifests.jobset_yaml import Pods
+from tfdist.cluster.manifests.jobset_checks import Pods
 from tfdist.cluster.manifests.jobset_yaml import jobset
 from tfdist.cluster.manifests.sbatch_script import slurm
 from tfdist.cluster.manifests.sbatch_script import slurm_train_flags

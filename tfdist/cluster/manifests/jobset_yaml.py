@@ -16,14 +16,14 @@ network (a NetworkPolicy that admits only this JobSet's pods closes it to other 
 
 from __future__ import annotations
 
-import dataclasses
-import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tfdist.cluster import kubernetes_rules
 from tfdist.cluster.manifests import checks
+from tfdist.cluster.manifests import jobset_checks
 from tfdist.cluster.manifests.checks import require
+from tfdist.cluster.manifests.jobset_checks import Pods
 from tfdist.strategies import jobset as jobset_pods
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
@@ -35,45 +35,17 @@ GPU_RESOURCE = "nvidia.com/gpu"
 JOBSET_RESOLVER_FLAG = "--cluster_resolver=jobset"
 DATA_SERVICE_COMMAND = ("tfdist", "data", "serve", "--jobset_pod")
 DATA_SERVICE_FLAG = "--tf_data_service"
-_UNKNOWN = object()  # A program's model_dir: not ours to read.
-_URL_MARK = "://"
-TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 
 _POD_NAME_SUFFIX = "-xxxxx"  # The Job controller's random suffix on each pod's name.
-CPU_RANGE = ("1m", "100000")  # Per pod; a quantity outside is a typo.
-MEMORY_RANGE = ("6Mi", "1Pi")  # runc's least memory limit, and more than any node has.
-
-
-@dataclasses.dataclass(frozen=True)
-class Pods:
-    """What the pods need from the cluster, and no more.
-
-    Attributes:
-      image: the container image; it must have `tfdist` (and the program) on its PATH.
-      cpu, memory: each pod's request (Kubernetes quantities, e.g. "4", "16Gi"); memory is also
-        its limit. None asks for nothing.
-      gpus: `nvidia.com/gpu` for each pod that trains (workers, and the chief without ps).
-      queue: the Kueue LocalQueue that admits the JobSet; None without Kueue.
-      priority_class: the pods' PriorityClass.
-      service_account: the pods' ServiceAccount.
-      node_selector: node labels the pods need.
-      tolerations: taints the pods tolerate, each "key[=value][:Effect]".
-      volume_claim: a PersistentVolumeClaim every pod mounts at `mount_path` (ReadWriteMany:
-        the model directory all tasks share).
-      mount_path: where the claim is mounted.
-    """
-
-    image: str
-    cpu: str | None = None
-    memory: str | None = None
-    gpus: int = 0
-    queue: str | None = None
-    priority_class: str | None = None
-    service_account: str | None = None
-    node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    tolerations: tuple[str, ...] = ()
-    volume_claim: str | None = None
-    mount_path: str = "/mnt/tfdist"
+# Nothing a JobSet starts waits forever. A task waits this long for its peers to join and for
+# any collective (--collective_timeout_s), unless its command sets it: a peer's pod may still be
+# pulling its image when the first one starts.
+COLLECTIVE_TIMEOUT_S = 600
+COLLECTIVE_TIMEOUT_FLAG = "--collective_timeout_s"
+# And each restart attempt's Jobs end after this long (activeDeadlineSeconds): a day, unless
+# the manifest says otherwise.
+DEADLINE_S = 24 * 3600
+MAX_DEADLINE_S = 366 * 24 * 3600
 
 
 def jobset(
@@ -87,6 +59,7 @@ def jobset(
     data_service_workers: int = 0,
     port: int = 2222,
     max_restarts: int = 0,
+    deadline_s: int = DEADLINE_S,
     train_args: Sequence[str] | None = None,
     program: Sequence[str] | None = None,
     model_dir: str | None = None,
@@ -103,6 +76,8 @@ def jobset(
         `tfdist train` reads its input through them (`--tf_data_service`).
       port: the port every pod listens on.
       max_restarts: how many times a failed pod restarts the whole JobSet.
+      deadline_s: each restart attempt's Jobs fail after this many seconds (their
+        activeDeadlineSeconds), so the JobSet ends within (max_restarts + 1) times it.
       train_args: the flags after `tfdist train`; `--cluster_resolver=jobset` is added.
       program: instead of `train_args`, a program of the user's that calls
         `tfdist.config_from_flags()` (which finds the JobSet by itself).
@@ -140,7 +115,14 @@ def jobset(
         "pass 0 or more restarts",
         problem="is not a count",
     )
-    _check_pods(pods)
+    require(
+        checks.is_int(deadline_s) and 0 < deadline_s <= MAX_DEADLINE_S,
+        "jobset deadline_s",
+        deadline_s,
+        f"pass the seconds a run may take, at most {MAX_DEADLINE_S} (a year)",
+        problem="is not a number of seconds above 0",
+    )
+    jobset_checks.check_pods(pods)
     layout = {
         "chief": int(chief),
         "worker": num_workers,
@@ -162,11 +144,15 @@ def jobset(
         problem=f"makes pod names such as {longest + _POD_NAME_SUFFIX!r} too long",
     )
     command = _task_command(name, port, data_service_workers, train_args, program)
-    _check_volume(
+    if program is not None:
+        jobset_checks.check_program(pods, program)
+        model_dir = jobset_checks.model_dir_of(program)
+    jobset_checks.check_volume(
         pods,
         max_restarts=max_restarts,
         evaluator=evaluator,
-        model_dir=model_dir if train_args is not None else _UNKNOWN,
+        model_dir=model_dir,
+        source="train flags" if program is None else "program",
     )
     env = _environment(name, port, layout)
     replicated_jobs = []
@@ -179,7 +165,7 @@ def jobset(
             port=None if job == "evaluator" else port,
             gpus=0 if service or not _trains(job, num_ps) else pods.gpus,
         )
-        replicated_jobs.append(_replicated_job(job, count, _pod_spec(pods, container)))
+        replicated_jobs.append(_replicated_job(job, count, _pod_spec(pods, container), deadline_s))
     metadata: dict[str, Any] = {"name": name}
     if pods.queue:
         metadata["labels"] = {QUEUE_LABEL: pods.queue}
@@ -248,7 +234,7 @@ def _task_command(
             "service yourself",
             problem="needs a tfdist train command, not a program",
         )
-        return [checks.kubernetes_literal(word) for word in program]
+        return [checks.kubernetes_literal(word) for word in _bounded(program)]
     args = checks.check_args("jobset", train_args)
     for flag in (
         JOBSET_RESOLVER_FLAG.partition("=")[0],
@@ -262,11 +248,24 @@ def _task_command(
             "leave it out: the manifest sets it for the JobSet",
             problem="is set",
         )
-    command = ["tfdist", "train", JOBSET_RESOLVER_FLAG, *map(checks.kubernetes_literal, args)]
+    command = [
+        "tfdist",
+        "train",
+        JOBSET_RESOLVER_FLAG,
+        *map(checks.kubernetes_literal, _bounded(args)),
+    ]
     if data_service_workers:
         dispatcher = f"{jobset_pods.hostname(name, jobset_pods.DISPATCHER, 0)}.{name}:{port}"
         command.append(f"{DATA_SERVICE_FLAG}=grpc://{dispatcher}")
     return command
+
+
+def _bounded(args: Sequence[str]) -> list[str]:
+    """`args` with `--collective_timeout_s=COLLECTIVE_TIMEOUT_S` unless they set it."""
+    flag = COLLECTIVE_TIMEOUT_FLAG.lstrip("-")
+    if any(arg.startswith("-") and arg.lstrip("-").partition("=")[0] == flag for arg in args):
+        return list(args)
+    return [*args, f"{COLLECTIVE_TIMEOUT_FLAG}={COLLECTIVE_TIMEOUT_S}"]
 
 
 def _environment(name: str, port: int, layout: Mapping[str, int]) -> list[dict[str, Any]]:
@@ -301,6 +300,8 @@ def _container(
         }
     if pods.volume_claim:
         container["volumeMounts"] = [{"name": VOLUME_NAME, "mountPath": pods.mount_path}]
+    if pods.working_dir:
+        container["workingDir"] = pods.working_dir
     return container
 
 
@@ -314,15 +315,17 @@ def _pod_spec(pods: Pods, container: dict[str, Any]) -> dict[str, Any]:
         ("priorityClassName", pods.priority_class),
         ("serviceAccountName", pods.service_account),
         ("nodeSelector", dict(pods.node_selector)),
-        ("tolerations", [_toleration(text) for text in pods.tolerations]),
+        ("tolerations", [jobset_checks.toleration(text) for text in pods.tolerations]),
     )
     spec.update((key, value) for key, value in optional if value)
     return spec
 
 
-def _replicated_job(job: str, pods: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
-    """One Indexed Job of `pods` pods; a failed pod fails it (backoffLimit 0), and the JobSet's
-    failure policy restarts everything."""
+def _replicated_job(
+    job: str, pods: int, pod_spec: dict[str, Any], deadline_s: int
+) -> dict[str, Any]:
+    """One Indexed Job of `pods` pods; a failed pod fails it (backoffLimit 0), and so does its
+    deadline, and the JobSet's failure policy restarts everything."""
     return {
         "name": job,
         "replicas": 1,
@@ -332,125 +335,8 @@ def _replicated_job(job: str, pods: int, pod_spec: dict[str, Any]) -> dict[str, 
                 "completions": pods,
                 "completionMode": "Indexed",
                 "backoffLimit": 0,
+                "activeDeadlineSeconds": deadline_s,
                 "template": {"spec": pod_spec},
             }
         },
     }
-
-
-def _toleration(text: str) -> dict[str, str]:
-    """ "key[=value][:Effect]" as a toleration: Equal with a value, else Exists."""
-    rest, _, effect = text.rpartition(":") if ":" in text else (text, "", "")
-    key, equals, value = rest.partition("=")
-    toleration = {"key": key, "operator": "Equal" if equals else "Exists"}
-    if equals:
-        toleration["value"] = value
-    if effect:
-        toleration["effect"] = effect
-    return toleration
-
-
-def _check_pods(pods: Any) -> None:
-    require(
-        isinstance(pods, Pods),
-        "jobset pods",
-        pods,
-        "pass a manifests.Pods(image=...)",
-        problem="is not a Pods",
-    )
-    checks.check_image("jobset image", pods.image)
-    for field, (least, most) in (("cpu", CPU_RANGE), ("memory", MEMORY_RANGE)):
-        value = getattr(pods, field)
-        if value is not None:
-            checks.follow(
-                kubernetes_rules.quantity(value, least=least, most=most),
-                f"jobset {field}",
-                value,
-                f'use a Kubernetes quantity from {least} to {most}, e.g. "4", "500m" or "16Gi"',
-            )
-    require(
-        checks.is_int(pods.gpus) and pods.gpus >= 0,
-        "jobset gpus",
-        pods.gpus,
-        "pass 0 or more GPUs per pod",
-        problem="is not a count",
-    )
-    for field in ("queue", "priority_class", "service_account", "volume_claim"):
-        value = getattr(pods, field)
-        if value is not None:
-            checks.follow(
-                kubernetes_rules.dns1123_subdomain(value),
-                f"jobset {field}",
-                value,
-                'use lowercase letters, digits, "-" and ".", e.g. "team-a"',
-            )
-    if pods.queue is not None:  # Also the value of the JobSet's queue label.
-        checks.follow(
-            kubernetes_rules.label_value(pods.queue),
-            "jobset queue",
-            pods.queue,
-            f"use a LocalQueue name of at most {kubernetes_rules.LABEL_MAX} characters",
-        )
-    for key, value in dict(pods.node_selector).items():
-        _check_label("jobset node_selector", key, value)
-    for text in pods.tolerations:
-        require(
-            isinstance(text, str),
-            "jobset tolerations",
-            text,
-            'write each as "key[=value][:Effect]", e.g. "gpu=true:NoSchedule"',
-            problem="is not a string",
-        )
-        toleration = _toleration(text)
-        _check_label("jobset tolerations", toleration["key"], toleration.get("value", ""))
-        checks.check_choice(
-            "jobset tolerations effect", toleration.get("effect", "NoSchedule"), TOLERATION_EFFECTS
-        )
-    checks.follow(
-        kubernetes_rules.mount_path(pods.mount_path),
-        "jobset mount_path",
-        pods.mount_path,
-        'use a directory of its own, e.g. "/mnt/tfdist"',
-    )
-
-
-def _check_volume(pods: Pods, *, max_restarts: int, evaluator: bool, model_dir: str | None) -> None:
-    """A restarted JobSet resumes, and an evaluator reads checkpoints, from `model_dir`, so it
-    must be one every pod shares: on the claim's volume, or a URL (gs://...). Unknown (None)
-    for a program of the user's, which is trusted."""
-    needs = (
-        ("max_restarts", max_restarts)
-        if max_restarts
-        else (("evaluator", evaluator) if evaluator else None)
-    )
-    if not needs or model_dir is _UNKNOWN:
-        return
-    mount = posixpath.normpath(pods.mount_path)
-    shared = bool(model_dir) and (
-        _URL_MARK in model_dir
-        or (bool(pods.volume_claim) and posixpath.normpath(model_dir).startswith(mount + "/"))
-    )
-    require(
-        shared,
-        f"jobset {needs[0]}",
-        needs[1],
-        f"pass volume_claim (a ReadWriteMany PersistentVolumeClaim mounted at {mount}) and "
-        f"a model_dir on it, e.g. {mount}/run1, or a gs:// model_dir",
-        problem=f"needs a model_dir every pod shares, not {model_dir!r}",
-    )
-
-
-def _check_label(field: str, key: Any, value: Any) -> None:
-    checks.follow(
-        kubernetes_rules.label_key(key),
-        field,
-        key,
-        'use a label key such as "cloud.google.com/gke-accelerator"',
-    )
-    checks.follow(
-        kubernetes_rules.label_value(value),
-        f"{field} {key}",
-        value,
-        f'use at most {kubernetes_rules.LABEL_MAX} letters, digits, "-", "_" and ".", '
-        'e.g. "nvidia-h100-80gb"',
-    )

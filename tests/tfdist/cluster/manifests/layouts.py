@@ -49,7 +49,11 @@ LAYOUTS = {
         {"worker": 2, "dispatcher": 1, "data-worker": 3},
     ),
     "program": (
-        dict(num_workers=2, program=["python", "my_train.py", "--epochs=3"]),
+        dict(
+            num_workers=2,
+            program=["python", "my_train.py", "--epochs=3"],
+            pods=manifests.Pods(image="registry.example.com/tfdist:0.2", working_dir="/app"),
+        ),
         {"worker": 2},
     ),
 }

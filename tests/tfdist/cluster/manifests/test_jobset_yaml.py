@@ -109,11 +109,19 @@ class LayoutTest(absltest.TestCase):
             (job["parallelism"], job["completions"], job["completionMode"], job["backoffLimit"]),
             (3, 3, "Indexed", 0),
         )
+        self.assertEqual(job["activeDeadlineSeconds"], 86400)  # Nothing waits for ever.
         pod = job["template"]["spec"]
         self.assertEqual(pod["restartPolicy"], "Never")
         (container,) = pod["containers"]
         self.assertEqual(
-            container["command"], ["tfdist", "train", "--cluster_resolver=jobset", "--epochs=2"]
+            container["command"],
+            [
+                "tfdist",
+                "train",
+                "--cluster_resolver=jobset",
+                "--epochs=2",
+                "--collective_timeout_s=600",
+            ],
         )
         self.assertEqual(
             container["ports"], [{"name": "tfdist", "containerPort": 3000, "protocol": "TCP"}]
@@ -197,10 +205,12 @@ class LayoutTest(absltest.TestCase):
     def test_a_program_runs_as_given(self):
         arguments, _ = LAYOUTS["program"]
         document = yaml.safe_load(_jobset(**arguments))
+        container = _pod(document, "worker")["containers"][0]
         self.assertEqual(
-            _pod(document, "worker")["containers"][0]["command"],
-            ["python", "my_train.py", "--epochs=3"],
+            container["command"],
+            ["python", "my_train.py", "--epochs=3", "--collective_timeout_s=600"],
         )
+        self.assertEqual(container["workingDir"], "/app")
 
     def test_hostile_arguments_survive_the_yaml_and_kubernetes_expansion(self):
         hostile = [
@@ -219,12 +229,14 @@ class LayoutTest(absltest.TestCase):
             "$",
             "$$",
         ]
+        pods = manifests.Pods(image="i", working_dir="/app")
         for arguments in (dict(train_args=hostile), dict(program=["python", *hostile])):
-            document = yaml.safe_load(_jobset(num_workers=1, **arguments))
+            document = yaml.safe_load(_jobset(num_workers=1, pods=pods, **arguments))
             written = _pod(document, "worker")["containers"][0]["command"]
             # What the container gets once Kubernetes has expanded $(VAR) and $$.
             received = [expand(word, {"HOME": "/root"}) for word in written]
-            self.assertEqual(received[-len(hostile) :], hostile, arguments)
+            self.assertEqual(received[-len(hostile) - 1 : -1], hostile, arguments)
+            self.assertEqual(received[-1], "--collective_timeout_s=600")
 
 
 class ErrorsTest(parameterized.TestCase):
