@@ -54,7 +54,7 @@ def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
         reason = (
             "it stopped sending heartbeats"
             if "heartbeats" in message
-            else f"TensorFlow: {_first_line(message)}"
+            else f"TensorFlow: {_telling_line(message)}"
         )
     elif _HEARTBEAT_RPC in message:
         peers = [("chief", 0) if cluster.has_chief else ("worker", 0)]
@@ -101,8 +101,11 @@ def _group_peers(cluster: ClusterConfig, own: tuple[str, int]) -> list[tuple[str
 
 
 def _first_line(message: str) -> str:
+    """The first line of `message` that says something: not a heading such as "Graph
+    execution error:", whose words follow it."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
-    return errors.cut(lines[0], _MAX_QUOTED) if lines else "no message"
+    telling = [line for line in lines if not line.endswith(":")] or lines
+    return errors.cut(telling[0], _MAX_QUOTED) if telling else "no message"
 
 
 def _telling_line(message: str) -> str:

@@ -73,6 +73,7 @@ class Process:
         self._on_line = on_line
         self.process: subprocess.Popen | None = None
         self.started_s: float | None = None
+        self.last_line = ""  # What it printed last: often why it ended.
         self._pump: threading.Thread | None = None
 
     def start(self, note: str = "") -> None:
@@ -114,6 +115,7 @@ class Process:
         prefix = f"[{self.name}] ".encode()
         for batch in _whole_lines(self.process.stdout.fileno()):
             _write_stdout(self._lock, prefix + batch[:-1].replace(b"\n", b"\n" + prefix) + b"\n")
+            self.last_line = batch[:-1].rpartition(b"\n")[2].decode(errors="replace")
             if self._on_line:  # After the lines: what it says about a line comes below it.
                 for line in batch.decode().splitlines(keepends=True):
                     self._on_line(line)

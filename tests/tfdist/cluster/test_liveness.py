@@ -28,6 +28,14 @@ _TIMED_OUT = (
     "[Op:__inference_train_function_2155]"
 )
 
+# What the survivor of a SIGKILLed peer raised in a JobSet rehearsal: a heading, then the words.
+_KILLED_PEER = (
+    "Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at (most "
+    "recent call last):\nCollective ops is aborted by: failed to connect to all addresses; "
+    "last error: UNKNOWN: ipv4:10.0.0.3:2222: Connection refused\nAdditional GRPC error "
+    "information from remote target /job:worker/replica:0/task:1"
+)
+
 
 def _cluster(index: int, chief: bool = False):
     return strategies.make_cluster(
@@ -57,6 +65,12 @@ class LostPeerTest(absltest.TestCase):
         )
         with_chief = liveness.lost_peer(_NO_LEADER, _cluster(1, chief=True))
         self.assertIn("lost peer chief:0 at pod:2222", str(with_chief))
+
+    def test_the_cause_is_tensorflows_words_not_their_heading(self):
+        line = str(liveness.lost_peer(_KILLED_PEER, _cluster(0)))
+        self.assertIn("lost peer worker:1 at pod:2223: TensorFlow: Collective ops is aborted", line)
+        self.assertIn("Connection refused", line)
+        self.assertNotIn("Graph execution error", line)
 
     def test_other_errors_are_not_a_lost_peer(self):
         self.assertIsNone(liveness.lost_peer("Incompatible shapes: [2] vs. [3]", _cluster(0)))

@@ -7,6 +7,7 @@ only real processes show (prefixed output, logs, TF_CONFIG per task, a real rest
 """
 
 import contextlib
+import functools
 import io
 import os
 import signal
@@ -22,6 +23,7 @@ from tfdist.cluster import processes
 from tfdist.cluster import supervisor
 from tfdist.cluster.rehearsal import jobset_plan
 from tfdist.cluster.rehearsal import jobset_run
+from tfdist.cluster.rehearsal import pod_template
 
 # Powers of two (the back-off too), so the fake clock adds them up without rounding.
 _POLL_S = 0.125
@@ -188,6 +190,7 @@ class SuperviseTest(parameterized.TestCase):
         with (
             mock.patch.object(supervisor, "time", self.host),
             mock.patch.object(processes, "time", self.host),
+            mock.patch.object(jobset_run, "time", self.host),
             mock.patch.object(supervisor, "POLL_S", _POLL_S),
             contextlib.redirect_stdout(stdout),
             contextlib.redirect_stderr(stderr),
@@ -374,9 +377,22 @@ class SuperviseTest(parameterized.TestCase):
         )
 
 
-def _pod(name: str, replicated_job: str, backoff_limit: int = 0) -> jobset_plan.Pod:
-    return jobset_plan.Pod(
-        name, replicated_job, 0, int(name[-1]), (), (), (), (), None, backoff_limit, None
+def _pod(
+    name: str, replicated_job: str, backoff_limit: int = 0, deadline_s: int | None = None
+) -> pod_template.Pod:
+    return pod_template.Pod(
+        name,
+        replicated_job,
+        0,
+        int(name[-1]),
+        (),
+        (),
+        (),
+        (),
+        None,
+        backoff_limit,
+        None,
+        deadline_s=deadline_s,
     )
 
 
@@ -393,6 +409,7 @@ class OtherPoliciesTest(parameterized.TestCase):
         with (
             mock.patch.object(supervisor, "time", self.host),
             mock.patch.object(processes, "time", self.host),
+            mock.patch.object(jobset_run, "time", self.host),
             mock.patch.object(supervisor, "POLL_S", _POLL_S),
             contextlib.redirect_stdout(stdout),
             contextlib.redirect_stderr(stderr),
@@ -400,18 +417,35 @@ class OtherPoliciesTest(parameterized.TestCase):
             status = watcher.run(lambda: watcher.watch(group))
         return status, stdout.getvalue().splitlines(), stderr.getvalue().splitlines()
 
-    def _jobset(self, runs: dict[str, list], *, backoff_limit: int, max_restarts: int):
+    def _jobset(
+        self,
+        runs: dict[str, list],
+        *,
+        backoff_limit: int,
+        max_restarts: int,
+        deadline_s: int | None = None,
+    ):
         plan = jobset_plan.JobSetPlan(
             "js",
             None,
-            tuple(_pod(name, name.rsplit("-", 2)[0], backoff_limit) for name in runs),
+            tuple(_pod(name, name.rsplit("-", 1)[0], backoff_limit, deadline_s) for name in runs),
             "All",
             ("worker",),
             max_restarts,
         )
         tasks = {name: _Task(self.host, name, run) for name, run in runs.items()}
-        pods = mock.Mock(plan=plan, attempt=0)
-        pods.start.side_effect = lambda pod: (tasks[pod.hostname].start(), tasks[pod.hostname])[1]
+        # The rehearsal's own bookkeeping (`jobset_run._Run`) over fake pods on a fake clock.
+        pods = mock.Mock(plan=plan, attempt=0, processes={}, job_started={}, past_deadline=set())
+        for method in ("how", "new_attempt", "stop_past_deadline"):
+            real = getattr(jobset_run._Run, method)  # pylint: disable=protected-access
+            getattr(pods, method).side_effect = functools.partial(real, pods)
+
+        def start(pod):
+            tasks[pod.hostname].start()
+            pods.job_started.setdefault(pod.job, self.host.monotonic())
+            return tasks[pod.hostname]
+
+        pods.start.side_effect = start
         with mock.patch.object(supervisor, "time", self.host):
             watcher = supervisor.Supervisor(
                 jobset_run.ANNOUNCER, timeout_s=None, everything="every pod"
@@ -431,8 +465,8 @@ class OtherPoliciesTest(parameterized.TestCase):
                 "tfdist rehearse: worker-0 exited with status 3; restarting JobSet js, every pod "
                 "(1/1)",
                 "tfdist rehearse: worker-0 exited with status 3; its Job recreates it (1/1)",
-                "tfdist rehearse: worker-0 exited with status 3; JobSet js failed after 1 "
-                "restart(s) (maxRestarts 1); stopped every pod",
+                "tfdist rehearse: JobSet js failed after 1 restart(s) (maxRestarts 1): worker-0 "
+                "exited with status 3 (it printed nothing); stopped every pod",
             ],
         )
         self.assertEqual(pods.attempt, 1)
@@ -440,6 +474,28 @@ class OtherPoliciesTest(parameterized.TestCase):
             [event.split()[1] for event in self.host.starts()],
             ["worker-0", "ps-0", "worker-0", "worker-0", "ps-0", "worker-0"],
         )
+
+    def test_a_job_past_its_deadline_is_stopped_and_fails_the_jobset(self):
+        watcher, group, pods = self._jobset(
+            {"worker-0": [_FOREVER], "worker-1": [_FOREVER]},
+            backoff_limit=3,
+            max_restarts=1,
+            deadline_s=2,
+        )
+        status, _, stderr = self._watch(watcher, group)
+        self.assertEqual(status, 128 + signal.SIGTERM)
+        self.assertEqual(
+            stderr,
+            [
+                "tfdist rehearse: worker-0 was killed by signal 15 (SIGTERM); restarting JobSet "
+                "js, every pod (1/1)",
+                "tfdist rehearse: JobSet js failed after 1 restart(s) (maxRestarts 1): worker-0 "
+                "was killed by signal 15 (SIGTERM) (its Job ran past activeDeadlineSeconds "
+                "(2 s)); stopped every pod",
+            ],
+        )
+        self.assertEqual(pods.attempt, 1)
+        self.assertLess(self.host.now, 5.0)  # Each attempt ended its deadline's poll after 2 s.
 
     def test_the_success_policy_ends_the_jobset_and_stops_the_rest(self):
         watcher, group, _ = self._jobset(

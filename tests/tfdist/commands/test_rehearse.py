@@ -361,7 +361,12 @@ class RehearseTest(unittest.TestCase):
         self.assertLess(ended_after_s, timeout_s + LOST_PEER_MARGIN_S, output[-3000:])
         # Both sides of the cut lose their peer; the first to notice fails the JobSet, and
         # the rehearsal then stops the other.
-        first = re.search(r"cut-worker-0-([01]) exited with status 1; JobSet cut failed", output)
+        # Its closing line names the failure and its cause, the pod's last line.
+        first = re.search(
+            r"JobSet cut failed after 0 restart\(s\) \(maxRestarts 0\): cut-worker-0-([01]) "
+            r'exited with status 1 \(its last line: "tfdist train: error: lost peer worker:',
+            output,
+        )
         self.assertIsNotNone(first, output[-3000:])
         index = int(first.group(1))
         log = _log(self.log_dir, f"cut-worker-0-{index}")

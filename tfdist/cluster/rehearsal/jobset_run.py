@@ -10,7 +10,9 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 
+from tfdist import errors
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import capacity
 from tfdist.cluster import processes
@@ -18,13 +20,14 @@ from tfdist.cluster import supervisor
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.cluster.rehearsal import local_image
 from tfdist.cluster.rehearsal.jobset_plan import JobSetPlan
-from tfdist.cluster.rehearsal.jobset_plan import Pod
+from tfdist.cluster.rehearsal.pod_template import Pod
 from tfdist.cluster.rehearsal.jobset_plan import expand
 
 ANNOUNCER = "tfdist rehearse"
 # What a pod takes at the least: its two processes of ours (`enter`, 18 MiB measured) and a
 # small program; a pod that requests more memory counts its request.
 POD_MEMORY_FLOOR_BYTES = 64 << 20
+_QUOTED = 200  # Characters of a pod's last line that the closing line quotes.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +65,10 @@ class _Run:
         # here: all removed at the end.
         self._scratch = tempfile.mkdtemp(prefix="pods-", dir=options.log_dir)
         self.attempt = 0
+        self.processes: dict[str, processes.Process] = {}
+        # When each Job of this attempt started, and the Jobs past their activeDeadlineSeconds.
+        self.job_started: dict[tuple[str, int], float] = {}
+        self.past_deadline: set[tuple[str, int]] = set()
         for pod in plan.pods:
             for path in (*(path for _, path in pod.claims), *pod.scratch):
                 local_image.check_mount_path(path)
@@ -92,7 +99,40 @@ class _Run:
             announcer=ANNOUNCER,
         )
         process.start(f" at {host.address} (netns {host.namespace})")
+        self.processes[pod.hostname] = process
+        self.job_started.setdefault(pod.job, time.monotonic())
         return process
+
+    def new_attempt(self, attempt: int) -> None:
+        """The JobSet restarts: new Jobs, each with its own deadline from its start."""
+        self.attempt = attempt
+        self.job_started.clear()
+        self.past_deadline.clear()
+
+    def how(self, name: str, status: int) -> str:
+        """How pod `name` ended, with why where known: its Job's deadline, or its last line."""
+        pod = next(pod for pod in self.plan.pods if pod.hostname == name)
+        if pod.job in self.past_deadline:
+            why = f"its Job ran past activeDeadlineSeconds ({pod.deadline_s} s)"
+        else:
+            last = self.processes[name].last_line.strip() if name in self.processes else ""
+            why = f'its last line: "{errors.cut(last, _QUOTED)}"' if last else "it printed nothing"
+        return f"{name} {supervisor.ended(status)} ({why})"
+
+    def stop_past_deadline(self, running) -> None:
+        """Stops, as the Job controller does, the pods of each Job past its deadline (SIGTERM,
+        then SIGKILL after a grace); their ends then fail the Job."""
+        now = time.monotonic()
+        by_name = {pod.hostname: pod for pod in self.plan.pods}
+        late = [
+            process
+            for process in running
+            if process.poll() is None
+            and (pod := by_name[process.name]).deadline_s is not None
+            and now - self.job_started.get(pod.job, now) > pod.deadline_s
+        ]
+        self.past_deadline.update(by_name[process.name].job for process in late)
+        processes.stop_all(late)
 
     def close(self) -> None:
         shutil.rmtree(self._scratch, ignore_errors=True)
@@ -162,7 +202,7 @@ def _group(pods: _Run) -> supervisor.Group:
     def on_failure(name: str, status: int, restarts: int):
         pod = by_name[name]
         failures[pod.job] = failures.get(pod.job, 0) + 1
-        if failures[pod.job] <= pod.backoff_limit:
+        if failures[pod.job] <= pod.backoff_limit and pod.job not in pods.past_deadline:
             return supervisor.Restart(
                 (name,),
                 f"its Job recreates it ({failures[pod.job]}/{pod.backoff_limit})",
@@ -170,12 +210,11 @@ def _group(pods: _Run) -> supervisor.Group:
             )
         if restarts >= plan.max_restarts:
             return supervisor.Fail(
-                f"{name} {supervisor.ended(status)}; JobSet {plan.name} "
-                f"failed after {restarts} restart(s) (maxRestarts "
-                f"{plan.max_restarts}); stopped every pod"
+                f"JobSet {plan.name} failed after {restarts} restart(s) (maxRestarts "
+                f"{plan.max_restarts}): {pods.how(name, status)}; stopped every pod"
             )
         failures.clear()
-        pods.attempt = restarts + 1
+        pods.new_attempt(restarts + 1)
         return supervisor.Restart(
             names, f"restarting JobSet {plan.name}, every pod ({restarts + 1}/{plan.max_restarts})"
         )
@@ -187,6 +226,7 @@ def _group(pods: _Run) -> supervisor.Group:
         job=f"JobSet {plan.name}",
         noun="pod",
         succeeded=lambda done: _succeeded(plan, done),
+        on_poll=pods.stop_past_deadline,
     )
 
 
