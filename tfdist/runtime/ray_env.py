@@ -42,14 +42,15 @@ def ray_runtime_env(keras: int = 2, tf_logs: bool = False) -> dict:
 
 
 def quiet_ray_process() -> None:
-    """Ray's set-up hook for each process of a tfdist run, before it runs anything. Imports
-    TensorFlow as tfdist does, its C++ start-up lines hidden (TF_CPP_MIN_LOG_LEVEL no longer
-    hides them), unless `worker_env` was asked for TensorFlow's logs: Ray Train imports it in
-    its controller and workers before any code of ours. And hides the warnings of Ray Train's
+    """Ray's set-up hook for each process of a tfdist run, before it runs anything. Has
+    TensorFlow imported quietly whenever the process imports it (Ray Train does, in its
+    controller and workers, before any code of ours), its C++ start-up lines hidden
+    (TF_CPP_MIN_LOG_LEVEL no longer hides them), unless `worker_env` was asked for
+    TensorFlow's logs. And hides the warnings of Ray Train's
     placement-group cleaner, which asks Ray's state API (the dashboard, which `ray[train]` alone
     lacks) every few seconds whether the controller lives, and warns each time it cannot;
     those lines say nothing about the run (a module of Ray Train 2.60's, named by its logger).
     """
     logging.getLogger(_CLEANER_LOGGER).setLevel(logging.ERROR)
-    quiet = os.environ.get(_TF_CPP_MIN_LOG_LEVEL) == _QUIET
-    tf_import.import_tensorflow(show_logs=not quiet)
+    if os.environ.get(_TF_CPP_MIN_LOG_LEVEL) == _QUIET:
+        tf_import.quiet_when_imported()

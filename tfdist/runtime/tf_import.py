@@ -2,6 +2,8 @@
 logs hidden unless asked for. The rest of a process's set-up, in order, is `tfdist.setup`."""
 
 import contextlib
+import importlib.abc
+import importlib.machinery
 import logging
 import os
 import resource
@@ -66,10 +68,55 @@ def import_tensorflow(show_logs: bool, keras: int | None = None) -> None:
         with contextlib.nullcontext() if show_logs else _stderr_silenced():
             _import()
     if not show_logs:
-        logging.getLogger("tensorflow").setLevel(logging.ERROR)  # tf.get_logger()
-        absl_logger = logging.getLogger("absl")  # Where TF's modules also log, e.g. at saves.
-        if _not_tensorflow_info not in absl_logger.filters:
-            absl_logger.addFilter(_not_tensorflow_info)
+        _quiet_python_logs()
+
+
+def _quiet_python_logs() -> None:
+    """TensorFlow's Python logger below ERROR hidden, and its modules' INFO lines in absl's."""
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)  # tf.get_logger()
+    absl_logger = logging.getLogger("absl")  # Where TF's modules also log, e.g. at saves.
+    if _not_tensorflow_info not in absl_logger.filters:
+        absl_logger.addFilter(_not_tensorflow_info)
+
+
+def quiet_when_imported() -> None:
+    """Hides TensorFlow's C++ start-up lines and its Python logs below ERROR, as
+    `import_tensorflow(show_logs=False)` does, whoever imports it later (Ray, in its processes
+    of a tfdist run); a process that never imports it pays nothing."""
+    if "tensorflow" in sys.modules or any(
+        isinstance(finder, _QuietTensorFlowFinder) for finder in sys.meta_path
+    ):
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    sys.meta_path.insert(0, _QuietTensorFlowFinder())
+    _quiet_python_logs()
+
+
+class _QuietTensorFlowFinder(importlib.abc.MetaPathFinder):
+    """Finds `tensorflow` as Python would, with a loader that runs its module quietly."""
+
+    def find_spec(self, name, path, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)  # Once: what the module imports is found as usual.
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _QuietLoader(spec.loader)
+        return spec
+
+
+class _QuietLoader(importlib.abc.Loader):
+    """`loader`, with fd 2 silenced while it runs the module."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        with _stderr_silenced():
+            self._loader.exec_module(module)
 
 
 _LIBRARIES = tuple(f"{os.sep}{name}{os.sep}" for name in ("tensorflow", "tf_keras", "keras"))
