@@ -5,6 +5,8 @@
 
 import os
 import re
+import signal
+import sys
 import threading
 import time
 
@@ -13,6 +15,7 @@ from absl import flags
 from tfdist import errors
 from tfdist.cluster import launcher
 from tfdist.cluster.manifests import checks
+from tfdist.cluster import processes
 from tfdist.cluster import ray_train
 from tfdist.cluster.supervisor import Supervisor
 from tfdist.commands import app
@@ -87,8 +90,35 @@ def main(command: list[str], *, tfdist_commands) -> int:
         cwd=os.getcwd() if local else None,
         tfdist_commands=tfdist_commands,
     )
+    runtime_env = ray_env.ray_runtime_env(keras, train_flags.show_tf_logs())
+    import ray  # pylint: disable=import-outside-toplevel
+
+    # With SIGINT and SIGTERM blocked in the threads Ray starts, so that only this one, the
+    # main thread, takes them (Ray's own answer ends the driver with status 1); the supervisor's
+    # handlers replace Ray's.
+    stops = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+    try:
+        ray.init(address=_ADDRESS.value, include_dashboard=False, runtime_env=runtime_env)
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
     supervisor = Supervisor("tfdist ray", timeout_s=cli_flags.TIMEOUT_S.value, everything="the run")
-    return supervisor.run(lambda: _fit(trainer, supervisor, local), setting_up="")
+    fit = _Fit(trainer)
+    runner = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
+    status = supervisor.run(
+        lambda: _wait(fit, runner, supervisor, local), setting_up="stopped the run"
+    )
+    if runner.is_alive():
+        # Stopped by a signal or the time limit while Ray's wait goes on in `runner`, which
+        # would end this process with status 1 once Ray is shut down under it: so what this
+        # process started (a local Ray: its daemons and the run's workers) is killed, and the
+        # process ends with its own status. On a cluster, the driver's end ends its actors.
+        processes.kill_descendants()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    ray.shutdown()
+    return status
 
 
 def _check_address(address: str | None) -> None:
@@ -103,37 +133,31 @@ def _check_address(address: str | None) -> None:
     )
 
 
-def _fit(trainer, supervisor: Supervisor, local: bool) -> int:
-    """Runs `trainer` on Ray until it ends, checking the supervisor's signals and time limit
-    meanwhile; Ray is shut down (a local one with everything it started) however it ends."""
-    import ray  # pylint: disable=import-outside-toplevel
+class _Fit:
+    """`trainer.fit()`, called in a thread of its own; then `error` is what it raised."""
 
-    ray.init(
-        address=_ADDRESS.value,
-        include_dashboard=False,
-        runtime_env=ray_env.ray_runtime_env(train_flags.keras(), train_flags.show_tf_logs()),
-    )
-    outcome: dict = {}
-    start_s = time.monotonic()
+    def __init__(self, trainer):
+        self.trainer, self.error, self.start_s = trainer, None, time.monotonic()
 
-    def fit() -> None:
+    def __call__(self) -> None:
         try:
-            outcome["result"] = trainer.fit()
-        except Exception as error:  # pylint: disable=broad-except  # Ray's run failed: said below.
-            outcome["error"] = error
+            self.trainer.fit()
+        except Exception as error:  # pylint: disable=broad-except  # Ray's run failed: said.
+            self.error = error
 
-    runner = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
-    try:
-        runner.start()
-        while runner.is_alive():
-            supervisor.checkpoint()
-            runner.join(_POLL_S)
-    finally:
-        ray.shutdown()  # The driver's actors go with it: the controller, then the workers.
+
+def _wait(fit: _Fit, runner: threading.Thread, supervisor: Supervisor, local: bool) -> int:
+    """Starts `runner` (`fit`'s thread) and waits for it, checking the supervisor's signals and
+    time limit; says how the run ended."""
+    runner.start()
+    while runner.is_alive():
+        supervisor.checkpoint()
+        runner.join(_POLL_S)
+    error, start_s = fit.error, fit.start_s
     where = "a local Ray" if local else f"Ray at {_ADDRESS.value}"
     took = f"in {time.monotonic() - start_s:.0f} s"
-    if "error" in outcome:
-        cause = ray_train.cause(outcome["error"])
+    if error is not None:
+        cause = ray_train.cause(error)
         supervisor.say(f"Ray Train run {cli_flags.NAME.value} failed on {where} {took}: {cause}")
         return errors.RunFailure.exit_status
     supervisor.say(
