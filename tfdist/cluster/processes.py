@@ -228,24 +228,6 @@ def dies_with_this_thread() -> Callable[[], None]:
     return functools.partial(_in_child, os.getpid(), None)
 
 
-def kill_descendants() -> None:
-    """SIGKILL to every process this one started and what they started, as /proc shows them
-    now (a process that left the tree, a daemon whose parent ended, is not found)."""
-    children: dict[int, list[int]] = {}
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as stat:
-                parent = int(stat.read().rpartition(")")[2].split()[1])
-            children.setdefault(parent, []).append(int(entry))
-    found, pending = [], [os.getpid()]
-    while pending:
-        found += (kids := children.get(pending.pop(), []))
-        pending += kids
-    for pid in found:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-
-
 def _close_quietly(file: BinaryIO) -> None:
     with contextlib.suppress(OSError):  # Its last buffered bytes on a full disk.
         file.close()

@@ -14,7 +14,9 @@ cluster a shared file system or a `gs://` path). The child dies with its worker.
 Ray itself is imported only by `trainer` (`pip install -e '.[ray]'`).
 """
 
+import contextlib
 import os
+import signal
 import subprocess
 from collections.abc import Collection, Sequence
 
@@ -127,3 +129,22 @@ def cause(error: Exception) -> str:
         return f"worker {rank}: {lines[-1]}"
     lines = str(error).strip().splitlines() or [type(error).__name__]
     return lines[0]
+
+
+def kill_descendants() -> None:
+    """SIGKILL to every process this one started and what they started (a local Ray's daemons
+    and workers), as /proc shows them now: what left the tree, a daemon whose parent ended,
+    is not found. Linux."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as stat:
+                parent = int(stat.read().rpartition(")")[2].split()[1])
+            children.setdefault(parent, []).append(int(entry))
+    found, pending = [], [os.getpid()]
+    while pending:
+        found += (kids := children.get(pending.pop(), []))
+        pending += kids
+    for pid in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

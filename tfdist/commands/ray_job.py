@@ -15,7 +15,6 @@ from absl import flags
 from tfdist import errors
 from tfdist.cluster import launcher
 from tfdist.cluster.manifests import checks
-from tfdist.cluster import processes
 from tfdist.cluster import ray_train
 from tfdist.cluster.supervisor import Supervisor
 from tfdist.commands import app
@@ -113,7 +112,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
         # would end this process with status 1 once Ray is shut down under it: so what this
         # process started (a local Ray: its daemons and the run's workers) is killed, and the
         # process ends with its own status. On a cluster, the driver's end ends its actors.
-        processes.kill_descendants()
+        ray_train.kill_descendants()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)

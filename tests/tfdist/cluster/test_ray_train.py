@@ -9,8 +9,10 @@ import importlib.util
 import json
 import os
 import pathlib
+import subprocess
 import sys
 import tempfile
+import time
 import unittest
 import unittest.mock
 
@@ -100,6 +102,40 @@ class TrainLoopPerWorkerTest(unittest.TestCase):
         check = "import os, sys; sys.exit(os.environ['TF_USE_LEGACY_KERAS'] != '0')"
         with unittest.mock.patch.dict(os.environ, {"TF_USE_LEGACY_KERAS": "1"}):  # As Ray sets.
             self._run(check, env=keras_env.environment(3))
+
+
+_KILLS_ITS_TREE = """
+import os, subprocess, sys, time
+from tfdist.cluster import ray_train
+shell = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE)
+grandchild = int(shell.stdout.readline())
+ray_train.kill_descendants()
+print(shell.wait(timeout=30), grandchild)
+"""
+
+
+@pytest.mark.multiprocess
+class KillDescendantsTest(unittest.TestCase):
+    def test_what_a_process_started_and_what_that_started_is_killed(self):
+        result = subprocess.run(
+            [sys.executable, "-c", _KILLS_ITS_TREE],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        status, grandchild = map(int, result.stdout.split())
+        self.assertEqual(status, -9)
+        for _ in range(100):  # Gone, or a zombie until its new parent reaps it.
+            try:
+                with open(f"/proc/{grandchild}/stat", encoding="utf-8") as stat:
+                    if stat.read().rpartition(")")[2].split()[0] == "Z":
+                        break
+            except FileNotFoundError:
+                break
+            time.sleep(0.05)
+        else:
+            self.fail(f"the grandchild {grandchild} still runs")
 
 
 class RayCommandInputTest(unittest.TestCase):
