@@ -15,6 +15,7 @@ Ray itself is imported only by `trainer` (`pip install -e '.[ray]'`).
 """
 
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -25,6 +26,12 @@ from tfdist.cluster import launcher
 from tfdist.cluster import processes
 
 
+_INSTALL = (
+    "Ray Train is not installed here; install it with pip install -e '.[ray]' (or pip install "
+    "'ray[train]')."
+)
+
+
 class RayUnavailable(ClusterError):
     """Ray (with Ray Train) is not installed here; one line says how to install it."""
 
@@ -32,6 +39,17 @@ class RayUnavailable(ClusterError):
 class WorkerFailed(RuntimeError):
     """A Ray worker's program ended with a non-zero status: raised in the worker, so that Ray's
     failure policy (`FailureConfig`) restarts the group or ends the run."""
+
+
+def require_ray() -> None:
+    """Raises RayUnavailable, in one line, unless Ray Train is installed (before anything
+    imports TensorFlow for it)."""
+    try:
+        found = importlib.util.find_spec("ray.train") is not None
+    except (ImportError, ValueError):  # No `ray` package at all, or a broken one.
+        found = False
+    if not found:
+        raise RayUnavailable(_INSTALL)
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -93,10 +111,7 @@ def trainer(
         from ray.train import ScalingConfig
         from ray.train.tensorflow import TensorflowTrainer
     except ImportError as error:
-        raise RayUnavailable(
-            f"Ray Train cannot be imported ({error}); install it with pip install -e '.[ray]' "
-            "(or pip install 'ray[train]')."
-        ) from None
+        raise RayUnavailable(f"{_INSTALL[:-1]} ({error}).") from None
     resources = {"CPU": cpus_per_worker, **({"GPU": gpus_per_worker} if gpus_per_worker else {})}
     return TensorflowTrainer(
         train_loop_per_worker,

@@ -62,6 +62,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
             "ray needs the command every worker runs after `--`, e.g. `tfdist ray "
             "--num_workers=2 -- train --strategy=multi_worker_mirrored`."
         )
+    ray_train.require_ray()
     _check_address(_ADDRESS.value)
     # The same name as the run's JobSet or Slurm job: a DNS label, also a safe directory name
     # for Ray's record of the run.

@@ -153,6 +153,20 @@ class RayCommandInputTest(unittest.TestCase):
                 self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
                 self.assertIn(expected, result.stderr)
 
+    @pytest.mark.multiprocess
+    def test_without_ray_one_line_says_how_to_install_it(self):
+        with tempfile.TemporaryDirectory() as shadow:
+            pathlib.Path(shadow, "ray.py").write_text("raise ImportError('no ray here')\n")
+            result = run_tfdist(
+                "ray", "--", "train", extra_env={"PYTHONPATH": shadow}, without_tensorflow=True
+            )
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertEqual(
+            result.stderr.strip(),
+            "tfdist ray: error: Ray Train is not installed here; install it with pip install -e "
+            "'.[ray]' (or pip install 'ray[train]').",
+        )
+
 
 @pytest.mark.multiprocess
 class RealRayTest(unittest.TestCase):
