@@ -168,6 +168,18 @@ class RayCommandInputTest(unittest.TestCase):
         )
 
 
+def _tfdist_ray(home: str, *args: str) -> subprocess.Popen:
+    """`tfdist ray ARGS` started in a child with its own HOME (Ray writes its token there),
+    its output in one pipe."""
+    return subprocess.Popen(  # pylint: disable=consider-using-with
+        [sys.executable, "-m", "tfdist", "ray", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**{k: v for k, v in os.environ.items() if k != "TF_CONFIG"}, "HOME": home},
+    )
+
+
 @pytest.mark.multiprocess
 class RealRayTest(unittest.TestCase):
     def setUp(self):
@@ -175,10 +187,14 @@ class RealRayTest(unittest.TestCase):
         _real_ray_or_skip()
         self.dir = self.enterContext(tempfile.TemporaryDirectory())
 
-    def test_a_killed_worker_is_restarted_by_ray_and_the_run_resumes_with_equal_weights(self):
+    def test_a_program_of_ones_own_and_tfdist_train_under_ray(self):
+        """Two runs at once, each on a local Ray of its own (most of a run is Ray and
+        TensorFlow starting, which overlap): a program of one's own whose worker 1 is killed,
+        Ray restarting the group and the run resuming to equal weights on both workers; and
+        `tfdist train`."""
         model_dir = os.path.join(self.dir, "model")
-        result = run_tfdist(
-            "ray",
+        own = _tfdist_ray(
+            self.dir,
             "--num_workers=2",
             "--max_restarts=1",
             "--timeout_s=360",
@@ -190,26 +206,12 @@ class RealRayTest(unittest.TestCase):
             "--global_batch_size=32",
             f"--model_dir={model_dir}",
             "--kill_at_epoch=2",
-            timeout_s=_RUN_S,
-            extra_env={"HOME": self.dir},
         )
-        output = result.stdout + result.stderr
-        self.assertEqual(result.returncode, 0, output[-6000:])
-        self.assertIn("worker:1: killing myself at epoch 2", output)
-        self.assertEqual(output.count("tfdist: resuming at epoch 2"), 2, output[-6000:])
-        digests = _digests(output)
-        self.assertEqual(set(digests), {"worker:0", "worker:1"}, output[-6000:])
-        self.assertEqual(len(set(digests.values())), 1, digests)
-        self.assertNotIn("port.cc", output)  # TensorFlow's C++ start-up lines stay hidden.
-        self.assertRegex(
-            result.stdout, r"tfdist ray: Ray Train run tfdist finished on a local Ray with 2 worker"
-        )
-
-    def test_tfdist_train_under_ray(self):
-        result = run_tfdist(
-            "ray",
+        self.addCleanup(own.kill)
+        train = _tfdist_ray(
+            self.dir,
             "--num_workers=2",
-            "--timeout_s=300",
+            "--timeout_s=360",
             "--",
             "train",
             "--strategy=multi_worker_mirrored",
@@ -219,10 +221,20 @@ class RealRayTest(unittest.TestCase):
             "--epochs=1",
             "--steps_per_epoch=4",
             "--global_batch_size=16",
-            timeout_s=_RUN_S,
-            extra_env={"HOME": self.dir},
         )
-        output = result.stdout + result.stderr
-        self.assertEqual(result.returncode, 0, output[-6000:])
+        self.addCleanup(train.kill)
+        output, _ = own.communicate(timeout=_RUN_S)
+        self.assertEqual(own.returncode, 0, output[-6000:])
+        self.assertIn("worker:1: killing myself at epoch 2", output)
+        self.assertEqual(output.count("tfdist: resuming at epoch 2"), 2, output[-6000:])
+        digests = _digests(output)
+        self.assertEqual(set(digests), {"worker:0", "worker:1"}, output[-6000:])
+        self.assertEqual(len(set(digests.values())), 1, digests)
+        self.assertNotIn("port.cc", output)  # TensorFlow's C++ start-up lines stay hidden.
+        self.assertRegex(
+            output, r"tfdist ray: Ray Train run tfdist finished on a local Ray with 2 worker"
+        )
+        output, _ = train.communicate(timeout=_RUN_S)
+        self.assertEqual(train.returncode, 0, output[-6000:])
         summaries = [line for line in output.splitlines() if "multi_worker_mirrored on 2" in line]
         self.assertEqual(len(summaries), 2, output[-6000:])
