@@ -32,13 +32,6 @@ def pytest_sessionstart(session):  # pylint: disable=unused-argument
     )
 
 
-def pytest_collection_modifyitems(items):
-    """The tests that start processes first (most of the suite's time, and its longest tests),
-    the rest in the order collected: under `pytest -n 2` the long ones then spread over both
-    workers from the start instead of keeping one busy at the end while the other waits."""
-    items.sort(key=lambda item: item.get_closest_marker("multiprocess") is None)
-
-
 @pytest.fixture(autouse=True)
 def _processes_only_where_marked(request, monkeypatch):
     """Fails a test that starts a process without the `multiprocess` marker (the start is
