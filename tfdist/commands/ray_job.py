@@ -63,34 +63,39 @@ def main(command: list[str], *, tfdist_commands) -> int:
             "--num_workers=2 -- train --strategy=multi_worker_mirrored`."
         )
     ray_train.require_ray()
-    _check_address(_ADDRESS.value)
+    # Read before checking the train flags, which parses FLAGS anew for `tfdist train`.
+    address, name, timeout_s = _ADDRESS.value, cli_flags.NAME.value, cli_flags.TIMEOUT_S.value
+    keras, tf_logs = train_flags.keras(), train_flags.show_tf_logs()
+    scaling = {
+        "num_workers": cli_flags.NUM_WORKERS.value,
+        "gpus_per_worker": cli_flags.GPUS_PER_TASK.value,
+        "cpus_per_worker": _CPUS_PER_WORKER.value,
+        "max_failures": cli_flags.MAX_RESTARTS.value,
+    }
+    _check_address(address)
     # The same name as the run's JobSet or Slurm job: a DNS label, also a safe directory name
     # for Ray's record of the run.
-    checks.check_k8s_name("name", cli_flags.NAME.value)
+    checks.check_k8s_name("name", name)
     if command[0] == "train":
         train_flags.check_train_args(command[1:])  # Before Ray starts.
     launcher.resolve_command(tuple(command), tfdist_commands)  # A missing program: one line.
-    keras = train_flags.keras()
-    local = _ADDRESS.value is None
+    local = address is None
     # Each worker's lines as they are, not folded into "[repeated 2x across cluster]" (read
     # when Ray is imported).
     os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     app.import_tensorflow(keras)  # Quietly: Ray Train imports it here too.
+    runtime_env = ray_env.ray_runtime_env(keras, tf_logs)
     trainer = ray_train.trainer(
         command,
-        num_workers=cli_flags.NUM_WORKERS.value,
-        gpus_per_worker=cli_flags.GPUS_PER_TASK.value,
-        cpus_per_worker=_CPUS_PER_WORKER.value,
-        max_failures=cli_flags.MAX_RESTARTS.value,
-        name=cli_flags.NAME.value,
-        runtime_env=ray_env.ray_runtime_env(keras, train_flags.show_tf_logs()),
+        **scaling,
+        name=name,
+        runtime_env=runtime_env,
         program_env=keras_env.environment(keras),
         # A local Ray's workers share this machine: the program's relative paths mean here.
         # On a cluster they mean the job's working directory (`ray job submit --working-dir`).
         cwd=os.getcwd() if local else None,
         tfdist_commands=tfdist_commands,
     )
-    runtime_env = ray_env.ray_runtime_env(keras, train_flags.show_tf_logs())
     import ray  # pylint: disable=import-outside-toplevel
 
     # With SIGINT and SIGTERM blocked in the threads Ray starts, so that only this one, the
@@ -99,14 +104,17 @@ def main(command: list[str], *, tfdist_commands) -> int:
     stops = {signal.SIGINT, signal.SIGTERM}
     signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
-        ray.init(address=_ADDRESS.value, include_dashboard=False, runtime_env=runtime_env)
+        ray.init(address=address, include_dashboard=False, runtime_env=runtime_env)
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
-    supervisor = Supervisor("tfdist ray", timeout_s=cli_flags.TIMEOUT_S.value, everything="the run")
+    supervisor = Supervisor("tfdist ray", timeout_s=timeout_s, everything="the run")
     fit = _Fit(trainer)
     runner = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
     status = supervisor.run(
-        lambda: _wait(fit, runner, supervisor, local), setting_up="stopped the run"
+        lambda: _wait(
+            fit, runner, supervisor, f"Ray Train run {name}", scaling["num_workers"], address
+        ),
+        setting_up="stopped the run",
     )
     if runner.is_alive():
         # Stopped by a signal or the time limit while Ray's wait goes on in `runner`, which
@@ -146,23 +154,24 @@ class _Fit:
             self.error = error
 
 
-def _wait(fit: _Fit, runner: threading.Thread, supervisor: Supervisor, local: bool) -> int:
+def _wait(
+    fit: _Fit,
+    runner: threading.Thread,
+    supervisor: Supervisor,
+    run: str,
+    num_workers: int,
+    address: str | None,
+) -> int:
     """Starts `runner` (`fit`'s thread) and waits for it, checking the supervisor's signals and
     time limit; says how the run ended."""
     runner.start()
     while runner.is_alive():
         supervisor.checkpoint()
         runner.join(_POLL_S)
-    error, start_s = fit.error, fit.start_s
-    where = "a local Ray" if local else f"Ray at {_ADDRESS.value}"
-    took = f"in {time.monotonic() - start_s:.0f} s"
-    if error is not None:
-        cause = ray_train.cause(error)
-        supervisor.say(f"Ray Train run {cli_flags.NAME.value} failed on {where} {took}: {cause}")
+    where = "a local Ray" if address is None else f"Ray at {address}"
+    took = f"in {time.monotonic() - fit.start_s:.0f} s"
+    if fit.error is not None:
+        supervisor.say(f"{run} failed on {where} {took}: {ray_train.cause(fit.error)}")
         return errors.RunFailure.exit_status
-    supervisor.say(
-        f"Ray Train run {cli_flags.NAME.value} finished on {where} with "
-        f"{cli_flags.NUM_WORKERS.value} worker(s) {took}",
-        error=False,
-    )
+    supervisor.say(f"{run} finished on {where} with {num_workers} worker(s) {took}", error=False)
     return 0
