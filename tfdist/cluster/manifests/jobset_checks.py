@@ -189,16 +189,16 @@ def check_program(pods: Pods, program: Sequence[str]) -> None:
         )
 
 
-def model_dir_of(program: Sequence[str]) -> str | None:
-    """The `--model_dir` a program's argv gives (tfdist's flag, as `--model_dir=D` or
-    `--model_dir D`), else None."""
-    for index, word in enumerate(program):
-        name, equals, value = word.lstrip("-").partition("=")
-        if not word.startswith("-") or name != "model_dir":
+def flag_value(argv: Sequence[str], name: str) -> str | None:
+    """The value argv gives the absl flag `name` (`--name=V` or `--name V`; the first), else
+    None."""
+    for index, word in enumerate(argv):
+        flag, equals, value = word.lstrip("-").partition("=")
+        if not word.startswith("-") or flag != name:
             continue
         if equals:
             return value
-        return program[index + 1] if index + 1 < len(program) else None
+        return argv[index + 1] if index + 1 < len(argv) else None
     return None
 
 

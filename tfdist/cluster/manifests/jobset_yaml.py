@@ -146,7 +146,7 @@ def jobset(
     command = _task_command(name, port, data_service_workers, train_args, program)
     if program is not None:
         jobset_checks.check_program(pods, program)
-        model_dir = jobset_checks.model_dir_of(program)
+        model_dir = jobset_checks.flag_value(program, "model_dir")
     jobset_checks.check_volume(
         pods,
         max_restarts=max_restarts,
@@ -262,8 +262,7 @@ def _task_command(
 
 def _bounded(args: Sequence[str]) -> list[str]:
     """`args` with `--collective_timeout_s=COLLECTIVE_TIMEOUT_S` unless they set it."""
-    flag = COLLECTIVE_TIMEOUT_FLAG.lstrip("-")
-    if any(arg.startswith("-") and arg.lstrip("-").partition("=")[0] == flag for arg in args):
+    if jobset_checks.flag_value(args, COLLECTIVE_TIMEOUT_FLAG.lstrip("-")) is not None:
         return list(args)
     return [*args, f"{COLLECTIVE_TIMEOUT_FLAG}={COLLECTIVE_TIMEOUT_S}"]
 
