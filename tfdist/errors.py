@@ -11,6 +11,7 @@ catches them with the root, as usage errors.
         DiskFull                     a save found no space (the last complete state is kept)
         LostPeer                     a peer stopped answering mid-run
         ResultNotSaved               the run trained, but its result file could not be written
+      Preempted                      a preemption notice ended the run, its state saved; exit 75
 
 A message is one line: the field and its value (cut by `shown`), the problem, the fix
 (`problem`). Lower rooms raise; the command layer (`tfdist <command>`, `tfdist.run`) prints, as
@@ -30,12 +31,16 @@ from tfdist.strategies.messages import shown  # noqa: F401
 
 EXIT_USAGE = 2
 EXIT_RUN_FAILURE = 1
+# EX_TEMPFAIL (sysexits.h): a temporary failure, run me again. `tfdist launch`, the JobSet
+# manifests and the Slurm scripts restart a task that ends with it without counting a failure.
+EXIT_PREEMPTED = 75
 
 
 class TfdistError(Exception):
     """An error tfdist explains in one line; the root that the CLI and users' programs catch."""
 
     exit_status = EXIT_RUN_FAILURE
+    heading = "error: "  # Between the program's name and the message.
 
 
 class UsageError(TfdistError, ValueError):
@@ -76,6 +81,15 @@ class ResultNotSaved(RunFailure):
         self.summary = summary
 
 
+class Preempted(TfdistError):
+    """A preemption notice (SIGTERM, or `--preemption_signal`) ended the run at a step every task
+    agreed on, with the training state saved there (`tfdist.training.preemption`); starting the
+    same command again resumes at that step. Exit status 75 (`EXIT_PREEMPTED`)."""
+
+    exit_status = EXIT_PREEMPTED
+    heading = ""  # Not an error: `tfdist train: preempted at epoch 2 step 37; ...`.
+
+
 _PROGRAM: list[str] = []
 
 
@@ -97,6 +111,7 @@ def running_as(name: str) -> Iterator[None]:
         _PROGRAM.pop()
 
 
-def line(message: object) -> str:
-    """`message` as the one line the user sees: `<program>: error: <message>`."""
-    return f"{program()}: error: {message}"
+def line(message: object, heading: str = TfdistError.heading) -> str:
+    """`message` as the one line the user sees: `<program>: error: <message>` (`heading`: what
+    stands for `error: `, e.g. nothing for a preemption)."""
+    return f"{program()}: {heading}{message}"

@@ -95,7 +95,8 @@ def report(error: Exception) -> int:
     as the flags that set them); returns its exit status. The one printer of tfdist's errors."""
     from tfdist.commands import flags as flags_lib  # pylint: disable=import-outside-toplevel
 
-    print(errors.line(flags_lib.as_flags(str(error))), file=sys.stderr, flush=True)
+    heading = getattr(error, "heading", errors.TfdistError.heading)
+    print(errors.line(flags_lib.as_flags(str(error)), heading), file=sys.stderr, flush=True)
     return getattr(error, "exit_status", errors.EXIT_USAGE)
 
 

@@ -115,6 +115,7 @@ TRAIN = flags_lib.from_fields(
     "model_dir",
     "backup_every",
     "metrics_json",
+    "preemption_signal",
     "seed",
     KERAS,
 )

@@ -37,6 +37,16 @@ class Precision(str, enum.Enum):
     MIXED_BFLOAT16 = "mixed_bfloat16"
 
 
+class NoticeSignal(str, enum.Enum):
+    """The signals that give a preemption notice (`--preemption_signal`): SIGTERM always (a pod's
+    deletion, `scancel`, `tfdist launch` stopping), and the one Slurm's `--signal` sends ahead of
+    a job's time limit."""
+
+    SIGTERM = "SIGTERM"  # That one only.
+    SIGUSR1 = "SIGUSR1"
+    SIGUSR2 = "SIGUSR2"
+
+
 class ModelName(str, enum.Enum):
     """The built-in model functions (`tfdist.training.models`)."""
 
@@ -112,6 +122,12 @@ class TrainConfig:
         "restarted job resumes where it stopped.",
     )
     metrics_json: str | None = option(None, "Write the run summary as JSON to this path.")
+    preemption_signal: NoticeSignal = option(
+        NoticeSignal.SIGTERM,
+        "Besides SIGTERM, the signal that means a preemption notice: SIGUSR1 or SIGUSR2 (what "
+        "Slurm's --signal sends before the time limit). On notice every task stops at one step, "
+        "saves there under --model_dir and exits 75; run again to resume.",
+    )
     seed: int = option(
         0, "Seeds Python, NumPy, TensorFlow and input shuffling.", bounds=(0, MAX_SEED)
     )

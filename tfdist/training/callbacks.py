@@ -14,6 +14,7 @@ from tfdist.optim import noise_scale
 from tfdist.runtime import keras_flavour
 from tfdist.runtime import output_files
 from tfdist.runtime.config import ConfigError
+from tfdist.training import preemption
 
 
 class ThroughputTimer(tf_keras.callbacks.Callback):
@@ -154,25 +155,91 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
                 self.backup_dir,
                 error,
             ) from None
+        # Where `fit` starts: tf-keras reads the step only from backups made every N steps.
+        self._training_state.maybe_load_initial_counters_from_ckpt = self._resume_point
+
+    def _resume_point(self, steps_per_epoch, initial_epoch, mode=None):
+        del initial_epoch, mode  # `fit` asks only when it trains, from epoch 0.
+        state = self._training_state
+        return resume_point(
+            int(state._ckpt_saved_epoch.numpy()),  # pylint: disable=protected-access
+            int(state._ckpt_saved_batch.numpy()),  # pylint: disable=protected-access
+            steps_per_epoch,
+        )
+
+    def save_at(self, epoch: int, batch: int | None) -> None:
+        """Backs up the training state now, as saved in `epoch` after `batch` (None: at the
+        epoch's end); a save cut short leaves the last complete backup."""
+        state = self._training_state
+        state._ckpt_saved_epoch.assign(epoch)  # pylint: disable=protected-access
+        state._ckpt_saved_batch.assign(-1 if batch is None else batch)  # pylint: disable=protected-access
+        state.back_up(epoch)
 
 
-def say_resuming(epoch: int, left: str) -> None:
-    """Says on stderr that training resumes at `epoch` (from 1) from what `left` left."""
+class SaveOnNotice(tf_keras.callbacks.Callback):
+    """Ends `fit` at a step boundary after a preemption notice (`tfdist.training.preemption`),
+    with `backup` saved there, by raising `errors.Preempted`. After the epoch's last step the
+    epoch ends first (validation, its checkpoint and history); a notice in validation ends it at
+    the epoch's end where the step loop is one process's. Goes last among the callbacks."""
+
+    def __init__(
+        self,
+        notice: preemption.Notice,
+        agreement: preemption.Agreement | None,
+        backup: BackupAndRestore | None,
+        *,
+        steps_per_epoch: int,
+    ):
+        super().__init__()
+        self._notice, self._agreement, self._backup = notice, agreement, backup
+        self._steps_per_epoch = steps_per_epoch
+        self._epoch = 0
+        self._after_epoch = False
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._agreement is not None and self._notice.received:
+            self._agreement.raise_flag()
+
+    def on_train_batch_end(self, batch, logs=None):
+        agreed = self._notice.received if self._agreement is None else self._agreement.agreed
+        if not agreed:
+            return
+        if batch + 1 < self._steps_per_epoch:
+            raise self._stop(batch)
+        self._after_epoch = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self._after_epoch or (self._agreement is None and self._notice.received):
+            raise self._stop(None)
+
+    def _stop(self, batch: int | None) -> Exception:
+        backup = self._backup
+        return preemption.stopped(
+            self._epoch,
+            batch,
+            backup and (lambda: backup.save_at(self._epoch, batch)),
+            backup and os.path.dirname(backup.backup_dir),
+        )
+
+
+def say_resuming(epoch: int, left: str, step: int = 1) -> None:
+    """Says on stderr that training resumes at `step` of `epoch` (both from 1) from what `left`
+    left."""
+    where = f"epoch {epoch}" + (f" step {step}" if step > 1 else "")
     print(
-        f"tfdist: resuming at epoch {epoch} from {left} left in this --model_dir; pass another "
+        f"tfdist: resuming at {where} from {left} left in this --model_dir; pass another "
         "--model_dir to start afresh",
         file=sys.stderr,
         flush=True,
     )
 
 
-def refuse_finished_backup(backup_dir: str, epochs: int) -> None:
-    """Refuses to resume the backup in `backup_dir` (either flavour's) when it has done
-    `epochs` epochs or more: Keras would train nothing, then delete it as a finished run's.
-
-    Raises:
-      ConfigError: the backup has nothing left to train for `epochs`; it is kept.
-    """
+def backup_position(backup_dir: str, steps_per_epoch: int) -> tuple[int, int] | None:
+    """(epoch, step), both from 0, where training resumes from the backup in `backup_dir`
+    (either flavour's), read without a model; None when there is none."""
     latest = next(
         filter(
             None,
@@ -181,16 +248,42 @@ def refuse_finished_backup(backup_dir: str, epochs: int) -> None:
         None,
     )  # tf-keras', then Keras 3's.
     if latest is None:
-        return
+        return None
     saved = dict(tf.train.list_variables(latest))
     if _KERAS3_EPOCHS in saved:
-        done = int(tf.train.load_variable(latest, _KERAS3_EPOCHS))
-    elif _TF_KERAS_EPOCH in saved:  # The epoch it was in; at the epoch's end the batch is -1.
-        done = int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)) + (
-            int(tf.train.load_variable(latest, _TF_KERAS_BATCH)) < 0
+        step = int(tf.train.load_variable(latest, _KERAS3_STEP)) if _KERAS3_STEP in saved else 0
+        return int(tf.train.load_variable(latest, _KERAS3_EPOCHS)), step
+    if _TF_KERAS_EPOCH in saved:
+        return resume_point(
+            int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)),
+            int(tf.train.load_variable(latest, _TF_KERAS_BATCH)),
+            steps_per_epoch,
         )
-    else:
+    return None
+
+
+def resume_point(epoch: int, batch: int, steps_per_epoch: int) -> tuple[int, int]:
+    """(epoch, step) where training resumes from a tf-keras backup saved in `epoch` after
+    `batch` (both from 0): the next step, or the next epoch's first after the epoch's last
+    step or at its end (batch -1)."""
+    if epoch < 0:  # Nothing saved yet.
+        return 0, 0
+    if batch < 0 or batch + 1 >= steps_per_epoch:
+        return epoch + 1, 0
+    return epoch, batch + 1
+
+
+def refuse_finished_backup(backup_dir: str, epochs: int, steps_per_epoch: int) -> None:
+    """Refuses to resume the backup in `backup_dir` (either flavour's) when it has done
+    `epochs` epochs or more: Keras would train nothing, then delete it as a finished run's.
+
+    Raises:
+      ConfigError: the backup has nothing left to train for `epochs`; it is kept.
+    """
+    position = backup_position(backup_dir, steps_per_epoch)
+    if position is None:
         return
+    done = position[0]
     if done >= epochs:
         raise ConfigError(
             f"epochs={epochs}: the backup in model_dir={os.path.dirname(backup_dir)!r} has "
@@ -200,6 +293,7 @@ def refuse_finished_backup(backup_dir: str, epochs: int) -> None:
 
 
 _KERAS3_EPOCHS = "epochs_done/.ATTRIBUTES/VARIABLE_VALUE"
+_KERAS3_STEP = "step_in_epoch/.ATTRIBUTES/VARIABLE_VALUE"
 _TF_KERAS_EPOCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
 _TF_KERAS_BATCH = "ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE"
 
@@ -223,18 +317,21 @@ class EpochHistory(tf_keras.callbacks.Callback):
       resumed_from_epoch: the first epoch (from 0) this attempt ran, when it is not 0.
     """
 
-    def __init__(self, path: str | None, *, writes: bool):
+    def __init__(self, path: str | None, *, writes: bool, start: tuple[int, int] | None = None):
+        """`start`: the (epoch, step), from 0, where training starts, when known beforehand
+        (`backup_position`); else the first epoch that begins."""
         super().__init__()
-        self._path, self._writes = path, writes
+        self._path, self._writes, self._start = path, writes, start
         self._epochs: dict[int, dict[str, float]] = {}
         self.resumed_from_epoch: int | None = None
 
     def on_epoch_begin(self, epoch, logs=None):
-        if self.resumed_from_epoch is not None or self._epochs or epoch == 0:
+        first, step = self._start or (epoch, 0)
+        if self.resumed_from_epoch is not None or self._epochs or (first, step) == (0, 0):
             return
-        self.resumed_from_epoch = epoch
-        self._epochs = {index: logs for index, logs in self._earlier().items() if index < epoch}
-        say_resuming(epoch + 1, "the backup an earlier run")
+        self.resumed_from_epoch = first
+        self._epochs = {index: logs for index, logs in self._earlier().items() if index < first}
+        say_resuming(first + 1, "the backup an earlier run", step + 1)
 
     def on_epoch_end(self, epoch, logs=None):
         self._epochs[epoch] = {name: float(value) for name, value in (logs or {}).items()}

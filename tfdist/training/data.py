@@ -3,6 +3,7 @@ pipeline for an input config, the user's records and parse_fn through it, or the
 dataset function; how the strategy hands batches to its replicas; how long validation runs."""
 
 import math
+import sys
 from typing import Callable
 
 import tensorflow as tf
@@ -79,6 +80,29 @@ def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> Dataset
             "InputConfig."
         )
     return guards.returning_dataset(data, f"{split} data")
+
+
+def from_step(read: DatasetFn, steps: int, data: Data) -> DatasetFn:
+    """`read` reading on where a run that trained `steps` steps on it stopped: each pipeline
+    skips its replicas' batches of those steps, which are read and dropped (the position of a
+    pipeline that reads in a fixed order: tfdist's, under its seed). Says so on stderr for the
+    user's own dataset function, whose order tfdist cannot know."""
+    if not steps:
+        return read
+    if is_dataset_function(data):
+        print(
+            f"tfdist: your dataset function {guards.name_of(data)} reads on after the batches of "
+            f"the {steps} step(s) trained (they are read and dropped): the batches the run "
+            "would have read if it reads in a fixed order (seeded shuffles, deterministic maps)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def read_on(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        replicas = max(1, context.num_replicas_in_sync // max(1, context.num_input_pipelines))
+        return read(context).skip(steps * replicas)
+
+    return read_on
 
 
 def is_dataset_function(data: Data) -> bool:

@@ -119,7 +119,9 @@ def fit(
         if plan.model_dir is not None and plan.writes_results:
             stack.enter_context(plan.model_dir.owned())
         if plan.model_dir is not None:  # Every worker, as each restores the chief's backup.
-            refuse_finished_backup(plan.model_dir.backup, plan.config.train.epochs)
+            refuse_finished_backup(
+                plan.model_dir.backup, plan.config.train.epochs, plan.steps_per_epoch
+            )
             stack.enter_context(_full_disk_is_one_line(plan.model_dir))
         keras_model, trained = flavour(plan).train(
             plan,

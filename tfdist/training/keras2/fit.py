@@ -19,9 +19,12 @@ from tfdist.strategies import StrategyKind
 from tfdist.training import data as training_data
 from tfdist.training import guards
 from tfdist.training import model as training_model
+from tfdist.training import callbacks as callbacks_lib
+from tfdist.training import preemption
 from tfdist.training.callbacks import BackupAndRestore
 from tfdist.training.callbacks import EpochHistory
 from tfdist.training.callbacks import NoiseScaleLog
+from tfdist.training.callbacks import SaveOnNotice
 from tfdist.training.callbacks import ThroughputTimer
 from tfdist.training.data import Data
 from tfdist.training.data import DatasetFn
@@ -104,21 +107,43 @@ def _distribute(plan: Plan, dataset_fn: DatasetFn):
     )
 
 
-def _output_callbacks(plan: Plan) -> list[tf_keras.callbacks.Callback]:
-    """Backup and restore, per-epoch checkpoints and TensorBoard logs under `--model_dir`;
+def _output_callbacks(
+    plan: Plan, backup: BackupAndRestore | None
+) -> list[tf_keras.callbacks.Callback]:
+    """`backup` (and restore), per-epoch checkpoints and TensorBoard logs under `--model_dir`;
     tf-keras keeps non-chief copies temporary."""
-    model_dir, backup_every = plan.model_dir, plan.config.train.backup_every
+    model_dir = plan.model_dir
     if model_dir is None:
         return []
     return [
-        BackupAndRestore(
-            model_dir.backup, save_freq="epoch" if backup_every == "epoch" else int(backup_every)
-        ),
+        backup,
         tf_keras.callbacks.ModelCheckpoint(
             model_dir.checkpoint("{epoch:03d}"), save_weights_only=True
         ),
         tf_keras.callbacks.TensorBoard(model_dir.logs()),
     ]
+
+
+def _backup(plan: Plan) -> BackupAndRestore | None:
+    """Backup and restore under `--model_dir`, every epoch or every `--backup_every` steps."""
+    if plan.model_dir is None:
+        return None
+    every = plan.config.train.backup_every
+    return BackupAndRestore(
+        plan.model_dir.backup, save_freq=every if every == "epoch" else int(every)
+    )
+
+
+def _save_on_notice(
+    plan: Plan, model: tf_keras.Model, notice: preemption.Notice, backup: BackupAndRestore | None
+) -> SaveOnNotice:
+    """The callback that ends the run on a preemption notice; under multi-worker mirrored,
+    `model`'s step all-reduces the workers' notices from now on, so they stop together."""
+    agreement = None
+    if plan.kind is StrategyKind.MULTI_WORKER_MIRRORED and plan.num_workers > 1:
+        agreement = preemption.Agreement()
+        model.train_step = agreement.around(model.train_step)
+    return SaveOnNotice(notice, agreement, backup, steps_per_epoch=plan.steps_per_epoch)
 
 
 def _noise_scale_log(plan: Plan, model: tf_keras.Model) -> list[NoiseScaleLog]:
@@ -156,12 +181,17 @@ def train(
     timer = ThroughputTimer(
         global_batch_size=plan.global_batch_size, steps_per_epoch=plan.steps_per_epoch
     )
+    start = plan.model_dir and callbacks_lib.backup_position(
+        plan.model_dir.backup, plan.steps_per_epoch
+    )
     epochs = EpochHistory(
-        plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results
+        plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results, start=start
     )
-    train_batches = guards.BatchCounts(
-        training_data.dataset_fn(plan, train_data, "train", training=True)
-    )
+    read_train = training_data.dataset_fn(plan, train_data, "train", training=True)
+    if start and plan.kind is not StrategyKind.PARAMETER_SERVER:  # Its workers read apart.
+        steps_done = start[0] * plan.steps_per_epoch + start[1]
+        read_train = training_data.from_step(read_train, steps_done, train_data)
+    train_batches = guards.BatchCounts(read_train)
     train_set = _distribute(plan, train_batches)
     guards.require_enough(
         train_batches,
@@ -179,8 +209,12 @@ def train(
                 plan, validation_data, validation_steps
             ),
         }
-    with guards.explained(
-        model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
+    backup, notice = _backup(plan), preemption.Notice(config.train.preemption_signal)
+    with (
+        notice.watching(),
+        guards.explained(
+            model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
+        ),
     ):
         model.fit(
             train_set,
@@ -192,7 +226,8 @@ def train(
                 *_noise_scale_log(plan, model),
                 epochs,
                 *callbacks,
-                *_output_callbacks(plan),
+                *_output_callbacks(plan, backup),
+                _save_on_notice(plan, model, notice, backup),
             ],
             verbose=2,
             **validation,

@@ -1,0 +1,122 @@
+"""Save on notice: a preemption notice ends the run at one step every task agrees on, with the
+training state saved there, and exit status 75 (`errors.Preempted`).
+
+The notice is SIGTERM (a pod's deletion, `scancel`, `tfdist launch` stopping) or the signal
+`--preemption_signal` names. The handler only notes it; the step loop acts on it at a step
+boundary, so no step is cut in half:
+- one process (one_device, mirrored; the parameter-server coordinator) stops at the next step's
+  end, or, in validation, at the epoch's end;
+- multi_worker_mirrored: each worker's notice is a flag that every step all-reduces along with
+  its gradients, so all workers read the same sum at the same step and stop there together,
+  whichever of them got the signal (a worker left running would wait on a collective forever).
+A second signal during the save changes nothing: TensorFlow writes a checkpoint beside the last
+complete one and points to it only when it is whole, so a save the grace period cuts short leaves
+the previous state. Python runs the handler between steps: TF 2.21's multi-worker runtime installs
+a SIGTERM handler of its own at start-up, which this one replaces while training runs.
+"""
+
+import contextlib
+import signal
+import sys
+import threading
+import time
+from typing import Callable, Iterator
+
+import tensorflow as tf
+
+from tfdist import errors
+from tfdist.runtime.config import NoticeSignal
+
+
+class Notice:
+    """The first preemption notice this process received (`signal_name`), noted by a signal
+    handler installed within `watching()`."""
+
+    def __init__(self, extra: NoticeSignal = NoticeSignal.SIGTERM):
+        self._signums = sorted({signal.SIGTERM, signal.Signals[extra.value]})
+        self.signal_name: str | None = None
+
+    @property
+    def received(self) -> bool:
+        """Whether a notice has come."""
+        return self.signal_name is not None
+
+    def _note(self, signum, _frame) -> None:
+        if self.signal_name is None:  # Later ones change nothing: the save goes on.
+            self.signal_name = signal.Signals(signum).name
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Notes the notice signals inside the block (the previous handlers come back after).
+        Outside the main thread, where Python cannot take a signal, says so and notes nothing."""
+        if threading.current_thread() is not threading.main_thread():
+            print(
+                "tfdist: preemption notices are not watched: training runs outside the main "
+                "thread; a SIGTERM ends it as before (the last backup stays)",
+                file=sys.stderr,
+                flush=True,
+            )
+            yield
+            return
+        previous = {signum: signal.signal(signum, self._note) for signum in self._signums}
+        try:
+            yield
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+class Agreement:
+    """The notice as a flag that each step all-reduces over every replica of every worker
+    (multi_worker_mirrored): a step's sum is above 0 on all workers alike once any worker
+    raised its flag before that step began."""
+
+    def __init__(self):
+        with tf.init_scope():  # Plain local variables, outside any strategy's scope.
+            self._raised = tf.Variable(0.0, trainable=False, name="preemption_notice")
+            self._agreed = tf.Variable(0.0, trainable=False, name="preemption_agreed")
+
+    def raise_flag(self) -> None:
+        """This worker's notice, for the steps that begin from now on."""
+        self._raised.assign(1.0)
+
+    @property
+    def agreed(self) -> bool:
+        """Whether the last step found any worker's flag raised."""
+        return bool(self._agreed.numpy() > 0)
+
+    def around(self, train_step: Callable) -> Callable:
+        """`train_step` (a replica's step), then the flags' all-reduce."""
+
+        def step_with_agreement(data):
+            logs = train_step(data)
+            context = tf.distribute.get_replica_context()
+            self._agreed.assign(
+                context.all_reduce(tf.distribute.ReduceOp.SUM, self._raised.read_value())
+            )
+            return logs
+
+        return step_with_agreement
+
+
+def stopped(
+    epoch: int, step: int | None, save: Callable[[], None] | None, model_dir: str | None
+) -> errors.Preempted:
+    """Saves with `save` (None: no --model_dir, nothing to save) and returns the one line for a
+    run preempted after `step` (from 0; None: the epoch's end) of `epoch` (from 0)."""
+    where = (
+        f"epoch {epoch + 1} step {step + 1}"
+        if step is not None
+        else f"the end of epoch {epoch + 1}"
+    )
+    if save is None:
+        return errors.Preempted(
+            f"preempted at {where}; nothing saved (no --model_dir): pass model_dir=DIR so that "
+            "a preempted run resumes where it stopped."
+        )
+    started = time.perf_counter()
+    save()
+    return errors.Preempted(
+        f"preempted at {where}; state saved in {time.perf_counter() - started:.1f} s under "
+        f"model_dir={model_dir!r}; start the same command again to resume there."
+    )
