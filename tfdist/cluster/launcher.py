@@ -43,6 +43,7 @@ from tfdist.cluster import joining
 from tfdist.cluster import network
 from tfdist.cluster import processes
 from tfdist.cluster import supervisor
+from tfdist.errors import EXIT_PREEMPTED
 from tfdist.cluster.network import Network
 from tfdist.strategies import ClusterConfig
 
@@ -67,7 +68,8 @@ class LaunchConfig:
         `python -m tfdist ...`.
       num_workers, num_ps, chief, evaluator: the local cluster's tasks.
       log_dir: where each task's output goes as `<type>-<index>.log`; None keeps no files.
-      max_restarts: how many times a failed task (or group) is restarted.
+      max_restarts: how many times a failed task (or group) is restarted; apart from that,
+        how many times a preempted one (exit 75, its state saved) starts again.
       restart_backoff_s: the wait before the first restart, doubled before each next one, at
         most supervisor.MAX_BACKOFF_S; 0 restarts at once.
       timeout_s: stop every task and fail after this long; None waits for the job to end.
@@ -247,11 +249,14 @@ class _Restarts:
     def __init__(self, config: LaunchConfig, names: list[str]):
         self.config, self.names = config, names
         self.first_failure: str | None = None
+        self.preemptions = 0
 
     def __call__(
         self, name: str, status: int, restarts: int
     ) -> supervisor.Restart | supervisor.Fail:
         config = self.config
+        if status == EXIT_PREEMPTED:
+            return self._preempted(name)
         failure = f"{name} {supervisor.ended(status)}"
         if restarts >= config.max_restarts:
             last = (
@@ -277,6 +282,25 @@ class _Restarts:
             f"{config.max_restarts}) in {delay:g} s"
             f"{': a ps task loses its variables with it' if lost_ps else ''}{bound}",
             delay,
+        )
+
+    def _preempted(self, name: str) -> supervisor.Restart | supervisor.Fail:
+        """A task that saved its state on a preemption notice (exit 75): its group starts again
+        at once, which does not spend `max_restarts` (up to as many preemptions)."""
+        config = self.config
+        if self.preemptions >= config.max_restarts:
+            return supervisor.Fail(
+                f"{name} was preempted (it saved its state; exit {EXIT_PREEMPTED}) after "
+                f"{self.preemptions} preemption restart(s) of --max_restarts="
+                f"{config.max_restarts}; stopped every task: run again to resume"
+            )
+        self.preemptions += 1
+        every_task = name.startswith(("ps:", "chief:")) or not config.num_ps
+        return supervisor.Restart(
+            tuple(self.names) if every_task else (name,),
+            f"restarting {'every task' if every_task else 'it'} from the saved state "
+            f"(preemption {self.preemptions}/{config.max_restarts}, apart from failures)",
+            counted=False,
         )
 
 

@@ -5,8 +5,9 @@ It starts every process, polls them every POLL_S, asks its caller's policy what 
 (restart some of them after a back-off, fail the job, or let the rest go on), says once when the
 job waits on stragglers, and ends with one closing line and the exit status: 0 when the job is
 done, the failed process's status (128 + N for signal N), EXIT_TIMEOUT at the time limit, 128 + N
-when signal N stops the supervisor. What differs between callers is options, not copies of the
-loop. Pure Python.
+when signal N stops the supervisor, or EXIT_PREEMPTED when a process it stopped saved its state
+on the way out (tfdist's training does on SIGTERM: `tfdist.training.preemption`). What differs
+between callers is options, not copies of the loop. Pure Python.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from collections.abc import Iterable
 from collections.abc import Sequence
 
 from tfdist.cluster import processes
+from tfdist.errors import EXIT_PREEMPTED
 
 POLL_S = 0.2
 EXIT_TIMEOUT = 124
@@ -138,6 +140,7 @@ class Supervisor:
         self.straggler_hint = straggler_hint
         self.start_s = time.monotonic()
         self.running: dict[str, processes.Process] = {}
+        self.stopped: list[processes.Process] = []  # By `stop_all`, as they ended.
 
     def out_of_time(self) -> bool:
         return self.timeout_s is not None and time.monotonic() - self.start_s > self.timeout_s
@@ -161,6 +164,13 @@ class Supervisor:
                 return body()
         except processes.Stopped as stop:
             self.stop_all()
+            if any(member.process.returncode == EXIT_PREEMPTED for member in self.stopped):
+                self.say(
+                    f"stopped {self.everything} on signal {stop.signum}; the training saved its "
+                    f"state at one step (exit {EXIT_PREEMPTED}): run the same command again to "
+                    "resume there"
+                )
+                return EXIT_PREEMPTED
             self.say(f"stopped {self.everything} on signal {stop.signum}")
             return 128 + stop.signum
         except OutOfTime as out:
@@ -171,7 +181,9 @@ class Supervisor:
     def stop_all(self) -> None:
         """Stops every process still running and collects the output of those that ended;
         forgets them, so stopping again stops nothing."""
-        processes.stop_all(list(self.running.values()))
+        stopping = list(self.running.values())
+        processes.stop_all(stopping)
+        self.stopped.extend(stopping)
         self.running.clear()
 
     def watch(self, group: Group) -> int:
