@@ -1,7 +1,9 @@
 """A user's own program for the engine tests: an MLP on generated data, written as README shows
 (define_flags, config_from_flags, setup, fit, run). It prints its rank's final weights as one
-digest line, and with --kill_at_epoch=E the last worker SIGKILLs itself at the start of epoch E
-once (a file in --model_dir remembers), as a node lost mid-run would end it.
+digest line. With --kill_at_epoch=E the last worker SIGKILLs itself at the start of epoch E
+once (a file in --model_dir remembers), as a node lost mid-run would end it; with
+--term_at=E,S it sends itself SIGTERM at the start of step S of epoch E once, as a preemption
+notice does.
 """
 
 import hashlib
@@ -15,6 +17,7 @@ import tfdist
 
 tfdist.define_flags()
 _KILL_AT_EPOCH = flags.DEFINE_integer("kill_at_epoch", 0, "Kill the last worker at this epoch.")
+_TERM_AT = flags.DEFINE_list("term_at", [], "EPOCH,STEP: SIGTERM the last worker there, once.")
 _EXAMPLES = 512
 
 
@@ -37,13 +40,23 @@ def killer(plan):
     marker = os.path.join(plan.config.train.model_dir, "killed-once")
     last = plan.num_workers - 1
 
+    term_at = tuple(int(number) for number in _TERM_AT.value)
+
+    def once(signum: int, where: str) -> None:
+        if (last == 0 or plan.task.endswith(f":{last}")) and not os.path.exists(marker):
+            open(marker, "w", encoding="utf-8").close()
+            print(f"{plan.task}: sending myself {signal.Signals(signum).name} {where}", flush=True)
+            os.kill(os.getpid(), signum)
+
     class KillOnce(tf.keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
-            if epoch + 1 == _KILL_AT_EPOCH.value and plan.task.endswith(f":{last}"):
-                if not os.path.exists(marker):
-                    open(marker, "w", encoding="utf-8").close()
-                    print(f"{plan.task}: killing myself at epoch {epoch + 1}", flush=True)
-                    os.kill(os.getpid(), signal.SIGKILL)
+            self.epoch = epoch
+            if epoch + 1 == _KILL_AT_EPOCH.value:
+                once(signal.SIGKILL, f"at epoch {epoch + 1}")
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if (self.epoch + 1, batch + 1) == term_at:
+                once(signal.SIGTERM, f"at epoch {self.epoch + 1} step {batch + 1}")
 
     return KillOnce()
 

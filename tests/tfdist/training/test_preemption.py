@@ -1,0 +1,127 @@
+"""Save on notice (`tfdist.training.preemption`): a SIGTERM mid-epoch ends the run at one step
+with its state saved and exit 75, and the restart ends with the weights of a run never
+interrupted (`--deterministic`), on one device and on 2 workers under `tfdist launch`.
+
+The runs are a user's own program (tests/data/programs/mlp_with_digest.py) that sends itself
+SIGTERM at a given step, so the notice lands at the same step every time.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import pytest
+
+from tfdist.errors import EXIT_PREEMPTED
+from tfdist.runtime.config import NoticeSignal
+from tfdist.training import preemption
+
+_PROGRAM = str(pathlib.Path(__file__).parents[2] / "data" / "programs" / "mlp_with_digest.py")
+_TFDIST = [sys.executable, "-m", "tfdist"]
+_RUN_S = 180  # One run's bound: a few seconds of training after TensorFlow's import.
+_FLAGS = ["--epochs=3", "--deterministic"]  # 4 steps an epoch.
+_PREEMPTED = (
+    r"mlp_with_digest\.py: preempted at epoch 2 step 2; state saved in [0-9.]+ s under "
+    r"--model_dir='.*'; start the same command again to resume there\."
+)
+
+
+def _run(command: list[str], cwd: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, timeout=_RUN_S, check=False
+    )
+
+
+def _digests(output: str) -> dict[str, str]:
+    """{task: digest of its final weights} from the program's `digest {...}` lines."""
+    found = {}
+    for line in output.splitlines():
+        if "digest {" in line:
+            record = json.loads(line[line.index("{") :])
+            found[record["task"]] = record["sha"]
+    return found
+
+
+class NoticeTest(unittest.TestCase):
+    def test_the_first_signal_is_noted_later_ones_change_nothing_and_handlers_come_back(self):
+        before = signal.getsignal(signal.SIGUSR1)
+        notice = preemption.Notice(NoticeSignal.SIGUSR1)
+        with notice.watching():
+            self.assertFalse(notice.received)
+            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), signal.SIGTERM)
+        self.assertEqual(notice.signal_name, "SIGUSR1")
+        self.assertIs(signal.getsignal(signal.SIGUSR1), before)
+
+    def test_without_a_model_dir_the_line_says_nothing_was_saved(self):
+        line = str(preemption.stopped(1, 36, None, None))
+        self.assertEqual(
+            line,
+            "preempted at epoch 2 step 37; nothing saved (no --model_dir): pass model_dir=DIR "
+            "so that a preempted run resumes where it stopped.",
+        )
+
+
+@pytest.mark.multiprocess
+class PreemptedRunTest(unittest.TestCase):
+    def setUp(self):
+        self.scratch = tempfile.mkdtemp()
+        self.addCleanup(subprocess.run, ["rm", "-rf", self.scratch], check=False)
+
+    def test_one_device_saves_at_the_step_and_resumes_to_the_same_weights(self):
+        preempted_dir = os.path.join(self.scratch, "preempted")
+        program = [sys.executable, _PROGRAM, *_FLAGS, f"--model_dir={preempted_dir}"]
+        first = _run([*program, "--term_at=2,2"], self.scratch)
+        self.assertEqual(first.returncode, EXIT_PREEMPTED, first.stderr[-2000:])
+        self.assertRegex(first.stderr.strip().splitlines()[-1], "^" + _PREEMPTED + "$")
+        resumed = _run(program, self.scratch)
+        self.assertEqual(resumed.returncode, 0, resumed.stderr[-2000:])
+        self.assertIn("tfdist: resuming at epoch 2 step 3 from the backup", resumed.stderr)
+        whole = _run(
+            [sys.executable, _PROGRAM, *_FLAGS, f"--model_dir={self.scratch}/whole"], self.scratch
+        )
+        self.assertEqual(_digests(resumed.stdout), _digests(whole.stdout))
+
+    def test_two_workers_stop_at_one_step_and_launch_restarts_them_to_the_same_weights(self):
+        def launch(model_dir: str, *extra: str) -> subprocess.CompletedProcess:
+            return _run(
+                [
+                    *_TFDIST,
+                    "launch",
+                    "--num_workers=2",
+                    "--max_restarts=1",
+                    "--",
+                    "python",
+                    _PROGRAM,
+                    "--strategy=multi_worker_mirrored",
+                    *_FLAGS,
+                    f"--model_dir={self.scratch}/{model_dir}",
+                    *extra,
+                ],
+                self.scratch,
+            )
+
+        preempted = launch("preempted", "--term_at=2,2")  # worker:1 gets the SIGTERM.
+        self.assertEqual(preempted.returncode, 0, preempted.stderr[-3000:])
+        output = preempted.stdout + preempted.stderr
+        for task in ("worker:0", "worker:1"):
+            self.assertRegex(output, rf"\[{task}\] {_PREEMPTED}")
+        self.assertRegex(
+            output,
+            r"worker:[01] exited with status 75; restarting every task from the saved state "
+            r"\(preemption 1/1, apart from failures\)",
+        )
+        self.assertEqual(output.count("tfdist: resuming at epoch 2 step 3"), 2)
+        whole = launch("whole")
+        digests = _digests(preempted.stdout)
+        self.assertEqual(len(set(digests.values())), 1, digests)
+        self.assertEqual(digests, _digests(whole.stdout))
+
+
+if __name__ == "__main__":
+    unittest.main()
