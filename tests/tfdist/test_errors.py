@@ -61,7 +61,7 @@ class HierarchyTest(unittest.TestCase):
                 self.assertTrue(issubclass(error, ValueError if library else errors.TfdistError))
                 self.assertIn(
                     getattr(error, "exit_status", errors.EXIT_USAGE),
-                    (errors.EXIT_USAGE, errors.EXIT_RUN_FAILURE),
+                    (errors.EXIT_USAGE, errors.EXIT_RUN_FAILURE, errors.EXIT_PREEMPTED),
                 )
 
     def test_bad_input_exits_2_a_failed_run_1(self):

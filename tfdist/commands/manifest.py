@@ -113,6 +113,15 @@ _DEADLINE_S = flags_lib.define_integer(
     lower_bound=1,
     upper_bound=jobset_yaml.MAX_DEADLINE_S,
 )
+_GRACE_S = flags_lib.define_integer(
+    "grace_s",
+    manifests.GRACE_S,
+    "manifest: seconds a preempted task has to save at one step: a JobSet pod's "
+    "terminationGracePeriodSeconds (GKE spot gives 30, AWS spot 120); for Slurm, how long "
+    "before the time limit --signal sends SIGUSR1.",
+    lower_bound=1,
+    upper_bound=manifests.MAX_GRACE_S,
+)
 flags_lib.register(
     "manifest",
     flags_lib.group(
@@ -138,6 +147,7 @@ flags_lib.register(
         _MOUNT_PATH,
         _WORKING_DIR,
         _DEADLINE_S,
+        _GRACE_S,
         _RESTART_POLICY,
         _TIME_LIMIT,
         _SLURM_TASKS_PER_NODE,
@@ -167,6 +177,7 @@ _ONLY_FOR = {
     _IMAGE.name: ("jobset", "tfjob"),
     _TASK_PORT.name: ("jobset", "tfjob"),
     cli_flags.GPUS_PER_TASK.name: ("jobset", "slurm"),
+    _GRACE_S.name: ("jobset", "slurm"),
     _RESTART_POLICY.name: ("tfjob",),
     _TIME_LIMIT.name: ("slurm",),
     _SLURM_TASKS_PER_NODE.name: ("slurm",),
@@ -287,6 +298,7 @@ def _text(
             tasks_per_node=values["slurm_tasks_per_node"],
             python=sys.executable,
             program=program,
+            grace_s=values["grace_s"],
         )
     if manifest_format == "tfjob":
         return manifests.tfjob(
@@ -326,6 +338,7 @@ def _text(
         volume_claim=values["volume_claim"],
         mount_path=values["mount_path"],
         working_dir=values["working_dir"],
+        grace_s=values["grace_s"],
     )
     return manifests.jobset(
         name=values["name"],

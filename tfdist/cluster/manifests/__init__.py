@@ -14,6 +14,8 @@ fix, e.g.::
 
 from tfdist.cluster.manifests.checks import ManifestError
 from tfdist.cluster.manifests.checks import to_yaml
+from tfdist.cluster.manifests.jobset_checks import GRACE_S
+from tfdist.cluster.manifests.jobset_checks import MAX_GRACE_S
 from tfdist.cluster.manifests.jobset_checks import Pods
 from tfdist.cluster.manifests.jobset_yaml import jobset
 from tfdist.cluster.manifests.sbatch_script import slurm
@@ -22,6 +24,8 @@ from tfdist.cluster.manifests.tfjob_yaml import RESTART_POLICIES
 from tfdist.cluster.manifests.tfjob_yaml import tfjob
 
 __all__ = [
+    "GRACE_S",
+    "MAX_GRACE_S",
     "ManifestError",
     "Pods",
     "RESTART_POLICIES",

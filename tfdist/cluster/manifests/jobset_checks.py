@@ -19,6 +19,10 @@ MEMORY_RANGE = ("6Mi", "1Pi")  # runc's least memory limit, and more than any no
 _URL_MARK = "://"
 
 
+GRACE_S = 30  # Kubernetes' default terminationGracePeriodSeconds.
+MAX_GRACE_S = 3600
+
+
 @dataclasses.dataclass(frozen=True)
 class Pods:
     """What the pods need from the cluster, and no more.
@@ -38,6 +42,9 @@ class Pods:
       mount_path: where the claim is mounted.
       working_dir: the container's working directory, where the image holds the program (a
         relative program path means a file there); None keeps the image's WORKDIR.
+      grace_s: the pods' terminationGracePeriodSeconds: from a preemption's SIGTERM to its
+        SIGKILL, the time training has to save at one step (Kubernetes' default, 30 s, is what
+        GKE spot nodes give; AWS spot gives 120 s).
     """
 
     image: str
@@ -52,6 +59,7 @@ class Pods:
     volume_claim: str | None = None
     mount_path: str = "/mnt/tfdist"
     working_dir: str | None = None
+    grace_s: int = GRACE_S
 
 
 def toleration(text: str) -> dict[str, str]:
@@ -90,6 +98,13 @@ def check_pods(pods: Any) -> None:
         pods.gpus,
         "pass 0 or more GPUs per pod",
         problem="is not a count",
+    )
+    require(
+        checks.is_int(pods.grace_s) and 1 <= pods.grace_s <= MAX_GRACE_S,
+        "jobset grace_s",
+        pods.grace_s,
+        f"pass the seconds from a preemption's SIGTERM to its SIGKILL, 1 to {MAX_GRACE_S}",
+        problem="is not a grace period",
     )
     for field in ("queue", "priority_class", "service_account", "volume_claim"):
         value = getattr(pods, field)

@@ -22,6 +22,7 @@ from typing import Any
 from tfdist.cluster import kubernetes_rules
 from tfdist.cluster.manifests import checks
 from tfdist.cluster.manifests import jobset_checks
+from tfdist.errors import EXIT_PREEMPTED
 from tfdist.cluster.manifests.checks import require
 from tfdist.cluster.manifests.jobset_checks import Pods
 from tfdist.strategies import jobset as jobset_pods
@@ -183,11 +184,38 @@ def jobset(
                 "operator": "All",
                 "targetReplicatedJobs": _ending_jobs(layout, num_ps),
             },
-            "failurePolicy": {"maxRestarts": max_restarts},
+            "failurePolicy": {
+                "maxRestarts": max_restarts,
+                # A Job that failed by its pod failure policy was preempted: restarting it does
+                # not spend maxRestarts (JobSet v0.12's rules; anything else does).
+                "rules": [
+                    {
+                        "name": "preempted",
+                        "action": "RestartJobSetAndIgnoreMaxRestarts",
+                        "onJobFailureReasons": ["PodFailurePolicy"],
+                    }
+                ],
+            },
             "replicatedJobs": replicated_jobs,
         },
     }
     return checks.to_yaml(document)
+
+
+# How a Job tells a preempted pod from a failed one (`_replicated_job`).
+_PREEMPTED_POD_RULES = {
+    "rules": [
+        {
+            "action": "FailJob",
+            "onExitCodes": {
+                "containerName": CONTAINER_NAME,
+                "operator": "In",
+                "values": [EXIT_PREEMPTED],
+            },
+        },
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]
+}
 
 
 def _trains(job: str, num_ps: int) -> bool:
@@ -305,7 +333,11 @@ def _container(
 
 
 def _pod_spec(pods: Pods, container: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": pods.grace_s,
+        "containers": [container],
+    }
     if pods.volume_claim:
         spec["volumes"] = [
             {"name": VOLUME_NAME, "persistentVolumeClaim": {"claimName": pods.volume_claim}}
@@ -324,7 +356,10 @@ def _replicated_job(
     job: str, pods: int, pod_spec: dict[str, Any], deadline_s: int
 ) -> dict[str, Any]:
     """One Indexed Job of `pods` pods; a failed pod fails it (backoffLimit 0), and so does its
-    deadline, and the JobSet's failure policy restarts everything."""
+    deadline, and the JobSet's failure policy restarts everything. A pod preempted (Kubernetes'
+    DisruptionTarget condition: an eviction, Kueue's preemption, a node drain) or that saved its
+    state on a preemption notice (exit 75) fails it by its pod failure policy, which the JobSet
+    restarts without spending maxRestarts."""
     return {
         "name": job,
         "replicas": 1,
@@ -335,6 +370,7 @@ def _replicated_job(
                 "completionMode": "Indexed",
                 "backoffLimit": 0,
                 "activeDeadlineSeconds": deadline_s,
+                "podFailurePolicy": _PREEMPTED_POD_RULES,
                 "template": {"spec": pod_spec},
             }
         },

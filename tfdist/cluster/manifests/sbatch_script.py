@@ -7,11 +7,14 @@ import shlex
 from collections.abc import Sequence
 
 from tfdist.cluster.manifests import checks
+from tfdist.cluster.manifests.jobset_checks import GRACE_S
+from tfdist.cluster.manifests.jobset_checks import MAX_GRACE_S
 
 SLURM_RESOLVER_FLAG = "--cluster_resolver=slurm"
 SLURM_PORT_FLAG = "--slurm_port_base"
 
 _MAX_TASKS_PER_NODE = 1024
+_NOTICE_SIGNAL = "SIGUSR1"  # What --signal sends before the time limit; the tasks save on it.
 _PYTHON_WORD = '"$PYTHON"'  # The interpreter's variable, expanded by the shell in each task.
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # ASCII digits: \d alone takes e.g. Arabic-Indic ones, which Slurm does not.
@@ -33,6 +36,7 @@ def slurm(
     tasks_per_node: int = 1,
     python: str = "python3",
     program: Sequence[str] | None = None,
+    grace_s: int = GRACE_S,
 ) -> str:
     """Returns an sbatch script that runs one `tfdist train <train_args>` (or `program`) per
     Slurm task, `tasks_per_node` tasks on each node.
@@ -59,6 +63,9 @@ def slurm(
           a file system the nodes share); `TFDIST_PYTHON` overrides it when the job runs.
         program: a program of the user's (`python my_train.py ...`) instead of `tfdist train`;
           it takes tfdist's flags (`tfdist.define_flags`) and gets the Slurm ones appended.
+        grace_s: how long before the time limit Slurm sends SIGUSR1 (`--signal`), which the
+          tasks take as a preemption notice (`--preemption_signal=SIGUSR1`): they save at one
+          step and exit 75, and `--requeue` puts the job back in the queue to resume.
 
     Raises:
         ManifestError: an argument is invalid.
@@ -78,6 +85,13 @@ def slurm(
     )
     checks.check_layout("slurm", num_workers=num_workers, num_ps=num_ps, chief=chief)
     checks.check_port("slurm port", port)
+    checks.require(
+        checks.is_int(grace_s) and 1 <= grace_s <= MAX_GRACE_S,
+        "slurm grace_s",
+        grace_s,
+        f"pass the seconds before the time limit to save in, 1 to {MAX_GRACE_S}",
+        problem="is not a grace period",
+    )
     for name, value, lowest in (
         ("gpus_per_task", gpus_per_task, 0),
         ("tasks_per_node", tasks_per_node, 1),
@@ -99,7 +113,10 @@ def slurm(
         problem=f"gives the {per_node} tasks of a node ports up to {port + per_node - 1}",
     )
     layout = checks.describe_layout(num_workers=num_workers, num_ps=num_ps, chief=chief)
-    flags = slurm_train_flags(port=port, num_ps=num_ps, chief=chief)
+    flags = [
+        *slurm_train_flags(port=port, num_ps=num_ps, chief=chief),
+        f"--preemption_signal={_NOTICE_SIGNAL}",
+    ]
     if program is None:
         task = [
             _PYTHON_WORD,
@@ -124,6 +141,8 @@ def slurm(
         f"#SBATCH --ntasks-per-node={per_node}",
         f"#SBATCH --time={time_limit}",
         *([f"#SBATCH --gpus-per-task={gpus_per_task}"] if gpus_per_task else []),
+        f"#SBATCH --signal={_NOTICE_SIGNAL.removeprefix('SIG')}@{grace_s}",
+        "#SBATCH --requeue",
         "",
         f"# {num_tasks} tasks of {runs}: {layout}, in rank order, {per_node} on each node.",
         "# On GPU nodes, one task per GPU: tfdist manifest --slurm_tasks_per_node=GPUS_PER_NODE",
@@ -136,6 +155,9 @@ def slurm(
         "# Every node runs $PYTHON, which must have tfdist installed: a virtual environment on a",
         "# file system the nodes share (as --model_dir must be, for a requeued job to resume).",
         "# --kill-on-bad-exit ends every task when one fails; --label prefixes lines with ranks.",
+        f"# Preemption: a SIGTERM (scancel, preemption) or the {_NOTICE_SIGNAL} --signal sends",
+        f"# {grace_s} s before the time limit makes every task save at one step and exit 75;",
+        "# --requeue queues the job again, and it resumes from --model_dir at that step.",
         "set -euo pipefail",
         f'PYTHON="${{TFDIST_PYTHON:-{_shell_quote_inside(python)}}}"',
         " ".join(word if word is _PYTHON_WORD else shlex.quote(word) for word in srun),
