@@ -28,9 +28,12 @@ ID = "id"
 _DECODE_PARALLELISM = 32  # Images decoded concurrently within a batch: 1.35x the default 10.
 
 
-def _decode_images(encoded: tf.Tensor, source: Source, crop: Crop | None = None) -> tf.Tensor:
+def _decode_images(
+    encoded: tf.Tensor, source: Source, crop: Crop | None = None, seed: tf.Tensor | None = None
+) -> tf.Tensor:
     """Decodes a batch of encoded images to uint8 `[B, H, W, C]`: the crops of `crop` when
-    given (imagenet_recipe.py), else whole, resized if the source says so.
+    given (imagenet_recipe.py, drawn from the batch's `seed`), else whole, resized if the
+    source says so.
 
     Raw images decode as one op for the whole batch; JPEG/PNG need one decode per image.
     """
@@ -38,12 +41,12 @@ def _decode_images(encoded: tf.Tensor, source: Source, crop: Crop | None = None)
     if source.raw_image_shape:
         images = tf.reshape(tf.io.decode_raw(encoded, tf.uint8), [-1, *source.raw_image_shape])
         if crop is not None:
-            return imagenet_recipe.crop_decoded(images, crop)
+            return imagenet_recipe.crop_decoded(images, crop, seed)
         if source.resize:
             images = tf.cast(tf.image.resize(images, [height, width]), tf.uint8)
         return images
     if crop is not None:
-        return imagenet_recipe.crop_encoded(encoded, crop)
+        return imagenet_recipe.crop_encoded(encoded, crop, seed)
 
     def decode(image: tf.Tensor) -> tf.Tensor:
         image = records.decode_image(image, channels)
@@ -65,14 +68,15 @@ def parse_and_decode(
     position_ids: tf.Tensor | None = None,
     *,
     crop: Crop | None = None,
+    seed: tf.Tensor | None = None,
 ) -> dict[str, tf.Tensor]:
     """Parses and decodes one batch of records into {image uint8, label[, id]}, the images
-    cropped as `crop` says when given, the labels less the source's `label_offset`; the id is
-    the stored one, else `position_ids` when given."""
+    cropped as `crop` says when given (from the batch's `seed`), the labels less the source's
+    `label_offset`; the id is the stored one, else `position_ids` when given."""
     features = tf.io.parse_example(serialized, source.features)
     labels = features[source.label_key]
     batch = {
-        IMAGE: _decode_images(features[source.image_key], source, crop),
+        IMAGE: _decode_images(features[source.image_key], source, crop, seed),
         LABEL: labels - source.label_offset if source.label_offset else labels,
     }
     if source.id_key or position_ids is not None:
@@ -81,23 +85,29 @@ def parse_and_decode(
 
 
 def _host_work(
-    config: InputConfig, source: Source, read: ReadOptions, records: tuple[tf.Tensor, ...]
+    config: InputConfig,
+    source: Source,
+    read: ReadOptions,
+    records: tuple[tf.Tensor, ...],
+    seed: tf.Tensor | None = None,
 ) -> dict[str, tf.Tensor]:
     """Everything the host does to one batch of images, in one map: parse, decode (cropped
-    with augment=imagenet) and, when placed on the host, preprocess."""
+    with augment=imagenet) and, when placed on the host, preprocess, its augmentation drawn
+    from the call's stateless `seed` (`pipeline.map_batches`)."""
     augmentation = config.augmentation
     crop = (
         Crop.of(config, source.info.image_shape, training=read.training)
         if augmentation is Augment.IMAGENET
         else None
     )
-    batch = parse_and_decode(source, *records, crop=crop)
+    batch = parse_and_decode(source, *records, crop=crop, seed=seed)
     if not read.placement.on_device:
         batch[IMAGE] = preprocessing.preprocess_on_host(
             batch[IMAGE],
             training=read.training,
             compute_dtype=read.placement.compute_dtype,
             augmentation=augmentation,
+            seed=seed,
         )
     return batch
 
@@ -131,12 +141,13 @@ def examples(
         read,
         source.files[read.split],
         context,
-        lambda *records: _host_work(config, source, read, records),
+        lambda *records, seed=None: _host_work(config, source, read, records, seed),
         job_name=f"tfdist-{source.info.name}-{read.split}",
         repeat=repeat,
         announce=announce,
         tag_positions=with_ids and not source.id_key,
         bytes_per_example=math.prod(source.info.image_shape),
+        seeded=True,
     )
     if announce and read.training:
         shape = source.info.image_shape

@@ -129,31 +129,40 @@ def _crop_encoded(encoded: tf.Tensor, seed: tf.Tensor, crop: Crop) -> tf.Tensor:
     return _resize(tf.cond(tf.io.is_jpeg(encoded), jpeg, other), crop)
 
 
-def _seeds(batch_size: tf.Tensor, crop: Crop) -> tf.Tensor:
-    """A stateless seed per image, drawn anew per batch (from the global seed, when set); none
-    drawn for the evaluation's centre crop, which uses none."""
+def _seeds(batch_size: tf.Tensor, crop: Crop, seed: tf.Tensor | None) -> tf.Tensor:
+    """A stateless seed per image, drawn anew per batch: from the batch's `seed` ([2] int,
+    `pipeline.map_batches`), else from TensorFlow's stateful generator; none drawn for the
+    evaluation's centre crop, which uses none."""
     if not crop.training:
         return tf.zeros([batch_size, 2], tf.int32)
-    return tf.random.uniform([batch_size, 2], 0, tf.int32.max, tf.int32)
+    if seed is None:
+        return tf.random.uniform([batch_size, 2], 0, tf.int32.max, tf.int32)
+    crop_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), _CROP_DRAW)
+    return tf.random.stateless_uniform([batch_size, 2], crop_seed, 0, tf.int32.max, tf.int32)
 
 
-def crop_encoded(encoded: tf.Tensor, crop: Crop) -> tf.Tensor:
-    """A batch of encoded images ([B] string) as the uint8 crops `[B, S, S, C]` of `crop`."""
+# The crop's draw from a batch's seed; the preprocessing's augmentation takes draws 0-2.
+_CROP_DRAW = 3
+
+
+def crop_encoded(encoded: tf.Tensor, crop: Crop, seed: tf.Tensor | None = None) -> tf.Tensor:
+    """A batch of encoded images ([B] string) as the uint8 crops `[B, S, S, C]` of `crop`,
+    drawn from the batch's `seed` (see `_seeds`)."""
     spec = tf.TensorSpec([crop.image_size, crop.image_size, crop.channels], tf.uint8)
     return tf.map_fn(
         lambda args: _crop_encoded(*args, crop),
-        (encoded, _seeds(tf.size(encoded), crop)),
+        (encoded, _seeds(tf.size(encoded), crop, seed)),
         parallel_iterations=_PARALLEL_IMAGES,
         fn_output_signature=spec,
     )
 
 
-def crop_decoded(images: tf.Tensor, crop: Crop) -> tf.Tensor:
+def crop_decoded(images: tf.Tensor, crop: Crop, seed: tf.Tensor | None = None) -> tf.Tensor:
     """`crop_encoded` for a batch decoded already (uint8 `[B, H, W, C]`, raw-pixel datasets)."""
     spec = tf.TensorSpec([crop.image_size, crop.image_size, crop.channels], tf.uint8)
     return tf.map_fn(
         lambda args: _resize(_cut(args[0], _window(tf.shape(args[0]), args[1], crop)), crop),
-        (images, _seeds(tf.shape(images)[0], crop)),
+        (images, _seeds(tf.shape(images)[0], crop, seed)),
         parallel_iterations=_PARALLEL_IMAGES,
         fn_output_signature=spec,
     )

@@ -216,21 +216,41 @@ def map_batches(
     drop_remainder: bool,
     calls: int = 1,
     deterministic: bool | None = None,
+    seed: tuple[int, int] | None = None,
 ) -> tf.data.Dataset:
     """`records` in batches of `batch_size`, each made into an element by `parse_batch` in a
     parallel map; with `calls` > 1 (only when dropping the remainder), `calls` batches go
-    through each map call and are split back, in order."""
+    through each map call and are split back, in order. With `seed` (the run's seed, the
+    pipeline's id), each call also gets `seed=`: a stateless-random seed of its own ([2] int64)
+    from a sequence `seed` fixes, so that its random work (augmentation) depends on nothing but
+    the seed and the call's place in the sequence."""
     if calls > 1 and not drop_remainder:
         raise InputConfigError(
             f"calls={calls} needs drop_remainder=True: a partial last batch cannot be split evenly"
         )
     dataset = records.batch(batch_size * calls, drop_remainder=drop_remainder)
+    if seed is not None:
+        run_seed, pipeline_id = seed
+        seeds = tf.data.Dataset.random(seed=run_seed).map(
+            lambda value: tf.stack([value, tf.constant(pipeline_id, tf.int64)])
+        )
+        dataset = tf.data.Dataset.zip(dataset, seeds)
+        parse_batch = _seeded(parse_batch)
     dataset = dataset.map(
         parse_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic
     )
     if calls > 1:
         dataset = dataset.flat_map(functools.partial(_split, calls, batch_size))
     return dataset
+
+
+def _seeded(parse_batch: Callable[..., Any]) -> Callable[..., Any]:
+    """`parse_batch` of the records with `seed=` the seed zipped beside them."""
+
+    def parse_seeded(records, seed):
+        return parse_batch(*(records if isinstance(records, tuple) else (records,)), seed=seed)
+
+    return parse_seeded
 
 
 def batches(
@@ -245,6 +265,7 @@ def batches(
     announce: bool = True,
     tag_positions: bool = False,
     bytes_per_example: int | None = None,
+    seeded: bool = False,
 ) -> tf.data.Dataset:
     """This pipeline's share of `files` (the split `read.split` of a dataset), as per-replica
     batches of serialized records that one parallel map turns into elements: `parse_batch`
@@ -256,7 +277,8 @@ def batches(
     training data whose parsed examples hold `bytes_per_example` goes through the map several
     batches per call (`batches_per_call`): the same batches, in the same order. `announce`
     logs the sharding plan. Training data goes through the tf.data service, when one is set, as
-    the job `job_name`.
+    the job `job_name`. With `seeded`, each map call on training data also gets `seed=`, its
+    own stateless-random seed (`map_batches`).
 
     `read.independent_order` is for strategies that give every worker the same `InputContext`
     (ParameterServerStrategy): such pipelines cannot be told apart, so each reads the whole
@@ -304,6 +326,7 @@ def batches(
         drop_remainder=training and repeat,
         calls=calls,
         deterministic=config.deterministic,
+        seed=(config.seed, context.input_pipeline_id) if seeded and training else None,
     )
     if _uses_service(config, training):
         dataset = service.distribute(

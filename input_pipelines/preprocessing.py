@@ -54,9 +54,19 @@ def _reflect(index: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
     return (size - 1) - tf.abs((size - 1) - tf.abs(index))
 
 
-def augment(images: tf.Tensor, seed: int | None = None) -> tf.Tensor:
+def _uniform(shape, seed: tf.Tensor | None, index: int, minval=0, maxval=None, dtype=tf.float32):
+    """Random numbers of `shape`: stateless, the `index`-th draw of `seed` ([2] int), or from
+    TensorFlow's stateful generator when `seed` is None."""
+    if seed is None:
+        return tf.random.uniform(shape, minval, maxval, dtype)
+    draw_seed = tf.random.experimental.stateless_fold_in(tf.cast(seed, tf.int64), index)
+    return tf.random.stateless_uniform(shape, draw_seed, minval, maxval, dtype)
+
+
+def augment(images: tf.Tensor, seed: tf.Tensor | None = None) -> tf.Tensor:
     """Random crop, flip and brightness of a uint8 batch `[B, H, W, C]`; returns float32 in
-    [0, 255].
+    [0, 255]. With `seed` ([2] int), the draws are a function of it alone (stateless), so the
+    same batch and seed augment alike in every run; else TensorFlow's stateful generator's.
 
     The crop takes each image at its own offset of up to `CROP_PADDING` pixels from a
     reflect-padded copy, and the flip mirrors a random half of the images; both are one gather
@@ -67,27 +77,25 @@ def augment(images: tf.Tensor, seed: int | None = None) -> tf.Tensor:
     # 0.59x host on an H200, docs/PERFORMANCE.md). Under XLA on the host the cast is free.
     images = tf.cast(images, tf.float32)
     batch_size, height, width = tf.shape(images)[0], tf.shape(images)[1], tf.shape(images)[2]
-    seeds = [None] * 3 if seed is None else [seed, seed + 1, seed + 2]
-    offsets = tf.random.uniform(
-        [2, batch_size], -CROP_PADDING, CROP_PADDING + 1, tf.int32, seed=seeds[0]
-    )
+    offsets = _uniform([2, batch_size], seed, 0, -CROP_PADDING, CROP_PADDING + 1, tf.int32)
     rows = _reflect(offsets[0][:, None] + tf.range(height)[None], height)
     cols = _reflect(offsets[1][:, None] + tf.range(width)[None], width)
-    flip = tf.random.uniform([batch_size, 1], seed=seeds[1]) < 0.5
+    flip = _uniform([batch_size, 1], seed, 1, maxval=1.0) < 0.5
     cols = tf.where(flip, tf.reverse(cols, axis=[1]), cols)
     images = tf.gather(tf.gather(images, rows, axis=1, batch_dims=1), cols, axis=2, batch_dims=1)
-    delta = tf.random.uniform(
+    delta = _uniform(
         [batch_size, 1, 1, 1],
+        seed,
+        2,
         -255.0 * MAX_BRIGHTNESS_DELTA,
         255.0 * MAX_BRIGHTNESS_DELTA,
-        seed=seeds[2],
     )
     return tf.clip_by_value(images + delta, 0.0, 255.0)
 
 
-def flip(images: tf.Tensor, seed: int | None = None) -> tf.Tensor:
+def flip(images: tf.Tensor, seed: tf.Tensor | None = None) -> tf.Tensor:
     """Mirrors a random half of a batch `[B, H, W, C]` left to right (the imagenet recipe's
-    augmentation after its crop); returns float32.
+    augmentation after its crop); returns float32. `seed` as `augment`'s.
 
     A select between the batch and its mirror, not `augment`'s gather: XLA on the host fuses
     it into the normalisation's loop. Measured on 2 cores, 128 images of 224x224x3: flip and
@@ -95,7 +103,7 @@ def flip(images: tf.Tensor, seed: int | None = None) -> tf.Tensor:
     alone: 0.059).
     """
     images = tf.cast(images, tf.float32)  # As `augment`'s: kernels on every device.
-    flipped = tf.random.uniform([tf.shape(images)[0], 1, 1, 1], seed=seed) < 0.5
+    flipped = _uniform([tf.shape(images)[0], 1, 1, 1], seed, 0, maxval=1.0) < 0.5
     return tf.where(flipped, tf.reverse(images, axis=[2]), images)
 
 
@@ -109,7 +117,7 @@ def preprocess(
     *,
     training: bool,
     compute_dtype: str,
-    seed: int | None = None,
+    seed: tf.Tensor | None = None,
     augmentation: Augment = Augment.SMALL,
 ) -> tf.Tensor:
     """What every batch goes through before the model: the recipe's augmentation when
