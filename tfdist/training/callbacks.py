@@ -179,19 +179,14 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
 class SaveOnNotice(tf_keras.callbacks.Callback):
     """Ends `fit` at a step boundary after a preemption notice (`tfdist.training.preemption`),
     with `backup` saved there, by raising `errors.Preempted`. After the epoch's last step the
-    epoch ends first (validation, its checkpoint and history); a notice in validation ends it at
-    the epoch's end where the step loop is one process's. Goes last among the callbacks."""
+    epoch ends first (validation, its checkpoint and history), as does a notice in validation
+    where the step loop is one process's. Goes last among the callbacks."""
 
     def __init__(
-        self,
-        notice: preemption.Notice,
-        agreement: preemption.Agreement | None,
-        backup: BackupAndRestore | None,
-        *,
-        steps_per_epoch: int,
+        self, watch: preemption.Watch, backup: BackupAndRestore | None, *, steps_per_epoch: int
     ):
         super().__init__()
-        self._notice, self._agreement, self._backup = notice, agreement, backup
+        self._watch, self._backup = watch, backup
         self._steps_per_epoch = steps_per_epoch
         self._epoch = 0
         self._after_epoch = False
@@ -200,19 +195,17 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
         self._epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
-        if self._agreement is not None and self._notice.received:
-            self._agreement.raise_flag()
+        self._watch.before_step()
 
     def on_train_batch_end(self, batch, logs=None):
-        agreed = self._notice.received if self._agreement is None else self._agreement.agreed
-        if not agreed:
+        if not self._watch.stop_agreed():
             return
         if batch + 1 < self._steps_per_epoch:
             raise self._stop(batch)
         self._after_epoch = True
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._after_epoch or (self._agreement is None and self._notice.received):
+        if self._after_epoch or self._watch.stops_at_epoch_end():
             raise self._stop(None)
 
     def _stop(self, batch: int | None) -> Exception:

@@ -82,12 +82,14 @@ def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> Dataset
     return guards.returning_dataset(data, f"{split} data")
 
 
-def from_step(read: DatasetFn, steps: int, data: Data) -> DatasetFn:
-    """`read` reading on where a run that trained `steps` steps on it stopped: each pipeline
-    skips its replicas' batches of those steps, which are read and dropped (the position of a
-    pipeline that reads in a fixed order: tfdist's, under its seed). Says so on stderr for the
-    user's own dataset function, whose order tfdist cannot know."""
-    if not steps:
+def from_start(plan: Plan, read: DatasetFn, data: Data, start: tuple[int, int] | None) -> DatasetFn:
+    """`read` reading on where a run that resumes at `start` ((epoch, step), from 0; None: at
+    the beginning) stopped: each pipeline skips its replicas' batches of the steps done, which
+    are read and dropped (the position of a pipeline that reads in a fixed order: tfdist's,
+    under its seed). Says so on stderr for the user's own dataset function, whose order tfdist
+    cannot know. Parameter-server workers read in their own order, so they start over."""
+    steps = start[0] * plan.steps_per_epoch + start[1] if start else 0
+    if not steps or plan.kind is StrategyKind.PARAMETER_SERVER:
         return read
     if is_dataset_function(data):
         print(

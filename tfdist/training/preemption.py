@@ -26,6 +26,8 @@ import tensorflow as tf
 
 from tfdist import errors
 from tfdist.runtime.config import NoticeSignal
+from tfdist.runtime.setup import Plan
+from tfdist.strategies import StrategyKind
 
 
 class Notice:
@@ -97,6 +99,37 @@ class Agreement:
             return logs
 
         return step_with_agreement
+
+
+class Watch:
+    """A step loop's view of the notice (tf-keras' `fit` through `SaveOnNotice`, tfdist's Keras 3
+    loop, `CustomLoop`): `before_step()` as a step begins, `stop_agreed()` after it ends: whether
+    every task stops there; `stops_at_epoch_end()`: whether a notice in validation ends the run
+    at the epoch's end (one process only: workers can agree only in a step)."""
+
+    def __init__(self, notice: Notice, agreement: Agreement | None = None):
+        self.notice, self._agreement = notice, agreement
+
+    def around(self, replica_step: Callable) -> Callable:
+        """`replica_step`, with the workers' agreement after it when there is one."""
+        return replica_step if self._agreement is None else self._agreement.around(replica_step)
+
+    def before_step(self) -> None:
+        if self._agreement is not None and self.notice.received:
+            self._agreement.raise_flag()
+
+    def stop_agreed(self) -> bool:
+        return self.notice.received if self._agreement is None else self._agreement.agreed
+
+    def stops_at_epoch_end(self) -> bool:
+        return self._agreement is None and self.notice.received
+
+
+def watch(plan: Plan) -> Watch:
+    """The watch for `plan`'s run: `--preemption_signal` and SIGTERM, agreed on in every step
+    under multi_worker_mirrored with 2+ workers."""
+    agree = plan.kind is StrategyKind.MULTI_WORKER_MIRRORED and plan.num_workers > 1
+    return Watch(Notice(plan.config.train.preemption_signal), Agreement() if agree else None)
 
 
 def stopped(

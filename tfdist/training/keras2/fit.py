@@ -134,18 +134,6 @@ def _backup(plan: Plan) -> BackupAndRestore | None:
     )
 
 
-def _save_on_notice(
-    plan: Plan, model: tf_keras.Model, notice: preemption.Notice, backup: BackupAndRestore | None
-) -> SaveOnNotice:
-    """The callback that ends the run on a preemption notice; under multi-worker mirrored,
-    `model`'s step all-reduces the workers' notices from now on, so they stop together."""
-    agreement = None
-    if plan.kind is StrategyKind.MULTI_WORKER_MIRRORED and plan.num_workers > 1:
-        agreement = preemption.Agreement()
-        model.train_step = agreement.around(model.train_step)
-    return SaveOnNotice(notice, agreement, backup, steps_per_epoch=plan.steps_per_epoch)
-
-
 def _noise_scale_log(plan: Plan, model: tf_keras.Model) -> list[NoiseScaleLog]:
     """The noise-scale log under `--measure_noise_scale`, once `model`'s optimizer measures."""
     if not plan.config.optimizer.measure_noise_scale:
@@ -187,11 +175,14 @@ def train(
     epochs = EpochHistory(
         plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results, start=start
     )
-    read_train = training_data.dataset_fn(plan, train_data, "train", training=True)
-    if start and plan.kind is not StrategyKind.PARAMETER_SERVER:  # Its workers read apart.
-        steps_done = start[0] * plan.steps_per_epoch + start[1]
-        read_train = training_data.from_step(read_train, steps_done, train_data)
-    train_batches = guards.BatchCounts(read_train)
+    train_batches = guards.BatchCounts(
+        training_data.from_start(
+            plan,
+            training_data.dataset_fn(plan, train_data, "train", training=True),
+            train_data,
+            start,
+        )
+    )
     train_set = _distribute(plan, train_batches)
     guards.require_enough(
         train_batches,
@@ -209,9 +200,10 @@ def train(
                 plan, validation_data, validation_steps
             ),
         }
-    backup, notice = _backup(plan), preemption.Notice(config.train.preemption_signal)
+    backup, watch = _backup(plan), preemption.watch(plan)
+    model.train_step = watch.around(model.train_step)
     with (
-        notice.watching(),
+        watch.notice.watching(),
         guards.explained(
             model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
         ),
@@ -227,7 +219,7 @@ def train(
                 epochs,
                 *callbacks,
                 *_output_callbacks(plan, backup),
-                _save_on_notice(plan, model, notice, backup),
+                SaveOnNotice(watch, backup, steps_per_epoch=plan.steps_per_epoch),
             ],
             verbose=2,
             **validation,

@@ -1,5 +1,6 @@
 """A Keras 3 run's files under `--model_dir`: a backup of the model, optimizer, gradient path
-(loss scale, accumulators) and epochs done at the end of every epoch, in `backup/` (other
+(loss scale, accumulators), epochs done and the step within the next, at the end of every epoch
+and at a preemption (`tfdist.training.preemption`), in `backup/` (other
 workers write a temporary copy, since every worker must take part in saving), restored when a
 run restarts and deleted when it finishes; and each epoch's weights in `checkpoints/epoch-NNN`
 for the evaluator (`tfdist.training.keras3.evaluator`)."""
@@ -27,11 +28,13 @@ class Checkpoints:
         self.model_dir = plan.model_dir
         with plan.strategy.scope():
             self.epochs_done = tf.Variable(0, dtype=tf.int64, name="epochs_done", **_ONE_COPY)
+            self.step_in_epoch = tf.Variable(0, dtype=tf.int64, name="step_in_epoch", **_ONE_COPY)
         self._backup = tf.train.Checkpoint(
             model=steps.model,
             optimizer=steps.optimizer,
             gradient_path=steps.path,
             epochs_done=self.epochs_done,
+            step_in_epoch=self.step_in_epoch,
         )
         self._weights = tf.train.Checkpoint(model=steps.model)
 
@@ -40,25 +43,38 @@ class Checkpoints:
         other workers."""
         return path if self.plan.writes_results else self.model_dir.scratch(path, self.plan.task)
 
-    def restore(self) -> int:
-        """Restores the backup an earlier run left, if any; returns the epochs it had done."""
+    def restore(self) -> tuple[int, int]:
+        """Restores the backup an earlier run left, if any; returns where it resumes: (epochs
+        done, steps done in the next)."""
         if self.model_dir is None:
-            return 0
+            return 0, 0
         latest = tf.train.latest_checkpoint(self.model_dir.backup)
         if latest:
             self._backup.restore(latest).assert_existing_objects_matched()
-        return int(self.epochs_done.numpy())
+        return int(self.epochs_done.numpy()), int(self.step_in_epoch.numpy())
+
+    def save_in_epoch(self, epochs_done: int, steps_done: int) -> None:
+        """Backs up `steps_done` steps into the epoch after `epochs_done` (a preemption's save;
+        every worker calls it)."""
+        backup = self._backup_at(epochs_done, steps_done)
+        if not self.plan.writes_results:
+            shutil.rmtree(backup.directory, ignore_errors=True)
+
+    def _backup_at(self, epochs_done: int, steps_done: int) -> tf.train.CheckpointManager:
+        self.epochs_done.assign(epochs_done)
+        self.step_in_epoch.assign(steps_done)
+        backup = tf.train.CheckpointManager(
+            self._backup, self._directory(self.model_dir.backup), max_to_keep=1
+        )
+        backup.save(checkpoint_number=epochs_done * self.plan.steps_per_epoch + steps_done)
+        return backup
 
     def save(self, epochs_done: int) -> None:
         """Backs up after `epochs_done` epochs and keeps that epoch's weights (every worker
         calls it; only the results writer's copy stays)."""
         if self.model_dir is None:
             return
-        self.epochs_done.assign(epochs_done)
-        backup = tf.train.CheckpointManager(
-            self._backup, self._directory(self.model_dir.backup), max_to_keep=1
-        )
-        backup.save(checkpoint_number=epochs_done)
+        backup = self._backup_at(epochs_done, 0)
         weights = self._directory(self.model_dir.checkpoints)
         self._weights.write(
             os.path.join(weights, os.path.basename(self.model_dir.checkpoint(epochs_done)))

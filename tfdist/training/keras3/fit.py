@@ -13,7 +13,9 @@ from tfdist.runtime.setup import Plan
 from tfdist.training import data as training_data
 from tfdist.training import guards as fit_guards
 from tfdist.training import model as training_model
+from tfdist.training import preemption
 from tfdist.training.callbacks import EpochHistory
+from tfdist.training.callbacks import backup_position
 from tfdist.training.callbacks import NoiseScaleLog
 from tfdist.training.callbacks import ThroughputTimer
 from tfdist.training.data import Data
@@ -70,17 +72,32 @@ def train(
             training_data.dataset_fn(plan, validation_data, "validation", training=False),
             training_data.validation_steps(plan, validation_data, validation_steps),
         )
+    start = plan.model_dir and backup_position(plan.model_dir.backup, plan.steps_per_epoch)
+    read_train = training_data.dataset_fn(plan, train_data, "train", training=True)
     with fit_guards.explained(
         model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
     ):
         trained = _train_loop(
             plan,
             model,
-            training_data.dataset_fn(plan, train_data, "train", training=True),
+            training_data.from_start(plan, read_train, train_data, start),
             validation,
+            start=start,
             callbacks=callbacks,
         )
     return model, trained
+
+
+def _preempted(plan: Plan, checkpoints: Checkpoints, epoch: int, step: int | None) -> Exception:
+    """The preemption's line, the state saved after `step` (from 0) of `epoch`; None: at the
+    epoch's end, whose backup is saved already."""
+    if plan.model_dir is None:
+        save = None
+    elif step is None:
+        save = lambda: None  # noqa: E731
+    else:
+        save = lambda: checkpoints.save_in_epoch(epoch, step + 1)  # noqa: E731
+    return preemption.stopped(epoch, step, save, plan.model_dir and plan.model_dir.root)
 
 
 def _train_loop(
@@ -89,10 +106,12 @@ def _train_loop(
     train_fn: DatasetFn,
     validation: tuple | None,
     *,
+    start: tuple[int, int] | None,
     callbacks: Sequence[keras.callbacks.Callback],
 ) -> dict:
-    """Trains the compiled Keras 3 `model` on `train_fn`'s data, validating each epoch on
-    `validation` ((dataset function, steps) or None); returns the summary's training part.
+    """Trains the compiled Keras 3 `model` on `train_fn`'s data (from `start`, a backup's
+    (epoch, step), when it resumes one), validating each epoch on `validation` ((dataset
+    function, steps) or None); returns the summary's training part.
     `callbacks` see the train's, epochs' and `steps_per_execution` batches' beginnings and
     ends."""
     config = plan.config
@@ -108,13 +127,14 @@ def _train_loop(
     validation_data = validation and runner.dataset(validation[0])
     steps = Steps(plan, model, runner.element_spec)
     keras3_shards.log_placement(model)
-    runner.bind(steps)
+    watch = preemption.watch(plan)
+    runner.bind(steps, watch)
     checkpoints = Checkpoints(plan, steps)
     timer = ThroughputTimer(
         global_batch_size=plan.global_batch_size, steps_per_epoch=plan.steps_per_epoch
     )
     history = EpochHistory(
-        plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results
+        plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results, start=start
     )
     finite_loss = fit_guards.finite_loss(plan)
     finite_loss.set_model(model)
@@ -125,23 +145,35 @@ def _train_loop(
     )
     user_callbacks = keras.callbacks.CallbackList(list(callbacks), model=model)
     user_callbacks.on_train_begin()
-    for epoch in range(checkpoints.restore(), config.train.epochs):
-        for callback in (timer, history, user_callbacks):
-            callback.on_epoch_begin(epoch)
-        steps.reset_metrics()
-        runner.train(train_iterator, plan.steps_per_epoch, user_callbacks)
-        timer.on_test_begin()
-        logs = steps.logs()
-        if validation_data is not None:
+    first_epoch, first_step = checkpoints.restore()
+    with watch.notice.watching():
+        for epoch in range(first_epoch, config.train.epochs):
+            for callback in (timer, history, user_callbacks):
+                callback.on_epoch_begin(epoch)
             steps.reset_metrics()
-            runner.evaluate(validation_data, validation[1])
-            logs.update(steps.logs("val_"))
-        finite_loss.on_epoch_end(epoch, logs)  # Before saving: a diverged epoch is not.
-        checkpoints.save(epoch + 1)
-        shown = " - ".join(f"{name}: {value:.4f}" for name, value in logs.items())
-        print(f"Epoch {epoch + 1}/{config.train.epochs} - {shown}", flush=True)
-        for callback in (timer, *noise_logs, history, user_callbacks):
-            callback.on_epoch_end(epoch, logs)
+            stopped_after = runner.train(
+                train_iterator,
+                plan.steps_per_epoch,
+                user_callbacks,
+                first=first_step if epoch == first_epoch else 0,
+                watch=watch,
+            )
+            if stopped_after is not None and stopped_after + 1 < plan.steps_per_epoch:
+                raise _preempted(plan, checkpoints, epoch, stopped_after)
+            timer.on_test_begin()
+            logs = steps.logs()
+            if validation_data is not None:
+                steps.reset_metrics()
+                runner.evaluate(validation_data, validation[1])
+                logs.update(steps.logs("val_"))
+            finite_loss.on_epoch_end(epoch, logs)  # Before saving: a diverged epoch is not.
+            checkpoints.save(epoch + 1)
+            shown = " - ".join(f"{name}: {value:.4f}" for name, value in logs.items())
+            print(f"Epoch {epoch + 1}/{config.train.epochs} - {shown}", flush=True)
+            for callback in (timer, *noise_logs, history, user_callbacks):
+                callback.on_epoch_end(epoch, logs)
+            if stopped_after is not None or watch.stops_at_epoch_end():
+                raise _preempted(plan, checkpoints, epoch, None)
     for callback in (*noise_logs, user_callbacks):
         callback.on_train_end()
     checkpoints.finished()

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from tfdist.runtime.setup import Plan
 from tfdist.strategies import StrategyKind
+from tfdist.training import preemption
 from tfdist.training.data import DatasetFn
 from tfdist.training.keras3.step import Steps
 
@@ -25,14 +26,16 @@ class Runner:
         self.element_spec = None  # Of the first dataset `dataset` made.
         self._train = self._evaluate = None
 
-    def bind(self, steps: Steps) -> None:
-        """Compiles the loops over `steps`' training and evaluation steps."""
+    def bind(self, steps: Steps, watch: preemption.Watch) -> None:
+        """Compiles the loops over `steps`' training and evaluation steps; a training step
+        takes part in `watch`'s agreement."""
         strategy = self.strategy
+        train_replica = watch.around(steps.train_replica)
 
         @tf.function
         def train(iterator, count):
             for _ in tf.range(count):
-                strategy.run(steps.train_replica, args=(next(iterator),))
+                strategy.run(train_replica, args=(next(iterator),))
 
         @tf.function
         def evaluate(iterator, count):
@@ -60,15 +63,20 @@ class Runner:
             lambda: self.strategy.distribute_datasets_from_function(noting_spec)
         )
 
-    def run(self, function, iterator, count: int, callbacks=None) -> None:
-        """`count` steps of `function` (train or evaluate), `steps_per_execution` per call,
-        each call between `callbacks`' `on_train_batch_begin` and `_end` (under parameter
-        server: when it is scheduled)."""
+    def run(
+        self, function, iterator, count: int, callbacks=None, *, first: int = 0, watch=None
+    ) -> int | None:
+        """Steps `first` to `count` - 1 of `function` (train or evaluate), `steps_per_execution`
+        per call, each call between `callbacks`' `on_train_batch_begin` and `_end` (under
+        parameter server: when it is scheduled). Stops early after a call once `watch` (a
+        `preemption.Watch`) agrees to; returns the last step done then, else None."""
         chunk = self.plan.config.train.steps_per_execution
-        for start in range(0, count, chunk):
+        for start in range(first, count, chunk):
             steps = min(chunk, count - start)
             if callbacks is not None:
                 callbacks.on_train_batch_begin(start)
+            if watch is not None:
+                watch.before_step()
             args = (iterator, tf.constant(steps, tf.int64))
             if self.coordinator is None:
                 function(*args)
@@ -76,11 +84,19 @@ class Runner:
                 self.coordinator.schedule(function, args=args)
             if callbacks is not None:
                 callbacks.on_train_batch_end(start + steps - 1)
+            if watch is not None and watch.stop_agreed():
+                self._join()
+                return start + steps - 1
+        self._join()
+        return None
+
+    def _join(self) -> None:
         if self.coordinator is not None:
             self.coordinator.join()
 
-    def train(self, iterator, count: int, callbacks) -> None:
-        self.run(self._train, iterator, count, callbacks)
+    def train(self, iterator, count: int, callbacks, *, first: int, watch) -> int | None:
+        """Training steps `first` to `count` - 1; the last step done if `watch` stopped them."""
+        return self.run(self._train, iterator, count, callbacks, first=first, watch=watch)
 
     def evaluate(self, dataset, count: int) -> None:
         self.run(self._evaluate, iter(dataset), count)
