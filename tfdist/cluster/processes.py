@@ -192,13 +192,13 @@ def _write_stdout(lock: threading.Lock, data: bytes) -> None:
         binary.flush()
 
 
-def stop_all(members: Sequence[Process]) -> None:
+def stop_all(members: Sequence[Process], grace_s: float = STOP_GRACE_S) -> None:
     """Stops every started process and what it started: SIGTERM to all at once, SIGKILL to all
-    once each has ended or STOP_GRACE_S has passed; waits (bounded) for them and their output."""
+    once each has ended or `grace_s` has passed; waits (bounded) for them and their output."""
     started = [member for member in members if member.process]
     for member in started:
         member.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + STOP_GRACE_S
+    deadline = time.monotonic() + grace_s
     for member in started:
         with contextlib.suppress(subprocess.TimeoutExpired):
             member.process.wait(timeout=max(0.0, deadline - time.monotonic()))

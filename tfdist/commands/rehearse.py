@@ -10,6 +10,7 @@ from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.runtime import paths
 
+MAX_PREEMPT_S = 7 * 24 * 3600.0  # --preempt's latest: a week after the pod starts.
 _VOLUME_DIR = flags.DEFINE_string(
     "volume_dir",
     None,
@@ -24,8 +25,16 @@ _NODES = flags.DEFINE_string(
     "node1, node2, ...) or their names as a Slurm host list, e.g. gpu[9-10] (unset: its "
     "#SBATCH --nodes, else one per task).",
 )
+_PREEMPT = flags.DEFINE_list(
+    "preempt",
+    [],
+    "rehearse: POD@SECONDS,...: delete each such JobSet pod (its hostname, e.g. "
+    "train-worker-0-1) that long after it starts, as a spot reclaim or Kueue's preemption "
+    "does: SIGTERM, SIGKILL after its terminationGracePeriodSeconds.",
+)
 flags_lib.register(
-    "rehearse", flags_lib.group(cli_flags.LOG_DIR, _VOLUME_DIR, _NODES, cli_flags.TIMEOUT_S)
+    "rehearse",
+    flags_lib.group(cli_flags.LOG_DIR, _VOLUME_DIR, _NODES, _PREEMPT, cli_flags.TIMEOUT_S),
 )
 
 
@@ -47,6 +56,7 @@ def main(files: list[str]) -> int:
         log_dir=cli_flags.LOG_DIR.value or None,
         volume_dir=_VOLUME_DIR.value,
         timeout_s=cli_flags.TIMEOUT_S.value,
+        preempt=tuple(_preemption(entry) for entry in _PREEMPT.value),
     )
     return rehearsal.rehearse(files[0], options, nodes=_nodes(_NODES.value))
 
@@ -54,3 +64,18 @@ def main(files: list[str]) -> int:
 def _nodes(text: str | None) -> int | list[str] | None:
     """--slurm_nodes as a count or node names (`slurm_run.nodes_asked`)."""
     return None if text is None else slurm_run.nodes_asked(text)
+
+
+def _preemption(entry: str) -> tuple[str, float]:
+    """One --preempt entry, POD@SECONDS, as (pod, seconds)."""
+    pod, at, seconds = entry.rpartition("@")
+    try:
+        after_s = float(seconds)
+    except ValueError:
+        after_s = -1.0
+    if not (pod and at and 0 <= after_s <= MAX_PREEMPT_S):
+        raise flags_lib.UsageError(
+            f"preempt={entry!r} is not POD@SECONDS; write e.g. --preempt=train-worker-0-1@30 "
+            f"(seconds from 0 to {MAX_PREEMPT_S:g} after the pod starts)."
+        )
+    return pod, after_s

@@ -66,6 +66,11 @@ class ModelDir:
         return os.path.join(self.root, "history.json")
 
     @property
+    def cluster_json(self) -> str:
+        """The shape of the cluster that trained last (workers, replicas, global batch)."""
+        return os.path.join(self.root, "cluster.json")
+
+    @property
     def evaluations_json(self) -> str:
         return os.path.join(self.root, "evaluations.json")
 

@@ -129,13 +129,16 @@ def advice(noise_scale: float, global_batch_size: int) -> str:
 
 
 class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
-    """tf-keras' backup and restore, under OneDeviceStrategy too.
+    """tf-keras' backup and restore, under OneDeviceStrategy too, resuming at the step a
+    preemption saved (`save_at`), with its slowest save timed (`slowest_save_s`).
 
     tf-keras 2.21 refuses OneDeviceStrategy in `on_train_begin` (it is missing from the private
     `_supported_strategies`), though the backup needs nothing that strategy lacks: a one_device
     run killed in epoch 2 resumes there (tests/tfdist/training/test_callbacks.py). The private
     attribute is extended only for the tf-keras release where that was checked.
     """
+
+    slowest_save_s = 0.0
 
     def on_train_begin(self, logs=None):
         if isinstance(self.model.distribute_strategy, tf.distribute.OneDeviceStrategy):
@@ -173,7 +176,13 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
         state = self._training_state
         state._ckpt_saved_epoch.assign(epoch)  # pylint: disable=protected-access
         state._ckpt_saved_batch.assign(-1 if batch is None else batch)  # pylint: disable=protected-access
-        state.back_up(epoch)
+        self._backup(epoch)
+
+    def _backup(self, epoch, batch=0):
+        """Keras' backup, timed: `slowest_save_s` is what a preemption's grace must cover."""
+        started = time.perf_counter()
+        super()._backup(epoch, batch)
+        self.slowest_save_s = max(self.slowest_save_s, time.perf_counter() - started)
 
 
 class SaveOnNotice(tf_keras.callbacks.Callback):
@@ -266,20 +275,20 @@ def resume_point(epoch: int, batch: int, steps_per_epoch: int) -> tuple[int, int
     return epoch, batch + 1
 
 
-def refuse_finished_backup(backup_dir: str, epochs: int, steps_per_epoch: int) -> None:
-    """Refuses to resume the backup in `backup_dir` (either flavour's) when it has done
-    `epochs` epochs or more: Keras would train nothing, then delete it as a finished run's.
+def refuse_finished_backup(position: tuple[int, int] | None, epochs: int, model_dir: str) -> None:
+    """Refuses to resume a backup in `model_dir` that resumes at `position` (`backup_position`)
+    when it has done `epochs` epochs or more: Keras would train nothing, then delete it as a
+    finished run's.
 
     Raises:
       ConfigError: the backup has nothing left to train for `epochs`; it is kept.
     """
-    position = backup_position(backup_dir, steps_per_epoch)
     if position is None:
         return
     done = position[0]
     if done >= epochs:
         raise ConfigError(
-            f"epochs={epochs}: the backup in model_dir={os.path.dirname(backup_dir)!r} has "
+            f"epochs={epochs}: the backup in model_dir={model_dir!r} has "
             f"{done} epoch(s) done, so nothing is left to train; pass epochs={done + 1} or more "
             "to train on from it, or another model_dir=DIR to start afresh (the backup is kept)."
         )

@@ -28,8 +28,10 @@ from tfdist.runtime.setup import require_plan
 from tfdist.training import data
 from tfdist.training import guards
 from tfdist.training import input_checks
+from tfdist.training import preemption
 from tfdist.training import ps_task
 from tfdist.training import summary as run_summary
+from tfdist.training.callbacks import backup_position
 from tfdist.training.callbacks import refuse_finished_backup
 from tfdist.training.data import DEFAULT
 from tfdist.training.data import Data
@@ -118,10 +120,11 @@ def fit(
     with contextlib.ExitStack() as stack:
         if plan.model_dir is not None and plan.writes_results:
             stack.enter_context(plan.model_dir.owned())
+        start = None  # Where a backup left in --model_dir resumes: (epoch, step).
         if plan.model_dir is not None:  # Every worker, as each restores the chief's backup.
-            refuse_finished_backup(
-                plan.model_dir.backup, plan.config.train.epochs, plan.steps_per_epoch
-            )
+            start = backup_position(plan.model_dir.backup, plan.steps_per_epoch)
+            refuse_finished_backup(start, plan.config.train.epochs, plan.model_dir.root)
+            preemption.note_cluster_shape(plan, resumes=start is not None)
             stack.enter_context(_full_disk_is_one_line(plan.model_dir))
         keras_model, trained = flavour(plan).train(
             plan,
@@ -132,9 +135,12 @@ def fit(
             loss=loss,
             metrics=metrics,
             callbacks=callbacks,
+            start=start,
         )
         summary = _summary(plan, keras_model, train_data, trained)
         print(run_summary.format_line(summary), flush=True)
+        if summary.get("backup_save_s") is not None:
+            preemption.say_save_time(summary["backup_save_s"])
         _write_summary(plan, summary)
     return summary
 

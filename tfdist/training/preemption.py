@@ -16,6 +16,8 @@ a SIGTERM handler of its own at start-up, which this one replaces while training
 """
 
 import contextlib
+import json
+import os
 import signal
 import sys
 import threading
@@ -25,6 +27,7 @@ from typing import Callable, Iterator
 import tensorflow as tf
 
 from tfdist import errors
+from tfdist.runtime import output_files
 from tfdist.runtime.config import NoticeSignal
 from tfdist.runtime.setup import Plan
 from tfdist.strategies import StrategyKind
@@ -150,6 +153,50 @@ def stopped(
     started = time.perf_counter()
     save()
     return errors.Preempted(
-        f"preempted at {where}; state saved in {time.perf_counter() - started:.1f} s under "
+        f"preempted at {where}; state saved in {time.perf_counter() - started:.2f} s under "
         f"model_dir={model_dir!r}; start the same command again to resume there."
+    )
+
+
+def say_save_time(save_s: float) -> None:
+    """Says on stderr how long the slowest backup save took: what a preemption's grace period
+    must cover."""
+    print(
+        f"tfdist: the slowest backup save took {save_s:.2f} s: a preemption's grace period (30 s "
+        "on Kubernetes unless `tfdist manifest --grace_s` says otherwise, 30 s on GKE spot "
+        "nodes) must cover one",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def note_cluster_shape(plan: Plan, resumes: bool) -> None:
+    """Says in one line when this run `resumes` a backup that a cluster of another shape (workers,
+    replicas, global batch) made, as capacity that comes back smaller makes it; then records
+    this run's shape in `--model_dir` (the results writer does)."""
+    shape = {
+        "num_workers": plan.num_workers,
+        "num_replicas": plan.num_replicas,
+        "global_batch_size": plan.global_batch_size,
+    }
+    path = plan.model_dir.cluster_json
+    if resumes and os.path.isfile(path):
+        with open(path, encoding="utf-8") as earlier_file:
+            earlier = json.load(earlier_file)
+        if earlier != shape:
+            print(
+                f"tfdist: resuming a backup made by {_shape(earlier)} on {_shape(shape)}: it goes "
+                "on at the saved step, but its batches are split (or sized) otherwise, so it will "
+                "not end with the weights the first cluster would have (README, Preemption)",
+                file=sys.stderr,
+                flush=True,
+            )
+    if plan.writes_results:
+        output_files.write_json("model_dir", path, shape)
+
+
+def _shape(shape: dict) -> str:
+    return (
+        f"{shape.get('num_workers')} worker(s) of {shape.get('num_replicas')} replica(s) in all "
+        f"with a global batch of {shape.get('global_batch_size')}"
     )

@@ -249,15 +249,19 @@ class RefuseFinishedBackupTest(unittest.TestCase):
     def test_a_backup_with_every_epoch_done_is_refused_and_a_shorter_one_resumes(self):
         with tempfile.TemporaryDirectory() as model_dir:
             backup = os.path.join(model_dir, "backup")
-            callbacks.refuse_finished_backup(backup, 3, 10)  # None yet.
+            callbacks.refuse_finished_backup(
+                callbacks.backup_position(backup, 10), 3, model_dir
+            )  # None yet.
             self._save(backup, epochs_done=2)  # Keras 3's.
-            callbacks.refuse_finished_backup(backup, 3, 10)
+            callbacks.refuse_finished_backup(callbacks.backup_position(backup, 10), 3, model_dir)
             with self.assertRaisesRegex(
                 ConfigError,
                 r"^epochs=2: the backup in model_dir='.*' "
                 r"has 2 epoch\(s\) done",
             ):
-                callbacks.refuse_finished_backup(backup, 2, 10)
+                callbacks.refuse_finished_backup(
+                    callbacks.backup_position(backup, 10), 2, model_dir
+                )
             shutil.rmtree(backup)
             # tf-keras': in epoch 2 (from 0) at its end or after its last step, so 3 done;
             # mid-epoch (a backup every N steps, a preemption), 2.
@@ -266,9 +270,11 @@ class RefuseFinishedBackupTest(unittest.TestCase):
                     os.path.join(backup, "chief"), ckpt_saved_epoch=2, ckpt_saved_batch=batch
                 )
                 with self.assertRaisesRegex(ConfigError, r"has 3 epoch\(s\) done"):
-                    callbacks.refuse_finished_backup(backup, 3, 10)
+                    callbacks.refuse_finished_backup(
+                        callbacks.backup_position(backup, 10), 3, model_dir
+                    )
             self._save(os.path.join(backup, "chief"), ckpt_saved_epoch=2, ckpt_saved_batch=7)
-            callbacks.refuse_finished_backup(backup, 3, 10)
+            callbacks.refuse_finished_backup(callbacks.backup_position(backup, 10), 3, model_dir)
             self.assertEqual(callbacks.backup_position(backup, 10), (2, 8))
 
 

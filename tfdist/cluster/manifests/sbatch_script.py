@@ -7,6 +7,7 @@ import shlex
 from collections.abc import Sequence
 
 from tfdist.cluster.manifests import checks
+from tfdist.errors import EXIT_PREEMPTED
 from tfdist.cluster.manifests.jobset_checks import GRACE_S
 from tfdist.cluster.manifests.jobset_checks import MAX_GRACE_S
 
@@ -157,10 +158,16 @@ def slurm(
         "# --kill-on-bad-exit ends every task when one fails; --label prefixes lines with ranks.",
         f"# Preemption: a SIGTERM (scancel, preemption) or the {_NOTICE_SIGNAL} --signal sends",
         f"# {grace_s} s before the time limit makes every task save at one step and exit 75;",
-        "# --requeue queues the job again, and it resumes from --model_dir at that step.",
+        "# the script then queues the job again (scontrol requeue; --requeue lets Slurm do so",
+        "# after a node failure or preemption), and it resumes from --model_dir at that step.",
         "set -euo pipefail",
         f'PYTHON="${{TFDIST_PYTHON:-{_shell_quote_inside(python)}}}"',
+        "set +e",
         " ".join(word if word is _PYTHON_WORD else shlex.quote(word) for word in srun),
+        "status=$?",
+        "set -e",
+        f'if [ "$status" -eq {EXIT_PREEMPTED} ]; then scontrol requeue "$SLURM_JOB_ID"; fi',
+        'exit "$status"',
     ]
     return "\n".join(lines) + "\n"
 

@@ -49,6 +49,11 @@ def rehearse(path: str, options: Options, *, nodes: int | Sequence[str] | None =
     """
     text = _read(path)
     if text.startswith("#!"):
+        if options.preempt:
+            raise RehearsalError(
+                f"preempt is for a JobSet, and {path} is a Slurm script; preempt a Slurm job as "
+                "the cluster does: scancel --signal=TERM JOBID (or USR1), or scontrol requeue."
+            )
         slurm_job = slurm_run.job(path, text, nodes=nodes)
         hosts.require_tools()
         return slurm_run.run(slurm_job, options.made())

@@ -27,6 +27,13 @@ NAMESPACE = "default"  # Kubernetes' namespace when the manifest names none.
 CLUSTER_DOMAIN = "svc.cluster.local"
 _REFERENCE_RE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 _REFUSED_SPEC = ("startupPolicy", "coordinator", "dependsOn", "volumeClaimPolicies")
+# The failure policy's actions and the Job failure reasons its rules match.
+RESTART, RESTART_UNCOUNTED, FAIL = (
+    "RestartJobSet",
+    "RestartJobSetAndIgnoreMaxRestarts",
+    "FailJobSet",
+)
+JOB_FAILURE_REASONS = ("PodFailurePolicy", "BackoffLimitExceeded", "DeadlineExceeded")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +47,8 @@ class JobSetPlan:
       success_operator: "All" or "Any" of the Jobs of `success_targets` must succeed.
       success_targets: the replicated jobs the success policy watches (all when empty).
       max_restarts: how many times a failed Job restarts the whole JobSet.
+      failure_rules: the failure policy's rules, in order: (action, the Job failure reasons it
+        matches, none: any).
     """
 
     name: str
@@ -48,6 +57,15 @@ class JobSetPlan:
     success_operator: str
     success_targets: tuple[str, ...]
     max_restarts: int
+    failure_rules: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    def on_job_failure(self, reason: str) -> str:
+        """The failure policy's action for a Job that failed for `reason` (PodFailurePolicy,
+        BackoffLimitExceeded, DeadlineExceeded): the first matching rule's, else RestartJobSet."""
+        return next(
+            (action for action, reasons in self.failure_rules if not reasons or reason in reasons),
+            RESTART,
+        )
 
     def names(self, pod: Pod) -> tuple[str, ...]:
         """The names `pod` is known by: its hostname, and with a subdomain its DNS names."""
@@ -142,11 +160,8 @@ def read(document: Any) -> JobSetPlan:
             subdomain,
         )
     failure = spec.get("failurePolicy") or {}
-    pod_template.require(
-        not failure.get("rules"),
-        "spec.failurePolicy.rules",
-        failure.get("rules"),
-        "are not rehearsed (every failure restarts the JobSet); remove them",
+    rules = tuple(
+        _failure_rule(rule, number) for number, rule in enumerate(failure.get("rules") or [])
     )
     max_restarts = failure.get("maxRestarts", 0)
     pod_template.require(
@@ -180,4 +195,33 @@ def read(document: Any) -> JobSetPlan:
         success_operator=operator,
         success_targets=targets,
         max_restarts=max_restarts,
+        failure_rules=rules,
     )
+
+
+def _failure_rule(rule, number: int) -> tuple[str, frozenset[str]]:
+    """(action, reasons) of the failure policy's rule `number`; refused where it asks for more
+    than an action on Job failure reasons."""
+    path = f"spec.failurePolicy.rules[{number}]"
+    pod_template.require(isinstance(rule, dict), path, rule, "is not a mapping")
+    pod_template.require(
+        not set(rule) - {"name", "action", "onJobFailureReasons"},
+        path,
+        sorted(set(rule) - {"name", "action", "onJobFailureReasons"}),
+        "are not rehearsed (an action on Job failure reasons is); remove them",
+    )
+    action = rule.get("action")
+    pod_template.require(
+        action in (RESTART, RESTART_UNCOUNTED, FAIL),
+        f"{path}.action",
+        action,
+        f"is not one of {RESTART}, {RESTART_UNCOUNTED}, {FAIL}",
+    )
+    reasons = rule.get("onJobFailureReasons") or []
+    pod_template.require(
+        isinstance(reasons, list) and set(reasons) <= set(JOB_FAILURE_REASONS),
+        f"{path}.onJobFailureReasons",
+        reasons,
+        f"are not among {', '.join(JOB_FAILURE_REASONS)}",
+    )
+    return action, frozenset(reasons)

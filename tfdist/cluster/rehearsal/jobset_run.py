@@ -1,7 +1,10 @@
 """Runs a JobSet plan on emulated hosts as the JobSet and Job controllers would: every pod at once,
-each on its own host; a failed pod recreated while its Job's backoffLimit allows, else the whole
-JobSet restarted (every pod, a new restart attempt) up to failurePolicy.maxRestarts, else
-failed; done once the success policy holds, when the pods still running are stopped."""
+each on its own host; a failed pod recreated while its Job's backoffLimit allows, else its Job
+failed (at once where the pod failure policy says so), and the failure policy's rule for why
+restarts the whole JobSet (every pod, a new restart attempt; up to failurePolicy.maxRestarts
+unless the rule ignores them) or fails it; done once the success policy holds, when the pods
+still running are stopped. A pod may be preempted on the way (`Options.preempt`): deleted as a
+spot reclaim or Kueue deletes it, SIGTERM, then SIGKILL after its grace period."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from tfdist.cluster import capacity
 from tfdist.cluster import processes
 from tfdist.cluster import supervisor
 from tfdist.cluster.rehearsal import hosts as hosts_lib
+from tfdist.cluster.rehearsal import jobset_plan
 from tfdist.cluster.rehearsal import local_image
 from tfdist.cluster.rehearsal.jobset_plan import JobSetPlan
 from tfdist.cluster.rehearsal.pod_template import Pod
@@ -39,11 +43,14 @@ class Options:
       volume_dir: each PersistentVolumeClaim as the directory `<volume_dir>/<claimName>`; None
         is `<log_dir>/volumes`.
       timeout_s: stop every pod and fail after this long; None waits.
+      preempt: (pod hostname, seconds): delete that pod this long after it first starts, with
+        Kubernetes' DisruptionTarget condition, as a preemption does.
     """
 
     log_dir: str | None = None
     volume_dir: str | None = None
     timeout_s: float | None = None
+    preempt: tuple[tuple[str, float], ...] = ()
 
     def made(self) -> "Options":
         """These options with both directories there (made if missing), as absolute paths."""
@@ -69,6 +76,9 @@ class _Run:
         # When each Job of this attempt started, and the Jobs past their activeDeadlineSeconds.
         self.job_started: dict[tuple[str, int], float] = {}
         self.past_deadline: set[tuple[str, int]] = set()
+        # When each pod first started, and the pods a preemption deleted (once each).
+        self.first_started: dict[str, float] = {}
+        self.disrupted: set[str] = set()
         for pod in plan.pods:
             for path in (*(path for _, path in pod.claims), *pod.scratch):
                 local_image.check_mount_path(path)
@@ -101,6 +111,7 @@ class _Run:
         process.start(f" at {host.address} (netns {host.namespace})")
         self.processes[pod.hostname] = process
         self.job_started.setdefault(pod.job, time.monotonic())
+        self.first_started.setdefault(pod.hostname, time.monotonic())
         return process
 
     def new_attempt(self, attempt: int) -> None:
@@ -114,6 +125,8 @@ class _Run:
         pod = next(pod for pod in self.plan.pods if pod.hostname == name)
         if pod.job in self.past_deadline:
             why = f"its Job ran past activeDeadlineSeconds ({pod.deadline_s} s)"
+        elif name in self.disrupted and status < 0:
+            why = f"preempted, and still running {pod.grace_s} s after its SIGTERM"
         else:
             last = self.processes[name].last_line.strip() if name in self.processes else ""
             why = f'its last line: "{errors.cut(last, _QUOTED)}"' if last else "it printed nothing"
@@ -132,7 +145,38 @@ class _Run:
             and now - self.job_started.get(pod.job, now) > pod.deadline_s
         ]
         self.past_deadline.update(by_name[process.name].job for process in late)
-        processes.stop_all(late)
+        if late:
+            processes.stop_all(late, max(by_name[process.name].grace_s for process in late))
+        self._preempt(running, by_name, now)
+
+    def _preempt(self, running, by_name: dict[str, Pod], now: float) -> None:
+        """Deletes each pod due for preemption (`Options.preempt`), once: SIGTERM, SIGKILL after
+        its terminationGracePeriodSeconds; it ends disrupted (DisruptionTarget)."""
+        for hostname, after_s in self.options.preempt:
+            process = next((member for member in running if member.name == hostname), None)
+            started = self.first_started.get(hostname)
+            if hostname in self.disrupted or process is None or started is None:
+                continue
+            if now - started < after_s or process.poll() is not None:
+                continue
+            self.disrupted.add(hostname)
+            grace_s = by_name[hostname].grace_s
+            print(
+                f"{ANNOUNCER}: preempting pod {hostname} as a spot reclaim or Kueue deletes it: "
+                f"SIGTERM, SIGKILL after its grace period ({grace_s} s)",
+                flush=True,
+            )
+            processes.stop_all([process], grace_s)
+
+    def job_failure(self, pod: Pod, status: int) -> str | None:
+        """Why `pod`'s end fails its Job at once (DeadlineExceeded, PodFailurePolicy), or None:
+        it counts against the Job's backoffLimit."""
+        if pod.job in self.past_deadline:
+            return "DeadlineExceeded"
+        disrupted = pod.hostname in self.disrupted and pod.fail_job_disrupted
+        if disrupted or supervisor.exit_status(status) in pod.fail_job_codes:
+            return "PodFailurePolicy"
+        return None
 
     def close(self) -> None:
         shutil.rmtree(self._scratch, ignore_errors=True)
@@ -144,8 +188,15 @@ def run(plan: JobSetPlan, options: Options) -> int:
 
     Raises:
       NoHosts: this machine cannot emulate hosts.
-      RehearsalError: a mount point that cannot be one.
+      RehearsalError: a mount point that cannot be one; a pod to preempt that is not one.
     """
+    hostnames = [pod.hostname for pod in plan.pods]
+    for hostname, _ in options.preempt:
+        if hostname not in hostnames:
+            raise RehearsalError(
+                f"preempt={hostname!r} is not a pod of JobSet {plan.name}; name one of "
+                f"{', '.join(hostnames[:4])}{', ...' if len(hostnames) > 4 else ''}."
+            )
     watcher = supervisor.Supervisor(
         ANNOUNCER,
         timeout_s=options.timeout_s,
@@ -201,20 +252,34 @@ def _group(pods: _Run) -> supervisor.Group:
 
     def on_failure(name: str, status: int, restarts: int):
         pod = by_name[name]
-        failures[pod.job] = failures.get(pod.job, 0) + 1
-        if failures[pod.job] <= pod.backoff_limit and pod.job not in pods.past_deadline:
-            return supervisor.Restart(
-                (name,),
-                f"its Job recreates it ({failures[pod.job]}/{pod.backoff_limit})",
-                counted=False,
-            )
-        if restarts >= plan.max_restarts:
+        reason = pods.job_failure(pod, status)
+        if reason is None:
+            failures[pod.job] = failures.get(pod.job, 0) + 1
+            if failures[pod.job] <= pod.backoff_limit:
+                return supervisor.Restart(
+                    (name,),
+                    f"its Job recreates it ({failures[pod.job]}/{pod.backoff_limit})",
+                    counted=False,
+                )
+            reason = "BackoffLimitExceeded"
+        action = plan.on_job_failure(reason)
+        if action == jobset_plan.FAIL or (
+            action == jobset_plan.RESTART and restarts >= plan.max_restarts
+        ):
             return supervisor.Fail(
                 f"JobSet {plan.name} failed after {restarts} restart(s) (maxRestarts "
-                f"{plan.max_restarts}): {pods.how(name, status)}; stopped every pod"
+                f"{plan.max_restarts}; its Job failed by {reason}, {action}): "
+                f"{pods.how(name, status)}; stopped every pod"
             )
         failures.clear()
-        pods.new_attempt(restarts + 1)
+        pods.new_attempt(pods.attempt + 1)
+        if action == jobset_plan.RESTART_UNCOUNTED:
+            return supervisor.Restart(
+                names,
+                f"its Job failed by {reason}; restarting JobSet {plan.name}, every pod, "
+                f"without spending maxRestarts ({action})",
+                counted=False,
+            )
         return supervisor.Restart(
             names, f"restarting JobSet {plan.name}, every pod ({restarts + 1}/{plan.max_restarts})"
         )

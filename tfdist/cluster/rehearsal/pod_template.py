@@ -1,7 +1,7 @@
 """One replicated job of a JobSet as Kubernetes reads it: its Jobs' pods (`Pod`), each with its
-container's command, environment, volumes, working directory, memory and its Job's limits
-(backoffLimit, activeDeadlineSeconds); and the one-line `RehearsalError` of a field the
-rehearsal cannot run as written."""
+container's command, environment, volumes, working directory, memory, grace period and its
+Job's limits (backoffLimit, activeDeadlineSeconds, the pod failure policy's FailJob rules); and
+the one-line `RehearsalError` of a field the rehearsal cannot run as written."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from tfdist.strategies import jobset as jobset_pods
 
 FIELD_RE = re.compile(r"metadata\.(labels|annotations)\['([^']+)'\]")
 _MAX_PODS_PER_JOB = 1000
+GRACE_S = 30  # Kubernetes' terminationGracePeriodSeconds when a pod names none.
+_DISRUPTED = [{"type": "DisruptionTarget", "status": "True"}]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +36,10 @@ class Pod:
       deadline_s: its Job's activeDeadlineSeconds: the Job fails (its pods stopped) once it
         has run this long; None: no deadline.
       memory_bytes: the memory its container requests (else its limit), if any.
+      grace_s: its terminationGracePeriodSeconds: from the SIGTERM that stops it to the SIGKILL.
+      fail_job_codes: exit codes that fail its Job at once by the pod failure policy.
+      fail_job_disrupted: whether a disruption (a preemption's deletion: Kubernetes'
+        DisruptionTarget condition) fails its Job at once by the pod failure policy.
     """
 
     hostname: str
@@ -48,6 +54,9 @@ class Pod:
     backoff_limit: int
     memory_bytes: int | None = None
     deadline_s: int | None = None
+    grace_s: int = GRACE_S
+    fail_job_codes: frozenset[int] = frozenset()
+    fail_job_disrupted: bool = False
 
     @property
     def job(self) -> tuple[str, int]:
@@ -94,8 +103,16 @@ def pods(name: str, replicated_job: Any, path: str) -> list[Pod]:
         deadline_s,
         "is not a number of seconds above 0",
     )
+    fail_job_codes, fail_job_disrupted = _pod_failure_policy(job, f"{path}.template.spec")
     pod_spec = get(job, "template.spec", dict, f"{path}.template.spec")
     where = f"{path}.template.spec.template.spec"
+    grace_s = pod_spec.get("terminationGracePeriodSeconds", GRACE_S)
+    require(
+        is_count(grace_s),
+        f"{where}.terminationGracePeriodSeconds",
+        grace_s,
+        "is not a number of seconds",
+    )
     require(
         not pod_spec.get("initContainers"),
         f"{where}.initContainers",
@@ -170,6 +187,9 @@ def pods(name: str, replicated_job: Any, path: str) -> list[Pod]:
             backoff_limit=backoff_limit,
             memory_bytes=memory_bytes,
             deadline_s=deadline_s,
+            grace_s=grace_s,
+            fail_job_codes=fail_job_codes,
+            fail_job_disrupted=fail_job_disrupted,
         )
         for job_index in range(replicas)
         for pod_index in range(completions)
@@ -191,6 +211,45 @@ def _memory_bytes(container: dict, cpath: str) -> int | None:
             )
             return int(amount)
     return None
+
+
+def _pod_failure_policy(job: Mapping[str, Any], path: str) -> tuple[frozenset[int], bool]:
+    """The exit codes, and whether a disruption, fail the Job at once by its podFailurePolicy:
+    FailJob rules on exit codes (operator In) and on the DisruptionTarget condition, the rules
+    `tfdist manifest` writes; any other rule is refused."""
+    rules = (job.get("podFailurePolicy") or {}).get("rules") or []
+    require(isinstance(rules, list), f"{path}.podFailurePolicy.rules", rules, "is not a list")
+    codes: set[int] = set()
+    disrupted = False
+    for number, rule in enumerate(rules):
+        where = f"{path}.podFailurePolicy.rules[{number}]"
+        require(
+            isinstance(rule, dict) and rule.get("action") == "FailJob",
+            where,
+            rule,
+            "is not rehearsed (FailJob on exit codes or on DisruptionTarget is); remove it",
+        )
+        on_codes, on_conditions = rule.get("onExitCodes"), rule.get("onPodConditions")
+        if on_codes is not None:
+            values = on_codes.get("values") if isinstance(on_codes, dict) else None
+            require(
+                isinstance(values, list)
+                and on_codes.get("operator") == "In"
+                and all(is_count(value) and value > 0 for value in values),
+                f"{where}.onExitCodes",
+                on_codes,
+                "is not rehearsed (operator In with exit codes above 0 is); remove it",
+            )
+            codes.update(values)
+        if on_conditions is not None:
+            require(
+                on_conditions == _DISRUPTED,
+                f"{where}.onPodConditions",
+                on_conditions,
+                f"is not rehearsed ({_DISRUPTED} is); remove it",
+            )
+            disrupted = True
+    return frozenset(codes), disrupted
 
 
 def _check_env(entry: Any, path: str) -> None:

@@ -19,7 +19,6 @@ from tfdist.strategies import StrategyKind
 from tfdist.training import data as training_data
 from tfdist.training import guards
 from tfdist.training import model as training_model
-from tfdist.training import callbacks as callbacks_lib
 from tfdist.training import preemption
 from tfdist.training.callbacks import BackupAndRestore
 from tfdist.training.callbacks import EpochHistory
@@ -162,15 +161,14 @@ def train(
     loss,
     metrics,
     callbacks: Sequence[tf_keras.callbacks.Callback],
+    start: tuple[int, int] | None,
 ) -> tuple[tf_keras.Model, dict]:
-    """(the model, the summary's training part): `model.fit` with tfdist's callbacks."""
+    """(the model, the summary's training part): `model.fit` with tfdist's callbacks, from
+    `start` ((epoch, step) of a backup it resumes; None: the beginning)."""
     model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
     config = plan.config
     timer = ThroughputTimer(
         global_batch_size=plan.global_batch_size, steps_per_epoch=plan.steps_per_epoch
-    )
-    start = plan.model_dir and callbacks_lib.backup_position(
-        plan.model_dir.backup, plan.steps_per_epoch
     )
     epochs = EpochHistory(
         plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results, start=start
@@ -231,4 +229,5 @@ def train(
         "examples_per_sec": timer.examples_per_sec(),
         "epoch_train_s": timer.epoch_train_s,
         "resumed_from_epoch": epochs.resumed_from_epoch,
+        "backup_save_s": backup and backup.slowest_save_s,
     }

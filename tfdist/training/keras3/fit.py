@@ -15,7 +15,6 @@ from tfdist.training import guards as fit_guards
 from tfdist.training import model as training_model
 from tfdist.training import preemption
 from tfdist.training.callbacks import EpochHistory
-from tfdist.training.callbacks import backup_position
 from tfdist.training.callbacks import NoiseScaleLog
 from tfdist.training.callbacks import ThroughputTimer
 from tfdist.training.data import Data
@@ -62,9 +61,11 @@ def train(
     loss,
     metrics,
     callbacks: Sequence[keras.callbacks.Callback],
+    start: tuple[int, int] | None,
 ) -> tuple[keras.Model, dict]:
     """(the model, the summary's training part) for a Keras 3 model: built as `build_model`
-    says and trained by tfdist's own loop, as `tfdist.fit` trains tf-keras models."""
+    says and trained by tfdist's own loop, as `tfdist.fit` trains tf-keras models, from
+    `start` ((epoch, step) of a backup it resumes; None: the beginning)."""
     model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
     validation = None
     if validation_data is not None:
@@ -72,7 +73,6 @@ def train(
             training_data.dataset_fn(plan, validation_data, "validation", training=False),
             training_data.validation_steps(plan, validation_data, validation_steps),
         )
-    start = plan.model_dir and backup_position(plan.model_dir.backup, plan.steps_per_epoch)
     read_train = training_data.dataset_fn(plan, train_data, "train", training=True)
     with fit_guards.explained(
         model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
@@ -189,4 +189,5 @@ def _train_loop(
         "examples_per_sec": timer.examples_per_sec(),
         "epoch_train_s": timer.epoch_train_s,
         "resumed_from_epoch": history.resumed_from_epoch,
+        "backup_save_s": plan.model_dir and checkpoints.slowest_save_s,
     }

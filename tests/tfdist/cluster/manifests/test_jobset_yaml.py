@@ -101,7 +101,19 @@ class LayoutTest(absltest.TestCase):
             document["spec"]["successPolicy"],
             {"operator": "All", "targetReplicatedJobs": ["worker"]},
         )
-        self.assertEqual(document["spec"]["failurePolicy"], {"maxRestarts": 0})
+        self.assertEqual(document["spec"]["failurePolicy"]["maxRestarts"], 0)
+        # A preempted pod (evicted, or saved on notice with exit 75) fails its Job by the pod
+        # failure policy, which restarts the JobSet without spending maxRestarts.
+        self.assertEqual(
+            document["spec"]["failurePolicy"]["rules"],
+            [
+                {
+                    "name": "preempted",
+                    "action": "RestartJobSetAndIgnoreMaxRestarts",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                }
+            ],
+        )
         (worker,) = document["spec"]["replicatedJobs"]
         self.assertEqual(worker["replicas"], 1)
         job = worker["template"]["spec"]
@@ -110,8 +122,22 @@ class LayoutTest(absltest.TestCase):
             (3, 3, "Indexed", 0),
         )
         self.assertEqual(job["activeDeadlineSeconds"], 86400)  # Nothing waits for ever.
+        self.assertEqual(
+            job["podFailurePolicy"]["rules"],
+            [
+                {
+                    "action": "FailJob",
+                    "onExitCodes": {"containerName": "tfdist", "operator": "In", "values": [75]},
+                },
+                {
+                    "action": "FailJob",
+                    "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                },
+            ],
+        )
         pod = job["template"]["spec"]
         self.assertEqual(pod["restartPolicy"], "Never")
+        self.assertEqual(pod["terminationGracePeriodSeconds"], 30)  # Kubernetes' default.
         (container,) = pod["containers"]
         self.assertEqual(
             container["command"],
@@ -139,7 +165,7 @@ class LayoutTest(absltest.TestCase):
         self.assertEqual(
             document["spec"]["successPolicy"]["targetReplicatedJobs"], ["chief", "evaluator"]
         )
-        self.assertEqual(document["spec"]["failurePolicy"], {"maxRestarts": 3})
+        self.assertEqual(document["spec"]["failurePolicy"]["maxRestarts"], 3)
         for job in ("chief", "worker", "ps", "evaluator"):
             pod = _pod(document, job)
             self.assertEqual(
@@ -266,6 +292,13 @@ class ErrorsTest(parameterized.TestCase):
             "16Gi",
         ),
         ("gpus", dict(pods=manifests.Pods(image="i", gpus=-1)), "jobset gpus", "-1", "0 or more"),
+        (
+            "grace",
+            dict(pods=manifests.Pods(image="i", grace_s=float("nan"))),
+            "jobset grace_s",
+            "nan",
+            "1 to 3600",
+        ),
         (
             "queue",
             dict(pods=manifests.Pods(image="i", queue="Team A")),
@@ -446,7 +479,7 @@ class ErrorsTest(parameterized.TestCase):
                 train_args=["--model_dir=gs://b/run"],
             )
         )
-        self.assertEqual(document["spec"]["failurePolicy"], {"maxRestarts": 2})
+        self.assertEqual(document["spec"]["failurePolicy"]["maxRestarts"], 2)
 
     def test_documents_do_not_share_state(self):
         first = _jobset(num_workers=2, train_args=["--epochs=1"])

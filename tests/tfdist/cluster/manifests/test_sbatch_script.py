@@ -54,6 +54,11 @@ class SlurmTest(parameterized.TestCase):
         self.assertNotIn("--gpus-per-task", script)
         self.assertIn("8888", script)  # The port is documented.
         self.assertIn("no authentication", script)
+        # A preemption notice before the time limit, and back in the queue after it.
+        self.assertIn("#SBATCH --signal=USR1@30", lines)
+        self.assertIn("#SBATCH --requeue", lines)
+        lead = manifests.slurm(**_SLURM, num_workers=1, grace_s=120).splitlines()
+        self.assertIn("#SBATCH --signal=USR1@120", lead)
 
     def test_gpus_per_task(self):
         script = manifests.slurm(**_SLURM, num_workers=2, gpus_per_task=2)
@@ -83,6 +88,7 @@ class SlurmTest(parameterized.TestCase):
                 "tfdist",
                 "train",
                 *flags,
+                "--preemption_signal=SIGUSR1",
                 *_TRAIN_ARGS,
             ],
         )
@@ -113,6 +119,7 @@ class SlurmTest(parameterized.TestCase):
                 "--epochs=2",
                 "--cluster_resolver=slurm",
                 "--slurm_port_base=8888",
+                "--preemption_signal=SIGUSR1",
             ],
         )
         self.assertIn(f'PYTHON="${{TFDIST_PYTHON:-{_PYTHON}}}"', script.splitlines())
@@ -148,6 +155,7 @@ class SlurmTest(parameterized.TestCase):
                 "train",
                 "--cluster_resolver=slurm",
                 "--slurm_port_base=8888",
+                "--preemption_signal=SIGUSR1",
                 *_TRAIN_ARGS,
             ],
         )
@@ -160,6 +168,7 @@ class SlurmTest(parameterized.TestCase):
         ("port", dict(port=0), "slurm port", "0", "from 1 to 65535"),
         ("gpus", dict(gpus_per_task=-1), "slurm gpus_per_task", "-1", "from 0 to 1024"),
         ("tasks_per_node", dict(tasks_per_node=0), "slurm tasks_per_node", "0", "from 1 to 1024"),
+        ("grace", dict(grace_s=0), "slurm grace_s", "0", "1 to 3600"),
         ("python", dict(python='/a "b"/python'), "slurm python", "'/a \"b\"/python'", "path"),
         (
             "args",

@@ -2,6 +2,7 @@
 and, through it, the manifest and the pod-side resolver agreeing on every pod's place."""
 
 import re
+import unittest
 
 import yaml
 from absl.testing import absltest
@@ -107,6 +108,28 @@ class ManifestToPodTest(parameterized.TestCase):
         )
 
 
+class PreemptionPolicyTest(unittest.TestCase):
+    def test_the_grace_period_and_what_fails_a_job_at_once_are_read(self):
+        plan = jobset_plan.read(
+            yaml.safe_load(
+                manifests.jobset(
+                    name="p",
+                    pods=manifests.Pods(image="i", grace_s=90),
+                    num_workers=1,
+                    train_args=[],
+                )
+            )
+        )
+        (pod,) = plan.pods
+        self.assertEqual(
+            (pod.grace_s, pod.fail_job_codes, pod.fail_job_disrupted), (90, frozenset({75}), True)
+        )
+        self.assertEqual(
+            plan.on_job_failure("PodFailurePolicy"), "RestartJobSetAndIgnoreMaxRestarts"
+        )
+        self.assertEqual(plan.on_job_failure("BackoffLimitExceeded"), "RestartJobSet")
+
+
 class RefusalTest(parameterized.TestCase):
     def _document(self):
         return yaml.safe_load(
@@ -132,9 +155,40 @@ class RefusalTest(parameterized.TestCase):
             "spec.startupPolicy",
         ),
         (
-            "failure_rules",
+            "failure_rule_action",
             lambda d: d["spec"]["failurePolicy"].update(rules=[{"name": "x"}]),
-            "spec.failurePolicy.rules",
+            "spec.failurePolicy.rules[0].action: None is not one of RestartJobSet",
+        ),
+        (
+            "failure_rule_targets",
+            lambda d: d["spec"]["failurePolicy"]["rules"][0].update(targetReplicatedJobs=["w"]),
+            "spec.failurePolicy.rules[0]: ['targetReplicatedJobs'] are not rehearsed",
+        ),
+        (
+            "failure_rule_reason",
+            lambda d: d["spec"]["failurePolicy"]["rules"][0].update(onJobFailureReasons=["Oom"]),
+            "onJobFailureReasons: ['Oom'] are not among PodFailurePolicy",
+        ),
+        (
+            "pod_failure_ignore",
+            lambda d: d["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"][
+                "rules"
+            ][0].update(action="Ignore"),
+            "is not rehearsed (FailJob on exit codes or on DisruptionTarget is)",
+        ),
+        (
+            "pod_failure_not_in",
+            lambda d: d["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"][
+                "rules"
+            ][0]["onExitCodes"].update(operator="NotIn"),
+            "is not rehearsed (operator In with exit codes above 0 is)",
+        ),
+        (
+            "grace",
+            lambda d: d["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(
+                terminationGracePeriodSeconds=-1
+            ),
+            "terminationGracePeriodSeconds: -1 is not a number of seconds",
         ),
         (
             "two_containers",

@@ -22,6 +22,8 @@ class SlurmLayoutTest(parameterized.TestCase):
                 "nodes": "5",
                 "ntasks-per-node": "1",
                 "time": "01:00:00",
+                "signal": "USR1@30",
+                "requeue": "",
             },
         )
 
