@@ -3,13 +3,16 @@
 digest line. With --kill_at_epoch=E the last worker SIGKILLs itself at the start of epoch E
 once (a file in --model_dir remembers), as a node lost mid-run would end it; with
 --term_at=E,S it sends itself SIGTERM at the start of step S of epoch E once, as a preemption
-notice does.
+notice does; with --hold_at_epoch=E the last worker waits at the start of epoch E (once, up to
+--hold_s) until a preemption notice reaches it, so that a notice sent from outside (a
+rehearsal's --preempt) lands mid-epoch however fast the steps run.
 """
 
 import hashlib
 import json
 import os
 import signal
+import time
 
 from absl import flags
 
@@ -18,6 +21,8 @@ import tfdist
 tfdist.define_flags()
 _KILL_AT_EPOCH = flags.DEFINE_integer("kill_at_epoch", 0, "Kill the last worker at this epoch.")
 _TERM_AT = flags.DEFINE_list("term_at", [], "EPOCH,STEP: SIGTERM the last worker there, once.")
+_HOLD_AT_EPOCH = flags.DEFINE_integer("hold_at_epoch", 0, "Hold the last worker at this epoch.")
+_HOLD_S = flags.DEFINE_float("hold_s", 120.0, "The longest hold.")
 _EXAMPLES = 512
 
 
@@ -48,11 +53,24 @@ def killer(plan):
             print(f"{plan.task}: sending myself {signal.Signals(signum).name} {where}", flush=True)
             os.kill(os.getpid(), signum)
 
+    def hold_until_notice(epoch: int) -> None:
+        """Waits until tfdist's notice handler (SIGTERM's) has noted a signal."""
+        if not (last == 0 or plan.task.endswith(f":{last}")) or os.path.exists(marker):
+            return
+        open(marker, "w", encoding="utf-8").close()
+        print(f"{plan.task}: holding at epoch {epoch + 1} until a preemption notice", flush=True)
+        notice = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+        deadline = time.monotonic() + _HOLD_S.value
+        while not getattr(notice, "received", True) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     class KillOnce(tf.keras.callbacks.Callback):
         def on_epoch_begin(self, epoch, logs=None):
             self.epoch = epoch
             if epoch + 1 == _KILL_AT_EPOCH.value:
                 once(signal.SIGKILL, f"at epoch {epoch + 1}")
+            if epoch + 1 == _HOLD_AT_EPOCH.value:
+                hold_until_notice(epoch)
 
         def on_train_batch_begin(self, batch, logs=None):
             if (self.epoch + 1, batch + 1) == term_at:

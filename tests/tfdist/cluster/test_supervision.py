@@ -378,7 +378,11 @@ class SuperviseTest(parameterized.TestCase):
 
 
 def _pod(
-    name: str, replicated_job: str, backoff_limit: int = 0, deadline_s: int | None = None
+    name: str,
+    replicated_job: str,
+    backoff_limit: int = 0,
+    deadline_s: int | None = None,
+    fail_job_codes: frozenset[int] = frozenset(),
 ) -> pod_template.Pod:
     return pod_template.Pod(
         name,
@@ -393,6 +397,7 @@ def _pod(
         backoff_limit,
         None,
         deadline_s=deadline_s,
+        fail_job_codes=fail_job_codes,
     )
 
 
@@ -424,19 +429,35 @@ class OtherPoliciesTest(parameterized.TestCase):
         backoff_limit: int,
         max_restarts: int,
         deadline_s: int | None = None,
+        preempted_exit: int | None = None,
     ):
+        codes = frozenset() if preempted_exit is None else frozenset({preempted_exit})
         plan = jobset_plan.JobSetPlan(
             "js",
             None,
-            tuple(_pod(name, name.rsplit("-", 1)[0], backoff_limit, deadline_s) for name in runs),
+            tuple(
+                _pod(name, name.rsplit("-", 1)[0], backoff_limit, deadline_s, codes)
+                for name in runs
+            ),
             "All",
             ("worker",),
             max_restarts,
+            failure_rules=((jobset_plan.RESTART_UNCOUNTED, frozenset({"PodFailurePolicy"})),)
+            if codes
+            else (),
         )
         tasks = {name: _Task(self.host, name, run) for name, run in runs.items()}
         # The rehearsal's own bookkeeping (`jobset_run._Run`) over fake pods on a fake clock.
-        pods = mock.Mock(plan=plan, attempt=0, processes={}, job_started={}, past_deadline=set())
-        for method in ("how", "new_attempt", "stop_past_deadline"):
+        pods = mock.Mock(
+            plan=plan,
+            attempt=0,
+            processes={},
+            job_started={},
+            past_deadline=set(),
+            disrupted=set(),
+            options=jobset_run.Options(),
+        )
+        for method in ("how", "new_attempt", "stop_past_deadline", "job_failure", "_preempt"):
             real = getattr(jobset_run._Run, method)  # pylint: disable=protected-access
             getattr(pods, method).side_effect = functools.partial(real, pods)
 
@@ -474,6 +495,22 @@ class OtherPoliciesTest(parameterized.TestCase):
             [event.split()[1] for event in self.host.starts()],
             ["worker-0", "ps-0", "worker-0", "worker-0", "ps-0", "worker-0"],
         )
+
+    def test_a_preempted_pod_restarts_the_jobset_without_spending_max_restarts(self):
+        # Exit 75 fails the Job at once by its pod failure policy (backoffLimit 3 unused), and
+        # the rule for PodFailurePolicy restarts the JobSet with maxRestarts 0.
+        watcher, group, pods = self._jobset(
+            {"worker-0": [(0.5, 75), (0.5, 0)]}, backoff_limit=3, max_restarts=0, preempted_exit=75
+        )
+        status, _, stderr = self._watch(watcher, group)
+        self.assertEqual(status, 0)
+        self.assertEqual(
+            stderr[0],
+            "tfdist rehearse: worker-0 exited with status 75; its Job failed by PodFailurePolicy; "
+            "restarting JobSet js, every pod, without spending maxRestarts "
+            "(RestartJobSetAndIgnoreMaxRestarts)",
+        )
+        self.assertEqual(pods.attempt, 1)
 
     def test_a_job_past_its_deadline_is_stopped_and_fails_the_jobset(self):
         watcher, group, pods = self._jobset(

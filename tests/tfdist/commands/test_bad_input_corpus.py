@@ -116,6 +116,7 @@ _STRINGS = {
     ),
     "tf_data_service": ("localhost:5050", "grpc://h:99999", "grpc://", "http://h:1"),
     "time_limit": ("soon", ""),
+    "preempt": ("pod", "pod@", "@30", "pod@x", "pod@-1", "pod@nan", "pod@inf", "pod@" + HUGE),
     "variable_partition": ("max_shards", "min_size:0", "max_shards:" + HUGE, "fixed:2"),
 }
 # Flags that are judged only beside others: what to add so the bad value is what fails.
@@ -138,6 +139,7 @@ _CONTEXT = {
             "mount_path",
             "working_dir",
             "deadline_s",
+            "grace_s",
         )
     },
 }

@@ -34,6 +34,12 @@ from tfdist.commands import cli
 from tfdist.commands import flags as flags_lib
 
 TIMEOUT_S = 300
+# When the rehearsal deletes the preempted pod: past its TensorFlow import and first epoch
+# (the program then holds until the notice), on a busy 2-core machine too.
+PREEMPT_AFTER_S = 30
+_MLP_PROGRAM = os.path.join(
+    os.path.dirname(__file__), os.pardir, os.pardir, "data", "programs", "mlp_with_digest.py"
+)
 # How long after a cut link every other pod may take to end, beyond --collective_timeout_s:
 # TensorFlow's coordination service notices a silent task within its 10 s heartbeat timeout,
 # and the process then takes a few seconds to end on 2 cores.
@@ -239,6 +245,54 @@ class RehearseTest(unittest.TestCase):
                 logs[index],
                 f"pod {index} trains with both workers' replicas",
             )
+        self.assertEqual(our_namespaces_of_any_rehearsal(), [])
+
+    def test_a_preempted_pod_saves_and_the_jobset_restarts_without_spending_max_restarts(self):
+        # A spot reclaim deletes one pod of two mid-epoch: SIGTERM, SIGKILL after its grace.
+        # Both workers agree on one step, save there and exit 75, which the Jobs' pod failure
+        # policy takes for a preemption: the JobSet restarts with maxRestarts 0 left unspent,
+        # and both pods resume at the next step.
+        model_dir = os.path.join(self.mount, "run")
+        path = self._manifest(
+            "--name=prem",
+            "--num_workers=2",
+            "--max_restarts=0",
+            "--grace_s=60",
+            "--volume_claim=runs",
+            f"--mount_path={self.mount}",
+            "--",
+            sys.executable,
+            _MLP_PROGRAM,
+            "--strategy=multi_worker_mirrored",
+            "--epochs=3",
+            "--hold_at_epoch=2",
+            f"--model_dir={model_dir}",
+            "--collective_timeout_s=60",
+        )
+        result = self._rehearse(path, f"--preempt=prem-worker-0-1@{PREEMPT_AFTER_S}")
+        output = result.stdout + result.stderr
+        self.assertEqual(result.returncode, 0, output[-5000:])
+        self.assertIn("holding at epoch 2 until a preemption notice", output)
+        self.assertIn(
+            "preempting pod prem-worker-0-1 as a spot reclaim or Kueue deletes it: SIGTERM, "
+            "SIGKILL after its grace period (60 s)",
+            output,
+        )
+        for index in (0, 1):
+            self.assertRegex(
+                output,
+                rf"\[prem-worker-0-{index}\] mlp_with_digest\.py: preempted at epoch 2 step 1; "
+                r"state saved in [0-9.]+ s",
+            )
+        self.assertRegex(
+            output,
+            r"prem-worker-0-[01] exited with status 75; its Job failed by PodFailurePolicy; "
+            r"restarting JobSet prem, every pod, without spending maxRestarts",
+        )
+        self.assertEqual(output.count("resuming at epoch 2 step 2"), 2, output[-5000:])
+        self.assertIn("JobSet prem done: 2 pod(s) exited 0", output)
+        digests = re.findall(r"digest (\{.*\})", output)
+        self.assertEqual(len({json.loads(found)["sha"] for found in digests}), 1, digests)
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
     def test_parameter_server_with_an_evaluator(self):

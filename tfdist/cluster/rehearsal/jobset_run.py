@@ -263,13 +263,15 @@ def _group(pods: _Run) -> supervisor.Group:
                 )
             reason = "BackoffLimitExceeded"
         action = plan.on_job_failure(reason)
-        if action == jobset_plan.FAIL or (
-            action == jobset_plan.RESTART and restarts >= plan.max_restarts
-        ):
+        if action == jobset_plan.FAIL:
+            return supervisor.Fail(
+                f"JobSet {plan.name} failed: its Job failed by {reason}, for which its failure "
+                f"policy says {action}: {pods.how(name, status)}; stopped every pod"
+            )
+        if action == jobset_plan.RESTART and restarts >= plan.max_restarts:
             return supervisor.Fail(
                 f"JobSet {plan.name} failed after {restarts} restart(s) (maxRestarts "
-                f"{plan.max_restarts}; its Job failed by {reason}, {action}): "
-                f"{pods.how(name, status)}; stopped every pod"
+                f"{plan.max_restarts}): {pods.how(name, status)}; stopped every pod"
             )
         failures.clear()
         pods.new_attempt(pods.attempt + 1)
