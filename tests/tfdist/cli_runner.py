@@ -208,3 +208,18 @@ def launch_killing(
         launcher.kill()
         launcher.wait(timeout=60)
     return "".join(lines), killed, status
+
+
+# The user's program the engine and preemption tests run (an MLP on generated data that prints
+# its rank's final weights as one digest line; see its docstring).
+MLP_PROGRAM = str(pathlib.Path(__file__).parents[1] / "data" / "programs" / "mlp_with_digest.py")
+
+
+def digests(output: str) -> dict[str, str]:
+    """{task: digest of its final weights} from MLP_PROGRAM's `digest {...}` lines."""
+    found = {}
+    for line in output.splitlines():
+        if "digest {" in line:
+            record = json.loads(line[line.index("{") :])
+            found[record["task"]] = record["sha"]
+    return found

@@ -189,16 +189,27 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
     """Ends `fit` at a step boundary after a preemption notice (`tfdist.training.preemption`),
     with `backup` saved there, by raising `errors.Preempted`. After the epoch's last step the
     epoch ends first (validation, its checkpoint and history), as does a notice in validation
-    where the step loop is one process's. Goes last among the callbacks."""
+    where the step loop is one process's. Goes last among the callbacks.
+
+    `at_steps=False` acts at epochs' ends only: tf-keras refuses batch-level callbacks under
+    parameter server, whose steps run asynchronously on the workers."""
 
     def __init__(
-        self, watch: preemption.Watch, backup: BackupAndRestore | None, *, steps_per_epoch: int
+        self,
+        watch: preemption.Watch,
+        backup: BackupAndRestore | None,
+        *,
+        steps_per_epoch: int,
+        at_steps: bool = True,
     ):
         super().__init__()
         self._watch, self._backup = watch, backup
-        self._steps_per_epoch = steps_per_epoch
+        self._steps_per_epoch, self._at_steps = steps_per_epoch, at_steps
         self._epoch = 0
         self._after_epoch = False
+
+    def _implements_train_batch_hooks(self):
+        return self._at_steps
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch

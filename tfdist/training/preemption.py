@@ -93,8 +93,8 @@ class Agreement:
     def around(self, train_step: Callable) -> Callable:
         """`train_step` (a replica's step), then the flags' all-reduce."""
 
-        def step_with_agreement(data):
-            logs = train_step(data)
+        def step_with_agreement(*batch):
+            logs = train_step(*batch)
             context = tf.distribute.get_replica_context()
             self._agreed.assign(
                 context.all_reduce(tf.distribute.ReduceOp.SUM, self._raised.read_value())

@@ -1,7 +1,9 @@
 """Parameter-server `worker` and `ps` tasks (`Role.SERVE`): serve until the chief is done,
 then exit 0 instead of serving forever (`tfdist.cluster.liveness`). `fit` does it on such a
-task; a custom loop calls `serve` itself."""
+task; a custom loop calls `serve` itself. A preemption notice does not stop a server: it serves
+on while the chief saves, then ends as preempted (exit 75)."""
 
+from tfdist import errors
 from tfdist import strategies
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import PROBE_EVERY_S
@@ -10,6 +12,7 @@ from tfdist.runtime.config import ConfigError
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import Role
 from tfdist.runtime.setup import require_plan
+from tfdist.training import preemption
 
 FIRST_CONTACT_TIMEOUT_S = 600.0
 
@@ -43,13 +46,20 @@ def serve(plan: Plan) -> dict:
         flush=True,
     )
     watch = ChiefWatch(chief).start()
-    while not watch.wait_finished(PROBE_EVERY_S):
-        if watch.unseen_for_s() > FIRST_CONTACT_TIMEOUT_S:
-            raise ConfigError(
-                f"chief at {chief} did not answer within "
-                f"{FIRST_CONTACT_TIMEOUT_S:g} s; start the chief task (or check "
-                "TF_CONFIG with `tfdist doctor`)."
-            )
+    notice = preemption.Notice(plan.config.train.preemption_signal)
+    with notice.watching():  # The chief saves on its notice, reading this task's variables.
+        while not watch.wait_finished(PROBE_EVERY_S):
+            if watch.unseen_for_s() > FIRST_CONTACT_TIMEOUT_S:
+                raise ConfigError(
+                    f"chief at {chief} did not answer within "
+                    f"{FIRST_CONTACT_TIMEOUT_S:g} s; start the chief task (or check "
+                    "TF_CONFIG with `tfdist doctor`)."
+                )
     print(f"tfdist: {plan.task}: the chief at {chief} has finished; stopping", flush=True)
     del server
+    if notice.received:
+        raise errors.Preempted(
+            f"preempted ({notice.signal_name}): {plan.task} served on until the chief at {chief} "
+            "had saved; start the same command again to resume."
+        )
     return {"task": plan.task, "role": plan.role.value}

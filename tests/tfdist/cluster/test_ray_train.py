@@ -6,7 +6,6 @@ sets it), where a missing Ray fails them.
 """
 
 import importlib.util
-import json
 import os
 import pathlib
 import subprocess
@@ -18,12 +17,13 @@ import unittest.mock
 
 import pytest
 
+from tests.tfdist.cli_runner import MLP_PROGRAM
+from tests.tfdist.cli_runner import digests
 from tests.tfdist.cli_runner import run_tfdist
 from tfdist.cluster import ray_train
 from tfdist.runtime import keras_env
 from tfdist.runtime import ray_env
 
-_PROGRAM = pathlib.Path(__file__).parents[2] / "data" / "programs" / "mlp_with_digest.py"
 _RUN_S = 420  # A whole run's bound: Ray's start, two groups of workers importing TensorFlow.
 
 
@@ -33,16 +33,6 @@ def _real_ray_or_skip() -> None:
     if os.environ.get("TFDIST_REQUIRE_RAY") == "1":
         pytest.fail("Ray is required here but not installed: pip install -e '.[ray]'")
     pytest.skip("Ray is not installed: pip install -e '.[ray]'")
-
-
-def _digests(output: str) -> dict[str, str]:
-    """{task: digest of its final weights} from the program's `digest {...}` lines."""
-    found = {}
-    for line in output.splitlines():
-        if "digest {" in line:
-            record = json.loads(line[line.index("{") :])
-            found[record["task"]] = record["sha"]
-    return found
 
 
 class WorkerEnvTest(unittest.TestCase):
@@ -200,7 +190,7 @@ class RealRayTest(unittest.TestCase):
             "--timeout_s=360",
             "--",
             "python",
-            str(_PROGRAM),
+            MLP_PROGRAM,
             "--strategy=multi_worker_mirrored",
             "--epochs=2",
             "--global_batch_size=32",
@@ -225,11 +215,11 @@ class RealRayTest(unittest.TestCase):
         self.addCleanup(train.kill)
         output, _ = own.communicate(timeout=_RUN_S)
         self.assertEqual(own.returncode, 0, output[-6000:])
-        self.assertIn("worker:1: killing myself at epoch 2", output)
+        self.assertIn("worker:1: sending myself SIGKILL at epoch 2", output)
         self.assertEqual(output.count("tfdist: resuming at epoch 2"), 2, output[-6000:])
-        digests = _digests(output)
-        self.assertEqual(set(digests), {"worker:0", "worker:1"}, output[-6000:])
-        self.assertEqual(len(set(digests.values())), 1, digests)
+        weights = digests(output)
+        self.assertEqual(set(weights), {"worker:0", "worker:1"}, output[-6000:])
+        self.assertEqual(len(set(weights.values())), 1, weights)
         self.assertNotIn("port.cc", output)  # TensorFlow's C++ start-up lines stay hidden.
         self.assertRegex(
             output, r"tfdist ray: Ray Train run tfdist finished on a local Ray with 2 worker"

@@ -61,7 +61,7 @@ class ManifestCommandTest(unittest.TestCase):
             [job["name"] for job in document["spec"]["replicatedJobs"]],
             ["chief", "worker", "ps", "evaluator"],
         )
-        self.assertEqual(document["spec"]["failurePolicy"], {"maxRestarts": 2})
+        self.assertEqual(document["spec"]["failurePolicy"]["maxRestarts"], 2)
 
     def test_a_program_after_the_dashes(self):
         result = self._manifest(
@@ -154,7 +154,7 @@ class ManifestCommandTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(
             'srun --kill-on-bad-exit=1 --label "$PYTHON" -m tfdist train --cluster_resolver=slurm '
-            "--slurm_port_base=9000 --epochs=5",
+            "--slurm_port_base=9000 --preemption_signal=SIGUSR1 --epochs=5",
             result.stdout,
         )
         self.assertIn(f'PYTHON="${{TFDIST_PYTHON:-{sys.executable}}}"', result.stdout)

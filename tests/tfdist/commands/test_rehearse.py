@@ -21,7 +21,8 @@ from unittest import mock
 import pytest
 import yaml
 
-from tests.tfdist.cli_runner import read_killing
+from tests.tfdist.cli_runner import MLP_PROGRAM
+from tests.tfdist.cli_runner import digests
 from tests.tfdist.cluster.manifests import jobset_crd
 from tests.tfdist.cli_runner import run_tfdist
 from tests.tfdist.cluster.rehearsal.emulated_hosts import emulated_hosts_or_skip
@@ -37,46 +38,10 @@ TIMEOUT_S = 300
 # When the rehearsal deletes the preempted pod: past its TensorFlow import and first epoch
 # (the program then holds until the notice), on a busy 2-core machine too.
 PREEMPT_AFTER_S = 30
-_MLP_PROGRAM = os.path.join(
-    os.path.dirname(__file__), os.pardir, os.pardir, "data", "programs", "mlp_with_digest.py"
-)
 # How long after a cut link every other pod may take to end, beyond --collective_timeout_s:
 # TensorFlow's coordination service notices a silent task within its 10 s heartbeat timeout,
 # and the process then takes a few seconds to end on 2 cores.
 LOST_PEER_MARGIN_S = 40
-# `tfdist train` that prints a checksum of the weights when training ends: a user's program
-# that finds its cluster in the JobSet pod's environment by itself. Its first two arguments
-# are a file on the shared volume and a pod's hostname: that pod, while the file is missing,
-# makes it and stops at epoch 2's start, saying HOLDING, until it is killed (so a kill there
-# falls before epoch 2's steps however fast they run; the pod restarted runs on).
-HOLDING = "holding at epoch 2 until killed"
-_TRAIN_WITH_CHECKSUM = textwrap.dedent(f"""
-    import os
-    import sys
-    import time
-    import tensorflow as tf
-    import tf_keras
-    from tfdist.commands import cli
-    from tfdist.training.keras2 import fit as training
-
-    held, holding_pod = sys.argv[1:3]
-
-    class Checksum(tf_keras.callbacks.Callback):
-        def on_train_end(self, logs=None):
-            total = sum(float(tf.reduce_sum(weight)) for weight in self.model.weights)
-            print(f"weights {{total:.6f}}", flush=True)
-
-    class HoldOnce(tf_keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            if epoch == 1 and os.environ["HOSTNAME"] == holding_pod and not os.path.exists(held):
-                open(held, "w").close()
-                print("{HOLDING}", flush=True)
-                time.sleep(600)
-
-    callbacks = training._output_callbacks
-    training._output_callbacks = lambda *a: callbacks(*a) + [Checksum(), HoldOnce()]
-    sys.exit(cli.main(["tfdist", "train", *sys.argv[3:]]))
-""")
 
 
 def write_manifest(test: unittest.TestCase, path: str, *args: str) -> str:
@@ -161,98 +126,16 @@ class RehearseTest(unittest.TestCase):
         )
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
-    def test_a_killed_pod_restarts_the_jobset_which_resumes_to_identical_weights(self):
-        # A user's program (not `tfdist train`) on multi-worker mirrored pods: it finds its
-        # cluster in the JobSet pod's environment by itself, and once the JobSet has restarted
-        # for the killed pod, both pods resume from the backup and end with identical weights.
-        script = os.path.join(self.dir, "train_with_checksum.py")
-        with open(script, "w", encoding="utf-8") as program:
-            program.write(_TRAIN_WITH_CHECKSUM)
+    def test_a_preempted_pod_saves_and_the_jobset_restarts_without_spending_max_restarts(self):
+        # A user's program (not `tfdist train`) on multi-worker mirrored pods, which finds its
+        # cluster in the JobSet pod's environment by itself. A spot reclaim deletes one pod of
+        # two mid-epoch: SIGTERM, SIGKILL after its grace. Both workers agree on one step, save
+        # there and exit 75, which the Jobs' pod failure policy takes for a preemption: the
+        # JobSet restarts with maxRestarts 0 left unspent, both pods resume at the next step
+        # and end with identical weights. (A pod killed outright restarts the JobSet against
+        # maxRestarts: tests/tfdist/cluster/test_supervision.py.)
         model_dir = os.path.join(self.mount, "run")
         metrics = os.path.join(model_dir, "metrics.json")
-        path = self._manifest(
-            "--name=kill",
-            "--num_workers=2",
-            "--max_restarts=1",
-            "--volume_claim=runs",
-            f"--mount_path={self.mount}",
-            "--",
-            sys.executable,
-            script,
-            os.path.join(self.mount, "held"),
-            "kill-worker-0-1",
-            *self._train(
-                "--strategy=multi_worker_mirrored",
-                "--epochs=2",
-                "--steps_per_epoch=4",
-                "--validation_steps=1",
-                f"--model_dir={model_dir}",
-                f"--metrics_json={metrics}",
-                "--collective_timeout_s=60",
-            ),
-        )
-        rehearsal = self._start(path)
-        with _stopped_at_the_end(rehearsal):
-            # Killed where it holds: after epoch 1's backup, before epoch 2's steps.
-            lines, killed = read_killing(
-                rehearsal.stdout, when=f"[kill-worker-0-1] {HOLDING}", task="kill-worker-0-1"
-            )
-            status = rehearsal.wait(timeout=TIMEOUT_S)
-        output = "".join(lines)
-        self.assertTrue(killed, f"kill-worker-0-1 never held at epoch 2: {output[-3000:]}")
-        self.assertEqual(status, 0, output[-5000:])
-        self.assertIn(
-            "kill-worker-0-1 was killed by signal 9 (SIGKILL); restarting JobSet "
-            "kill, every pod (1/1)",
-            output,
-            "the killed pod restarts the JobSet",
-        )
-        self.assertIn("resuming at epoch 2", output, "the restarted pods resume from the backup")
-        self.assertIn(
-            "JobSet kill done: 2 pod(s) exited 0, after 1 restart(s)",
-            output,
-            "the restarted JobSet completes",
-        )
-        with open(
-            os.path.join(self.log_dir, "volumes", "runs", "run", "metrics.json"), encoding="utf-8"
-        ) as metrics_file:
-            history = json.load(metrics_file)["history"]
-        self.assertEqual(
-            {name: len(values) for name, values in history.items()},
-            {name: 2 for name in history},
-            "the metrics history holds every epoch, before the kill and after",
-        )
-        self.assertIn("loss", history)
-        logs = [_log(self.log_dir, f"kill-worker-0-{index}") for index in (0, 1)]
-        checksums = [re.findall(r"^weights (\S+)$", log, re.M) for log in logs]
-        self.assertEqual(
-            [len(found) for found in checksums],
-            [1, 1],
-            "each pod's program ends training once, in the restarted JobSet",
-        )
-        self.assertEqual(
-            checksums[0], checksums[1], "multi-worker mirrored pods train identical weights"
-        )
-        for index in (0, 1):
-            # Its task and the group's size, from the JobSet pod's environment.
-            self.assertIn(
-                f"[kill-worker-0-{index}] tfdist input: train: input pipeline {index}/2 reads",
-                output,
-                f"the program on pod {index} finds its cluster in the pod's environment",
-            )
-            self.assertIn(
-                "multi_worker_mirrored on 2 replica(s) in all (2 workers x 1)",
-                logs[index],
-                f"pod {index} trains with both workers' replicas",
-            )
-        self.assertEqual(our_namespaces_of_any_rehearsal(), [])
-
-    def test_a_preempted_pod_saves_and_the_jobset_restarts_without_spending_max_restarts(self):
-        # A spot reclaim deletes one pod of two mid-epoch: SIGTERM, SIGKILL after its grace.
-        # Both workers agree on one step, save there and exit 75, which the Jobs' pod failure
-        # policy takes for a preemption: the JobSet restarts with maxRestarts 0 left unspent,
-        # and both pods resume at the next step.
-        model_dir = os.path.join(self.mount, "run")
         path = self._manifest(
             "--name=prem",
             "--num_workers=2",
@@ -262,11 +145,12 @@ class RehearseTest(unittest.TestCase):
             f"--mount_path={self.mount}",
             "--",
             sys.executable,
-            _MLP_PROGRAM,
+            MLP_PROGRAM,
             "--strategy=multi_worker_mirrored",
             "--epochs=3",
             "--hold_at_epoch=2",
             f"--model_dir={model_dir}",
+            f"--metrics_json={metrics}",
             "--collective_timeout_s=60",
         )
         result = self._rehearse(path, f"--preempt=prem-worker-0-1@{PREEMPT_AFTER_S}")
@@ -291,8 +175,24 @@ class RehearseTest(unittest.TestCase):
         )
         self.assertEqual(output.count("resuming at epoch 2 step 2"), 2, output[-5000:])
         self.assertIn("JobSet prem done: 2 pod(s) exited 0", output)
-        digests = re.findall(r"digest (\{.*\})", output)
-        self.assertEqual(len({json.loads(found)["sha"] for found in digests}), 1, digests)
+        weights = digests(result.stdout)
+        self.assertEqual(len(weights), 2, output[-3000:])
+        self.assertEqual(len(set(weights.values())), 1, weights)
+        for index in (0, 1):
+            self.assertIn(
+                "multi_worker_mirrored on 2 replica(s) in all (2 workers x 1)",
+                _log(self.log_dir, f"prem-worker-0-{index}"),
+                f"pod {index} trains with both workers' replicas",
+            )
+        with open(
+            os.path.join(self.log_dir, "volumes", "runs", "run", "metrics.json"), encoding="utf-8"
+        ) as metrics_file:
+            history = json.load(metrics_file)["history"]
+        self.assertEqual(
+            {name: len(values) for name, values in history.items()},
+            {"loss": 3},
+            "the metrics history holds every epoch, before the preemption and after",
+        )
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
     def test_parameter_server_with_an_evaluator(self):

@@ -6,9 +6,7 @@ The runs are a user's own program (tests/data/programs/mlp_with_digest.py) that 
 SIGTERM at a given step, so the notice lands at the same step every time.
 """
 
-import json
 import os
-import pathlib
 import signal
 import subprocess
 import sys
@@ -17,11 +15,12 @@ import unittest
 
 import pytest
 
+from tests.tfdist.cli_runner import MLP_PROGRAM
+from tests.tfdist.cli_runner import digests
 from tfdist.errors import EXIT_PREEMPTED
 from tfdist.runtime.config import NoticeSignal
 from tfdist.training import preemption
 
-_PROGRAM = str(pathlib.Path(__file__).parents[2] / "data" / "programs" / "mlp_with_digest.py")
 _TFDIST = [sys.executable, "-m", "tfdist"]
 _RUN_S = 180  # One run's bound: a few seconds of training after TensorFlow's import.
 _FLAGS = ["--epochs=3", "--deterministic"]  # 4 steps an epoch.
@@ -35,16 +34,6 @@ def _run(command: list[str], cwd: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         command, cwd=cwd, capture_output=True, text=True, timeout=_RUN_S, check=False
     )
-
-
-def _digests(output: str) -> dict[str, str]:
-    """{task: digest of its final weights} from the program's `digest {...}` lines."""
-    found = {}
-    for line in output.splitlines():
-        if "digest {" in line:
-            record = json.loads(line[line.index("{") :])
-            found[record["task"]] = record["sha"]
-    return found
 
 
 class NoticeTest(unittest.TestCase):
@@ -75,7 +64,7 @@ class PreemptedRunTest(unittest.TestCase):
 
     def test_one_device_saves_at_the_step_and_resumes_to_the_same_weights(self):
         preempted_dir = os.path.join(self.scratch, "preempted")
-        program = [sys.executable, _PROGRAM, *_FLAGS, f"--model_dir={preempted_dir}"]
+        program = [sys.executable, MLP_PROGRAM, *_FLAGS, f"--model_dir={preempted_dir}"]
         first = _run([*program, "--term_at=2,2"], self.scratch)
         self.assertEqual(first.returncode, EXIT_PREEMPTED, first.stderr[-2000:])
         self.assertRegex(first.stderr.strip().splitlines()[-1], "^" + _PREEMPTED + "$")
@@ -83,9 +72,10 @@ class PreemptedRunTest(unittest.TestCase):
         self.assertEqual(resumed.returncode, 0, resumed.stderr[-2000:])
         self.assertIn("tfdist: resuming at epoch 2 step 3 from the backup", resumed.stderr)
         whole = _run(
-            [sys.executable, _PROGRAM, *_FLAGS, f"--model_dir={self.scratch}/whole"], self.scratch
+            [sys.executable, MLP_PROGRAM, *_FLAGS, f"--model_dir={self.scratch}/whole"],
+            self.scratch,
         )
-        self.assertEqual(_digests(resumed.stdout), _digests(whole.stdout))
+        self.assertEqual(digests(resumed.stdout), digests(whole.stdout))
 
     def test_two_workers_stop_at_one_step_and_launch_restarts_them_to_the_same_weights(self):
         def launch(model_dir: str, *extra: str) -> subprocess.CompletedProcess:
@@ -97,7 +87,7 @@ class PreemptedRunTest(unittest.TestCase):
                     "--max_restarts=1",
                     "--",
                     "python",
-                    _PROGRAM,
+                    MLP_PROGRAM,
                     "--strategy=multi_worker_mirrored",
                     *_FLAGS,
                     f"--model_dir={self.scratch}/{model_dir}",
@@ -118,9 +108,9 @@ class PreemptedRunTest(unittest.TestCase):
         )
         self.assertEqual(output.count("tfdist: resuming at epoch 2 step 3"), 2)
         whole = launch("whole")
-        digests = _digests(preempted.stdout)
-        self.assertEqual(len(set(digests.values())), 1, digests)
-        self.assertEqual(digests, _digests(whole.stdout))
+        weights = digests(preempted.stdout)
+        self.assertEqual(len(set(weights.values())), 1, weights)
+        self.assertEqual(weights, digests(whole.stdout))
 
 
 if __name__ == "__main__":

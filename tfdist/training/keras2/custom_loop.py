@@ -9,6 +9,12 @@ Runs tf-keras models under every strategy. Under parameter server the loop runs 
 datasets, `run` schedules the steps on the workers (`steps_per_execution` per closure) and
 joins, and checkpoints are the coordinator's; the worker and ps tasks call `tfdist.serve`.
 Keras 3 models (`--keras=3`) train through `tfdist.fit`.
+
+A preemption notice (SIGTERM, `--preemption_signal`) that reaches `run` on training data (or
+`save`, for the next `run`) ends that run at a step boundary, `steps_per_execution` steps per
+call, with the step saved and `errors.Preempted` raised (`tfdist.training.preemption`);
+`restore` then resumes at that step and `distribute` reads on from there. Between the loop's
+calls, in code of yours, a notice is not watched (TensorFlow's multi-worker runtime ignores it).
 """
 
 import collections.abc
@@ -30,9 +36,11 @@ from tfdist.strategies import StrategyKind
 from tfdist.strategies.config import check_int
 from tfdist.training import guards as fit_guards
 from tfdist.training import input_checks
+from tfdist.training import preemption
 from tfdist.training.callbacks import say_resuming
 from tfdist.training.callbacks import unrestorable
 from tfdist.training.data import dataset_fn
+from tfdist.training.data import from_start
 from tfdist.training.data import is_dataset_function
 from tfdist.training.keras2 import step
 from tfdist.training.keras2.fit import log_sharding
@@ -41,6 +49,9 @@ from tfdist.training.model import checked_model
 
 
 _OPTIMIZERS = (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
+# The loop's counters in its checkpoint, as TensorFlow names them.
+_EPOCH = "epoch/.ATTRIBUTES/VARIABLE_VALUE"
+_STEP = "step_in_epoch/.ATTRIBUTES/VARIABLE_VALUE"
 _LOCKS: dict[str, Lock] = {}  # A loop's model-dir lock, by model dir, to the process's end.
 
 
@@ -113,12 +124,18 @@ class CustomLoop:
             log_sharding(plan, self.model)
             self.optimizer = optimizer or tfdist_optimizer(plan)
             self._epoch = tf.Variable(0, trainable=False, dtype=tf.int64)
+            # Steps done into the epoch after `_epoch`, when a preemption saved.
+            self._step = tf.Variable(0, trainable=False, dtype=tf.int64)
         self._checkpoint = tf.train.Checkpoint(
-            model=self.model, optimizer=self.optimizer, epoch=self._epoch
+            model=self.model, optimizer=self.optimizer, epoch=self._epoch, step_in_epoch=self._step
         )
         self._manager = None
         self._iterators = weakref.WeakKeyDictionary()  # Dataset -> its iterator.
-        self._loops: dict[Callable, Callable] = {}
+        self._loops: dict[tuple[Callable, bool], Callable] = {}
+        self._watch = preemption.watch(plan)
+        self._training_sets = weakref.WeakSet()  # What `distribute` made of training data.
+        self._steps_done = 0  # Training steps into the current epoch.
+        self._to_skip = 0  # Steps of the resumed epoch that the restored state has done.
 
     def distribute(
         self, data, split: str = "train", *, training: bool = True, check_input: bool = True
@@ -131,12 +148,18 @@ class CustomLoop:
         read = dataset_fn(self.plan, data, split, training=training)
         if check_input and training and is_dataset_function(data):
             input_checks.check(self.plan, read, f"{split} data")
+        if training:  # Read on where the saved state stopped.
+            read = from_start(self.plan, read, data, self._saved_position())
         if self.coordinator is None:
-            return self.strategy.distribute_datasets_from_function(read)
-        strategy = self.strategy
-        return self.coordinator.create_per_worker_dataset(
-            tf.function(lambda: strategy.distribute_datasets_from_function(read))
-        )
+            dataset = self.strategy.distribute_datasets_from_function(read)
+        else:
+            strategy = self.strategy
+            dataset = self.coordinator.create_per_worker_dataset(
+                tf.function(lambda: strategy.distribute_datasets_from_function(read))
+            )
+        if training:
+            self._training_sets.add(dataset)
+        return dataset
 
     def scale_loss(self, per_example_loss: tf.Tensor) -> tf.Tensor:
         """The replica's share of the global mean loss: summed over the replicas it is the
@@ -163,7 +186,16 @@ class CustomLoop:
 
         `dataset` is one `distribute` made, read by one iterator kept across calls (the next
         call goes on where this one stopped), or an iterator of one, read as it is:
-        `iter(evaluation)` gives an evaluation a fresh pass."""
+        `iter(evaluation)` gives an evaluation a fresh pass.
+
+        On training data, `steps_per_execution` steps per call, a preemption notice ends it at
+        a call's end with the state saved there (errors.Preempted); after `restore` resumed
+        one, the first calls leave out the steps it had done.
+
+        Raises:
+          tfdist.errors.Preempted: a preemption notice came; the step is saved (with
+            --model_dir) and the loop resumes there when the program starts again.
+        """
         if not callable(step_fn):
             raise ConfigError(
                 f"step_fn={step_fn!r} is a {type(step_fn).__name__}, not a "
@@ -171,13 +203,30 @@ class CustomLoop:
             )
         check_int("steps", steps, 1, MAX_COUNT, "pass e.g. plan.steps_per_epoch", error=ConfigError)
         iterator = self._iterator(dataset)
-        if step_fn not in self._loops:
+        training = isinstance(dataset, collections.abc.Hashable) and dataset in self._training_sets
+        loop = self._loop(step_fn, training)
+        try:
+            if training:
+                return self._train(loop, iterator, steps)
+            if self.coordinator is None:
+                total = float(loop(iterator, tf.constant(steps, tf.int64)))
+            else:
+                total = self._scheduled(loop, iterator, steps)
+        except tf.errors.OutOfRangeError:
+            raise fit_guards.ran_out("dataset") from None
+        return total / steps
+
+    def _loop(self, step_fn: Callable, training: bool) -> Callable:
+        """The compiled loop of `step_fn` over a number of batches (made on first use); on
+        training data each step takes part in the workers' agreement on a notice."""
+        if (step_fn, training) not in self._loops:
+            replica_step = self._watch.around(step_fn) if training else step_fn
 
             @tf.function
             def loop(iterator, steps):
                 total = tf.constant(0.0)
                 for _ in tf.range(steps):
-                    values = self.strategy.run(step_fn, args=next(iterator))
+                    values = self.strategy.run(replica_step, args=next(iterator))
                     if values is not None:  # A step that returns nothing (evaluation) adds 0.
                         total += tf.cast(
                             self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None),
@@ -185,15 +234,52 @@ class CustomLoop:
                         )
                 return total
 
-            self._loops[step_fn] = loop
-        try:
-            if self.coordinator is None:
-                total = float(self._loops[step_fn](iterator, tf.constant(steps, tf.int64)))
-            else:
-                total = self._scheduled(self._loops[step_fn], iterator, steps)
-        except tf.errors.OutOfRangeError:
-            raise fit_guards.ran_out("dataset") from None
-        return total / steps
+            self._loops[(step_fn, training)] = loop
+        return self._loops[(step_fn, training)]
+
+    def _train(self, loop: Callable, iterator, steps: int) -> float:
+        """`steps` training steps of `loop`, less those a resumed state had done,
+        `steps_per_execution` per call, watching for a preemption notice between calls."""
+        skipped = min(self._to_skip, steps)
+        self._to_skip -= skipped
+        todo, chunk = steps - skipped, self.plan.config.train.steps_per_execution
+        results = []
+        with self._watch.notice.watching():
+            for start in range(0, todo, chunk):
+                count = tf.constant(min(chunk, todo - start), tf.int64)
+                self._watch.before_step()
+                if self.coordinator is None:
+                    results.append(loop(iterator, count))
+                else:
+                    results.append(self.coordinator.schedule(loop, args=(iterator, count)))
+                self._steps_done += int(count)
+                if self._watch.stop_agreed():
+                    raise self._preempted()
+        if self.coordinator is not None:
+            self.coordinator.join()
+            results = [result.fetch() for result in results]
+        return sum(float(result) for result in results) / max(todo, 1)
+
+    def _preempted(self) -> Exception:
+        """Saves the step a notice stopped at (with --model_dir) and returns its one line."""
+        if self.coordinator is not None:
+            self.coordinator.join()
+        epochs_done, steps = int(self._epoch.numpy()), self._steps_done
+        save = None
+        if self._manager_or_none() is not None:
+            save = lambda: self._save_at(epochs_done, steps)  # noqa: E731
+        model_dir = self.plan.model_dir
+        return preemption.stopped(epochs_done, steps - 1, save, model_dir and model_dir.root)
+
+    def _saved_position(self) -> tuple[int, int] | None:
+        """(epochs done, steps into the next) of the latest checkpoint, read without the model."""
+        model_dir = self.plan.model_dir
+        latest = model_dir and tf.train.latest_checkpoint(model_dir.loop_checkpoints)
+        if not latest:
+            return None
+        saved = dict(tf.train.list_variables(latest))
+        step = int(tf.train.load_variable(latest, _STEP)) if _STEP in saved else 0
+        return int(tf.train.load_variable(latest, _EPOCH)), step
 
     def _iterator(self, dataset):
         """`dataset`'s kept iterator (made on first use), or `dataset` if it is an iterator."""
@@ -248,7 +334,11 @@ class CustomLoop:
                 raise unrestorable(
                     model_dir.root, "the checkpoint a loop", manager.directory, error
                 ) from None
-            say_resuming(int(self._epoch.numpy()) + 1, "the checkpoint an earlier loop")
+            self._to_skip = self._steps_done = int(self._step.numpy())
+            epoch, step = int(self._epoch.numpy()) + 1, self._to_skip + 1
+            if step > self.plan.steps_per_epoch:  # Saved after an epoch's last step.
+                epoch, step = epoch + 1, 1
+            say_resuming(epoch, "the checkpoint an earlier loop", step)
         return int(self._epoch.numpy())
 
     def save(self, epochs_done: int) -> None:
@@ -257,10 +347,17 @@ class CustomLoop:
         check_int(
             "epochs_done", epochs_done, 0, MAX_COUNT, "pass the epochs completed", error=ConfigError
         )
+        self._steps_done = 0
+        if self._manager_or_none() is not None:
+            # A notice now is noted, and the next `run` on training data stops at its first step.
+            with self._watch.notice.watching():
+                self._save_at(epochs_done, 0)
+
+    def _save_at(self, epochs_done: int, steps: int) -> None:
+        """Checkpoints `steps` steps into the epoch after `epochs_done` (every worker)."""
         manager = self._manager_or_none()
-        if manager is None:
-            return
         self._epoch.assign(epochs_done)
+        self._step.assign(steps)
         manager.save()
         if not self.plan.writes_results:
             shutil.rmtree(manager.directory, ignore_errors=True)

@@ -217,7 +217,12 @@ def train(
                 epochs,
                 *callbacks,
                 *_output_callbacks(plan, backup),
-                SaveOnNotice(watch, backup, steps_per_epoch=plan.steps_per_epoch),
+                SaveOnNotice(
+                    watch,
+                    backup,
+                    steps_per_epoch=plan.steps_per_epoch,
+                    at_steps=plan.kind is not StrategyKind.PARAMETER_SERVER,
+                ),
             ],
             verbose=2,
             **validation,

@@ -4,6 +4,7 @@ its checkpoint, and each way its input goes wrong."""
 import contextlib
 import dataclasses
 import io
+import signal
 
 import tensorflow as tf
 import tf_keras
@@ -63,6 +64,47 @@ class CustomLoopTest(PolicyReset):
             "earlier loop left in this --model_dir; pass another "
             "--model_dir to start afresh\n",
         )
+
+    def test_a_notice_ends_a_run_at_a_step_and_the_next_loop_resumes_to_the_same_weights(self):
+        # The notice as its signal handler notes it (the signal itself, in a process of its
+        # own: tests/tfdist/training/test_preemption.py).
+        def train(model_dir: str, *, notice_at_epoch: int | None = None):
+            plan = tfdist.setup(
+                run_config(global_batch_size=32, steps_per_epoch=4, model_dir=model_dir)
+            )
+            tf_keras.utils.set_random_seed(3)
+            loop = tfdist.CustomLoop(plan, tabular_model)
+            batches = loop.distribute(tabular_dataset_fn(32))
+
+            def step(features, labels):
+                with tf.GradientTape() as tape:
+                    loss = loop.scale_loss(
+                        tf_keras.losses.sparse_categorical_crossentropy(
+                            labels, loop.model(features, training=True)
+                        )
+                    )
+                loop.minimize(loss, tape)
+                return loss
+
+            for epoch in range(loop.restore(), 3):
+                if epoch + 1 == notice_at_epoch:
+                    loop._watch.notice._note(signal.SIGTERM, None)  # pylint: disable=protected-access
+                loop.run(step, batches, plan.steps_per_epoch)
+                loop.save(epoch + 1)
+            return [weight.numpy() for weight in loop.model.weights]
+
+        preempted_dir = self.get_temp_dir() + "/preempted"
+        with self.assertRaisesRegex(
+            tfdist.errors.Preempted, r"^preempted at epoch 2 step 1; state saved in "
+        ):
+            train(preempted_dir, notice_at_epoch=2)
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            resumed = train(preempted_dir)
+        self.assertIn("tfdist: resuming at epoch 2 step 2 from the checkpoint", stderr.getvalue())
+        whole = train(self.get_temp_dir() + "/whole")
+        for got, expected in zip(resumed, whole):
+            self.assertAllEqual(got, expected)
 
     def _loop_and_step(self, model_dir=None, model=tabular_model):
         plan = tfdist.setup(
