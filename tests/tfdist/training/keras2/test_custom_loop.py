@@ -60,6 +60,10 @@ class CustomLoopTest(PolicyReset):
         self.assertEqual((first, len(losses)), (2, 1))
         self.assertEqual(
             stderr.getvalue(),
+            "tfdist: your dataset function tests.tfdist.training.tabular:tabular_dataset_fn."
+            "<locals>.make reads on after the batches of the 32 step(s) trained (they are read "
+            "and dropped): the batches the run would have read if it reads in a fixed order "
+            "(seeded shuffles, deterministic maps)\n"
             "tfdist: resuming at epoch 3 from the checkpoint an "
             "earlier loop left in this --model_dir; pass another "
             "--model_dir to start afresh\n",
