@@ -6,9 +6,10 @@ The notice is SIGTERM (a pod's deletion, `scancel`, `tfdist launch` stopping) or
 boundary, so no step is cut in half:
 - one process (one_device, mirrored; the parameter-server coordinator) stops at the next step's
   end, or, in validation, at the epoch's end;
-- multi_worker_mirrored: each worker's notice is a flag that every step all-reduces along with
-  its gradients, so all workers read the same sum at the same step and stop there together,
-  whichever of them got the signal (a worker left running would wait on a collective forever).
+- multi_worker_mirrored: each worker's notice is a flag that every step all-reduces after its
+  update (one scalar), so all workers read the same sum at the same step and stop there
+  together, whichever of them got the signal (a worker left running would wait on a collective
+  forever).
 A second signal during the save changes nothing: TensorFlow writes a checkpoint beside the last
 complete one and points to it only when it is whole, so a save the grace period cuts short leaves
 the previous state. Python runs the handler between steps: TF 2.21's multi-worker runtime installs
@@ -180,19 +181,30 @@ def note_cluster_shape(plan: Plan, resumes: bool) -> None:
         "global_batch_size": plan.global_batch_size,
     }
     path = plan.model_dir.cluster_json
-    if resumes and os.path.isfile(path):
-        with open(path, encoding="utf-8") as earlier_file:
-            earlier = json.load(earlier_file)
-        if earlier != shape:
-            print(
-                f"tfdist: resuming a backup made by {_shape(earlier)} on {_shape(shape)}: it goes "
-                "on at the saved step, but its batches are split (or sized) otherwise, so it will "
-                "not end with the weights the first cluster would have (README, Preemption)",
-                file=sys.stderr,
-                flush=True,
-            )
+    earlier = _read_shape(path) if resumes else None
+    if earlier is not None and earlier != shape:
+        print(
+            f"tfdist: resuming a backup made by {_shape(earlier)} on {_shape(shape)}: it goes "
+            "on at the saved step, but its batches are split (or sized) otherwise, so it will "
+            "not end with the weights the first cluster would have (docs/preemption.md)",
+            file=sys.stderr,
+            flush=True,
+        )
     if plan.writes_results:
         output_files.write_json("model_dir", path, shape)
+
+
+def _read_shape(path: str) -> dict | None:
+    """The shape an earlier run recorded at `path`; None when there is none to read (a damaged
+    record is no reason to stop a resume)."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as earlier_file:
+            earlier = json.load(earlier_file)
+    except (OSError, ValueError):
+        return None
+    return earlier if isinstance(earlier, dict) else None
 
 
 def _shape(shape: dict) -> str:

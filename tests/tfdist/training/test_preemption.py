@@ -6,11 +6,15 @@ The runs are a user's own program (tests/data/programs/mlp_with_digest.py) that 
 SIGTERM at a given step, so the notice lands at the same step every time.
 """
 
+import contextlib
+import io
+import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
+import types
 import unittest
 
 import pytest
@@ -54,6 +58,45 @@ class NoticeTest(unittest.TestCase):
             "preempted at epoch 2 step 37; nothing saved (no --model_dir): pass model_dir=DIR "
             "so that a preempted run resumes where it stopped.",
         )
+
+
+class ClusterShapeTest(unittest.TestCase):
+    def _plan(self, root: str, workers: int, replicas: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(
+            num_workers=workers,
+            num_replicas=replicas,
+            global_batch_size=128,
+            model_dir=types.SimpleNamespace(cluster_json=os.path.join(root, "cluster.json")),
+            writes_results=True,
+        )
+
+    def test_a_resume_on_another_shape_says_so_in_one_line(self):
+        with tempfile.TemporaryDirectory() as root:
+            preemption.note_cluster_shape(self._plan(root, 2, 2), resumes=False)
+            for resumes, shape, said in (
+                (True, (2, 2), ""),
+                (
+                    True,
+                    (1, 1),
+                    "tfdist: resuming a backup made by 2 worker(s) of 2 replica(s) in all with a "
+                    "global batch of 128 on 1 worker(s) of 1 replica(s) in all with a global "
+                    "batch of 128: it goes on at the saved step",
+                ),
+                (False, (2, 2), ""),  # A fresh run, not a resume.
+            ):
+                stderr = io.StringIO()
+                with contextlib.redirect_stderr(stderr):
+                    preemption.note_cluster_shape(self._plan(root, *shape), resumes=resumes)
+                self.assertEqual(stderr.getvalue()[: len(said)], said)
+                self.assertEqual(stderr.getvalue().count("\n"), 1 if said else 0)
+
+    def test_a_damaged_record_is_no_reason_to_stop(self):
+        with tempfile.TemporaryDirectory() as root:
+            with open(os.path.join(root, "cluster.json"), "w", encoding="utf-8") as record:
+                record.write('{"num_workers": ')
+            preemption.note_cluster_shape(self._plan(root, 1, 1), resumes=True)
+            with open(os.path.join(root, "cluster.json"), encoding="utf-8") as record:
+                self.assertEqual(json.load(record)["num_workers"], 1)
 
 
 @pytest.mark.multiprocess
