@@ -16,10 +16,19 @@ import sys
 import tempfile
 import types
 import unittest
+from unittest import mock
 
 import pytest
 
+import tensorflow as tf
+import tf_keras
+import tfdist
 from tests.tfdist.cli_runner import MLP_PROGRAM
+from tests.tfdist.training.tabular import PolicyReset
+from tests.tfdist.training.tabular import run_config
+from tests.tfdist.training.tabular import tabular_dataset_fn
+from tests.tfdist.training.tabular import tabular_model
+from tfdist import errors
 from tests.tfdist.cli_runner import digests
 from tfdist.errors import EXIT_PREEMPTED
 from tfdist.runtime.config import NoticeSignal
@@ -58,6 +67,63 @@ class NoticeTest(unittest.TestCase):
             "preempted at epoch 2 step 37; nothing saved (no --model_dir): pass model_dir=DIR "
             "so that a preempted run resumes where it stopped.",
         )
+
+
+class NoticeInFitTest(PolicyReset):
+    """A notice in validation, and a second one during the save, in `fit` in this process (the
+    test runs in its process's main thread, where the handler is installed during `fit`)."""
+
+    def _fit(self, model_dir: str, callbacks=()) -> dict:
+        plan = tfdist.setup(
+            run_config(
+                global_batch_size=32,
+                epochs=3,
+                steps_per_epoch=4,
+                validation_steps=2,
+                model_dir=model_dir,
+            )
+        )
+        tf_keras.utils.set_random_seed(3)
+        return tfdist.fit(
+            plan,
+            tabular_model,
+            tabular_dataset_fn(32),
+            validation_data=tabular_dataset_fn(32, training=False),
+            loss="sparse_categorical_crossentropy",
+            callbacks=list(callbacks),
+        )
+
+    def test_a_notice_in_validation_ends_the_epoch_and_a_second_in_the_save_changes_nothing(self):
+        signalled = []
+
+        class SignalInValidation(tf_keras.callbacks.Callback):
+            def on_test_begin(self, logs=None):
+                if self.model.optimizer.iterations.numpy() == 8:  # Epoch 2's validation.
+                    signalled.append(True)
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+        save = tf.train.CheckpointManager.save
+
+        def save_signalled(manager, *args, **kwargs):  # A second notice mid-save.
+            if signalled:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return save(manager, *args, **kwargs)
+
+        model_dir = os.path.join(self.get_temp_dir(), "preempted")
+        with (
+            mock.patch.object(tf.train.CheckpointManager, "save", save_signalled),
+            self.assertRaisesRegex(
+                errors.Preempted, r"^preempted at the end of epoch 2; state saved in "
+            ),
+        ):
+            self._fit(model_dir, [SignalInValidation()])
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            resumed = self._fit(model_dir)
+        self.assertIn("tfdist: resuming at epoch 3 from the backup", stderr.getvalue())
+        whole = self._fit(os.path.join(self.get_temp_dir(), "whole"))
+        self.assertEqual(resumed["final"], whole["final"])
+        self.assertEqual(resumed["history"], whole["history"])
 
 
 class ClusterShapeTest(unittest.TestCase):
