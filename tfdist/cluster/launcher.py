@@ -240,6 +240,11 @@ def _is_primary(name: str, config: LaunchConfig) -> bool:
     return job in ("chief", "evaluator") if config.num_ps else job != "ps"
 
 
+# A failed task's group stops with this grace, not STOP_GRACE_S: its survivors cannot save (their
+# collective or their ps is gone), and the restart resumes from the last backup anyway.
+FAILED_GROUP_GRACE_S = 2.0
+
+
 class _Restarts:
     """`tfdist launch`'s answer to a failed task (a `supervisor.Policy`): restart the whole
     group without ps tasks (a lost peer breaks a collective group) or when a ps task failed
@@ -282,6 +287,7 @@ class _Restarts:
             f"{config.max_restarts}) in {delay:g} s"
             f"{': a ps task loses its variables with it' if lost_ps else ''}{bound}",
             delay,
+            grace_s=FAILED_GROUP_GRACE_S,
         )
 
     def _preempted(self, name: str) -> supervisor.Restart | supervisor.Fail:

@@ -68,12 +68,14 @@ def backoff_bound(first_s: float, max_restarts: int, *, timed: bool) -> str:
 class Restart:
     """A policy's answer: stop `names` (the failed process among them) and start them again
     `delay_s` later. `why` ends the line ("restarting every task (1/3) in 1 s"); `counted`:
-    whether it counts as one of the job's restarts (a Job recreating its pod does not)."""
+    whether it counts as one of the job's restarts (a Job recreating its pod does not);
+    `grace_s`: from the stopping SIGTERM to the SIGKILL (None: `processes.STOP_GRACE_S`)."""
 
     names: tuple[str, ...]
     why: str
     delay_s: float = 0.0
     counted: bool = True
+    grace_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,7 +259,9 @@ class _Watch:
     def _restart(self, name: str, status: int, restart: Restart) -> None:
         self.restarts += restart.counted
         self.supervisor.say(f"{name} {ended(status)}; {restart.why}")
-        processes.stop_all([self.supervisor.running[member] for member in restart.names])
+        processes.stop_all(
+            [self.supervisor.running[member] for member in restart.names], restart.grace_s
+        )
         for member in restart.names:
             self.ended.pop(member, None)
         self._pending = [

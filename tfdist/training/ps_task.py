@@ -1,13 +1,14 @@
 """Parameter-server `worker` and `ps` tasks (`Role.SERVE`): serve until the chief is done,
 then exit 0 instead of serving forever (`tfdist.cluster.liveness`). `fit` does it on such a
-task; a custom loop calls `serve` itself. A preemption notice does not stop a server: it serves
-on while the chief saves, then ends as preempted (exit 75)."""
+task; a custom loop calls `serve` itself. A preemption notice does not stop a server while the
+chief runs: it serves on while the chief saves, then ends as preempted (exit 75); once the
+chief is gone (the job done), a notice stops it at once."""
 
 from tfdist import errors
 from tfdist import strategies
 from tfdist.cluster.liveness import ChiefWatch
-from tfdist.cluster.liveness import PROBE_EVERY_S
 from tfdist.cluster.liveness import chief_address
+from tfdist.cluster.probe import answers
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import Role
@@ -15,6 +16,7 @@ from tfdist.runtime.setup import require_plan
 from tfdist.training import preemption
 
 FIRST_CONTACT_TIMEOUT_S = 600.0
+_POLL_S = 0.2  # How soon a notice is acted on (the chief watch probes every PROBE_EVERY_S).
 
 
 def serve(plan: Plan) -> dict:
@@ -47,8 +49,13 @@ def serve(plan: Plan) -> dict:
     )
     watch = ChiefWatch(chief).start()
     notice = preemption.Notice(plan.config.train.preemption_signal)
+    chief_saving = None  # On a notice: whether the chief still ran then (and so saves).
     with notice.watching():  # The chief saves on its notice, reading this task's variables.
-        while not watch.wait_finished(PROBE_EVERY_S):
+        while not watch.wait_finished(_POLL_S):
+            if notice.received:
+                chief_saving = answers(chief) if chief_saving is None else chief_saving
+                if not chief_saving or not answers(chief):  # Nothing left to serve.
+                    break
             if watch.unseen_for_s() > FIRST_CONTACT_TIMEOUT_S:
                 raise ConfigError(
                     f"chief at {chief} did not answer within "
@@ -57,7 +64,7 @@ def serve(plan: Plan) -> dict:
                 )
     print(f"tfdist: {plan.task}: the chief at {chief} has finished; stopping", flush=True)
     del server
-    if notice.received:
+    if chief_saving:
         raise errors.Preempted(
             f"preempted ({notice.signal_name}): {plan.task} served on until the chief at {chief} "
             "had saved; start the same command again to resume."
