@@ -2,7 +2,9 @@
 then exit 0 instead of serving forever (`tfdist.cluster.liveness`). `fit` does it on such a
 task; a custom loop calls `serve` itself. A preemption notice does not stop a server while the
 chief runs: it serves on while the chief saves, then ends as preempted (exit 75); once the
-chief is gone (the job done), a notice stops it at once."""
+chief is gone (the job done or failed), a notice ends it at once, as the signal would have."""
+
+import signal
 
 from tfdist import errors
 from tfdist import strategies
@@ -62,6 +64,8 @@ def serve(plan: Plan) -> dict:
                     f"{FIRST_CONTACT_TIMEOUT_S:g} s; start the chief task (or check "
                     "TF_CONFIG with `tfdist doctor`)."
                 )
+    if notice.received and not chief_saving:  # Stopped with nothing to save: as the signal would.
+        raise SystemExit(128 + signal.Signals[notice.signal_name])
     print(f"tfdist: {plan.task}: the chief at {chief} has finished; stopping", flush=True)
     del server
     if chief_saving:
