@@ -73,27 +73,12 @@ class CustomLoopTest(PolicyReset):
         # The notice as its signal handler notes it (the signal itself, in a process of its
         # own: tests/tfdist/training/test_preemption.py).
         def train(model_dir: str, *, notice_at_epoch: int | None = None):
-            plan = tfdist.setup(
-                run_config(global_batch_size=32, steps_per_epoch=4, model_dir=model_dir)
-            )
-            tf_keras.utils.set_random_seed(3)
-            loop = tfdist.CustomLoop(plan, tabular_model)
-            batches = loop.distribute(tabular_dataset_fn(32))
-
-            def step(features, labels):
-                with tf.GradientTape() as tape:
-                    loss = loop.scale_loss(
-                        tf_keras.losses.sparse_categorical_crossentropy(
-                            labels, loop.model(features, training=True)
-                        )
-                    )
-                loop.minimize(loss, tape)
-                return loss
-
+            loop, step = self._loop_and_step(model_dir)
+            batches = loop.distribute(tabular_dataset_fn(16))
             for epoch in range(loop.restore(), 3):
                 if epoch + 1 == notice_at_epoch:
                     loop._watch.notice._note(signal.SIGTERM, None)  # pylint: disable=protected-access
-                loop.run(step, batches, plan.steps_per_epoch)
+                loop.run(step, batches, loop.plan.steps_per_epoch)
                 loop.save(epoch + 1)
             return [weight.numpy() for weight in loop.model.weights]
 
@@ -114,6 +99,7 @@ class CustomLoopTest(PolicyReset):
         plan = tfdist.setup(
             run_config(global_batch_size=16, model_dir=model_dir), train_examples=64
         )
+        tf_keras.utils.set_random_seed(3)  # The same initial weights in every loop.
         loop = tfdist.CustomLoop(plan, model)
 
         def step(features, labels):
