@@ -172,7 +172,10 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
 
     def save_at(self, epoch: int, batch: int | None) -> None:
         """Backs up the training state now, as saved in `epoch` after `batch` (None: at the
-        epoch's end); a save cut short leaves the last complete backup."""
+        epoch's end, which a backup every epoch has saved already); a save cut short leaves the
+        last complete backup."""
+        if batch is None and self.save_freq == "epoch":
+            return
         state = self._training_state
         state._ckpt_saved_epoch.assign(epoch)  # pylint: disable=protected-access
         state._ckpt_saved_batch.assign(-1 if batch is None else batch)  # pylint: disable=protected-access
