@@ -1,15 +1,18 @@
-"""Ray Train as the engine: every worker of Ray's `TensorflowTrainer` runs a tfdist program (a
-tfdist command, `train ...`, or the user's own, `python my_train.py ...`, as `tfdist launch`
-takes them) with the TF_CONFIG Ray wrote for it.
+"""Ray Train as the engine: every worker of a Ray Train `DataParallelTrainer` runs a tfdist
+program (a tfdist command, `train ...`, or the user's own, `python my_train.py ...`, as `tfdist
+launch` takes them) with the TF_CONFIG tfdist wrote for it from the workers' addresses.
 
 Ray owns the workers: where they run, their CPUs and GPUs, restarting the group after a failure
 (`FailureConfig`), the run's record. tfdist owns what runs in them. Each Ray worker runs the
-program as its child process: Ray imports TensorFlow (as Keras 3's `tf.keras`, with its C++
-start-up logs) in its workers before any user code, and a child that imports tfdist first gets
-tfdist's Keras flavour and quiet logs whatever Ray did, parses its flags from its own argv, and
-writes its lines once. A child that fails, or is killed, fails its worker, so Ray restarts the
-group and the program resumes from its `--model_dir` (which every worker must reach: on a
-cluster a shared file system or a `gs://` path). The child dies with its worker.
+program as its child process, which imports tfdist first, so gets tfdist's Keras flavour and
+quiet logs, parses its flags from its own argv, and writes its lines once. A child that fails,
+or is killed, fails its worker, so Ray restarts the group and the program resumes from its
+`--model_dir` (which every worker must reach: on a cluster a shared file system or a `gs://`
+path). The child dies with its worker.
+
+Ray's `TensorflowTrainer` is not used: it imports TensorFlow in the driver, Ray's controller and
+every worker before any code of ours (four imports for 2 workers, two more at each restart, none
+of which trains); the backend here writes the same TF_CONFIG without them.
 
 Ray itself is imported only by `trainer` (`pip install -e '.[ray]'`).
 """
@@ -18,12 +21,16 @@ import contextlib
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Collection, Sequence
 
 from tfdist.cluster import ClusterError
 from tfdist.cluster import launcher
 from tfdist.cluster import processes
+from tfdist.strategies import ClusterConfig
+from tfdist.strategies import Task
+from tfdist.strategies import TaskType
 
 
 _INSTALL = (
@@ -83,6 +90,50 @@ def train_loop_per_worker(config: dict) -> None:
         raise WorkerFailed(f"`{' '.join(command)[:200]}` exited with status {status}")
 
 
+def worker_address() -> str:
+    """HOST:PORT for this Ray worker's task: its node's address (as Ray knows it) and a port free
+    now, which the program's server takes moments later (as Ray's TensorflowTrainer picks it)."""
+    import ray  # pylint: disable=import-outside-toplevel  # This process is Ray's worker.
+
+    host = ray.util.get_node_ip_address()
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind(("", 0))
+        port = probe.getsockname()[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def set_tf_config(addresses: Sequence[str], index: int) -> None:
+    """Sets TF_CONFIG in this Ray worker: worker `index` of a cluster of `addresses`."""
+    cluster = ClusterConfig({"worker": tuple(addresses)}, Task(TaskType.WORKER, index))
+    os.environ["TF_CONFIG"] = cluster.to_json()
+
+
+def _tf_config_backend():
+    """A Ray Train `BackendConfig` whose backend gives each worker its TF_CONFIG when the group
+    starts (and starts again), without importing TensorFlow anywhere."""
+    # pylint: disable=import-outside-toplevel
+    import ray
+    from ray.train.backend import Backend
+    from ray.train.backend import BackendConfig
+
+    class TfConfigBackend(Backend):
+        def on_start(self, worker_group, backend_config) -> None:
+            addresses = worker_group.execute(worker_address)
+            ray.get(
+                [
+                    worker_group.execute_single_async(index, set_tf_config, addresses, index)
+                    for index in range(len(worker_group))
+                ]
+            )
+
+    class TfConfig(BackendConfig):
+        @property
+        def backend_cls(self):
+            return TfConfigBackend
+
+    return TfConfig()
+
+
 def trainer(
     command: Sequence[str],
     *,
@@ -96,8 +147,8 @@ def trainer(
     cwd: str | None = None,
     tfdist_commands: Collection[str] = ("train",),
 ):
-    """A `ray.train.tensorflow.TensorflowTrainer` whose `num_workers` workers each run
-    `command`, with `runtime_env` (`tfdist.ray_runtime_env()`) and the program with
+    """A Ray Train `DataParallelTrainer` whose `num_workers` workers each run `command` with
+    their TF_CONFIG, with `runtime_env` (`tfdist.ray_runtime_env()`) and the program with
     `program_env` over its worker's variables; `trainer(...).fit()` runs it on the Ray that
     `ray.init` connected to.
 
@@ -106,14 +157,14 @@ def trainer(
     """
     try:
         # pylint: disable=import-outside-toplevel
-        from ray.train import FailureConfig
-        from ray.train import RunConfig
-        from ray.train import ScalingConfig
-        from ray.train.tensorflow import TensorflowTrainer
+        from ray.train.v2.api.config import FailureConfig
+        from ray.train.v2.api.config import RunConfig
+        from ray.train.v2.api.config import ScalingConfig
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
     except ImportError as error:
         raise RayUnavailable(f"{_INSTALL[:-1]} ({error}).") from None
     resources = {"CPU": cpus_per_worker, **({"GPU": gpus_per_worker} if gpus_per_worker else {})}
-    return TensorflowTrainer(
+    return DataParallelTrainer(
         train_loop_per_worker,
         train_loop_config={
             "command": list(command),
@@ -121,6 +172,7 @@ def trainer(
             "env": dict(program_env or {}),
             "cwd": cwd,
         },
+        backend_config=_tf_config_backend(),
         scaling_config=ScalingConfig(
             num_workers=num_workers,
             use_gpu=gpus_per_worker > 0,

@@ -41,7 +41,7 @@ commands:
            run a tf.data service dispatcher and workers for --tf_data_service
   launch   start a local cluster, one process per task with its own TF_CONFIG:
            tfdist launch --num_workers=2 -- train --strategy=multi_worker_mirrored
-  ray      run it on Ray Train instead, each worker of a TensorflowTrainer one task, on a
+  ray      run it on Ray Train instead, each Ray Train worker one task, on a
            local Ray or a Ray cluster (--address): tfdist ray --num_workers=2 -- train ...
   manifest write a Kubernetes JobSet (the default), a Slurm sbatch script (--format=slurm) or
            a legacy Kubeflow TFJob for a train command or your program:

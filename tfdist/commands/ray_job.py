@@ -1,5 +1,5 @@
 """`tfdist ray -- COMMAND`: the command after `--` (a tfdist command, `train ...`, or a program,
-`python my_train.py ...`) run by every worker of a Ray Train `TensorflowTrainer`
+`python my_train.py ...`) run by every worker of a Ray Train run, with its TF_CONFIG
 (`tfdist.cluster.ray_train`), on a local Ray started for the run or on a running Ray cluster
 (`--address`); exits 0 when the run finished, 1 when Ray gave up on it."""
 

@@ -6,6 +6,7 @@ sets it), where a missing Ray fails them.
 """
 
 import importlib.util
+import json
 import os
 import pathlib
 import subprocess
@@ -53,6 +54,18 @@ class WorkerEnvTest(unittest.TestCase):
         env = ray_env.ray_runtime_env()
         module, _, name = env["worker_process_setup_hook"].rpartition(".")
         self.assertIs(getattr(sys.modules[module], name), ray_env.quiet_ray_process)
+
+    def test_each_worker_gets_the_tf_config_of_its_place_in_the_group(self):
+        with unittest.mock.patch.dict(os.environ):
+            ray_train.set_tf_config(["10.0.0.1:4000", "10.0.0.2:4001"], 1)
+            self.assertEqual(
+                json.loads(os.environ["TF_CONFIG"]),
+                {
+                    "cluster": {"worker": ["10.0.0.1:4000", "10.0.0.2:4001"]},
+                    "task": {"type": "worker", "index": 1},
+                    "rpc_layer": "grpc",
+                },
+            )
 
     def test_the_cause_of_a_failed_run_is_the_first_failed_worker(self):
         class WorkerGroupError(Exception):
