@@ -90,9 +90,14 @@ class RealSlurmTest(unittest.TestCase):
     def _wait_for(self, output: str, line: str, job: int) -> None:
         deadline = time.monotonic() + _JOB_S
         while time.monotonic() < deadline:
-            if os.path.exists(output) and line in open(output, encoding="utf-8").read():
+            text = open(output, encoding="utf-8").read() if os.path.exists(output) else ""
+            if line in text:
                 return
-            self.assertNotIn(self.cluster.state(job), ("COMPLETED", "FAILED", "CANCELLED"))
+            self.assertNotIn(
+                self.cluster.state(job),
+                ("COMPLETED", "FAILED", "CANCELLED"),
+                f"before {line!r}: {text[-3000:]}{self._show(job)}",
+            )
             time.sleep(0.25)
         self.fail(f"no {line!r} in {output}")
 
@@ -144,45 +149,18 @@ class RealSlurmTest(unittest.TestCase):
         self.assertIn("NumNodes=2", self._show(job))
         self.assertRegex(text, r"(?m)^0: tfdist: parameter_server .*loss=")
 
-    def test_a_killed_task_ends_the_job_and_the_requeued_job_resumes(self):
-        layout = dict(
-            num_workers=2,
-            train_args=[
-                *_TRAIN,
-                "--strategy=multi_worker_mirrored",
-                "--epochs=3",
-                "--steps_per_epoch=150",
-                f"--model_dir={self.dir}/run",
-            ],
-        )
-        job, output = self._submit("killed", "--requeue", "--open-mode=append", **layout)
-        self._wait_for(output, "1: Epoch 2/3", job)
-        os.kill(_task_pids(job)[1], signal.SIGKILL)
-        killed = time.monotonic()
-        self.assertEqual(self.cluster.wait(job, _ENDED_S), "FAILED")
-        self.assertLess(time.monotonic() - killed, _ENDED_S)
+    def _wait_ended(self, job: int, since: float, state: str) -> None:
+        """Waits until `job` is in `state` and every task of it has ended, within _ENDED_S of
+        `since`."""
+        self.assertEqual(self.cluster.wait(job, _ENDED_S), state, self._show(job))
+        while _task_pids(job) and time.monotonic() - since < _ENDED_S:
+            time.sleep(0.25)
         self.assertEqual(_task_pids(job), {}, "every task of the job ended")
-        self.assertRegex(open(output).read(), r"srun: error: node10: task 1: Killed")
-        # As Slurm requeues a job after a node failure or a preemption (scontrol requeue); a job
-        # still completing on a loaded machine may not be requeued yet, so ask until it is.
-        # Slurm holds a requeued job back by about two minutes (BeginTime); start it now.
-        deadline = time.monotonic() + _ENDED_S
-        while self.cluster.state(job) not in ("PENDING", "RUNNING", "COMPLETED"):
-            self.assertLess(time.monotonic(), deadline, self._show(job) + self._slurmctld_log())
-            self.cluster.command("scontrol", "requeue", str(job))
-            self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
-            time.sleep(1.0)
-        self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
-        self.assertEqual(
-            self.cluster.wait(job, _JOB_S),
-            "COMPLETED",
-            open(output).read()[-3000:] + self._show(job) + self._slurmctld_log(),
-        )
-        self.assertIn("resuming at epoch 2", open(output, encoding="utf-8").read())
+        self.assertLess(time.monotonic() - since, _ENDED_S)
 
-    def test_scancel_ends_every_task(self):
+    def test_a_killed_task_ends_the_job(self):
         job, output = self._submit(
-            "cancelled",
+            "killed",
             num_workers=2,
             train_args=[
                 *_TRAIN,
@@ -191,14 +169,52 @@ class RealSlurmTest(unittest.TestCase):
                 "--steps_per_epoch=20",
             ],
         )
-        self._wait_for(output, "Epoch 2/1000", job)
+        self._wait_for(output, "1: Epoch 2/", job)
+        os.kill(_task_pids(job)[1], signal.SIGKILL)
+        self._wait_ended(job, time.monotonic(), "FAILED")
+        self.assertRegex(open(output).read(), r"srun: error: node10: task 1: Killed")
+
+    def test_a_signalled_job_saves_requeues_itself_and_resumes_at_the_saved_step(self):
+        """`scancel --signal=USR1`, as --signal sends before the time limit and as a site's
+        preemption may: both tasks save at one step and exit 75, the script requeues its own
+        job (--requeue), and the job resumes at the next step; then a plain scancel (SIGTERM to
+        every task) ends it."""
+        steps = 20
+        job, output = self._submit(
+            "preempted",
+            "--open-mode=append",  # The requeued job's lines after the first run's.
+            num_workers=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=multi_worker_mirrored",
+                "--epochs=1000",
+                f"--steps_per_epoch={steps}",
+                f"--model_dir={self.dir}/run",
+            ],
+        )
+        self._wait_for(output, "1: Epoch 2/", job)
+        self.cluster.command("scancel", "--signal=USR1", str(job))
+        # Requeued, Slurm holds the job back by about two minutes (BeginTime): start it now.
+        deadline = time.monotonic() + _ENDED_S
+        while "Restarts=1" not in (shown := self._show(job)):
+            self.assertLess(time.monotonic(), deadline, shown + self._slurmctld_log())
+            time.sleep(0.25)
+        self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
+        text = open(output, encoding="utf-8").read()
+        saved = re.findall(
+            r"^(\d): tfdist train: preempted at epoch (\d+) step (\d+); state saved in [\d.]+ s ",
+            text,
+            re.M,
+        )
+        self.assertEqual(sorted(rank for rank, *_ in saved), ["0", "1"], text[-3000:])
+        self.assertEqual(saved[0][1:], saved[1][1:], "both tasks saved at one step")
+        epoch, step = map(int, saved[0][1:])
+        resumed = f"epoch {epoch} step {step + 1}" if step < steps else f"epoch {epoch + 1}"
+        for rank in (0, 1):
+            self._wait_for(output, f"{rank}: tfdist: resuming at {resumed} from the backup", job)
         cancelled = time.monotonic()
         self.cluster.command("scancel", str(job))
-        self.assertEqual(self.cluster.wait(job, _ENDED_S), "CANCELLED")
-        while _task_pids(job) and time.monotonic() - cancelled < _ENDED_S:
-            time.sleep(0.25)
-        self.assertEqual(_task_pids(job), {}, "every task of the job ended")
-        self.assertLess(time.monotonic() - cancelled, _ENDED_S)
+        self._wait_ended(job, cancelled, "CANCELLED")
 
 
 if __name__ == "__main__":
