@@ -1,6 +1,9 @@
 """Save on notice (`tfdist.training.preemption`): a SIGTERM mid-epoch ends the run at one step
 with its state saved and exit 75, and the restart ends with the weights of a run never
-interrupted (`--deterministic`), on one device and on 2 workers under `tfdist launch`.
+interrupted (`--deterministic`): on one device in Keras 3, on 2 CPU replicas (mirrored) and on 2
+workers under `tfdist launch` in tf-keras. (CustomLoop: tests/tfdist/training/keras2/
+test_custom_loop.py; a rehearsal's deleted pod: test_rehearse.py; real Slurm's `scancel
+--signal`: test_slurm_cluster.py.)
 
 The runs are a user's own program (tests/data/programs/mlp_with_digest.py) that sends itself
 SIGTERM at a given step, so the notice lands at the same step every time.
@@ -49,15 +52,21 @@ def _run(command: list[str], cwd: str) -> subprocess.CompletedProcess:
     )
 
 
-class NoticeTest(unittest.TestCase):
-    def test_the_first_signal_is_noted_later_ones_change_nothing_and_handlers_come_back(self):
-        before = signal.getsignal(signal.SIGUSR1)
+class NoticeTest(PolicyReset):
+    def test_the_first_signal_is_noted_and_later_ones_change_nothing_until_the_process_exits(self):
         notice = preemption.Notice(NoticeSignal.SIGUSR1)
         with notice.watching():
             self.assertFalse(notice.received)
             os.kill(os.getpid(), signal.SIGUSR1)
             os.kill(os.getpid(), signal.SIGTERM)
         self.assertEqual(notice.signal_name, "SIGUSR1")
+        os.kill(os.getpid(), signal.SIGTERM)  # On its way out: noted, and nothing more.
+        self.assertEqual(notice.signal_name, "SIGUSR1")
+
+    def test_without_a_notice_the_previous_handlers_come_back(self):
+        before = signal.getsignal(signal.SIGUSR1)
+        with preemption.Notice(NoticeSignal.SIGUSR1).watching():
+            self.assertIsNot(signal.getsignal(signal.SIGUSR1), before)
         self.assertIs(signal.getsignal(signal.SIGUSR1), before)
 
     def test_without_a_model_dir_the_line_says_nothing_was_saved(self):
@@ -171,41 +180,46 @@ class PreemptedRunTest(unittest.TestCase):
         self.scratch = tempfile.mkdtemp()
         self.addCleanup(subprocess.run, ["rm", "-rf", self.scratch], check=False)
 
-    def test_one_device_saves_at_the_step_and_resumes_to_the_same_weights(self):
-        preempted_dir = os.path.join(self.scratch, "preempted")
-        program = [sys.executable, MLP_PROGRAM, *_FLAGS, f"--model_dir={preempted_dir}"]
+    def _preempted_and_resumed(self, name: str, *flags: str) -> subprocess.CompletedProcess:
+        """Runs the program with `flags` preempted at epoch 2 step 2 (the one line, exit 75),
+        then again: the resumed run, which starts at step 3."""
+        program = [sys.executable, MLP_PROGRAM, *_FLAGS, *flags, f"--model_dir={name}"]
         first = _run([*program, "--term_at=2,2"], self.scratch)
         self.assertEqual(first.returncode, EXIT_PREEMPTED, first.stderr[-2000:])
         self.assertRegex(first.stderr.strip().splitlines()[-1], "^" + _PREEMPTED + "$")
         resumed = _run(program, self.scratch)
         self.assertEqual(resumed.returncode, 0, resumed.stderr[-2000:])
         self.assertIn("tfdist: resuming at epoch 2 step 3 from the backup", resumed.stderr)
+        return resumed
+
+    def test_one_device_in_keras_3_saves_at_the_step_and_resumes_to_the_same_weights(self):
+        resumed = self._preempted_and_resumed("preempted", "--keras=3")
         whole = _run(
-            [sys.executable, MLP_PROGRAM, *_FLAGS, f"--model_dir={self.scratch}/whole"],
-            self.scratch,
+            [sys.executable, MLP_PROGRAM, *_FLAGS, "--keras=3", "--model_dir=whole"], self.scratch
         )
         self.assertEqual(digests(resumed.stdout), digests(whole.stdout))
 
-    def test_two_workers_stop_at_one_step_and_launch_restarts_them_to_the_same_weights(self):
-        def launch(model_dir: str, *extra: str) -> subprocess.CompletedProcess:
-            return _run(
-                [
-                    *_TFDIST,
-                    "launch",
-                    "--num_workers=2",
-                    "--max_restarts=1",
-                    "--",
-                    "python",
-                    MLP_PROGRAM,
-                    "--strategy=multi_worker_mirrored",
-                    *_FLAGS,
-                    f"--model_dir={self.scratch}/{model_dir}",
-                    *extra,
-                ],
-                self.scratch,
-            )
-
-        preempted = launch("preempted", "--term_at=2,2")  # worker:1 gets the SIGTERM.
+    def test_two_workers_and_two_replicas_stop_at_one_step_and_resume_to_the_same_weights(self):
+        """2 workers under launch, worker:1 signalled (launch restarts them), and one process of
+        2 replicas (mirrored) preempted and started again, against one process of 2 replicas
+        never interrupted: the same global batch over 2 replicas sums the same gradients in the
+        same order in each, so all end with the same weights."""
+        preempted = _run(
+            [
+                *_TFDIST,
+                "launch",
+                "--num_workers=2",
+                "--max_restarts=1",
+                "--",
+                "python",
+                MLP_PROGRAM,
+                "--strategy=multi_worker_mirrored",
+                *_FLAGS,
+                "--model_dir=workers",
+                "--term_at=2,2",  # worker:1 gets the SIGTERM.
+            ],
+            self.scratch,
+        )
         self.assertEqual(preempted.returncode, 0, preempted.stderr[-3000:])
         output = preempted.stdout + preempted.stderr
         for task in ("worker:0", "worker:1"):
@@ -216,22 +230,16 @@ class PreemptedRunTest(unittest.TestCase):
             r"\(preemption 1/1, apart from failures\)",
         )
         self.assertEqual(output.count("tfdist: resuming at epoch 2 step 3"), 2)
-        # Uninterrupted, the same global batch over 2 replicas of one process sums the same
-        # gradients in the same order: one run stands for the 2-worker one, in a third of the time.
+        workers = digests(preempted.stdout)
+        self.assertEqual(set(workers), {"worker:0", "worker:1"}, output[-3000:])
+        replicas = ["--strategy=mirrored", "--num_cpu_devices=2"]
+        resumed = self._preempted_and_resumed("replicas", *replicas)
         whole = _run(
-            [
-                sys.executable,
-                MLP_PROGRAM,
-                "--strategy=mirrored",
-                "--num_cpu_devices=2",
-                *_FLAGS,
-                f"--model_dir={self.scratch}/whole",
-            ],
-            self.scratch,
+            [sys.executable, MLP_PROGRAM, *replicas, *_FLAGS, "--model_dir=whole"], self.scratch
         )
-        weights = digests(preempted.stdout)
-        self.assertEqual(set(weights), {"worker:0", "worker:1"}, output[-3000:])
-        self.assertEqual(set(weights.values()), set(digests(whole.stdout).values()), weights)
+        (expected,) = digests(whole.stdout).values()
+        self.assertEqual(set(workers.values()), {expected}, workers)
+        self.assertEqual(list(digests(resumed.stdout).values()), [expected])
 
 
 if __name__ == "__main__":
