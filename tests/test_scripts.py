@@ -119,6 +119,7 @@ class GpuCheckTest(unittest.TestCase):
                 text=True,
                 timeout=300,
                 check=False,
+                env={**os.environ, "PYTHON": sys.executable},  # This interpreter, not PATH's.
             )
             self.assertEqual(result.returncode, 0, result.stderr)
             self.assertIn("gpu_check: no GPU visible to TensorFlow; ran doctor only", result.stdout)
