@@ -1,10 +1,11 @@
 """The backups of `tfdist.training.callbacks`, through `tfdist train --model_dir` as a user runs
-it: killed in epoch 2 and started again, it resumes from its backup on one_device and on mirrored
-CPUs; started with another model, it says so in one line; a run holds its model dir's lock, and a
-second run on a dir in use is refused; a full disk is one line and keeps the last complete backup.
+it: killed in epoch 2 and started again, it resumes from its backup (on 2 CPU replicas, a
+preempted run resuming at its step: test_preemption.py); started with another model, it says so
+in one line; a run holds its model dir's lock, and a second run on a dir in use is refused; a full
+disk is one line and keeps the last complete backup.
 
-Each strategy's scenario starts one run, kills it in epoch 2 and runs what follows (the runs that
-cannot go on, then the resumed run) as cases of one child: TensorFlow is imported once for them.
+The scenario starts one run, kills it in epoch 2 and runs what follows (the runs that cannot go
+on, then the resumed run) as cases of one child: TensorFlow is imported once for them.
 """
 
 import json
@@ -113,28 +114,6 @@ class ResumeTest(unittest.TestCase):
         )
         self.assertTrue(os.listdir(os.path.join(self.model_dir, "logs", "train")), "the train logs")
 
-    def _assert_fewer_epochs_refused(self, result: subprocess.CompletedProcess) -> None:
-        with self.subTest("a run of fewer epochs than the backup has done is refused"):
-            assert_one_line_error(
-                self,
-                result,
-                "epochs=1: the backup in --model_dir=",
-                "has 1 epoch(s) done, so nothing is left to train",
-                "(the backup is kept)",
-            )
-
-    def test_killed_in_epoch_2_resumes_there_mirrored_cpus(self):
-        strategy_args = ["--strategy=mirrored", "--num_cpu_devices=2"]
-        self._kill_in_epoch_2(strategy_args)
-        fewer, resumed = run_tfdist_cases(
-            [
-                ["train", *self.args, *strategy_args, "--epochs=1"],
-                ["train", *self.args, *strategy_args],
-            ]
-        )
-        self._assert_fewer_epochs_refused(fewer)
-        self._assert_resumed_in_epoch_2(resumed)  # The refused run kept the backup.
-
     def test_killed_in_epoch_2_resumes_there_one_device(self):
         """With, on the way, the runs that cannot go on: a second run on a model dir in use,
         one with another model, one whose disk fills up."""
@@ -177,7 +156,14 @@ class ResumeTest(unittest.TestCase):
                     second,
                     f"model_dir={in_use!r} is in use by another run (pid {os.getpid()} on ",
                 )
-            self._assert_fewer_epochs_refused(fewer)
+            with self.subTest("a run of fewer epochs than the backup has done is refused"):
+                assert_one_line_error(
+                    self,
+                    fewer,
+                    "epochs=1: the backup in --model_dir=",
+                    "has 1 epoch(s) done, so nothing is left to train",
+                    "(the backup is kept)",
+                )
             with self.subTest("the backup of another model is one line"):
                 self._assert_another_model_refused(another_model)
             # The refused runs keep the backup: the run after them resumes from it.
