@@ -56,9 +56,10 @@ class Notice:
         """Notes the notice signals inside the block. The previous handlers come back after it
         unless a notice came: then the process is on its way out with its state saved, and a
         later signal must not end it in its exit (srun's --kill-on-bad-exit sends SIGTERM to
-        the other tasks as soon as the first exits 75), so the handlers stay, noting, until it
-        exits. Outside the main thread, where Python cannot take a signal, says so and notes
-        nothing."""
+        the other tasks as soon as the first exits 75), so the signals are ignored from then
+        on (SIG_IGN: Python's finalization puts back the default action of a Python handler,
+        and TensorFlow's shutdown comes after it). Outside the main thread, where Python cannot
+        take a signal, says so and notes nothing."""
         if threading.current_thread() is not threading.main_thread():
             print(
                 "tfdist: preemption notices are not watched: training runs outside the main "
@@ -73,8 +74,9 @@ class Notice:
             yield
         finally:
             for signum, handler in previous.items():
-                if not self.received:
-                    signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+                if self.received:
+                    handler = signal.SIG_IGN
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 class Agreement:
