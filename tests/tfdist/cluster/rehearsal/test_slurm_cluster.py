@@ -32,6 +32,19 @@ _TRAIN = [
 ]
 
 
+def _step_daemons(job_id: int) -> list[int]:
+    """The pids of the slurmstepd processes of `job_id` still running on this machine."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if cmdline.read().startswith(f"slurmstepd: [{job_id}.".encode()):
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
 def _task_pids(job_id: int) -> dict[int, int]:
     """{rank: pid} of the tasks of `job_id` still running on this machine (their environment
     names the job and the rank)."""
@@ -194,21 +207,33 @@ class RealSlurmTest(unittest.TestCase):
         )
         self._wait_for(output, "1: Epoch 2/", job)
         self.cluster.command("scancel", "--signal=USR1", str(job))
-        # Requeued, Slurm holds the job back by about two minutes (BeginTime): start it now.
+        for rank in (0, 1):
+            self._wait_for(output, f"{rank}: tfdist train: preempted at", job)
+        # Requeued, Slurm holds the job back by about two minutes (BeginTime) while its nodes
+        # clean up; once the first run's step daemons are gone, start it now (sooner, under
+        # load, a node still ending the first run refused the second: "Job credential revoked").
         deadline = time.monotonic() + _ENDED_S
-        while "Restarts=1" not in (shown := self._show(job)):
+        while not (
+            "Restarts=1" in (shown := self._show(job))
+            and "JobState=PENDING" in shown
+            and not _step_daemons(job)
+        ):
             self.assertLess(time.monotonic(), deadline, shown + self._slurmctld_log())
             time.sleep(0.25)
         self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
         text = open(output, encoding="utf-8").read()
         saved = re.findall(
-            r"^(\d): tfdist train: preempted at epoch (\d+) step (\d+); state saved in [\d.]+ s ",
+            r"^(\d): tfdist train: preempted at (epoch \d+ step \d+|the end of epoch \d+); "
+            r"state saved in [\d.]+ s ",
             text,
             re.M,
         )
-        self.assertEqual(sorted(rank for rank, *_ in saved), ["0", "1"], text[-3000:])
-        self.assertEqual(saved[0][1:], saved[1][1:], "both tasks saved at one step")
-        epoch, step = map(int, saved[0][1:])
+        self.assertEqual(sorted(rank for rank, _ in saved), ["0", "1"], text[-3000:])
+        self.assertEqual(saved[0][1], saved[1][1], "both tasks saved at one step")
+        # Stopped after the epoch's last step, the epoch ends first and the run resumes at the
+        # next one.
+        numbers = [int(number) for number in re.findall(r"\d+", saved[0][1])]
+        epoch, step = numbers if len(numbers) == 2 else (numbers[0], steps)
         resumed = f"epoch {epoch} step {step + 1}" if step < steps else f"epoch {epoch + 1}"
         for rank in (0, 1):
             self._wait_for(output, f"{rank}: tfdist: resuming at {resumed} from the backup", job)
