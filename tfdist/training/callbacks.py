@@ -194,25 +194,19 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
     epoch ends first (validation, its checkpoint and history), as does a notice in validation
     where the step loop is one process's. Goes last among the callbacks.
 
-    `at_steps=False` acts at epochs' ends only: tf-keras refuses batch-level callbacks under
-    parameter server, whose steps run asynchronously on the workers."""
+    Under parameter server a step ends, for `fit`, when the coordinator has scheduled it: the
+    coordinator is joined first, so every step scheduled before the stop has run on the workers
+    when the state is saved. tf-keras allows its batch hooks there because it takes no logs."""
 
     def __init__(
-        self,
-        watch: preemption.Watch,
-        backup: BackupAndRestore | None,
-        *,
-        steps_per_epoch: int,
-        at_steps: bool = True,
+        self, watch: preemption.Watch, backup: BackupAndRestore | None, *, steps_per_epoch
     ):
         super().__init__()
+        self._supports_tf_logs = True  # Reads no logs: tf-keras then allows it under PS.
         self._watch, self._backup = watch, backup
-        self._steps_per_epoch, self._at_steps = steps_per_epoch, at_steps
+        self._steps_per_epoch = steps_per_epoch
         self._epoch = 0
         self._after_epoch = False
-
-    def _implements_train_batch_hooks(self):
-        return self._at_steps
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch = epoch
@@ -223,6 +217,9 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if not self._watch.stop_agreed():
             return
+        coordinator = getattr(self.model, "_cluster_coordinator", None)  # Parameter server's.
+        if coordinator is not None:
+            coordinator.join()
         if batch + 1 < self._steps_per_epoch:
             raise self._stop(batch)
         self._after_epoch = True

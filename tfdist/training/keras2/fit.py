@@ -217,12 +217,7 @@ def train(
                 epochs,
                 *callbacks,
                 *_output_callbacks(plan, backup),
-                SaveOnNotice(
-                    watch,
-                    backup,
-                    steps_per_epoch=plan.steps_per_epoch,
-                    at_steps=plan.kind is not StrategyKind.PARAMETER_SERVER,
-                ),
+                SaveOnNotice(watch, backup, steps_per_epoch=plan.steps_per_epoch),
             ],
             verbose=2,
             **validation,
