@@ -192,7 +192,8 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
     """Ends `fit` at a step boundary after a preemption notice (`tfdist.training.preemption`),
     with `backup` saved there, by raising `errors.Preempted`. After the epoch's last step the
     epoch ends first (validation, its checkpoint and history), as does a notice in validation
-    where the step loop is one process's. Goes last among the callbacks.
+    where the step loop is one process's; at the last epoch's end the run is done and ends as
+    usual. Goes last among the callbacks.
 
     Under parameter server a step ends, for `fit`, when the coordinator has scheduled it: the
     coordinator is joined first, so every step scheduled before the stop has run on the workers
@@ -225,7 +226,8 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
         self._after_epoch = True
 
     def on_epoch_end(self, epoch, logs=None):
-        if self._after_epoch or self._watch.stops_at_epoch_end():
+        last = epoch + 1 == self.params["epochs"]  # Then the run is done: it ends as usual.
+        if not last and (self._after_epoch or self._watch.stops_at_epoch_end()):
             raise self._stop(None)
 
     def _stop(self, batch: int | None) -> Exception:

@@ -102,6 +102,17 @@ class NoticeInFitTest(PolicyReset):
             callbacks=list(callbacks),
         )
 
+    def test_a_notice_in_the_last_step_lets_the_run_end_as_usual(self):
+        class SignalInTheLastStep(tf_keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                if self.model.optimizer.iterations.numpy() == 11:  # Step 4 of epoch 3 of 3.
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+        model_dir = os.path.join(self.get_temp_dir(), "done")
+        result = self._fit(model_dir, [SignalInTheLastStep()])  # Not errors.Preempted.
+        self.assertEqual(len(result["history"]["loss"]), 3)
+        self.assertEqual(os.listdir(os.path.join(model_dir, "backup")), [], "a finished run's")
+
     def test_a_notice_in_validation_ends_the_epoch_and_a_second_in_the_save_changes_nothing(self):
         signalled = []
 

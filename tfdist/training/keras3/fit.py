@@ -172,7 +172,8 @@ def _train_loop(
             print(f"Epoch {epoch + 1}/{config.train.epochs} - {shown}", flush=True)
             for callback in (timer, *noise_logs, history, user_callbacks):
                 callback.on_epoch_end(epoch, logs)
-            if stopped_after is not None or watch.stops_at_epoch_end():
+            last = epoch + 1 == config.train.epochs  # Then the run is done: it ends as usual.
+            if not last and (stopped_after is not None or watch.stops_at_epoch_end()):
                 raise _preempted(plan, checkpoints, epoch, None)
     for callback in (*noise_logs, user_callbacks):
         callback.on_train_end()
