@@ -694,7 +694,7 @@ _TRAIN_CRASHING_ONCE = textwrap.dedent("""
     import tf_keras
 
     marker, args = sys.argv[1], sys.argv[2:]
-    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]  # The evaluator's is 0.
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
 
     class CrashOnce(tf_keras.callbacks.Callback):
         epoch = 0
