@@ -9,6 +9,7 @@ that makes a run the only one writing it. Pure Python.
     MODEL_DIR/history.json              every epoch's metrics, across restarts
     MODEL_DIR/evaluations.json          the evaluator's results by checkpoint
     MODEL_DIR/loop_checkpoints/         `CustomLoop`'s checkpoints
+    MODEL_DIR/notices/TASK              a ps task's preemption notice, for the chief
 
 Tasks other than the one that writes results save into a scratch directory beside the real one
 (`scratch`), since every worker must take part in saving; it is deleted after each save. The
@@ -47,6 +48,10 @@ class ModelDir:
     @property
     def checkpoints(self) -> str:
         return os.path.join(self.root, "checkpoints")
+
+    @property
+    def notices(self) -> str:
+        return os.path.join(self.root, "notices")
 
     def checkpoint(self, epochs_done: int | str) -> str:
         """The weights after `epochs_done` epochs (or a Keras filepath pattern for it)."""

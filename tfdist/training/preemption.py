@@ -112,14 +112,54 @@ class Agreement:
         return step_with_agreement
 
 
+class PsNotices:
+    """The preemption notices parameter-server ps tasks leave in the model dir for the chief
+    (`MODEL_DIR/notices/ps:N`): a ps task preempted alone would otherwise serve on unheard until
+    its grace ends, and lose its variables with it. The chief looks at most every `POLL_S`."""
+
+    POLL_S = 1.0
+
+    def __init__(self, notices_dir: str):
+        self._dir, self._looked_at = notices_dir, float("-inf")
+        self.from_task: str | None = None
+
+    @staticmethod
+    def leave(notices_dir: str, task: str) -> None:
+        """Leaves `task`'s notice (a ps task's, on its notice)."""
+        tf.io.gfile.makedirs(notices_dir)
+        with tf.io.gfile.GFile(os.path.join(notices_dir, task), "w") as notice:
+            notice.write(f"{time.time()}\n")
+
+    def clear(self) -> None:
+        """Removes the notices an earlier run's ps tasks left (the chief, as a run starts)."""
+        if tf.io.gfile.isdir(self._dir):
+            tf.io.gfile.rmtree(self._dir)
+
+    @property
+    def received(self) -> bool:
+        """Whether a ps task has left a notice (looked for at most every POLL_S)."""
+        now = time.monotonic()
+        if self.from_task is None and now - self._looked_at >= self.POLL_S:
+            self._looked_at = now
+            left = tf.io.gfile.glob(os.path.join(self._dir, "*"))
+            self.from_task = os.path.basename(sorted(left)[0]) if left else None
+        return self.from_task is not None
+
+
 class Watch:
     """A step loop's view of the notice (tf-keras' `fit` through `SaveOnNotice`, tfdist's Keras 3
     loop, `CustomLoop`): `before_step()` as a step begins, `stop_agreed()` after it ends: whether
-    every task stops there; `stops_at_epoch_end()`: whether a notice in validation ends the run
-    at the epoch's end (one process only: workers can agree only in a step)."""
+    every task stops there (under parameter server: the chief, on its own notice or a ps
+    task's); `stops_at_epoch_end()`: whether a notice in validation ends the run at the epoch's
+    end (one process only: workers can agree only in a step)."""
 
-    def __init__(self, notice: Notice, agreement: Agreement | None = None):
-        self.notice, self._agreement = notice, agreement
+    def __init__(
+        self,
+        notice: Notice,
+        agreement: Agreement | None = None,
+        ps_notices: PsNotices | None = None,
+    ):
+        self.notice, self._agreement, self._ps_notices = notice, agreement, ps_notices
 
     def around(self, replica_step: Callable) -> Callable:
         """`replica_step`, with the workers' agreement after it when there is one."""
@@ -130,7 +170,9 @@ class Watch:
             self._agreement.raise_flag()
 
     def stop_agreed(self) -> bool:
-        return self.notice.received if self._agreement is None else self._agreement.agreed
+        if self._agreement is not None:
+            return self._agreement.agreed
+        return self.notice.received or bool(self._ps_notices and self._ps_notices.received)
 
     def stops_at_epoch_end(self) -> bool:
         return self._agreement is None and self.notice.received
@@ -138,9 +180,16 @@ class Watch:
 
 def watch(plan: Plan) -> Watch:
     """The watch for `plan`'s run: `--preemption_signal` and SIGTERM, agreed on in every step
-    under multi_worker_mirrored with 2+ workers."""
+    under multi_worker_mirrored with 2+ workers; under parameter server with a model dir, the
+    ps tasks' notices too (an earlier run's are cleared)."""
     agree = plan.kind is StrategyKind.MULTI_WORKER_MIRRORED and plan.num_workers > 1
-    return Watch(Notice(plan.config.train.preemption_signal), Agreement() if agree else None)
+    ps_notices = None
+    if plan.kind is StrategyKind.PARAMETER_SERVER and plan.model_dir is not None:
+        ps_notices = PsNotices(plan.model_dir.notices)
+        ps_notices.clear()
+    return Watch(
+        Notice(plan.config.train.preemption_signal), Agreement() if agree else None, ps_notices
+    )
 
 
 def stopped(

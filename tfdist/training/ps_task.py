@@ -1,8 +1,10 @@
 """Parameter-server `worker` and `ps` tasks (`Role.SERVE`): serve until the chief is done,
 then exit 0 instead of serving forever (`tfdist.cluster.liveness`). `fit` does it on such a
 task; a custom loop calls `serve` itself. A preemption notice does not stop a server while the
-chief runs: it serves on while the chief saves, then ends as preempted (exit 75); once the
-chief is gone (the job done or failed), a notice ends it at once, as the signal would have."""
+chief runs: it serves on while the chief saves, then ends as preempted (exit 75); a ps task
+leaves its notice in the model dir, so that the chief, told or not, stops at a step and saves
+(`preemption.PsNotices`). Once the chief is gone (the job done or failed), a notice ends a
+server at once, as the signal would have."""
 
 import signal
 
@@ -55,7 +57,12 @@ def serve(plan: Plan) -> dict:
     with notice.watching():  # The chief saves on its notice, reading this task's variables.
         while not watch.wait_finished(_POLL_S):
             if notice.received:
-                chief_saving = answers(chief) if chief_saving is None else chief_saving
+                if chief_saving is None:
+                    chief_saving = answers(chief)
+                    if chief_saving and plan.task.startswith("ps:") and plan.model_dir:
+                        # The chief stops at a step and saves on it (a worker's is not needed:
+                        # the coordinator retries a lost worker's steps).
+                        preemption.PsNotices.leave(plan.model_dir.notices, plan.task)
                 if not chief_saving or not answers(chief):  # Nothing left to serve.
                     break
             if watch.unseen_for_s() > FIRST_CONTACT_TIMEOUT_S:

@@ -146,6 +146,26 @@ class NoticeInFitTest(PolicyReset):
         self.assertEqual(resumed["history"], whole["history"])
 
 
+class PsNoticesTest(unittest.TestCase):
+    def test_a_ps_tasks_notice_stops_the_chief_and_a_new_run_clears_it(self):
+        notices_dir = os.path.join(tempfile.mkdtemp(), "notices")
+        chief_notice = preemption.Notice()
+        ps_notices = preemption.PsNotices(notices_dir)
+        watch = preemption.Watch(chief_notice, ps_notices=ps_notices)
+        self.assertFalse(watch.stop_agreed())
+        preemption.PsNotices.leave(notices_dir, "ps:1")
+        with mock.patch.object(preemption.PsNotices, "POLL_S", 3600.0):
+            self.assertFalse(watch.stop_agreed(), "looked for at most every POLL_S")
+        with mock.patch.object(preemption.PsNotices, "POLL_S", 0.0):
+            self.assertTrue(watch.stop_agreed())
+            self.assertEqual(ps_notices.from_task, "ps:1")
+            self.assertFalse(watch.stops_at_epoch_end(), "a step ends it, not validation")
+            again = preemption.PsNotices(notices_dir)
+            again.clear()
+            self.assertFalse(again.received)
+            again.clear()  # Nothing to clear.
+
+
 class ClusterShapeTest(unittest.TestCase):
     def _plan(self, root: str, workers: int, replicas: int) -> types.SimpleNamespace:
         return types.SimpleNamespace(
