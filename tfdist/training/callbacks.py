@@ -200,7 +200,7 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
     when the state is saved. tf-keras allows its batch hooks there because it takes no logs."""
 
     def __init__(
-        self, watch: preemption.Watch, backup: BackupAndRestore | None, *, steps_per_epoch
+        self, watch: preemption.Watch, backup: BackupAndRestore | None, *, steps_per_epoch: int
     ):
         super().__init__()
         self._supports_tf_logs = True  # Reads no logs: tf-keras then allows it under PS.
