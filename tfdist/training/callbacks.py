@@ -266,8 +266,7 @@ def backup_position(backup_dir: str, steps_per_epoch: int) -> tuple[int, int] | 
         return None
     saved = dict(tf.train.list_variables(latest))
     if _KERAS3_EPOCHS in saved:
-        step = int(tf.train.load_variable(latest, _KERAS3_STEP)) if _KERAS3_STEP in saved else 0
-        return int(tf.train.load_variable(latest, _KERAS3_EPOCHS)), step
+        return counters_position(latest, saved, _KERAS3_EPOCHS)
     if _TF_KERAS_EPOCH in saved:
         return resume_point(
             int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)),
@@ -275,6 +274,14 @@ def backup_position(backup_dir: str, steps_per_epoch: int) -> tuple[int, int] | 
             steps_per_epoch,
         )
     return None
+
+
+def counters_position(checkpoint: str, saved: dict, epochs_name: str) -> tuple[int, int]:
+    """(epochs done, steps into the next) of a checkpoint whose counters are `epochs_name` and
+    `step_in_epoch` (Keras 3's and `CustomLoop`'s; a step of 0 when it has none), as listed in
+    `saved` (`tf.train.list_variables`)."""
+    step = int(tf.train.load_variable(checkpoint, _STEP_IN_EPOCH)) if _STEP_IN_EPOCH in saved else 0
+    return int(tf.train.load_variable(checkpoint, epochs_name)), step
 
 
 def resume_point(epoch: int, batch: int, steps_per_epoch: int) -> tuple[int, int]:
@@ -308,7 +315,7 @@ def refuse_finished_backup(position: tuple[int, int] | None, epochs: int, model_
 
 
 _KERAS3_EPOCHS = "epochs_done/.ATTRIBUTES/VARIABLE_VALUE"
-_KERAS3_STEP = "step_in_epoch/.ATTRIBUTES/VARIABLE_VALUE"
+_STEP_IN_EPOCH = "step_in_epoch/.ATTRIBUTES/VARIABLE_VALUE"
 _TF_KERAS_EPOCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
 _TF_KERAS_BATCH = "ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE"
 

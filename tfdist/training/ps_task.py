@@ -17,6 +17,7 @@ from tfdist.runtime.config import ConfigError
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import Role
 from tfdist.runtime.setup import require_plan
+from tfdist.strategies import TaskType
 from tfdist.training import preemption
 
 FIRST_CONTACT_TIMEOUT_S = 600.0
@@ -59,7 +60,7 @@ def serve(plan: Plan) -> dict:
             if notice.received:
                 if chief_saving is None:
                     chief_saving = answers(chief)
-                    if chief_saving and plan.task.startswith("ps:") and plan.model_dir:
+                    if chief_saving and cluster.task.type is TaskType.PS and plan.model_dir:
                         # The chief stops at a step and saves on it (a worker's is not needed:
                         # the coordinator retries a lost worker's steps).
                         preemption.PsNotices.leave(plan.model_dir.notices, plan.task)

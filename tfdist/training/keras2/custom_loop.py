@@ -37,6 +37,7 @@ from tfdist.strategies.config import check_int
 from tfdist.training import guards as fit_guards
 from tfdist.training import input_checks
 from tfdist.training import preemption
+from tfdist.training.callbacks import counters_position
 from tfdist.training.callbacks import say_resuming
 from tfdist.training.callbacks import unrestorable
 from tfdist.training.data import dataset_fn
@@ -49,9 +50,8 @@ from tfdist.training.model import checked_model
 
 
 _OPTIMIZERS = (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
-# The loop's counters in its checkpoint, as TensorFlow names them.
+# The loop's epoch counter in its checkpoint, as TensorFlow names it.
 _EPOCH = "epoch/.ATTRIBUTES/VARIABLE_VALUE"
-_STEP = "step_in_epoch/.ATTRIBUTES/VARIABLE_VALUE"
 _LOCKS: dict[str, Lock] = {}  # A loop's model-dir lock, by model dir, to the process's end.
 
 
@@ -277,9 +277,7 @@ class CustomLoop:
         latest = model_dir and tf.train.latest_checkpoint(model_dir.loop_checkpoints)
         if not latest:
             return None
-        saved = dict(tf.train.list_variables(latest))
-        step = int(tf.train.load_variable(latest, _STEP)) if _STEP in saved else 0
-        return int(tf.train.load_variable(latest, _EPOCH)), step
+        return counters_position(latest, dict(tf.train.list_variables(latest)), _EPOCH)
 
     def _iterator(self, dataset):
         """`dataset`'s kept iterator (made on first use), or `dataset` if it is an iterator."""
