@@ -192,9 +192,11 @@ def _write_stdout(lock: threading.Lock, data: bytes) -> None:
         binary.flush()
 
 
-def stop_all(members: Sequence[Process], grace_s: float = STOP_GRACE_S) -> None:
+def stop_all(members: Sequence[Process], grace_s: float | None = None) -> None:
     """Stops every started process and what it started: SIGTERM to all at once, SIGKILL to all
-    once each has ended or `grace_s` has passed; waits (bounded) for them and their output."""
+    once each has ended or `grace_s` (by default STOP_GRACE_S) has passed; waits (bounded) for
+    them and their output."""
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
     started = [member for member in members if member.process]
     for member in started:
         member.send_signal(signal.SIGTERM)

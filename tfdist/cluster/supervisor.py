@@ -69,13 +69,13 @@ class Restart:
     """A policy's answer: stop `names` (the failed process among them) and start them again
     `delay_s` later. `why` ends the line ("restarting every task (1/3) in 1 s"); `counted`:
     whether it counts as one of the job's restarts (a Job recreating its pod does not);
-    `grace_s`: from the stopping SIGTERM to the SIGKILL."""
+    `grace_s`: from the stopping SIGTERM to the SIGKILL (None: `processes.STOP_GRACE_S`)."""
 
     names: tuple[str, ...]
     why: str
     delay_s: float = 0.0
     counted: bool = True
-    grace_s: float = processes.STOP_GRACE_S
+    grace_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
