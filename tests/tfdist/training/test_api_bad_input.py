@@ -6,6 +6,7 @@ test_bad_input_corpus.py)."""
 import functools
 import pathlib
 import sys
+import types
 from unittest import mock
 
 import tensorflow as tf
@@ -15,8 +16,10 @@ from absl.testing import parameterized
 import tfdist
 from tfdist.runtime import tf_import
 from tfdist.runtime.config import ConfigError
+from tfdist.strategies import StrategyKind
 from tfdist.training import data
 from tfdist.training import guards
+from tfdist.training.keras2 import fit as keras2_fit
 from tfdist.training import model as training_model
 from tfdist.training import models
 
@@ -116,6 +119,25 @@ class TrainAndFitArgumentsTest(tf.test.TestCase):
         guards.check_compile_names(
             tf_keras, tf_keras.losses.MeanSquaredError(), ["accuracy", tf_keras.metrics.AUC()]
         )
+
+    def test_a_callback_with_batch_hooks_under_parameter_server(self):
+        class EveryStep(tf_keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                del batch, logs
+
+        class EveryEpoch(tf_keras.callbacks.Callback):
+            def on_epoch_end(self, epoch, logs=None):
+                del epoch, logs
+
+        ps_plan = types.SimpleNamespace(kind=StrategyKind.PARAMETER_SERVER)
+        with self.assertRaises(ConfigError) as raised:
+            keras2_fit._check_batch_hooks(ps_plan, [EveryEpoch(), EveryStep()])  # pylint: disable=protected-access
+        _one_line(self, raised.exception, "callbacks[1] (EveryStep) has batch hooks", "epoch hooks")
+        reads_no_logs = EveryStep()
+        reads_no_logs._supports_tf_logs = True  # pylint: disable=protected-access
+        keras2_fit._check_batch_hooks(ps_plan, [EveryEpoch(), reads_no_logs])  # pylint: disable=protected-access
+        mirrored_plan = types.SimpleNamespace(kind=StrategyKind.MIRRORED)
+        keras2_fit._check_batch_hooks(mirrored_plan, [EveryStep()])  # pylint: disable=protected-access
 
     def test_a_dataset_whose_python_code_raises_names_its_function(self):
         def generator():

@@ -151,6 +151,27 @@ def _noise_scale_log(plan: Plan, model: tf_keras.Model) -> list[NoiseScaleLog]:
     ]
 
 
+def _check_batch_hooks(plan: Plan, callbacks: Sequence[tf_keras.callbacks.Callback]) -> None:
+    """Raises ConfigError for a callback with batch hooks under parameter server, which tf-keras
+    refuses (with a traceback) once `fit` has begun: there the coordinator schedules the steps,
+    and their logs are not there yet when a hook would run. It takes callbacks that read none."""
+    if plan.kind is not StrategyKind.PARAMETER_SERVER:
+        return
+    for index, callback in enumerate(callbacks):
+        hooked = any(
+            getattr(callback, f"_implements_{mode}_batch_hooks", lambda: False)()
+            for mode in ("train", "test", "predict")
+        )
+        if hooked and not getattr(callback, "_supports_tf_logs", False):
+            raise ConfigError(
+                f"callbacks[{index}] ({type(callback).__name__}) has batch hooks, which tf-keras "
+                "does not call under strategy=parameter_server (the coordinator schedules the "
+                "steps; their logs come later); move that work to its epoch hooks, or, if its "
+                "batch hooks read no logs, set _supports_tf_logs = True on it (they then run as "
+                "each step is scheduled), or train with keras=3."
+            )
+
+
 def train(
     plan: Plan,
     model,
@@ -165,6 +186,7 @@ def train(
 ) -> tuple[tf_keras.Model, dict]:
     """(the model, the summary's training part): `model.fit` with tfdist's callbacks, from
     `start` ((epoch, step) of a backup it resumes; None: the beginning)."""
+    _check_batch_hooks(plan, callbacks)
     model = build_model(plan, model, data=train_data, loss=loss, metrics=metrics)
     config = plan.config
     timer = ThroughputTimer(
