@@ -3,7 +3,7 @@
 digest line. With --kill_at_epoch=E the last worker SIGKILLs itself at the start of epoch E
 once (a file in --model_dir remembers), as a node lost mid-run would end it; with
 --term_at=E,S it sends itself SIGTERM at the start of step S of epoch E once, as a preemption
-notice does; with --hold_at_epoch=E the last worker waits at the start of epoch E (once, up to
+notice does (under parameter server the chief, which runs the callbacks); with --hold_at_epoch=E the last worker waits at the start of epoch E (once, up to
 --hold_s) until a preemption notice reaches it, so that a notice sent from outside (a
 rehearsal's --preempt) lands mid-epoch however fast the steps run.
 """
@@ -65,6 +65,10 @@ def killer(plan):
             time.sleep(0.05)
 
     class KillOnce(tf.keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self._supports_tf_logs = True  # Reads no logs: its batch hooks run under PS too.
+
         def on_epoch_begin(self, epoch, logs=None):
             self.epoch = epoch
             if epoch + 1 == _KILL_AT_EPOCH.value:

@@ -1,9 +1,10 @@
 """Save on notice (`tfdist.training.preemption`): a SIGTERM mid-epoch ends the run at one step
 with its state saved and exit 75, and the restart ends with the weights of a run never
 interrupted (`--deterministic`): on one device in Keras 3, on 2 CPU replicas (mirrored) and on 2
-workers under `tfdist launch` in tf-keras. (CustomLoop: tests/tfdist/training/keras2/
-test_custom_loop.py; a rehearsal's deleted pod: test_rehearse.py; real Slurm's `scancel
---signal`: test_slurm_cluster.py.)
+workers under `tfdist launch` in tf-keras. A parameter-server chief saves at its step and the
+job resumes at the next; a SIGKILL in the middle of a save leaves the last complete backup to
+resume from. (CustomLoop: tests/tfdist/training/keras2/test_custom_loop.py; a rehearsal's
+deleted pod: test_rehearse.py; real Slurm's `scancel --signal`: test_slurm_cluster.py.)
 
 The runs are a user's own program (tests/data/programs/mlp_with_digest.py) that sends itself
 SIGTERM at a given step, so the notice lands at the same step every time.
@@ -13,6 +14,7 @@ import contextlib
 import io
 import json
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -38,6 +40,7 @@ from tfdist.runtime.config import NoticeSignal
 from tfdist.training import preemption
 
 _TFDIST = [sys.executable, "-m", "tfdist"]
+_REPO = str(pathlib.Path(__file__).parents[3])
 _RUN_S = 180  # One run's bound: a few seconds of training after TensorFlow's import.
 _FLAGS = ["--epochs=3", "--deterministic"]  # 4 steps an epoch.
 _PREEMPTED = (
@@ -78,29 +81,32 @@ class NoticeTest(PolicyReset):
         )
 
 
+def fit_tabular(model_dir: str, callbacks=()) -> dict:
+    """`tfdist.fit` of the tabular model, 3 epochs of 4 steps with validation, under
+    `model_dir` (also run by `KilledMidSaveTest`'s child process)."""
+    plan = tfdist.setup(
+        run_config(
+            global_batch_size=32,
+            epochs=3,
+            steps_per_epoch=4,
+            validation_steps=2,
+            model_dir=model_dir,
+        )
+    )
+    tf_keras.utils.set_random_seed(3)
+    return tfdist.fit(
+        plan,
+        tabular_model,
+        tabular_dataset_fn(32),
+        validation_data=tabular_dataset_fn(32, training=False),
+        loss="sparse_categorical_crossentropy",
+        callbacks=list(callbacks),
+    )
+
+
 class NoticeInFitTest(PolicyReset):
     """A notice in validation, and a second one during the save, in `fit` in this process (the
     test runs in its process's main thread, where the handler is installed during `fit`)."""
-
-    def _fit(self, model_dir: str, callbacks=()) -> dict:
-        plan = tfdist.setup(
-            run_config(
-                global_batch_size=32,
-                epochs=3,
-                steps_per_epoch=4,
-                validation_steps=2,
-                model_dir=model_dir,
-            )
-        )
-        tf_keras.utils.set_random_seed(3)
-        return tfdist.fit(
-            plan,
-            tabular_model,
-            tabular_dataset_fn(32),
-            validation_data=tabular_dataset_fn(32, training=False),
-            loss="sparse_categorical_crossentropy",
-            callbacks=list(callbacks),
-        )
 
     def test_a_notice_in_the_last_step_lets_the_run_end_as_usual(self):
         class SignalInTheLastStep(tf_keras.callbacks.Callback):
@@ -109,7 +115,7 @@ class NoticeInFitTest(PolicyReset):
                     os.kill(os.getpid(), signal.SIGTERM)
 
         model_dir = os.path.join(self.get_temp_dir(), "done")
-        result = self._fit(model_dir, [SignalInTheLastStep()])  # Not errors.Preempted.
+        result = fit_tabular(model_dir, [SignalInTheLastStep()])  # Not errors.Preempted.
         self.assertEqual(len(result["history"]["loss"]), 3)
         self.assertEqual(os.listdir(os.path.join(model_dir, "backup")), [], "a finished run's")
 
@@ -136,12 +142,60 @@ class NoticeInFitTest(PolicyReset):
                 errors.Preempted, r"^preempted at the end of epoch 2; state saved in "
             ),
         ):
-            self._fit(model_dir, [SignalInValidation()])
+            fit_tabular(model_dir, [SignalInValidation()])
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
-            resumed = self._fit(model_dir)
+            resumed = fit_tabular(model_dir)
         self.assertIn("tfdist: resuming at epoch 3 from the backup", stderr.getvalue())
-        whole = self._fit(os.path.join(self.get_temp_dir(), "whole"))
+        whole = fit_tabular(os.path.join(self.get_temp_dir(), "whole"))
+        self.assertEqual(resumed["final"], whole["final"])
+        self.assertEqual(resumed["history"], whole["history"])
+
+
+# A child process preempted at epoch 2 step 2 that dies by SIGKILL in the middle of that save:
+# its shards are written, the checkpoint not yet assembled from them nor named the latest.
+_KILLED_MID_SAVE = """
+import os, signal, sys
+import tf_keras
+from tensorflow.python.ops import gen_io_ops
+from tests.tfdist.training.test_preemption import fit_tabular
+
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+class SignalThenKillInTheSave(tf_keras.callbacks.Callback):
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.model.optimizer.iterations.numpy() == 5:
+            gen_io_ops.merge_v2_checkpoints = killed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+fit_tabular(sys.argv[1], [SignalThenKillInTheSave()])
+"""
+
+
+@pytest.mark.multiprocess
+class KilledMidSaveTest(PolicyReset):
+    def test_a_save_cut_short_by_sigkill_leaves_the_last_complete_backup_to_resume(self):
+        """The grace ran out during the preemption's save (SIGKILL, as Kubernetes sends): the
+        restart resumes from the epoch-1 backup as though the save never began, and ends as a
+        run never interrupted ends."""
+        model_dir = os.path.join(self.get_temp_dir(), "killed")
+        killed = subprocess.run(
+            [sys.executable, "-c", _KILLED_MID_SAVE, model_dir],
+            cwd=_REPO,
+            capture_output=True,
+            text=True,
+            timeout=_RUN_S,
+            check=False,
+        )
+        self.assertEqual(killed.returncode, -signal.SIGKILL, killed.stderr[-2000:])
+        backup = os.path.join(model_dir, "backup", "chief")
+        self.assertIn("ckpt-2_temp", os.listdir(backup), "the save's shards, left half-done")
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            resumed = fit_tabular(model_dir)
+        self.assertIn("tfdist: resuming at epoch 2 from the backup", stderr.getvalue())
+        whole = fit_tabular(os.path.join(self.get_temp_dir(), "whole"))
         self.assertEqual(resumed["final"], whole["final"])
         self.assertEqual(resumed["history"], whole["history"])
 
@@ -271,6 +325,40 @@ class PreemptedRunTest(unittest.TestCase):
         (expected,) = digests(whole.stdout).values()
         self.assertEqual(set(workers.values()), {expected}, workers)
         self.assertEqual(list(digests(resumed.stdout).values()), [expected])
+
+    def test_a_preempted_parameter_server_chief_saves_at_the_step_and_the_job_resumes_there(self):
+        """chief + worker + ps under launch, the chief signalled at epoch 2 step 2: it stops
+        scheduling, joins the coordinator and saves; the launcher starts the job again, which
+        resumes at step 3. (Asynchronous updates: the weights are not compared.)"""
+        preempted = _run(
+            [
+                *_TFDIST,
+                "launch",
+                "--num_workers=1",
+                "--num_ps=1",
+                "--chief",
+                "--max_restarts=1",
+                "--",
+                "python",
+                MLP_PROGRAM,
+                "--strategy=parameter_server",
+                *_FLAGS,
+                "--model_dir=ps",
+                "--term_at=2,2",  # The chief runs the callbacks, so it gets the SIGTERM.
+            ],
+            self.scratch,
+        )
+        output = preempted.stdout + preempted.stderr
+        self.assertEqual(preempted.returncode, 0, output[-3000:])
+        self.assertRegex(output, rf"\[chief:0\] {_PREEMPTED}")
+        self.assertIn(
+            "chief:0 exited with status 75; restarting every task from the saved state "
+            "(preemption 1/1, apart from failures)",
+            output,
+        )
+        self.assertIn("[chief:0] tfdist: resuming at epoch 2 step 3", output)
+        self.assertIn("3 epoch(s) of 4 steps", output)
+        self.assertEqual(list(digests(preempted.stdout)), ["chief:0"], output[-3000:])
 
 
 if __name__ == "__main__":
