@@ -4,6 +4,7 @@ run `main` so that bad input ends as one line and exit status 2, as in `tfdist t
 Pure Python until the config is built: TensorFlow is imported after the flags are parsed.
 """
 
+import os
 import sys
 from typing import Callable
 from typing import Sequence
@@ -97,7 +98,11 @@ def report(error: Exception) -> int:
 
     heading = getattr(error, "heading", errors.TfdistError.heading)
     print(errors.line(flags_lib.as_flags(str(error)), heading), file=sys.stderr, flush=True)
-    return getattr(error, "exit_status", errors.EXIT_USAGE)
+    status = getattr(error, "exit_status", errors.EXIT_USAGE)
+    if getattr(error, "leaves_at_once", False):  # Its state is saved: nothing left to tear down.
+        sys.stdout.flush()
+        os._exit(status)
+    return status
 
 
 def run(main: Callable[[list[str]], int | None]) -> None:

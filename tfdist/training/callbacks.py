@@ -197,7 +197,8 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
 
     Under parameter server a step ends, for `fit`, when the coordinator has scheduled it: the
     coordinator is joined first, so every step scheduled before the stop has run on the workers
-    when the state is saved. tf-keras allows its batch hooks there because it takes no logs."""
+    when the state is saved, and the steps scheduled ahead are kept few (`Watch.scheduled`).
+    tf-keras allows its batch hooks there because it takes no logs."""
 
     def __init__(
         self, watch: preemption.Watch, backup: BackupAndRestore | None, *, steps_per_epoch: int
@@ -216,9 +217,11 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
         self._watch.before_step()
 
     def on_train_batch_end(self, batch, logs=None):
+        coordinator = getattr(self.model, "_cluster_coordinator", None)  # Parameter server's.
+        if coordinator is not None:
+            self._watch.scheduled(coordinator)
         if not self._watch.stop_agreed():
             return
-        coordinator = getattr(self.model, "_cluster_coordinator", None)  # Parameter server's.
         if coordinator is not None:
             coordinator.join()
         if batch + 1 < self._steps_per_epoch:
@@ -237,6 +240,7 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
             batch,
             backup and (lambda: backup.save_at(self._epoch, batch)),
             backup and os.path.dirname(backup.backup_dir),
+            coordinated=self._watch.coordinated,
         )
 
 

@@ -36,11 +36,12 @@ from tfdist.strategies import StrategyKind
 
 class Notice:
     """The first preemption notice this process received (`signal_name`), noted by a signal
-    handler installed within `watching()`."""
+    handler installed within `watching()` (`watched` inside it)."""
 
     def __init__(self, extra: NoticeSignal = NoticeSignal.SIGTERM):
         self._signums = sorted({signal.SIGTERM, signal.Signals[extra.value]})
         self.signal_name: str | None = None
+        self.watched = False
 
     @property
     def received(self) -> bool:
@@ -60,19 +61,21 @@ class Notice:
         on (SIG_IGN: Python's finalization puts back the default action of a Python handler,
         and TensorFlow's shutdown comes after it). Outside the main thread, where Python cannot
         take a signal, says so and notes nothing."""
-        if threading.current_thread() is not threading.main_thread():
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {signum: signal.signal(signum, self._note) for signum in self._signums}
+        else:
             print(
                 "tfdist: preemption notices are not watched: training runs outside the main "
                 "thread; a SIGTERM ends it as before (the last backup stays)",
                 file=sys.stderr,
                 flush=True,
             )
-            yield
-            return
-        previous = {signum: signal.signal(signum, self._note) for signum in self._signums}
+        self.watched = True
         try:
             yield
         finally:
+            self.watched = False
             for signum, handler in previous.items():
                 if self.received:
                     handler = signal.SIG_IGN
@@ -146,20 +149,45 @@ class PsNotices:
         return self.from_task is not None
 
 
+class ScheduledAhead:
+    """How far a parameter-server chief schedules training calls ahead of those the workers have
+    run: ClusterCoordinator's queue takes an epoch's calls at once, and the chief can save only
+    once what it scheduled has run (it joins first), so a chief that scheduled far ahead outlasts
+    its grace period (the default job's chief, 1000 steps of 54 ms queued, was still joining when
+    the launcher's 15 s ran out). Joining every `limit` calls bounds that wait; the workers idle
+    only while the chief schedules the next call after each join."""
+
+    CALLS_PER_WORKER = 16
+
+    def __init__(self, num_workers: int):
+        self.limit = self.CALLS_PER_WORKER * num_workers
+        self._since_join = 0
+
+    def add(self, coordinator) -> None:
+        """Notes a call scheduled on `coordinator`; joins it every `limit` calls."""
+        self._since_join += 1
+        if self._since_join >= self.limit:
+            coordinator.join()
+            self._since_join = 0
+
+
 class Watch:
     """A step loop's view of the notice (tf-keras' `fit` through `SaveOnNotice`, tfdist's Keras 3
     loop, `CustomLoop`): `before_step()` as a step begins, `stop_agreed()` after it ends: whether
     every task stops there (under parameter server: the chief, on its own notice or a ps
     task's); `stops_at_epoch_end()`: whether a notice in validation ends the run at the epoch's
-    end (one process only: workers can agree only in a step)."""
+    end (one process only: workers can agree only in a step). Under parameter server the loop
+    notes each training call it schedules with `scheduled()`, which keeps the calls ahead few."""
 
     def __init__(
         self,
         notice: Notice,
         agreement: Agreement | None = None,
         ps_notices: PsNotices | None = None,
+        ahead: ScheduledAhead | None = None,
     ):
         self.notice, self._agreement, self._ps_notices = notice, agreement, ps_notices
+        self._ahead = ahead
 
     def around(self, replica_step: Callable) -> Callable:
         """`replica_step`, with the workers' agreement after it when there is one."""
@@ -168,6 +196,16 @@ class Watch:
     def before_step(self) -> None:
         if self._agreement is not None and self.notice.received:
             self._agreement.raise_flag()
+
+    @property
+    def coordinated(self) -> bool:
+        """Whether the loop schedules its steps on parameter-server workers (the chief's)."""
+        return self._ahead is not None
+
+    def scheduled(self, coordinator) -> None:
+        """Notes a training call scheduled on the parameter-server workers by `coordinator`."""
+        if self._ahead is not None:
+            self._ahead.add(coordinator)
 
     def stop_agreed(self) -> bool:
         if self._agreement is not None:
@@ -181,22 +219,35 @@ class Watch:
 def watch(plan: Plan) -> Watch:
     """The watch for `plan`'s run: `--preemption_signal` and SIGTERM, agreed on in every step
     under multi_worker_mirrored with 2+ workers; under parameter server with a model dir, the
-    ps tasks' notices too (an earlier run's are cleared)."""
+    ps tasks' notices too (an earlier run's are cleared), and the calls scheduled ahead kept
+    few."""
     agree = plan.kind is StrategyKind.MULTI_WORKER_MIRRORED and plan.num_workers > 1
-    ps_notices = None
-    if plan.kind is StrategyKind.PARAMETER_SERVER and plan.model_dir is not None:
-        ps_notices = PsNotices(plan.model_dir.notices)
-        ps_notices.clear()
+    ps_notices = ahead = None
+    if plan.kind is StrategyKind.PARAMETER_SERVER:
+        ahead = ScheduledAhead(plan.num_workers)
+        if plan.model_dir is not None:
+            ps_notices = PsNotices(plan.model_dir.notices)
+            ps_notices.clear()
     return Watch(
-        Notice(plan.config.train.preemption_signal), Agreement() if agree else None, ps_notices
+        Notice(plan.config.train.preemption_signal),
+        Agreement() if agree else None,
+        ps_notices,
+        ahead,
     )
 
 
 def stopped(
-    epoch: int, step: int | None, save: Callable[[], None] | None, model_dir: str | None
+    epoch: int,
+    step: int | None,
+    save: Callable[[], None] | None,
+    model_dir: str | None,
+    *,
+    coordinated: bool = False,
 ) -> errors.Preempted:
     """Saves with `save` (None: no --model_dir, nothing to save) and returns the one line for a
-    run preempted after `step` (from 0; None: the epoch's end) of `epoch` (from 0)."""
+    run preempted after `step` (from 0; None: the epoch's end) of `epoch` (from 0); a
+    `coordinated` one (a parameter-server chief's) leaves its process at once
+    (`errors.Preempted.leaves_at_once`)."""
     where = (
         f"epoch {epoch + 1} step {step + 1}"
         if step is not None
@@ -205,13 +256,15 @@ def stopped(
     if save is None:
         return errors.Preempted(
             f"preempted at {where}; nothing saved (no --model_dir): pass model_dir=DIR so that "
-            "a preempted run resumes where it stopped."
+            "a preempted run resumes where it stopped.",
+            leaves_at_once=coordinated,
         )
     started = time.perf_counter()
     save()
     return errors.Preempted(
         f"preempted at {where}; state saved in {time.perf_counter() - started:.2f} s under "
-        f"model_dir={model_dir!r}; start the same command again to resume there."
+        f"model_dir={model_dir!r}; start the same command again to resume there.",
+        leaves_at_once=coordinated,
     )
 
 

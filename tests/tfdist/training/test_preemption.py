@@ -200,6 +200,34 @@ class KilledMidSaveTest(PolicyReset):
         self.assertEqual(resumed["history"], whole["history"])
 
 
+# A preemption reported as `tfdist.run` and the CLI report it, with a teardown that prints.
+_REPORTED = """
+import atexit, sys
+from tfdist import errors
+from tfdist.commands import app
+atexit.register(print, "torn down")
+error = errors.Preempted("preempted at epoch 2 step 3", leaves_at_once=sys.argv[1] == "chief")
+sys.exit(app.report(error))
+"""
+
+
+@pytest.mark.multiprocess
+class LeavesAtOnceTest(unittest.TestCase):
+    def test_a_parameter_server_chief_leaves_without_the_teardown_that_can_hang(self):
+        for task, teardown in (("chief", ""), ("one_device", "torn down\n")):
+            with self.subTest(task=task):
+                reported = subprocess.run(
+                    [sys.executable, "-c", _REPORTED, task],
+                    capture_output=True,
+                    text=True,
+                    timeout=_RUN_S,
+                    check=False,
+                )
+                self.assertEqual(reported.returncode, EXIT_PREEMPTED, reported.stderr)
+                self.assertEqual(reported.stderr, "-c: preempted at epoch 2 step 3\n")
+                self.assertEqual(reported.stdout, teardown)
+
+
 class PsNoticesTest(unittest.TestCase):
     def test_a_ps_tasks_notice_stops_the_chief_and_a_new_run_clears_it(self):
         notices_dir = os.path.join(tempfile.mkdtemp(), "notices")
@@ -218,6 +246,17 @@ class PsNoticesTest(unittest.TestCase):
             again.clear()
             self.assertFalse(again.received)
             again.clear()  # Nothing to clear.
+
+
+class ScheduledAheadTest(unittest.TestCase):
+    def test_a_chief_joins_its_coordinator_every_16_calls_a_worker(self):
+        coordinator = mock.Mock()
+        watch = preemption.Watch(preemption.Notice(), ahead=preemption.ScheduledAhead(2))
+        for _ in range(70):
+            watch.scheduled(coordinator)
+        self.assertEqual(coordinator.join.call_count, 2, "after calls 32 and 64")
+        preemption.Watch(preemption.Notice()).scheduled(coordinator)  # Not parameter server.
+        self.assertEqual(coordinator.join.call_count, 2)
 
 
 class ClusterShapeTest(unittest.TestCase):

@@ -10,14 +10,18 @@ datasets, `run` schedules the steps on the workers (`steps_per_execution` per cl
 joins, and checkpoints are the coordinator's; the worker and ps tasks call `tfdist.serve`.
 Keras 3 models (`--keras=3`) train through `tfdist.fit`.
 
-A preemption notice (SIGTERM, `--preemption_signal`) that reaches `run` on training data (or
-`save`, for the next `run`) ends that run at a step boundary, `steps_per_execution` steps per
-call, with the step saved and `errors.Preempted` raised (`tfdist.training.preemption`);
-`restore` then resumes at that step and `distribute` reads on from there. Between the loop's
-calls, in code of yours, a notice is not watched (TensorFlow's multi-worker runtime ignores it).
+A preemption notice (SIGTERM, `--preemption_signal`) is watched from the first `run` on
+training data until the `save` of the last epoch: in a training `run` it ends the run at a step
+boundary, `steps_per_execution` steps per call, with the step saved and `errors.Preempted`
+raised (`tfdist.training.preemption`); one that comes between training runs (an evaluation, a
+`save`, code of yours) ends the next training `run` at its first step, and after the last
+training step the loop ends as usual. `restore` then resumes at the saved step and
+`distribute` reads on from there. (A loop that never saves its last epoch keeps watching: a
+notice after its training is noted and the program ends when it is done.)
 """
 
 import collections.abc
+import contextlib
 import shutil
 import weakref
 from typing import Callable
@@ -133,6 +137,7 @@ class CustomLoop:
         self._iterators = weakref.WeakKeyDictionary()  # Dataset -> its iterator.
         self._loops: dict[tuple[Callable, bool], Callable] = {}
         self._watch = preemption.watch(plan)
+        self._watching = contextlib.ExitStack()  # From the first training run to the last save.
         self._training_sets = weakref.WeakSet()  # What `distribute` made of training data.
         self._steps_done = 0  # Training steps into the current epoch.
         self._to_skip = 0  # Steps of the resumed epoch that the restored state has done.
@@ -239,26 +244,34 @@ class CustomLoop:
 
     def _train(self, loop: Callable, iterator, steps: int) -> float:
         """`steps` training steps of `loop`, less those a resumed state had done,
-        `steps_per_execution` per call, watching for a preemption notice between calls."""
+        `steps_per_execution` per call, acting on a preemption notice between calls."""
         skipped = min(self._to_skip, steps)
         self._to_skip -= skipped
         todo, chunk = steps - skipped, self.plan.config.train.steps_per_execution
         results = []
-        with self._watch.notice.watching():
-            for start in range(0, todo, chunk):
-                count = tf.constant(min(chunk, todo - start), tf.int64)
-                self._watch.before_step()
-                if self.coordinator is None:
-                    results.append(loop(iterator, count))
-                else:
-                    results.append(self.coordinator.schedule(loop, args=(iterator, count)))
-                self._steps_done += int(count)
-                if self._watch.stop_agreed():
-                    raise self._preempted()
+        self._watch_notices()
+        for start in range(0, todo, chunk):
+            count = tf.constant(min(chunk, todo - start), tf.int64)
+            self._watch.before_step()
+            if self.coordinator is None:
+                results.append(loop(iterator, count))
+            else:
+                results.append(self.coordinator.schedule(loop, args=(iterator, count)))
+                self._watch.scheduled(self.coordinator)
+            self._steps_done += int(count)
+            if self._watch.stop_agreed():
+                preempted = self._preempted()
+                self._watching.close()  # Noted: the signals are ignored until the exit.
+                raise preempted
         if self.coordinator is not None:
             self.coordinator.join()
             results = [result.fetch() for result in results]
         return sum(float(result) for result in results) / max(todo, 1)
+
+    def _watch_notices(self) -> None:
+        """Watches the notice from now until the last epoch's save or a preemption."""
+        if not self._watch.notice.watched:
+            self._watching.enter_context(self._watch.notice.watching())
 
     def _preempted(self) -> Exception:
         """Saves the step a notice stopped at (with --model_dir) and returns its one line."""
@@ -269,7 +282,13 @@ class CustomLoop:
         if self._manager_or_none() is not None:
             save = lambda: self._save_at(epochs_done, steps)  # noqa: E731
         model_dir = self.plan.model_dir
-        return preemption.stopped(epochs_done, steps - 1, save, model_dir and model_dir.root)
+        return preemption.stopped(
+            epochs_done,
+            steps - 1,
+            save,
+            model_dir and model_dir.root,
+            coordinated=self._watch.coordinated,
+        )
 
     def _saved_position(self) -> tuple[int, int] | None:
         """(epochs done, steps into the next) of the latest checkpoint, read without the model."""
@@ -346,10 +365,12 @@ class CustomLoop:
             "epochs_done", epochs_done, 0, MAX_COUNT, "pass the epochs completed", error=ConfigError
         )
         self._steps_done = 0
+        # A notice now is noted, and the next `run` on training data stops at its first step.
+        self._watch_notices()
         if self._manager_or_none() is not None:
-            # A notice now is noted, and the next `run` on training data stops at its first step.
-            with self._watch.notice.watching():
-                self._save_at(epochs_done, 0)
+            self._save_at(epochs_done, 0)
+        if epochs_done >= self.plan.config.train.epochs:
+            self._watching.close()
 
     def _save_at(self, epochs_done: int, steps: int) -> None:
         """Checkpoints `steps` steps into the epoch after `epochs_done` (every worker)."""

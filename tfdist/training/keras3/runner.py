@@ -82,6 +82,8 @@ class Runner:
                 function(*args)
             else:
                 self.coordinator.schedule(function, args=args)
+                if watch is not None:
+                    watch.scheduled(self.coordinator)
             if callbacks is not None:
                 callbacks.on_train_batch_end(start + steps - 1)
             if watch is not None and watch.stop_agreed():

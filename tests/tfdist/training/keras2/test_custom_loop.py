@@ -4,6 +4,7 @@ its checkpoint, and each way its input goes wrong."""
 import contextlib
 import dataclasses
 import io
+import os
 import signal
 
 import tensorflow as tf
@@ -69,16 +70,24 @@ class CustomLoopTest(PolicyReset):
             "--model_dir to start afresh\n",
         )
 
-    def test_a_notice_ends_a_run_at_a_step_and_the_next_loop_resumes_to_the_same_weights(self):
-        # The notice as its signal handler notes it (the signal itself, in a process of its
-        # own: tests/tfdist/training/test_preemption.py).
+    def test_a_notice_between_runs_ends_the_next_at_a_step_and_the_loop_resumes_to_the_weights(
+        self,
+    ):
+        """SIGTERM between training runs, where an evaluation or the user's own code runs: noted
+        (the handler this test puts first would hear a notice nobody watched, where the default
+        action ends the process), it ends the next run after its first step."""
+        unwatched = []
+        signal.signal(signal.SIGTERM, lambda signum, frame: unwatched.append(signum))
+
         def train(model_dir: str, *, notice_at_epoch: int | None = None):
             loop, step = self._loop_and_step(model_dir)
             batches = loop.distribute(tabular_dataset_fn(16))
+            evaluation = loop.distribute(tabular_dataset_fn(16, training=False), training=False)
             for epoch in range(loop.restore(), 3):
-                if epoch + 1 == notice_at_epoch:
-                    loop._watch.notice._note(signal.SIGTERM, None)  # pylint: disable=protected-access
                 loop.run(step, batches, loop.plan.steps_per_epoch)
+                if epoch + 1 == notice_at_epoch:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                loop.run(lambda features, labels: None, iter(evaluation), 2)
                 loop.save(epoch + 1)
             return [weight.numpy() for weight in loop.model.weights]
 
@@ -86,7 +95,9 @@ class CustomLoopTest(PolicyReset):
         with self.assertRaisesRegex(
             tfdist.errors.Preempted, r"^preempted at epoch 2 step 1; state saved in "
         ):
-            train(preempted_dir, notice_at_epoch=2)
+            train(preempted_dir, notice_at_epoch=1)
+        self.assertEqual(unwatched, [])
+        signal.signal(signal.SIGTERM, lambda signum, frame: unwatched.append(signum))
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
             resumed = train(preempted_dir)
@@ -94,6 +105,8 @@ class CustomLoopTest(PolicyReset):
         whole = train(self.get_temp_dir() + "/whole")
         for got, expected in zip(resumed, whole):
             self.assertAllEqual(got, expected)
+        os.kill(os.getpid(), signal.SIGTERM)  # After the last epoch's save: not watched.
+        self.assertEqual(unwatched, [signal.SIGTERM])
 
     def _loop_and_step(self, model_dir=None, model=tabular_model):
         plan = tfdist.setup(
