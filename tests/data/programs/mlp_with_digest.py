@@ -3,9 +3,10 @@
 digest line. With --kill_at_epoch=E the last worker SIGKILLs itself at the start of epoch E
 once (a file in --model_dir remembers), as a node lost mid-run would end it; with
 --term_at=E,S it sends itself SIGTERM at the start of step S of epoch E once, as a preemption
-notice does (under parameter server the chief, which runs the callbacks); with --hold_at_epoch=E the last worker waits at the start of epoch E (once, up to
---hold_s) until a preemption notice reaches it, so that a notice sent from outside (a
-rehearsal's --preempt) lands mid-epoch however fast the steps run.
+notice does (under parameter server the chief, which runs the callbacks); with
+--hold_at_epoch=E the last worker waits at the start of epoch E (once, up to --hold_s) until a
+preemption notice reaches it, so that a notice sent from outside (a rehearsal's --preempt)
+lands mid-epoch however fast the steps run.
 """
 
 import hashlib

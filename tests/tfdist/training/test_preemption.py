@@ -180,14 +180,7 @@ class KilledMidSaveTest(PolicyReset):
         restart resumes from the epoch-1 backup as though the save never began, and ends as a
         run never interrupted ends."""
         model_dir = os.path.join(self.get_temp_dir(), "killed")
-        killed = subprocess.run(
-            [sys.executable, "-c", _KILLED_MID_SAVE, model_dir],
-            cwd=_REPO,
-            capture_output=True,
-            text=True,
-            timeout=_RUN_S,
-            check=False,
-        )
+        killed = _run([sys.executable, "-c", _KILLED_MID_SAVE, model_dir], _REPO)
         self.assertEqual(killed.returncode, -signal.SIGKILL, killed.stderr[-2000:])
         backup = os.path.join(model_dir, "backup", "chief")
         self.assertIn("ckpt-2_temp", os.listdir(backup), "the save's shards, left half-done")
@@ -216,13 +209,7 @@ class LeavesAtOnceTest(unittest.TestCase):
     def test_a_parameter_server_chief_leaves_without_the_teardown_that_can_hang(self):
         for task, teardown in (("chief", ""), ("one_device", "torn down\n")):
             with self.subTest(task=task):
-                reported = subprocess.run(
-                    [sys.executable, "-c", _REPORTED, task],
-                    capture_output=True,
-                    text=True,
-                    timeout=_RUN_S,
-                    check=False,
-                )
+                reported = _run([sys.executable, "-c", _REPORTED, task], _REPO)
                 self.assertEqual(reported.returncode, EXIT_PREEMPTED, reported.stderr)
                 self.assertEqual(reported.stderr, "-c: preempted at epoch 2 step 3\n")
                 self.assertEqual(reported.stdout, teardown)
