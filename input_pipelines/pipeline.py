@@ -5,7 +5,8 @@ Order of operations, and why:
   -> parallel interleave of TFRecord readers (records tagged with file and position only when
      an example id is wanted and the dataset stores none)
   -> every N-th record when sharding by data (reading is deterministic before this point)
-  -> cache (records, optional) -> shuffle + repeat (training)
+  -> cache (records, optional) -> shuffle, epoch after epoch (training: each epoch's orders
+     drawn from the seed and the epoch's number, so a resumed run starts in its own epoch)
   -> batch per replica (image datasets training from small images: several batches at once)
   -> one parallel map per batch: parse the whole batch at once (image datasets: decode its
      images, cropped as the recipe says (`imagenet_recipe`: fused with the JPEG decode), and
@@ -47,6 +48,7 @@ _READ_BLOCK = 32
 # us of CPU per example at 128 per call, 2.2-2.9 at 512; the whole training pipeline was faster
 # with 4 batches per call in 5 of 6 paired rounds (170k-186k examples/s against 146k-167k in a
 # quiet period).
+_GRAPH_SEED = 1  # Of the function that reads a training epoch (`training_epochs`).
 _MAX_BYTES_PER_CALL = 4 << 20
 _MAX_BATCHES_PER_CALL = 4
 
@@ -189,6 +191,58 @@ def _describe(
     )
 
 
+def training_epochs(
+    config: InputConfig,
+    files: tuple[str, ...],
+    plan: sharding.ShardPlan,
+    *,
+    tag_positions: bool,
+    first: int,
+) -> tf.data.Dataset:
+    """This pipeline's training records, epoch after epoch without end, from record `first`
+    (counted from the run's start). Each epoch's file order and record shuffle are drawn from
+    (seed, epoch), so the stream can start in any epoch: a resumed run reads only into its own
+    epoch (the epoch's size is counted once, by reading one), where replaying from the start
+    would read every epoch done again. Cached records are read in the first epoch's file order
+    every epoch, as a cache keeps them."""
+
+    def read(file_order_seed: tf.Tensor) -> tf.data.Dataset:
+        return read_records(
+            config, files, plan, shuffle_seed=file_order_seed, tag_positions=tag_positions
+        )
+
+    cached = read(_epoch_seed(config.seed, 0)).cache() if config.cache else None
+
+    def epoch(number: tf.Tensor) -> tf.data.Dataset:
+        # This function's graph seed, not the run's: with a global seed of 0, TF 2.21 tests a
+        # tensor op seed as a Python bool (`random_seed.get_seed`), which a graph refuses.
+        tf.random.set_seed(_GRAPH_SEED)
+        records = cached if cached is not None else read(_epoch_seed(config.seed, number))
+        return records.shuffle(config.shuffle_buffer_size, seed=_epoch_seed(config.seed, number))
+
+    first_epoch = offset = 0
+    if first:  # An epoch's size does not depend on its order.
+        one_epoch = cached if cached is not None else read(_epoch_seed(config.seed, 0))
+        size = int(one_epoch.reduce(tf.constant(0, tf.int64), _count))
+        first_epoch, offset = divmod(first, max(size, 1))
+    return (
+        tf.data.Dataset.counter(first_epoch)
+        .flat_map(epoch)
+        .skip(offset)
+        .apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
+    )
+
+
+def _count(count: tf.Tensor, _) -> tf.Tensor:
+    return count + 1
+
+
+def _epoch_seed(seed: int, epoch) -> tf.Tensor:
+    """The shuffle seed of training epoch `epoch` (from 0) of the run seeded `seed`."""
+    pair = tf.stack([tf.constant(seed, tf.int64), tf.cast(epoch, tf.int64)])
+    return tf.random.stateless_uniform([], pair, minval=None, maxval=None, dtype=tf.int64)
+
+
 def batches_per_call(per_replica_batch_size: int, bytes_per_example: int | None) -> int:
     """How many per-replica batches one map call parses and preprocesses (see
     `_MAX_BYTES_PER_CALL`); 1 when the bytes of an example are not known."""
@@ -217,13 +271,14 @@ def map_batches(
     calls: int = 1,
     deterministic: bool | None = None,
     seed: tuple[int, int] | None = None,
+    first_call: int = 0,
 ) -> tf.data.Dataset:
     """`records` in batches of `batch_size`, each made into an element by `parse_batch` in a
     parallel map; with `calls` > 1 (only when dropping the remainder), `calls` batches go
     through each map call and are split back, in order. With `seed` (the run's seed, the
     pipeline's id), each call also gets `seed=`: a stateless-random seed of its own ([2] int64)
     from a sequence `seed` fixes, so that its random work (augmentation) depends on nothing but
-    the seed and the call's place in the sequence."""
+    the seed and the call's place in the sequence (`records` starting at call `first_call`)."""
     if calls > 1 and not drop_remainder:
         raise InputConfigError(
             f"calls={calls} needs drop_remainder=True: a partial last batch cannot be split evenly"
@@ -231,8 +286,10 @@ def map_batches(
     dataset = records.batch(batch_size * calls, drop_remainder=drop_remainder)
     if seed is not None:
         run_seed, pipeline_id = seed
-        seeds = tf.data.Dataset.random(seed=run_seed).map(
-            lambda value: tf.stack([value, tf.constant(pipeline_id, tf.int64)])
+        seeds = (
+            tf.data.Dataset.random(seed=run_seed)
+            .skip(first_call)
+            .map(lambda value: tf.stack([value, tf.constant(pipeline_id, tf.int64)]))
         )
         dataset = tf.data.Dataset.zip(dataset, seeds)
         parse_batch = _seeded(parse_batch)
@@ -299,26 +356,37 @@ def batches(
         _log_damaged_files([files[index] for index in plan.file_indices])
     batch_size = per_replica_batch_size(config.global_batch_size, context.num_replicas_in_sync)
     shuffled = independent or training
+    # Where a resumed run's pipeline starts: after the batches its replicas read in the steps
+    # done, so many map calls and then batches into the next call; read again from the start
+    # where epochs cannot be addressed (the tf.data service splits the data itself).
+    replicas = max(1, context.num_replicas_in_sync // context.num_input_pipelines)
+    calls = batches_per_call(batch_size, bytes_per_example) if training and repeat else 1
+    addressed = training and repeat and not independent and not _uses_service(config, training)
+    calls_done, batches_into_call = (0, read.steps_done * replicas)
     # The same seed on every pipeline: with DATA sharding they see the same file order. Under
     # independent_order the files start from a different order on each worker, so the same
     # shuffles give each worker its own order. (The tf.data service hands out files itself; a
     # file shuffle would make the job unsplittable.)
-    dataset = read_records(
-        config,
-        files,
-        plan,
-        shuffle_seed=config.seed if shuffled and not config.tf_data_service else None,
-        first_order_seed=_clock_seed() if independent else None,
-        tag_positions=tag_positions,
-    )
-    if config.cache:
-        dataset = dataset.cache()
-    if shuffled:
-        dataset = dataset.shuffle(config.shuffle_buffer_size, seed=config.seed)
-    calls = 1
-    if training and repeat:
-        dataset = dataset.repeat()
-        calls = batches_per_call(batch_size, bytes_per_example)
+    if addressed:
+        calls_done, batches_into_call = divmod(read.steps_done * replicas, calls)
+        dataset = training_epochs(
+            config, files, plan, tag_positions=tag_positions, first=calls_done * calls * batch_size
+        )
+    else:
+        dataset = read_records(
+            config,
+            files,
+            plan,
+            shuffle_seed=config.seed if shuffled and not config.tf_data_service else None,
+            first_order_seed=_clock_seed() if independent else None,
+            tag_positions=tag_positions,
+        )
+        if config.cache:
+            dataset = dataset.cache()
+        if shuffled:
+            dataset = dataset.shuffle(config.shuffle_buffer_size, seed=config.seed)
+        if training and repeat:
+            dataset = dataset.repeat()
     dataset = map_batches(
         dataset,
         batch_size,
@@ -327,7 +395,8 @@ def batches(
         calls=calls,
         deterministic=config.deterministic,
         seed=(config.seed, context.input_pipeline_id) if seeded and training else None,
-    )
+        first_call=calls_done,
+    ).skip(batches_into_call)
     if _uses_service(config, training):
         dataset = service.distribute(
             dataset, config.tf_data_service, config.tf_data_service_mode, job_name=job_name

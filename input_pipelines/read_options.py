@@ -83,12 +83,15 @@ class ReadOptions:
         datasets need one, `Records` ignore it (their `parse_fn` does all the work).
       independent_order: every pipeline gets the same `InputContext` (ParameterServerStrategy),
         so nothing can be sharded: each pipeline reads the whole split in an order of its own.
+      steps_done: training steps a resumed run has done: each pipeline starts where they left
+        it (`pipeline.batches`).
     """
 
     split: str
     training: bool
     placement: Placement | None = None
     independent_order: bool = False
+    steps_done: int = 0
 
     def __post_init__(self):
         if not isinstance(self.split, str) or not self.split:
@@ -100,3 +103,11 @@ class ReadOptions:
                 raise InputConfigError(
                     f"{field}={getattr(self, field)!r} is not a bool; pass True or False."
                 )
+        if (
+            not isinstance(self.steps_done, int)
+            or isinstance(self.steps_done, bool)
+            or self.steps_done < 0
+        ):
+            raise InputConfigError(
+                f"steps_done={self.steps_done!r} is not a count of steps; pass 0 or more."
+            )

@@ -208,6 +208,35 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
             self.assertAllEqual(first["id"], second["id"])
             self.assertAllEqual(first["image"], second["image"])  # uint8, no augmentation yet.
 
+    def test_a_resumed_pipeline_reads_on_as_the_whole_run_each_epoch_in_its_own_order(self):
+        """640 examples an epoch (40 batches of 16 for 2 replicas), 4 batches a map call: started
+        after N steps, the pipeline's batches are the whole run's from batch 2N, cached or
+        not, into a map call, into an epoch and in a later epoch."""
+        for cache in (False, True):
+            config = dataclasses.replace(self.config, deterministic=True, cache=cache)
+
+            def batches(steps_done: int, count: int) -> list[dict]:
+                read = ReadOptions(
+                    split="train", training=True, placement=_HOST, steps_done=steps_done
+                )
+                with mock.patch.object(pipeline, "_MAX_BATCHES_PER_CALL", 4):
+                    dataset = image_batches.examples(
+                        config, read, _context(num_replicas=2), with_ids=True
+                    )
+                return list(dataset.take(count).as_numpy_iterator())
+
+            whole = batches(0, 86)
+            for steps_done in (1, 5, 21, 41):
+                with self.subTest(cache=cache, steps_done=steps_done):
+                    for resumed, expected in zip(
+                        batches(steps_done, 3), whole[2 * steps_done :], strict=False
+                    ):
+                        self.assertAllEqual(resumed["id"], expected["id"])
+                        self.assertAllEqual(resumed["image"], expected["image"])
+            epochs = [np.concatenate([b["id"] for b in whole[at : at + 40]]) for at in (0, 40)]
+            self.assertCountEqual(epochs[0], epochs[1])  # Each epoch reads every example ...
+            self.assertNotAllEqual(epochs[0], epochs[1])  # ... in an order of its own.
+
     def test_dataset_fn_yields_supervised_pairs(self):
         make = input_pipelines.dataset_fn(self.config, _read("train", True))
         images, labels = next(iter(make(_context())))

@@ -54,8 +54,11 @@ def input_options(plan: Plan) -> tf.distribute.InputOptions:
     )
 
 
-def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> DatasetFn:
-    """The dataset function that reads `data`'s `split` for this plan.
+def dataset_fn(
+    plan: Plan, data: Data, split: str, *, training: bool, steps_done: int = 0
+) -> DatasetFn:
+    """The dataset function that reads `data`'s `split` for this plan; tfdist's pipelines start
+    after the batches of `steps_done` training steps (`from_start`).
 
     Example (a custom loop):
       >>> train = tfdist.dataset_fn(plan, tfdist.Records("data/train-*.tfrecord", parse),
@@ -69,6 +72,7 @@ def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> Dataset
             training=training,
             placement=plan.placement,
             independent_order=plan.kind is StrategyKind.PARAMETER_SERVER,
+            steps_done=steps_done,
         )
         if isinstance(data, Records):
             return input_pipelines.records_dataset_fn(data, plan.config.input, read)
@@ -82,26 +86,33 @@ def dataset_fn(plan: Plan, data: Data, split: str, *, training: bool) -> Dataset
     return guards.returning_dataset(data, f"{split} data")
 
 
-def from_start(plan: Plan, read: DatasetFn, data: Data, start: tuple[int, int] | None) -> DatasetFn:
-    """`read` reading on where a run that resumes at `start` ((epoch, step), from 0; None: at
-    the beginning) stopped: each pipeline skips its replicas' batches of the steps done, which
-    are read and dropped (the position of a pipeline that reads in a fixed order: tfdist's,
-    under its seed). Says so on stderr for the user's own dataset function, whose order tfdist
-    cannot know. Parameter-server workers read in their own order, so they start over."""
+def from_start(
+    plan: Plan, data: Data, start: tuple[int, int] | None, split: str = "train"
+) -> DatasetFn:
+    """The training dataset function of `data`'s `split` for a run that resumes at `start`
+    ((epoch, step), from 0; None: at the beginning): each pipeline reads on where the steps done
+    left it. tfdist's pipelines start in that step's epoch (their epochs' orders come from the
+    seed); the user's own dataset function is read from its start and its replicas' batches of
+    the steps done are dropped (said on stderr: tfdist cannot know its order).
+    Parameter-server workers read in their own order, so they start over."""
     steps = start[0] * plan.steps_per_epoch + start[1] if start else 0
-    if not steps or plan.kind is StrategyKind.PARAMETER_SERVER:
+    if plan.kind is StrategyKind.PARAMETER_SERVER:
+        steps = 0
+    if not is_dataset_function(data):
+        return dataset_fn(plan, data, split, training=True, steps_done=steps)
+    read = dataset_fn(plan, data, split, training=True)
+    if not steps:
         return read
-    if is_dataset_function(data):
-        print(
-            f"tfdist: your dataset function {guards.name_of(data)} reads on after the batches of "
-            f"the {steps} step(s) trained (they are read and dropped): the batches the run "
-            "would have read if it reads in a fixed order (seeded shuffles, deterministic maps)",
-            file=sys.stderr,
-            flush=True,
-        )
+    print(
+        f"tfdist: your dataset function {guards.name_of(data)} reads on after the batches of "
+        f"the {steps} step(s) trained (they are read and dropped): the batches the run "
+        "would have read if it reads in a fixed order (seeded shuffles, deterministic maps)",
+        file=sys.stderr,
+        flush=True,
+    )
 
     def read_on(context: tf.distribute.InputContext) -> tf.data.Dataset:
-        replicas = max(1, context.num_replicas_in_sync // max(1, context.num_input_pipelines))
+        replicas = max(1, context.num_replicas_in_sync // context.num_input_pipelines)
         return read(context).skip(steps * replicas)
 
     return read_on

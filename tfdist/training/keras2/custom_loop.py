@@ -154,7 +154,7 @@ class CustomLoop:
         if check_input and training and is_dataset_function(data):
             input_checks.check(self.plan, read, f"{split} data")
         if training:  # Read on where the saved state stopped.
-            read = from_start(self.plan, read, data, self._saved_position())
+            read = from_start(self.plan, data, self._saved_position(), split)
         if self.coordinator is None:
             dataset = self.strategy.distribute_datasets_from_function(read)
         else:

@@ -195,14 +195,7 @@ def train(
     epochs = EpochHistory(
         plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results, start=start
     )
-    train_batches = guards.BatchCounts(
-        training_data.from_start(
-            plan,
-            training_data.dataset_fn(plan, train_data, "train", training=True),
-            train_data,
-            start,
-        )
-    )
+    train_batches = guards.BatchCounts(training_data.from_start(plan, train_data, start))
     train_set = _distribute(plan, train_batches)
     guards.require_enough(
         train_batches,

@@ -73,14 +73,13 @@ def train(
             training_data.dataset_fn(plan, validation_data, "validation", training=False),
             training_data.validation_steps(plan, validation_data, validation_steps),
         )
-    read_train = training_data.dataset_fn(plan, train_data, "train", training=True)
     with fit_guards.explained(
         model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
     ):
         trained = _train_loop(
             plan,
             model,
-            training_data.from_start(plan, read_train, train_data, start),
+            training_data.from_start(plan, train_data, start),
             validation,
             start=start,
             callbacks=callbacks,
