@@ -126,6 +126,9 @@ class ReadOptionsTest(parameterized.TestCase):
             dict(split="train", training=True, independent_order=1),
             r"^independent_order=1 is not a bool",
         ),
+        (dict(split="train", training=True, steps_done=-1), r"^steps_done=-1 is not a count"),
+        (dict(split="train", training=True, steps_done=True), r"^steps_done=True is not a count"),
+        (dict(split="train", training=True, steps_done=2.5), r"^steps_done=2.5 is not a count"),
     )
     def test_rejections_are_one_line(self, kwargs, pattern):
         with self.assertRaisesRegex(InputConfigError, pattern) as caught:
