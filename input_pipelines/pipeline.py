@@ -217,8 +217,9 @@ def training_epochs(
         # This function's graph seed, not the run's: with a global seed of 0, TF 2.21 tests a
         # tensor op seed as a Python bool (`random_seed.get_seed`), which a graph refuses.
         tf.random.set_seed(_GRAPH_SEED)
-        records = cached if cached is not None else read(_epoch_seed(config.seed, number))
-        return records.shuffle(config.shuffle_buffer_size, seed=_epoch_seed(config.seed, number))
+        seed = _epoch_seed(config.seed, number)
+        records = cached if cached is not None else read(seed)
+        return records.shuffle(config.shuffle_buffer_size, seed=seed)
 
     first_epoch = offset = 0
     if first:  # An epoch's size does not depend on its order.
@@ -362,13 +363,13 @@ def batches(
     replicas = max(1, context.num_replicas_in_sync // context.num_input_pipelines)
     calls = batches_per_call(batch_size, bytes_per_example) if training and repeat else 1
     addressed = training and repeat and not independent and not _uses_service(config, training)
-    calls_done, batches_into_call = (0, read.steps_done * replicas)
+    batches_done = read.steps_done * replicas
+    calls_done, batches_into_call = divmod(batches_done, calls) if addressed else (0, batches_done)
     # The same seed on every pipeline: with DATA sharding they see the same file order. Under
     # independent_order the files start from a different order on each worker, so the same
     # shuffles give each worker its own order. (The tf.data service hands out files itself; a
     # file shuffle would make the job unsplittable.)
     if addressed:
-        calls_done, batches_into_call = divmod(read.steps_done * replicas, calls)
         dataset = training_epochs(
             config, files, plan, tag_positions=tag_positions, first=calls_done * calls * batch_size
         )

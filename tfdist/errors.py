@@ -84,17 +84,11 @@ class ResultNotSaved(RunFailure):
 class Preempted(TfdistError):
     """A preemption notice (SIGTERM, or `--preemption_signal`) ended the run at a step every task
     agreed on, with the training state saved there (`tfdist.training.preemption`); starting the
-    same command again resumes at that step. Exit status 75 (`EXIT_PREEMPTED`)."""
+    same command again resumes at that step. Exit status 75 (`EXIT_PREEMPTED`); reported by
+    `tfdist.run` or the CLI, the process leaves at once after its line (`commands.app`)."""
 
     exit_status = EXIT_PREEMPTED
     heading = ""  # Not an error: `tfdist train: preempted at epoch 2 step 37; ...`.
-
-    def __init__(self, message: str, *, leaves_at_once: bool = False):
-        super().__init__(message)
-        # A parameter-server chief that stopped mid-epoch: with TF 2.21 releasing its
-        # `tf.function`s can wait for good (`Context.remove_function`, in 3 of 16 runs here), so
-        # once its line is printed the process leaves without Python's teardown.
-        self.leaves_at_once = leaves_at_once
 
 
 _PROGRAM: list[str] = []

@@ -240,7 +240,6 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
             batch,
             backup and (lambda: backup.save_at(self._epoch, batch)),
             backup and os.path.dirname(backup.backup_dir),
-            coordinated=self._watch.coordinated,
         )
 
 

@@ -197,11 +197,6 @@ class Watch:
         if self._agreement is not None and self.notice.received:
             self._agreement.raise_flag()
 
-    @property
-    def coordinated(self) -> bool:
-        """Whether the loop schedules its steps on parameter-server workers (the chief's)."""
-        return self._ahead is not None
-
     def scheduled(self, coordinator) -> None:
         """Notes a training call scheduled on the parameter-server workers by `coordinator`."""
         if self._ahead is not None:
@@ -237,17 +232,10 @@ def watch(plan: Plan) -> Watch:
 
 
 def stopped(
-    epoch: int,
-    step: int | None,
-    save: Callable[[], None] | None,
-    model_dir: str | None,
-    *,
-    coordinated: bool = False,
+    epoch: int, step: int | None, save: Callable[[], None] | None, model_dir: str | None
 ) -> errors.Preempted:
     """Saves with `save` (None: no --model_dir, nothing to save) and returns the one line for a
-    run preempted after `step` (from 0; None: the epoch's end) of `epoch` (from 0); a
-    `coordinated` one (a parameter-server chief's) leaves its process at once
-    (`errors.Preempted.leaves_at_once`)."""
+    run preempted after `step` (from 0; None: the epoch's end) of `epoch` (from 0)."""
     where = (
         f"epoch {epoch + 1} step {step + 1}"
         if step is not None
@@ -256,15 +244,13 @@ def stopped(
     if save is None:
         return errors.Preempted(
             f"preempted at {where}; nothing saved (no --model_dir): pass model_dir=DIR so that "
-            "a preempted run resumes where it stopped.",
-            leaves_at_once=coordinated,
+            "a preempted run resumes where it stopped."
         )
     started = time.perf_counter()
     save()
     return errors.Preempted(
         f"preempted at {where}; state saved in {time.perf_counter() - started:.2f} s under "
-        f"model_dir={model_dir!r}; start the same command again to resume there.",
-        leaves_at_once=coordinated,
+        f"model_dir={model_dir!r}; start the same command again to resume there."
     )
 
 

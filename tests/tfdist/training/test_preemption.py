@@ -193,25 +193,28 @@ class KilledMidSaveTest(PolicyReset):
         self.assertEqual(resumed["history"], whole["history"])
 
 
-# A preemption reported as `tfdist.run` and the CLI report it, with a teardown that prints.
+# An error reported as `tfdist.run` and the CLI report it, with a teardown that prints.
 _REPORTED = """
 import atexit, sys
 from tfdist import errors
 from tfdist.commands import app
 atexit.register(print, "torn down")
-error = errors.Preempted("preempted at epoch 2 step 3", leaves_at_once=sys.argv[1] == "chief")
+error = (errors.Preempted if sys.argv[1] == "preempted" else errors.UsageError)(sys.argv[1])
 sys.exit(app.report(error))
 """
 
 
 @pytest.mark.multiprocess
 class LeavesAtOnceTest(unittest.TestCase):
-    def test_a_parameter_server_chief_leaves_without_the_teardown_that_can_hang(self):
-        for task, teardown in (("chief", ""), ("one_device", "torn down\n")):
-            with self.subTest(task=task):
-                reported = _run([sys.executable, "-c", _REPORTED, task], _REPO)
-                self.assertEqual(reported.returncode, EXIT_PREEMPTED, reported.stderr)
-                self.assertEqual(reported.stderr, "-c: preempted at epoch 2 step 3\n")
+    def test_a_preempted_process_leaves_without_the_teardown_that_can_outlast_its_grace(self):
+        for error, status, line, teardown in (
+            ("preempted", EXIT_PREEMPTED, "-c: preempted\n", ""),
+            ("usage", 2, "-c: error: usage\n", "torn down\n"),
+        ):
+            with self.subTest(error=error):
+                reported = _run([sys.executable, "-c", _REPORTED, error], _REPO)
+                self.assertEqual(reported.returncode, status, reported.stderr)
+                self.assertEqual(reported.stderr, line)
                 self.assertEqual(reported.stdout, teardown)
 
 

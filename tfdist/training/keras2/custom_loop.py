@@ -282,13 +282,7 @@ class CustomLoop:
         if self._manager_or_none() is not None:
             save = lambda: self._save_at(epochs_done, steps)  # noqa: E731
         model_dir = self.plan.model_dir
-        return preemption.stopped(
-            epochs_done,
-            steps - 1,
-            save,
-            model_dir and model_dir.root,
-            coordinated=self._watch.coordinated,
-        )
+        return preemption.stopped(epochs_done, steps - 1, save, model_dir and model_dir.root)
 
     def _saved_position(self) -> tuple[int, int] | None:
         """(epochs done, steps into the next) of the latest checkpoint, read without the model."""

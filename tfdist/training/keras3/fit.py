@@ -87,9 +87,7 @@ def train(
     return model, trained
 
 
-def _preempted(
-    plan: Plan, watch: preemption.Watch, checkpoints: Checkpoints, epoch: int, step: int | None
-) -> Exception:
+def _preempted(plan: Plan, checkpoints: Checkpoints, epoch: int, step: int | None) -> Exception:
     """The preemption's line, the state saved after `step` (from 0) of `epoch`; None: at the
     epoch's end, whose backup is saved already."""
     if plan.model_dir is None:
@@ -98,9 +96,7 @@ def _preempted(
         save = lambda: None  # noqa: E731
     else:
         save = lambda: checkpoints.save_in_epoch(epoch, step + 1)  # noqa: E731
-    return preemption.stopped(
-        epoch, step, save, plan.model_dir and plan.model_dir.root, coordinated=watch.coordinated
-    )
+    return preemption.stopped(epoch, step, save, plan.model_dir and plan.model_dir.root)
 
 
 def _train_loop(
@@ -162,7 +158,7 @@ def _train_loop(
                 watch=watch,
             )
             if stopped_after is not None and stopped_after + 1 < plan.steps_per_epoch:
-                raise _preempted(plan, watch, checkpoints, epoch, stopped_after)
+                raise _preempted(plan, checkpoints, epoch, stopped_after)
             timer.on_test_begin()
             logs = steps.logs()
             if validation_data is not None:
@@ -177,7 +173,7 @@ def _train_loop(
                 callback.on_epoch_end(epoch, logs)
             last = epoch + 1 == config.train.epochs  # Then the run is done: it ends as usual.
             if not last and (stopped_after is not None or watch.stops_at_epoch_end()):
-                raise _preempted(plan, watch, checkpoints, epoch, None)
+                raise _preempted(plan, checkpoints, epoch, None)
     for callback in (*noise_logs, user_callbacks):
         callback.on_train_end()
     checkpoints.finished()
