@@ -18,9 +18,9 @@ the chief (the coordinator) exited 0. Tasks still running then (ps and worker se
 evaluator) are stopped. When a task fails, the launcher restarts it up to `max_restarts` times,
 after a back-off (`supervisor.backoff_s`): the whole group without ps tasks (a lost peer breaks a
 collective group) or when a ps task failed (its variables are gone with it), else only that
-task. On a final failure it stops every task, names the first failure and exits with the last
-failed task's status. Stopping and what ends with the tasks (their process groups, cgroups, the
-launcher's death): `tfdist.cluster.processes`.
+task. On a final failure, or a usage error (exit 2: a restart would repeat it), it stops every
+task, names the first failure and exits with the last failed task's status. Stopping and what
+ends with the tasks (process groups, cgroups, the launcher's death): `tfdist.cluster.processes`.
 """
 
 import contextlib
@@ -44,6 +44,7 @@ from tfdist.cluster import network
 from tfdist.cluster import processes
 from tfdist.cluster import supervisor
 from tfdist.errors import EXIT_PREEMPTED
+from tfdist.errors import EXIT_USAGE
 from tfdist.cluster.network import Network
 from tfdist.strategies import ClusterConfig
 
@@ -110,21 +111,19 @@ class LaunchConfig:
             math.isfinite(self.timeout_s) and self.timeout_s > 0
         ):
             raise LaunchError(
-                f"timeout_s={self.timeout_s} is not a number of seconds above 0; "
-                "pass e.g. --timeout_s=3600, or leave it unset to wait for the "
-                "job to end."
+                f"timeout_s={self.timeout_s} is not a number of seconds above 0; pass e.g. "
+                "--timeout_s=3600, or leave it unset to wait for the job to end."
             )
         if not (math.isfinite(self.restart_backoff_s) and self.restart_backoff_s >= 0):
             raise LaunchError(
-                f"restart_backoff_s={self.restart_backoff_s} is not a number of "
-                "seconds of 0 or more; pass e.g. --restart_backoff_s=1, or 0 to "
-                "restart at once."
+                f"restart_backoff_s={self.restart_backoff_s} is not a number of seconds of 0 "
+                "or more; pass e.g. --restart_backoff_s=1, or 0 to restart at once."
             )
         if not (math.isfinite(self.join_check_s) and self.join_check_s >= 0):
             raise LaunchError(
-                f"join_check_s={self.join_check_s} is not a number of seconds of 0 "
-                f"or more; pass e.g. --join_check_s={joining.JOIN_CHECK_S:g}, or 0 "
-                "to check only when a task exits."
+                f"join_check_s={self.join_check_s} is not a number of seconds of 0 or more; "
+                f"pass e.g. --join_check_s={joining.JOIN_CHECK_S:g}, or 0 to check only when a "
+                "task exits."
             )
         if self.keras not in (2, 3):
             raise LaunchError(f"keras={self.keras!r} is not a Keras; pass 2 or 3.")
@@ -262,6 +261,11 @@ class _Restarts:
         config = self.config
         if status == EXIT_PREEMPTED:
             return self._preempted(name)
+        if status == EXIT_USAGE:  # The same command would be refused again.
+            return supervisor.Fail(
+                f"{name} exited with status {EXIT_USAGE}, a usage error that a restart would "
+                "repeat; stopped every task: fix the command and run again"
+            )
         failure = f"{name} {supervisor.ended(status)}"
         if restarts >= config.max_restarts:
             last = (

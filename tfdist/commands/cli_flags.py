@@ -25,7 +25,7 @@ MAX_RESTARTS = flags_lib.define_integer(
     0,
     "launch: restart up to K times after a task fails, backing off "
     "(--restart_backoff_s): every task, or in a job with ps tasks only a "
-    "failed task that is not a ps; "
+    "failed task that is not a ps (not a usage error: exit 2 ends the job); "
     "manifest: restart the whole JobSet up to K times after a pod fails "
     "(failurePolicy.maxRestarts); ray: restart the worker group up to K times after a worker "
     "fails (FailureConfig.max_failures).",

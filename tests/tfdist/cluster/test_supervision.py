@@ -232,6 +232,21 @@ class SuperviseTest(parameterized.TestCase):
         self.assertEqual(stderr[-1], f"tfdist launch: {last}; stopped every task")
         self.assertLen(self.host.starts(), 2 * (max_restarts + 1))
 
+    def test_a_usage_error_is_not_restarted(self):
+        # Exit 2 is a refused command: restarting it would spend the restarts on the same line.
+        status, _, stderr = self._supervise(
+            self._workers([_FOREVER], [(0.0, 2)]), num_workers=2, max_restarts=3
+        )
+        self.assertEqual(status, 2)
+        self.assertEqual(
+            stderr,
+            [
+                "tfdist launch: worker:1 exited with status 2, a usage error that a restart "
+                "would repeat; stopped every task: fix the command and run again"
+            ],
+        )
+        self.assertLen(self.host.starts(), 2)
+
     def test_the_final_line_names_the_first_failure(self):
         # worker:1 fails first; 0.25 s after the restart, worker:0 fails.
         status, _, stderr = self._supervise(
