@@ -202,11 +202,11 @@ def training_epochs(
     """This pipeline's training records, epoch after epoch without end, from record `first`
     (counted from the run's start). Each epoch's file order and record shuffle are drawn from
     (seed, epoch), so the stream can start in any epoch: a resumed run reads only into its own
-    epoch (the epoch's size is counted once, by reading one), where replaying from the start
-    would read every epoch done again. Cached records are read in the first epoch's file order
-    every epoch, as a cache keeps them."""
+    epoch (its size counted once), where replaying from the start would read every epoch done
+    again. Cached records are read in the first epoch's file order every epoch, as a cache
+    keeps them."""
 
-    def read(file_order_seed: tf.Tensor) -> tf.data.Dataset:
+    def read(file_order_seed: tf.Tensor | None) -> tf.data.Dataset:
         return read_records(
             config, files, plan, shuffle_seed=file_order_seed, tag_positions=tag_positions
         )
@@ -218,13 +218,19 @@ def training_epochs(
         # tensor op seed as a Python bool (`random_seed.get_seed`), which a graph refuses.
         tf.random.set_seed(_GRAPH_SEED)
         seed = _epoch_seed(config.seed, number)
-        records = cached if cached is not None else read(seed)
-        return records.shuffle(config.shuffle_buffer_size, seed=seed)
+        epoch_records = cached if cached is not None else read(seed)
+        return epoch_records.shuffle(config.shuffle_buffer_size, seed=seed)
 
     first_epoch = offset = 0
-    if first:  # An epoch's size does not depend on its order.
-        one_epoch = cached if cached is not None else read(_epoch_seed(config.seed, 0))
-        size = int(one_epoch.reduce(tf.constant(0, tf.int64), _count))
+    if first:  # The epoch's size from its files' framing, or where only reading tells (records
+        # skipped after damage, files not local) by reading one.
+        counts = None
+        if not config.skip_corrupt_records:
+            counts = records.framed_counts([files[index] for index in plan.file_indices])
+        if counts is None:
+            size = records.count(cached if cached is not None else read(None))
+        else:
+            size = plan.records_an_epoch(counts)
         first_epoch, offset = divmod(first, max(size, 1))
     return (
         tf.data.Dataset.counter(first_epoch)
@@ -232,10 +238,6 @@ def training_epochs(
         .skip(offset)
         .apply(tf.data.experimental.assert_cardinality(tf.data.INFINITE_CARDINALITY))
     )
-
-
-def _count(count: tf.Tensor, _) -> tf.Tensor:
-    return count + 1
 
 
 def _epoch_seed(seed: int, epoch) -> tf.Tensor:

@@ -39,6 +39,13 @@ class ShardPlan:
     def keeps_every_nth(self) -> bool:
         return self.policy is AutoShard.DATA and self.num_pipelines > 1
 
+    def records_an_epoch(self, file_counts: list[int]) -> int:
+        """How many records this pipeline reads an epoch, from the record counts of its files."""
+        total = sum(file_counts)
+        if self.keeps_every_nth:
+            return len(range(self.pipeline_id, total, self.num_pipelines))
+        return total
+
     def describe(self) -> str:
         """One line, e.g. 'input pipeline 1/2 reads files 1,3,5 of 6; each example once per
         epoch'."""

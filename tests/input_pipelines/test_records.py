@@ -1,6 +1,6 @@
 """`tfrecord:` sources with bad paths or bad records: each problem is one line naming the file
 (and the record), raised when the source is prepared; an image that only fails to decode is
-named after the read that hit it fails."""
+named after the read that hit it fails. Counting a file's records from its framing."""
 
 import os
 from unittest import mock
@@ -20,13 +20,16 @@ from tests.input_pipelines.records import write_records
 from tests.input_pipelines.records import damage_first_record
 from tests.input_pipelines.records import GRAPH_ERROR
 from tfdist import input_pipelines
+from tfdist.input_pipelines import AutoShard
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import InputConfigError
 from tfdist.input_pipelines import Placement
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import ReadOptions
 from tfdist.input_pipelines import image_batches
+from tfdist.input_pipelines import pipeline
 from tfdist.input_pipelines import records
+from tfdist.input_pipelines import sharding
 
 _LAYOUT = (
     r"; tfrecord: records need one encoded image as image/encoded \(bytes_list\) and one "
@@ -281,3 +284,51 @@ class ComplaintTest(tf.test.TestCase):
         complaint = records.complaint(error)
         self.assertLessEqual(len(complaint), 200)
         self.assertTrue(complaint.endswith("9 9 ..."), complaint)
+
+
+class EpochSizeTest(_Files, parameterized.TestCase):
+    """A resumed pipeline finds its place in the stream of epochs by an epoch's size, counted
+    from the files' framing: it must be what the pipeline reads."""
+
+    def _files(self) -> tuple[str, ...]:
+        """Files of 3, 7, 0, 11 and 4 records of 1 byte to 63 KB (past a page)."""
+        return tuple(
+            self._write(
+                f"train-{index}", [bytes([index]) * (1 + 9_000 * (n % 8)) for n in range(count)]
+            )
+            for index, count in enumerate((3, 7, 0, 11, 4))
+        )
+
+    @parameterized.parameters(
+        ("file", 2, 0), ("file", 2, 1), ("data", 3, 0), ("data", 3, 2), ("off", 2, 1)
+    )
+    def test_the_framing_counts_what_the_pipeline_reads(self, policy, pipelines, pipeline_id):
+        files = self._files()
+        plan = sharding.plan(
+            AutoShard(policy), num_files=5, num_pipelines=pipelines, pipeline_id=pipeline_id
+        )
+        framed = records.framed_counts([files[index] for index in plan.file_indices])
+        read = pipeline.read_records(self._config(), files, plan, shuffle_seed=None)
+        self.assertEqual(plan.records_an_epoch(framed), records.count(read))
+
+    def test_only_local_regular_files_are_framed(self):
+        one = self._write("train-0", [b"x"])
+        fifo = os.path.join(self.directory, "fifo")
+        os.mkfifo(fifo)
+        self.assertEqual(records.framed_counts([one]), [1])
+        self.assertIsNone(records.framed_counts([one, "gs://bucket/train-1"]))
+        self.assertIsNone(records.framed_counts([one, fifo]))
+
+    def test_a_resumed_stream_that_skips_damage_counts_its_epoch_by_reading(self):
+        # The framing would count file 1's damaged first record (and stop there); the pipeline
+        # reads nothing of that file, so an epoch is 18 records.
+        files = self._files()
+        damage_first_record(files[1])
+        config = self._config(skip_corrupt_records=True, deterministic=True, seed=3)
+        plan = sharding.plan(AutoShard.OFF, num_files=5, num_pipelines=1, pipeline_id=0)
+
+        def stream(first: int, count: int) -> list[bytes]:
+            epochs = pipeline.training_epochs(config, files, plan, tag_positions=False, first=first)
+            return list(epochs.take(count).as_numpy_iterator())
+
+        self.assertEqual(stream(25, 10), stream(0, 35)[25:])
