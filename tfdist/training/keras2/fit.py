@@ -167,8 +167,9 @@ def _check_batch_hooks(plan: Plan, callbacks: Sequence[tf_keras.callbacks.Callba
                 f"callbacks[{index}] ({type(callback).__name__}) has batch hooks, which tf-keras "
                 "does not call under strategy=parameter_server (the coordinator schedules the "
                 "steps; their logs come later); move that work to its epoch hooks, or, if its "
-                "batch hooks read no logs, set _supports_tf_logs = True on it (they then run as "
-                "each step is scheduled), or train with keras=3."
+                "batch hooks read no logs, set self._supports_tf_logs = True in its __init__ after "
+                "super().__init__() (they then run as each step is scheduled), or train with "
+                "keras=3."
             )
 
 
