@@ -71,7 +71,7 @@ def dataset_fn(
             split=split,
             training=training,
             placement=plan.placement,
-            independent_order=plan.kind is StrategyKind.PARAMETER_SERVER,
+            independent_order=_in_orders_of_their_own(plan),
             steps_done=steps_done,
         )
         if isinstance(data, Records):
@@ -93,10 +93,10 @@ def from_start(
     ((epoch, step), from 0; None: at the beginning): each pipeline reads on where the steps done
     left it. tfdist's pipelines start in that step's epoch (their epochs' orders come from the
     seed); the user's own dataset function is read from its start and its replicas' batches of
-    the steps done are dropped (said on stderr: tfdist cannot know its order).
-    Parameter-server workers read in their own order, so they start over."""
+    the steps done are dropped (said on stderr: tfdist cannot know its order). Several
+    parameter-server workers read in orders of their own, so they start over."""
     steps = start[0] * plan.steps_per_epoch + start[1] if start else 0
-    if plan.kind is StrategyKind.PARAMETER_SERVER:
+    if _in_orders_of_their_own(plan):
         steps = 0
     if not is_dataset_function(data):
         return dataset_fn(plan, data, split, training=True, steps_done=steps)
@@ -116,6 +116,13 @@ def from_start(
         return read(context).skip(steps * replicas)
 
     return read_on
+
+
+def _in_orders_of_their_own(plan: Plan) -> bool:
+    """Whether each worker reads in an order of its own, which nothing records: several
+    parameter-server workers, which TensorFlow gives the same InputContext and steps in no set
+    order. One such worker reads as one process does, so its position can be restored."""
+    return plan.kind is StrategyKind.PARAMETER_SERVER and plan.num_workers > 1
 
 
 def is_dataset_function(data: Data) -> bool:
