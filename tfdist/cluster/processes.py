@@ -212,9 +212,11 @@ def stop_all(members: Sequence[Process], grace_s: float | None = None) -> None:
 
 
 def _in_child(supervisor_pid: int, cgroup: str | None) -> None:
-    """Runs in a new process before its program: joins `cgroup` (where refused, its process
-    group alone covers it), and asks for SIGKILL when the supervisor's thread ends (or dies at
-    once if the supervisor is already gone)."""
+    """Runs in a new process before its program: unblocks every signal (a mask is inherited: a
+    local Ray's workers have SIGTERM blocked, as its daemons started), joins `cgroup` (where
+    refused, its process group alone covers it), and asks for SIGKILL when the supervisor's
+    thread ends (or dies at once if the supervisor is already gone)."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     if cgroup:
         with contextlib.suppress(OSError):
             _write(os.path.join(cgroup, "cgroup.procs"), "0")

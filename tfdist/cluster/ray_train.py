@@ -8,7 +8,9 @@ program as its child process, which imports tfdist first, so gets tfdist's Keras
 quiet logs, parses its flags from its own argv, and writes its lines once. A child that fails,
 or is killed, fails its worker, so Ray restarts the group and the program resumes from its
 `--model_dir` (which every worker must reach: on a cluster a shared file system or a `gs://`
-path). The child dies with its worker.
+path). The child dies with its worker. When the driver is asked to stop (`StopRequest`), each
+worker sends its program SIGTERM, a preemption notice: the programs save at one step and exit
+75, and their workers end without failing.
 
 Ray's `TensorflowTrainer` is not used: it imports TensorFlow in the driver, Ray's controller and
 every worker before any code of ours (four imports for 2 workers, two more at each restart, none
@@ -23,11 +25,12 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from tfdist.cluster import ClusterError
 from tfdist.cluster import launcher
 from tfdist.cluster import processes
+from tfdist.errors import EXIT_PREEMPTED
 from tfdist.strategies import ClusterConfig
 from tfdist.strategies import Task
 from tfdist.strategies import TaskType
@@ -41,6 +44,29 @@ _INSTALL = (
 
 class RayUnavailable(ClusterError):
     """Ray (with Ray Train) is not installed here; one line says how to install it."""
+
+
+class StopRequest:
+    """The driver's request that the run stop and save, and how each worker's program ended
+    then: a Ray actor (`ray.remote(StopRequest)`) that every worker polls."""
+
+    POLL_S = 0.5  # How often a worker asks.
+
+    def __init__(self):
+        self.asked, self.statuses = False, {}
+
+    def ask(self) -> None:
+        self.asked = True
+
+    def is_asked(self) -> bool:
+        return self.asked
+
+    def ended(self, rank: int, status: int) -> None:
+        self.statuses[rank] = status
+
+    def ended_statuses(self) -> dict[int, int]:
+        """Each worker's program's status, by rank, once it ended after the request."""
+        return dict(self.statuses)
 
 
 class WorkerFailed(RuntimeError):
@@ -65,11 +91,13 @@ def train_loop_per_worker(config: dict) -> None:
 
     Args:
       config: "command" (the words after `--`), "tfdist_commands" (tfdist's command names),
-        "env" (variables for the program, over the worker's) and "cwd" (the program's working
-        directory; None: the worker's).
+        "env" (variables for the program, over the worker's), "cwd" (the program's working
+        directory; None: the worker's) and "stop" (the driver's `StopRequest` actor; None:
+        nobody asks).
 
     Raises:
-      WorkerFailed: the program ended with a non-zero status (a signal's: negative).
+      WorkerFailed: the program ended with a non-zero status (a signal's: negative), but for
+        a save on the driver's stop request (exit 75).
     """
     command = tuple(config["command"])
     argv = launcher.resolve_command(command, config["tfdist_commands"])
@@ -82,12 +110,37 @@ def train_loop_per_worker(config: dict) -> None:
         preexec_fn=processes.dies_with_this_thread(),
     ) as program:
         try:
-            status = program.wait()
+            status, asked = wait_or_stop(program, _stop_asked(config["stop"]))
         finally:
             if program.poll() is None:  # Ray stopped this worker: its program goes too.
                 program.kill()
-    if status:
+    if asked:
+        import ray  # pylint: disable=import-outside-toplevel  # This process is Ray's worker.
+
+        ray.get(config["stop"].ended.remote(ray.train.get_context().get_world_rank(), status))
+    if status and not (asked and status == EXIT_PREEMPTED):
         raise WorkerFailed(f"`{' '.join(command)[:200]}` exited with status {status}")
+
+
+def _stop_asked(stop) -> Callable[[], bool]:
+    """Whether the driver asked the run to stop: a question to `stop` (None: never)."""
+    if stop is None:
+        return lambda: False
+    import ray  # pylint: disable=import-outside-toplevel
+
+    return lambda: ray.get(stop.is_asked.remote())
+
+
+def wait_or_stop(program: subprocess.Popen, stop_asked: Callable[[], bool]) -> tuple[int, bool]:
+    """The program's status once it ended, and whether `stop_asked()` said yes (asked every
+    `StopRequest.POLL_S`): then the program got SIGTERM, a preemption notice."""
+    asked = False
+    while True:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return program.wait(timeout=StopRequest.POLL_S), asked
+        if not asked and stop_asked():
+            asked = True
+            program.send_signal(signal.SIGTERM)
 
 
 def worker_address() -> str:
@@ -146,11 +199,12 @@ def trainer(
     program_env: dict[str, str] | None = None,
     cwd: str | None = None,
     tfdist_commands: Collection[str] = ("train",),
+    stop,
 ):
     """A Ray Train `DataParallelTrainer` whose `num_workers` workers each run `command` with
     their TF_CONFIG, with `runtime_env` (`tfdist.ray_runtime_env()`) and the program with
     `program_env` over its worker's variables; `trainer(...).fit()` runs it on the Ray that
-    `ray.init` connected to.
+    `ray.init` connected to; they poll `stop`, a `StopRequest` actor on it.
 
     Raises:
       RayUnavailable: Ray Train is not installed.
@@ -171,6 +225,7 @@ def trainer(
             "tfdist_commands": sorted(tfdist_commands),
             "env": dict(program_env or {}),
             "cwd": cwd,
+            "stop": stop,
         },
         backend_config=_tf_config_backend(),
         scaling_config=ScalingConfig(

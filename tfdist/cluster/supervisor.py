@@ -157,16 +157,26 @@ class Supervisor:
     def say(self, line: str, *, error: bool = True) -> None:
         print(f"{self.announcer}: {line}", file=sys.stderr if error else sys.stdout, flush=True)
 
-    def run(self, body: Callable[[], int], *, setting_up: str = "") -> int:
+    def run(
+        self,
+        body: Callable[[], int],
+        *,
+        setting_up: str = "",
+        saved_on_stop: Callable[[], bool] = lambda: False,
+    ) -> int:
         """`body()`'s status, run with signals turned into `processes.Stopped`: on a signal or
         the time limit, everything is stopped and one line says so; `setting_up` says what the
-        time limit ended before any process started."""
+        time limit ended before any process started. On a signal, the processes it stops, or
+        `saved_on_stop()` (for processes an engine runs), tell whether the training saved."""
         try:
             with processes.stop_on_signals():
                 return body()
         except processes.Stopped as stop:
             self.stop_all()
-            if any(member.process.returncode == EXIT_PREEMPTED for member in self.stopped):
+            stopped_saved = any(
+                member.process.returncode == EXIT_PREEMPTED for member in self.stopped
+            )
+            if stopped_saved or saved_on_stop():
                 self.say(
                     f"stopped {self.everything} on signal {stop.signum}; the training saved its "
                     f"state at one step (exit {EXIT_PREEMPTED}): run the same command again to "

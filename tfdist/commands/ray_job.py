@@ -15,6 +15,7 @@ from absl import flags
 from tfdist import errors
 from tfdist.cluster import launcher
 from tfdist.cluster.manifests import checks
+from tfdist.cluster import processes
 from tfdist.cluster import ray_train
 from tfdist.cluster.supervisor import Supervisor
 from tfdist.commands import app
@@ -62,6 +63,9 @@ def main(command: list[str], *, tfdist_commands) -> int:
             "ray needs the command every worker runs after `--`, e.g. `tfdist ray "
             "--num_workers=2 -- train --strategy=multi_worker_mirrored`."
         )
+    # Each worker's lines as they are, not folded into "[repeated 2x across cluster]": read
+    # when Ray is imported, which finding Ray does.
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     ray_train.require_ray()
     # Read before checking the train flags, which parses FLAGS anew for `tfdist train`.
     address, name, timeout_s = _ADDRESS.value, cli_flags.NAME.value, cli_flags.TIMEOUT_S.value
@@ -80,22 +84,8 @@ def main(command: list[str], *, tfdist_commands) -> int:
         train_flags.check_train_args(command[1:])  # Before Ray starts.
     launcher.resolve_command(tuple(command), tfdist_commands)  # A missing program: one line.
     local = address is None
-    # Each worker's lines as they are, not folded into "[repeated 2x across cluster]" (read
-    # when Ray is imported).
-    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
     app.import_tensorflow(keras)  # Quietly: Ray Train imports it here too.
     runtime_env = ray_env.ray_runtime_env(keras, tf_logs)
-    trainer = ray_train.trainer(
-        command,
-        **scaling,
-        name=name,
-        runtime_env=runtime_env,
-        program_env=keras_env.environment(keras),
-        # A local Ray's workers share this machine: the program's relative paths mean here.
-        # On a cluster they mean the job's working directory (`ray job submit --working-dir`).
-        cwd=os.getcwd() if local else None,
-        tfdist_commands=tfdist_commands,
-    )
     import ray  # pylint: disable=import-outside-toplevel
 
     # With SIGINT and SIGTERM blocked in the threads Ray starts, so that only this one, the
@@ -107,6 +97,19 @@ def main(command: list[str], *, tfdist_commands) -> int:
         ray.init(address=address, include_dashboard=False, runtime_env=runtime_env)
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    stop = ray.remote(num_cpus=0)(ray_train.StopRequest).remote()
+    trainer = ray_train.trainer(
+        command,
+        **scaling,
+        name=name,
+        runtime_env=runtime_env,
+        program_env=keras_env.environment(keras),
+        # A local Ray's workers share this machine: the program's relative paths mean here.
+        # On a cluster they mean the job's working directory (`ray job submit --working-dir`).
+        cwd=os.getcwd() if local else None,
+        tfdist_commands=tfdist_commands,
+        stop=stop,
+    )
     supervisor = Supervisor("tfdist ray", timeout_s=timeout_s, everything="the run")
     fit = _Fit(trainer)
     runner = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
@@ -115,8 +118,9 @@ def main(command: list[str], *, tfdist_commands) -> int:
             fit, runner, supervisor, f"Ray Train run {name}", scaling["num_workers"], address
         ),
         setting_up="stopped the run",
+        saved_on_stop=lambda: _saved_on_stop(fit, runner, stop),
     )
-    if runner.is_alive():
+    if runner.ident is not None and not fit.done.is_set():
         # Stopped by a signal or the time limit while Ray's wait goes on in `runner`, which
         # would end this process with status 1 once Ray is shut down under it: so what this
         # process started (a local Ray: its daemons and the run's workers) is killed, and the
@@ -142,16 +146,39 @@ def _check_address(address: str | None) -> None:
 
 
 class _Fit:
-    """`trainer.fit()`, called in a thread of its own; then `error` is what it raised."""
+    """`trainer.fit()`, called in a thread of its own; then `error` is what it raised. `done` is
+    set when it returned: Python 3.11's `Thread.is_alive()` says False for good once a signal's
+    exception interrupted a `join()` of the thread (its state lock is released then), so the
+    thread is not asked."""
 
     def __init__(self, trainer):
         self.trainer, self.error, self.start_s = trainer, None, time.monotonic()
+        self.done = threading.Event()
 
     def __call__(self) -> None:
         try:
             self.trainer.fit()
         except Exception as error:  # pylint: disable=broad-except  # Ray's run failed: said.
             self.error = error
+        finally:
+            self.done.set()
+
+
+def _saved_on_stop(fit: _Fit, runner: threading.Thread, stop) -> bool:
+    """Asks every worker to send its program a preemption notice, and waits up to the grace
+    period for the run to end; whether every program then saved its state (exit 75)."""
+    import ray  # pylint: disable=import-outside-toplevel
+
+    if runner.ident is None or fit.done.is_set():  # Stopped before the run, or after it.
+        return False
+    try:
+        stop.ask.remote()
+        if not fit.done.wait(processes.STOP_GRACE_S) or fit.error is not None:
+            return False
+        statuses = ray.get(stop.ended_statuses.remote(), timeout=_POLL_S * 10)
+    except ray.exceptions.RayError:  # The request's actor is gone with Ray.
+        return False
+    return bool(statuses) and set(statuses.values()) == {errors.EXIT_PREEMPTED}
 
 
 def _wait(
@@ -165,9 +192,8 @@ def _wait(
     """Starts `runner` (`fit`'s thread) and waits for it, checking the supervisor's signals and
     time limit; says how the run ended."""
     runner.start()
-    while runner.is_alive():
+    while not fit.done.wait(_POLL_S):
         supervisor.checkpoint()
-        runner.join(_POLL_S)
     where = "a local Ray" if address is None else f"Ray at {address}"
     took = f"in {time.monotonic() - fit.start_s:.0f} s"
     if fit.error is not None:

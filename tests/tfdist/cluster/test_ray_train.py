@@ -9,6 +9,8 @@ import importlib.util
 import json
 import os
 import pathlib
+import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -21,7 +23,9 @@ import pytest
 from tests.tfdist.cli_runner import MLP_PROGRAM
 from tests.tfdist.cli_runner import digests
 from tests.tfdist.cli_runner import run_tfdist
+from tfdist.cluster import processes
 from tfdist.cluster import ray_train
+from tfdist.errors import EXIT_PREEMPTED
 from tfdist.runtime import keras_env
 from tfdist.runtime import ray_env
 
@@ -93,6 +97,7 @@ class TrainLoopPerWorkerTest(unittest.TestCase):
                 "tfdist_commands": ["train"],
                 "env": env or {},
                 "cwd": tempfile.gettempdir(),
+                "stop": None,
             }
         )
 
@@ -100,6 +105,24 @@ class TrainLoopPerWorkerTest(unittest.TestCase):
         with self.assertRaisesRegex(ray_train.WorkerFailed, r"`python -c .*` exited with status 3"):
             self._run("import sys; sys.exit(3)")
         self._run("pass")
+
+    def test_a_stop_request_is_a_preemption_notice_to_the_program(self):
+        # The program saves on SIGTERM and exits 75, as tfdist's programs do on a notice.
+        program = subprocess.Popen(  # pylint: disable=consider-using-with
+            [
+                sys.executable,
+                "-c",
+                "import signal, sys, time; "
+                "signal.signal(signal.SIGTERM, lambda *_: sys.exit(75)); time.sleep(60)",
+            ]
+        )
+        self.addCleanup(program.kill)
+        asked = iter([False, True])
+        start = time.monotonic()
+        self.assertEqual(ray_train.wait_or_stop(program, lambda: next(asked)), (75, True))
+        self.assertLess(time.monotonic() - start, 10)
+        finished = subprocess.Popen([sys.executable, "-c", "pass"])  # pylint: disable=consider-using-with
+        self.assertEqual(ray_train.wait_or_stop(finished, lambda: False), (0, False))
 
     def test_the_program_gets_the_keras_flavour_ray_overrode(self):
         check = "import os, sys; sys.exit(os.environ['TF_USE_LEGACY_KERAS'] != '0')"
@@ -234,6 +257,7 @@ class RealRayTest(unittest.TestCase):
         self.assertEqual(set(weights), {"worker:0", "worker:1"}, output[-6000:])
         self.assertEqual(len(set(weights.values())), 1, weights)
         self.assertNotIn("port.cc", output)  # TensorFlow's C++ start-up lines stay hidden.
+        self.assertNotIn("across cluster]", output)  # Nor did Ray fold repeated lines.
         self.assertRegex(
             output, r"tfdist ray: Ray Train run tfdist finished on a local Ray with 2 worker"
         )
@@ -241,3 +265,41 @@ class RealRayTest(unittest.TestCase):
         self.assertEqual(train.returncode, 0, output[-6000:])
         self.assertIn("tfdist: multi_worker_mirrored on 1 replica(s)", output, output[-6000:])
         self.assertIn("Ray Train run tfdist finished on a local Ray with 1 worker(s)", output)
+
+    def test_a_stopped_run_saves_at_one_step_and_ends_as_preempted(self):
+        """SIGTERM to `tfdist ray` (as `ray job stop` or a drained node sends the driver): each
+        worker sends its program the notice, both programs save at one step, and the run ends
+        with 75 and one line. Worker 1 holds at epoch 2 until the notice reaches it."""
+        run = _tfdist_ray(
+            self.dir,
+            "--num_workers=2",
+            "--timeout_s=360",
+            "--",
+            "python",
+            MLP_PROGRAM,
+            "--strategy=multi_worker_mirrored",
+            "--epochs=3",
+            "--global_batch_size=32",
+            f"--model_dir={os.path.join(self.dir, 'stopped')}",
+            "--hold_at_epoch=2",
+        )
+        self.addCleanup(run.kill)
+        seen = []
+        for line in run.stdout:  # Until the hold, or the run's end (bounded by --timeout_s).
+            seen.append(line)
+            if "holding at epoch 2 until a preemption notice" in line:
+                run.send_signal(signal.SIGTERM)
+                break
+        signalled = time.monotonic()
+        rest, _ = run.communicate(timeout=_RUN_S)
+        output = "".join(seen) + rest
+        self.assertEqual(run.returncode, EXIT_PREEMPTED, output[-6000:])
+        self.assertLess(time.monotonic() - signalled, processes.STOP_GRACE_S + 10)
+        saved = re.findall(r"mlp_with_digest\.py: preempted at epoch 2 step (\d+);", output)
+        self.assertEqual(len(saved), 2, output[-6000:])
+        self.assertEqual(len(set(saved)), 1, saved)  # One step for both.
+        self.assertIn(
+            "tfdist ray: stopped the run on signal 15; the training saved its state at one step "
+            "(exit 75): run the same command again to resume there",
+            output,
+        )
