@@ -233,11 +233,11 @@ class _Watch:
             if supervisor.out_of_time():  # `watch` stops everything.
                 raise OutOfTime(f"stopped {supervisor.everything}")
             self._start_due()
-            if group.on_poll:
-                group.on_poll(supervisor.running.values())
             status = self._poll()
             if status is not None:
                 return status
+            if group.on_poll:  # After `_poll`: it sees the processes that ended by the close.
+                group.on_poll(supervisor.running.values())
             done = {name for name, status in self.ended.items() if status == 0}
             waiting_for = [
                 name for name in group.names if group.awaited(name) and name not in self.ended
