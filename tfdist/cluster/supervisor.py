@@ -12,16 +12,20 @@ between callers is options, not copies of the loop. Pure Python.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import sys
 import time
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Sequence
 
 from tfdist.cluster import processes
 from tfdist.errors import EXIT_PREEMPTED
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 POLL_S = 0.2
 EXIT_TIMEOUT = 124
@@ -119,6 +123,18 @@ class Group:
     on_poll: Callable[[Iterable[processes.Process]], None] | None = None
 
 
+@contextlib.contextmanager
+def _stop_signals_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored within it: a second signal (Ctrl-C twice, a manager that
+    repeats its SIGTERM) does not cut short the stop it asked for, while the processes save."""
+    previous = {signum: signal.signal(signum, signal.SIG_IGN) for signum in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
 class OutOfTime(Exception):
     """The time limit passed; the argument says what was stopped (None: during set-up)."""
 
@@ -172,11 +188,13 @@ class Supervisor:
             with processes.stop_on_signals():
                 return body()
         except processes.Stopped as stop:
-            self.stop_all()
-            stopped_saved = any(
-                member.process.returncode == EXIT_PREEMPTED for member in self.stopped
-            )
-            if stopped_saved or saved_on_stop():
+            with _stop_signals_ignored():
+                self.stop_all()
+                stopped_saved = any(
+                    member.process.returncode == EXIT_PREEMPTED for member in self.stopped
+                )
+                saved = stopped_saved or saved_on_stop()
+            if saved:
                 self.say(
                     f"stopped {self.everything} on signal {stop.signum}; the training saved its "
                     f"state at one step (exit {EXIT_PREEMPTED}): run the same command again to "
@@ -186,7 +204,8 @@ class Supervisor:
             self.say(f"stopped {self.everything} on signal {stop.signum}")
             return 128 + stop.signum
         except OutOfTime as out:
-            self.stop_all()
+            with _stop_signals_ignored():
+                self.stop_all()
             self.say(f"timed out after {self.timeout_s:g} s; {out.args[0] or setting_up}")
             return EXIT_TIMEOUT
 

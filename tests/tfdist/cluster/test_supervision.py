@@ -600,6 +600,39 @@ class OtherPoliciesTest(parameterized.TestCase):
         self.assertEqual(stderr, ["tfdist rehearse: stopped the job on signal 15"])
         self.assertEqual(task.poll(), -15)
 
+    def test_a_second_signal_does_not_cut_the_stop_short(self):
+        """Ctrl-C twice: the second comes while the first's stop sends SIGTERM (and the tasks
+        would save); it is ignored, so the stop ends as the first asked."""
+        task = _Task(self.host, "worker:0", [_FOREVER])
+        watcher = supervisor.Supervisor("tfdist launch", timeout_s=None)
+        second = []
+        sent = task.send_signal
+
+        def send_signal(signum):
+            if signum == signal.SIGTERM:
+                os.kill(os.getpid(), signal.SIGINT)  # Handled at once, in this thread.
+            sent(signum)
+
+        def start(name):
+            task.start()
+            task.send_signal = send_signal
+            return task
+
+        def cut_short(signum, frame):
+            second.append(signum)
+            raise AssertionError("the second signal cut the stop short")
+
+        previous = signal.signal(signal.SIGINT, cut_short)
+        self.addCleanup(signal.signal, signal.SIGINT, previous)
+        with mock.patch.object(processes, "raise_if_stopped", side_effect=processes.Stopped(2)):
+            status, _, stderr = self._watch(
+                watcher, supervisor.Group(("worker:0",), start, lambda *failure: None)
+            )
+        self.assertEqual(second, [])
+        self.assertEqual(status, 130)
+        self.assertEqual(stderr, ["tfdist launch: stopped every task on signal 2"])
+        self.assertEqual(task.poll(), -15)
+
 
 if __name__ == "__main__":
     unittest.main()
