@@ -76,10 +76,13 @@ class Notice:
             yield
         finally:
             self.watched = False
-            for signum, handler in previous.items():
-                if self.received:
-                    handler = signal.SIG_IGN
-                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+            # A block left open (a `CustomLoop` abandoned before its last save) may be closed by
+            # the garbage collector in another thread, where Python sets no handler.
+            if threading.current_thread() is threading.main_thread():
+                for signum, handler in previous.items():
+                    if self.received:
+                        handler = signal.SIG_IGN
+                    signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 class Agreement:

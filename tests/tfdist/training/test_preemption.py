@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import types
 import unittest
 from unittest import mock
@@ -71,6 +72,27 @@ class NoticeTest(PolicyReset):
         with preemption.Notice(NoticeSignal.SIGUSR1).watching():
             self.assertIsNot(signal.getsignal(signal.SIGUSR1), before)
         self.assertIs(signal.getsignal(signal.SIGUSR1), before)
+
+    def test_a_block_closed_in_another_thread_leaves_the_handlers_as_they_are(self):
+        # As the garbage collector may close an abandoned block: Python sets handlers only in
+        # the main thread, and this must not raise there.
+        before = signal.getsignal(signal.SIGUSR1)
+        self.addCleanup(signal.signal, signal.SIGUSR1, before)
+        block = preemption.Notice(NoticeSignal.SIGUSR1).watching()
+        block.__enter__()  # pylint: disable=unnecessary-dunder-call
+        raised = []
+
+        def close():
+            try:
+                block.__exit__(None, None, None)
+            except Exception as error:  # pylint: disable=broad-except
+                raised.append(error)
+
+        closer = threading.Thread(target=close)
+        closer.start()
+        closer.join(timeout=30)
+        self.assertEqual(raised, [])
+        self.assertIsNot(signal.getsignal(signal.SIGUSR1), before)
 
     def test_without_a_model_dir_the_line_says_nothing_was_saved(self):
         line = str(preemption.stopped(1, 36, None, None))
