@@ -1,6 +1,8 @@
 """Test-session setup: tf-keras, and the host CPU split into 2 logical devices before any op;
-the rule that only tests marked `multiprocess` start processes; and the lock that keeps
-rehearsals from removing the hosts another test left behind on purpose (under `pytest -n`).
+the rule that only tests marked `multiprocess` start processes; SIGINT's and SIGTERM's handlers
+put back after each test (a supervisor stopped in-process leaves them ignored, as its process
+ends); and the lock that keeps rehearsals from removing the hosts another test left behind on
+purpose (under `pytest -n`).
 
 In-process tests that need 2 replicas use "/cpu:0" and "/cpu:1"; tests that change process-wide
 TensorFlow state (collectives, remote clusters) run in subprocesses instead, marked
@@ -14,6 +16,8 @@ import os
 import subprocess
 import tempfile
 import time
+
+import signal
 
 import pytest
 
@@ -30,6 +34,15 @@ def pytest_sessionstart(session):  # pylint: disable=unused-argument
     strategies.configure_local_devices(
         strategies.StrategyConfig(num_cpu_devices=NUM_TEST_CPU_DEVICES)
     )
+
+
+@pytest.fixture(autouse=True)
+def _stop_signal_handlers_put_back():
+    """SIGINT's and SIGTERM's handlers as they were before the test."""
+    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
 
 
 @pytest.fixture(autouse=True)
