@@ -187,11 +187,10 @@ class Supervisor:
         except processes.Stopped as stop:
             _ignore_stop_signals()
             self.stop_all()
-            stopped_saved = any(
-                member.process.returncode == EXIT_PREEMPTED for member in self.stopped
-            )
-            saved = stopped_saved or saved_on_stop()
-            if saved:
+            if (
+                any(member.process.returncode == EXIT_PREEMPTED for member in self.stopped)
+                or saved_on_stop()
+            ):
                 self.say(
                     f"stopped {self.everything} on signal {stop.signum}; the training saved its "
                     f"state at one step (exit {EXIT_PREEMPTED}): run the same command again to "

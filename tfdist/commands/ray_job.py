@@ -120,7 +120,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
         setting_up="stopped the run",
         saved_on_stop=lambda: _saved_on_stop(fit, runner, stop),
     )
-    if runner.ident is not None and not fit.done.is_set():
+    if _in_flight(fit, runner):
         # Stopped by a signal or the time limit while Ray's wait goes on in `runner`, which
         # would end this process with status 1 once Ray is shut down under it: so what this
         # process started (a local Ray: its daemons and the run's workers) is killed, and the
@@ -164,12 +164,17 @@ class _Fit:
             self.done.set()
 
 
+def _in_flight(fit: _Fit, runner: threading.Thread) -> bool:
+    """Whether `runner` started `fit` and it has not returned."""
+    return runner.ident is not None and not fit.done.is_set()
+
+
 def _saved_on_stop(fit: _Fit, runner: threading.Thread, stop) -> bool:
     """Asks every worker to send its program a preemption notice, and waits up to the grace
     period for the run to end; whether every program then saved its state (exit 75)."""
     import ray  # pylint: disable=import-outside-toplevel
 
-    if runner.ident is None or fit.done.is_set():  # Stopped before the run, or after it.
+    if not _in_flight(fit, runner):  # Stopped before the run, or after it.
         return False
     try:
         stop.ask.remote()
