@@ -86,15 +86,19 @@ def shapes_data_dir(tmp_path_factory):
 
 # Rehearsals share this machine's network namespaces: each one's start removes every dead
 # rehearsal's emulated hosts. A test that leaves such hosts behind on purpose holds this lock
-# alone; tests that run rehearsals share it, side by side under `pytest -n`. A lock file in the
-# temp dir, so that every worker and every session on this machine sees it.
+# alone; tests that run rehearsals share it, side by side under `pytest -n`. Lock files in the
+# temp dir, so that every worker and every session on this machine sees them. The test that
+# waits to hold the lock alone first takes the turnstile, which tests that would share the lock
+# pass through: without it, the other worker's rehearsal tests took the shared lock one after
+# another and starved the waiting test (72 s idle in one CI run).
 _REHEARSAL_HOSTS_LOCK = os.path.join(tempfile.gettempdir(), "tfdist-tests-rehearsal-hosts.lock")
+_REHEARSAL_HOSTS_TURNSTILE = _REHEARSAL_HOSTS_LOCK + ".turnstile"
 _REHEARSAL_HOSTS_WAIT_S = 600
 
 
 @contextlib.contextmanager
-def _rehearsal_hosts_lock(mode: int, nodeid: str):
-    with open(_REHEARSAL_HOSTS_LOCK, "a", encoding="utf-8") as lock:
+def _locked(path: str, mode: int, nodeid: str):
+    with open(path, "a", encoding="utf-8") as lock:
         deadline = time.monotonic() + _REHEARSAL_HOSTS_WAIT_S
         while True:
             try:
@@ -103,8 +107,7 @@ def _rehearsal_hosts_lock(mode: int, nodeid: str):
             except BlockingIOError:
                 if time.monotonic() > deadline:
                     pytest.fail(
-                        f"{nodeid}: another test held {_REHEARSAL_HOSTS_LOCK} for "
-                        f"{_REHEARSAL_HOSTS_WAIT_S} s",
+                        f"{nodeid}: another test held {path} for {_REHEARSAL_HOSTS_WAIT_S} s",
                         pytrace=False,
                     )
                 time.sleep(0.1)
@@ -115,16 +118,19 @@ def _rehearsal_hosts_lock(mode: int, nodeid: str):
 def rehearsals_side_by_side(request):
     """For a test that runs rehearsals: others may run beside it, but no test that leaves a dead
     rehearsal's hosts behind (its start would remove them)."""
-    with _rehearsal_hosts_lock(fcntl.LOCK_SH, request.node.nodeid):
+    with contextlib.ExitStack() as held:
+        with _locked(_REHEARSAL_HOSTS_TURNSTILE, fcntl.LOCK_SH, request.node.nodeid):
+            held.enter_context(_locked(_REHEARSAL_HOSTS_LOCK, fcntl.LOCK_SH, request.node.nodeid))
         yield
 
 
 @pytest.fixture
 def rehearsals_alone(request):
     """For a test that leaves a dead rehearsal's hosts behind and checks who removes them: no
-    rehearsal starts while it runs."""
-    with _rehearsal_hosts_lock(fcntl.LOCK_EX, request.node.nodeid):
-        yield
+    rehearsal starts while it runs, and none starts while it waits for those running to end."""
+    with _locked(_REHEARSAL_HOSTS_TURNSTILE, fcntl.LOCK_EX, request.node.nodeid):
+        with _locked(_REHEARSAL_HOSTS_LOCK, fcntl.LOCK_EX, request.node.nodeid):
+            yield
 
 
 SMALL_TRAIN_SIZE = 640
