@@ -13,11 +13,10 @@ import _posixsubprocess
 import contextlib
 import fcntl
 import os
+import signal
 import subprocess
 import tempfile
 import time
-
-import signal
 
 import pytest
 
@@ -118,9 +117,9 @@ def _locked(path: str, mode: int, nodeid: str):
 def rehearsals_side_by_side(request):
     """For a test that runs rehearsals: others may run beside it, but no test that leaves a dead
     rehearsal's hosts behind (its start would remove them)."""
-    with contextlib.ExitStack() as held:
-        with _locked(_REHEARSAL_HOSTS_TURNSTILE, fcntl.LOCK_SH, request.node.nodeid):
-            held.enter_context(_locked(_REHEARSAL_HOSTS_LOCK, fcntl.LOCK_SH, request.node.nodeid))
+    with _locked(_REHEARSAL_HOSTS_TURNSTILE, fcntl.LOCK_SH, request.node.nodeid):
+        pass  # Waits while a test waits to hold the lock alone.
+    with _locked(_REHEARSAL_HOSTS_LOCK, fcntl.LOCK_SH, request.node.nodeid):
         yield
 
 
