@@ -45,6 +45,16 @@ def _stop_signal_handlers_put_back():
 
 
 @pytest.fixture(autouse=True)
+def _op_determinism_off():
+    """TensorFlow's op determinism off after a test that turned it on (`--deterministic`): it
+    stays on for the rest of a process, and refuses random ops without a seed."""
+    yield
+    from tensorflow.python.framework import config  # pylint: disable=import-outside-toplevel
+
+    config.disable_op_determinism()
+
+
+@pytest.fixture(autouse=True)
 def _processes_only_where_marked(request, monkeypatch):
     """Fails a test that starts a process without the `multiprocess` marker (the start is
     refused; the test fails at its end even if the code under test caught the refusal)."""

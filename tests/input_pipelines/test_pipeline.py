@@ -190,8 +190,12 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         )
         dataset = image_batches.examples(config, _read("train", True), _context())
         self.assertEqual(dataset.options().threading.private_threadpool_size, 3)
-        self.assertFalse(dataset.options().deterministic)
+        self.assertIs(dataset.options().deterministic, False)  # Unset, it is None.
         self.assertEqual(next(iter(dataset))["image"].shape, (32, 32, 32, 3))
+        for deterministic in (True, None):
+            config = dataclasses.replace(self.config, deterministic=deterministic)
+            dataset = image_batches.examples(config, _read("train", True), _context())
+            self.assertIs(dataset.options().deterministic, deterministic)
 
     def test_several_batches_per_map_call_give_the_same_batches_in_the_same_order(self):
         def training_batches(max_calls: int) -> list[dict]:

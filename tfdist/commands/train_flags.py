@@ -56,7 +56,14 @@ SOURCE = flags_lib.from_fields(
     "shuffle_buffer_size",
     "autoshard",
     "cache",
-    "deterministic",
+    flags_lib.define_field(
+        InputConfig,
+        "deterministic",
+        help="Two runs of one seed and cluster shape end with identical weights: input in a "
+        "fixed order and TensorFlow's op determinism (tf.config.experimental."
+        "enable_op_determinism; on GPUs some kernels are slower). --nodeterministic trades "
+        "input order for speed; unset keeps tf.data's default.",
+    ),
     "datasets_num_private_threads",
     "skip_corrupt_records",
 )

@@ -8,7 +8,8 @@ Order of the process-wide work:
 2. The mixed-precision policy of that Keras, before any model is built.
 3. The strategy (its first act splits the CPU into logical devices, before any other op runs),
    with the collective-timeout watchdog while multi-worker peers join.
-4. Seeds (Python, NumPy, TensorFlow; under parameter server not TensorFlow's global seed).
+4. Seeds (Python, NumPy, TensorFlow; under parameter server not TensorFlow's global seed
+   unless `--deterministic`), and TensorFlow's op determinism as `--deterministic` says.
 5. The dataset of `config.input`, prepared (the built-in one generated once) when the plan
    takes its steps per epoch from it.
 """
@@ -296,15 +297,26 @@ def _check_noise_scale_replicas(config: RunConfig, kind: StrategyKind, num_repli
 
 def _seed(config: RunConfig, kind: StrategyKind, keras) -> None:
     """Seeds Python, NumPy and TensorFlow with `--seed`; under parameter server, not
-    TensorFlow's global seed: each worker's dataset function is traced once, on the coordinator,
-    and with a global seed every unseeded shuffle in it would shuffle alike on every worker
-    (TensorFlow's parameter-server tutorial relies on them differing). tfdist's own pipelines
+    TensorFlow's global seed unless the run is deterministic: each worker's dataset function is
+    traced once, on the coordinator, and with a global seed every unseeded shuffle in it would
+    shuffle alike on every worker (TensorFlow's parameter-server tutorial relies on them
+    differing), but op determinism refuses random ops without one. tfdist's own pipelines
     seed their shuffles themselves."""
-    if kind is StrategyKind.PARAMETER_SERVER:
+    if kind is StrategyKind.PARAMETER_SERVER and not config.input.deterministic:
         random.seed(config.train.seed)
         np.random.seed(config.train.seed)
     else:
         keras.utils.set_random_seed(config.train.seed)
+
+
+def _op_determinism(config: RunConfig) -> None:
+    """TensorFlow's op determinism under `--deterministic`, for the rest of the process (TF has
+    no public way back): kernels whose float sums depend on thread timing (on GPUs: scatter,
+    segment sums, some convolution algorithms) are swapped for deterministic ones, and an op
+    that has none raises UnimplementedError. Input order is the pipelines' part
+    (`InputConfig.deterministic`)."""
+    if config.input.deterministic:
+        tf.config.experimental.enable_op_determinism()
 
 
 def require_plan(plan) -> None:
@@ -358,6 +370,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
         strategy = _build_strategy(config, kind)
         _announce_ignored_options(config, kind)
     _seed(config, kind, keras)
+    _op_determinism(config)
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     if role is Role.TRAIN:
         _check_noise_scale_replicas(config, kind, num_replicas)
