@@ -26,7 +26,7 @@ from tfdist.commands import flags as flags_lib
 from tfdist.commands import launch
 from tfdist.input_pipelines import InputConfig
 from tfdist.runtime import keras_env
-from tfdist.runtime import precision
+from tfdist.runtime import keras_flavour
 from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
@@ -153,7 +153,7 @@ class GpuPresenceTest(absltest.TestCase):
             self.assertLen(strategies.visible_gpus(), 2)  # `tfdist benchmark` sweeps GPUs.
             self.assertEqual(strategies.num_gpus(StrategyConfig()), 2)
             self.assertIs(strategies.kind_for(StrategyConfig(), None), StrategyKind.MIRRORED)
-            self.assertTrue(precision._has_fast_fp16_gpu())  # pylint: disable=protected-access
+            self.assertTrue(keras_flavour._has_fast_fp16_gpu())  # pylint: disable=protected-access
             lines = doctor._device_lines(StrategyConfig())  # pylint: disable=protected-access
         self.assertIn("2 GPU", lines[0])
 

@@ -32,7 +32,6 @@ from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_NUM_EXAMPLES
 from tfdist.runtime import keras_flavour
 from tfdist.runtime import paths
-from tfdist.runtime import precision
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.model_dir import ModelDir
@@ -355,7 +354,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     paths.check(config)
     keras_flavour.require(config.train.keras)
     keras = keras_flavour.api(config.train.keras)
-    precision.apply_policy(config.train.mixed_precision, keras)
+    keras_flavour.apply_policy(config.train.mixed_precision, keras)
     kind = strategies.kind_for(config.strategy, config.cluster)
     role = _role(config, kind)
     if role is Role.EVALUATE and not config.train.model_dir:

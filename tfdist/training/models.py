@@ -12,7 +12,7 @@ from tfdist.runtime import plugins
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import ModelName
 from tfdist.runtime.config import check_image_size
-from tfdist.runtime.precision import check_output_dtype
+from tfdist.runtime.keras_flavour import check_output_dtype
 
 ModelFn = Callable[..., tf_keras.Model]
 

@@ -8,7 +8,7 @@ import tf_keras
 from absl.testing import parameterized
 
 from tfdist.training import models
-from tfdist.runtime import precision
+from tfdist.runtime import keras_flavour
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
@@ -29,7 +29,7 @@ class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
         (Precision.MIXED_BFLOAT16, "bfloat16"),
     )
     def test_model_computes_in_policy_dtype_and_outputs_float32(self, policy, compute_dtype):
-        precision.apply_policy(policy)
+        keras_flavour.apply_policy(policy)
         model = models.build(ModelName.SMALL_CNN, (32, 32, 3), 10)
         conv = next(layer for layer in model.layers if isinstance(layer, tf_keras.layers.Conv2D))
         self.assertEqual(conv.compute_dtype, compute_dtype)
@@ -71,17 +71,17 @@ class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
         self.assertTrue(np.all(np.abs(after - before) > 1e-4), after - before)
 
     def test_float16_without_a_fast_gpu_warns_once_in_one_line(self):
-        with mock.patch.object(precision, "_has_fast_fp16_gpu", return_value=False):
+        with mock.patch.object(keras_flavour, "_has_fast_fp16_gpu", return_value=False):
             with self.assertLogs("absl", level="WARNING") as logs:
-                precision.apply_policy(Precision.MIXED_FLOAT16)
+                keras_flavour.apply_policy(Precision.MIXED_FLOAT16)
         self.assertLen(logs.output, 1)
         self.assertIn("compute capability 7.0", logs.output[0])
         self.assertNotIn("\n", logs.output[0])
 
     def test_float16_on_a_fast_gpu_does_not_warn(self):
-        with mock.patch.object(precision, "_has_fast_fp16_gpu", return_value=True):
+        with mock.patch.object(keras_flavour, "_has_fast_fp16_gpu", return_value=True):
             with self.assertNoLogs("absl", level="WARNING"):
-                precision.apply_policy(Precision.MIXED_FLOAT16)
+                keras_flavour.apply_policy(Precision.MIXED_FLOAT16)
 
     def test_fast_gpu_means_compute_capability_7_or_newer(self):
         for capability, fast in (((6, 1), False), ((7, 0), True), ((9, 0), True), (None, False)):
@@ -92,13 +92,13 @@ class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
                     tf.config.experimental, "get_device_details", return_value=details
                 ),
             ):
-                self.assertEqual(precision._has_fast_fp16_gpu(), fast, capability)
+                self.assertEqual(keras_flavour._has_fast_fp16_gpu(), fast, capability)
 
     def test_float16_output_is_rejected(self):
-        precision.apply_policy(Precision.MIXED_FLOAT16)
+        keras_flavour.apply_policy(Precision.MIXED_FLOAT16)
         model = tf_keras.Sequential([tf_keras.layers.Input((4,)), tf_keras.layers.Dense(2)])
         with self.assertRaisesRegex(ConfigError, r"is float16.*dtype=\"float32\""):
-            precision.check_output_dtype(model)
+            keras_flavour.check_output_dtype(model)
 
 
 if __name__ == "__main__":
