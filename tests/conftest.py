@@ -21,7 +21,9 @@ import time
 import pytest
 
 import tfdist  # noqa: F401  (selects tf-keras before TensorFlow is imported)
+from tests import leaving
 from tfdist import strategies
+from tfdist.runtime import notice
 
 NUM_TEST_CPU_DEVICES = 2
 
@@ -37,11 +39,20 @@ def pytest_sessionstart(session):  # pylint: disable=unused-argument
 
 @pytest.fixture(autouse=True)
 def _stop_signal_handlers_put_back():
-    """SIGINT's and SIGTERM's handlers as they were before the test."""
-    handlers = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    """The handlers of SIGINT, SIGTERM and the other notice signals as they were before the test
+    (a run's notice handles them to its process's end)."""
+    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+    handlers = {signum: signal.getsignal(signum) for signum in signums}
     yield
     for signum, handler in handlers.items():
         signal.signal(signum, handler)
+
+
+@pytest.fixture(autouse=True)
+def _notices_leave_the_test_not_the_process(monkeypatch):
+    """A notice before or after training raises `tests.leaving.Left` instead of ending pytest's
+    process (`tfdist.runtime.notice.leave_now`)."""
+    monkeypatch.setattr(notice, "leave_now", leaving.fake_leave_now)
 
 
 @pytest.fixture(autouse=True)

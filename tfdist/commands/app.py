@@ -4,8 +4,6 @@ run `main` so that bad input ends as one line and exit status 2, as in `tfdist t
 Pure Python until the config is built: TensorFlow is imported after the flags are parsed.
 """
 
-import logging
-import os
 import sys
 from typing import Callable
 from typing import Sequence
@@ -15,7 +13,9 @@ from absl import flags
 
 from tfdist import errors
 from tfdist.input_pipelines import InputConfigError
+from tfdist.runtime import notice
 from tfdist.runtime import tf_import
+from tfdist.runtime.config import NoticeSignal
 from tfdist.runtime.config import RunConfig
 from tfdist.strategies import ClusterConfigError
 from tfdist.strategies import StrategyConfigError
@@ -101,20 +101,14 @@ def report(error: Exception) -> int:
     print(errors.line(flags_lib.as_flags(str(error)), heading), file=sys.stderr, flush=True)
     status = getattr(error, "exit_status", errors.EXIT_USAGE)
     if isinstance(error, errors.Preempted):
-        _leave_now(status)
+        notice.leave_now(status)
     return status
 
 
-def _leave_now(status: int) -> None:
-    """Ends a preempted process at once, its state saved and its line printed: with TF 2.21 the
-    teardown after a run stopped mid-epoch can outlast the grace (a parameter-server chief
-    waited for good in `Context.remove_function` in 3 of 16 runs; multi_worker_mirrored tasks
-    reading tfdist's file pipeline on real Slurm were still tearing down when `scancel`'s
-    KillWait of 5 s ran out, and were killed, not 75). Python's log handlers are flushed;
-    atexit hooks do not run."""
-    sys.stdout.flush()
-    logging.shutdown()
-    os._exit(status)
+def _preemption_signal() -> NoticeSignal:
+    """`--preemption_signal` when the program defines tfdist's flags, else SIGTERM alone."""
+    holder = flags.FLAGS["preemption_signal"] if "preemption_signal" in flags.FLAGS else None
+    return NoticeSignal(holder.value) if holder is not None else NoticeSignal.SIGTERM
 
 
 def run(main: Callable[[list[str]], int | None]) -> None:
@@ -129,6 +123,7 @@ def run(main: Callable[[list[str]], int | None]) -> None:
     from tfdist.commands import flags as flags_lib  # pylint: disable=import-outside-toplevel
 
     def main_with_one_line_errors(argv: list[str]) -> int | None:
+        notice.install(_preemption_signal())  # `setup` installs the run's own.
         try:
             return main(argv)
         except USER_ERRORS as error:

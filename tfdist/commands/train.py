@@ -2,6 +2,7 @@
 (`tfdist.train` of the flags' config), and the summary line on stdout."""
 
 from tfdist.commands import train_flags
+from tfdist.runtime import notice
 from tfdist.runtime import paths
 from tfdist.runtime import plugins
 from tfdist.runtime import tf_import
@@ -17,6 +18,7 @@ def main() -> int:
         ResultNotSaved after the summary line when --metrics_json cannot be written.
     """
     config = train_flags.run_config(train_flags.cluster())
+    notice.install(config.train.preemption_signal)  # Before TensorFlow's seconds of start-up.
     paths.check(config)  # Before TensorFlow's seconds of start-up; `setup` checks again.
     plugins.check_findable(dataset=config.input.dataset, model=config.train.model)
     tf_import.import_tensorflow(config.show_tf_logs, config.train.keras)

@@ -3,6 +3,8 @@ returns. Everything downstream (fit, the evaluator, the summary) reads the plan 
 of it again.
 
 Order of the process-wide work:
+0. The preemption notice's handlers (`tfdist.runtime.notice`), taken back after the strategy's
+   build (TensorFlow's multi-worker runtime sets a SIGTERM handler of its own).
 1. Keras flavour (`--keras`): tf-keras, selected when tfdist is imported, or Keras 3 (checked
    here).
 2. The mixed-precision policy of that Keras, before any model is built.
@@ -31,6 +33,7 @@ from tfdist.input_pipelines import SourceKind
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
 from tfdist.input_pipelines.config import MAX_NUM_EXAMPLES
 from tfdist.runtime import keras_flavour
+from tfdist.runtime import notice
 from tfdist.runtime import paths
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
@@ -351,6 +354,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
             "tfdist.config_from_flags() or a tfdist.RunConfig(...)."
         )
     config = paths.absolute(config)
+    run_notice = notice.install(config.train.preemption_signal)
     paths.check(config)
     keras_flavour.require(config.train.keras)
     keras = keras_flavour.api(config.train.keras)
@@ -367,6 +371,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
         input_pipelines.check_dispatcher(config.input)  # Before the job's first log line.
         _check_noise_scale_strategy(config, kind)
         strategy = _build_strategy(config, kind)
+        run_notice.reclaim()  # A multi-worker strategy's runtime takes SIGTERM.
         _announce_ignored_options(config, kind)
     _seed(config, kind, keras)
     _op_determinism(config)

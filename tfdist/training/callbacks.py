@@ -1,6 +1,5 @@
 """Keras callbacks tfdist adds to every fit."""
 
-import json
 import os
 import sys
 import time
@@ -13,8 +12,12 @@ from tfdist.cluster import cost_model
 from tfdist.optim import noise_scale
 from tfdist.runtime import keras_flavour
 from tfdist.runtime import output_files
-from tfdist.runtime.config import ConfigError
 from tfdist.training import preemption
+from tfdist.training.resume import by_metric
+from tfdist.training.resume import recorded_epochs
+from tfdist.training.resume import resume_point
+from tfdist.training.resume import say_resuming
+from tfdist.training.resume import unrestorable
 
 
 class ThroughputTimer(tf_keras.callbacks.Callback):
@@ -130,7 +133,9 @@ def advice(noise_scale: float, global_batch_size: int) -> str:
 
 class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
     """tf-keras' backup and restore, under OneDeviceStrategy too, resuming at the step a
-    preemption saved (`save_at`), with its slowest save timed (`slowest_save_s`).
+    preemption saved (`save_at`), with its slowest save timed (`slowest_save_s`), and kept at
+    the end with the final state (tf-keras deletes it): a rerun of the finished run knows it
+    is done, and a longer `--epochs` goes on from there.
 
     tf-keras 2.21 refuses OneDeviceStrategy in `on_train_begin` (it is missing from the private
     `_supported_strategies`), though the backup needs nothing that strategy lacks: a one_device
@@ -139,6 +144,9 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
     """
 
     slowest_save_s = 0.0
+
+    def __init__(self, backup_dir: str, save_freq: str | int = "epoch"):
+        super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=False)
 
     def on_train_begin(self, logs=None):
         if isinstance(self.model.distribute_strategy, tf.distribute.OneDeviceStrategy):
@@ -160,6 +168,12 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
             ) from None
         # Where `fit` starts: tf-keras reads the step only from backups made every N steps.
         self._training_state.maybe_load_initial_counters_from_ckpt = self._resume_point
+
+    def on_train_end(self, logs=None):
+        """Keeps the final state as the backup: the last epoch's backup, or one made now when
+        backups come every N steps."""
+        self.save_at(self._current_epoch, None)
+        super().on_train_end(logs)
 
     def _resume_point(self, steps_per_epoch, initial_epoch, mode=None):
         del initial_epoch, mode  # `fit` asks only when it trains, from epoch 0.
@@ -243,110 +257,28 @@ class SaveOnNotice(tf_keras.callbacks.Callback):
         )
 
 
-def say_resuming(epoch: int, left: str, step: int = 1) -> None:
-    """Says on stderr that training resumes at `step` of `epoch` (both from 1) from what `left`
-    left."""
-    where = f"epoch {epoch}" + (f" step {step}" if step > 1 else "")
-    print(
-        f"tfdist: resuming at {where} from {left} left in this --model_dir; pass another "
-        "--model_dir to start afresh",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
-def backup_position(backup_dir: str, steps_per_epoch: int) -> tuple[int, int] | None:
-    """(epoch, step), both from 0, where training resumes from the backup in `backup_dir`
-    (either flavour's), read without a model; None when there is none."""
-    latest = next(
-        filter(
-            None,
-            (tf.train.latest_checkpoint(os.path.join(backup_dir, task)) for task in ("chief", "")),
-        ),
-        None,
-    )  # tf-keras', then Keras 3's.
-    if latest is None:
-        return None
-    saved = dict(tf.train.list_variables(latest))
-    if _KERAS3_EPOCHS in saved:
-        return counters_position(latest, saved, _KERAS3_EPOCHS)
-    if _TF_KERAS_EPOCH in saved:
-        return resume_point(
-            int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)),
-            int(tf.train.load_variable(latest, _TF_KERAS_BATCH)),
-            steps_per_epoch,
-        )
-    return None
-
-
-def counters_position(checkpoint: str, saved: dict, epochs_name: str) -> tuple[int, int]:
-    """(epochs done, steps into the next) of a checkpoint whose counters are `epochs_name` and
-    `step_in_epoch` (Keras 3's and `CustomLoop`'s; a step of 0 when it has none), as listed in
-    `saved` (`tf.train.list_variables`)."""
-    step = int(tf.train.load_variable(checkpoint, _STEP_IN_EPOCH)) if _STEP_IN_EPOCH in saved else 0
-    return int(tf.train.load_variable(checkpoint, epochs_name)), step
-
-
-def resume_point(epoch: int, batch: int, steps_per_epoch: int) -> tuple[int, int]:
-    """(epoch, step) where training resumes from a tf-keras backup saved in `epoch` after
-    `batch` (both from 0): the next step, or the next epoch's first after the epoch's last
-    step or at its end (batch -1)."""
-    if epoch < 0:  # Nothing saved yet.
-        return 0, 0
-    if batch < 0 or batch + 1 >= steps_per_epoch:
-        return epoch + 1, 0
-    return epoch, batch + 1
-
-
-def refuse_finished_backup(position: tuple[int, int] | None, epochs: int, model_dir: str) -> None:
-    """Refuses to resume a backup in `model_dir` that resumes at `position` (`backup_position`)
-    when it has done `epochs` epochs or more: Keras would train nothing, then delete it as a
-    finished run's.
-
-    Raises:
-      ConfigError: the backup has nothing left to train for `epochs`; it is kept.
-    """
-    if position is None:
-        return
-    done = position[0]
-    if done >= epochs:
-        raise ConfigError(
-            f"epochs={epochs}: the backup in model_dir={model_dir!r} has "
-            f"{done} epoch(s) done, so nothing is left to train; pass epochs={done + 1} or more "
-            "to train on from it, or another model_dir=DIR to start afresh (the backup is kept)."
-        )
-
-
-_KERAS3_EPOCHS = "epochs_done/.ATTRIBUTES/VARIABLE_VALUE"
-_STEP_IN_EPOCH = "step_in_epoch/.ATTRIBUTES/VARIABLE_VALUE"
-_TF_KERAS_EPOCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
-_TF_KERAS_BATCH = "ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE"
-
-
-def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> ConfigError:
-    """The one-line error for a backup or checkpoint at `path` in `model_dir` (`left`: what left
-    it) that fails with `error` to restore into this run's model: another model's, or damaged."""
-    lines = str(error).strip().splitlines()
-    return ConfigError(
-        f"model_dir={model_dir!r}: {left} left there cannot be restored into this one "
-        f"({lines[0] if lines else type(error).__name__}); resume it with that run's model=MODEL "
-        f"and options, or pass another model_dir=DIR (or delete {path})."
-    )
-
-
 class EpochHistory(tf_keras.callbacks.Callback):
     """Every epoch's logs, across restarts: a resumed fit starts at a later epoch, so the epochs
-    before it come from the file earlier attempts wrote (`path`, written by the chief only).
+    before it come from the file earlier attempts wrote (`path`, written by the chief only), and
+    at the end of training the fact that the run finished (`recorded_finish`).
 
     Attributes:
       resumed_from_epoch: the first epoch (from 0) this attempt ran, when it is not 0.
     """
 
-    def __init__(self, path: str | None, *, writes: bool, start: tuple[int, int] | None = None):
-        """`start`: the (epoch, step), from 0, where training starts, when known beforehand
-        (`backup_position`); else the first epoch that begins."""
+    def __init__(
+        self,
+        path: str | None,
+        *,
+        writes: bool,
+        epochs: int,
+        start: tuple[int, int] | None = None,
+    ):
+        """`epochs`: the run's `--epochs`; `start`: the (epoch, step), from 0, where training
+        starts, when known beforehand (`backup_position`); else the first epoch that begins."""
         super().__init__()
         self._path, self._writes, self._start = path, writes, start
+        self._epochs_asked = epochs
         self._epochs: dict[int, dict[str, float]] = {}
         self.resumed_from_epoch: int | None = None
 
@@ -360,24 +292,22 @@ class EpochHistory(tf_keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self._epochs[epoch] = {name: float(value) for name, value in (logs or {}).items()}
+        self._write()
+
+    def on_train_end(self, logs=None):
+        """The run finished (all its epochs, or fewer when a callback stopped it)."""
+        done = max(self._epochs, default=-1) + 1
+        self._write(finished={"epochs_done": done, "epochs": self._epochs_asked})
+
+    def _write(self, **fields) -> None:
         if self._path and self._writes:
             epochs = {str(index): values for index, values in sorted(self._epochs.items())}
-            output_files.write_json("model_dir", self._path, {"epochs": epochs})
+            output_files.write_json("model_dir", self._path, {"epochs": epochs, **fields})
 
     def _earlier(self) -> dict[int, dict[str, float]]:
-        if not self._path or not os.path.exists(self._path):
-            return {}
-        with open(self._path, encoding="utf-8") as history_file:
-            return {
-                int(index): values for index, values in json.load(history_file)["epochs"].items()
-            }
+        return recorded_epochs(self._path) if self._path else {}
 
     def history(self) -> dict[str, list[float | None]]:
         """Each metric's value per epoch, from the first epoch on; None where an earlier
         attempt's record is missing."""
-        names = {name for logs in self._epochs.values() for name in logs}
-        epochs = range(max(self._epochs, default=-1) + 1)
-        return {
-            name: [self._epochs.get(index, {}).get(name) for index in epochs]
-            for name in sorted(names)
-        }
+        return by_metric(self._epochs)

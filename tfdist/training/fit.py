@@ -17,8 +17,9 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from tfdist.runtime import output_files
 from tfdist import errors
+from tfdist.runtime import notice as process_notice
+from tfdist.runtime import output_files
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.model_dir import EVALUATOR
 from tfdist.runtime.model_dir import ModelDir
@@ -31,8 +32,15 @@ from tfdist.training import input_checks
 from tfdist.training import preemption
 from tfdist.training import ps_task
 from tfdist.training import summary as run_summary
-from tfdist.training.callbacks import backup_position
-from tfdist.training.callbacks import refuse_finished_backup
+from tfdist.training.summary import Summary
+from tfdist.training.resume import backup_position
+from tfdist.training.resume import by_metric
+from tfdist.training.resume import is_finished
+from tfdist.training.resume import latest_backup
+from tfdist.training.resume import recorded_epochs
+from tfdist.training.resume import recorded_finish
+from tfdist.training.resume import say_finished
+from tfdist.training.resume import unrestorable
 from tfdist.training.data import DEFAULT
 from tfdist.training.data import Data
 
@@ -57,7 +65,7 @@ def fit(
     metrics=None,
     callbacks: Sequence = (),
     check_input: bool = True,
-) -> dict:
+) -> Summary:
     """This task's part of the run `plan` describes; on a training task, trains `model`.
 
     On a parameter-server `worker` or `ps` task, serves until the chief has finished; on the
@@ -88,14 +96,18 @@ def fit(
         than the per-replica batch (`tfdist.training.input_checks`); False skips both.
 
     Returns:
-      The run summary, whose line it prints on stdout (as `tfdist train` shows it) and which
-      it writes to `--metrics_json` (the chief writes it); on serving and evaluating tasks,
-      {"task", "role"} (and the evaluator's results).
+      A `Summary`: the run summary (a dict), whose line it prints on stdout (as `tfdist train`
+      shows it) and which it writes to `--metrics_json` (the chief writes it), with the trained
+      model as `.model`; on serving and evaluating tasks, {"task", "role"} (and the
+      evaluator's results) and no model. A rerun of a finished run (its model dir's backup at
+      `--epochs` epochs) trains nothing and says so in a line: its model comes restored to the
+      final state, its summary from the recorded history, with "finished_before": True.
 
     Example:
       >>> plan = tfdist.setup(tfdist.config_from_flags(), train_examples=60_000)
       >>> summary = tfdist.fit(plan, build_model, train_dataset_fn,
       ...                      loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+      >>> summary.model.save("model.keras")
 
     Raises:
       tfdist.errors.UsageError (ConfigError, the packages' config errors), one line each: a
@@ -108,10 +120,10 @@ def fit(
     callbacks = guards.check_arguments(validation_steps, callbacks)
     guards.check_flag("check_input", check_input)
     if plan.role is Role.SERVE:
-        return ps_task.serve(plan)
+        return Summary(ps_task.serve(plan))
     validation_data = data.validation_data(plan, train_data, validation_data)
     if plan.role is Role.EVALUATE:
-        return _evaluate(plan, model, validation_data, validation_steps, loss, metrics)
+        return Summary(_evaluate(plan, model, validation_data, validation_steps, loss, metrics))
     data.check_steps_match(plan, train_data)
     if check_input and data.is_dataset_function(train_data):
         input_checks.check(
@@ -123,7 +135,9 @@ def fit(
         start = None  # Where a backup left in --model_dir resumes: (epoch, step).
         if plan.model_dir is not None:  # Every worker, as each restores the chief's backup.
             start = backup_position(plan.model_dir.backup, plan.steps_per_epoch)
-            refuse_finished_backup(start, plan.config.train.epochs, plan.model_dir.root)
+            finish = recorded_finish(plan.model_dir.history_json)
+            if is_finished(start, plan.config.train.epochs, finish, plan.model_dir.root):
+                return _finished_before(plan, model, train_data, loss, metrics, finish[0])
             preemption.note_cluster_shape(plan, resumes=start is not None)
             stack.enter_context(_full_disk_is_one_line(plan.model_dir))
         keras_model, trained = flavour(plan).train(
@@ -142,7 +156,34 @@ def fit(
         if summary.get("backup_save_s") is not None:
             preemption.say_save_time(summary["backup_save_s"])
         _write_summary(plan, summary)
+    process_notice.current().finished(f"at epoch {plan.config.train.epochs}")
     return summary
+
+
+def _finished_before(
+    plan: Plan, model, train_data: Data, loss, metrics, epochs_done: int
+) -> Summary:
+    """A rerun of the run its model dir records as finished after `epochs_done` epochs: nothing
+    trained, the model restored to the final state, one line that says so."""
+    keras_model = flavour(plan).build_model(
+        plan, model, data=train_data, loss=loss, metrics=metrics
+    )
+    latest = latest_backup(plan.model_dir.backup)
+    try:
+        tf.train.Checkpoint(model=keras_model).read(latest).assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:  # Another model's.
+        raise unrestorable(plan.model_dir.root, "the finished run", latest, error) from None
+    say_finished(epochs_done, plan.model_dir.root)
+    history = by_metric(recorded_epochs(plan.model_dir.history_json))
+    trained = {
+        "final": {name: values[-1] for name, values in history.items()},
+        "history": history,
+        "finished_before": True,
+        **dict.fromkeys(("examples_per_sec", "resumed_from_epoch", "backup_save_s")),
+        "epoch_train_s": [],
+    }
+    process_notice.current().finished(f"at epoch {epochs_done}")
+    return _summary(plan, keras_model, train_data, trained)
 
 
 _FULL_DISK_WORDS = ("No space left on device", "Disk quota exceeded")
@@ -192,10 +233,11 @@ def _evaluate(plan: Plan, model, validation_data, validation_steps, loss, metric
     return {"task": plan.task, "role": plan.role.value, "evaluations": results}
 
 
-def _summary(plan: Plan, model, train_data: Data, trained: dict) -> dict:
-    """The run summary: the plan's facts, the model's, and what `trained` reports."""
+def _summary(plan: Plan, model, train_data: Data, trained: dict) -> Summary:
+    """The run summary: the plan's facts, the model's, and what `trained` reports; `model`
+    with it."""
     config = plan.config
-    return {
+    fields = {
         "strategy": plan.kind.value,
         "task": plan.task,
         "role": plan.role.value,
@@ -213,6 +255,7 @@ def _summary(plan: Plan, model, train_data: Data, trained: dict) -> dict:
         **trained,
         "wall_s": time.perf_counter() - plan.started_s,
     }
+    return Summary(fields, model)
 
 
 def _write_summary(plan: Plan, summary: dict) -> None:

@@ -2,8 +2,9 @@
 training state saved there, and exit status 75 (`errors.Preempted`).
 
 The notice is SIGTERM (a pod's deletion, `scancel`, `tfdist launch` stopping) or the signal
-`--preemption_signal` names. The handler only notes it; the step loop acts on it at a step
-boundary, so no step is cut in half:
+`--preemption_signal` names; the process's handler (`tfdist.runtime.notice`, which also says
+what a notice does before training and after it) only notes it while training, and the step
+loop acts on it at a step boundary, so no step is cut in half:
 - one process (one_device, mirrored; the parameter-server coordinator) stops at the next step's
   end, or, in validation, at the epoch's end;
 - multi_worker_mirrored: each worker's notice is a flag that every step all-reduces after its
@@ -12,77 +13,23 @@ boundary, so no step is cut in half:
   forever).
 A second signal during the save changes nothing: TensorFlow writes a checkpoint beside the last
 complete one and points to it only when it is whole, so a save the grace period cuts short leaves
-the previous state. Python runs the handler between steps: TF 2.21's multi-worker runtime installs
-a SIGTERM handler of its own at start-up, which this one replaces while training runs.
+the previous state.
 """
 
-import contextlib
 import json
 import os
-import signal
 import sys
-import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable
 
 import tensorflow as tf
 
 from tfdist import errors
 from tfdist.runtime import output_files
-from tfdist.runtime.config import NoticeSignal
+from tfdist.runtime import notice as process_notice
+from tfdist.runtime.notice import Notice
 from tfdist.runtime.setup import Plan
 from tfdist.strategies import StrategyKind
-
-
-class Notice:
-    """The first preemption notice this process received (`signal_name`), noted by a signal
-    handler installed within `watching()` (`watched` inside it)."""
-
-    def __init__(self, extra: NoticeSignal = NoticeSignal.SIGTERM):
-        self._signums = sorted({signal.SIGTERM, signal.Signals[extra.value]})
-        self.signal_name: str | None = None
-        self.watched = False
-
-    @property
-    def received(self) -> bool:
-        """Whether a notice has come."""
-        return self.signal_name is not None
-
-    def _note(self, signum, _frame) -> None:
-        if self.signal_name is None:  # Later ones change nothing: the save goes on.
-            self.signal_name = signal.Signals(signum).name
-
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
-        """Notes the notice signals inside the block. The previous handlers come back after it
-        unless a notice came: then the process is on its way out with its state saved, and a
-        later signal must not end it in its exit (srun's --kill-on-bad-exit sends SIGTERM to
-        the other tasks as soon as the first exits 75), so the signals are ignored from then
-        on (SIG_IGN: Python's finalization puts back the default action of a Python handler,
-        and TensorFlow's shutdown comes after it). Outside the main thread, where Python cannot
-        take a signal, says so and notes nothing."""
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            previous = {signum: signal.signal(signum, self._note) for signum in self._signums}
-        else:
-            print(
-                "tfdist: preemption notices are not watched: training runs outside the main "
-                "thread; a SIGTERM ends it as before (the last backup stays)",
-                file=sys.stderr,
-                flush=True,
-            )
-        self.watched = True
-        try:
-            yield
-        finally:
-            self.watched = False
-            # A block left open (a `CustomLoop` abandoned before its last save) may be closed by
-            # the garbage collector in another thread, where Python sets no handler.
-            if threading.current_thread() is threading.main_thread():
-                for signum, handler in previous.items():
-                    if self.received:
-                        handler = signal.SIG_IGN
-                    signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 class Agreement:
@@ -227,7 +174,7 @@ def watch(plan: Plan) -> Watch:
             ps_notices = PsNotices(plan.model_dir.notices)
             ps_notices.clear()
     return Watch(
-        Notice(plan.config.train.preemption_signal),
+        process_notice.current(),
         Agreement() if agree else None,
         ps_notices,
         ahead,
@@ -238,19 +185,22 @@ def stopped(
     epoch: int, step: int | None, save: Callable[[], None] | None, model_dir: str | None
 ) -> errors.Preempted:
     """Saves with `save` (None: no --model_dir, nothing to save) and returns the one line for a
-    run preempted after `step` (from 0; None: the epoch's end) of `epoch` (from 0)."""
+    run preempted after `step` (from 0; None: the epoch's end) of `epoch` (from 0); signals are
+    ignored from then on (`Notice.leaving`)."""
     where = (
         f"epoch {epoch + 1} step {step + 1}"
         if step is not None
         else f"the end of epoch {epoch + 1}"
     )
     if save is None:
+        process_notice.current().leaving()
         return errors.Preempted(
             f"preempted at {where}; nothing saved (no --model_dir): pass model_dir=DIR so that "
             "a preempted run resumes where it stopped."
         )
     started = time.perf_counter()
     save()
+    process_notice.current().leaving()
     return errors.Preempted(
         f"preempted at {where}; state saved in {time.perf_counter() - started:.2f} s under "
         f"model_dir={model_dir!r}; start the same command again to resume there."

@@ -3,16 +3,15 @@ then exit 0 instead of serving forever (`tfdist.cluster.liveness`). `fit` does i
 task; a custom loop calls `serve` itself. A preemption notice does not stop a server while the
 chief runs: it serves on while the chief saves, then ends as preempted (exit 75); a ps task
 leaves its notice in the model dir, so that the chief, told or not, stops at a step and saves
-(`preemption.PsNotices`). Once the chief is gone (the job done or failed), a notice ends a
-server at once, as the signal would have."""
-
-import signal
+(`preemption.PsNotices`). Once the chief is gone (failed or restarting), a notice ends a server
+at once, exit 75 with nothing to save; once it has finished, exit 0 (`tfdist.runtime.notice`)."""
 
 from tfdist import errors
 from tfdist import strategies
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import chief_address
 from tfdist.cluster.probe import answers
+from tfdist.runtime import notice as process_notice
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.setup import Plan
 from tfdist.runtime.setup import Role
@@ -53,32 +52,38 @@ def serve(plan: Plan) -> dict:
         flush=True,
     )
     watch = ChiefWatch(chief).start()
-    notice = preemption.Notice(plan.config.train.preemption_signal)
+    notice = process_notice.current()
+    notice.training()  # The chief saves on its notice, reading this task's variables.
     chief_saving = None  # On a notice: whether the chief still ran then (and so saves).
-    with notice.watching():  # The chief saves on its notice, reading this task's variables.
-        while not watch.wait_finished(_POLL_S):
-            if notice.received:
-                if chief_saving is None:
-                    chief_saving = answers(chief)
-                    if chief_saving and cluster.task.type is TaskType.PS and plan.model_dir:
-                        # The chief stops at a step and saves on it (a worker's is not needed:
-                        # the coordinator retries a lost worker's steps).
-                        preemption.PsNotices.leave(plan.model_dir.notices, plan.task)
-                if not chief_saving or not answers(chief):  # Nothing left to serve.
-                    break
-            if watch.unseen_for_s() > FIRST_CONTACT_TIMEOUT_S:
-                raise ConfigError(
-                    f"chief at {chief} did not answer within "
-                    f"{FIRST_CONTACT_TIMEOUT_S:g} s; start the chief task (or check "
-                    "TF_CONFIG with `tfdist doctor`)."
-                )
-    if notice.received and not chief_saving:  # Stopped with nothing to save: as the signal would.
-        raise SystemExit(128 + signal.Signals[notice.signal_name])
+    while not watch.wait_finished(_POLL_S):
+        if notice.received:
+            if chief_saving is None:
+                chief_saving = answers(chief)
+                if chief_saving and cluster.task.type is TaskType.PS and plan.model_dir:
+                    # The chief stops at a step and saves on it (a worker's is not needed:
+                    # the coordinator retries a lost worker's steps).
+                    preemption.PsNotices.leave(plan.model_dir.notices, plan.task)
+            if not chief_saving or not answers(chief):  # Nothing left to serve.
+                break
+        if watch.unseen_for_s() > FIRST_CONTACT_TIMEOUT_S:
+            raise ConfigError(
+                f"chief at {chief} did not answer within "
+                f"{FIRST_CONTACT_TIMEOUT_S:g} s; start the chief task (or check "
+                "TF_CONFIG with `tfdist doctor`)."
+            )
+    if chief_saving is False:
+        notice.leaving()
+        raise errors.Preempted(
+            f"preempted ({notice.signal_name}) while serving, with the chief at {chief} gone: "
+            "nothing to save on this task; start the same command again."
+        )
     print(f"tfdist: {plan.task}: the chief at {chief} has finished; stopping", flush=True)
     del server
     if chief_saving:
+        notice.leaving()
         raise errors.Preempted(
             f"preempted ({notice.signal_name}): {plan.task} served on until the chief at {chief} "
             "had saved; start the same command again to resume."
         )
+    notice.finished("(its chief finished)")  # A notice as the chief finished: exit 0 here.
     return {"task": plan.task, "role": plan.role.value}

@@ -1,4 +1,19 @@
-"""The end-of-run summary as one line on stdout (`runtime.output_files` writes its JSON)."""
+"""The end-of-run summary: what `fit` returns (the summary's fields, and the trained model), and
+its one line on stdout (`runtime.output_files` writes its JSON)."""
+
+
+class Summary(dict):
+    """The run summary, as written to `--metrics_json` (its fields: docs/output.md), with the
+    trained model as `model`, as Keras' `History` carries its model.
+
+    Example:
+      >>> summary = tfdist.fit(plan, build_model, train_dataset_fn, loss=..., metrics=[...])
+      >>> summary["final"]["val_accuracy"], summary.model.save("model.keras")
+    """
+
+    def __init__(self, fields: dict, model=None):
+        super().__init__(fields)
+        self.model = model  # None on a serving or evaluating task.
 
 
 def _shape(summary: dict) -> str:

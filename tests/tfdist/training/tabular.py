@@ -1,8 +1,6 @@
 """A small tabular job for in-process training tests: its run config, a learnable dataset
 function, models, and a test base that resets what training leaves process-wide."""
 
-import signal
-
 import numpy as np
 import tensorflow as tf
 import tf_keras
@@ -67,13 +65,8 @@ def tabular_model() -> tf_keras.Model:
 
 
 class PolicyReset(tf.test.TestCase):
-    """Resets what a test's training leaves for the whole process: the precision policy, and
-    the SIGTERM and SIGUSR1 handlers a preempted run keeps until its process exits."""
-
-    def setUp(self):
-        super().setUp()
-        for signum in (signal.SIGTERM, signal.SIGUSR1):
-            self.addCleanup(signal.signal, signum, signal.getsignal(signum))
+    """Resets what a test's training leaves for the whole process: the precision policy (the
+    notice signals' handlers: tests/conftest.py)."""
 
     def tearDown(self):
         tf_keras.mixed_precision.set_global_policy("float32")

@@ -29,6 +29,7 @@ from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.runtime import model_dir
 from tfdist.runtime.config import ConfigError
 from tfdist.training import callbacks
+from tfdist.training import resume
 
 _EPOCHS = 3
 
@@ -223,8 +224,9 @@ class NoiseScaleAdviceTest(unittest.TestCase):
         self.assertIn("past it, doubling the batch saves only about 17%", callbacks.advice(13, 26))
 
 
-class RefuseFinishedBackupTest(unittest.TestCase):
-    """Both flavours' backups, as they lay them out, read without a model."""
+class FinishedTest(unittest.TestCase):
+    """Both flavours' backups, as they lay them out, read without a model, against the history's
+    record of a finished run."""
 
     def _save(self, directory: str, **counters: int) -> None:
         checkpoint = tf.train.Checkpoint(
@@ -232,36 +234,45 @@ class RefuseFinishedBackupTest(unittest.TestCase):
         )
         tf.train.CheckpointManager(checkpoint, directory, max_to_keep=1).save()
 
-    def test_a_backup_with_every_epoch_done_is_refused_and_a_shorter_one_resumes(self):
+    def test_a_run_is_finished_when_its_history_says_so_and_its_backup_is_that_state(self):
         with tempfile.TemporaryDirectory() as model_dir:
             backup = os.path.join(model_dir, "backup")
-            callbacks.refuse_finished_backup(
-                callbacks.backup_position(backup, 10), 3, model_dir
-            )  # None yet.
-            self._save(backup, epochs_done=2)  # Keras 3's.
-            callbacks.refuse_finished_backup(callbacks.backup_position(backup, 10), 3, model_dir)
-            with self.assertRaisesRegex(
-                ConfigError,
-                r"^epochs=2: the backup in model_dir='.*' "
-                r"has 2 epoch\(s\) done",
-            ):
-                callbacks.refuse_finished_backup(
-                    callbacks.backup_position(backup, 10), 2, model_dir
-                )
+
+            def finished(epochs: int, finish=(3, 3)) -> bool:
+                return resume.is_finished(resume.backup_position(backup, 10), epochs, finish, "md")
+
+            self.assertFalse(finished(3), "no backup yet")
+            self._save(backup, epochs_done=3)  # Keras 3's, at its end.
+            self.assertTrue(finished(3))
+            self.assertTrue(finished(2), "done as asked, and more")
+            self.assertFalse(finished(5), "a longer schedule goes on from the final state")
+            self.assertTrue(finished(5, finish=(3, 5)), "stopped early by a callback of its own")
             shutil.rmtree(backup)
-            # tf-keras': in epoch 2 (from 0) at its end or after its last step, so 3 done;
-            # mid-epoch (a backup every N steps, a preemption), 2.
+            # tf-keras': in epoch 2 (from 0) at its end or after its last step, so 3 done.
             for batch in (-1, 9):
                 self._save(
                     os.path.join(backup, "chief"), ckpt_saved_epoch=2, ckpt_saved_batch=batch
                 )
-                with self.assertRaisesRegex(ConfigError, r"has 3 epoch\(s\) done"):
-                    callbacks.refuse_finished_backup(
-                        callbacks.backup_position(backup, 10), 3, model_dir
-                    )
+                self.assertTrue(finished(3))
             self._save(os.path.join(backup, "chief"), ckpt_saved_epoch=2, ckpt_saved_batch=7)
-            callbacks.refuse_finished_backup(callbacks.backup_position(backup, 10), 3, model_dir)
-            self.assertEqual(callbacks.backup_position(backup, 10), (2, 8))
+            self.assertEqual(resume.backup_position(backup, 10), (2, 8))
+            self.assertFalse(finished(3), "a backup mid-epoch (a preemption's) is no final state")
+
+    def test_a_backup_with_as_many_epochs_done_that_did_not_finish_is_refused(self):
+        """A longer run's, stopped at an epoch's end: resuming it with fewer epochs would train
+        nothing, and it is not finished."""
+        with tempfile.TemporaryDirectory() as model_dir:
+            backup = os.path.join(model_dir, "backup")
+            self._save(backup, epochs_done=2)
+            self.assertFalse(resume.is_finished(resume.backup_position(backup, 10), 3, None, "md"))
+            for epochs, finish in ((2, None), (1, None), (1, (3, 3))):
+                with self.assertRaisesRegex(
+                    ConfigError,
+                    rf"^epochs={epochs}: the backup in model_dir='md' has 2 epoch\(s\) done, so "
+                    rf"nothing is left to train; pass epochs=3 or more to train on from it, or "
+                    r"another model_dir=DIR to start afresh \(the backup is kept\)\.$",
+                ):
+                    resume.is_finished(resume.backup_position(backup, 10), epochs, finish, "md")
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import types
 import unittest
 from unittest import mock
@@ -29,6 +28,7 @@ import pytest
 import tensorflow as tf
 import tf_keras
 import tfdist
+from tests.leaving import Left
 from tests.tfdist.cli_runner import MLP_PROGRAM
 from tests.tfdist.training.tabular import PolicyReset
 from tests.tfdist.training.tabular import run_config
@@ -37,8 +37,9 @@ from tests.tfdist.training.tabular import tabular_model
 from tfdist import errors
 from tests.tfdist.cli_runner import digests
 from tfdist.errors import EXIT_PREEMPTED
-from tfdist.runtime.config import NoticeSignal
+from tfdist.runtime import notice
 from tfdist.training import preemption
+from tfdist.training import resume
 
 _TFDIST = [sys.executable, "-m", "tfdist"]
 _REPO = str(pathlib.Path(__file__).parents[3])
@@ -56,44 +57,7 @@ def _run(command: list[str], cwd: str) -> subprocess.CompletedProcess:
     )
 
 
-class NoticeTest(PolicyReset):
-    def test_the_first_signal_is_noted_and_later_ones_change_nothing_until_the_process_exits(self):
-        notice = preemption.Notice(NoticeSignal.SIGUSR1)
-        with notice.watching():
-            self.assertFalse(notice.received)
-            os.kill(os.getpid(), signal.SIGUSR1)
-            os.kill(os.getpid(), signal.SIGTERM)
-        self.assertEqual(notice.signal_name, "SIGUSR1")
-        for signum in (signal.SIGUSR1, signal.SIGTERM):  # On its way out: ignored.
-            self.assertIs(signal.getsignal(signum), signal.SIG_IGN)
-
-    def test_without_a_notice_the_previous_handlers_come_back(self):
-        before = signal.getsignal(signal.SIGUSR1)
-        with preemption.Notice(NoticeSignal.SIGUSR1).watching():
-            self.assertIsNot(signal.getsignal(signal.SIGUSR1), before)
-        self.assertIs(signal.getsignal(signal.SIGUSR1), before)
-
-    def test_a_block_closed_in_another_thread_leaves_the_handlers_as_they_are(self):
-        # As the garbage collector may close an abandoned block: Python sets handlers only in
-        # the main thread, and this must not raise there.
-        before = signal.getsignal(signal.SIGUSR1)
-        self.addCleanup(signal.signal, signal.SIGUSR1, before)
-        block = preemption.Notice(NoticeSignal.SIGUSR1).watching()
-        block.__enter__()  # pylint: disable=unnecessary-dunder-call
-        raised = []
-
-        def close():
-            try:
-                block.__exit__(None, None, None)
-            except Exception as error:  # pylint: disable=broad-except
-                raised.append(error)
-
-        closer = threading.Thread(target=close)
-        closer.start()
-        closer.join(timeout=30)
-        self.assertEqual(raised, [])
-        self.assertIsNot(signal.getsignal(signal.SIGUSR1), before)
-
+class StoppedTest(PolicyReset):
     def test_without_a_model_dir_the_line_says_nothing_was_saved(self):
         line = str(preemption.stopped(1, 36, None, None))
         self.assertEqual(
@@ -101,6 +65,10 @@ class NoticeTest(PolicyReset):
             "preempted at epoch 2 step 37; nothing saved (no --model_dir): pass model_dir=DIR "
             "so that a preempted run resumes where it stopped.",
         )
+
+
+def backup_position_of(model_dir: str) -> tuple[int, int] | None:
+    return resume.backup_position(os.path.join(model_dir, "backup"), 4)
 
 
 def fit_tabular(model_dir: str, callbacks=()) -> dict:
@@ -130,16 +98,23 @@ class NoticeInFitTest(PolicyReset):
     """A notice in validation, and a second one during the save, in `fit` in this process (the
     test runs in its process's main thread, where the handler is installed during `fit`)."""
 
-    def test_a_notice_in_the_last_step_lets_the_run_end_as_usual(self):
+    def test_a_notice_in_the_last_step_lets_the_run_finish_then_leaves_with_0(self):
         class SignalInTheLastStep(tf_keras.callbacks.Callback):
             def on_train_batch_begin(self, batch, logs=None):
                 if self.model.optimizer.iterations.numpy() == 11:  # Step 4 of epoch 3 of 3.
                     os.kill(os.getpid(), signal.SIGTERM)
 
         model_dir = os.path.join(self.get_temp_dir(), "done")
-        result = fit_tabular(model_dir, [SignalInTheLastStep()])  # Not errors.Preempted.
-        self.assertEqual(len(result["history"]["loss"]), 3)
-        self.assertEqual(os.listdir(os.path.join(model_dir, "backup")), [], "a finished run's")
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), self.assertRaises(Left) as left:
+            fit_tabular(model_dir, [SignalInTheLastStep()])  # Not errors.Preempted.
+        self.assertEqual(left.exception.status, 0)
+        self.assertIn("(SIGTERM) came after the run finished at epoch 3", stderr.getvalue())
+        with open(os.path.join(model_dir, "history.json"), encoding="utf-8") as history:
+            recorded = json.load(history)
+        self.assertEqual(len(recorded["epochs"]), 3)
+        self.assertEqual(recorded["finished"], {"epochs_done": 3, "epochs": 3})
+        self.assertEqual(backup_position_of(model_dir), (3, 0), "the final state, kept")
 
     def test_a_notice_in_validation_ends_the_epoch_and_a_second_in_the_save_changes_nothing(self):
         signalled = []
@@ -243,7 +218,7 @@ class LeavesAtOnceTest(unittest.TestCase):
 class PsNoticesTest(unittest.TestCase):
     def test_a_ps_tasks_notice_stops_the_chief_and_a_new_run_clears_it(self):
         notices_dir = os.path.join(tempfile.mkdtemp(), "notices")
-        chief_notice = preemption.Notice()
+        chief_notice = notice.Notice()
         ps_notices = preemption.PsNotices(notices_dir)
         watch = preemption.Watch(chief_notice, ps_notices=ps_notices)
         self.assertFalse(watch.stop_agreed())
@@ -263,11 +238,11 @@ class PsNoticesTest(unittest.TestCase):
 class ScheduledAheadTest(unittest.TestCase):
     def test_a_chief_joins_its_coordinator_every_16_calls_a_worker(self):
         coordinator = mock.Mock()
-        watch = preemption.Watch(preemption.Notice(), ahead=preemption.ScheduledAhead(2))
+        watch = preemption.Watch(notice.Notice(), ahead=preemption.ScheduledAhead(2))
         for _ in range(70):
             watch.scheduled(coordinator)
         self.assertEqual(coordinator.join.call_count, 2, "after calls 32 and 64")
-        preemption.Watch(preemption.Notice()).scheduled(coordinator)  # Not parameter server.
+        preemption.Watch(notice.Notice()).scheduled(coordinator)  # Not parameter server.
         self.assertEqual(coordinator.join.call_count, 2)
 
 

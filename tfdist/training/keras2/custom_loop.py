@@ -10,18 +10,16 @@ datasets, `run` schedules the steps on the workers (`steps_per_execution` per cl
 joins, and checkpoints are the coordinator's; the worker and ps tasks call `tfdist.serve`.
 Keras 3 models (`--keras=3`) train through `tfdist.fit`.
 
-A preemption notice (SIGTERM, `--preemption_signal`) is watched from the first `run` on
-training data until the `save` of the last epoch: in a training `run` it ends the run at a step
+A preemption notice (SIGTERM, `--preemption_signal`) in a training `run` ends the run at a step
 boundary, `steps_per_execution` steps per call, with the step saved and `errors.Preempted`
 raised (`tfdist.training.preemption`); one that comes between training runs (an evaluation, a
-`save`, code of yours) ends the next training `run` at its first step, and after the last
-training step the loop ends as usual. `restore` then resumes at the saved step and
-`distribute` reads on from there. (A loop that never saves its last epoch keeps watching: a
-notice after its training is noted and the program ends when it is done.)
+`save`, code of yours) ends the next training `run` at its first step. `restore` then resumes at
+the saved step and `distribute` reads on from there. Before the first training `run` a notice
+ends the process at once (exit 75: nothing trained to save), and after the `save` of the last
+epoch too (exit 0: the run is complete); `tfdist.runtime.notice` says how.
 """
 
 import collections.abc
-import contextlib
 import shutil
 import weakref
 from typing import Callable
@@ -41,9 +39,10 @@ from tfdist.strategies.config import check_int
 from tfdist.training import guards as fit_guards
 from tfdist.training import input_checks
 from tfdist.training import preemption
-from tfdist.training.callbacks import counters_position
-from tfdist.training.callbacks import say_resuming
-from tfdist.training.callbacks import unrestorable
+from tfdist.training.resume import counters_position
+from tfdist.training.resume import say_finished
+from tfdist.training.resume import say_resuming
+from tfdist.training.resume import unrestorable
 from tfdist.training.data import dataset_fn
 from tfdist.training.data import from_start
 from tfdist.training.data import is_dataset_function
@@ -137,7 +136,6 @@ class CustomLoop:
         self._iterators = weakref.WeakKeyDictionary()  # Dataset -> its iterator.
         self._loops: dict[tuple[Callable, bool], Callable] = {}
         self._watch = preemption.watch(plan)
-        self._watching = contextlib.ExitStack()  # From the first training run to the last save.
         self._training_sets = weakref.WeakSet()  # What `distribute` made of training data.
         self._steps_done = 0  # Training steps into the current epoch.
         self._to_skip = 0  # Steps of the resumed epoch that the restored state has done.
@@ -249,7 +247,7 @@ class CustomLoop:
         self._to_skip -= skipped
         todo, chunk = steps - skipped, self.plan.config.train.steps_per_execution
         results = []
-        self._watch_notices()
+        self._watch.notice.training()
         for start in range(0, todo, chunk):
             count = tf.constant(min(chunk, todo - start), tf.int64)
             self._watch.before_step()
@@ -260,18 +258,11 @@ class CustomLoop:
                 self._watch.scheduled(self.coordinator)
             self._steps_done += int(count)
             if self._watch.stop_agreed():
-                preempted = self._preempted()
-                self._watching.close()  # Noted: the signals are ignored until the exit.
-                raise preempted
+                raise self._preempted()
         if self.coordinator is not None:
             self.coordinator.join()
             results = [result.fetch() for result in results]
         return sum(float(result) for result in results) / max(todo, 1)
-
-    def _watch_notices(self) -> None:
-        """Watches the notice from now until the last epoch's save or a preemption."""
-        if not self._watch.notice.watched:
-            self._watching.enter_context(self._watch.notice.watching())
 
     def _preempted(self) -> Exception:
         """Saves the step a notice stopped at (with --model_dir) and returns its one line."""
@@ -334,7 +325,8 @@ class CustomLoop:
 
     def restore(self) -> int:
         """Restores the latest checkpoint under `--model_dir`, if any; returns the number of
-        epochs it had completed (0 without one), where the loop resumes."""
+        epochs it had completed (0 without one), where the loop resumes. A loop that had
+        finished (`--epochs` done) says so in a line: nothing is left to train."""
         manager = self._manager_or_none()
         model_dir = self.plan.model_dir
         latest = model_dir and tf.train.latest_checkpoint(model_dir.loop_checkpoints)
@@ -349,7 +341,12 @@ class CustomLoop:
             epoch, step = int(self._epoch.numpy()) + 1, self._to_skip + 1
             if step > self.plan.steps_per_epoch:  # Saved after an epoch's last step.
                 epoch, step = epoch + 1, 1
-            say_resuming(epoch, "the checkpoint an earlier loop", step)
+            epochs = self.plan.config.train.epochs
+            if (epoch, step) == (epochs + 1, 1):
+                say_finished(epochs, model_dir.root)
+                self._watch.notice.finished(f"at epoch {epochs}")
+            else:
+                say_resuming(epoch, "the checkpoint an earlier loop", step)
         return int(self._epoch.numpy())
 
     def save(self, epochs_done: int) -> None:
@@ -360,11 +357,12 @@ class CustomLoop:
         )
         self._steps_done = 0
         # A notice now is noted, and the next `run` on training data stops at its first step.
-        self._watch_notices()
+        self._watch.notice.training()
         if self._manager_or_none() is not None:
             self._save_at(epochs_done, 0)
-        if epochs_done >= self.plan.config.train.epochs:
-            self._watching.close()
+        epochs = self.plan.config.train.epochs
+        if epochs_done >= epochs:
+            self._watch.notice.finished(f"at epoch {epochs_done} of {epochs}")
 
     def _save_at(self, epochs_done: int, steps: int) -> None:
         """Checkpoints `steps` steps into the epoch after `epochs_done` (every worker)."""

@@ -194,7 +194,10 @@ def train(
         global_batch_size=plan.global_batch_size, steps_per_epoch=plan.steps_per_epoch
     )
     epochs = EpochHistory(
-        plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results, start=start
+        plan.model_dir and plan.model_dir.history_json,
+        writes=plan.writes_results,
+        epochs=config.train.epochs,
+        start=start,
     )
     train_batches = guards.BatchCounts(training_data.from_start(plan, train_data, start))
     train_set = _distribute(plan, train_batches)
@@ -216,11 +219,9 @@ def train(
         }
     backup, watch = _backup(plan), preemption.watch(plan)
     model.train_step = watch.around(model.train_step)
-    with (
-        watch.notice.watching(),
-        guards.explained(
-            model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
-        ),
+    watch.notice.training()
+    with guards.explained(
+        model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster
     ):
         model.fit(
             train_set,

@@ -2,7 +2,8 @@
 (loss scale, accumulators), epochs done and the step within the next, at the end of every epoch
 and at a preemption (`tfdist.training.preemption`), in `backup/` (other
 workers write a temporary copy, since every worker must take part in saving), restored when a
-run restarts and deleted when it finishes; and each epoch's weights in `checkpoints/epoch-NNN`
+run restarts and kept when it finishes (its final state: a rerun knows the run is done); and
+each epoch's weights in `checkpoints/epoch-NNN`
 for the evaluator (`tfdist.training.keras3.evaluator`)."""
 
 import os
@@ -87,8 +88,3 @@ class Checkpoints:
         if not self.plan.writes_results:
             shutil.rmtree(backup.directory, ignore_errors=True)
             shutil.rmtree(weights, ignore_errors=True)
-
-    def finished(self) -> None:
-        """The run is complete: a restart starts afresh (as tf-keras' BackupAndRestore)."""
-        if self.model_dir is not None and self.plan.writes_results:
-            shutil.rmtree(self.model_dir.backup, ignore_errors=True)

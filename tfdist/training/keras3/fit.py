@@ -133,7 +133,10 @@ def _train_loop(
         global_batch_size=plan.global_batch_size, steps_per_epoch=plan.steps_per_epoch
     )
     history = EpochHistory(
-        plan.model_dir and plan.model_dir.history_json, writes=plan.writes_results, start=start
+        plan.model_dir and plan.model_dir.history_json,
+        writes=plan.writes_results,
+        epochs=config.train.epochs,
+        start=start,
     )
     finite_loss = fit_guards.finite_loss(plan)
     finite_loss.set_model(model)
@@ -144,39 +147,38 @@ def _train_loop(
     )
     user_callbacks = keras.callbacks.CallbackList(list(callbacks), model=model)
     user_callbacks.on_train_begin()
+    watch.notice.training()
     first_epoch, first_step = checkpoints.restore()
-    with watch.notice.watching():
-        for epoch in range(first_epoch, config.train.epochs):
-            for callback in (timer, history, user_callbacks):
-                callback.on_epoch_begin(epoch)
+    for epoch in range(first_epoch, config.train.epochs):
+        for callback in (timer, history, user_callbacks):
+            callback.on_epoch_begin(epoch)
+        steps.reset_metrics()
+        stopped_after = runner.train(
+            train_iterator,
+            plan.steps_per_epoch,
+            user_callbacks,
+            first=first_step if epoch == first_epoch else 0,
+            watch=watch,
+        )
+        if stopped_after is not None and stopped_after + 1 < plan.steps_per_epoch:
+            raise _preempted(plan, checkpoints, epoch, stopped_after)
+        timer.on_test_begin()
+        logs = steps.logs()
+        if validation_data is not None:
             steps.reset_metrics()
-            stopped_after = runner.train(
-                train_iterator,
-                plan.steps_per_epoch,
-                user_callbacks,
-                first=first_step if epoch == first_epoch else 0,
-                watch=watch,
-            )
-            if stopped_after is not None and stopped_after + 1 < plan.steps_per_epoch:
-                raise _preempted(plan, checkpoints, epoch, stopped_after)
-            timer.on_test_begin()
-            logs = steps.logs()
-            if validation_data is not None:
-                steps.reset_metrics()
-                runner.evaluate(validation_data, validation[1])
-                logs.update(steps.logs("val_"))
-            finite_loss.on_epoch_end(epoch, logs)  # Before saving: a diverged epoch is not.
-            checkpoints.save(epoch + 1)
-            shown = " - ".join(f"{name}: {value:.4f}" for name, value in logs.items())
-            print(f"Epoch {epoch + 1}/{config.train.epochs} - {shown}", flush=True)
-            for callback in (timer, *noise_logs, history, user_callbacks):
-                callback.on_epoch_end(epoch, logs)
-            last = epoch + 1 == config.train.epochs  # Then the run is done: it ends as usual.
-            if not last and (stopped_after is not None or watch.stops_at_epoch_end()):
-                raise _preempted(plan, checkpoints, epoch, None)
-    for callback in (*noise_logs, user_callbacks):
+            runner.evaluate(validation_data, validation[1])
+            logs.update(steps.logs("val_"))
+        finite_loss.on_epoch_end(epoch, logs)  # Before saving: a diverged epoch is not.
+        checkpoints.save(epoch + 1)
+        shown = " - ".join(f"{name}: {value:.4f}" for name, value in logs.items())
+        print(f"Epoch {epoch + 1}/{config.train.epochs} - {shown}", flush=True)
+        for callback in (timer, *noise_logs, history, user_callbacks):
+            callback.on_epoch_end(epoch, logs)
+        last = epoch + 1 == config.train.epochs  # Then the run is done: it ends as usual.
+        if not last and (stopped_after is not None or watch.stops_at_epoch_end()):
+            raise _preempted(plan, checkpoints, epoch, None)
+    for callback in (*noise_logs, history, user_callbacks):
         callback.on_train_end()
-    checkpoints.finished()
     print(
         f"tfdist: Keras 3 step: {int(steps.optimizer.iterations.numpy())} optimizer updates",
         file=sys.stderr,

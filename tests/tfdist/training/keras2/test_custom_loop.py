@@ -11,6 +11,7 @@ import tensorflow as tf
 import tf_keras
 
 import tfdist
+from tests.leaving import Left
 from tests.tfdist.training.tabular import FEATURES
 from tests.tfdist.training.tabular import MIRRORED
 from tests.tfdist.training.tabular import PolicyReset
@@ -73,14 +74,12 @@ class CustomLoopTest(PolicyReset):
     def test_a_notice_between_runs_ends_the_next_at_a_step_and_the_loop_resumes_to_the_weights(
         self,
     ):
-        """SIGTERM between training runs, where an evaluation or the user's own code runs: noted
-        (the handler this test puts first would hear a notice nobody watched, where the default
-        action ends the process), it ends the next run after its first step."""
-        unwatched = []
-        signal.signal(signal.SIGTERM, lambda signum, frame: unwatched.append(signum))
+        """SIGTERM between training runs, where an evaluation or the user's own code runs: noted,
+        it ends the next run after its first step. After the last epoch's save the run is
+        complete: a rerun trains nothing, and a notice ends the process with 0."""
 
         def train(model_dir: str, *, notice_at_epoch: int | None = None):
-            loop, step = self._loop_and_step(model_dir)
+            loop, step = self._loop_and_step(model_dir, epochs=3)
             batches = loop.distribute(tabular_dataset_fn(16))
             evaluation = loop.distribute(tabular_dataset_fn(16, training=False), training=False)
             for epoch in range(loop.restore(), 3):
@@ -96,8 +95,6 @@ class CustomLoopTest(PolicyReset):
             tfdist.errors.Preempted, r"^preempted at epoch 2 step 1; state saved in "
         ):
             train(preempted_dir, notice_at_epoch=1)
-        self.assertEqual(unwatched, [])
-        signal.signal(signal.SIGTERM, lambda signum, frame: unwatched.append(signum))
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
             resumed = train(preempted_dir)
@@ -105,12 +102,22 @@ class CustomLoopTest(PolicyReset):
         whole = train(self.get_temp_dir() + "/whole")
         for got, expected in zip(resumed, whole):
             self.assertAllEqual(got, expected)
-        os.kill(os.getpid(), signal.SIGTERM)  # After the last epoch's save: not watched.
-        self.assertEqual(unwatched, [signal.SIGTERM])
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), self.assertRaises(Left) as left:
+            os.kill(os.getpid(), signal.SIGTERM)  # After the last epoch's save.
+        self.assertEqual(left.exception.status, 0)
+        self.assertIn("(SIGTERM) came after the run finished at epoch 3", stderr.getvalue())
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            again = train(self.get_temp_dir() + "/whole")
+        self.assertIn("tfdist: already finished at epoch 3 in model_dir=", stderr.getvalue())
+        for got, expected in zip(again, whole):
+            self.assertAllEqual(got, expected)
 
-    def _loop_and_step(self, model_dir=None, model=tabular_model):
+    def _loop_and_step(self, model_dir=None, model=tabular_model, epochs=1):
         plan = tfdist.setup(
-            run_config(global_batch_size=16, model_dir=model_dir), train_examples=64
+            run_config(global_batch_size=16, model_dir=model_dir, epochs=epochs),
+            train_examples=64,
         )
         tf_keras.utils.set_random_seed(3)  # The same initial weights in every loop.
         loop = tfdist.CustomLoop(plan, model)

@@ -185,7 +185,16 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
         checkpoints = sorted(os.listdir(os.path.join(model_dir, "checkpoints")))
         for epoch in ("epoch-001", "epoch-002", "epoch-003"):
             self.assertIn(f"{epoch}.index", checkpoints)
-        self.assertFalse(os.path.exists(os.path.join(model_dir, "backup")))  # Finished.
+        # Finished: the backup keeps the final state, so a rerun trains nothing and its model
+        # is the finished one, and a longer schedule goes on from it.
+        _, again = self._fit(epochs=3, model_dir=model_dir)
+        self.assertIs(again["finished_before"], True)
+        self.assertEqual(again["final"], summary["final"])
+        for finished, restored in zip(summary.model.weights, again.model.weights, strict=True):
+            self.assertAllEqual(finished, restored)
+        _, longer = self._fit(epochs=4, model_dir=model_dir)
+        self.assertEqual(longer["resumed_from_epoch"], 3)
+        self.assertLen(longer["history"]["loss"], 4)
 
     def test_a_loss_that_diverges_stops_before_the_epoch_is_saved(self):
         model_dir = self.get_temp_dir()

@@ -1,0 +1,165 @@
+"""Where a run resumes, read from its model dir without a model: the backup's position (either
+Keras flavour's, and `CustomLoop`'s counters), whether the run finished (its history's record),
+the epochs recorded so far, and the lines that say which.
+
+    MODEL_DIR/backup/[chief/]    the training state: tf-keras' (in chief/), Keras 3's
+    MODEL_DIR/history.json       every epoch's logs, and {"finished": ...} once the run is done
+"""
+
+import json
+import os
+import sys
+
+import tensorflow as tf
+
+from tfdist.runtime.config import ConfigError
+
+
+def say_resuming(epoch: int, left: str, step: int = 1) -> None:
+    """Says on stderr that training resumes at `step` of `epoch` (both from 1) from what `left`
+    left."""
+    where = f"epoch {epoch}" + (f" step {step}" if step > 1 else "")
+    print(
+        f"tfdist: resuming at {where} from {left} left in this --model_dir; pass another "
+        "--model_dir to start afresh",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def latest_backup(backup_dir: str) -> str | None:
+    """The latest checkpoint of the backup in `backup_dir` (either flavour's); None when there
+    is none."""
+    return next(
+        filter(
+            None,
+            (tf.train.latest_checkpoint(os.path.join(backup_dir, task)) for task in ("chief", "")),
+        ),
+        None,
+    )  # tf-keras', then Keras 3's.
+
+
+def say_finished(epochs: int, model_dir: str) -> None:
+    """Says on stderr that the run `model_dir` holds finished at epoch `epochs`, so nothing is
+    trained."""
+    print(
+        f"tfdist: already finished at epoch {epochs} in model_dir={model_dir!r}: nothing to "
+        f"train (its final state is the model's); pass epochs={epochs + 1} or more to train on "
+        "from it, or another model_dir=DIR to start afresh",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def backup_position(backup_dir: str, steps_per_epoch: int) -> tuple[int, int] | None:
+    """(epoch, step), both from 0, where training resumes from the backup in `backup_dir`
+    (either flavour's), read without a model; None when there is none."""
+    latest = latest_backup(backup_dir)
+    if latest is None:
+        return None
+    saved = dict(tf.train.list_variables(latest))
+    if _KERAS3_EPOCHS in saved:
+        return counters_position(latest, saved, _KERAS3_EPOCHS)
+    if _TF_KERAS_EPOCH in saved:
+        return resume_point(
+            int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)),
+            int(tf.train.load_variable(latest, _TF_KERAS_BATCH)),
+            steps_per_epoch,
+        )
+    return None
+
+
+def counters_position(checkpoint: str, saved: dict, epochs_name: str) -> tuple[int, int]:
+    """(epochs done, steps into the next) of a checkpoint whose counters are `epochs_name` and
+    `step_in_epoch` (Keras 3's and `CustomLoop`'s; a step of 0 when it has none), as listed in
+    `saved` (`tf.train.list_variables`)."""
+    step = int(tf.train.load_variable(checkpoint, _STEP_IN_EPOCH)) if _STEP_IN_EPOCH in saved else 0
+    return int(tf.train.load_variable(checkpoint, epochs_name)), step
+
+
+def resume_point(epoch: int, batch: int, steps_per_epoch: int) -> tuple[int, int]:
+    """(epoch, step) where training resumes from a tf-keras backup saved in `epoch` after
+    `batch` (both from 0): the next step, or the next epoch's first after the epoch's last
+    step or at its end (batch -1)."""
+    if epoch < 0:  # Nothing saved yet.
+        return 0, 0
+    if batch < 0 or batch + 1 >= steps_per_epoch:
+        return epoch + 1, 0
+    return epoch, batch + 1
+
+
+def is_finished(
+    position: tuple[int, int] | None,
+    epochs: int,
+    finish: tuple[int, int] | None,
+    model_dir: str,
+) -> bool:
+    """Whether the run in `model_dir` has finished what `--epochs`=`epochs` asks: its history
+    records it finished (`finish`: `recorded_finish`) with as many epochs asked or more, and its
+    backup (which resumes at `position`: `backup_position`) is that final state. A finished
+    run asked for more epochs goes on from its final state.
+
+    Raises:
+      ConfigError: a backup that did not finish but has `epochs` epochs done or more (a longer
+        run's, stopped); it is kept.
+    """
+    if finish is not None and position == (finish[0], 0):
+        return epochs <= finish[1]
+    if position is None or position < (epochs, 0):
+        return False
+    raise ConfigError(
+        f"epochs={epochs}: the backup in model_dir={model_dir!r} has {position[0]} epoch(s) "
+        f"done, so nothing is left to train; pass epochs={position[0] + 1} or more to train on "
+        "from it, or another model_dir=DIR to start afresh (the backup is kept)."
+    )
+
+
+_KERAS3_EPOCHS = "epochs_done/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+_STEP_IN_EPOCH = "step_in_epoch/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+_TF_KERAS_EPOCH = "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+_TF_KERAS_BATCH = "ckpt_saved_batch/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> ConfigError:
+    """The one-line error for a backup or checkpoint at `path` in `model_dir` (`left`: what left
+    it) that fails with `error` to restore into this run's model: another model's, or damaged."""
+    lines = str(error).strip().splitlines()
+    return ConfigError(
+        f"model_dir={model_dir!r}: {left} left there cannot be restored into this one "
+        f"({lines[0] if lines else type(error).__name__}); resume it with that run's model=MODEL "
+        f"and options, or pass another model_dir=DIR (or delete {path})."
+    )
+
+
+def _recorded(path: str) -> dict:
+    """What earlier attempts recorded at `path` (`EpochHistory`); {} when there is nothing."""
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as history_file:
+        return json.load(history_file)
+
+
+def recorded_epochs(path: str) -> dict[int, dict[str, float]]:
+    """Each epoch's logs (by epoch, from 0) that earlier attempts recorded at `path`."""
+    return {int(index): values for index, values in _recorded(path).get("epochs", {}).items()}
+
+
+def recorded_finish(path: str) -> tuple[int, int] | None:
+    """(epochs done, `--epochs`) of the run recorded at `path` as finished; None when it did not
+    finish (or went on training after it did)."""
+    finished = _recorded(path).get("finished")
+    return None if finished is None else (finished["epochs_done"], finished["epochs"])
+
+
+def by_metric(epochs: dict[int, dict[str, float]]) -> dict[str, list[float | None]]:
+    """`epochs`' logs as each metric's value per epoch, from the first epoch on; None where an
+    epoch's record is missing."""
+    names = {name for logs in epochs.values() for name in logs}
+    indices = range(max(epochs, default=-1) + 1)
+    return {name: [epochs.get(index, {}).get(name) for index in indices] for name in sorted(names)}
