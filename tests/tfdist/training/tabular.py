@@ -12,6 +12,7 @@ from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import StrategyConfig
+from tests.tf_test_case import TfTestCase
 
 MIRRORED = dict(strategy="mirrored", num_cpu_devices=2)
 FEATURES = 6
@@ -66,7 +67,7 @@ def tabular_model() -> tf_keras.Model:
     )
 
 
-class PolicyReset(tf.test.TestCase):
+class PolicyReset(TfTestCase):
     """Resets what a test's training leaves for the whole process: the precision policy, and
     the SIGTERM and SIGUSR1 handlers a preempted run keeps until its process exits."""
 
