@@ -1,6 +1,6 @@
 """The one error model: every error class tfdist defines derives from `errors.TfdistError`, with
-exit status 2 for bad input and 1 for a failed run; one builder; one printer that names the
-program."""
+exit status 2 for bad input and 1 for a failed run; the root as `tfdist` exports it; one printer
+that names the program."""
 
 import ast
 import contextlib
@@ -106,18 +106,6 @@ class PublicRootTest(unittest.TestCase):
     def test_a_preemption_is_under_the_root_with_status_75(self):
         self.assertTrue(issubclass(errors.Preempted, tfdist.TfdistError))
         self.assertEqual(errors.Preempted.exit_status, 75)
-
-
-class BuilderTest(unittest.TestCase):
-    def test_a_field_its_value_cut_the_problem_and_the_fix_in_one_line(self):
-        self.assertEqual(
-            errors.problem("epochs", "is too many", "pass e.g. 3", value=10**100),
-            f"epochs={str(10**100)[:76]} ... is too many; pass e.g. 3.",
-        )
-        self.assertEqual(
-            errors.problem("TF_CONFIG", "has no cluster", "add one."),
-            "TF_CONFIG: has no cluster; add one.",
-        )
 
 
 class PrinterTest(unittest.TestCase):
