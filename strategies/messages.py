@@ -1,6 +1,8 @@
-"""The one message builder: every error of tfdist is one line, `<subject>=<value> <what>; <fix>.`,
-its values cut to a bounded length. Pure Python, imported by the libraries' modules and, through
-`strategies.config` and `tfdist.errors`, by every room of tfdist."""
+"""The strategies library's message builder: `problem` words a refused value in one line,
+`<subject>=<value> <what>; <fix>.`, the value cut to a bounded length (`shown`, `cut`). Pure
+Python. The library's field checks (`strategies.config`: `check_int`, `check_bounds`,
+`coerce_enums`, `check_seconds`), which tfdist's core configs use too, and its TF_CONFIG errors
+build their messages with it; tfdist's rooms reach `shown` and `cut` through `tfdist.errors`."""
 
 import json
 
@@ -9,8 +11,8 @@ _NO_VALUE = object()
 
 
 def cut(text: str, limit: int = MAX_SHOWN) -> str:
-    """`text` cut to `limit` characters, " ..." marking the cut: how every message of tfdist
-    quotes a value or a line of someone else's."""
+    """`text` cut to `limit` characters, " ..." marking the cut: how a message quotes a value or
+    a line of someone else's."""
     return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 

@@ -43,6 +43,7 @@ from tfdist.training import data
 from tfdist.training import model as training_model
 from tfdist.training.keras2 import fit as keras2_fit
 from tfdist.training.keras3 import optim as keras3_optim
+from tests.tf_test_case import TfTestCase
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -192,7 +193,7 @@ class StrategyKindTest(absltest.TestCase):
         self.assertIn("auto picks mirrored", line)
 
 
-class ModelDirLayoutTest(tf.test.TestCase):
+class ModelDirLayoutTest(TfTestCase):
     """`ModelDir`: where each Keras' training writes its checkpoints and history."""
 
     def _fit(self, keras_version: int, build) -> str:

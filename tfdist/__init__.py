@@ -4,7 +4,8 @@ The public API (docs/library.md): a user's absl program defines
 tfdist's flags beside its own, builds the run's config from them, sets the process up once
 (`setup` returns the frozen `Plan`), and hands its own model and data to `fit`, which trains
 under the plan's strategy, or serves or evaluates when this task of the cluster should. Custom
-training loops use `CustomLoop`.
+training loops use `CustomLoop`. tfdist's own errors derive from `TfdistError` (one line, and
+the exit status in `exit_status`); `USER_ERRORS` adds the libraries' config errors to it.
 
 Importing tfdist selects tf-keras (Keras 2) as TensorFlow's Keras when TensorFlow is not imported
 yet and the environment has not chosen (docs/ARCHITECTURE.md); `--keras=3` trains Keras 3 models
@@ -21,6 +22,7 @@ from tfdist.commands.app import USER_ERRORS
 from tfdist.commands.app import config_from_flags
 from tfdist.commands.app import define_flags
 from tfdist.commands.app import run
+from tfdist.errors import TfdistError
 from tfdist.input_pipelines import InputConfig
 from tfdist.input_pipelines import InputConfigError
 from tfdist.input_pipelines import Records
@@ -60,6 +62,7 @@ __all__ = [
     "ModelName",
     "OptimizerName",
     "Precision",
+    "TfdistError",
     "ConfigError",
     "StrategyConfigError",
     "ClusterConfigError",

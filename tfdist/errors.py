@@ -1,7 +1,8 @@
-"""tfdist's errors: one root, one message builder, one program name. Imports only the strategies
-library's message builder, nothing heavy. The libraries, which import nothing of tfdist, raise
-their own ValueErrors (StrategyConfigError, ClusterConfigError, InputConfigError): `USER_ERRORS`
-catches them with the root, as usage errors.
+"""tfdist's errors: one root, one program name, and how a message quotes a value. Imports only
+the strategies library's `shown` and `cut`, nothing heavy. The libraries, which import nothing
+of tfdist, raise their own ValueErrors (StrategyConfigError, ClusterConfigError,
+InputConfigError): `USER_ERRORS` catches them with the root, as usage errors. The root is
+exported as `tfdist.TfdistError`.
 
     TfdistError                      every error tfdist words in one line; `exit_status`
       UsageError (ValueError)        the input is wrong: a flag, a config field, a file; exit 2
@@ -13,8 +14,11 @@ catches them with the root, as usage errors.
         ResultNotSaved               the run trained, but its result file could not be written
       Preempted                      a preemption notice ended the run, its state saved; exit 75
 
-A message is one line: the field and its value (cut by `shown`), the problem, the fix
-(`problem`). Lower rooms raise; the command layer (`tfdist <command>`, `tfdist.run`) prints, as
+A message is one line: the field and its value (quoted by `shown`, or `cut` when it is text),
+the problem, the fix. The strategies library's field checks (`check_int`, `check_bounds`,
+`coerce_enums`, `check_seconds`), which the core's configs use too, build theirs with its
+`problem` (strategies/messages.py); the core's other messages are worded by hand in the same
+form. Lower rooms raise; the command layer (`tfdist <command>`, `tfdist.run`) prints, as
 `<program>: error: <message>` with `program()`'s name.
 """
 
@@ -23,10 +27,10 @@ import os
 import sys
 from typing import Iterator
 
-# The one message builder, written in the strategies library (which imports nothing of tfdist):
-# every room of tfdist builds its messages with it too.
+# How a message quotes a value, bounded (`shown`: its repr; `cut`: a text, e.g. a line of a
+# child's output), written in the strategies library, which imports nothing of tfdist; tfdist's
+# rooms reach them here, as `errors.shown` and `errors.cut`.
 from tfdist.strategies.messages import cut  # noqa: F401
-from tfdist.strategies.messages import problem  # noqa: F401
 from tfdist.strategies.messages import shown  # noqa: F401
 
 EXIT_USAGE = 2

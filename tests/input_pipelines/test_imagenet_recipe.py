@@ -22,6 +22,7 @@ from tfdist.input_pipelines import image_batches
 from tfdist.input_pipelines import imagenet_recipe
 from tfdist.input_pipelines.choices import Augment
 from tests.input_pipelines.records import write_records
+from tests.tf_test_case import TfTestCase
 
 _CONTEXT = tf.distribute.InputContext()
 _DEVICE = Placement(PreprocessOn.DEVICE)
@@ -41,7 +42,7 @@ def _crop(training: bool, image_size: int = 32) -> imagenet_recipe.Crop:
     )
 
 
-class WindowTest(tf.test.TestCase):
+class WindowTest(TfTestCase):
     def test_random_windows_vary_within_the_image_and_the_ranges(self):
         shape = tf.constant([300, 400, 3])
         crop = _crop(training=True)
@@ -94,7 +95,7 @@ class WindowTest(tf.test.TestCase):
         )  # Not 64 / (64 + 32) as TF's official code.
 
 
-class CropTest(tf.test.TestCase):
+class CropTest(TfTestCase):
     def test_evaluation_reads_the_centre_crop_of_a_png_exactly(self):
         # At 224 the crop of a 256x320 image is 224x224: resizing it changes nothing.
         pixels = smooth_pixels(256, 320, seed=1)
@@ -138,7 +139,7 @@ class CropTest(tf.test.TestCase):
         )
 
 
-class PipelineTest(tf.test.TestCase, parameterized.TestCase):
+class PipelineTest(TfTestCase, parameterized.TestCase):
     @pytest.fixture(autouse=True)
     def _files(self, tmp_path):
         self.directory = str(tmp_path)
@@ -235,7 +236,7 @@ class PipelineTest(tf.test.TestCase, parameterized.TestCase):
         )
 
 
-class RawImagesTest(tf.test.TestCase):
+class RawImagesTest(TfTestCase):
     @pytest.fixture(autouse=True)
     def _data(self, small_shapes_data_dir):
         self.data_dir = small_shapes_data_dir

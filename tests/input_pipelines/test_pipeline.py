@@ -24,6 +24,7 @@ from tfdist.input_pipelines import image_batches
 from tfdist.input_pipelines import pipeline
 from tests.conftest import SMALL_TRAIN_SIZE
 from tests.conftest import SMALL_VALIDATION_SIZE
+from tests.tf_test_case import TfTestCase
 
 _HOST = Placement(PreprocessOn.HOST)
 _DEVICE = Placement(PreprocessOn.DEVICE)
@@ -131,7 +132,7 @@ class CoverageTest(_SmallShapes, parameterized.TestCase):
             input_pipelines.check_coverage(config, num_workers=16, replicas_per_worker=1)
 
 
-class BatchingTest(_SmallShapes, tf.test.TestCase):
+class BatchingTest(_SmallShapes, TfTestCase):
     def test_training_batches_per_replica_and_repeats(self):
         dataset = image_batches.examples(
             self.config, _read("train", True, _HOST), _context(2, 1, num_replicas=4)
@@ -248,7 +249,7 @@ class BatchingTest(_SmallShapes, tf.test.TestCase):
         self.assertEqual(labels.shape, (32,))
 
 
-class SyntheticTest(tf.test.TestCase):
+class SyntheticTest(TfTestCase):
     def test_one_batch_in_the_models_input_format(self):
         config = InputConfig(dataset="synthetic", global_batch_size=16, image_size=8)
         for placement, dtype in (
@@ -263,7 +264,7 @@ class SyntheticTest(tf.test.TestCase):
         self.assertEqual(input_pipelines.prepare(config).num_examples, {"train": 12_800})
 
 
-class TfrecordSourceTest(tf.test.TestCase):
+class TfrecordSourceTest(TfTestCase):
     @pytest.fixture(autouse=True)
     def _files(self, tmp_path):
         self.directory = str(tmp_path)
@@ -329,7 +330,7 @@ class TfrecordSourceTest(tf.test.TestCase):
         self.assertLen(np.concatenate(ids), readable)
 
 
-class TfdsSourceTest(tf.test.TestCase):
+class TfdsSourceTest(TfTestCase):
     @pytest.fixture(autouse=True)
     def _data_dirs(self, tmp_path, small_shapes_data_dir):
         self.data_dir = str(tmp_path)

@@ -16,6 +16,7 @@ from tfdist.input_pipelines import Placement
 from tfdist.input_pipelines import PreprocessOn
 from tfdist.input_pipelines import preprocessing
 from tfdist.input_pipelines.choices import Augment
+from tests.tf_test_case import TfTestCase
 
 _NUM_IMAGES = 4096
 
@@ -68,7 +69,7 @@ def _resolved(preprocess_on: str, num_gpus: int) -> tuple[PreprocessOn, str]:
     return placement.preprocess_on, stderr.getvalue()
 
 
-class PlacementTest(tf.test.TestCase, parameterized.TestCase):
+class PlacementTest(TfTestCase, parameterized.TestCase):
     def test_auto_is_device_with_gpus_else_host(self):
         config = InputConfig()
         self.assertEqual(
@@ -210,7 +211,7 @@ class PlacementTest(tf.test.TestCase, parameterized.TestCase):
         self.assertNotAllClose(batches[1], batches[2])
 
 
-class ImagenetOnDeviceTest(tf.test.TestCase):
+class ImagenetOnDeviceTest(TfTestCase):
     """With augment=imagenet the host crops in the decode: the device flips and normalises."""
 
     def test_device_layer_only_flips_and_normalises(self):

@@ -30,6 +30,7 @@ from tfdist.input_pipelines import image_batches
 from tfdist.input_pipelines import pipeline
 from tfdist.input_pipelines import records
 from tfdist.input_pipelines import sharding
+from tests.tf_test_case import TfTestCase
 
 _LAYOUT = (
     r"; tfrecord: records need one encoded image as image/encoded \(bytes_list\) and one "
@@ -266,7 +267,7 @@ class ExplainInputErrorTest(_Files, parameterized.TestCase):
         self.assertIsNone(input_pipelines.explain_input_error(self._config(), error))
 
 
-class ComplaintTest(tf.test.TestCase):
+class ComplaintTest(TfTestCase):
     """`records.complaint` on the error `model.fit` raises when an op of a step fails."""
 
     def test_the_line_before_the_node_without_the_traceback(self):

@@ -30,6 +30,7 @@ from tfdist.input_pipelines import service
 from tfdist.input_pipelines.choices import ServiceMode
 from tfdist.input_pipelines.choices import parse_service_address
 from tfdist.input_pipelines.messages import InputConfigError
+from tests.tf_test_case import TfTestCase
 
 _NUM_FILES = 6
 _NUM_IDS = 60
@@ -252,7 +253,7 @@ class CheckDispatcherTest(parameterized.TestCase):
         tf_distribute.assert_not_called()
 
 
-class ServiceClusterTest(tf.test.TestCase):
+class ServiceClusterTest(TfTestCase):
     """Starts and stops small clusters of its own."""
 
     def test_addresses(self):
@@ -310,7 +311,7 @@ class ServiceClusterTest(tf.test.TestCase):
             probe.bind(("127.0.0.1", port))
 
 
-class ExactlyOnceTest(tf.test.TestCase):
+class ExactlyOnceTest(TfTestCase):
     """One dispatcher and 2 workers for the class; each test runs its own job."""
 
     @classmethod

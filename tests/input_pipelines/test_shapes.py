@@ -13,11 +13,11 @@ from unittest import mock
 
 import numpy as np
 import pytest
-import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from tfdist.input_pipelines import shapes
 from tfdist.input_pipelines.messages import InputConfigError
+from tests.tf_test_case import TfTestCase
 
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _TRAIN_SIZE = 240
@@ -76,7 +76,7 @@ class _TempDataDir:
         self.data_dir = str(tmp_path)
 
 
-class DrawExamplesTest(tf.test.TestCase):
+class DrawExamplesTest(TfTestCase):
     def test_shapes_and_dtypes(self):
         images, labels = shapes.draw_examples(20, seed=0)
         self.assertEqual(images.shape, (20, *shapes.IMAGE_SHAPE))
@@ -111,7 +111,7 @@ class DrawExamplesTest(tf.test.TestCase):
         self.assertGreater(spread.min(), 60)
 
 
-class PrepareTest(_TempDataDir, tf.test.TestCase):
+class PrepareTest(_TempDataDir, TfTestCase):
     def setUp(self):
         super().setUp()
         self.enter_context(_small_splits())
@@ -172,7 +172,7 @@ class PrepareTest(_TempDataDir, tf.test.TestCase):
 
 
 @pytest.mark.multiprocess
-class ConcurrentPrepareTest(_TempDataDir, tf.test.TestCase):
+class ConcurrentPrepareTest(_TempDataDir, TfTestCase):
     def test_two_processes_generate_once_and_agree(self):
         env = dict(os.environ, PYTHONPATH=_REPO_ROOT, TF_CPP_MIN_LOG_LEVEL="3")
         processes = [

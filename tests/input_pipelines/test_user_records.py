@@ -29,6 +29,7 @@ from tests.input_pipelines.records import damage_first_record
 from tests.input_pipelines.records import float_feature
 from tests.input_pipelines.records import int64_feature
 from tests.input_pipelines.records import write_records
+from tests.tf_test_case import TfTestCase
 
 _NUM_TRAIN_FILES = 8
 _RECORDS_PER_FILE = 3
@@ -188,7 +189,7 @@ class RecordsOptionsTest(parameterized.TestCase):
         self.assertNotEqual(records.job_name("train"), records.job_name("validation"))
 
 
-class StructureTest(_Files, tf.test.TestCase):
+class StructureTest(_Files, TfTestCase):
     def test_dict_of_ragged_tokens_and_labels(self):
         dataset = self._dataset(ReadOptions(split="validation", training=False))
         features, labels = dataset.element_spec
@@ -315,7 +316,7 @@ class CoverageTest(_Files, parameterized.TestCase):
         self.assertEqual(report.num_duplicated, _NUM_TRAIN)
 
 
-class ServiceTest(_Files, tf.test.TestCase):
+class ServiceTest(_Files, TfTestCase):
     def test_ragged_batches_come_through_the_service(self):
         cluster = service.start(portpicker.pick_unused_port(), 1)
         self.addCleanup(cluster.stop)

@@ -11,6 +11,7 @@ from tfdist import strategies
 from tfdist.strategies import StrategyConfig
 from tfdist.strategies import StrategyConfigError
 from tfdist.strategies import StrategyKind
+from tests.tf_test_case import TfTestCase
 
 
 def _sum_of_replica_ids(strategy: tf.distribute.Strategy) -> int:
@@ -23,7 +24,7 @@ def _sum_of_replica_ids(strategy: tf.distribute.Strategy) -> int:
     return int(strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None))
 
 
-class BuildTest(tf.test.TestCase, parameterized.TestCase):
+class BuildTest(TfTestCase, parameterized.TestCase):
     @parameterized.named_parameters(
         ("one_device", dict(strategy="one_device"), StrategyKind.ONE_DEVICE, 1),
         ("auto_single_cpu", dict(), StrategyKind.ONE_DEVICE, 1),

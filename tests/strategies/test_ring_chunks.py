@@ -3,8 +3,10 @@ ours; one with its own keeps it."""
 
 import tensorflow as tf
 
+from tests.tf_test_case import TfTestCase
 
-class RingChunksTest(tf.test.TestCase):
+
+class RingChunksTest(TfTestCase):
     def test_all_reduces_without_their_own_subdivisions_take_ours(self):
         from tfdist.strategies import ring_chunks  # pylint: disable=import-outside-toplevel
         from tensorflow.python.ops import collective_ops  # pylint: disable=import-outside-toplevel

@@ -1,6 +1,6 @@
 """The one error model: every error class tfdist defines derives from `errors.TfdistError`, with
-exit status 2 for bad input and 1 for a failed run; one builder; one printer that names the
-program."""
+exit status 2 for bad input and 1 for a failed run; the root as `tfdist` exports it; one printer
+that names the program."""
 
 import ast
 import contextlib
@@ -11,6 +11,7 @@ import sys
 import unittest
 from unittest import mock
 
+import tfdist
 from tfdist import errors
 from tfdist.commands import app
 from tfdist.commands import cli
@@ -74,16 +75,37 @@ class HierarchyTest(unittest.TestCase):
         self.assertEqual(app.USER_ERRORS[0], errors.TfdistError)
 
 
-class BuilderTest(unittest.TestCase):
-    def test_a_field_its_value_cut_the_problem_and_the_fix_in_one_line(self):
+class PublicRootTest(unittest.TestCase):
+    """A user's program catches tfdist's errors by what `tfdist` exports."""
+
+    def test_the_root_is_exported(self):
+        self.assertIs(tfdist.TfdistError, errors.TfdistError)
+        self.assertIn("TfdistError", tfdist.__all__)
+
+    def test_except_the_root_catches_a_config_error(self):
+        with self.assertRaises(tfdist.TfdistError) as caught:
+            tfdist.TrainConfig(epochs=0)
+        self.assertIsInstance(caught.exception, tfdist.ConfigError)
+        self.assertEqual(caught.exception.exit_status, errors.EXIT_USAGE)
+
+    def test_user_errors_are_the_root_and_the_libraries_config_errors(self):
         self.assertEqual(
-            errors.problem("epochs", "is too many", "pass e.g. 3", value=10**100),
-            f"epochs={str(10**100)[:76]} ... is too many; pass e.g. 3.",
+            tfdist.USER_ERRORS,
+            (
+                tfdist.TfdistError,
+                tfdist.StrategyConfigError,
+                tfdist.ClusterConfigError,
+                tfdist.InputConfigError,
+            ),
         )
-        self.assertEqual(
-            errors.problem("TF_CONFIG", "has no cluster", "add one."),
-            "TF_CONFIG: has no cluster; add one.",
-        )
+        for library_error in tfdist.USER_ERRORS[1:]:
+            with self.subTest(error=library_error.__name__):
+                self.assertTrue(issubclass(library_error, ValueError))
+                self.assertFalse(issubclass(library_error, tfdist.TfdistError))
+
+    def test_a_preemption_is_under_the_root_with_status_75(self):
+        self.assertTrue(issubclass(errors.Preempted, tfdist.TfdistError))
+        self.assertEqual(errors.Preempted.exit_status, 75)
 
 
 class PrinterTest(unittest.TestCase):
@@ -104,6 +126,13 @@ class PrinterTest(unittest.TestCase):
                     self._reported(errors.Diverged("loss: training diverged")),
                     (1, "tfdist train: error: loss: training diverged\n"),
                 )
+
+    def test_a_library_config_error_is_bad_input_with_status_2(self):
+        with mock.patch.object(sys, "argv", ["my_train.py"]):
+            self.assertEqual(
+                self._reported(tfdist.StrategyConfigError("num_cpu_devices=0 is not from 1")),
+                (2, "my_train.py: error: --num_cpu_devices=0 is not from 1\n"),
+            )
 
     def test_the_cli_prints_a_run_failure_with_status_1(self):
         stderr = io.StringIO()

@@ -13,6 +13,7 @@ from tfdist.optim.gradient_path import GradientPath
 from tfdist.optim.gradient_path import GradientTransforms
 from tfdist.strategies import WireDtype
 from tfdist.training.keras2 import step
+from tests.tf_test_case import TfTestCase
 
 _ONE_PLUS = 1.0 + 2.0**-10  # bfloat16 keeps 8 bits of mantissa: it rounds this to 1.0.
 
@@ -36,7 +37,7 @@ def _mirrored() -> tf.distribute.MirroredStrategy:
     )
 
 
-class _Mirrored(tf.test.TestCase, parameterized.TestCase):
+class _Mirrored(TfTestCase, parameterized.TestCase):
     @property
     def strategy(self) -> tf.distribute.MirroredStrategy:
         return _mirrored()

@@ -6,6 +6,7 @@ import tf_keras
 from absl.testing import parameterized
 
 from tfdist.optim.lars import LARS
+from tests.tf_test_case import TfTestCase
 
 _KERNEL = np.float32([[1.0, -2.0, 0.5], [0.25, 3.0, -1.5]])
 _BIAS = np.float32([0.5, -0.25, 1.0])
@@ -51,7 +52,7 @@ def _apply(optimizer, variables, grads):
     optimizer.apply_gradients([(tf.convert_to_tensor(g), v) for g, v in zip(grads, variables)])
 
 
-class LarsTest(tf.test.TestCase, parameterized.TestCase):
+class LarsTest(TfTestCase, parameterized.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()

@@ -22,9 +22,10 @@ from tests.tfdist.training.tabular import MIRRORED
 from tests.tfdist.training.tabular import run_config
 from tests.tfdist.training.tabular import tabular_dataset_fn
 from tests.tfdist.training.tabular import tabular_model
+from tests.tf_test_case import TfTestCase
 
 
-class EstimatorTest(tf.test.TestCase):
+class EstimatorTest(TfTestCase):
     """Batch-mean gradients drawn as N(G, Σ / B): the truth is tr(Σ) / |G|²."""
 
     def setUp(self):
@@ -91,7 +92,7 @@ def _mirrored() -> tf.distribute.MirroredStrategy:
     )
 
 
-class OptimizerTest(tf.test.TestCase):
+class OptimizerTest(TfTestCase):
     """What tfdist's optimizer measures equals the estimators on the gradients it was given."""
 
     def _optimizer(self, **transforms) -> tf_keras.optimizers.Optimizer:
@@ -141,7 +142,7 @@ class OptimizerTest(tf.test.TestCase):
         self.assertEqual(gradient_path.gradient_noise_scale(optimizer), measured)  # Half an update.
 
 
-class FitTest(tf.test.TestCase, parameterized.TestCase):
+class FitTest(TfTestCase, parameterized.TestCase):
     """`fit` puts B_simple into every epoch's history, in either Keras."""
 
     @parameterized.named_parameters(

@@ -16,6 +16,7 @@ from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.runtime.optimizer_config import check_peak_learning_rate
 from tfdist.training.keras2 import fit as keras2_train
+from tests.tf_test_case import TfTestCase
 
 _STEPS_PER_EPOCH = 10
 _EPOCHS = 5
@@ -26,7 +27,7 @@ def _rate(config: OptimizerConfig, step: int, global_batch_size: int = 1024) -> 
     return float(schedule(step))
 
 
-class ScheduleTest(tf.test.TestCase, parameterized.TestCase):
+class ScheduleTest(TfTestCase, parameterized.TestCase):
     @parameterized.parameters(("none", 0.1), ("linear", 0.4), ("sqrt", 0.2))
     def test_peak_is_the_scaled_rate(self, scaling, peak):
         config = OptimizerConfig(learning_rate=0.1, lr_scaling=scaling, base_batch_size=256)
@@ -80,7 +81,7 @@ class ScheduleTest(tf.test.TestCase, parameterized.TestCase):
         self.assertAllClose(copy(17), schedule(17))
 
 
-class BuildOptimizerTest(tf.test.TestCase, parameterized.TestCase):
+class BuildOptimizerTest(TfTestCase, parameterized.TestCase):
     @parameterized.parameters(
         ("sgd", tf_keras.optimizers.SGD),
         ("momentum", tf_keras.optimizers.SGD),

@@ -9,9 +9,10 @@ import tensorflow as tf
 
 from tfdist.training import models
 from tfdist.runtime.config import ConfigError
+from tests.tf_test_case import TfTestCase
 
 
-class KerasFlavourTest(tf.test.TestCase):
+class KerasFlavourTest(TfTestCase):
     def test_non_keras_model_is_rejected(self):
         with self.assertRaisesRegex(
             ConfigError,

@@ -16,9 +16,10 @@ from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import StrategyConfig
 from tfdist.runtime.config import ModelName
 from tfdist.runtime.config import Precision
+from tests.tf_test_case import TfTestCase
 
 
-class PrecisionTest(tf.test.TestCase, parameterized.TestCase):
+class PrecisionTest(TfTestCase, parameterized.TestCase):
     def tearDown(self):
         tf_keras.mixed_precision.set_global_policy("float32")
         super().tearDown()

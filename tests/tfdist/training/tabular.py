@@ -10,6 +10,7 @@ from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import StrategyConfig
+from tests.tf_test_case import TfTestCase
 
 MIRRORED = dict(strategy="mirrored", num_cpu_devices=2)
 FEATURES = 6
@@ -64,7 +65,7 @@ def tabular_model() -> tf_keras.Model:
     )
 
 
-class PolicyReset(tf.test.TestCase):
+class PolicyReset(TfTestCase):
     """Resets what a test's training leaves for the whole process: the precision policy (the
     notice signals' handlers: tests/conftest.py)."""
 

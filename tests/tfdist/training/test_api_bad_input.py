@@ -22,6 +22,7 @@ from tfdist.training import guards
 from tfdist.training.keras2 import fit as keras2_fit
 from tfdist.training import model as training_model
 from tfdist.training import models
+from tests.tf_test_case import TfTestCase
 
 
 def _one_line(test, error: Exception, *expected: str) -> None:
@@ -91,7 +92,7 @@ def _two_arguments(a, b):
     del a, b
 
 
-class TrainAndFitArgumentsTest(tf.test.TestCase):
+class TrainAndFitArgumentsTest(TfTestCase):
     def test_train_takes_a_run_config(self):
         for value in ("x", None):
             with self.subTest(value=value), self.assertRaises(ConfigError) as raised:
@@ -163,7 +164,7 @@ class TrainAndFitArgumentsTest(tf.test.TestCase):
         )
 
 
-class TensorFlowUnavailableTest(tf.test.TestCase):
+class TensorFlowUnavailableTest(TfTestCase):
     def test_a_tensorflow_that_cannot_load_is_one_line(self):
         with (
             mock.patch.dict(sys.modules, {"tensorflow": None}),

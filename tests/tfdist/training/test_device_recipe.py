@@ -7,7 +7,6 @@ import math
 import os
 
 import pytest
-import tensorflow as tf
 import tf_keras
 from absl.testing import parameterized
 
@@ -23,6 +22,7 @@ from tfdist.runtime.config import TrainConfig
 from tfdist.strategies import StrategyConfig
 from tfdist.training import from_config as train_command
 from tfdist.training.keras2 import fit as keras2_fit
+from tests.tf_test_case import TfTestCase
 
 
 def _model() -> tf_keras.Model:
@@ -36,7 +36,7 @@ def _model() -> tf_keras.Model:
     )
 
 
-class DeviceRecipeTest(tf.test.TestCase, parameterized.TestCase):
+class DeviceRecipeTest(TfTestCase, parameterized.TestCase):
     @pytest.fixture(autouse=True)
     def _files(self, tmp_path):
         self.pattern = f"tfrecord:{tmp_path}/{{split}}-*"

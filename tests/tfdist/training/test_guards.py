@@ -23,9 +23,10 @@ from tests.tfdist.training.tabular import tabular_model
 from tfdist.training import guards as fit_guards
 from tfdist import errors
 from tfdist.runtime.config import ConfigError
+from tests.tf_test_case import TfTestCase
 
 
-class StepFailureTest(tf.test.TestCase):
+class StepFailureTest(TfTestCase):
     def test_the_step_that_failed_names_its_data(self):
         message = GRAPH_ERROR.format(labels="9").replace("train_function", "test_function")
         failure = fit_guards.step_failure(
@@ -42,7 +43,7 @@ class StepFailureTest(tf.test.TestCase):
         )
 
 
-class RequireEnoughTest(tf.test.TestCase):
+class RequireEnoughTest(TfTestCase):
     def _counts(self, batches: int, replicas: int = 1, pipelines: int = 1):
         counts = fit_guards.BatchCounts(lambda context: tf.data.Dataset.range(batches * 4).batch(4))
         for pipeline in range(pipelines):
@@ -98,7 +99,7 @@ class RequireEnoughTest(tf.test.TestCase):
             self.assertEqual(counts.pipelines, [])
 
 
-class FiniteLossTest(tf.test.TestCase):
+class FiniteLossTest(TfTestCase):
     def _guard(self, weights_every_epoch: bool, weight: float):
         model = tf_keras.Sequential([tf_keras.layers.Input((1,)), tf_keras.layers.Dense(1)])
         model.set_weights([np.full((1, 1), weight, "float32"), np.zeros(1, "float32")])
@@ -308,7 +309,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.multiprocess
-class DivergenceUnderMultiWorkerTest(tf.test.TestCase):
+class DivergenceUnderMultiWorkerTest(TfTestCase):
     def test_every_worker_stops_at_the_same_epoch(self):
         script = os.path.join(self.get_temp_dir(), "nan_on_one_worker.py")
         with open(script, "w", encoding="utf-8") as file:

@@ -20,6 +20,7 @@ from tests.tfdist.training.tabular import tabular_dataset_fn
 from tests.tfdist.training.tabular import tabular_model
 from tfdist.runtime.config import ConfigError
 from tfdist.training import input_checks
+from tests.tf_test_case import TfTestCase
 
 FEATURES = np.random.default_rng(0).normal(size=(256, 6)).astype("float32")
 
@@ -156,7 +157,7 @@ if __name__ == "__main__":
 
 
 @pytest.mark.multiprocess
-class UnderLaunchTest(tf.test.TestCase):
+class UnderLaunchTest(TfTestCase):
     """One launch per strategy, whose tasks fit several dataset functions in turn."""
 
     def _launch(self, cluster: list[str], fits: list[str]) -> subprocess.CompletedProcess:

@@ -6,9 +6,10 @@ from absl.testing import parameterized
 
 from tfdist.training import models
 from tfdist.runtime.config import ModelName
+from tests.tf_test_case import TfTestCase
 
 
-class ModelsTest(tf.test.TestCase, parameterized.TestCase):
+class ModelsTest(TfTestCase, parameterized.TestCase):
     @parameterized.parameters(
         (ModelName.SMALL_CNN, 32, 56_970, 2),
         (ModelName.RESNET20, 32, 274_042, 2),  # He et al. report 0.27M for CIFAR-10.

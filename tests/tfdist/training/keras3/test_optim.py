@@ -10,9 +10,10 @@ from tfdist.training.keras3 import optim as keras3_optim
 from tfdist.optim import lars
 from tfdist.optim import recipe as optim
 from tfdist.runtime.optimizer_config import OptimizerConfig
+from tests.tf_test_case import TfTestCase
 
 
-class Keras3OptimizerTest(tf.test.TestCase):
+class Keras3OptimizerTest(TfTestCase):
     def test_lars_takes_the_same_step_as_tf_keras_lars(self):
         options = dict(momentum=0.9, weight_decay=1e-4, eeta=0.01, exclude=("bias",))
         weights = np.arange(1.0, 7.0, dtype="float32").reshape(2, 3)

@@ -20,6 +20,7 @@ import tensorflow as tf
 from tests.tfdist.cli_runner import launch_killing
 from tests.tfdist.cli_runner import run_tfdist
 from tfdist.training.keras3 import shards as keras3_shards
+from tests.tf_test_case import TfTestCase
 
 _EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), *[os.pardir] * 4, "examples")
 _LAUNCH = ("launch", "--keras=3", "--num_ps=2", "--chief", "--timeout_s=300")
@@ -240,7 +241,7 @@ def _values(model: keras.Model) -> list:
     ] or table.numpy().tolist()
 
 
-class SplitCheckpointTest(tf.test.TestCase):
+class SplitCheckpointTest(TfTestCase):
     def test_a_split_variable_restores_split_or_whole(self):
         values = np.arange(10, dtype="float32").reshape(5, 2)
         split = _table(values[:3], values[3:])

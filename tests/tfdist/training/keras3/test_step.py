@@ -26,6 +26,7 @@ from tests.tfdist.training.tabular import arrays_dataset_fn
 from tests.tfdist.training.tabular import run_config
 from tests.tfdist.training.tabular import tabular_dataset_fn
 from tests.tfdist.training.tabular import tabular_model
+from tests.tf_test_case import TfTestCase
 
 _LOSS = "sparse_categorical_crossentropy"
 
@@ -44,7 +45,7 @@ class _InterruptAtEpoch(keras.callbacks.Callback):
             raise _Interrupt()
 
 
-class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
+class Keras3FitTest(TfTestCase, parameterized.TestCase):
     def tearDown(self):
         keras.mixed_precision.set_global_policy("float32")
         super().tearDown()
@@ -251,7 +252,7 @@ class Keras3FitTest(tf.test.TestCase, parameterized.TestCase):
             )
 
 
-class Keras3ErrorsTest(tf.test.TestCase):
+class Keras3ErrorsTest(TfTestCase):
     def test_keras3_model_under_keras_2(self):
         plan = tfdist.setup(run_config())
         with self.assertRaisesRegex(
