@@ -120,6 +120,12 @@ class Group:
     closing: Callable[[int, float], str | None] | None = None
     on_poll: Callable[[Iterable[processes.Process]], None] | None = None
 
+    def is_done(self, exited_0: set[str]) -> bool:
+        """Whether the job is done once the processes `exited_0` have exited 0."""
+        if self.succeeded is not None:
+            return self.succeeded(exited_0)
+        return all(name in exited_0 for name in self.names if self.awaited(name))
+
 
 def _ignore_stop_signals() -> None:
     """SIGINT and SIGTERM ignored from here on in this process, once a stop has begun: a second
@@ -155,6 +161,7 @@ class Supervisor:
         self.start_s = time.monotonic()
         self.running: dict[str, processes.Process] = {}
         self.stopped: list[processes.Process] = []  # By `stop_all`, as they ended.
+        self._group: Group | None = None  # The one `watch` watches.
 
     def out_of_time(self) -> bool:
         return self.timeout_s is not None and time.monotonic() - self.start_s > self.timeout_s
@@ -174,36 +181,56 @@ class Supervisor:
         body: Callable[[], int],
         *,
         setting_up: str = "",
-        saved_on_stop: Callable[[], bool] = lambda: False,
+        ended_on_stop: Callable[[], set[int]] = set,
     ) -> int:
         """`body()`'s status, run with signals turned into `processes.Stopped`: on a signal or
         the time limit, everything is stopped and one line says so; `setting_up` says what the
-        time limit ended before any process started. On a signal, the processes it stops, or
-        `saved_on_stop()` (for processes an engine runs), tell whether the training saved.
-        After such a stop SIGINT and SIGTERM stay ignored: the caller cleans up and exits."""
+        time limit ended before any process started. On a signal, how the processes it stopped
+        ended (or `ended_on_stop()`'s statuses, for processes an engine runs) tells whether they
+        had finished the job (0 each) or saved their state (75). After such a stop SIGINT and
+        SIGTERM stay ignored: the caller cleans up and exits."""
         try:
             with processes.stop_on_signals():
                 return body()
         except processes.Stopped as stop:
             _ignore_stop_signals()
             self.stop_all()
-            if (
-                any(member.process.returncode == EXIT_PREEMPTED for member in self.stopped)
-                or saved_on_stop()
-            ):
-                self.say(
-                    f"stopped {self.everything} on signal {stop.signum}; the training saved its "
-                    f"state at one step (exit {EXIT_PREEMPTED}): run the same command again to "
-                    "resume there"
-                )
-                return EXIT_PREEMPTED
-            self.say(f"stopped {self.everything} on signal {stop.signum}")
-            return 128 + stop.signum
+            return self._stopped(stop.signum, ended_on_stop)
         except OutOfTime as out:
             _ignore_stop_signals()
             self.stop_all()
             self.say(f"timed out after {self.timeout_s:g} s; {out.args[0] or setting_up}")
             return EXIT_TIMEOUT
+
+    def _stopped(self, signum: int, ended_on_stop: Callable[[], set[int]]) -> int:
+        """The status of a job a signal stopped: 0 when its processes had finished it (the
+        signal came as they did), 75 when they saved, else 128 + `signum`."""
+        ended = {
+            member.name: member.process.returncode
+            for member in self.stopped
+            if member.process is not None
+        }
+        if ended:
+            done = self._group.is_done({name for name, status in ended.items() if status == 0})
+            statuses = set(ended.values())
+        else:
+            statuses = ended_on_stop()
+            done = statuses == {0}
+        if done:
+            self.say(
+                f"stopped {self.everything} on signal {signum}; the job had finished (every "
+                "task exited 0)",
+                error=False,
+            )
+            return 0
+        if EXIT_PREEMPTED in statuses:
+            self.say(
+                f"stopped {self.everything} on signal {signum}; the training saved its state at "
+                f"one step (exit {EXIT_PREEMPTED}): run the same command again to resume there"
+            )
+            return EXIT_PREEMPTED
+        self.say(f"stopped {self.everything} on signal {signum}")
+        return 128 + signum
 
     def stop_all(self) -> None:
         """Stops every process still running and collects the output of those that ended;
@@ -220,6 +247,7 @@ class Supervisor:
           processes.Stopped: a signal asked to stop (everything is stopped by then).
           OutOfTime: the time limit passed (everything is stopped by then).
         """
+        self._group = group
         try:
             for name in group.names:
                 self.running[name] = group.start(name)

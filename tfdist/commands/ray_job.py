@@ -118,7 +118,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
             fit, runner, supervisor, f"Ray Train run {name}", scaling["num_workers"], address
         ),
         setting_up="stopped the run",
-        saved_on_stop=lambda: _saved_on_stop(fit, runner, stop),
+        ended_on_stop=lambda: _ended_on_stop(fit, runner, stop),
     )
     if _in_flight(fit, runner):
         # Stopped by a signal or the time limit while Ray's wait goes on in `runner`, which
@@ -169,21 +169,22 @@ def _in_flight(fit: _Fit, runner: threading.Thread) -> bool:
     return runner.ident is not None and not fit.done.is_set()
 
 
-def _saved_on_stop(fit: _Fit, runner: threading.Thread, stop) -> bool:
+def _ended_on_stop(fit: _Fit, runner: threading.Thread, stop) -> set[int]:
     """Asks every worker to send its program a preemption notice, and waits up to the grace
-    period for the run to end; whether every program then saved its state (exit 75)."""
+    period for the run to end; the programs' exit statuses then (75: saved; 0: finished), none
+    when the run did not end or failed."""
     import ray  # pylint: disable=import-outside-toplevel
 
     if not _in_flight(fit, runner):  # Stopped before the run, or after it.
-        return False
+        return set()
     try:
         stop.ask.remote()
         if not fit.done.wait(processes.STOP_GRACE_S) or fit.error is not None:
-            return False
+            return set()
         statuses = ray.get(stop.ended_statuses.remote(), timeout=_POLL_S * 10)
     except ray.exceptions.RayError:  # The request's actor is gone with Ray.
-        return False
-    return bool(statuses) and set(statuses.values()) == {errors.EXIT_PREEMPTED}
+        return set()
+    return set(statuses.values())
 
 
 def _wait(

@@ -60,6 +60,58 @@ class ThroughputTimer(tf_keras.callbacks.Callback):
         return self._examples_per_epoch * len(timed) / sum(timed)
 
 
+class Progress(tf_keras.callbacks.Callback):
+    """A line during a long epoch, so that a slow run is told from a hung one: the step, the
+    rate and the time left in the epoch, every `every_s` seconds (by default TERMINAL_S when
+    stderr is a terminal, else LOG_S: quiet in a job's log); none in an epoch shorter than that.
+
+    Reads no logs: tf-keras calls its batch hooks under parameter server too, as each step is
+    scheduled. Runs on every training task.
+    """
+
+    TERMINAL_S = 10.0
+    LOG_S = 60.0
+
+    def __init__(self, *, steps_per_epoch: int, every_s: float | None = None):
+        super().__init__()
+        self._supports_tf_logs = True
+        self._steps_per_epoch = steps_per_epoch
+        self._every_s = every_s or (self.TERMINAL_S if sys.stderr.isatty() else self.LOG_S)
+        self._epoch = 0
+        self._began: tuple[float, int] | None = None  # (time, step) this attempt's epoch began.
+        self._next_s = 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch, self._began = epoch, None
+        self._next_s = time.monotonic() + self._every_s
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.monotonic()
+        if self._began is None:  # After its first step (tracing); a resumed epoch's is later.
+            self._began = (now, batch)
+        if now < self._next_s or batch == self._began[1]:
+            return
+        self._next_s = now + self._every_s
+        began_s, first = self._began
+        rate = (batch - first) / max(now - began_s, 1e-9)
+        left = _duration((self._steps_per_epoch - batch - 1) / rate)
+        print(
+            f"tfdist: epoch {self._epoch + 1}: step {batch + 1} of {self._steps_per_epoch} "
+            f"({rate:.1f} steps/s, about {left} left in the epoch)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _duration(seconds: float) -> str:
+    """`seconds` as "45 s", "12 min" or "3.2 h"."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 class NoiseScaleLog(tf_keras.callbacks.Callback):
     """Puts the gradient noise scale measured so far (`tfdist.optim.noise_scale`) into
     each epoch's logs as `noise_scale`, for the callbacks after it (the history and metrics

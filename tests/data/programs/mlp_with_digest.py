@@ -6,7 +6,8 @@ once (a file in --model_dir remembers), as a node lost mid-run would end it; wit
 notice does (under parameter server the chief, which runs the callbacks); with
 --hold_at_epoch=E the last worker waits at the start of epoch E (once, up to --hold_s) until a
 preemption notice reaches it, so that a notice sent from outside (a rehearsal's --preempt)
-lands mid-epoch however fast the steps run.
+lands mid-epoch however fast the steps run; with --notice_at=setup|built|end the last worker
+sends itself its preemption signal before `setup`, after it or after `fit`, once each.
 """
 
 import hashlib
@@ -24,6 +25,13 @@ _KILL_AT_EPOCH = flags.DEFINE_integer("kill_at_epoch", 0, "Kill the last worker 
 _TERM_AT = flags.DEFINE_list("term_at", [], "EPOCH,STEP: SIGTERM the last worker there, once.")
 _HOLD_AT_EPOCH = flags.DEFINE_integer("hold_at_epoch", 0, "Hold the last worker at this epoch.")
 _HOLD_S = flags.DEFINE_float("hold_s", 120.0, "The longest hold.")
+_NOTICE_AT = flags.DEFINE_multi_enum(
+    "notice_at",
+    [],
+    ["setup", "built", "end"],
+    "Send the last worker its preemption signal (--preemption_signal) there, once each: before "
+    "setup, after it (before fit), after fit.",
+)
 _EXAMPLES = 512
 
 
@@ -84,12 +92,29 @@ def killer(plan):
     return KillOnce()
 
 
+def notice_at(config, point: str) -> None:
+    """Sends this task the run's preemption signal at `point`, once (a file in --model_dir
+    remembers), if it is the last worker and --notice_at names the point."""
+    cluster = config.cluster
+    task = "local" if cluster is None else f"{cluster.task.type.value}:{cluster.task.index}"
+    last = cluster is None or task == f"worker:{cluster.num_workers - 1}"
+    marker = os.path.join(config.train.model_dir, f"noticed-at-{point}")
+    if point in _NOTICE_AT.value and last and not os.path.exists(marker):
+        os.makedirs(config.train.model_dir, exist_ok=True)
+        open(marker, "w", encoding="utf-8").close()
+        signum = signal.Signals[config.train.preemption_signal.value]
+        print(f"{task}: sending myself {signum.name} at {point}", flush=True)
+        os.kill(os.getpid(), signum)
+
+
 def main(argv):
     del argv
     config = tfdist.config_from_flags()
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
+    notice_at(config, "setup")
     plan = tfdist.setup(config, train_examples=_EXAMPLES)
+    notice_at(config, "built")
     model_holder = []
 
     def build():
@@ -112,6 +137,7 @@ def main(argv):
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         callbacks=[killer(plan)],
     )
+    notice_at(config, "end")
     weights = b"".join(w.numpy().tobytes() for w in model_holder[-1].weights)
     print(
         "digest " + json.dumps({"task": plan.task, "sha": hashlib.sha256(weights).hexdigest()}),

@@ -54,10 +54,16 @@ class _Run:
     """One run of a `_Task`: the part of `subprocess.Popen` that `stop_all` uses."""
 
     def __init__(
-        self, host: _Host, name: str, script: tuple[float, int] | None, ignores_sigterm: bool
+        self,
+        host: _Host,
+        name: str,
+        script: tuple[float, int] | None,
+        ignores_sigterm: bool,
+        on_sigterm: int = -signal.SIGTERM,
     ):
         self._host, self._name, self._ignores_sigterm = host, name, ignores_sigterm
         self._exit = None if script is None else (host.now + script[0], script[1])
+        self._on_sigterm = on_sigterm
         self.returncode: int | None = None
 
     def poll(self) -> int | None:
@@ -66,8 +72,10 @@ class _Run:
         return self.returncode
 
     def signalled(self, signum: int) -> None:
-        if self.poll() is None and (signum == signal.SIGKILL or not self._ignores_sigterm):
+        if self.poll() is None and signum == signal.SIGKILL:
             self.returncode = -signum
+        elif self.poll() is None and not self._ignores_sigterm:
+            self.returncode = self._on_sigterm
 
     def wait(self, timeout: float) -> int:
         self._host.note(self._name, f"wait {timeout:g}")
@@ -80,18 +88,28 @@ class _Run:
 class _Task:
     """A `processes.Process` whose n-th start runs `runs[n]` (the last repeats): (after_s,
     status) exits with `status` after_s after its start; _FOREVER runs until signalled. It ends
-    on SIGTERM unless `ignores_sigterm`, on SIGKILL always."""
+    on SIGTERM (with `on_sigterm`, by default as killed by it) unless `ignores_sigterm`, on
+    SIGKILL always."""
 
-    def __init__(self, host: _Host, name: str, runs: list, *, ignores_sigterm: bool = False):
+    def __init__(
+        self,
+        host: _Host,
+        name: str,
+        runs: list,
+        *,
+        ignores_sigterm: bool = False,
+        on_sigterm: int = -signal.SIGTERM,
+    ):
         self.name, self.process = name, None
         self._host, self._runs, self._ignores_sigterm = host, runs, ignores_sigterm
+        self._on_sigterm = on_sigterm
         self._starts = 0
 
     def start(self, note: str = "") -> None:
         del note
         script = self._runs[min(self._starts, len(self._runs) - 1)]
         self._starts += 1
-        self.process = _Run(self._host, self.name, script, self._ignores_sigterm)
+        self.process = _Run(self._host, self.name, script, self._ignores_sigterm, self._on_sigterm)
         self._host.note(self.name, "start")
 
     def poll(self) -> int | None:
@@ -599,6 +617,42 @@ class OtherPoliciesTest(parameterized.TestCase):
         self.assertEqual(status, 143)
         self.assertEqual(stderr, ["tfdist rehearse: stopped the job on signal 15"])
         self.assertEqual(task.poll(), -15)
+
+    @parameterized.named_parameters(
+        (
+            "finished",
+            0,
+            0,
+            "stopped every task on signal 15; the job had finished (every task exited 0)",
+        ),
+        (
+            "saved",
+            75,
+            75,
+            "stopped every task on signal 15; the training saved its state at one "
+            "step (exit 75): run the same command again to resume there",
+        ),
+        ("killed", -15, 143, "stopped every task on signal 15"),
+    )
+    def test_a_stop_says_whether_the_tasks_had_finished_or_saved(self, on_sigterm, status, line):
+        """A signal in the last step: the tasks finish and exit 0, and the job is done (it
+        used to end 143 though both had finished)."""
+        tasks = {
+            name: _Task(self.host, name, [_FOREVER], on_sigterm=on_sigterm)
+            for name in ("worker:0", "worker:1")
+        }
+        watcher = supervisor.Supervisor("tfdist launch", timeout_s=None)
+
+        def start(name):
+            tasks[name].start()
+            return tasks[name]
+
+        with mock.patch.object(processes, "raise_if_stopped", side_effect=processes.Stopped(15)):
+            result, stdout, stderr = self._watch(
+                watcher, supervisor.Group(tuple(tasks), start, lambda *failure: None)
+            )
+        self.assertEqual(result, status)
+        self.assertEqual(stdout + stderr, [f"tfdist launch: {line}"])
 
     def test_a_second_signal_does_not_cut_the_stop_short(self):
         """Ctrl-C twice: the second comes while the first's stop sends SIGTERM (and the tasks

@@ -8,6 +8,8 @@ The scenario starts one run, kills it in epoch 2 and runs what follows (the runs
 on, then the resumed run) as cases of one child: TensorFlow is imported once for them.
 """
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -18,6 +20,7 @@ import shutil
 import tempfile
 import time
 import unittest
+from unittest import mock
 
 import pytest
 import tensorflow as tf
@@ -212,6 +215,55 @@ class ResumeTest(unittest.TestCase):
         self.assertGreaterEqual(
             tf.train.load_variable(backup, "ckpt_saved_epoch/.ATTRIBUTES/VARIABLE_VALUE"), 0
         )
+
+
+class ProgressTest(unittest.TestCase):
+    """A line during a long epoch, every minute in a log (not a terminal), on a fake clock."""
+
+    def _lines(self, calls, *, tty: bool) -> list[str]:
+        """stderr's lines after `calls`: (seconds, hook, argument) in turn."""
+        stderr = io.StringIO()
+        stderr.isatty = lambda: tty
+        now = [0.0]
+        with (
+            mock.patch.object(callbacks.time, "monotonic", lambda: now[0]),
+            contextlib.redirect_stderr(stderr),
+        ):
+            progress = callbacks.Progress(steps_per_epoch=1000)
+            for now[0], hook, argument in calls:
+                getattr(progress, hook)(argument)
+        return stderr.getvalue().splitlines()
+
+    def test_a_long_epoch_says_its_step_rate_and_time_left_every_minute_in_a_log(self):
+        calls = [
+            (0.0, "on_epoch_begin", 1),
+            (5.0, "on_train_batch_end", 0),  # The first step (tracing) starts the count.
+            (59.0, "on_train_batch_end", 99),
+            (65.0, "on_train_batch_end", 120),  # 120 steps in 60 s.
+            (100.0, "on_train_batch_end", 199),
+            (125.0, "on_train_batch_end", 239),
+        ]
+        self.assertEqual(
+            self._lines(calls, tty=False),
+            [
+                "tfdist: epoch 2: step 121 of 1000 (2.0 steps/s, about 7 min left in the epoch)",
+                "tfdist: epoch 2: step 240 of 1000 (2.0 steps/s, about 6 min left in the epoch)",
+            ],
+        )
+        self.assertEqual(len(self._lines(calls, tty=True)), 3, "every 10 s on a terminal")
+
+    def test_a_resumed_epoch_counts_from_its_first_step_and_a_short_one_says_nothing(self):
+        resumed = [(0.0, "on_epoch_begin", 0), (1.0, "on_train_batch_end", 899)]
+        resumed.append((61.0, "on_train_batch_end", 959))
+        self.assertEqual(
+            self._lines(resumed, tty=False),
+            ["tfdist: epoch 1: step 960 of 1000 (1.0 steps/s, about 40 s left in the epoch)"],
+        )
+        short = [
+            (0.0, "on_epoch_begin", 0),
+            *((step, "on_train_batch_end", step) for step in range(59)),
+        ]
+        self.assertEqual(self._lines(short, tty=False), [])
 
 
 class NoiseScaleAdviceTest(unittest.TestCase):

@@ -311,35 +311,44 @@ class PreemptedRunTest(unittest.TestCase):
         self.assertEqual(digests(resumed.stdout), digests(whole.stdout))
 
     def test_two_workers_and_two_replicas_stop_at_one_step_and_resume_to_the_same_weights(self):
-        """2 workers under launch, worker:1 signalled (launch restarts them), and one process of
-        2 replicas (mirrored) preempted and started again, against one process of 2 replicas
-        never interrupted: the same global batch over 2 replicas sums the same gradients in the
-        same order in each, so all end with the same weights."""
+        """2 workers under launch, worker:1 signalled after set-up, where TensorFlow's own
+        SIGTERM handler used to hold the notice (it ends at once, 75), then in epoch 2 (both
+        save at one step; launch restarts them each time); and one process of 2 replicas
+        (mirrored) preempted and started again, against one process of 2 replicas never
+        interrupted: the same global batch over 2 replicas sums the same gradients in the same
+        order in each, so all end with the same weights."""
         preempted = _run(
             [
                 *_TFDIST,
                 "launch",
                 "--num_workers=2",
-                "--max_restarts=1",
+                "--max_restarts=2",
                 "--",
                 "python",
                 MLP_PROGRAM,
                 "--strategy=multi_worker_mirrored",
                 *_FLAGS,
                 "--model_dir=workers",
-                "--term_at=2,2",  # worker:1 gets the SIGTERM.
+                "--notice_at=built",  # worker:1 gets the SIGTERM after set-up,
+                "--term_at=2,2",  # and in epoch 2.
             ],
             self.scratch,
         )
         self.assertEqual(preempted.returncode, 0, preempted.stderr[-3000:])
         output = preempted.stdout + preempted.stderr
+        self.assertIn(
+            "[worker:1] mlp_with_digest.py: preempted (SIGTERM) before training began: nothing "
+            "new to save; start the same command again.",
+            output,
+        )
         for task in ("worker:0", "worker:1"):
             self.assertRegex(output, rf"\[{task}\] {_PREEMPTED}")
-        self.assertRegex(
-            output,
-            r"worker:[01] exited with status 75; restarting every task from the saved state "
-            r"\(preemption 1/1, apart from failures\)",
-        )
+        for number in (1, 2):
+            self.assertRegex(
+                output,
+                r"worker:[01] exited with status 75; restarting every task from the saved state "
+                rf"\(preemption {number}/2, apart from failures\)",
+            )
         self.assertEqual(output.count("tfdist: resuming at epoch 2 step 3"), 2)
         workers = digests(preempted.stdout)
         self.assertEqual(set(workers), {"worker:0", "worker:1"}, output[-3000:])
@@ -351,6 +360,35 @@ class PreemptedRunTest(unittest.TestCase):
         (expected,) = digests(whole.stdout).values()
         self.assertEqual(set(workers.values()), {expected}, workers)
         self.assertEqual(list(digests(resumed.stdout).values()), [expected])
+
+    def test_a_notice_before_training_or_after_it_ends_the_process_at_once_with_its_line(self):
+        """Before `setup` (SIGUSR1, --preemption_signal's: it used to kill with 138), nothing
+        to save: 75; after `fit` returned, the run complete: 0. Then a rerun of the finished run
+        trains nothing: already finished, its weights the finished run's."""
+        program = [sys.executable, MLP_PROGRAM, "--epochs=1", "--deterministic"]
+        early = _run(
+            [*program, "--model_dir=early", "--preemption_signal=SIGUSR1", "--notice_at=setup"],
+            self.scratch,
+        )
+        self.assertEqual(early.returncode, EXIT_PREEMPTED, early.stderr[-2000:])
+        self.assertEqual(
+            early.stderr.strip().splitlines()[-1],
+            "mlp_with_digest.py: preempted (SIGUSR1) before training began: nothing new to "
+            "save; start the same command again.",
+        )
+        late = _run([*program, "--model_dir=late", "--notice_at=end"], self.scratch)
+        self.assertEqual(late.returncode, 0, late.stderr[-2000:])
+        self.assertEqual(
+            late.stderr.strip().splitlines()[-1],
+            "mlp_with_digest.py: a preemption notice (SIGTERM) came after the run finished at "
+            "epoch 1: nothing is left to save or train.",
+        )
+        again = _run([*program, "--model_dir=late"], self.scratch)
+        self.assertEqual(again.returncode, 0, again.stderr[-2000:])
+        self.assertIn("tfdist: already finished at epoch 1 in model_dir=", again.stderr)
+        self.assertNotIn("examples/s", again.stderr, "nothing trained")
+        whole = _run([*program, "--model_dir=whole"], self.scratch)
+        self.assertEqual(digests(again.stdout), digests(whole.stdout))
 
     def test_a_preempted_parameter_server_chief_saves_at_the_step_and_the_job_resumes_there(self):
         """chief + worker + ps under launch, the chief signalled at epoch 2 step 2: it stops

@@ -23,6 +23,7 @@ from tfdist.training import preemption
 from tfdist.training.callbacks import BackupAndRestore
 from tfdist.training.callbacks import EpochHistory
 from tfdist.training.callbacks import NoiseScaleLog
+from tfdist.training.callbacks import Progress
 from tfdist.training.callbacks import SaveOnNotice
 from tfdist.training.callbacks import ThroughputTimer
 from tfdist.training.data import Data
@@ -229,6 +230,7 @@ def train(
             steps_per_epoch=plan.steps_per_epoch,
             callbacks=[
                 timer,
+                Progress(steps_per_epoch=plan.steps_per_epoch),
                 guards.finite_loss(plan),
                 *_noise_scale_log(plan, model),
                 epochs,

@@ -16,6 +16,7 @@ from tfdist.training import model as training_model
 from tfdist.training import preemption
 from tfdist.training.callbacks import EpochHistory
 from tfdist.training.callbacks import NoiseScaleLog
+from tfdist.training.callbacks import Progress
 from tfdist.training.callbacks import ThroughputTimer
 from tfdist.training.data import Data
 from tfdist.training.data import DatasetFn
@@ -145,7 +146,9 @@ def _train_loop(
         if steps.path.transforms.noise_scale_batch
         else []
     )
-    user_callbacks = keras.callbacks.CallbackList(list(callbacks), model=model)
+    user_callbacks = keras.callbacks.CallbackList(
+        [*callbacks, Progress(steps_per_epoch=plan.steps_per_epoch)], model=model
+    )
     user_callbacks.on_train_begin()
     watch.notice.training()
     first_epoch, first_step = checkpoints.restore()
