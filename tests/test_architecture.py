@@ -34,6 +34,7 @@ ENVIRON_MODULES = {  # Each reads or writes the environment for a documented rea
     "tfdist.cluster.launcher",  # Children's environments.
     "tfdist.cluster.ray_train",  # Ray workers' and their programs' environments.
     "tfdist.commands.ray_job",  # Ray's own variables, set before Ray is imported.
+    "tfdist.commands.train_flags",  # The grace period the engine gives a task (GRACE_ENV).
     "tfdist.commands.benchmark.rounds",  # Children's environments.
     "tfdist.cluster.rehearsal.local_image",  # A rehearsal's.
     "tfdist.cluster.rehearsal.slurm_cluster",  # A real Slurm cluster's SLURM_CONF.

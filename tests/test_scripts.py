@@ -380,3 +380,26 @@ def test_benchmark_input_refuses_flags_of_the_other_mode_in_one_line():
     ):
         result = _run_main("input_pipeline/benchmark_input", *flags)
         assert result.returncode == 2 and error in result.stderr.splitlines()[-1], result.stderr
+
+
+def test_save_time_measures_the_slowest_save_and_what_a_billion_parameters_needs(tmp_path):
+    """One tiny model, one run: the backup's bytes are 3 floats a parameter (Adam) and more, the
+    rate is those bytes over the save, and the 1B figure that rate's."""
+    out = tmp_path / "save_time.json"
+    result = _run_main(
+        "preemption/save_time",
+        "--parameters=3e4",
+        "--runs=1",
+        f"--model_dir={tmp_path / 'model'}",
+        f"--json={out}",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    measured = json.loads(out.read_text())
+    (size,) = measured["sizes"]
+    assert 25_000 < size["parameters"] < 35_000
+    assert size["backup_bytes"] >= 12 * size["parameters"]
+    assert size["save_s"]["min"] == size["save_s"]["median"] == size["save_s"]["max"] > 0
+    assert size["bytes_per_s"] == size["backup_bytes"] / size["save_s"]["median"]
+    billion = 1e9 * size["backup_bytes"] / size["parameters"] / size["bytes_per_s"]
+    assert measured["one_billion_save_s"] == billion
+    assert not (tmp_path / "model").exists(), "its model dir is removed"

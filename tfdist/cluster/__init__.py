@@ -12,6 +12,10 @@ from tfdist import errors
 # join deadline, network namespaces' holders, benchmark configurations): without the working
 # directory on sys.path (`-P`, Python 3.11+), so that no module there shadows one of tfdist's.
 PYTHON = (sys.executable, "-P") if sys.version_info >= (3, 11) else (sys.executable,)
+# What each engine tfdist drives tells its tasks: the seconds from a preemption notice to SIGKILL
+# (`tfdist launch --grace_s`, a JobSet's terminationGracePeriodSeconds, the Slurm script's
+# --signal lead time, what `tfdist ray` waits), which a backup save must fit in.
+GRACE_ENV = "TFDIST_GRACE_S"
 
 
 class ClusterError(errors.UsageError):

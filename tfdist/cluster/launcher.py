@@ -4,14 +4,10 @@ Like torchrun for TensorFlow: ports come from portpicker, every address is 127.0
 line is prefixed with its task, and every wait is bounded. Pure Python: the launcher never imports
 TensorFlow.
 
-Network: TensorFlow's gRPC servers have no authentication and listen on every interface (TF 2.21
-binds "0.0.0.0:<port>" in grpc_server_lib.cc and in the tf.data service's server_lib.cc; no
-ServerDef, ConfigProto or environment setting picks another address). So by default (`auto`) the
-tasks run in one network namespace of their own that has only loopback: they reach each other on
-127.0.0.1, nothing else reaches them, and they cannot reach the network. Where this machine refuses
-a namespace (no root and no unprivileged user namespaces, or no util-linux), `auto` runs them on
-this machine's network; whenever the tasks share this machine's network, a warning on stderr
-says which ports are open on which interfaces.
+Network: by default (`auto`) the tasks run in a network namespace of their own with loopback
+only, since TensorFlow's gRPC servers listen on every interface without authentication
+(`tfdist.cluster.network` says why and when it falls back to this machine's network, with a
+warning naming the open ports).
 
 When the job is done: without ps tasks, when every chief and worker exited 0; with ps tasks, when
 the chief (the coordinator) exited 0. Tasks still running then (ps and worker servers, the
@@ -27,7 +23,6 @@ import contextlib
 import dataclasses
 import math
 import os
-import re
 import shutil
 import sys
 import threading
@@ -36,6 +31,7 @@ from collections.abc import Collection
 import portpicker
 
 from tfdist import strategies
+from tfdist.cluster import GRACE_ENV
 from tfdist.cluster import LaunchError
 from tfdist.cluster import PYTHON
 from tfdist.cluster import capacity
@@ -45,19 +41,14 @@ from tfdist.cluster import processes
 from tfdist.cluster import supervisor
 from tfdist.errors import EXIT_PREEMPTED
 from tfdist.errors import EXIT_USAGE
+from tfdist.cluster.manifests import GRACE_S
 from tfdist.cluster.network import Network
+from tfdist.strategies.config import check_seconds
 from tfdist.strategies import ClusterConfig
 
 HOST = "127.0.0.1"
 _ANNOUNCER = "tfdist launch"
 _TRAIN = "train"
-# A tfdist command that passes a URL (--tf_data_service=grpc://..., --model_dir=gs://...) or
-# --download needs this machine's network: `auto` does not isolate such a job. A local file
-# (file://, TensorFlow's in-memory ram://, a plain path) does not.
-_URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
-_LOCAL_SCHEMES = frozenset({"file", "ram"})
-_DOWNLOAD = "--download"
-_FALSE = ("0", "f", "false")  # absl's spellings of a false boolean, lower-cased.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +64,8 @@ class LaunchConfig:
         how many times a preempted one (exit 75, its state saved) starts again.
       restart_backoff_s: the wait before the first restart, doubled before each next one, at
         most supervisor.MAX_BACKOFF_S; 0 restarts at once.
+      grace_s: from the SIGTERM that stops the tasks (a preemption, a restart after one) to the
+        SIGKILL; each task is told (GRACE_ENV) and checks its backup's save against it.
       timeout_s: stop every task and fail after this long; None waits for the job to end.
       network: which network the tasks run on (see `Network`).
       env: variables every task gets on top of this process's environment (`tfdist launch`
@@ -92,6 +85,7 @@ class LaunchConfig:
     log_dir: str | None = None
     max_restarts: int = 0
     restart_backoff_s: float = 1.0
+    grace_s: float = GRACE_S
     timeout_s: float | None = None
     network: Network = Network.AUTO
     env: tuple[tuple[str, str], ...] = ()
@@ -107,13 +101,14 @@ class LaunchConfig:
         problem = strategies.ps_without_chief(self.num_ps, self.chief)
         if problem:
             raise LaunchError(f"num_ps={self.num_ps}: {problem}; add --chief.")
-        if self.timeout_s is not None and not (
-            math.isfinite(self.timeout_s) and self.timeout_s > 0
-        ):
-            raise LaunchError(
-                f"timeout_s={self.timeout_s} is not a number of seconds above 0; pass e.g. "
-                "--timeout_s=3600, or leave it unset to wait for the job to end."
+        if self.timeout_s is not None:
+            check_seconds(
+                "timeout_s",
+                self.timeout_s,
+                "pass e.g. --timeout_s=3600, or leave it unset to wait for the job to end",
+                error=LaunchError,
             )
+        check_seconds("grace_s", self.grace_s, f"pass e.g. --grace_s={GRACE_S}", LaunchError)
         if not (math.isfinite(self.restart_backoff_s) and self.restart_backoff_s >= 0):
             raise LaunchError(
                 f"restart_backoff_s={self.restart_backoff_s} is not a number of seconds of 0 "
@@ -214,7 +209,8 @@ def _tasks(
     lock = threading.Lock()
     tasks = []
     for job, index in _task_names(cluster):
-        env = dict(os.environ, **dict(config.env), TF_CONFIG=cluster.for_task(job, index).to_json())
+        task_env = {"TF_CONFIG": cluster.for_task(job, index).to_json()}
+        env = {**os.environ, **dict(config.env), **task_env, GRACE_ENV: f"{config.grace_s:g}"}
         log_path = os.path.join(config.log_dir, f"{job}-{index}.log") if config.log_dir else None
         name = f"{job}:{index}"
         tasks.append(
@@ -311,6 +307,7 @@ class _Restarts:
             f"restarting {'every task' if every_task else 'it'} from the saved state "
             f"(preemption {self.preemptions}/{config.max_restarts}, apart from failures)",
             counted=False,
+            grace_s=config.grace_s,  # The others save at the same step.
         )
 
 
@@ -327,7 +324,10 @@ def _supervise(
 
     names = list(by_name)
     watcher = supervisor.Supervisor(
-        _ANNOUNCER, timeout_s=config.timeout_s, straggler_hint="--timeout_s=S bounds the job"
+        _ANNOUNCER,
+        timeout_s=config.timeout_s,
+        straggler_hint="--timeout_s=S bounds the job",
+        grace_s=config.grace_s,
     )
     group = supervisor.Group(
         names,
@@ -404,16 +404,7 @@ def _open_network(
         for address in addresses
     ]
     return network.for_tasks(
-        config.network, ports, needs_host=_network_flag(config.command) if tfdist else None
+        config.network,
+        ports,
+        needs_host=network.host_network_flag(config.command) if tfdist else None,
     )
-
-
-def _network_flag(command: tuple[str, ...]) -> str | None:
-    """The first argument of a tfdist command that needs this machine's network, if any: a URL
-    other than a local file's (a tf.data service, a gs:// or s3:// path) or --download."""
-    for arg in command[1:]:
-        name, _, value = arg.partition("=")
-        schemes = {scheme.lower() for scheme in _URL_SCHEME.findall(value)}
-        if schemes - _LOCAL_SCHEMES or (name == _DOWNLOAD and value.lower() not in _FALSE):
-            return arg
-    return None

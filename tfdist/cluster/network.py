@@ -14,6 +14,7 @@ import dataclasses
 import enum
 import fcntl
 import select
+import re
 import shutil
 import socket
 import struct
@@ -22,6 +23,14 @@ import sys
 
 from tfdist.cluster import LaunchError
 from tfdist.cluster import PYTHON
+
+# A tfdist command that passes a URL (--tf_data_service=grpc://..., --model_dir=gs://...) or
+# --download needs this machine's network: `auto` does not isolate such a job. A local file
+# (file://, TensorFlow's in-memory ram://, a plain path) does not.
+_URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_LOCAL_SCHEMES = frozenset({"file", "ram"})
+_DOWNLOAD = "--download"
+_FALSE = ("0", "f", "false")  # absl's spellings of a false boolean, lower-cased.
 
 # Linux ioctls on an interface's flags (<linux/sockios.h>, <net/if.h>).
 _SIOCGIFFLAGS, _SIOCSIFFLAGS = 0x8913, 0x8914
@@ -265,3 +274,14 @@ def _warn_exposed(reason: str, ports: list[int], fix: str) -> None:
         file=sys.stderr,
         flush=True,
     )
+
+
+def host_network_flag(command: tuple[str, ...]) -> str | None:
+    """The first argument of a tfdist command that needs this machine's network, if any: a URL
+    other than a local file's (a tf.data service, a gs:// or s3:// path) or --download."""
+    for arg in command[1:]:
+        name, _, value = arg.partition("=")
+        schemes = {scheme.lower() for scheme in _URL_SCHEME.findall(value)}
+        if schemes - _LOCAL_SCHEMES or (name == _DOWNLOAD and value.lower() not in _FALSE):
+            return arg
+    return None

@@ -145,7 +145,8 @@ class Supervisor:
     """Watches one `Group` under a time limit and signals, as `announcer` ("tfdist launch").
 
     `everything` names all of it in lines ("every task", "the job"); `straggler_hint` ends the
-    straggler notice when there is no time limit (None: no notice).
+    straggler notice when there is no time limit (None: no notice); `grace_s`: from the SIGTERM
+    that stops them to the SIGKILL (None: `processes.STOP_GRACE_S`).
     """
 
     def __init__(
@@ -155,9 +156,10 @@ class Supervisor:
         timeout_s: float | None,
         everything: str = "every task",
         straggler_hint: str | None = None,
+        grace_s: float | None = None,
     ):
         self.announcer, self.timeout_s, self.everything = announcer, timeout_s, everything
-        self.straggler_hint = straggler_hint
+        self.straggler_hint, self.grace_s = straggler_hint, grace_s
         self.start_s = time.monotonic()
         self.running: dict[str, processes.Process] = {}
         self.stopped: list[processes.Process] = []  # By `stop_all`, as they ended.
@@ -236,7 +238,7 @@ class Supervisor:
         """Stops every process still running and collects the output of those that ended;
         forgets them, so stopping again stops nothing."""
         stopping = list(self.running.values())
-        processes.stop_all(stopping)
+        processes.stop_all(stopping, self.grace_s)
         self.stopped.extend(stopping)
         self.running.clear()
 

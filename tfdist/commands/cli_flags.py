@@ -4,6 +4,7 @@ the command modules that define and read them; a user's program imports only the
 from absl import flags
 from absl import logging  # noqa: F401  (defines --log_dir, which launch and rehearse write to)
 
+from tfdist.cluster import manifests
 from tfdist.commands import flags as flags_lib
 from tfdist.fields import MAX_COUNT
 from tfdist.strategies.config import MAX_REPLICA_DEVICES
@@ -66,4 +67,15 @@ PLOT = flags.DEFINE_string(
     "benchmark: write a PNG of throughput and efficiency vs replicas; plan: of "
     "efficiency and step time vs GPUs (needs matplotlib: pip install -e "
     "'.[plot]').",
+)
+GRACE_S = flags_lib.define_integer(
+    "grace_s",
+    manifests.GRACE_S,
+    "Seconds a preempted task has to save at one step, from the notice to SIGKILL (each task "
+    "is told, and checks its first backup's save against it). manifest: a JobSet pod's "
+    "terminationGracePeriodSeconds (GKE spot gives 30, AWS spot 120); for Slurm, how long "
+    "before the time limit --signal sends SIGUSR1. launch: from its SIGTERM to the tasks to "
+    "its SIGKILL.",
+    lower_bound=1,
+    upper_bound=manifests.MAX_GRACE_S,
 )

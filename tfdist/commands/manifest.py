@@ -113,15 +113,6 @@ _DEADLINE_S = flags_lib.define_integer(
     lower_bound=1,
     upper_bound=jobset_yaml.MAX_DEADLINE_S,
 )
-_GRACE_S = flags_lib.define_integer(
-    "grace_s",
-    manifests.GRACE_S,
-    "manifest: seconds a preempted task has to save at one step: a JobSet pod's "
-    "terminationGracePeriodSeconds (GKE spot gives 30, AWS spot 120); for Slurm, how long "
-    "before the time limit --signal sends SIGUSR1.",
-    lower_bound=1,
-    upper_bound=manifests.MAX_GRACE_S,
-)
 flags_lib.register(
     "manifest",
     flags_lib.group(
@@ -147,7 +138,7 @@ flags_lib.register(
         _MOUNT_PATH,
         _WORKING_DIR,
         _DEADLINE_S,
-        _GRACE_S,
+        cli_flags.GRACE_S,
         _RESTART_POLICY,
         _TIME_LIMIT,
         _SLURM_TASKS_PER_NODE,
@@ -177,7 +168,7 @@ _ONLY_FOR = {
     _IMAGE.name: ("jobset", "tfjob"),
     _TASK_PORT.name: ("jobset", "tfjob"),
     cli_flags.GPUS_PER_TASK.name: ("jobset", "slurm"),
-    _GRACE_S.name: ("jobset", "slurm"),
+    cli_flags.GRACE_S.name: ("jobset", "slurm"),
     _RESTART_POLICY.name: ("tfjob",),
     _TIME_LIMIT.name: ("slurm",),
     _SLURM_TASKS_PER_NODE.name: ("slurm",),

@@ -13,6 +13,7 @@ import time
 from absl import flags
 
 from tfdist import errors
+from tfdist.cluster import GRACE_ENV
 from tfdist.cluster import launcher
 from tfdist.cluster.manifests import checks
 from tfdist.cluster import processes
@@ -103,7 +104,8 @@ def main(command: list[str], *, tfdist_commands) -> int:
         **scaling,
         name=name,
         runtime_env=runtime_env,
-        program_env=keras_env.environment(keras),
+        # The grace a stopped run gives its programs (`_ended_on_stop`).
+        program_env={**keras_env.environment(keras), GRACE_ENV: f"{processes.STOP_GRACE_S:g}"},
         # A local Ray's workers share this machine: the program's relative paths mean here.
         # On a cluster they mean the job's working directory (`ray job submit --working-dir`).
         cwd=os.getcwd() if local else None,

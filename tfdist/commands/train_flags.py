@@ -6,8 +6,13 @@ Defined when this module is imported, each a `FlagHolder` in the group of the co
 imported after parsing.
 """
 
+import dataclasses
+import math
+import os
+
 from absl import flags
 
+from tfdist.cluster import GRACE_ENV
 from tfdist.commands import flags as flags_lib
 from tfdist.commands.flags import define_integer
 from tfdist.input_pipelines import InputConfig
@@ -15,6 +20,7 @@ from tfdist.input_pipelines.config import CROP_AREA_RANGE
 from tfdist.input_pipelines.config import MAX_CROP_ASPECT
 from tfdist.runtime import keras_env
 from tfdist.runtime.config import KERAS_VERSIONS
+from tfdist.runtime.config import ConfigError
 from tfdist.runtime.optimizer_config import OptimizerConfig
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.config import TrainConfig
@@ -59,10 +65,12 @@ SOURCE = flags_lib.from_fields(
     flags_lib.define_field(
         InputConfig,
         "deterministic",
-        help="Two runs of one seed and cluster shape end with identical weights: input in a "
-        "fixed order and TensorFlow's op determinism (tf.config.experimental."
-        "enable_op_determinism; on GPUs some kernels are slower). --nodeterministic trades "
-        "input order for speed; unset keeps tf.data's default.",
+        help="Two runs of one seed and cluster shape end with identical weights: TensorFlow's "
+        "op determinism (tf.config.experimental.enable_op_determinism; on GPUs some kernels "
+        "are slower), and input: "
+        + next(f for f in dataclasses.fields(InputConfig) if f.name == "deterministic").metadata[
+            "help"
+        ],
     ),
     "datasets_num_private_threads",
     "skip_corrupt_records",
@@ -287,12 +295,35 @@ def run_config(cluster: ClusterConfig | None) -> RunConfig:
             **{
                 **{name: holder.value for name, holder in TRAIN.items()},
                 PER_REPLICA_BATCH_SIZE.name: per_replica_batch_size(),
-            }
+            },
+            grace_s=engine_grace_s(),
         ),
         optimizer=optimizer_config(),
         cluster=cluster,
         show_tf_logs=TF_LOGS.value,
     )
+
+
+def engine_grace_s() -> float | None:
+    """The grace period the engine that started this task gives it (GRACE_ENV: `tfdist launch`,
+    its JobSet and Slurm scripts and `tfdist ray` set it); None when it says none.
+
+    Raises:
+      ConfigError: the variable is set to something else than seconds above 0.
+    """
+    value = os.environ.get(GRACE_ENV)
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ConfigError(
+            f"{GRACE_ENV}={value!r} is not a number of seconds above 0; set it to the seconds "
+            "this task's engine gives from a preemption notice to SIGKILL, e.g. 30, or unset it."
+        )
+    return seconds
 
 
 def cluster() -> ClusterConfig | None:

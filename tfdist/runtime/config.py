@@ -5,6 +5,7 @@ flags parse without TensorFlow."""
 
 import dataclasses
 import enum
+import math
 import os
 
 from tfdist.errors import ConfigError
@@ -132,6 +133,9 @@ class TrainConfig:
         0, "Seeds Python, NumPy, TensorFlow and input shuffling.", bounds=(0, MAX_SEED)
     )
     keras: int = 2  # Its flag's default follows TF_USE_LEGACY_KERAS.
+    # Seconds from a preemption notice to SIGKILL, as the engine that started this task says
+    # (`tfdist.cluster.GRACE_ENV`); None: unknown. The first backup's save is checked against it.
+    grace_s: float | None = None
     per_replica_batch_size: int | None = option(  # Not InputConfig's: setup derives the global.
         None, bounds=(1, MAX_GLOBAL_BATCH_SIZE), fix="e.g. 64"
     )
@@ -167,6 +171,15 @@ class TrainConfig:
                 "keras=2 (tf-keras) or keras=3 (`import keras`)."
             )
         object.__setattr__(self, "keras", int(self.keras))
+        if self.grace_s is not None and not (
+            isinstance(self.grace_s, (int, float))
+            and math.isfinite(self.grace_s)
+            and self.grace_s > 0
+        ):
+            raise ConfigError(
+                f"grace_s={self.grace_s!r} is not a number of seconds above 0; pass the seconds "
+                "from a preemption notice to SIGKILL, e.g. grace_s=30, or None."
+            )
         if not isinstance(self.backup_every, str):
             raise ConfigError(
                 f"backup_every={self.backup_every!r} is not a string; pass "

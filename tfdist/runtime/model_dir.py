@@ -7,6 +7,7 @@ that makes a run the only one writing it. Pure Python.
     MODEL_DIR/checkpoints/epoch-NNN     each epoch's weights, which the evaluator reads
     MODEL_DIR/logs/                     TensorBoard (logs/evaluator: the evaluator's)
     MODEL_DIR/history.json              every epoch's metrics, across restarts
+    MODEL_DIR/save_time.json            the slowest backup save, across restarts
     MODEL_DIR/evaluations.json          the evaluator's results by checkpoint
     MODEL_DIR/loop_checkpoints/         `CustomLoop`'s checkpoints
     MODEL_DIR/notices/TASK              a ps task's preemption notice, for the chief
@@ -22,6 +23,7 @@ import dataclasses
 import datetime
 import errno
 import fcntl
+import json
 import os
 import socket
 import stat
@@ -33,6 +35,7 @@ CHECKPOINT_PREFIX = "epoch-"
 TRAINER, EVALUATOR = "trainer", "evaluator"
 _LOCK_FILE = ".tfdist.lock"
 _MAX_DIRS_SEARCHED = 10_000
+MAX_RECORD_BYTES = 1 << 20  # A record tfdist writes is a few KB.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,6 +47,21 @@ class ModelDir:
     @property
     def backup(self) -> str:
         return os.path.join(self.root, "backup")
+
+    @property
+    def has_backup(self) -> bool:
+        """Whether a backup is there to resume (either Keras flavour's layout)."""
+        return any(
+            os.path.isfile(os.path.join(self.backup, *task, "checkpoint"))
+            for task in ((), ("chief",))
+        )
+
+    def resumed_global_batch(self) -> int | None:
+        """The global batch of the backup a run resumes here, as the cluster that made it
+        recorded it; None when there is no backup, or no record."""
+        recorded = read_record(self.cluster_json) if self.has_backup else None
+        batch = recorded.get("global_batch_size") if isinstance(recorded, dict) else None
+        return batch if isinstance(batch, int) and batch > 0 else None
 
     @property
     def checkpoints(self) -> str:
@@ -74,6 +92,11 @@ class ModelDir:
     def cluster_json(self) -> str:
         """The shape of the cluster that trained last (workers, replicas, global batch)."""
         return os.path.join(self.root, "cluster.json")
+
+    @property
+    def save_time_json(self) -> str:
+        """The slowest backup save of the run's attempts (what a grace period must cover)."""
+        return os.path.join(self.root, "save_time.json")
 
     @property
     def evaluations_json(self) -> str:
@@ -175,6 +198,29 @@ class Lock:
         if self._descriptor >= 0:
             os.close(self._descriptor)  # Closing drops the flock.
             self._descriptor = -1
+
+
+def read_record(path: str) -> object | None:
+    """The JSON tfdist recorded at `path` in a model dir; None when there is none, or what is
+    there is not a regular file (a link, a FIFO), is over MAX_RECORD_BYTES or is not JSON: what
+    someone else planted there, or a damaged record, is no reason to stop a run."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_RECORD_BYTES:
+            return None
+        data = os.read(descriptor, MAX_RECORD_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
 
 
 def _owner(descriptor: int) -> str:

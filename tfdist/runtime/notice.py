@@ -10,9 +10,11 @@ process's exit, so that no notice is lost or ignored:
 - once the run is complete (`finished`), nothing is left: it ends at once with one line and
   exit 0.
 
-`install` is called as a run starts (`tfdist.run`, `tfdist train`, `setup`); TF 2.21's
-multi-worker runtime installs a SIGTERM handler of its own when its strategy is built, so `setup`
-takes the signals back after (`reclaim`). Pure Python.
+`install` is called as a run starts (`tfdist.run`, `tfdist train`, `setup`). TF 2.21's
+multi-worker runtime installs a SIGTERM handler of its own (in C++) when its strategy is built,
+and holds SIGTERM while the workers join: `setup` takes the signals back after (`reclaim`), and a
+SIGTERM TensorFlow caught meanwhile, which it tells every worker through its coordination
+service, is the run's notice too (`_caught_by_tensorflow`). Pure Python, but for that question.
 """
 
 import enum
@@ -21,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 from tfdist import errors
 from tfdist.runtime.config import NoticeSignal
@@ -44,6 +47,7 @@ class Notice:
         self.phase = Phase.SETTING_UP
         self._finished_at = ""
         self._installed = False
+        self._tensorflow_held_since: float | None = None  # `reclaim`'s time, if it held SIGTERM.
 
     @property
     def received(self) -> bool:
@@ -67,15 +71,25 @@ class Notice:
         return self
 
     def reclaim(self) -> None:
-        """Handles the notice signals again after TensorFlow took one (a multi-worker
-        strategy's SIGTERM handler, set in C++ where Python does not see it)."""
+        """Handles the notice signals again after a multi-worker strategy's build, where
+        TensorFlow took SIGTERM (in C++, where Python does not see it); a SIGTERM it caught
+        meanwhile ends the set-up as a notice would."""
         if self._installed and self.phase is not Phase.LEAVING:
             self.install()
+            self._tensorflow_held_since = time.monotonic()
+            self._ask_tensorflow(wait_s=0.0)
 
     def training(self) -> None:
         """The step loop watches from here: a notice is noted and acted on at a step."""
         if self.phase is Phase.SETTING_UP:
             self.phase = Phase.TRAINING
+            if self._tensorflow_held_since is not None:  # TensorFlow tells within a second.
+                held = time.monotonic() - self._tensorflow_held_since
+                self._ask_tensorflow(wait_s=max(0.0, _TENSORFLOW_TELLS_S - held))
+
+    def _ask_tensorflow(self, wait_s: float) -> None:
+        if not self.received and _caught_by_tensorflow(wait_s):
+            self._on_signal(signal.SIGTERM, None)
 
     def leaving(self) -> None:
         """The state is saved and the process on its way out: later signals must not end it in
@@ -123,6 +137,35 @@ class Notice:
 
 
 _CURRENT = [Notice()]  # This process's run's notice (a new run, a new one).
+# TF 2.21's SigtermNotifier (xla/tsl/distributed_runtime/preemption/preemption_notifier.cc) looks
+# at its flag every second, then its PreemptionSyncManager sets this key in the coordination
+# service, which TensorFlow's own PreemptionCheckpointHandler reads
+# (tensorflow/python/distribute/failure_handling/failure_handling.py).
+_TENSORFLOW_NOTICE_KEY = "TF_DEFAULT_PREEMPTION_NOTICE_KEY"
+_TENSORFLOW_TELLS_S = 1.1
+_TENSORFLOW_CHECKED = "2.21."
+
+
+def _caught_by_tensorflow(wait_s: float) -> bool:
+    """Whether TensorFlow's multi-worker runtime caught a SIGTERM on any worker (waiting up to
+    `wait_s` for it to say so). A private TensorFlow API, asked only on the release where it was
+    checked; elsewhere False (the notice then is lost during the workers' join, as before)."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    from tensorflow.python.eager import context  # pylint: disable=import-outside-toplevel
+
+    if not tf.__version__.startswith(_TENSORFLOW_CHECKED):
+        return False
+    try:
+        context.context().get_config_key_value(
+            _TENSORFLOW_NOTICE_KEY, timeout_in_ms=max(1, int(wait_s * 1000))
+        )
+    except (
+        tf.errors.DeadlineExceededError,
+        tf.errors.UnavailableError,
+        tf.errors.FailedPreconditionError,
+    ):
+        return False
+    return True
 
 
 def install(extra: NoticeSignal = NoticeSignal.SIGTERM) -> Notice:

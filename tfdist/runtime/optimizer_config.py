@@ -14,6 +14,7 @@ from tfdist.fields import MAX_FLOAT32
 from tfdist.fields import fix_of
 from tfdist.fields import option
 from tfdist.input_pipelines.config import MAX_GLOBAL_BATCH_SIZE
+from tfdist.strategies import StrategyKind
 from tfdist.strategies.config import check_bounds
 from tfdist.strategies.config import coerce_enums
 
@@ -297,3 +298,26 @@ def check_schedule_fits(config: OptimizerConfig, epochs: int) -> None:
 
 def _show(boundaries: tuple[float, ...]) -> str:
     return ",".join(f"{epoch:g}" for epoch in boundaries)
+
+
+def check_noise_scale_strategy(optimizer: OptimizerConfig, kind: StrategyKind) -> None:
+    """Raises ConfigError when `--measure_noise_scale` meets a strategy without in-sync
+    replicas."""
+    if optimizer.measure_noise_scale and kind is StrategyKind.PARAMETER_SERVER:
+        raise ConfigError(
+            "measure_noise_scale=True with strategy=parameter_server: each update there is one "
+            "worker's gradient, with no larger batch to compare it with; measure under mirrored "
+            "or multi_worker_mirrored (same model and global batch)."
+        )
+
+
+def check_noise_scale_replicas(
+    optimizer: OptimizerConfig, kind: StrategyKind, num_replicas: int
+) -> None:
+    """Raises ConfigError when `--measure_noise_scale` has no two batch sizes to compare."""
+    if optimizer.measure_noise_scale and num_replicas == 1 and optimizer.grad_accum_steps == 1:
+        raise ConfigError(
+            f"measure_noise_scale=True with 1 replica under strategy={kind.value}: it compares "
+            "small- and large-batch gradients; train on 2+ replicas (e.g. strategy=mirrored "
+            "num_cpu_devices=2) or with grad_accum_steps=2 or more."
+        )

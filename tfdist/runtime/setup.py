@@ -38,6 +38,8 @@ from tfdist.runtime import paths
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.model_dir import ModelDir
+from tfdist.runtime.optimizer_config import check_noise_scale_replicas
+from tfdist.runtime.optimizer_config import check_noise_scale_strategy
 from tfdist.strategies import StrategyKind
 from tfdist.strategies import TaskType
 from tfdist.strategies.config import check_int
@@ -246,8 +248,9 @@ def _whole_batches(examples: int, global_batch: int, source: str) -> int:
 def _batches(config: RunConfig, num_replicas: int) -> tuple[RunConfig, int]:
     """`config` with its global batch for `num_replicas` replicas in sync, and the per-replica
     batch: the one derivation of both, from whichever the config gives (`TrainConfig`'s
-    per-replica batch, else `InputConfig`'s global one). The config returned gives the global
-    one (and is checked again: the learning rate's scaling to it too), for the plan's readers.
+    per-replica batch, else `InputConfig`'s global one; a per-replica batch resuming a backup
+    keeps the backup's global batch). The config returned gives the global one (and is checked
+    again: the learning rate's scaling to it too), for the plan's readers.
 
     Raises:
       InputConfigError: a global batch that does not split evenly over the replicas.
@@ -259,6 +262,10 @@ def _batches(config: RunConfig, num_replicas: int) -> tuple[RunConfig, int]:
             config.input.global_batch_size, num_replicas
         )
     global_batch = per_replica * num_replicas
+    model_dir = config.train.model_dir
+    resumed = ModelDir(model_dir).resumed_global_batch() if model_dir else None
+    if resumed is not None and resumed != global_batch:
+        per_replica, global_batch = _keep_global_batch(config, resumed, num_replicas), resumed
     if global_batch > MAX_GLOBAL_BATCH_SIZE:
         raise ConfigError(
             f"per_replica_batch_size={per_replica} over {num_replicas} replicas is a global batch "
@@ -272,29 +279,31 @@ def _batches(config: RunConfig, num_replicas: int) -> tuple[RunConfig, int]:
     ), per_replica
 
 
-def _check_noise_scale_strategy(config: RunConfig, kind: StrategyKind) -> None:
-    """Raises ConfigError when `--measure_noise_scale` meets a strategy without in-sync
-    replicas."""
-    if config.optimizer.measure_noise_scale and kind is StrategyKind.PARAMETER_SERVER:
+def _keep_global_batch(config: RunConfig, resumed: int, num_replicas: int) -> int:
+    """The per-replica batch that keeps the resumed backup's global batch (and so its steps per
+    epoch and learning-rate schedule) on `num_replicas` replicas, said in one line; ConfigError
+    when they do not split it evenly (naming the batches that would)."""
+    per_replica = config.train.per_replica_batch_size
+    root = config.train.model_dir
+    if resumed % num_replicas:
+        lower = resumed // num_replicas * num_replicas
         raise ConfigError(
-            "measure_noise_scale=True with strategy=parameter_server: each update there is one "
-            "worker's gradient, with no larger batch to compare it with; measure under mirrored "
-            "or multi_worker_mirrored (same model and global batch)."
+            f"per_replica_batch_size={per_replica}: the backup in model_dir={root!r} trained "
+            f"with a global batch of {resumed}, which {num_replicas} replicas do not split "
+            "evenly; resume on a number of replicas that divides it, or pass "
+            f"global_batch_size={lower or num_replicas} or {lower + num_replicas} instead to "
+            "resume with that batch (its steps and learning-rate schedule follow it), or "
+            "another model_dir=DIR to start afresh."
         )
-
-
-def _check_noise_scale_replicas(config: RunConfig, kind: StrategyKind, num_replicas: int) -> None:
-    """Raises ConfigError when `--measure_noise_scale` has no two batch sizes to compare."""
-    if (
-        config.optimizer.measure_noise_scale
-        and num_replicas == 1
-        and config.optimizer.grad_accum_steps == 1
-    ):
-        raise ConfigError(
-            f"measure_noise_scale=True with 1 replica under strategy={kind.value}: it compares "
-            "small- and large-batch gradients; train on 2+ replicas (e.g. strategy=mirrored "
-            "num_cpu_devices=2) or with grad_accum_steps=2 or more."
-        )
+    print(
+        f"tfdist: resuming with the backup's global batch of {resumed} "
+        f"({resumed // num_replicas} per replica on {num_replicas}), not "
+        f"per_replica_batch_size={per_replica}'s {per_replica * num_replicas}: a resume keeps "
+        "the global batch, hence the steps per epoch and the learning-rate schedule",
+        file=sys.stderr,
+        flush=True,
+    )
+    return resumed // num_replicas
 
 
 def _seed(config: RunConfig, kind: StrategyKind, keras) -> None:
@@ -369,15 +378,16 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     strategy = None
     if role is Role.TRAIN:
         input_pipelines.check_dispatcher(config.input)  # Before the job's first log line.
-        _check_noise_scale_strategy(config, kind)
+        check_noise_scale_strategy(config.optimizer, kind)
         strategy = _build_strategy(config, kind)
-        run_notice.reclaim()  # A multi-worker strategy's runtime takes SIGTERM.
+        if kind is StrategyKind.MULTI_WORKER_MIRRORED and config.cluster is not None:
+            run_notice.reclaim()  # Its runtime took SIGTERM.
         _announce_ignored_options(config, kind)
     _seed(config, kind, keras)
     _op_determinism(config)
     num_replicas = strategy.num_replicas_in_sync if strategy is not None else 1
     if role is Role.TRAIN:
-        _check_noise_scale_replicas(config, kind, num_replicas)
+        check_noise_scale_replicas(config.optimizer, kind, num_replicas)
     config, per_replica = _batches(config, num_replicas)
     steps, steps_from, info = (
         (0, "serving task", None) if role is Role.SERVE else _steps(config, train_examples)

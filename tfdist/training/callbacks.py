@@ -185,8 +185,8 @@ def advice(noise_scale: float, global_batch_size: int) -> str:
 
 class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
     """tf-keras' backup and restore, under OneDeviceStrategy too, resuming at the step a
-    preemption saved (`save_at`), with its slowest save timed (`slowest_save_s`), and kept at
-    the end with the final state (tf-keras deletes it): a rerun of the finished run knows it
+    preemption saved (`save_at`), with its saves timed by `clock` (`preemption.SaveClock`), and
+    kept at the end with the final state (tf-keras deletes it): a rerun of the finished run knows it
     is done, and a longer `--epochs` goes on from there.
 
     tf-keras 2.21 refuses OneDeviceStrategy in `on_train_begin` (it is missing from the private
@@ -195,10 +195,11 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
     attribute is extended only for the tf-keras release where that was checked.
     """
 
-    slowest_save_s = 0.0
-
-    def __init__(self, backup_dir: str, save_freq: str | int = "epoch"):
+    def __init__(
+        self, backup_dir: str, clock: preemption.SaveClock, save_freq: str | int = "epoch"
+    ):
         super().__init__(backup_dir, save_freq=save_freq, delete_checkpoint=False)
+        self.clock = clock
 
     def on_train_begin(self, logs=None):
         if isinstance(self.model.distribute_strategy, tf.distribute.OneDeviceStrategy):
@@ -248,10 +249,8 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
         self._backup(epoch)
 
     def _backup(self, epoch, batch=0):
-        """Keras' backup, timed: `slowest_save_s` is what a preemption's grace must cover."""
-        started = time.perf_counter()
-        super()._backup(epoch, batch)
-        self.slowest_save_s = max(self.slowest_save_s, time.perf_counter() - started)
+        """Keras' backup, timed: what a preemption's grace must cover."""
+        self.clock.timed(lambda: super(BackupAndRestore, self)._backup(epoch, batch))
 
 
 class SaveOnNotice(tf_keras.callbacks.Callback):

@@ -153,8 +153,13 @@ def fit(
         )
         summary = _summary(plan, keras_model, train_data, trained)
         print(run_summary.format_line(summary), flush=True)
-        if summary.get("backup_save_s") is not None:
-            preemption.say_save_time(summary["backup_save_s"])
+        if summary.get("backup_save_s"):
+            slowest = summary["backup_save_s"]
+            preemption.say_save_time(
+                f"the slowest backup save took {slowest:.2f} s (of this run's attempts)",
+                slowest,
+                plan.config.train.grace_s,
+            )
         _write_summary(plan, summary)
     process_notice.current().finished(f"at epoch {plan.config.train.epochs}")
     return summary

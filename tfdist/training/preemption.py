@@ -16,7 +16,6 @@ complete one and points to it only when it is whole, so a save the grace period 
 the previous state.
 """
 
-import json
 import os
 import sys
 import time
@@ -26,6 +25,8 @@ import tensorflow as tf
 
 from tfdist import errors
 from tfdist.runtime import output_files
+from tfdist.cluster import GRACE_ENV
+from tfdist.runtime.model_dir import read_record
 from tfdist.runtime import notice as process_notice
 from tfdist.runtime.notice import Notice
 from tfdist.runtime.setup import Plan
@@ -207,22 +208,64 @@ def stopped(
     )
 
 
-def say_save_time(save_s: float) -> None:
-    """Says on stderr how long the slowest backup save took: what a preemption's grace period
-    must cover."""
-    print(
-        f"tfdist: the slowest backup save took {save_s:.2f} s: a preemption's grace period (30 s "
-        "on Kubernetes unless `tfdist manifest --grace_s` says otherwise, 30 s on GKE spot "
-        "nodes) must cover one",
-        file=sys.stderr,
-        flush=True,
-    )
+class SaveClock:
+    """Times a run's backup saves (each worker's own), keeps the slowest of all the run's
+    attempts, a preemption's save included (the results writer records it in
+    MODEL_DIR/save_time.json), and after the first save says whether the grace period this
+    task's engine gives (`TrainConfig.grace_s`) covers one: known before any notice comes."""
+
+    def __init__(self, plan: Plan):
+        self._grace_s = plan.config.train.grace_s
+        self._path = (
+            plan.model_dir.save_time_json if plan.model_dir and plan.writes_results else None
+        )
+        earlier = read_record(self._path) if self._path else None
+        recorded = earlier.get("slowest_save_s") if isinstance(earlier, dict) else None
+        self.slowest_s = float(recorded) if isinstance(recorded, (int, float)) else 0.0
+        self._saves = 0
+
+    def timed(self, save: Callable[[], object]) -> float:
+        """Runs `save`; returns the seconds it took."""
+        started = time.perf_counter()
+        save()
+        took = time.perf_counter() - started
+        self._saves += 1
+        if self._path and self._saves == 1:
+            say_save_time(f"a backup save takes {took:.2f} s", took, self._grace_s)
+        if took > self.slowest_s:
+            self.slowest_s = took
+            if self._path:
+                output_files.write_json("model_dir", self._path, {"slowest_save_s": took})
+        return took
+
+
+def say_save_time(said: str, save_s: float, grace_s: float | None) -> None:
+    """Says on stderr `said` (of a save that took `save_s`) and whether the grace period
+    `grace_s` (None: unknown) covers it."""
+    if grace_s is None:
+        verdict = (
+            "a preemption's grace period must cover one (30 s on Kubernetes unless `tfdist "
+            f"manifest --grace_s` says otherwise, 30 s on GKE spot nodes); set {GRACE_ENV}=S "
+            "to have it checked"
+        )
+    elif save_s < grace_s:
+        verdict = (
+            f"the grace period of {grace_s:g} s this task's engine gives ({GRACE_ENV}) covers it"
+        )
+    else:
+        verdict = (
+            f"past the grace period of {grace_s:g} s this task's engine gives ({GRACE_ENV}): "
+            "a preemption would lose the steps since the last complete backup; give the job a "
+            "longer grace (`tfdist manifest --grace_s`, `tfdist launch --grace_s`)"
+        )
+    print(f"tfdist: {said}: {verdict}", file=sys.stderr, flush=True)
 
 
 def note_cluster_shape(plan: Plan, resumes: bool) -> None:
-    """Says in one line when this run `resumes` a backup that a cluster of another shape (workers,
-    replicas, global batch) made, as capacity that comes back smaller makes it; then records
-    this run's shape in `--model_dir` (the results writer does)."""
+    """Says, when this run `resumes` a backup that a cluster of another shape (workers,
+    replicas, global batch) made, as capacity that comes back smaller makes it, what the resume
+    keeps and what it does not, a line each; then records this run's shape in `--model_dir`
+    (the results writer does)."""
     shape = {
         "num_workers": plan.num_workers,
         "num_replicas": plan.num_replicas,
@@ -231,27 +274,36 @@ def note_cluster_shape(plan: Plan, resumes: bool) -> None:
     path = plan.model_dir.cluster_json
     earlier = _read_shape(path) if resumes else None
     if earlier is not None and earlier != shape:
-        print(
-            f"tfdist: resuming a backup made by {_shape(earlier)} on {_shape(shape)}: it goes "
-            "on at the saved step, but its batches are split (or sized) otherwise, so it will "
-            "not end with the weights the first cluster would have (docs/preemption.md)",
-            file=sys.stderr,
-            flush=True,
-        )
+        for line in _shape_change(earlier, shape, plan.per_replica_batch_size):
+            print(f"tfdist: {line}", file=sys.stderr, flush=True)
     if plan.writes_results:
         output_files.write_json("model_dir", path, shape)
+
+
+def _shape_change(earlier: dict, shape: dict, per_replica: int) -> list[str]:
+    """The lines that say what a resume on another cluster shape keeps and what it does not."""
+    batch, before = shape["global_batch_size"], earlier.get("global_batch_size")
+    kept = (
+        f"kept: the saved step, the global batch of {batch} ({per_replica} per replica now), "
+        "hence the steps per epoch and the learning-rate schedule"
+        if batch == before
+        else f"kept: the saved step; changed: the global batch, {before} -> {batch}, and with "
+        "it the steps per epoch (when the data's size sets them) and the learning-rate schedule"
+    )
+    return [
+        f"resuming a backup made by {_shape(earlier)} on {_shape(shape)}",
+        kept,
+        "not kept: which examples the rest of this epoch reads (each input pipeline skips the "
+        "steps done in its own new share, so some of the epoch's examples are read twice and "
+        "others not at all; from the next epoch on each is read once an epoch), nor the "
+        "weights the first cluster would have reached (docs/preemption.md)",
+    ]
 
 
 def _read_shape(path: str) -> dict | None:
     """The shape an earlier run recorded at `path`; None when there is none to read (a damaged
     record is no reason to stop a resume)."""
-    if not os.path.isfile(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as earlier_file:
-            earlier = json.load(earlier_file)
-    except (OSError, ValueError):
-        return None
+    earlier = read_record(path)
     return earlier if isinstance(earlier, dict) else None
 
 

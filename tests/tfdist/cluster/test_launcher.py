@@ -38,14 +38,14 @@ from tfdist.cluster import network
 from tfdist.cluster import processes
 from tests.tfdist.cluster import process_checks
 
-# Prints its task from TF_CONFIG and the Keras it was given, then records that it printed (a file
-# in argv[1]). Worker 1 then fails with status 3: on its first run only, or (argv[2] "always")
-# on every run once worker 0 has printed, while worker 0 sleeps.
+# Prints its task from TF_CONFIG, the Keras and grace it was given, then records that it printed
+# (a file in argv[1]). Worker 1 then fails with status 3: on its first run only, or (argv[2]
+# "always") on every run once worker 0 has printed, while worker 0 sleeps.
 _FLAKY_TASK = textwrap.dedent("""
     import json, os, sys, time
     task = json.loads(os.environ["TF_CONFIG"])["task"]
     print("task", task["type"], task["index"], "keras", os.environ.get("TF_USE_LEGACY_KERAS"),
-          flush=True)
+          "grace", os.environ.get("TFDIST_GRACE_S"), flush=True)
     open(os.path.join(sys.argv[1], f"printed-{task['index']}"), "w").close()
     marker = os.path.join(sys.argv[1], "failed-once")
     if sys.argv[2:] == ["always"]:
@@ -102,6 +102,7 @@ class SupervisionTest(_Scratch, unittest.TestCase):
             f"--log_dir={logs}",
             "--max_restarts=1",
             "--restart_backoff_s=0.1",
+            "--grace_s=45",
             "--",
             sys.executable,
             self.script(_FLAKY_TASK),
@@ -115,9 +116,9 @@ class SupervisionTest(_Scratch, unittest.TestCase):
         )
         for index in (0, 1):  # TF_USE_LEGACY_KERAS=1: tf.keras is tf-keras.
             self.assertIn(
-                f"[worker:{index}] task worker {index} keras 1",
+                f"[worker:{index}] task worker {index} keras 1 grace 45",
                 result.stdout,
-                "each task's output, prefixed, with its TF_CONFIG task and Keras",
+                "each task's output, prefixed, with its TF_CONFIG task, Keras and grace",
             )
         self.assertIn(
             "worker:1 exited with status 3; restarting every task (1/1) in 0.1 s\n",
@@ -138,7 +139,7 @@ class SupervisionTest(_Scratch, unittest.TestCase):
         with open(os.path.join(logs, "worker-1.log"), encoding="utf-8") as log:
             self.assertEqual(
                 log.read(),
-                "task worker 1 keras 1\n" * 2,
+                "task worker 1 keras 1 grace 45\n" * 2,
                 "each task's log holds its output of every run, unprefixed",
             )
 
@@ -320,13 +321,14 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
         )
 
     @parameterized.parameters(float("nan"), float("inf"), -1.0, 0.0)
-    def test_timeout_that_never_or_always_expires(self, timeout_s):
-        with self.assertRaisesRegex(
-            launch.LaunchError,
-            rf"^timeout_s={timeout_s} is not a number "
-            r"of seconds above 0; pass e\.g\. ",
-        ):
-            launch.LaunchConfig(command=("python",), timeout_s=timeout_s)
+    def test_timeout_or_grace_that_never_or_always_expires(self, seconds):
+        for field, fix in (("timeout_s", "--timeout_s=3600"), ("grace_s", "--grace_s=30")):
+            with self.assertRaisesRegex(
+                launch.LaunchError,
+                rf"^{field}={seconds} is not a number of seconds above 0 and at most 2592000 "
+                rf"\(30 days\); pass e\.g\. {fix}",
+            ):
+                launch.LaunchConfig(command=("python",), **{field: seconds})
 
     def test_unknown_keras(self):
         with self.assertRaisesRegex(launch.LaunchError, r"^keras=4 is not a Keras; pass 2 or 3\.$"):
@@ -385,7 +387,7 @@ class CommandTest(parameterized.TestCase):
     )
     def test_flags_that_need_this_machines_network(self, command, expected):
         # pylint: disable-next=protected-access
-        self.assertEqual(launch._network_flag(command), expected)
+        self.assertEqual(network.host_network_flag(command), expected)
 
     def test_restart_back_off_doubles_up_to_its_cap(self):
         self.assertEqual(

@@ -23,6 +23,7 @@ from tfdist.commands import flags as tfdist_flags
 from tfdist.commands import launch
 from tfdist.commands import manifest
 from tfdist.commands import train_flags
+from tfdist.runtime.config import ConfigError
 from tfdist.commands.benchmark import command as benchmark
 from tfdist.commands.cost_plan import command as cost_plan
 
@@ -494,6 +495,27 @@ class FlagsTest(unittest.TestCase):
             "--global_batch_size=3 does not split; e.g. --global_batch_size=2 "
             "(--epochs=3, --epochs=4, files=x, config.seed=1, lr_step_boundaries[1]=nan)",
         )
+
+
+class EngineGraceTest(unittest.TestCase):
+    """The grace period an engine gives its task (TFDIST_GRACE_S), as the run config reads it."""
+
+    def test_the_engines_grace_or_none_and_a_bad_value_in_one_line(self):
+        for value, expected in ((None, None), ("30", 30.0), ("2.5", 2.5)):
+            env = {} if value is None else {"TFDIST_GRACE_S": value}
+            with mock.patch.dict(os.environ, env, clear=False):
+                if value is None:
+                    os.environ.pop("TFDIST_GRACE_S", None)
+                self.assertEqual(train_flags.engine_grace_s(), expected)
+        for value in ("abc", "0", "-1", "nan", "inf"):
+            with mock.patch.dict(os.environ, {"TFDIST_GRACE_S": value}):
+                with self.assertRaisesRegex(
+                    ConfigError,
+                    rf"^TFDIST_GRACE_S='{value}' is not a number of seconds above 0; set it to "
+                    r"the seconds this task's engine gives from a preemption notice to SIGKILL, "
+                    r"e\.g\. 30, or unset it\.$",
+                ):
+                    train_flags.engine_grace_s()
 
 
 if __name__ == "__main__":

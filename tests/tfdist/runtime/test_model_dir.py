@@ -8,6 +8,7 @@ import unittest
 
 from tests import scratch_files
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime import model_dir
 from tfdist.runtime.model_dir import EVALUATOR
 from tfdist.runtime.model_dir import ModelDir
 
@@ -97,3 +98,27 @@ class OwnedModelDirTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ReadRecordTest(unittest.TestCase):
+    """A record tfdist reads back from a model dir (the cluster's shape, the slowest save) is
+    read without following a link, blocking on a FIFO or reading a huge file: None instead."""
+
+    def test_what_is_not_a_small_json_file_of_ours_reads_as_none(self):
+        with tempfile.TemporaryDirectory() as root:
+
+            def at(name: str) -> str:
+                return os.path.join(root, name)
+
+            with open(at("good.json"), "w", encoding="utf-8") as good:
+                good.write('{"slowest_save_s": 1.5}')
+            with open(at("garbage.json"), "wb") as garbage:
+                garbage.write(b"\xff\x00{not json")
+            with open(at("huge.json"), "wb") as huge:
+                huge.truncate(model_dir.MAX_RECORD_BYTES + 1)
+            os.symlink(at("good.json"), at("link.json"))
+            os.mkfifo(at("fifo.json"))
+            os.mkdir(at("directory.json"))
+            self.assertEqual(model_dir.read_record(at("good.json")), {"slowest_save_s": 1.5})
+            for name in ("missing", "garbage", "huge", "link", "fifo", "directory"):
+                self.assertIsNone(model_dir.read_record(at(f"{name}.json")), name)

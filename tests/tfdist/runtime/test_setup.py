@@ -1,13 +1,18 @@
 """`tfdist.setup` (`tfdist.runtime.setup`): the steps of an epoch from the size of a user's data,
 a dataset that does not say its size, and `--deterministic`'s op determinism and seeds."""
 
+import contextlib
 import dataclasses
+import io
+import json
+import os
 import tensorflow as tf
 import tf_keras
 from tensorflow.python.framework import config as tf_config
 from tensorflow.python.framework import random_seed
 
 import tfdist
+from tests.tfdist.training.tabular import MIRRORED
 from tests.tfdist.training.tabular import PolicyReset
 from tests.tfdist.training.tabular import run_config
 from tfdist.input_pipelines import InputConfig
@@ -51,6 +56,52 @@ class PlanTest(PolicyReset):
             config = _with_input(run_config(seed=5), deterministic=deterministic)
             runtime_setup._seed(config, StrategyKind.PARAMETER_SERVER, tf_keras)  # pylint: disable=protected-access
             self.assertEqual(random_seed.get_seed(None)[0], global_seed, deterministic)
+
+
+_PER_REPLICA = dict(per_replica_batch_size=32, global_batch_size=InputConfig.global_batch_size)
+
+
+class ResumedBatchTest(PolicyReset):
+    """A per-replica batch that resumes a backup keeps the backup's global batch on another
+    number of replicas (so its steps per epoch and learning-rate schedule), in one line."""
+
+    def _model_dir(self, global_batch: int) -> str:
+        root = self.get_temp_dir()
+        os.makedirs(os.path.join(root, "backup"), exist_ok=True)
+        with open(os.path.join(root, "backup", "checkpoint"), "w", encoding="utf-8") as backup:
+            backup.write('model_checkpoint_path: "ckpt-1"\n')
+        with open(os.path.join(root, "cluster.json"), "w", encoding="utf-8") as record:
+            json.dump(
+                {"num_workers": 2, "num_replicas": 2, "global_batch_size": global_batch}, record
+            )
+        return root
+
+    def test_the_backups_global_batch_is_kept_and_said(self):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            plan = tfdist.setup(run_config(**_PER_REPLICA, model_dir=self._model_dir(64)))
+        self.assertEqual((plan.global_batch_size, plan.per_replica_batch_size), (64, 64))
+        self.assertEqual(
+            stderr.getvalue(),
+            "tfdist: resuming with the backup's global batch of 64 (64 per replica on 1), not "
+            "per_replica_batch_size=32's 32: a resume keeps the global batch, hence the steps "
+            "per epoch and the learning-rate schedule\n",
+        )
+        fresh = tfdist.setup(run_config(**_PER_REPLICA, model_dir=self.get_temp_dir() + "/new"))
+        self.assertEqual(fresh.global_batch_size, 32, "nothing to resume: the flag's")
+
+    def test_a_batch_the_replicas_do_not_split_names_the_batches_that_would(self):
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^per_replica_batch_size=32: the backup in model_dir='.*' trained with a global "
+            r"batch of 63, which 2 replicas do not split evenly; resume on a number of replicas "
+            r"that divides it, or pass global_batch_size=62 or 64 instead to resume with that "
+            r"batch \(its steps and learning-rate schedule follow it\), or another model_dir=DIR "
+            r"to start afresh\.$",
+        ):
+            tfdist.setup(
+                run_config(**_PER_REPLICA, model_dir=self._model_dir(63), strategy=MIRRORED)
+            )
 
 
 def _with_input(config: RunConfig, **fields) -> RunConfig:

@@ -190,6 +190,38 @@ class KilledMidSaveTest(PolicyReset):
         self.assertEqual(resumed["history"], whole["history"])
 
 
+# A SIGTERM that TensorFlow's multi-worker runtime catches after the strategy's build, as it does
+# while the workers join: `reclaim` takes the signals back and finds the notice TensorFlow holds.
+_HELD_BY_TENSORFLOW = """
+import json, os, signal, time
+import portpicker
+port = portpicker.pick_unused_port()
+os.environ["TF_CONFIG"] = json.dumps(
+    {"cluster": {"worker": [f"127.0.0.1:{port}"]}, "task": {"type": "worker", "index": 0}}
+)
+from tfdist.runtime import notice
+run = notice.install()
+from tfdist.runtime.tf_import import import_tensorflow
+import_tensorflow(show_logs=False)
+import tensorflow as tf
+tf.distribute.MultiWorkerMirroredStrategy()
+os.kill(os.getpid(), signal.SIGTERM)  # TensorFlow's handler takes it.
+time.sleep(0.2)
+print("still running", flush=True)
+run.reclaim()  # Too soon for TensorFlow to say: it looks at its flag every second.
+run.training()  # Waits out that second: the step loop will save at its first step.
+print("noted", run.signal_name, flush=True)
+"""
+
+
+@pytest.mark.multiprocess
+class HeldByTensorFlowTest(unittest.TestCase):
+    def test_a_sigterm_tensorflow_caught_before_the_signals_came_back_is_the_runs_notice(self):
+        held = _run([sys.executable, "-c", _HELD_BY_TENSORFLOW], _REPO)
+        self.assertEqual(held.returncode, 0, held.stderr[-2000:])
+        self.assertEqual(held.stdout, "still running\nnoted SIGTERM\n")
+
+
 # An error reported as `tfdist.run` and the CLI report it, with a teardown that prints.
 _REPORTED = """
 import atexit, sys
@@ -246,35 +278,114 @@ class ScheduledAheadTest(unittest.TestCase):
         self.assertEqual(coordinator.join.call_count, 2)
 
 
+class SaveClockTest(unittest.TestCase):
+    """The first backup's save against the engine's grace, and the slowest save of every
+    attempt (a preemption's save included) at the run's end."""
+
+    def _clock(self, root: str, grace_s: float | None) -> preemption.SaveClock:
+        plan = types.SimpleNamespace(
+            config=types.SimpleNamespace(train=types.SimpleNamespace(grace_s=grace_s)),
+            model_dir=types.SimpleNamespace(save_time_json=os.path.join(root, "save_time.json")),
+            writes_results=True,
+        )
+        return preemption.SaveClock(plan)
+
+    def _timed(self, clock: preemption.SaveClock, seconds: float) -> str:
+        """stderr of a save that takes `seconds` on a fake clock."""
+        now = iter([0.0, seconds])  # Exact: no sum to round.
+        stderr = io.StringIO()
+        with (
+            mock.patch.object(preemption.time, "perf_counter", lambda: next(now)),
+            contextlib.redirect_stderr(stderr),
+        ):
+            self.assertEqual(clock.timed(lambda: None), seconds)
+        return stderr.getvalue()
+
+    def test_the_first_save_says_whether_the_grace_covers_it(self):
+        with tempfile.TemporaryDirectory() as root:
+            self.assertEqual(
+                self._timed(self._clock(root, 30.0), 1.25),
+                "tfdist: a backup save takes 1.25 s: the grace period of 30 s this task's "
+                "engine gives (TFDIST_GRACE_S) covers it\n",
+            )
+            self.assertIn(
+                "a backup save takes 2.50 s: past the grace period of 2 s this task's engine "
+                "gives (TFDIST_GRACE_S): a preemption would lose the steps since the last "
+                "complete backup; give the job a longer grace",
+                self._timed(self._clock(root, 2.0), 2.5),
+            )
+            unknown = self._clock(root, None)
+            self.assertIn("set TFDIST_GRACE_S=S to have it checked", self._timed(unknown, 0.5))
+            self.assertEqual(self._timed(unknown, 0.5), "", "only the first save says so")
+
+    def test_the_slowest_save_of_every_attempt_is_kept_across_restarts(self):
+        with tempfile.TemporaryDirectory() as root:
+            first = self._clock(root, 30.0)
+            self._timed(first, 2.63)  # Say, the preemption's save, as the attempt ended.
+            resumed = self._clock(root, 30.0)
+            self.assertEqual(resumed.slowest_s, 2.63)
+            self._timed(resumed, 1.68)
+            self.assertEqual(resumed.slowest_s, 2.63)
+            self._timed(resumed, 3.0)
+            self.assertEqual(self._clock(root, 30.0).slowest_s, 3.0)
+
+
 class ClusterShapeTest(unittest.TestCase):
-    def _plan(self, root: str, workers: int, replicas: int) -> types.SimpleNamespace:
+    def _plan(
+        self, root: str, workers: int, replicas: int, batch: int = 128
+    ) -> types.SimpleNamespace:
         return types.SimpleNamespace(
             num_workers=workers,
             num_replicas=replicas,
-            global_batch_size=128,
+            global_batch_size=batch,
+            per_replica_batch_size=batch // replicas,
             model_dir=types.SimpleNamespace(cluster_json=os.path.join(root, "cluster.json")),
             writes_results=True,
         )
 
-    def test_a_resume_on_another_shape_says_so_in_one_line(self):
+    def test_a_resume_on_another_shape_says_what_it_keeps_and_what_not(self):
         with tempfile.TemporaryDirectory() as root:
             preemption.note_cluster_shape(self._plan(root, 2, 2), resumes=False)
+            not_kept = (
+                "tfdist: not kept: which examples the rest of this epoch reads (each input "
+                "pipeline skips the steps done in its own new share, so some of the epoch's "
+                "examples are read twice and others not at all; from the next epoch on each is "
+                "read once an epoch), nor the weights the first cluster would have reached "
+                "(docs/preemption.md)"
+            )
             for resumes, shape, said in (
-                (True, (2, 2), ""),
+                (True, (2, 2, 128), []),
                 (
                     True,
-                    (1, 1),
-                    "tfdist: resuming a backup made by 2 worker(s) of 2 replica(s) in all with a "
-                    "global batch of 128 on 1 worker(s) of 1 replica(s) in all with a global "
-                    "batch of 128: it goes on at the saved step",
+                    (1, 1, 128),
+                    [
+                        "tfdist: resuming a backup made by 2 worker(s) of 2 replica(s) in all with "
+                        "a global batch of 128 on 1 worker(s) of 1 replica(s) in all with a global "
+                        "batch of 128",
+                        "tfdist: kept: the saved step, the global batch of 128 (128 per replica "
+                        "now), hence the steps per epoch and the learning-rate schedule",
+                        not_kept,
+                    ],
                 ),
-                (False, (2, 2), ""),  # A fresh run, not a resume.
+                (
+                    True,
+                    (3, 3, 66),
+                    [
+                        "tfdist: resuming a backup made by 1 worker(s) of 1 replica(s) in all with "
+                        "a global batch of 128 on 3 worker(s) of 3 replica(s) in all with a global "
+                        "batch of 66",
+                        "tfdist: kept: the saved step; changed: the global batch, 128 -> 66, and "
+                        "with it the steps per epoch (when the data's size sets them) and the "
+                        "learning-rate schedule",
+                        not_kept,
+                    ],
+                ),
+                (False, (2, 2, 128), []),  # A fresh run, not a resume.
             ):
                 stderr = io.StringIO()
                 with contextlib.redirect_stderr(stderr):
                     preemption.note_cluster_shape(self._plan(root, *shape), resumes=resumes)
-                self.assertEqual(stderr.getvalue()[: len(said)], said)
-                self.assertEqual(stderr.getvalue().count("\n"), 1 if said else 0)
+                self.assertEqual(stderr.getvalue().splitlines(), said)
 
     def test_a_damaged_record_is_no_reason_to_stop(self):
         with tempfile.TemporaryDirectory() as root:

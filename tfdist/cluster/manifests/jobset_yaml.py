@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tfdist.cluster import GRACE_ENV
 from tfdist.cluster import kubernetes_rules
 from tfdist.cluster.manifests import checks
 from tfdist.cluster.manifests import jobset_checks
@@ -155,7 +156,7 @@ def jobset(
         model_dir=model_dir,
         source="train flags" if program is None else "program",
     )
-    env = _environment(name, port, layout)
+    env = _environment(name, port, layout, pods.grace_s)
     replicated_jobs = []
     for job, count in layout.items():
         service = job in jobset_pods.SERVICE_JOBS
@@ -295,8 +296,11 @@ def _bounded(args: Sequence[str]) -> list[str]:
     return [*args, f"{COLLECTIVE_TIMEOUT_FLAG}={COLLECTIVE_TIMEOUT_S}"]
 
 
-def _environment(name: str, port: int, layout: Mapping[str, int]) -> list[dict[str, Any]]:
-    """The variables from which each pod derives its place (`tfdist.strategies.jobset`)."""
+def _environment(
+    name: str, port: int, layout: Mapping[str, int], grace_s: int
+) -> list[dict[str, Any]]:
+    """The variables from which each pod derives its place (`tfdist.strategies.jobset`), and
+    its grace period (terminationGracePeriodSeconds), which its backups' save must fit in."""
     env = [
         {"name": variable, "valueFrom": {"fieldRef": {"fieldPath": field}}}
         for variable, field in jobset_pods.DOWNWARD_API.items()
@@ -305,6 +309,7 @@ def _environment(name: str, port: int, layout: Mapping[str, int]) -> list[dict[s
         {"name": jobset_pods.ENV_SUBDOMAIN, "value": name},
         {"name": jobset_pods.ENV_PORT, "value": str(port)},
         {"name": jobset_pods.ENV_LAYOUT, "value": jobset_pods.format_layout(layout)},
+        {"name": GRACE_ENV, "value": str(grace_s)},
     ]
 
 

@@ -6,6 +6,7 @@ import re
 import shlex
 from collections.abc import Sequence
 
+from tfdist.cluster import GRACE_ENV
 from tfdist.cluster.manifests import checks
 from tfdist.errors import EXIT_PREEMPTED
 from tfdist.cluster.manifests.jobset_checks import GRACE_S
@@ -161,6 +162,7 @@ def slurm(
         "# the script then queues the job again (scontrol requeue; --requeue lets Slurm do so",
         "# after a node failure or preemption), and it resumes from --model_dir at that step.",
         "set -euo pipefail",
+        f"export {GRACE_ENV}={grace_s}  # Each task checks its backup's save against it.",
         f'PYTHON="${{TFDIST_PYTHON:-{_shell_quote_inside(python)}}}"',
         "set +e",
         " ".join(word if word is _PYTHON_WORD else shlex.quote(word) for word in srun),

@@ -136,6 +136,7 @@ class CustomLoop:
         self._iterators = weakref.WeakKeyDictionary()  # Dataset -> its iterator.
         self._loops: dict[tuple[Callable, bool], Callable] = {}
         self._watch = preemption.watch(plan)
+        self._clock = preemption.SaveClock(plan)
         self._training_sets = weakref.WeakSet()  # What `distribute` made of training data.
         self._steps_done = 0  # Training steps into the current epoch.
         self._to_skip = 0  # Steps of the resumed epoch that the restored state has done.
@@ -369,7 +370,7 @@ class CustomLoop:
         manager = self._manager_or_none()
         self._epoch.assign(epochs_done)
         self._step.assign(steps)
-        manager.save()
+        self._clock.timed(manager.save)
         if not self.plan.writes_results:
             shutil.rmtree(manager.directory, ignore_errors=True)
             self._manager = None

@@ -130,7 +130,9 @@ def _backup(plan: Plan) -> BackupAndRestore | None:
         return None
     every = plan.config.train.backup_every
     return BackupAndRestore(
-        plan.model_dir.backup, save_freq=every if every == "epoch" else int(every)
+        plan.model_dir.backup,
+        preemption.SaveClock(plan),
+        save_freq=every if every == "epoch" else int(every),
     )
 
 
@@ -248,5 +250,5 @@ def train(
         "examples_per_sec": timer.examples_per_sec(),
         "epoch_train_s": timer.epoch_train_s,
         "resumed_from_epoch": epochs.resumed_from_epoch,
-        "backup_save_s": backup and backup.slowest_save_s,
+        "backup_save_s": backup and backup.clock.slowest_s,
     }

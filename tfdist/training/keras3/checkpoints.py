@@ -8,11 +8,11 @@ for the evaluator (`tfdist.training.keras3.evaluator`)."""
 
 import os
 import shutil
-import time
 
 import tensorflow as tf
 
 from tfdist.runtime.setup import Plan
+from tfdist.training import preemption
 from tfdist.training.keras3.step import Steps
 
 _ONE_COPY = {
@@ -39,7 +39,7 @@ class Checkpoints:
             step_in_epoch=self.step_in_epoch,
         )
         self._weights = tf.train.Checkpoint(model=steps.model)
-        self.slowest_save_s = 0.0
+        self.clock = preemption.SaveClock(plan)
 
     def _directory(self, path: str) -> str:
         """`path` under --model_dir for the task that writes results; a scratch copy for the
@@ -64,15 +64,14 @@ class Checkpoints:
             shutil.rmtree(backup.directory, ignore_errors=True)
 
     def _backup_at(self, epochs_done: int, steps_done: int) -> tf.train.CheckpointManager:
-        """Backs up, timed: `slowest_save_s` is what a preemption's grace must cover."""
-        started = time.perf_counter()
+        """Backs up, timed by `clock`: what a preemption's grace must cover."""
         self.epochs_done.assign(epochs_done)
         self.step_in_epoch.assign(steps_done)
         backup = tf.train.CheckpointManager(
             self._backup, self._directory(self.model_dir.backup), max_to_keep=1
         )
-        backup.save(checkpoint_number=epochs_done * self.plan.steps_per_epoch + steps_done)
-        self.slowest_save_s = max(self.slowest_save_s, time.perf_counter() - started)
+        number = epochs_done * self.plan.steps_per_epoch + steps_done
+        self.clock.timed(lambda: backup.save(checkpoint_number=number))
         return backup
 
     def save(self, epochs_done: int) -> None:

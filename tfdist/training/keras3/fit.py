@@ -194,5 +194,5 @@ def _train_loop(
         "examples_per_sec": timer.examples_per_sec(),
         "epoch_train_s": timer.epoch_train_s,
         "resumed_from_epoch": history.resumed_from_epoch,
-        "backup_save_s": plan.model_dir and checkpoints.slowest_save_s,
+        "backup_save_s": plan.model_dir and checkpoints.clock.slowest_s,
     }

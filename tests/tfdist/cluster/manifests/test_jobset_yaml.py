@@ -158,6 +158,7 @@ class LayoutTest(absltest.TestCase):
         self.assertEqual(env[jobset_pods.ENV_LAYOUT]["value"], "worker=3")
         self.assertEqual(env[jobset_pods.ENV_PORT]["value"], "3000")
         self.assertEqual(env[jobset_pods.ENV_SUBDOMAIN]["value"], "mnist")
+        self.assertEqual(env["TFDIST_GRACE_S"]["value"], "30", "the grace, told to the task")
 
     def test_parameter_server_waits_for_the_chief_and_the_evaluator(self):
         arguments, _ = LAYOUTS["parameter_server_with_evaluator"]

@@ -59,6 +59,9 @@ class SlurmTest(parameterized.TestCase):
         self.assertIn("#SBATCH --requeue", lines)
         lead = manifests.slurm(**_SLURM, num_workers=1, grace_s=120).splitlines()
         self.assertIn("#SBATCH --signal=USR1@120", lead)
+        self.assertIn(
+            "export TFDIST_GRACE_S=120  # Each task checks its backup's save against it.", lead
+        )
 
     def test_gpus_per_task(self):
         script = manifests.slurm(**_SLURM, num_workers=2, gpus_per_task=2)

@@ -60,15 +60,17 @@ class CustomLoopTest(PolicyReset):
         with contextlib.redirect_stderr(stderr):
             first, losses = run_epochs(3)
         self.assertEqual((first, len(losses)), (2, 1))
-        self.assertEqual(
+        self.assertRegex(
             stderr.getvalue(),
-            "tfdist: your dataset function tests.tfdist.training.tabular:tabular_dataset_fn."
-            "<locals>.make reads on after the batches of the 32 step(s) trained (they are read "
-            "and dropped): the batches the run would have read if it reads in a fixed order "
-            "(seeded shuffles, deterministic maps)\n"
-            "tfdist: resuming at epoch 3 from the checkpoint an "
-            "earlier loop left in this --model_dir; pass another "
-            "--model_dir to start afresh\n",
+            r"^tfdist: your dataset function tests\.tfdist\.training\.tabular:tabular_dataset_fn\."
+            r"<locals>\.make reads on after the batches of the 32 step\(s\) trained \(they are "
+            r"read and dropped\): the batches the run would have read if it reads in a fixed "
+            r"order \(seeded shuffles, deterministic maps\)\n"
+            r"tfdist: resuming at epoch 3 from the checkpoint an earlier loop left in this "
+            r"--model_dir; pass another --model_dir to start afresh\n"
+            r"tfdist: a backup save takes [0-9.]+ s: a preemption's grace period must cover one "
+            r"\(30 s on Kubernetes unless `tfdist manifest --grace_s` says otherwise, 30 s on GKE "
+            r"spot nodes\); set TFDIST_GRACE_S=S to have it checked\n$",
         )
 
     def test_a_notice_between_runs_ends_the_next_at_a_step_and_the_loop_resumes_to_the_weights(
