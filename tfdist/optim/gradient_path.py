@@ -143,6 +143,14 @@ class GradientPath(tf.Module):
         super().__init__(name="gradient_path")
         self.transforms = transforms
         self.built = False
+        self._rider = None  # What `carry` adds to the gradients' all-reduce.
+
+    def carry(self, rider) -> None:
+        """Sums `rider` over the replicas in every step's gradient all-reduce, at no cost of its
+        own: its `local()` (a float32 scalar, this replica's) is summed with the gradients and
+        the sum handed to its `take_sum(total)`. A preemption notice's agreement rides so
+        (`tfdist.training.preemption`); not checkpointed."""
+        self._rider = self._no_dependency(rider)
 
     def build(self, variables: list) -> None:
         """Makes the path's variables for the model's trainable `variables` (once; call in the
@@ -194,7 +202,7 @@ class GradientPath(tf.Module):
         local = [grads[index] for index in present]
         if self._needs_dense:
             local = [tf.convert_to_tensor(grad) for grad in local]
-        summed = all_reduce(transforms.wire_dtype, local)
+        summed = self._all_reduce_with_rider(local)
         if transforms.loss_scaling:
             summed = self._unscaled(summed)
         if transforms.noise_scale_batch:
@@ -211,6 +219,14 @@ class GradientPath(tf.Module):
         for index, value in zip(present, summed):
             reduced[index] = value
         return reduced
+
+    def _all_reduce_with_rider(self, local: list) -> list:
+        """`local` summed over the replicas, the rider's value with them (see `carry`)."""
+        if self._rider is None:
+            return all_reduce(self.transforms.wire_dtype, local)
+        summed = all_reduce(self.transforms.wire_dtype, [*local, self._rider.local()])
+        self._rider.take_sum(summed.pop())
+        return summed
 
     def _unscaled(self, grads: list) -> list:
         return [_times(grad, 1.0 / self.loss_scale) for grad in grads]

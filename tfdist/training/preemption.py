@@ -34,9 +34,11 @@ from tfdist.strategies import StrategyKind
 
 
 class Agreement:
-    """The notice as a flag that each step all-reduces over every replica of every worker
+    """The notice as a flag that each step sums over every replica of every worker
     (multi_worker_mirrored): a step's sum is above 0 on all workers alike once any worker
-    raised its flag before that step began."""
+    raised its flag before that step began. The sum rides in the step's gradient all-reduce
+    where tfdist's gradient path runs it (`GradientPath.carry`); else it is an all-reduce of
+    its own after the step (measured: docs/PERFORMANCE.md#the-notice-watchs-cost)."""
 
     def __init__(self):
         with tf.init_scope():  # Plain local variables, outside any strategy's scope.
@@ -52,15 +54,25 @@ class Agreement:
         """Whether the last step found any worker's flag raised."""
         return bool(self._agreed.numpy() > 0)
 
-    def around(self, train_step: Callable) -> Callable:
-        """`train_step` (a replica's step), then the flags' all-reduce."""
+    def local(self) -> tf.Tensor:
+        """This worker's flag (in a replica): what the all-reduce sums."""
+        return self._raised.read_value()
+
+    def take_sum(self, total: tf.Tensor) -> None:
+        """The flags' sum over every replica (in a replica, after the all-reduce)."""
+        self._agreed.assign(total)
+
+    def around(self, train_step: Callable, path=None) -> Callable:
+        """`train_step` (a replica's step) with the flags' sum: carried by `path`, the step's
+        `GradientPath` when it runs one every step, else an all-reduce after the step."""
+        if path is not None:
+            path.carry(self)
+            return train_step
 
         def step_with_agreement(*batch):
             logs = train_step(*batch)
             context = tf.distribute.get_replica_context()
-            self._agreed.assign(
-                context.all_reduce(tf.distribute.ReduceOp.SUM, self._raised.read_value())
-            )
+            self.take_sum(context.all_reduce(tf.distribute.ReduceOp.SUM, self.local()))
             return logs
 
         return step_with_agreement
@@ -140,9 +152,12 @@ class Watch:
         self.notice, self._agreement, self._ps_notices = notice, agreement, ps_notices
         self._ahead = ahead
 
-    def around(self, replica_step: Callable) -> Callable:
-        """`replica_step`, with the workers' agreement after it when there is one."""
-        return replica_step if self._agreement is None else self._agreement.around(replica_step)
+    def around(self, replica_step: Callable, path=None) -> Callable:
+        """`replica_step`, with the workers' agreement when there is one: carried by `path`
+        (the `GradientPath` the step runs once, if it does), else after the step."""
+        if self._agreement is None:
+            return replica_step
+        return self._agreement.around(replica_step, path)
 
     def before_step(self) -> None:
         if self._agreement is not None and self.notice.received:

@@ -221,7 +221,7 @@ def train(
             ),
         }
     backup, watch = _backup(plan), preemption.watch(plan)
-    model.train_step = watch.around(model.train_step)
+    model.train_step = watch.around(model.train_step, step.gradient_path_of(model))
     watch.notice.training()
     with guards.explained(
         model.name, lambda error: training_data.explain(train_data, error), plan.config.cluster

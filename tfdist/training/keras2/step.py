@@ -59,4 +59,11 @@ def install(model: tf_keras.Model, optimizer: tf_keras.optimizers.Optimizer) -> 
         minimize(optimizer, loss, tape, model.trainable_variables)
         return model.compute_metrics(features, labels, predictions, sample_weight)
 
+    train_step.gradient_path = optimizer.gradient_path
     model.train_step = train_step
+
+
+def gradient_path_of(model: tf_keras.Model):
+    """The gradient path `model`'s training step runs once a step: its `GradientPath` when
+    `install` gave it tfdist's step, else None (a model compiled with an optimizer of its own)."""
+    return getattr(model.train_step, "gradient_path", None)

@@ -30,7 +30,7 @@ class Runner:
         """Compiles the loops over `steps`' training and evaluation steps; a training step
         takes part in `watch`'s agreement."""
         strategy = self.strategy
-        train_replica = watch.around(steps.train_replica)
+        train_replica = watch.around(steps.train_replica, steps.path)
 
         @tf.function
         def train(iterator, count):
