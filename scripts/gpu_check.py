@@ -3,6 +3,8 @@
 On a GPU machine (in under 8 minutes on one GPU):
   doctor              `tfdist doctor`: devices, Keras, the strategy auto picks
   default_job         `tfdist train` on the GPU (one_device): val_accuracy, examples/s
+  deterministic       the same twice with --deterministic (op determinism): whether the two
+                      runs' final metrics are identical, and its examples/s over default_job's
   mirrored_logical    mirrored over 2 logical GPUs split from GPU 0 (hierarchical copy)
   mirrored_nccl       mirrored over 2 physical GPUs with NCCL, when there are 2 or more
   mixed_float16       the default job under mixed_float16 with loss scaling: finite loss
@@ -120,6 +122,19 @@ def _train_figures(metrics: dict | None) -> dict:
     }
 
 
+def _determinism_figures(default_job: dict, runs: list[dict]) -> dict:
+    """Two --deterministic runs: whether they ended alike, and their speed over default_job's."""
+    if not (default_job and all(runs)):
+        return {}
+    rate = min(run["examples_per_sec"] for run in runs)
+    return {
+        "identical_final_metrics": runs[0]["val_accuracy"] == runs[1]["val_accuracy"]
+        and runs[0]["loss"] == runs[1]["loss"],
+        "runs": runs,
+        "examples_per_sec_over_default_job": rate / default_job["examples_per_sec"],
+    }
+
+
 def _benchmark_figures(report: dict | None, data: str) -> dict:
     if not report:
         return {}
@@ -143,6 +158,13 @@ def main(out_dir: str) -> int:
     else:
         train = ["train", "--metrics_json={json}"]
         report["default_job"] = _train_figures(run("default_job", train))
+        report["deterministic"] = _determinism_figures(
+            report["default_job"],
+            [
+                _train_figures(run(f"deterministic_{n}", [*train, "--deterministic"]))
+                for n in (1, 2)
+            ],
+        )
         report["mirrored_logical"] = _train_figures(
             run("mirrored_logical", [*train, "--strategy=mirrored", "--num_logical_gpus=2"])
         )
