@@ -95,8 +95,48 @@ def fit_tabular(model_dir: str, callbacks=()) -> dict:
 
 
 class NoticeInFitTest(PolicyReset):
-    """A notice in validation, and a second one during the save, in `fit` in this process (the
-    test runs in its process's main thread, where the handler is installed during `fit`)."""
+    """A notice at each boundary of `fit` in this process (the test runs in its process's main
+    thread, where `setup` installs the handler): the first step, validation (and a second notice
+    during the save), the epoch's backup, a resumed run's start, the last step. (Before set-up,
+    between set-up and the first step, and after the run: PreemptedRunTest, in processes.)"""
+
+    def _preempted(self, model_dir: str, callback, line: str) -> None:
+        with self.assertRaisesRegex(errors.Preempted, rf"^preempted at {line}; state saved in "):
+            fit_tabular(model_dir, [callback])
+
+    def test_a_notice_in_the_first_step_or_a_resumed_runs_start_saves_at_that_step(self):
+        class SignalInTheFirstStep(tf_keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                if self.model.optimizer.iterations.numpy() == 0:
+                    os.kill(os.getpid(), signal.SIGTERM)
+
+        class SignalAsTheRunResumes(tf_keras.callbacks.Callback):
+            def on_train_begin(self, logs=None):  # Before the backup's restore, which comes
+                os.kill(os.getpid(), signal.SIGTERM)  # in a callback of tfdist's after yours.
+
+        model_dir = os.path.join(self.get_temp_dir(), "first")
+        self._preempted(model_dir, SignalInTheFirstStep(), "epoch 1 step 1")
+        self.assertEqual(backup_position_of(model_dir), (0, 1))
+        self._preempted(model_dir, SignalAsTheRunResumes(), "epoch 1 step 2")
+        self.assertEqual(backup_position_of(model_dir), (0, 2), "one step of the resumed run")
+
+    def test_a_notice_during_the_epochs_backup_ends_the_run_at_the_epochs_end(self):
+        signalled = []
+        save = tf.train.CheckpointManager.save
+
+        def save_signalled(manager, *args, **kwargs):  # The notice mid-save, once.
+            if not signalled:
+                signalled.append(True)
+                os.kill(os.getpid(), signal.SIGTERM)
+            return save(manager, *args, **kwargs)
+
+        model_dir = os.path.join(self.get_temp_dir(), "backup")
+        with mock.patch.object(tf.train.CheckpointManager, "save", save_signalled):
+            with self.assertRaisesRegex(
+                errors.Preempted, r"^preempted at the end of epoch 1; state saved in "
+            ):
+                fit_tabular(model_dir)
+        self.assertEqual(backup_position_of(model_dir), (1, 0), "the epoch's backup, whole")
 
     def test_a_notice_in_the_last_step_lets_the_run_finish_then_leaves_with_0(self):
         class SignalInTheLastStep(tf_keras.callbacks.Callback):
