@@ -138,7 +138,7 @@ def fit(
             finish = recorded_finish(plan.model_dir.history_json)
             if is_finished(start, plan.config.train.epochs, finish, plan.model_dir.root):
                 return _finished_before(plan, model, train_data, loss, metrics, finish[0])
-            preemption.note_cluster_shape(plan, resumes=start is not None)
+            preemption.note_cluster_shape(plan, start)
             stack.enter_context(_full_disk_is_one_line(plan.model_dir))
         keras_model, trained = flavour(plan).train(
             plan,
@@ -153,7 +153,7 @@ def fit(
         )
         summary = _summary(plan, keras_model, train_data, trained)
         print(run_summary.format_line(summary), flush=True)
-        if summary.get("backup_save_s"):
+        if summary.get("backup_save_s") and plan.writes_results:
             slowest = summary["backup_save_s"]
             preemption.say_save_time(
                 f"the slowest backup save took {slowest:.2f} s (of this run's attempts)",

@@ -276,27 +276,29 @@ def say_save_time(said: str, save_s: float, grace_s: float | None) -> None:
     print(f"tfdist: {said}: {verdict}", file=sys.stderr, flush=True)
 
 
-def note_cluster_shape(plan: Plan, resumes: bool) -> None:
-    """Says, when this run `resumes` a backup that a cluster of another shape (workers,
-    replicas, global batch) made, as capacity that comes back smaller makes it, what the resume
-    keeps and what it does not, a line each; then records this run's shape in `--model_dir`
-    (the results writer does)."""
+def note_cluster_shape(plan: Plan, start: tuple[int, int] | None) -> None:
+    """Says, when this run resumes at `start` ((epoch, step) from 0; None: it starts afresh) a
+    backup that a cluster of another shape (workers, replicas, global batch) made, as capacity
+    that comes back smaller makes it, what the resume keeps and what it does not, a line each;
+    then records this run's shape in `--model_dir` (the results writer does)."""
     shape = {
         "num_workers": plan.num_workers,
         "num_replicas": plan.num_replicas,
         "global_batch_size": plan.global_batch_size,
     }
     path = plan.model_dir.cluster_json
-    earlier = _read_shape(path) if resumes else None
+    earlier = _read_shape(path) if start is not None else None
     if earlier is not None and earlier != shape:
-        for line in _shape_change(earlier, shape, plan.per_replica_batch_size):
+        mid_epoch = start[1] > 0
+        for line in _shape_change(earlier, shape, plan.per_replica_batch_size, mid_epoch):
             print(f"tfdist: {line}", file=sys.stderr, flush=True)
     if plan.writes_results:
         output_files.write_json("model_dir", path, shape)
 
 
-def _shape_change(earlier: dict, shape: dict, per_replica: int) -> list[str]:
-    """The lines that say what a resume on another cluster shape keeps and what it does not."""
+def _shape_change(earlier: dict, shape: dict, per_replica: int, mid_epoch: bool) -> list[str]:
+    """The lines that say what a resume on another cluster shape keeps and what it does not
+    (`mid_epoch`: it resumes within an epoch, whose remaining examples it reads otherwise)."""
     batch, before = shape["global_batch_size"], earlier.get("global_batch_size")
     kept = (
         f"kept: the saved step, the global batch of {batch} ({per_replica} per replica now), "
@@ -305,13 +307,18 @@ def _shape_change(earlier: dict, shape: dict, per_replica: int) -> list[str]:
         else f"kept: the saved step; changed: the global batch, {before} -> {batch}, and with "
         "it the steps per epoch (when the data's size sets them) and the learning-rate schedule"
     )
+    examples = (
+        "which examples the rest of this epoch reads (each input pipeline skips the steps done "
+        "in its own new share, so some of the epoch's examples are read twice and others not "
+        "at all; from the next epoch on each is read once an epoch), nor "
+        if mid_epoch
+        else ""
+    )
     return [
         f"resuming a backup made by {_shape(earlier)} on {_shape(shape)}",
         kept,
-        "not kept: which examples the rest of this epoch reads (each input pipeline skips the "
-        "steps done in its own new share, so some of the epoch's examples are read twice and "
-        "others not at all; from the next epoch on each is read once an epoch), nor the "
-        "weights the first cluster would have reached (docs/preemption.md)",
+        f"not kept: {examples}the weights the first cluster would have reached "
+        "(docs/preemption.md)",
     ]
 
 

@@ -385,7 +385,7 @@ class ClusterShapeTest(unittest.TestCase):
 
     def test_a_resume_on_another_shape_says_what_it_keeps_and_what_not(self):
         with tempfile.TemporaryDirectory() as root:
-            preemption.note_cluster_shape(self._plan(root, 2, 2), resumes=False)
+            preemption.note_cluster_shape(self._plan(root, 2, 2), None)
             not_kept = (
                 "tfdist: not kept: which examples the rest of this epoch reads (each input "
                 "pipeline skips the steps done in its own new share, so some of the epoch's "
@@ -393,10 +393,10 @@ class ClusterShapeTest(unittest.TestCase):
                 "read once an epoch), nor the weights the first cluster would have reached "
                 "(docs/preemption.md)"
             )
-            for resumes, shape, said in (
-                (True, (2, 2, 128), []),
+            for start, shape, said in (
+                ((1, 3), (2, 2, 128), []),
                 (
-                    True,
+                    (1, 3),
                     (1, 1, 128),
                     [
                         "tfdist: resuming a backup made by 2 worker(s) of 2 replica(s) in all with "
@@ -408,7 +408,7 @@ class ClusterShapeTest(unittest.TestCase):
                     ],
                 ),
                 (
-                    True,
+                    (2, 0),  # At an epoch's start: nothing of an epoch to read otherwise.
                     (3, 3, 66),
                     [
                         "tfdist: resuming a backup made by 1 worker(s) of 1 replica(s) in all with "
@@ -417,21 +417,22 @@ class ClusterShapeTest(unittest.TestCase):
                         "tfdist: kept: the saved step; changed: the global batch, 128 -> 66, and "
                         "with it the steps per epoch (when the data's size sets them) and the "
                         "learning-rate schedule",
-                        not_kept,
+                        "tfdist: not kept: the weights the first cluster would have reached "
+                        "(docs/preemption.md)",
                     ],
                 ),
-                (False, (2, 2, 128), []),  # A fresh run, not a resume.
+                (None, (2, 2, 128), []),  # A fresh run, not a resume.
             ):
                 stderr = io.StringIO()
                 with contextlib.redirect_stderr(stderr):
-                    preemption.note_cluster_shape(self._plan(root, *shape), resumes=resumes)
+                    preemption.note_cluster_shape(self._plan(root, *shape), start)
                 self.assertEqual(stderr.getvalue().splitlines(), said)
 
     def test_a_damaged_record_is_no_reason_to_stop(self):
         with tempfile.TemporaryDirectory() as root:
             with open(os.path.join(root, "cluster.json"), "w", encoding="utf-8") as record:
                 record.write('{"num_workers": ')
-            preemption.note_cluster_shape(self._plan(root, 1, 1), resumes=True)
+            preemption.note_cluster_shape(self._plan(root, 1, 1), (1, 0))
             with open(os.path.join(root, "cluster.json"), encoding="utf-8") as record:
                 self.assertEqual(json.load(record)["num_workers"], 1)
 
