@@ -80,12 +80,14 @@ class Notice:
             self._ask_tensorflow(wait_s=0.0)
 
     def training(self) -> None:
-        """The step loop watches from here: a notice is noted and acted on at a step."""
-        if self.phase is Phase.SETTING_UP:
+        """The step loop watches from here: a notice is noted and acted on at a step (a loop
+        that trains on after its run finished is training again)."""
+        if self.phase is Phase.SETTING_UP and self._tensorflow_held_since is not None:
+            held = time.monotonic() - self._tensorflow_held_since  # It tells within a second.
             self.phase = Phase.TRAINING
-            if self._tensorflow_held_since is not None:  # TensorFlow tells within a second.
-                held = time.monotonic() - self._tensorflow_held_since
-                self._ask_tensorflow(wait_s=max(0.0, _TENSORFLOW_TELLS_S - held))
+            self._ask_tensorflow(wait_s=max(0.0, _TENSORFLOW_TELLS_S - held))
+        if self.phase in (Phase.SETTING_UP, Phase.FINISHED):
+            self.phase = Phase.TRAINING
 
     def _ask_tensorflow(self, wait_s: float) -> None:
         if not self.received and _caught_by_tensorflow(wait_s):

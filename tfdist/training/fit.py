@@ -161,7 +161,8 @@ def fit(
                 plan.config.train.grace_s,
             )
         _write_summary(plan, summary)
-    process_notice.current().finished(f"at epoch {plan.config.train.epochs}")
+    epochs_done = max(map(len, summary["history"].values()), default=plan.config.train.epochs)
+    process_notice.current().finished(f"at epoch {epochs_done}")
     return summary
 
 

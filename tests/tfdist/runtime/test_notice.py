@@ -61,6 +61,15 @@ class NoticeTest(unittest.TestCase):
             r"nothing is left to save or train\.\n$",
         )
 
+    def test_a_loop_that_trains_on_after_its_run_finished_is_training_again(self):
+        """A `CustomLoop` of yours that goes on past `--epochs`: a notice then is noted for its
+        step loop, not an exit with 0 that would lose its steps."""
+        run = notice.install()
+        run.finished("at epoch 3")
+        run.training()
+        os.kill(os.getpid(), signal.SIGTERM)
+        self.assertEqual((run.signal_name, run.phase), ("SIGTERM", notice.Phase.TRAINING))
+
     def test_a_notice_noted_in_the_last_steps_ends_the_process_when_the_run_is_complete(self):
         run = notice.install()
         run.training()

@@ -343,7 +343,7 @@ class CustomLoop:
             if step > self.plan.steps_per_epoch:  # Saved after an epoch's last step.
                 epoch, step = epoch + 1, 1
             epochs = self.plan.config.train.epochs
-            if (epoch, step) == (epochs + 1, 1):
+            if (epoch, step) == (epochs + 1, 1):  # `--epochs` done.
                 say_finished(epochs, model_dir.root)
                 self._watch.notice.finished(f"at epoch {epochs}")
             else:
