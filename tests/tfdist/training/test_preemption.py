@@ -26,11 +26,14 @@ from unittest import mock
 
 import pytest
 
+import keras
 import tensorflow as tf
 import tf_keras
 import tfdist
 from tests.leaving import Left
 from tests.tfdist.cli_runner import MLP_PROGRAM
+from tests.tfdist.training.keras3.keras3_tabular import keras3_tabular_model
+from tests.tfdist.training.tabular import MIRRORED
 from tests.tfdist.training.tabular import PolicyReset
 from tests.tfdist.training.tabular import run_config
 from tests.tfdist.training.tabular import tabular_dataset_fn
@@ -304,6 +307,136 @@ class NoticeInFitTest(PolicyReset):
         whole = fit_tabular(os.path.join(self.get_temp_dir(), "whole"))
         self.assertEqual(resumed["final"], whole["final"])
         self.assertEqual(resumed["history"], whole["history"])
+
+
+class SignalBeforeStep(tf_keras.callbacks.Callback):
+    """Sends this process SIGTERM as the step after `steps` optimizer steps begins."""
+
+    def __init__(self, steps: int):
+        super().__init__()
+        self._steps = steps
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.model.optimizer.iterations.numpy() == self._steps:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def fit_two_epochs(model_dir: str, callbacks=(), backup_every: str = "epoch"):
+    """`tfdist.fit` of the tabular model, 2 epochs of 4 steps without validation."""
+    plan = tfdist.setup(
+        run_config(
+            global_batch_size=32,
+            epochs=2,
+            steps_per_epoch=4,
+            model_dir=model_dir,
+            backup_every=backup_every,
+        )
+    )
+    tf_keras.utils.set_random_seed(3)
+    return tfdist.fit(
+        plan,
+        tabular_model,
+        tabular_dataset_fn(32),
+        loss="sparse_categorical_crossentropy",
+        callbacks=list(callbacks),
+    )
+
+
+class SaveAtTheStepTest(PolicyReset):
+    """tf-keras' `fit` in this process, preempted mid-epoch: the backup holds the step it
+    stopped at, and the run resumes at the next (tfdist.training.callbacks)."""
+
+    def test_a_notice_mid_epoch_saves_that_step_and_the_run_resumes_at_the_next(self):
+        model_dir = os.path.join(self.get_temp_dir(), "preempted")
+        with self.assertRaisesRegex(
+            errors.Preempted, r"^preempted at epoch 2 step 2; state saved in "
+        ):
+            fit_two_epochs(model_dir, [SignalBeforeStep(5)])
+        self.assertEqual(backup_position_of(model_dir), (1, 2))
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            resumed = fit_two_epochs(model_dir)
+        self.assertIn("tfdist: resuming at epoch 2 step 3 from the backup", stderr.getvalue())
+        self.assertEqual(int(resumed.model.optimizer.iterations.numpy()), 8, "6 saved, 2 more")
+
+    def test_backups_every_few_steps_keep_the_final_state(self):
+        model_dir = os.path.join(self.get_temp_dir(), "steps")
+        fit_two_epochs(model_dir, backup_every="3")  # The last step backup: after step 6.
+        self.assertEqual(backup_position_of(model_dir), (2, 0))
+
+
+class Keras3SignalBeforeStep(keras.callbacks.Callback):
+    """Sends this process SIGTERM as the step after `steps` optimizer steps begins."""
+
+    def __init__(self, steps: int):
+        super().__init__()
+        self._steps = steps
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self._steps:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def fit_keras3_two_epochs(model_dir: str, callbacks=(), strategy=None):
+    """`tfdist.fit` of the tabular model in Keras 3, 2 epochs of 4 steps without validation."""
+    plan = tfdist.setup(
+        run_config(
+            global_batch_size=32,
+            strategy=strategy,
+            keras=3,
+            epochs=2,
+            steps_per_epoch=4,
+            model_dir=model_dir,
+        )
+    )
+    keras.utils.set_random_seed(3)
+    return tfdist.fit(
+        plan,
+        keras3_tabular_model,
+        tabular_dataset_fn(32),
+        loss="sparse_categorical_crossentropy",
+        callbacks=list(callbacks),
+    )
+
+
+class Keras3SaveAtTheStepTest(PolicyReset):
+    """tfdist's Keras 3 loop in this process, preempted: the backup holds the step it stopped
+    at, and the run resumes at the next (tfdist.training.keras3.fit)."""
+
+    def tearDown(self):
+        keras.mixed_precision.set_global_policy("float32")
+        super().tearDown()
+
+    def test_a_notice_mid_epoch_saves_that_step_and_the_run_resumes_at_the_next(self):
+        model_dir = os.path.join(self.get_temp_dir(), "preempted")
+        with self.assertRaisesRegex(
+            errors.Preempted, r"^preempted at epoch 2 step 2; state saved in "
+        ):
+            fit_keras3_two_epochs(model_dir, [Keras3SignalBeforeStep(5)])
+        self.assertEqual(backup_position_of(model_dir), (1, 2))
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            resumed = fit_keras3_two_epochs(model_dir)
+        self.assertIn("tfdist: resuming at epoch 2 step 3 from the backup", stderr.getvalue())
+        self.assertEqual(int(resumed.model.optimizer.iterations.numpy()), 8, "6 saved, 2 more")
+
+    def test_workers_agreeing_in_an_epochs_last_step_stop_at_its_end(self):
+        """As multi_worker_mirrored's workers agree (`preemption.Agreement`), here over the 2
+        replicas of mirrored: a notice in the last step of epoch 1 ends the run at that
+        epoch's end, its backup saved there."""
+        model_dir = os.path.join(self.get_temp_dir(), "agreed")
+        with (
+            mock.patch.object(
+                preemption,
+                "watch",
+                lambda plan: preemption.Watch(notice.current(), preemption.Agreement()),
+            ),
+            self.assertRaisesRegex(
+                errors.Preempted, r"^preempted at the end of epoch 1; state saved in "
+            ),
+        ):
+            fit_keras3_two_epochs(model_dir, [Keras3SignalBeforeStep(3)], strategy=MIRRORED)
+        self.assertEqual(backup_position_of(model_dir), (1, 0))
 
 
 # A child process preempted at epoch 2 step 2 that dies by SIGKILL in the middle of that save:
