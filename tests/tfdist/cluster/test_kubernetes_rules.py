@@ -7,6 +7,13 @@ from absl.testing import parameterized
 from tfdist.cluster import kubernetes_rules as rules
 
 _SHA256 = "sha256:" + "0123456789abcdef" * 4
+_NOT_A_LABEL_KEY = 'is not a label key ([prefix/]name, e.g. "cloud.google.com/gke-accelerator")'
+
+
+def _subdomain(length: int) -> str:
+    """A DNS subdomain of `length` characters, of labels of at most 63."""
+    labels = ["a" * 63] * (length // 64) + ["b" * (length % 64)]
+    return ".".join(label for label in labels if label)
 
 
 class AcceptedTest(parameterized.TestCase):
@@ -46,6 +53,17 @@ class AcceptedTest(parameterized.TestCase):
     def test_mount_paths(self, path):
         self.assertIsNone(rules.mount_path(path))
 
+    @parameterized.parameters(
+        "gke-accelerator",
+        "cloud.google.com/gke-accelerator",
+        "node.kubernetes.io/instance-type",
+        "a/b",
+        "example.com/" + "n" * 63,
+        _subdomain(253) + "/name",
+    )
+    def test_label_keys(self, key):
+        self.assertIsNone(rules.label_key(key))
+
     def test_names(self):
         self.assertIsNone(rules.dns1035_label("a" * 63))
         self.assertIsNone(rules.dns1123_label("0-a"))
@@ -75,6 +93,23 @@ class RefusedTest(parameterized.TestCase):
     )
     def test_problems(self, rule, value, words):
         self.assertIn(words, rule(value))
+
+    @parameterized.named_parameters(
+        ("underscore_and_capitals", "Bad_Prefix/name"),
+        ("capitals", "Example.com/name"),
+        ("leading_dash", "-x.example.com/name"),
+        ("trailing_dash", "x.example.com-/name"),
+        ("empty_label", "a..b/name"),
+        ("space", "a b/name"),
+        ("a_slash_too_many", "a/b/name"),
+        ("over_253_characters", _subdomain(254) + "/name"),
+    )
+    def test_label_keys_whose_prefix_is_not_a_dns_subdomain(self, key):
+        self.assertEqual(rules.label_key(key), _NOT_A_LABEL_KEY)
+
+    @parameterized.parameters("", "example.com/", "n" * 64, "example.com/" + "n" * 64, None, 1)
+    def test_label_keys_whose_name_is_not_a_label(self, key):
+        self.assertIn("is not a label key", rules.label_key(key))
 
     @parameterized.parameters(
         "1e4000", "-1", "1e", "1 Gi", "1gi", "٣", "0x8", "1" * 33, "", "NaN", "inf", None, 1

@@ -28,6 +28,9 @@ from tfdist.cluster.rehearsal import pod_template
 # Powers of two (the back-off too), so the fake clock adds them up without rounding.
 _POLL_S = 0.125
 _FOREVER = None  # A run that goes on until signalled.
+# A time limit on the fake clock far past a test's end: a broken policy that restarts without end
+# fails the test instead of hanging it.
+_BOUND_S = 64.0
 
 
 class _Host:
@@ -371,6 +374,104 @@ class SuperviseTest(parameterized.TestCase):
                 f"after 1 restart(s) in {done_s} s"
             ],
         )
+
+    @parameterized.named_parameters(("no_restarts", 0), ("two_restarts", 2))
+    def test_a_preempted_group_starts_again_exactly_max_restarts_times(self, max_restarts):
+        # worker:1 saves and exits 75 half a second into each of its first N + 1 runs: the
+        # (N+1)-th preemption ends the job with its status (a next run would finish it).
+        preempted = [(0.5, 75)] * (max_restarts + 1) + [(0.5, 0)]
+        status, stdout, stderr = self._supervise(
+            self._workers([(1.0, 0)], preempted),
+            num_workers=2,
+            max_restarts=max_restarts,
+            timeout_s=_BOUND_S,
+        )
+        self.assertEqual(status, 75)
+        self.assertEqual(stdout, [])
+        self.assertEqual(
+            stderr,
+            [
+                "tfdist launch: worker:1 exited with status 75; restarting every task from the "
+                f"saved state (preemption {count}/{max_restarts}, apart from failures)"
+                for count in range(1, max_restarts + 1)
+            ]
+            + [
+                "tfdist launch: worker:1 was preempted (it saved its state; exit 75) after "
+                f"{max_restarts} preemption restart(s) of --max_restarts={max_restarts}; "
+                "stopped every task: run again to resume"
+            ],
+        )
+        self.assertLen(self.host.starts(), 2 * (max_restarts + 1))
+
+    def test_a_group_preempted_max_restarts_times_goes_on_to_finish(self):
+        status, stdout, stderr = self._supervise(
+            self._workers([(0.5, 75), (0.5, 75), (0.5, 0)]),
+            num_workers=1,
+            max_restarts=2,
+            timeout_s=_BOUND_S,
+        )
+        self.assertEqual(status, 0)
+        self.assertLen(stderr, 2)
+        self.assertEqual(
+            self.host.starts(), ["0 worker:0 start", "0.625 worker:0 start", "1.25 worker:0 start"]
+        )
+        # Not counted among the restarts of failures.
+        self.assertEqual(stdout, ["tfdist launch: job done: 1 task(s) exited 0 in 1.8 s"])
+
+    @parameterized.named_parameters(
+        ("preempted_first", [(0.5, 75), (0.5, 3), (0.5, 0)]),
+        ("failed_first", [(0.5, 3), (0.5, 75), (0.5, 0)]),
+    )
+    def test_preemptions_do_not_spend_the_restarts_of_failures(self, runs):
+        # One of each with --max_restarts=1: neither spends the other's.
+        status, stdout, stderr = self._supervise(
+            self._workers(runs),
+            num_workers=1,
+            max_restarts=1,
+            restart_backoff_s=0.25,
+            timeout_s=_BOUND_S,
+        )
+        self.assertEqual(status, 0)
+        self.assertEqual(
+            sorted(line.split("; ", 1)[1] for line in stderr),
+            [
+                "restarting every task (1/1) in 0.25 s",
+                "restarting every task from the saved state (preemption 1/1, apart from failures)",
+            ],
+        )
+        self.assertEqual(
+            stdout, ["tfdist launch: job done: 1 task(s) exited 0, after 1 restart(s) in 1.9 s"]
+        )
+
+    @parameterized.named_parameters(
+        ("worker", "worker:1", ["worker:1"], "it"),
+        ("chief", "chief:0", ["chief:0", "worker:0", "worker:1", "ps:0"], "every task"),
+        ("ps", "ps:0", ["chief:0", "worker:0", "worker:1", "ps:0"], "every task"),
+    )
+    def test_under_ps_a_preempted_worker_starts_again_alone_a_chief_or_ps_with_every_task(
+        self, preempted, restarted, which
+    ):
+        # The chief ends the job 1 s into its run; the preempted task exits 75 in its first.
+        runs = {"chief:0": [(1.0, 0)], "worker:0": [_FOREVER], "worker:1": [_FOREVER]}
+        runs["ps:0"] = [_FOREVER]
+        runs[preempted] = [(0.25, 75), runs[preempted][0]]
+        status, _, stderr = self._supervise(
+            [_Task(self.host, name, task_runs) for name, task_runs in runs.items()],
+            num_workers=2,
+            num_ps=1,
+            chief=True,
+            max_restarts=1,
+            timeout_s=_BOUND_S,
+        )
+        self.assertEqual(status, 0)
+        self.assertEqual(
+            stderr,
+            [
+                f"tfdist launch: {preempted} exited with status 75; restarting {which} from the "
+                "saved state (preemption 1/1, apart from failures)"
+            ],
+        )
+        self.assertEqual([event.split()[1] for event in self.host.starts()[4:]], restarted)
 
     def test_job_done_once_every_worker_exited_0(self):
         status, stdout, stderr = self._supervise(

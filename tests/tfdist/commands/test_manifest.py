@@ -17,10 +17,7 @@ from tfdist.commands import cli
 from tfdist.commands import flags as flags_lib
 
 
-@pytest.mark.multiprocess
-class ManifestCommandTest(unittest.TestCase):
-    """`tfdist manifest` and the Slurm flags of `tfdist train`, as a user runs them."""
-
+class _InProcess(unittest.TestCase):
     def _manifest(self, *args: str) -> subprocess.CompletedProcess:
         """`tfdist manifest ARGS` through `cli.main` in this process: writing a manifest imports
         no TensorFlow and starts nothing (the flags it parsed are unparsed when the test ends);
@@ -32,6 +29,48 @@ class ManifestCommandTest(unittest.TestCase):
         return subprocess.CompletedProcess(
             ["tfdist", "manifest", *args], status, stdout.getvalue(), stderr.getvalue()
         )
+
+
+class LabelKeyFlagsTest(_InProcess):
+    """The label keys of --node_selector and --tolerations, in this process (no child)."""
+
+    def test_a_key_whose_prefix_is_not_a_dns_subdomain_is_a_one_line_error(self):
+        for flag, field, key in (
+            ("--node_selector=Bad_Prefix/pool=gpu", "node_selector", "Bad_Prefix/pool"),
+            ("--tolerations=-x.example.com/gpu:NoSchedule", "tolerations", "-x.example.com/gpu"),
+        ):
+            with self.subTest(flag=flag):
+                result = self._manifest("--image=i", flag, "--", "train")
+                self.assertEqual(
+                    (result.returncode, result.stdout, result.stderr),
+                    (
+                        2,
+                        "",
+                        f"tfdist manifest: error: jobset {field}: {key!r} is not a label key "
+                        '([prefix/]name, e.g. "cloud.google.com/gke-accelerator"); use a label '
+                        'key such as "cloud.google.com/gke-accelerator".\n',
+                    ),
+                )
+
+    def test_a_key_with_a_dns_subdomain_prefix_is_written(self):
+        result = self._manifest(
+            "--image=i",
+            "--node_selector=example.com/pool=gpu",
+            "--tolerations=nvidia.com/gpu:NoSchedule",
+            "--",
+            "train",
+        )
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+        for document in yaml.safe_load_all(result.stdout):
+            for job in document["spec"]["replicatedJobs"]:
+                pod = job["template"]["spec"]["template"]["spec"]
+                self.assertEqual(pod["nodeSelector"], {"example.com/pool": "gpu"})
+                self.assertEqual(pod["tolerations"][0]["key"], "nvidia.com/gpu")
+
+
+@pytest.mark.multiprocess
+class ManifestCommandTest(_InProcess):
+    """`tfdist manifest` and the Slurm flags of `tfdist train`, as a user runs them."""
 
     def test_jobset_by_default(self):
         result = self._manifest(

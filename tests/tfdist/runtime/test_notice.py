@@ -49,6 +49,15 @@ class NoticeTest(unittest.TestCase):
             self.assertIs(signal.getsignal(signum), signal.SIG_IGN)
         self.assertIs(signal.getsignal(signal.SIGUSR2), signal.SIG_DFL, "not a notice signal")
 
+    def test_a_run_on_its_way_out_does_not_go_back_to_training(self):
+        # Saved and on its way out: a step loop calling `training` again changes nothing.
+        run = notice.install()
+        run.training()
+        run.leaving()
+        run.training()
+        run.reclaim()  # Nothing to take back on its way out: the signals stay ignored.
+        self.assertIs(signal.getsignal(signal.SIGTERM), signal.SIG_IGN)
+
     def test_once_the_run_is_complete_a_notice_ends_the_process_at_once_with_0(self):
         run = notice.install()
         run.training()

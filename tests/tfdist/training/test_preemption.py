@@ -11,6 +11,7 @@ SIGTERM at a given step, so the notice lands at the same step every time.
 """
 
 import contextlib
+import functools
 import io
 import json
 import os
@@ -25,11 +26,14 @@ from unittest import mock
 
 import pytest
 
+import keras
 import tensorflow as tf
 import tf_keras
 import tfdist
 from tests.leaving import Left
 from tests.tfdist.cli_runner import MLP_PROGRAM
+from tests.tfdist.training.keras3.keras3_tabular import keras3_tabular_model
+from tests.tfdist.training.tabular import MIRRORED
 from tests.tfdist.training.tabular import PolicyReset
 from tests.tfdist.training.tabular import run_config
 from tests.tfdist.training.tabular import tabular_dataset_fn
@@ -38,8 +42,10 @@ from tfdist import errors
 from tests.tfdist.cli_runner import digests
 from tfdist.errors import EXIT_PREEMPTED
 from tfdist.runtime import notice
+from tfdist.training.callbacks import SaveOnNotice
 from tfdist.training import preemption
 from tfdist.training import resume
+from tfdist.strategies import StrategyKind
 
 _TFDIST = [sys.executable, "-m", "tfdist"]
 _REPO = str(pathlib.Path(__file__).parents[3])
@@ -65,6 +71,160 @@ class StoppedTest(PolicyReset):
             "preempted at epoch 2 step 37; nothing saved (no --model_dir): pass model_dir=DIR "
             "so that a preempted run resumes where it stopped.",
         )
+
+    def test_it_saves_once_then_the_signals_are_ignored(self):
+        for step, where in ((36, "epoch 2 step 37"), (None, "the end of epoch 2")):
+            with self.subTest(step=step):
+                run = notice.install()
+                run.training()
+                phases = []  # The run's phase at each save.
+                line = str(preemption.stopped(1, step, lambda: phases.append(run.phase), "md"))
+                self.assertEqual(phases, [notice.Phase.TRAINING])
+                self.assertRegex(
+                    line,
+                    rf"^preempted at {where}; state saved in [0-9]+\.[0-9]{{2}} s under "
+                    r"model_dir='md'; start the same command again to resume there\.$",
+                )
+                self.assertIs(run.phase, notice.Phase.LEAVING)
+                self.assertIs(signal.getsignal(signal.SIGTERM), signal.SIG_IGN)
+
+
+class _WithAnotherWorker:
+    """A replica context whose all-reduce also adds the flag of a worker outside this process
+    (`flag` 1.0: that worker raised its own), as multi_worker_mirrored's sums every worker's."""
+
+    def __init__(self, context: tf.distribute.ReplicaContext, flag: float):
+        self._context, self._flag = context, flag
+
+    def all_reduce(self, reduce_op, value):
+        return self._context.all_reduce(reduce_op, value) + self._flag
+
+
+@functools.cache
+def _mirrored() -> tf.distribute.MirroredStrategy:
+    """2 replicas reducing through one device, not collectives: strategies built in one process
+    number their collectives from the same keys, and another test's of another shape would
+    abort."""
+    return tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
+
+
+class AgreementTest(PolicyReset):
+    """The agreed step (`Agreement`, and a `Watch` with one) under mirrored over the session's 2
+    CPU replicas in this process; a worker in another process stands beside them in the
+    all-reduce where a test says so."""
+
+    def _step(self, replica_step, other_workers_flag: float | None = None):
+        """Runs `replica_step(3.0)` once on both replicas in a `tf.function`, with another
+        worker's flag added to the all-reduce when `other_workers_flag` is given; returns each
+        replica's result."""
+        strategy = _mirrored()
+
+        @tf.function
+        def step():
+            return strategy.run(replica_step, args=(tf.constant(3.0),))
+
+        with contextlib.ExitStack() as stack:
+            if other_workers_flag is not None:
+                context = tf.distribute.get_replica_context
+                stack.enter_context(
+                    mock.patch.object(
+                        tf.distribute,
+                        "get_replica_context",
+                        lambda: _WithAnotherWorker(context(), other_workers_flag),
+                    )
+                )
+            return [float(value) for value in strategy.experimental_local_results(step())]
+
+    def test_a_flag_raised_before_a_step_is_agreed_at_that_step(self):
+        agreement = preemption.Agreement()
+        step = agreement.around(lambda value: value * 2.0)
+        self.assertEqual(self._step(step), [6.0, 6.0], "the step's own results")
+        self.assertFalse(agreement.agreed, "no flag raised")
+        agreement.raise_flag()
+        self.assertFalse(agreement.agreed, "not before a step all-reduces it")
+        self._step(step)
+        self.assertTrue(agreement.agreed)
+        self._step(step)
+        self.assertTrue(agreement.agreed, "a raised flag stays raised")
+
+    def test_a_flag_only_another_worker_raised_is_agreed_here_too(self):
+        for flag, agreed in ((1.0, True), (0.0, False)):
+            with self.subTest(other_workers_flag=flag):
+                agreement = preemption.Agreement()
+                self._step(agreement.around(lambda value: value), other_workers_flag=flag)
+                self.assertIs(agreement.agreed, agreed)
+
+    def test_a_watch_with_an_agreement_stops_at_the_step_after_the_notice(self):
+        run = notice.install()
+        run.training()
+        watch = preemption.Watch(run, preemption.Agreement())
+        step = watch.around(lambda value: value)
+        watch.before_step()
+        self._step(step)
+        self.assertFalse(watch.stop_agreed(), "no notice")
+        os.kill(os.getpid(), signal.SIGTERM)
+        self.assertFalse(watch.stop_agreed(), "not before a step all-reduces it")
+        self.assertFalse(watch.stops_at_epoch_end(), "workers agree only in a step")
+        watch.before_step()
+        self._step(step)
+        self.assertTrue(watch.stop_agreed())
+
+    def test_tf_keras_fit_raises_the_flag_as_a_step_begins_and_stops_after_it(self):
+        """`SaveOnNotice`, as multi_worker_mirrored's `fit` calls it around a step (no
+        --model_dir: nothing to save)."""
+        run = notice.install()
+        run.training()
+        watch = preemption.Watch(run, preemption.Agreement())
+        stop = SaveOnNotice(watch, None, steps_per_epoch=4)
+        step = watch.around(lambda value: value)
+        stop.on_epoch_begin(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        stop.on_train_batch_begin(0)
+        self._step(step)
+        with self.assertRaisesRegex(errors.Preempted, r"^preempted at epoch 2 step 1; nothing "):
+            stop.on_train_batch_end(0)
+
+
+class WatchOfAPlanTest(unittest.TestCase):
+    """`preemption.watch` for each kind of run: where a notice stops it (`Watch`'s view)."""
+
+    def _plan(self, kind: StrategyKind, num_workers: int, model_dir=None) -> types.SimpleNamespace:
+        return types.SimpleNamespace(kind=kind, num_workers=num_workers, model_dir=model_dir)
+
+    def test_only_several_multi_worker_mirrored_workers_agree_in_a_step(self):
+        for kind, num_workers, agree in (
+            (StrategyKind.MULTI_WORKER_MIRRORED, 2, True),
+            (StrategyKind.MULTI_WORKER_MIRRORED, 1, False),
+            (StrategyKind.MIRRORED, 1, False),
+        ):
+            with self.subTest(kind=kind, num_workers=num_workers):
+                run = notice.install()
+                run.training()
+                watch = preemption.watch(self._plan(kind, num_workers))
+                os.kill(os.getpid(), signal.SIGTERM)
+                # One process stops at once, also in validation; workers at a step's all-reduce.
+                self.assertIs(watch.stop_agreed(), not agree)
+                self.assertIs(watch.stops_at_epoch_end(), not agree)
+
+    def test_a_parameter_server_chief_clears_an_earlier_runs_ps_notices(self):
+        root = tempfile.TemporaryDirectory()
+        self.addCleanup(root.cleanup)
+        notices_dir = os.path.join(root.name, "notices")
+        preemption.PsNotices.leave(notices_dir, "ps:0")  # An earlier run's.
+        notice.install().training()
+        watch = preemption.watch(
+            self._plan(StrategyKind.PARAMETER_SERVER, 2, types.SimpleNamespace(notices=notices_dir))
+        )
+        self.assertFalse(watch.stop_agreed())
+        preemption.PsNotices.leave(notices_dir, "ps:1")
+        with mock.patch.object(preemption.PsNotices, "POLL_S", 0.0):
+            self.assertTrue(watch.stop_agreed())
+        coordinator = mock.Mock()
+        for _ in range(32):
+            watch.scheduled(coordinator)
+        coordinator.join.assert_called_once_with()  # After 16 calls a worker.
 
 
 def backup_position_of(model_dir: str) -> tuple[int, int] | None:
@@ -189,6 +349,136 @@ class NoticeInFitTest(PolicyReset):
         self.assertEqual(resumed["history"], whole["history"])
 
 
+class SignalBeforeStep(tf_keras.callbacks.Callback):
+    """Sends this process SIGTERM as the step after `steps` optimizer steps begins."""
+
+    def __init__(self, steps: int):
+        super().__init__()
+        self._steps = steps
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.model.optimizer.iterations.numpy() == self._steps:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def fit_two_epochs(model_dir: str, callbacks=(), backup_every: str = "epoch"):
+    """`tfdist.fit` of the tabular model, 2 epochs of 4 steps without validation."""
+    plan = tfdist.setup(
+        run_config(
+            global_batch_size=32,
+            epochs=2,
+            steps_per_epoch=4,
+            model_dir=model_dir,
+            backup_every=backup_every,
+        )
+    )
+    tf_keras.utils.set_random_seed(3)
+    return tfdist.fit(
+        plan,
+        tabular_model,
+        tabular_dataset_fn(32),
+        loss="sparse_categorical_crossentropy",
+        callbacks=list(callbacks),
+    )
+
+
+class SaveAtTheStepTest(PolicyReset):
+    """tf-keras' `fit` in this process, preempted mid-epoch: the backup holds the step it
+    stopped at, and the run resumes at the next (tfdist.training.callbacks)."""
+
+    def test_a_notice_mid_epoch_saves_that_step_and_the_run_resumes_at_the_next(self):
+        model_dir = os.path.join(self.get_temp_dir(), "preempted")
+        with self.assertRaisesRegex(
+            errors.Preempted, r"^preempted at epoch 2 step 2; state saved in "
+        ):
+            fit_two_epochs(model_dir, [SignalBeforeStep(5)])
+        self.assertEqual(backup_position_of(model_dir), (1, 2))
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            resumed = fit_two_epochs(model_dir)
+        self.assertIn("tfdist: resuming at epoch 2 step 3 from the backup", stderr.getvalue())
+        self.assertEqual(int(resumed.model.optimizer.iterations.numpy()), 8, "6 saved, 2 more")
+
+    def test_backups_every_few_steps_keep_the_final_state(self):
+        model_dir = os.path.join(self.get_temp_dir(), "steps")
+        fit_two_epochs(model_dir, backup_every="3")  # The last step backup: after step 6.
+        self.assertEqual(backup_position_of(model_dir), (2, 0))
+
+
+class Keras3SignalBeforeStep(keras.callbacks.Callback):
+    """Sends this process SIGTERM as the step after `steps` optimizer steps begins."""
+
+    def __init__(self, steps: int):
+        super().__init__()
+        self._steps = steps
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) == self._steps:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+
+def fit_keras3_two_epochs(model_dir: str, callbacks=(), strategy=None):
+    """`tfdist.fit` of the tabular model in Keras 3, 2 epochs of 4 steps without validation."""
+    plan = tfdist.setup(
+        run_config(
+            global_batch_size=32,
+            strategy=strategy,
+            keras=3,
+            epochs=2,
+            steps_per_epoch=4,
+            model_dir=model_dir,
+        )
+    )
+    keras.utils.set_random_seed(3)
+    return tfdist.fit(
+        plan,
+        keras3_tabular_model,
+        tabular_dataset_fn(32),
+        loss="sparse_categorical_crossentropy",
+        callbacks=list(callbacks),
+    )
+
+
+class Keras3SaveAtTheStepTest(PolicyReset):
+    """tfdist's Keras 3 loop in this process, preempted: the backup holds the step it stopped
+    at, and the run resumes at the next (tfdist.training.keras3.fit)."""
+
+    def tearDown(self):
+        keras.mixed_precision.set_global_policy("float32")
+        super().tearDown()
+
+    def test_a_notice_mid_epoch_saves_that_step_and_the_run_resumes_at_the_next(self):
+        model_dir = os.path.join(self.get_temp_dir(), "preempted")
+        with self.assertRaisesRegex(
+            errors.Preempted, r"^preempted at epoch 2 step 2; state saved in "
+        ):
+            fit_keras3_two_epochs(model_dir, [Keras3SignalBeforeStep(5)])
+        self.assertEqual(backup_position_of(model_dir), (1, 2))
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            resumed = fit_keras3_two_epochs(model_dir)
+        self.assertIn("tfdist: resuming at epoch 2 step 3 from the backup", stderr.getvalue())
+        self.assertEqual(int(resumed.model.optimizer.iterations.numpy()), 8, "6 saved, 2 more")
+
+    def test_workers_agreeing_in_an_epochs_last_step_stop_at_its_end(self):
+        """As multi_worker_mirrored's workers agree (`preemption.Agreement`), here over the 2
+        replicas of mirrored: a notice in the last step of epoch 1 ends the run at that
+        epoch's end, its backup saved there."""
+        model_dir = os.path.join(self.get_temp_dir(), "agreed")
+        with (
+            mock.patch.object(
+                preemption,
+                "watch",
+                lambda plan: preemption.Watch(notice.current(), preemption.Agreement()),
+            ),
+            self.assertRaisesRegex(
+                errors.Preempted, r"^preempted at the end of epoch 1; state saved in "
+            ),
+        ):
+            fit_keras3_two_epochs(model_dir, [Keras3SignalBeforeStep(3)], strategy=MIRRORED)
+        self.assertEqual(backup_position_of(model_dir), (1, 0))
+
+
 # A child process preempted at epoch 2 step 2 that dies by SIGKILL in the middle of that save:
 # its shards are written, the checkpoint not yet assembled from them nor named the latest.
 _KILLED_MID_SAVE = """
@@ -309,11 +599,14 @@ class PsNoticesTest(unittest.TestCase):
 
 class ScheduledAheadTest(unittest.TestCase):
     def test_a_chief_joins_its_coordinator_every_16_calls_a_worker(self):
+        scheduled, joined_after = [], []
         coordinator = mock.Mock()
+        coordinator.join.side_effect = lambda: joined_after.append(len(scheduled))
         watch = preemption.Watch(notice.Notice(), ahead=preemption.ScheduledAhead(2))
-        for _ in range(70):
+        for call in range(70):
+            scheduled.append(call)
             watch.scheduled(coordinator)
-        self.assertEqual(coordinator.join.call_count, 2, "after calls 32 and 64")
+        self.assertEqual(joined_after, [32, 64])
         preemption.Watch(notice.Notice()).scheduled(coordinator)  # Not parameter server.
         self.assertEqual(coordinator.join.call_count, 2)
 

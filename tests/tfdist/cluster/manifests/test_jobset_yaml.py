@@ -322,6 +322,20 @@ class ErrorsTest(parameterized.TestCase):
             "label key",
         ),
         (
+            "node_selector_prefix",
+            dict(pods=manifests.Pods(image="i", node_selector={"Bad_Prefix/pool": "gpu"})),
+            "jobset node_selector",
+            "'Bad_Prefix/pool' is not a label key",
+            "label key",
+        ),
+        (
+            "toleration_prefix",
+            dict(pods=manifests.Pods(image="i", tolerations=("-x.example.com/gpu:NoSchedule",))),
+            "jobset tolerations",
+            "'-x.example.com/gpu' is not a label key",
+            "label key",
+        ),
+        (
             "mount_path",
             dict(pods=manifests.Pods(image="i", mount_path="relative")),
             "jobset mount_path",

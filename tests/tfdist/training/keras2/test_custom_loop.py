@@ -6,6 +6,7 @@ import dataclasses
 import io
 import os
 import signal
+from unittest import mock
 
 import tensorflow as tf
 import tf_keras
@@ -21,8 +22,10 @@ from tests.tfdist.training.tabular import tabular
 from tests.tfdist.training.tabular import tabular_dataset_fn
 from tests.tfdist.training.tabular import tabular_model
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime import notice
 from tfdist.runtime.model_dir import ModelDir
 from tfdist.strategies import make_cluster
+from tfdist.training import preemption
 
 
 class CustomLoopTest(PolicyReset):
@@ -115,6 +118,38 @@ class CustomLoopTest(PolicyReset):
         self.assertIn("tfdist: already finished at epoch 3 in model_dir=", stderr.getvalue())
         for got, expected in zip(again, whole):
             self.assertAllEqual(got, expected)
+
+    def test_workers_agreeing_on_a_notice_stop_the_next_run_at_its_first_step(self):
+        """As multi_worker_mirrored's workers agree (`preemption.Agreement`), here over the 2
+        replicas of mirrored."""
+        with mock.patch.object(
+            preemption,
+            "watch",
+            lambda plan: preemption.Watch(notice.current(), preemption.Agreement()),
+        ):
+            plan = tfdist.setup(
+                run_config(
+                    global_batch_size=16,
+                    strategy=MIRRORED,
+                    epochs=2,
+                    model_dir=self.get_temp_dir(),
+                ),
+                train_examples=64,
+            )
+            loop = tfdist.CustomLoop(plan, tabular_model)
+        batches = loop.distribute(tabular_dataset_fn(16))
+
+        def step(features, labels):
+            del features
+            return tf.cast(labels[0], tf.float32)
+
+        loop.run(step, batches, 2)
+        loop.save(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        with self.assertRaisesRegex(
+            tfdist.errors.Preempted, r"^preempted at epoch 2 step 1; state saved in "
+        ):
+            loop.run(step, batches, 2)
 
     def _loop_and_step(self, model_dir=None, model=tabular_model, epochs=1):
         plan = tfdist.setup(
