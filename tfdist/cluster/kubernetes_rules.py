@@ -116,8 +116,8 @@ def label_key(value: Any) -> str | None:
     """`[prefix/]name`: the prefix a DNS subdomain, the name like a label value but not empty."""
     if not isinstance(value, str):
         return "is not a label key"
-    prefix, _, name = value.rpartition("/")
-    if not name or label_value(name) or (prefix and dns1123_subdomain(prefix)):
+    prefix, slash, name = value.rpartition("/")
+    if not name or label_value(name) or (slash and dns1123_subdomain(prefix)):
         return 'is not a label key ([prefix/]name, e.g. "cloud.google.com/gke-accelerator")'
     return None
 

@@ -103,6 +103,7 @@ class RefusedTest(parameterized.TestCase):
         ("space", "a b/name"),
         ("a_slash_too_many", "a/b/name"),
         ("over_253_characters", _subdomain(254) + "/name"),
+        ("empty", "/name"),  # Kubernetes: "prefix part must be non-empty".
     )
     def test_label_keys_whose_prefix_is_not_a_dns_subdomain(self, key):
         self.assertEqual(rules.label_key(key), _NOT_A_LABEL_KEY)

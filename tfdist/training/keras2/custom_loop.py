@@ -352,13 +352,15 @@ class CustomLoop:
 
     def save(self, epochs_done: int) -> None:
         """Checkpoints the model, optimizer and `epochs_done` (every worker must call it); only
-        the chief's copy stays. Without `--model_dir`, does nothing."""
+        the chief's copy stays. Without `--model_dir`, only counts the epochs (a preemption's
+        line names the epoch)."""
         check_int(
             "epochs_done", epochs_done, 0, MAX_COUNT, "pass the epochs completed", error=ConfigError
         )
         self._steps_done = 0
         # A notice now is noted, and the next `run` on training data stops at its first step.
         self._watch.notice.training()
+        self._epoch.assign(epochs_done)
         if self._manager_or_none() is not None:
             self._save_at(epochs_done, 0)
         epochs = self.plan.config.train.epochs

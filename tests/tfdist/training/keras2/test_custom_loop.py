@@ -151,6 +151,18 @@ class CustomLoopTest(PolicyReset):
         ):
             loop.run(step, batches, 2)
 
+    def test_without_a_model_dir_the_line_names_the_epoch_the_notice_came_in(self):
+        loop, step = self._loop_and_step(epochs=3)
+        batches = loop.distribute(tabular_dataset_fn(16))
+        loop.run(step, batches, loop.plan.steps_per_epoch)
+        loop.save(1)
+        os.kill(os.getpid(), signal.SIGTERM)
+        with self.assertRaisesRegex(
+            tfdist.errors.Preempted,
+            r"^preempted at epoch 2 step 1; nothing saved \(no --model_dir\)",
+        ):
+            loop.run(step, batches, loop.plan.steps_per_epoch)
+
     def _loop_and_step(self, model_dir=None, model=tabular_model, epochs=1):
         plan = tfdist.setup(
             run_config(global_batch_size=16, model_dir=model_dir, epochs=epochs),
