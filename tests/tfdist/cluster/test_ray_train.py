@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import unittest
 import unittest.mock
 
@@ -57,7 +58,19 @@ class WorkerEnvTest(unittest.TestCase):
     def test_the_runtime_env_names_a_hook_that_exists(self):
         env = ray_env.ray_runtime_env()
         module, _, name = env["worker_process_setup_hook"].rpartition(".")
-        self.assertIs(getattr(sys.modules[module], name), ray_env.quiet_ray_process)
+        self.assertIs(getattr(sys.modules[module], name), ray_env.set_up_ray_process)
+
+    def test_each_ray_process_is_told_its_own_rays_address(self):
+        """So that Ray's own look-ups of "the" Ray on this machine (Ray Train's placement-group
+        cleaner's) find the run's, where another Ray runs beside it."""
+        context = types.SimpleNamespace(gcs_address="192.0.2.2:41234")
+        fake_ray = types.SimpleNamespace(get_runtime_context=lambda: context)
+        with (
+            unittest.mock.patch.dict(sys.modules, {"ray": fake_ray}),
+            unittest.mock.patch.dict(os.environ, {"RAY_ADDRESS": "auto"}),
+        ):
+            ray_env.set_up_ray_process()
+            self.assertEqual(os.environ["RAY_ADDRESS"], "192.0.2.2:41234")
 
     def test_each_worker_gets_the_tf_config_of_its_place_in_the_group(self):
         with unittest.mock.patch.dict(os.environ):
@@ -258,6 +271,8 @@ class RealRayTest(unittest.TestCase):
         self.assertEqual(len(set(weights.values())), 1, weights)
         self.assertNotIn("port.cc", output)  # TensorFlow's C++ start-up lines stay hidden.
         self.assertNotIn("across cluster]", output)  # Nor did Ray fold repeated lines.
+        # Each run's Ray processes know their own Ray, though two run on this machine.
+        self.assertNotIn("Found multiple active Ray instances", output)
         self.assertRegex(
             output, r"tfdist ray: Ray Train run tfdist finished on a local Ray with 2 worker"
         )
@@ -265,6 +280,7 @@ class RealRayTest(unittest.TestCase):
         self.assertEqual(train.returncode, 0, output[-6000:])
         self.assertIn("tfdist: multi_worker_mirrored on 1 replica(s)", output, output[-6000:])
         self.assertIn("Ray Train run tfdist finished on a local Ray with 1 worker(s)", output)
+        self.assertNotIn("Found multiple active Ray instances", output)
 
     def test_a_stopped_run_saves_at_one_step_and_ends_as_preempted(self):
         """SIGTERM to `tfdist ray` (as `ray job stop` or a drained node sends the driver): each
