@@ -120,20 +120,26 @@ class TrainLoopPerWorkerTest(unittest.TestCase):
         self._run("pass")
 
     def test_a_stop_request_is_a_preemption_notice_to_the_program(self):
-        # The program saves on SIGTERM and exits 75, as tfdist's programs do on a notice.
+        # The program saves on SIGTERM and exits 75, as tfdist's programs do on a notice; it
+        # says when its handler is in place (a SIGTERM before would end it with -15).
         program = subprocess.Popen(  # pylint: disable=consider-using-with
             [
                 sys.executable,
                 "-c",
                 "import signal, sys, time; "
-                "signal.signal(signal.SIGTERM, lambda *_: sys.exit(75)); time.sleep(60)",
-            ]
+                "signal.signal(signal.SIGTERM, lambda *_: sys.exit(75)); "
+                "print('ready', flush=True); time.sleep(60)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
+        self.addCleanup(program.stdout.close)
         self.addCleanup(program.kill)
+        self.assertEqual(program.stdout.readline(), "ready\n")
         asked = iter([False, True])
         start = time.monotonic()
         self.assertEqual(ray_train.wait_or_stop(program, lambda: next(asked)), (75, True))
-        self.assertLess(time.monotonic() - start, 10)
+        self.assertLess(time.monotonic() - start, 30)  # Asked twice, not its 60 s of sleep.
         finished = subprocess.Popen([sys.executable, "-c", "pass"])  # pylint: disable=consider-using-with
         self.assertEqual(ray_train.wait_or_stop(finished, lambda: False), (0, False))
 
