@@ -349,9 +349,9 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
         tf_config = json.dumps(
             {"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "evaluator", "index": 0}}
         )
-        assert_one_line_error(
+        assert_one_line_error(  # Before TensorFlow's start-up.
             self,
-            run_tfdist("train", tf_config=tf_config),
+            run_tfdist("train", tf_config=tf_config, without_tensorflow=True),
             "the evaluator task needs --model_dir=DIR",
         )
 
