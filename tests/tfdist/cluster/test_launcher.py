@@ -718,14 +718,13 @@ _TRAIN_CRASHING_ONCE = textwrap.dedent("""
 """)
 
 # Runs `tfdist launch ARGV[2:]` in this process with its --timeout_s counted from the moment a
-# task's output holds ARGV[1] (120 s after the tasks start at the latest), not from their start,
-# and a 1 s grace period (processes.STOP_GRACE_S) before SIGKILL: a launch timeout that ends a
-# task stuck waiting without first waiting out the task's TensorFlow import, nor 15 s for a
-# task whose wait ignores SIGTERM (tfdist.cluster.join_deadline says whose does).
+# task's output holds ARGV[1] (120 s after the tasks start at the latest), not from their start:
+# a launch timeout that ends a task stuck waiting without first waiting out the task's
+# TensorFlow import. (The test passes --grace_s=1: a task whose wait ignores SIGTERM,
+# tfdist.cluster.join_deadline says whose does, is not waited for 30 s before its SIGKILL.)
 _LAUNCH_TIMED_FROM_A_LINE = textwrap.dedent("""
     import sys, threading, time
     from tfdist.commands import cli
-    from tfdist.cluster import processes
     from tfdist.cluster import supervisor
 
     line, seen = sys.argv[1], threading.Event()
@@ -752,7 +751,6 @@ _LAUNCH_TIMED_FROM_A_LINE = textwrap.dedent("""
         self.line_seen, self.start_s = True, time.monotonic()
         return False
     supervisor.Supervisor.out_of_time = out_of_time_from_the_line
-    processes.STOP_GRACE_S = 1.0
     sys.exit(cli.main(["tfdist", "launch", *sys.argv[2:]]))
 """)
 
@@ -897,6 +895,7 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
                 waiting,
                 "--num_workers=2",
                 "--timeout_s=2",
+                "--grace_s=1",
                 "--",
                 sys.executable,
                 self.script(_WORKER_1_NEVER_STARTS),
