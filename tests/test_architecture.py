@@ -4,6 +4,7 @@ what a user's program loads; and the house's measures (room and module sizes, pa
 
 import ast
 import configparser
+import functools
 import importlib.metadata
 import pathlib
 import re
@@ -154,8 +155,15 @@ def _declared(requirements: str) -> set[str]:
     return {re.sub(r"[-_.]+", "-", name).lower() for name in names if name}
 
 
+@functools.cache
+def _packages_distributions() -> dict[str, list[str]]:
+    """importlib's map of top-level modules to distributions, read once: each call reads every
+    installed distribution's file list (0.14 s here, some hundred calls in a test)."""
+    return importlib.metadata.packages_distributions()
+
+
 def _distributions(module: str) -> set[str]:
-    found = importlib.metadata.packages_distributions().get(module, [])
+    found = _packages_distributions().get(module, [])
     return {re.sub(r"[-_.]+", "-", name).lower() for name in found}
 
 

@@ -30,6 +30,7 @@ from tfdist.input_pipelines import service
 from tfdist.input_pipelines.choices import ServiceMode
 from tfdist.input_pipelines.choices import parse_service_address
 from tfdist.input_pipelines.messages import InputConfigError
+from tests import ports
 from tests.tf_test_case import TfTestCase
 
 _NUM_FILES = 6
@@ -215,17 +216,17 @@ class CheckDispatcherTest(parameterized.TestCase):
     @parameterized.named_parameters(
         (
             "nothing_listens",
-            lambda: f"127.0.0.1:{portpicker.pick_unused_port()}",
+            lambda test: f"127.0.0.1:{ports.refusing_port(test)}",
             "connection refused",
         ),
         (
             "host_does_not_resolve",
-            lambda: "no-such-host.invalid:5050",
+            lambda test: "no-such-host.invalid:5050",
             "host 'no-such-host.invalid' does not resolve",
         ),
     )
     def test_nothing_there_is_a_one_line_error_within_the_bound(self, make_address, reason):
-        address = f"grpc://{make_address()}"
+        address = f"grpc://{make_address(self)}"
         port = address.rpartition(":")[2]
         started = time.monotonic()
         with self.assertRaisesRegex(
@@ -238,7 +239,7 @@ class CheckDispatcherTest(parameterized.TestCase):
         self.assertLess(time.monotonic() - started, 2 + 10)  # The bound, and slack for a busy box.
 
     def test_distribute_checks_the_dispatcher_before_building_anything(self):
-        address = f"grpc://127.0.0.1:{portpicker.pick_unused_port()}"
+        address = f"grpc://127.0.0.1:{ports.refusing_port(self)}"
         with (
             mock.patch.object(tf.data.experimental.service, "distribute") as tf_distribute,
             self.assertRaisesRegex(InputConfigError, "no dispatcher answered there"),

@@ -19,12 +19,12 @@ from tfdist.cluster.manifests import checks
 from tfdist.cluster import processes
 from tfdist.cluster import ray_train
 from tfdist.cluster.supervisor import Supervisor
-from tfdist.commands import app
 from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import train_flags
 from tfdist.runtime import keras_env
 from tfdist.runtime import ray_env
+from tfdist.runtime import tf_import
 
 _ADDRESS = flags.DEFINE_string(
     "address",
@@ -85,7 +85,11 @@ def main(command: list[str], *, tfdist_commands) -> int:
         train_flags.check_train_args(command[1:])  # Before Ray starts.
     launcher.resolve_command(tuple(command), tfdist_commands)  # A missing program: one line.
     local = address is None
-    app.import_tensorflow(keras)  # Quietly: Ray Train imports it here too.
+    # No TensorFlow here: Ray Train's DataParallelTrainer imports none in the driver (Ray's
+    # TensorflowTrainer did). Should anything import it, it comes quiet and of this flavour.
+    keras_env.select(keras)
+    if not tf_logs:
+        tf_import.quiet_when_imported()
     runtime_env = ray_env.ray_runtime_env(keras, tf_logs)
     import ray  # pylint: disable=import-outside-toplevel
 

@@ -12,6 +12,7 @@ import tempfile
 from tfdist.runtime import output_files
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
+from tfdist.strategies import TaskType
 
 
 _PROBE_BYTES = 4096  # One block: what a full file system refuses.
@@ -101,15 +102,21 @@ def absolute(config: RunConfig) -> RunConfig:
 
 
 def check(config: RunConfig) -> None:
-    """Checks `--data_dir`, `--model_dir` and, where this task writes it, `--metrics_json`.
+    """Checks `--data_dir`, `--model_dir` (which an evaluator task needs) and, where this task
+    writes it, `--metrics_json`.
 
     Raises:
       ConfigError, InputConfigError: a path that is a file where a directory belongs or the
-        reverse, lies under a file, or is not writable here.
+        reverse, lies under a file, or is not writable here; an evaluator without a model dir.
     """
     check_input_dir("data_dir", config.input.data_dir)
     if config.train.model_dir:
         _check_creatable("model_dir", config.train.model_dir, directory=True)
+    elif config.cluster is not None and config.cluster.task.type is TaskType.EVALUATOR:
+        raise ConfigError(
+            "the evaluator task needs model_dir=DIR, the chief's, to find the checkpoints "
+            "it evaluates."
+        )
     if config.train.metrics_json and config.writes_results:
         check_output_file("metrics_json", config.train.metrics_json)
 

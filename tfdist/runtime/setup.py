@@ -369,12 +369,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     keras = keras_flavour.api(config.train.keras)
     keras_flavour.apply_policy(config.train.mixed_precision, keras)
     kind = strategies.kind_for(config.strategy, config.cluster)
-    role = _role(config, kind)
-    if role is Role.EVALUATE and not config.train.model_dir:
-        raise ConfigError(
-            "the evaluator task needs model_dir=DIR, the chief's, to find the checkpoints "
-            "it evaluates."
-        )
+    role = _role(config, kind)  # An evaluator has a model dir: `paths.check`.
     strategy = None
     if role is Role.TRAIN:
         input_pipelines.check_dispatcher(config.input)  # Before the job's first log line.

@@ -35,7 +35,7 @@ class DeadlineTest(unittest.TestCase):
         self.assertEqual(result.returncode, -signal.SIGKILL)
         self.assertEqual(result.stderr.strip(), "stuck: gave up Not answering: 127.0.0.1:1.")
         self.assertNotIn("not reached", result.stdout)
-        self.assertLess(time.monotonic() - start, 30)
+        self.assertLess(time.monotonic() - start, 45)  # Not the block's 60 s.
 
 
 if __name__ == "__main__":

@@ -19,13 +19,14 @@ from tests.tfdist.cli_runner import run_tfdist
 from tfdist import strategies
 from tfdist.cluster import joining
 
-# Listens on its TF_CONFIG port, as TensorFlow's server does, for a moment.
+# Listens on its TF_CONFIG port, as TensorFlow's server does, for 3 s: the launcher, which looks
+# every 0.2 s, must see it listen before it exits, on a busy machine too.
 _JOINS = """
 import json, os, socket, time
 config = json.loads(os.environ["TF_CONFIG"])
 address = config["cluster"][config["task"]["type"]][config["task"]["index"]]
 server = socket.create_server(("127.0.0.1", int(address.rsplit(":", 1)[1])))
-time.sleep(1)
+time.sleep(3)
 """
 
 # Listens on its TF_CONFIG port as _JOINS does, except worker 1, which never does; both run until

@@ -250,7 +250,16 @@ class BadInputTest(parameterized.TestCase):
         self.assert_usage_error(result, "TF_CONFIG cluster.worker[0]", '"localhost"')
 
     def test_keras_follows_the_environment_unless_named(self):
-        quick = ("--epochs=1", "--steps_per_epoch=2", "--validation_steps=1")
+        # Generated data: the flavour is the point, and the built-in dataset would be read (or
+        # generated) in the user's own ~/tensorflow_datasets.
+        quick = (
+            "--dataset=synthetic",
+            "--num_classes=4",
+            "--image_size=8",
+            "--epochs=1",
+            "--steps_per_epoch=2",
+            "--validation_steps=1",
+        )
         chose_3 = run_tfdist("train", *quick, extra_env={"TF_USE_LEGACY_KERAS": "0"})
         self.assertEqual(chose_3.returncode, 0, chose_3.stderr[-2000:])
         self.assertIn("tfdist: Keras 3 step: 2 optimizer updates", chose_3.stderr)

@@ -17,6 +17,7 @@ import pytest
 from absl.testing import absltest
 from absl.testing import parameterized
 
+from tests import ports
 from tests.input_pipelines.images import write_image_tfrecords
 from tests.input_pipelines.records import bytes_feature
 from tests.input_pipelines.records import damage_first_record
@@ -289,7 +290,7 @@ sys.exit(cli.main(["tfdist", "train", *sys.argv[1:]]))
 @pytest.mark.multiprocess
 class NoDispatcherTest(absltest.TestCase):
     def test_train_fails_in_one_line_instead_of_hanging(self):
-        address = f"grpc://127.0.0.1:{portpicker.pick_unused_port()}"
+        address = f"grpc://127.0.0.1:{ports.refusing_port(self)}"
         try:
             result = subprocess.run(
                 [

@@ -35,13 +35,34 @@ from tfdist.commands import cli
 from tfdist.commands import flags as flags_lib
 
 TIMEOUT_S = 300
-# When the rehearsal deletes the preempted pod: past its TensorFlow import and first epoch
-# (the program then holds until the notice), on a busy 2-core machine too.
-PREEMPT_AFTER_S = 20
+# Runs `tfdist rehearse ARGV[2:]` in this process with each --preempt's seconds counted from the
+# moment its pod's last line holds ARGV[1], not from the pod's start: the pod is deleted where
+# the test wants it (the program holds there until the notice), however long its TensorFlow
+# import and first epoch take on a busy machine, and without waiting out a fixed time.
+_REHEARSE_PREEMPTING_FROM_A_LINE = """
+import sys
+from tfdist.cluster.rehearsal import jobset_run
+from tfdist.commands import cli
+
+line, preempt = sys.argv[1], jobset_run._Run._preempt
+
+def preempt_from_the_line(self, running, by_name, now):
+    seen = self.__dict__.setdefault("line_seen", set())
+    for member in running:
+        if member.name not in seen:
+            self.first_started[member.name] = now  # Not due before the line.
+            if line in member.last_line:
+                seen.add(member.name)
+    preempt(self, running, by_name, now)
+
+jobset_run._Run._preempt = preempt_from_the_line
+sys.exit(cli.main(["tfdist", "rehearse", *sys.argv[2:]]))
+"""
 # How long after a cut link every other pod may take to end, beyond --collective_timeout_s:
 # TensorFlow's coordination service notices a silent task within its 10 s heartbeat timeout,
-# and the process then takes a few seconds to end on 2 cores.
-LOST_PEER_MARGIN_S = 40
+# and the process then takes a few seconds to end on 2 cores, more on a busy machine; a pod that
+# never noticed would run on to the rehearsal's TIMEOUT_S, minutes later.
+LOST_PEER_MARGIN_S = 110
 
 
 def write_manifest(test: unittest.TestCase, path: str, *args: str) -> str:
@@ -152,7 +173,23 @@ class RehearseTest(unittest.TestCase):
             f"--model_dir={model_dir}",
             f"--metrics_json={metrics}",
         )
-        result = self._rehearse(path, f"--preempt=prem-worker-0-0@{PREEMPT_AFTER_S}")
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _REHEARSE_PREEMPTING_FROM_A_LINE,
+                "holding at epoch 2 until a preemption notice",
+                f"--log_dir={self.log_dir}",
+                f"--timeout_s={TIMEOUT_S}",
+                "--preempt=prem-worker-0-0@1",  # 1 s after the pod holds.
+                path,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S + 60,
+            check=False,
+            env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"},
+        )
         output = result.stdout + result.stderr
         self.assertEqual(result.returncode, 0, output[-5000:])
         self.assertIn("holding at epoch 2 until a preemption notice", output)

@@ -108,6 +108,16 @@ class CheckTest(parameterized.TestCase):
         config = RunConfig(train=TrainConfig(metrics_json=self.dir), cluster=worker)
         paths.check(config)  # Worker 1 writes no summary.
 
+    def test_an_evaluator_needs_the_model_dir_it_reads_the_checkpoints_from(self):
+        evaluator = make_cluster(num_workers=1, evaluator=True, ports=[1, 2], task=("evaluator", 0))
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^the evaluator task needs model_dir=DIR, the chief's, to find the checkpoints it "
+            r"evaluates\.$",
+        ):
+            paths.check(RunConfig(cluster=evaluator))
+        paths.check(RunConfig(train=TrainConfig(model_dir=self.dir), cluster=evaluator))
+
 
 class FullDiskTest(unittest.TestCase):
     def test_an_output_on_a_full_disk_is_refused_before_anything_runs(self):

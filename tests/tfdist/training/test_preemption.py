@@ -49,7 +49,10 @@ from tfdist.strategies import StrategyKind
 
 _TFDIST = [sys.executable, "-m", "tfdist"]
 _REPO = str(pathlib.Path(__file__).parents[3])
-_RUN_S = 180  # One run's bound: a few seconds of training after TensorFlow's import.
+# One run's bound: a few seconds of training after TensorFlow's import, a launch of three
+# attempts at most (about 30 s on the quiet machine, 60 s beside two CPU-bound processes); only a
+# hang reaches it.
+_RUN_S = 420
 _FLAGS = ["--epochs=3", "--deterministic"]  # 4 steps an epoch.
 _PREEMPTED = (
     r"mlp_with_digest\.py: preempted at epoch 2 step 2; state saved in [0-9.]+ s under "

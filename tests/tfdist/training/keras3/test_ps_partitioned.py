@@ -38,16 +38,26 @@ _MODEL = textwrap.dedent("""
                                kernel_constraint=keras.constraints.MaxNorm(0.5)),
             keras.layers.Dense(num_classes, activation="softmax")], name="wide")
 """)
-# `tfdist train` that prints the sum of the hidden kernel after each epoch (then waits 3 s
-# after epoch 1, for a kill) and before each but the first; and when training ends, where its
-# shards and the optimizer's and gradient path's variables of a shard's shape live, and the
-# largest norm of its columns.
+# `tfdist train` that prints the sum of the hidden kernel after each epoch (then, after epoch 1
+# of the first attempt, waits until ps:1 is killed: its port refuses, 2 minutes at most) and
+# before each but the first; and when training ends, where its shards and the optimizer's and
+# gradient path's variables of a shard's shape live, and the largest norm of its columns.
 _TRAIN_SHOWING_THE_KERNEL = textwrap.dedent("""
-    import json, sys, time
+    import json, os, socket, sys, time
     import keras
     import tensorflow as tf
     from tfdist.commands import cli
     from tfdist.training import from_config as train_command
+
+    def wait_until_ps_1_is_gone():
+        host, port = json.loads(os.environ["TF_CONFIG"])["cluster"]["ps"][1].rsplit(":", 1)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((host, int(port)), timeout=1).close()
+            except OSError:
+                return
+            time.sleep(0.05)
 
     def task(variable):
         variable = variable.value if isinstance(variable, keras.Variable) else variable
@@ -65,7 +75,7 @@ _TRAIN_SHOWING_THE_KERNEL = textwrap.dedent("""
         def on_epoch_end(self, epoch, logs=None):
             self.show(f"after epoch {epoch + 1}")
             if epoch == 0:
-                time.sleep(3)
+                wait_until_ps_1_is_gone()
         def on_train_end(self, logs=None):
             shards = self.kernel().variables
             optimizer = self.model.optimizer
