@@ -352,33 +352,39 @@ class NoticeInFitTest(PolicyReset):
         self.assertEqual(resumed["history"], whole["history"])
 
 
-class SignalBeforeStep(tf_keras.callbacks.Callback):
-    """Sends this process SIGTERM as the step after `steps` optimizer steps begins."""
+def signal_before_step(steps: int, keras_module=tf_keras):
+    """A callback of `keras_module` (tf_keras or Keras 3) that sends this process SIGTERM as the
+    step after `steps` optimizer steps begins."""
 
-    def __init__(self, steps: int):
-        super().__init__()
-        self._steps = steps
+    class SignalBeforeStep(keras_module.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            if int(self.model.optimizer.iterations.numpy()) == steps:
+                os.kill(os.getpid(), signal.SIGTERM)
 
-    def on_train_batch_begin(self, batch, logs=None):
-        if self.model.optimizer.iterations.numpy() == self._steps:
-            os.kill(os.getpid(), signal.SIGTERM)
+    return SignalBeforeStep()
 
 
-def fit_two_epochs(model_dir: str, callbacks=(), backup_every: str = "epoch"):
-    """`tfdist.fit` of the tabular model, 2 epochs of 4 steps without validation."""
+def fit_two_epochs(
+    model_dir: str, callbacks=(), *, keras_version=2, strategy=None, backup_every="epoch"
+):
+    """`tfdist.fit` of the tabular model in `keras_version`, 2 epochs of 4 steps without
+    validation."""
     plan = tfdist.setup(
         run_config(
             global_batch_size=32,
+            strategy=strategy,
+            keras=keras_version,
             epochs=2,
             steps_per_epoch=4,
             model_dir=model_dir,
             backup_every=backup_every,
         )
     )
-    tf_keras.utils.set_random_seed(3)
+    keras_module = keras if keras_version == 3 else tf_keras
+    keras_module.utils.set_random_seed(3)
     return tfdist.fit(
         plan,
-        tabular_model,
+        keras3_tabular_model if keras_version == 3 else tabular_model,
         tabular_dataset_fn(32),
         loss="sparse_categorical_crossentropy",
         callbacks=list(callbacks),
@@ -394,7 +400,7 @@ class SaveAtTheStepTest(PolicyReset):
         with self.assertRaisesRegex(
             errors.Preempted, r"^preempted at epoch 2 step 2; state saved in "
         ):
-            fit_two_epochs(model_dir, [SignalBeforeStep(5)])
+            fit_two_epochs(model_dir, [signal_before_step(5)])
         self.assertEqual(backup_position_of(model_dir), (1, 2))
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
@@ -406,40 +412,6 @@ class SaveAtTheStepTest(PolicyReset):
         model_dir = os.path.join(self.get_temp_dir(), "steps")
         fit_two_epochs(model_dir, backup_every="3")  # The last step backup: after step 6.
         self.assertEqual(backup_position_of(model_dir), (2, 0))
-
-
-class Keras3SignalBeforeStep(keras.callbacks.Callback):
-    """Sends this process SIGTERM as the step after `steps` optimizer steps begins."""
-
-    def __init__(self, steps: int):
-        super().__init__()
-        self._steps = steps
-
-    def on_train_batch_begin(self, batch, logs=None):
-        if int(self.model.optimizer.iterations.numpy()) == self._steps:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-
-def fit_keras3_two_epochs(model_dir: str, callbacks=(), strategy=None):
-    """`tfdist.fit` of the tabular model in Keras 3, 2 epochs of 4 steps without validation."""
-    plan = tfdist.setup(
-        run_config(
-            global_batch_size=32,
-            strategy=strategy,
-            keras=3,
-            epochs=2,
-            steps_per_epoch=4,
-            model_dir=model_dir,
-        )
-    )
-    keras.utils.set_random_seed(3)
-    return tfdist.fit(
-        plan,
-        keras3_tabular_model,
-        tabular_dataset_fn(32),
-        loss="sparse_categorical_crossentropy",
-        callbacks=list(callbacks),
-    )
 
 
 class Keras3SaveAtTheStepTest(PolicyReset):
@@ -455,11 +427,11 @@ class Keras3SaveAtTheStepTest(PolicyReset):
         with self.assertRaisesRegex(
             errors.Preempted, r"^preempted at epoch 2 step 2; state saved in "
         ):
-            fit_keras3_two_epochs(model_dir, [Keras3SignalBeforeStep(5)])
+            fit_two_epochs(model_dir, [signal_before_step(5, keras)], keras_version=3)
         self.assertEqual(backup_position_of(model_dir), (1, 2))
         stderr = io.StringIO()
         with contextlib.redirect_stderr(stderr):
-            resumed = fit_keras3_two_epochs(model_dir)
+            resumed = fit_two_epochs(model_dir, keras_version=3)
         self.assertIn("tfdist: resuming at epoch 2 step 3 from the backup", stderr.getvalue())
         self.assertEqual(int(resumed.model.optimizer.iterations.numpy()), 8, "6 saved, 2 more")
 
@@ -478,7 +450,9 @@ class Keras3SaveAtTheStepTest(PolicyReset):
                 errors.Preempted, r"^preempted at the end of epoch 1; state saved in "
             ),
         ):
-            fit_keras3_two_epochs(model_dir, [Keras3SignalBeforeStep(3)], strategy=MIRRORED)
+            fit_two_epochs(
+                model_dir, [signal_before_step(3, keras)], keras_version=3, strategy=MIRRORED
+            )
         self.assertEqual(backup_position_of(model_dir), (1, 0))
 
 
