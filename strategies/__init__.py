@@ -8,6 +8,7 @@ it. The Keras flavour TensorFlow loads is tfdist's to choose, when `tfdist` is i
 
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
+from .cluster import Origin
 from .cluster import Task
 from .cluster import TaskType
 from .cluster import from_environment
