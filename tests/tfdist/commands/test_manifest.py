@@ -266,7 +266,7 @@ class ManifestCommandTest(_InProcess):
         assert_one_line_error(
             self,
             ps_without_slurm,
-            "--num_ps=1, --chief=False: given without --cluster_resolver=slurm",
+            "--num_ps given, but this task's cluster is none (one process), not a Slurm job step's",
         )
         assert_one_line_error(self, slurm_resolver, "Slurm cluster")
 
