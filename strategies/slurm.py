@@ -66,7 +66,7 @@ _RESERVED_FIX = (
 _DERIVED_FIX = (
     "run the step with srun --resv-ports, which reserves ports per step where slurm.conf has "
     "MpiParams=ports=12000-12999, or give the job whole nodes (sbatch --exclusive), or another "
-    "port_base"
+    "port_base (--slurm_port_base)"
 )
 
 
@@ -167,9 +167,8 @@ def step_ports(env: Mapping[str, str], port_base: int, per_node: int) -> tuple[l
         )
     slot = job_id % JOB_SLOTS
     said = (
-        f"ports from the job id: port_base={port_base} + SLURM_JOB_ID mod {JOB_SLOTS} "
-        f"({slot}) + {JOB_SLOTS} for each further task on a node (no {RESERVED_PORTS}: srun "
-        "--resv-ports reserves ports per step)"
+        f"ports from the job id, srun having reserved none: {port_base} + SLURM_JOB_ID mod "
+        f"{JOB_SLOTS} ({slot}) + {JOB_SLOTS} n for the n-th task on a node"
     )
     ports = [port_base + JOB_SLOTS * local + slot for local in range(per_node)]
     return ports, Origin(job, said, _DERIVED_FIX)

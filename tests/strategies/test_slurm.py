@@ -206,7 +206,9 @@ class PortsTest(parameterized.TestCase):
         del env["SLURM_STEP_RESV_PORTS"]
         origin = slurm.cluster_from_slurm(environ=env).origin
         self.assertIn(
-            "ports from the job id: port_base=8888 + SLURM_JOB_ID mod 1000 (42)", origin.ports
+            "ports from the job id, srun having reserved none: 8888 + SLURM_JOB_ID mod 1000 "
+            "(42) + 1000 n for the n-th task on a node",
+            origin.ports,
         )
         self.assertIn("srun --resv-ports", origin.port_fix)
         self.assertIn("sbatch --exclusive", origin.port_fix)

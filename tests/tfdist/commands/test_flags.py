@@ -592,7 +592,8 @@ class ClusterResolverTest(unittest.TestCase):
             stderr.getvalue(),
             r"^tfdist: worker:1 at node10:8930: the cluster of the Slurm job step "
             r"\(--cluster_resolver=auto: TF_CONFIG is unset and SLURM_STEP_NUM_TASKS=2\); "
-            r"ports from the job id: port_base=8888 \+ SLURM_JOB_ID mod 1000 \(42\) .*\n$",
+            r"ports from the job id, srun having reserved none: 8888 \+ SLURM_JOB_ID mod 1000 "
+            r"\(42\) \+ 1000 n for the n-th task on a node\n$",
         )
 
 
