@@ -192,8 +192,9 @@ class ManifestCommandTest(_InProcess):
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(
-            'srun --kill-on-bad-exit=1 --label "$PYTHON" -m tfdist train --cluster_resolver=slurm '
-            "--slurm_port_base=9000 --preemption_signal=SIGUSR1 --epochs=5",
+            'srun --kill-on-bad-exit=1 --label "${RESV_PORTS[@]}" "$PYTHON" -m tfdist train '
+            "--cluster_resolver=slurm --slurm_port_base=9000 --preemption_signal=SIGUSR1 "
+            "--epochs=5",
             result.stdout,
         )
         self.assertIn(f'PYTHON="${{TFDIST_PYTHON:-{sys.executable}}}"', result.stdout)
