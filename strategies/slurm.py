@@ -60,8 +60,8 @@ _MAX_NODES = 65536
 RESERVED_PORTS = "SLURM_STEP_RESV_PORTS"
 JOB_SLOTS = 1000  # Ports per place on a node, one per job id modulo this.
 _RESERVED_FIX = (
-    "end what holds it, or keep slurm.conf's MpiParams=ports range for Slurm alone (srun "
-    "--resv-ports reserved the port for this step)"
+    "end what holds it, or keep slurm.conf's MpiParams=ports range for Slurm alone (Slurm "
+    "reserved the port for this step)"
 )
 _DERIVED_FIX = (
     "run the step with srun --resv-ports, which reserves ports per step where slurm.conf has "
@@ -156,7 +156,7 @@ def step_ports(env: Mapping[str, str], port_base: int, per_node: int) -> tuple[l
                 "run the step with srun --resv-ports (one port per task on a node), or unset "
                 f"{RESERVED_PORTS}",
             )
-        said = f"ports {reserved} reserved for the step by srun --resv-ports ({RESERVED_PORTS})"
+        said = f"ports {cut(reserved)} reserved for the step by Slurm ({RESERVED_PORTS})"
         return ports[:per_node], Origin(job, said, _RESERVED_FIX)
     highest = port_base + JOB_SLOTS * per_node - 1
     if highest > 65535:

@@ -196,7 +196,7 @@ class PortsTest(parameterized.TestCase):
         env = _step(1, SLURM_STEP_RESV_PORTS="12000-12001", SLURM_STEP_ID="3")
         origin = slurm.cluster_from_slurm(environ=env).origin
         self.assertEqual(origin.job, "Slurm job 42 step 3")
-        self.assertIn("ports 12000-12001 reserved for the step by srun --resv-ports", origin.ports)
+        self.assertIn("ports 12000-12001 reserved for the step by Slurm", origin.ports)
         self.assertIn("MpiParams=ports range", origin.port_fix)
 
     def test_ports_from_the_job_id_without_reserved_ports(self):

@@ -287,7 +287,7 @@ class DoctorTest(_DoctorResults, parameterized.TestCase):
         for line in (
             "cluster: valid, from the Slurm job step (--cluster_resolver=auto: TF_CONFIG is "
             "unset and SLURM_STEP_NUM_TASKS=2)",
-            "  Slurm job 42 step 0; ports 12000 reserved for the step by srun --resv-ports "
+            "  Slurm job 42 step 0; ports 12000 reserved for the step by Slurm "
             "(SLURM_STEP_RESV_PORTS)",
             "this task: worker:1 at node10:12000",
         ):

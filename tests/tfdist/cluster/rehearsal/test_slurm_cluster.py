@@ -212,7 +212,7 @@ class RealSlurmTest(unittest.TestCase):
             text = open(output, encoding="utf-8").read()
             self.assertEqual(self._digests(text), alone, text[-3000:])
             self.assertIn("NodeList=node[9-10]", self._show(job))
-            ports.append(re.findall(r"ports (\S+) reserved for the step by srun", text))
+            ports.append(re.findall(r"ports (\S+) reserved for the step by Slurm", text))
         (first_start, first_end), (second_start, second_end) = map(
             self._times, (jobs[0][0], jobs[1][0])
         )
