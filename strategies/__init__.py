@@ -8,6 +8,7 @@ it. The Keras flavour TensorFlow loads is tfdist's to choose, when `tfdist` is i
 
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
+from .cluster import Origin
 from .cluster import Task
 from .cluster import TaskType
 from .cluster import from_environment
@@ -44,6 +45,19 @@ def build(config: StrategyConfig, cluster: ClusterConfig | None = None):
     from . import factory  # pylint: disable=import-outside-toplevel
 
     return factory.build(config, cluster)
+
+
+def check_job(cluster: ClusterConfig | None, kind: StrategyKind, timeout_s: float | None) -> None:
+    """Refuses a task of another job in `cluster`, once this training task's `kind` of strategy
+    is built, where the cluster's origin names its job (a Slurm step); waits at most `timeout_s`
+    (None: 60 s) for a peer to say its job.
+
+    Raises:
+        ClusterConfigError: a peer belongs to another job, or did not say which, in one line.
+    """
+    from . import job_check  # pylint: disable=import-outside-toplevel
+
+    job_check.check(cluster, kind, timeout_s)
 
 
 def configure_local_devices(config: StrategyConfig) -> None:

@@ -71,6 +71,23 @@ class Task:
 
 
 @dataclasses.dataclass(frozen=True)
+class Origin:
+    """Who a cluster belongs to and how its ports were chosen, where the engine that started
+    its tasks says (a Slurm job step: `strategies.slurm`).
+
+    Attributes:
+        job: the job every task of the cluster belongs to, e.g. "Slurm job 42 step 0"; tasks
+            check each other's at join (`strategies.job_check`).
+        ports: how the tasks' ports were chosen, in words.
+        port_fix: what to do when another process holds one of them.
+    """
+
+    job: str
+    ports: str
+    port_fix: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     """A validated TF_CONFIG.
 
@@ -82,18 +99,21 @@ class ClusterConfig:
             evaluator; only jobs with addresses appear, and "master" is stored as "chief".
         task: this process's task.
         rpc_layer: the RPC protocol between tasks.
+        origin: who the cluster belongs to and how its ports were chosen; None where nothing
+            says (TF_CONFIG).
     """
 
     jobs: Mapping[str, tuple[str, ...]]
     task: Task
     rpc_layer: str = "grpc"
+    origin: Origin | None = None
 
     def __post_init__(self) -> None:
         frozen = {job: tuple(addresses) for job, addresses in self.jobs.items()}
         object.__setattr__(self, "jobs", types.MappingProxyType(frozen))
 
     def __hash__(self) -> int:
-        return hash((frozenset(self.jobs.items()), self.task, self.rpc_layer))
+        return hash((frozenset(self.jobs.items()), self.task, self.rpc_layer, self.origin))
 
     @property
     def num_workers(self) -> int:

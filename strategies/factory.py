@@ -11,6 +11,7 @@ from . import selection
 from .cluster import ClusterConfig
 from .config import StrategyConfig
 from .config import StrategyKind
+from .server import listening
 
 
 def build(config: StrategyConfig, cluster: ClusterConfig | None) -> tf.distribute.Strategy:
@@ -21,9 +22,10 @@ def build(config: StrategyConfig, cluster: ClusterConfig | None) -> tf.distribut
         return one_device.build(replica_devices)
     if kind is StrategyKind.MIRRORED:
         return mirrored.build(config, replica_devices)
-    if kind is StrategyKind.MULTI_WORKER_MIRRORED:
-        return multi_worker.build(config, cluster, num_gpus=devices.num_gpus(config))
-    return parameter_server.build(config, cluster)
+    with listening(cluster):  # Both start this task's server.
+        if kind is StrategyKind.MULTI_WORKER_MIRRORED:
+            return multi_worker.build(config, cluster, num_gpus=devices.num_gpus(config))
+        return parameter_server.build(config, cluster)
 
 
 def kind_of(strategy: tf.distribute.Strategy) -> StrategyKind:

@@ -10,12 +10,18 @@ about that step. Pure Python: no Slurm command, no TensorFlow.
 - `SLURM_DISTRIBUTION`: how ranks go onto the nodes (unset: `block`); `SLURM_NODEID` and
   `SLURM_LOCALID`: this task's node (an index into the node list) and its place on the node.
 
-Ranks are laid out `block` (node by node) or `cyclic` (one per node in turn); the n-th task of a
-node listens on `port_base + n`. tfdist checks the layout it derives against this task's own
-`SLURM_NODEID` and `SLURM_LOCALID`: a distribution it cannot derive (`plane`, `arbitrary`, or one
-whose ranks land elsewhere) is one line before any server starts, not a task listening on the
-wrong node while its peers wait. Ranks are given to jobs in order: the chief (rank 0), the
-parameter servers, then the workers.
+Ranks are laid out `block` (node by node) or `cyclic` (one per node in turn). tfdist checks the
+layout it derives against this task's own `SLURM_NODEID` and `SLURM_LOCALID`: a distribution it
+cannot derive (`plane`, `arbitrary`, or one whose ranks land elsewhere) is one line before any
+server starts, not a task listening on the wrong node while its peers wait. Ranks are given to
+jobs in order: the chief (rank 0), the parameter servers, then the workers.
+
+Ports are per job step, so that jobs sharing nodes never share one: the n-th task of a node
+listens on the n-th port of `SLURM_STEP_RESV_PORTS` (what `srun --resv-ports` reserved for the
+step, where slurm.conf has `MpiParams=ports=...`), else on `port_base + 1000 n + SLURM_JOB_ID
+mod 1000` (jobs whose ids differ by less than 1000 never collide). A port still taken is one
+line when the server starts (`strategies.server`), and the tasks check each other's job at join
+(`strategies.job_check`).
 
 The result goes through `parse_tf_config`, so a Slurm cluster is checked like a TF_CONFIG.
 Errors are one-line `ClusterConfigError`s that name what is missing and the fix.
@@ -23,6 +29,7 @@ Errors are one-line `ClusterConfigError`s that name what is missing and the fix.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -31,6 +38,7 @@ from typing import Any
 from . import cluster as cluster_lib
 from .cluster import ClusterConfig
 from .cluster import ClusterConfigError
+from .cluster import Origin
 from .cluster import parse_tf_config
 from .messages import cut
 from .messages import problem as one_line
@@ -49,6 +57,17 @@ _LAYOUTS = ("block", "cyclic")
 _COUNT_RE = re.compile(r"(\d+)(?:\(x(\d+)\))?")
 _HOST_RE = re.compile(r"([^\[\],]*)(?:\[([^\]]*)\])?([^\[\],]*)")
 _MAX_NODES = 65536
+RESERVED_PORTS = "SLURM_STEP_RESV_PORTS"
+JOB_SLOTS = 1000  # Ports per place on a node, one per job id modulo this.
+_RESERVED_FIX = (
+    "end what holds it, or keep slurm.conf's MpiParams=ports range for Slurm alone (Slurm "
+    "reserved the port for this step)"
+)
+_DERIVED_FIX = (
+    "run the step with srun --resv-ports, which reserves ports per step where slurm.conf has "
+    "MpiParams=ports=12000-12999, or give the job whole nodes (sbatch --exclusive), or another "
+    "port_base (--slurm_port_base)"
+)
 
 
 def cluster_from_slurm(
@@ -65,15 +84,15 @@ def cluster_from_slurm(
     arguments. Leaves CUDA_VISIBLE_DEVICES alone (Slurm's GPU binding decides what a task sees).
 
     Args:
-        port_base: the port of the first task on each node; the n-th listens on port_base + n.
+        port_base: without reserved ports, where the ports derived from the job id start.
         num_ps: how many tasks are parameter servers (ranks 1.. after the chief).
         chief: whether rank 0 is the chief; parameter servers need one (the coordinator).
         rpc_layer: the protocol between tasks.
         environ: the environment to read; `os.environ` when None.
 
     Raises:
-        ClusterConfigError: not in a Slurm job step, too few tasks for the layout, a port past
-            65535, or a task layout tfdist cannot derive.
+        ClusterConfigError: not in a Slurm job step, too few tasks for the layout, ports that
+            cannot be derived (`step_ports`), or a task layout tfdist cannot derive.
     """
     _check_arguments(port_base, num_ps, chief)
     env = os.environ if environ is None else environ
@@ -100,14 +119,8 @@ def cluster_from_slurm(
             "no worker",
             f"ask for at least {int(chief) + num_ps + 1} tasks (sbatch --ntasks)",
         )
-    highest = port_base + max(counts) - 1
-    if highest > 65535:
-        raise _error(
-            f"port_base={port_base} gives the {max(counts)} tasks that share a node ports up to "
-            f"{highest}",
-            f"use a port_base of at most {65536 - max(counts)}",
-        )
-    addresses = [f"{nodes[node]}:{port_base + local}" for node, local in places]
+    ports, origin = step_ports(env, port_base, max(counts))
+    addresses = [f"{nodes[node]}:{ports[local]}" for node, local in places]
     jobs = [("chief", int(chief)), ("ps", num_ps), ("worker", num_workers)]
     spec, first = {}, 0
     for job, size in jobs:
@@ -118,9 +131,88 @@ def cluster_from_slurm(
         first += size
     tf_config = {"cluster": spec, "task": task, "rpc_layer": rpc_layer}
     try:
-        return parse_tf_config(tf_config)
+        return dataclasses.replace(parse_tf_config(tf_config), origin=origin)
     except ClusterConfigError as exc:
         raise ClusterConfigError(f"{_PREFIX}: {exc}") from exc
+
+
+def step_ports(env: Mapping[str, str], port_base: int, per_node: int) -> tuple[list[int], Origin]:
+    """The port of each place on a node (the n-th task of a node listens on the n-th), for
+    `per_node` tasks on the busiest node, and the step's `Origin`: the ports srun reserved for
+    the step, else ports derived from the job id (see the module's docstring).
+
+    Raises:
+        ClusterConfigError: reserved ports that are not a port list or too few, a job id that is
+            not a number, or a port_base whose ports pass 65535.
+    """
+    job_id, job = _int(env, "SLURM_JOB_ID"), job_of(env)
+    reserved = env.get(RESERVED_PORTS, "").strip()
+    if reserved:
+        ports = expand_ports(reserved)
+        if len(ports) < per_node:
+            raise _error(
+                f"{RESERVED_PORTS}={cut(repr(reserved))} reserves {len(ports)} port(s), but "
+                f"{per_node} tasks share a node",
+                "run the step with srun --resv-ports (one port per task on a node), or unset "
+                f"{RESERVED_PORTS}",
+            )
+        said = f"ports {cut(reserved)} reserved for the step by Slurm ({RESERVED_PORTS})"
+        return ports[:per_node], Origin(job, said, _RESERVED_FIX)
+    highest = port_base + JOB_SLOTS * per_node - 1
+    if highest > 65535:
+        raise _error(
+            f"port_base={port_base} gives the {per_node} tasks that share a node ports up to "
+            f"{highest} ({JOB_SLOTS} per task, one for each job id modulo {JOB_SLOTS})",
+            f"use a port_base of at most {65536 - JOB_SLOTS * per_node}, or srun --resv-ports",
+        )
+    slot = job_id % JOB_SLOTS
+    said = (
+        f"ports from the job id, srun having reserved none: {port_base} + SLURM_JOB_ID mod "
+        f"{JOB_SLOTS} ({slot}) + {JOB_SLOTS} n for the n-th task on a node"
+    )
+    ports = [port_base + JOB_SLOTS * local + slot for local in range(per_node)]
+    return ports, Origin(job, said, _DERIVED_FIX)
+
+
+def job_of(env: Mapping[str, str]) -> str:
+    """ "Slurm job J step S": the job step of the task whose environment is `env`.
+
+    Raises:
+        ClusterConfigError: `env` is not a Slurm job step task's.
+    """
+    return f"Slurm job {_int(env, 'SLURM_JOB_ID')} step {_int(env, 'SLURM_STEP_ID')}"
+
+
+def expand_ports(text: str) -> list[int]:
+    """SLURM_STEP_RESV_PORTS ("12000-12001", "12000,12005") as its ports, in order.
+
+    Raises:
+        ClusterConfigError: not such a list, or a port outside 1..65535.
+    """
+    ports: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        numbers = (low, high if dash else low)
+        if not all(n.isascii() and n.isdigit() and len(n) <= 5 for n in numbers) or not (
+            1 <= int(low) <= int(numbers[1]) <= 65535
+        ):
+            raise _error(
+                f"{RESERVED_PORTS}={cut(repr(text))} is not a list of ports such as "
+                "'12000-12003' or '12000,12005'",
+                f"run the step with srun --resv-ports, or unset {RESERVED_PORTS}",
+            )
+        ports.extend(range(int(low), int(numbers[1]) + 1))
+    return ports
+
+
+def step_tasks(environ: Mapping[str, str] | None = None) -> int:
+    """How many tasks the Slurm job step this process runs in has (SLURM_STEP_NUM_TASKS): 0
+    outside a step, 2 for a value that is not a count (so that `cluster_from_slurm` says what is
+    wrong with it)."""
+    value = (os.environ if environ is None else environ).get("SLURM_STEP_NUM_TASKS", "").strip()
+    if not value:
+        return 0
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else 2
 
 
 def expand_hostlist(text: str, source: str = "SLURM_STEP_NODELIST") -> list[str]:

@@ -1,10 +1,13 @@
-"""ParameterServerStrategy over an in-process cluster of 1 worker + 1 ps: build, schedule, fit.
+"""ParameterServerStrategy over an in-process cluster of 1 worker + 1 ps: build, schedule, fit,
+and the chief's check of its tasks' job (`strategies.job_check`).
 
 Connecting to a cluster changes the process's TensorFlow context for good, so the cluster lives
 in a child process (this file run as a script) and the test reads its report.
 """
 
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 import unittest
@@ -54,9 +57,30 @@ def _child() -> None:
                 "total": float(total.numpy()),
                 "servers": len(servers),
                 "fit": _fit(plan),
+                "job_check": _job_check(cluster),
             }
         )
     )
+
+
+def _job_check(cluster) -> dict:
+    """The chief's check of its workers' and ps tasks' job (their environment's, which is this
+    process's: SLURM_JOB_ID=7, SLURM_STEP_ID=0), against two jobs: what each check said."""
+    from tfdist import strategies  # pylint: disable=import-outside-toplevel
+
+    said = {}
+    for job in ("Slurm job 7 step 0", "Slurm job 8 step 0"):
+        origin = strategies.Origin(job, "ports the test picked", "give each job its own ports")
+        try:
+            strategies.check_job(
+                dataclasses.replace(cluster, origin=origin),
+                strategies.StrategyKind.PARAMETER_SERVER,
+                None,
+            )
+            said[job] = "passed"
+        except strategies.ClusterConfigError as error:
+            said[job] = str(error)
+    return said
 
 
 def _plan(cluster, data_dir: str):
@@ -104,6 +128,7 @@ class ParameterServerBuildTest(unittest.TestCase):
     def test_coordinator_trains_on_in_process_cluster(self):
         result = subprocess.run(
             [sys.executable, __file__, self.data_dir],
+            env={**os.environ, "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"},  # For `_job_check`.
             capture_output=True,
             text=True,
             timeout=_TIMEOUT_S,
@@ -111,6 +136,14 @@ class ParameterServerBuildTest(unittest.TestCase):
         )
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
         report = json.loads(result.stdout.strip().splitlines()[-1])
+        said = report.pop("job_check")
+        self.assertEqual(said["Slurm job 7 step 0"], "passed")
+        self.assertRegex(
+            said["Slurm job 8 step 0"],
+            r"^Slurm job 8 step 0: the task at worker:0's address 127\.0\.0\.1:\d+ is Slurm "
+            r"job 7 step 0's, not this job's: another job's task holds this job's port there "
+            r"\(ports the test picked\); give each job its own ports\.$",
+        )
         self.assertEqual(
             report,
             {

@@ -25,6 +25,8 @@ def _step(procid, nodelist="n[1-2]", tasks_per_node="2(x2)", num_tasks=4, **more
         "SLURM_NODEID": str(place[0]),
         "SLURM_LOCALID": str(place[1]),
         "SLURM_JOB_ID": "42",
+        "SLURM_STEP_ID": "0",
+        "SLURM_STEP_RESV_PORTS": "8888-8889",
         **more,
     }
 
@@ -58,7 +60,8 @@ class ClusterFromSlurmTest(parameterized.TestCase):
         ("worker1", 3, Task(TaskType.WORKER, 1), "n2:7001"),
     )
     def test_chief_then_ps_then_workers(self, procid, task, address):
-        cluster = slurm.cluster_from_slurm(7000, num_ps=1, chief=True, environ=_step(procid))
+        env = _step(procid, SLURM_STEP_RESV_PORTS="7000,7001")
+        cluster = slurm.cluster_from_slurm(num_ps=1, chief=True, environ=env)
         self.assertEqual(
             dict(cluster.jobs),
             {"chief": ("n1:7000",), "worker": ("n2:7000", "n2:7001"), "ps": ("n1:7001",)},
@@ -143,12 +146,14 @@ class ClusterFromSlurmTest(parameterized.TestCase):
         self._assert_one_line_error(_step(0), r"port_base=0 is not a port", port_base=0)
 
     def test_a_port_base_too_high_for_the_tasks_sharing_a_node(self):
+        env = _step(0)
+        del env["SLURM_STEP_RESV_PORTS"]
         self._assert_one_line_error(
-            _step(0),
-            r"port_base=65535 gives the 2 tasks that share a "
-            r"node ports up to 65536; use a port_base of at "
-            r"most 65534",
-            port_base=65535,
+            env,
+            r"port_base=65000 gives the 2 tasks that share a node ports up to 66999 \(1000 per "
+            r"task, one for each job id modulo 1000\); use a port_base of at most 63536, or "
+            r"srun --resv-ports\.$",
+            port_base=65000,
         )
 
     @parameterized.parameters("n[1-", "n[a-b]", "n[1-2]x[3]", ",", "n[1-99999999]")
@@ -165,6 +170,88 @@ class ClusterFromSlurmTest(parameterized.TestCase):
         env = _step(0, num_tasks=num_tasks)
         env["SLURM_STEP_TASKS_PER_NODE"] = tasks_per_node
         self._assert_one_line_error(env, r"SLURM_STEP_TASKS_PER_NODE=")
+
+
+def _addresses(job_id, tasks_per_node, reserved=None, port_base=8888):
+    """The addresses of a block-laid step of `job_id` on n1 and n2."""
+    counts = slurm.expand_counts(tasks_per_node)
+    env = _step(0, tasks_per_node=tasks_per_node, num_tasks=sum(counts), SLURM_JOB_ID=str(job_id))
+    env.pop("SLURM_STEP_RESV_PORTS")
+    env.update({} if reserved is None else {"SLURM_STEP_RESV_PORTS": reserved})
+    return slurm.cluster_from_slurm(port_base, environ=env).jobs["worker"]
+
+
+class PortsTest(parameterized.TestCase):
+    """A step's ports: those srun reserved for it, else derived from the job id."""
+
+    @parameterized.named_parameters(
+        ("range", "12000-12001", ("n1:12000", "n1:12001", "n2:12000", "n2:12001")),
+        ("list", "12000,12005", ("n1:12000", "n1:12005", "n2:12000", "n2:12005")),
+        ("more_than_needed", " 12003-12009 ", ("n1:12003", "n1:12004", "n2:12003", "n2:12004")),
+    )
+    def test_the_nth_task_of_a_node_takes_the_nth_reserved_port(self, reserved, addresses):
+        self.assertEqual(_addresses(42, "2(x2)", reserved), addresses)
+
+    def test_reserved_ports_say_so(self):
+        env = _step(1, SLURM_STEP_RESV_PORTS="12000-12001", SLURM_STEP_ID="3")
+        origin = slurm.cluster_from_slurm(environ=env).origin
+        self.assertEqual(origin.job, "Slurm job 42 step 3")
+        self.assertIn("ports 12000-12001 reserved for the step by Slurm", origin.ports)
+        self.assertIn("MpiParams=ports range", origin.port_fix)
+
+    def test_ports_from_the_job_id_without_reserved_ports(self):
+        self.assertEqual(_addresses(42, "2(x2)"), ("n1:8930", "n1:9930", "n2:8930", "n2:9930"))
+        self.assertEqual(_addresses(1042, "1(x2)", port_base=20000), ("n1:20042", "n2:20042"))
+        env = _step(0, SLURM_JOB_ID="42")
+        del env["SLURM_STEP_RESV_PORTS"]
+        origin = slurm.cluster_from_slurm(environ=env).origin
+        self.assertIn(
+            "ports from the job id, srun having reserved none: 8888 + SLURM_JOB_ID mod 1000 "
+            "(42) + 1000 n for the n-th task on a node",
+            origin.ports,
+        )
+        self.assertIn("srun --resv-ports", origin.port_fix)
+        self.assertIn("sbatch --exclusive", origin.port_fix)
+
+    def test_jobs_whose_ids_differ_by_less_than_1000_never_share_a_port(self):
+        """Whatever each job's tasks per node: the n-th task's ports are base + 1000 n + slot."""
+        taken = {}
+        for job_id, per_node in [(7, "3(x2)"), (8, "1(x2)"), (9, "2(x2)"), (1006, "4(x2)")]:
+            for address in _addresses(job_id, per_node):
+                self.assertNotIn(address, taken, f"job {job_id} and job {taken.get(address)}")
+                taken[address] = job_id
+
+    @parameterized.parameters("12000-", "abc", "0", "70000", "12001-12000", "1,,2", "١٢٠٠٠")
+    def test_reserved_ports_that_are_not_a_port_list(self, reserved):
+        with self.assertRaisesRegex(
+            ClusterConfigError,
+            r"^Slurm cluster: SLURM_STEP_RESV_PORTS=.* is not a list of ports such as "
+            r"'12000-12003' or '12000,12005'; run the step with srun --resv-ports",
+        ):
+            _addresses(42, "2(x2)", reserved)
+
+    def test_too_few_reserved_ports_for_the_tasks_of_a_node(self):
+        with self.assertRaisesRegex(
+            ClusterConfigError,
+            r"SLURM_STEP_RESV_PORTS='12000' reserves 1 port\(s\), but 2 tasks share a node; run "
+            r"the step with srun --resv-ports",
+        ):
+            _addresses(42, "2(x2)", "12000")
+
+    @parameterized.parameters("SLURM_JOB_ID", "SLURM_STEP_ID")
+    def test_a_job_or_step_that_is_not_a_number(self, name):
+        env = _step(0, **{name: "4x"})
+        with self.assertRaisesRegex(ClusterConfigError, rf"{name}='4x' is not a task number"):
+            slurm.cluster_from_slurm(environ=env)
+
+    @parameterized.parameters(
+        ({}, 0),
+        ({"SLURM_STEP_NUM_TASKS": "1"}, 1),
+        ({"SLURM_STEP_NUM_TASKS": "3"}, 3),
+        ({"SLURM_STEP_NUM_TASKS": "x"}, 2),
+    )
+    def test_step_tasks(self, env, tasks):
+        self.assertEqual(slurm.step_tasks(env), tasks)
 
 
 class HostListTest(parameterized.TestCase):

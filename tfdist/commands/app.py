@@ -57,7 +57,7 @@ def define_flags() -> None:
 
 def config_from_flags(argv: Sequence[str] | None = None) -> RunConfig:
     """The run's `RunConfig` from the parsed tfdist flags and this task's cluster (TF_CONFIG,
-    or the Slurm job step with `--cluster_resolver=slurm`), checked.
+    a JobSet pod's, or the Slurm job step `srun` started it in: `--cluster_resolver`), checked.
 
     Args:
       argv: parse these first (the program's name, then flags), where nothing parsed argv: a

@@ -9,6 +9,7 @@ imported after parsing.
 import dataclasses
 import math
 import os
+import sys
 
 from absl import flags
 
@@ -162,15 +163,16 @@ CLUSTER_RESOLVER = flags.DEFINE_enum(
     "auto",
     ["auto", "tf_config", "jobset", "slurm"],
     "Where this task finds its cluster. auto: TF_CONFIG when set, else the JobSet pod's "
-    "environment that `tfdist manifest --format=jobset` sets up, else none (one process); "
-    "tf_config: TF_CONFIG only; jobset: the JobSet pod's environment (every task at its JobSet "
-    "DNS name); slurm: the Slurm job step (each task started by srun; with --slurm_port_base, "
-    "--num_ps and --chief as `tfdist manifest --format=slurm` writes them).",
+    "environment that `tfdist manifest --format=jobset` sets up, else a Slurm job step of more "
+    "than one task (`srun -n2 ...`), else none (one process); tf_config: TF_CONFIG only; jobset: "
+    "the JobSet pod's environment (every task at its JobSet DNS name); slurm: the Slurm job "
+    "step (with --slurm_port_base, --num_ps and --chief as `tfdist manifest` writes them).",
 )
 SLURM_PORT_BASE = define_integer(
     "slurm_port_base",
     8888,
-    "cluster_resolver=slurm: port of the first task on each Slurm node; the n-th uses base + n.",
+    "A Slurm step without ports srun reserved (--resv-ports): the n-th task on a node "
+    "listens on base + 1000 n + SLURM_JOB_ID mod 1000.",
     lower_bound=1,
     upper_bound=65535,
 )
@@ -190,7 +192,7 @@ CHIEF = flags.DEFINE_bool(
     "(cluster_resolver=slurm), or that `tfdist launch` starts or `tfdist "
     "manifest` describes.",
 )
-SLURM = flags_lib.group(SLURM_PORT_BASE, NUM_PS, CHIEF)  # Only with --cluster_resolver=slurm.
+SLURM = flags_lib.group(SLURM_PORT_BASE, NUM_PS, CHIEF)  # Only for a Slurm step's cluster.
 TF_LOGS = flags_lib.define_field(RunConfig, "show_tf_logs", name="tf_logs")
 
 
@@ -206,19 +208,23 @@ flags_lib.register(
 )
 
 
+_SLURM_FIX = "use --cluster_resolver=slurm or auto (inside srun), or drop them"
+
+
 @flags.multi_flags_validator(
-    [CLUSTER_RESOLVER.name, *SLURM],
-    message="given without --cluster_resolver=slurm, whose cluster they describe; add it, or drop "
-    "them (TF_CONFIG describes the cluster otherwise)",
+    [CLUSTER_RESOLVER.name, *SLURM], message=f"they describe a Slurm job step; {_SLURM_FIX}"
 )
-def _slurm_flags_need_the_slurm_resolver(values: dict) -> bool:
-    """--slurm_port_base, --num_ps and --chief describe a Slurm job, in the commands that take
-    --cluster_resolver (launch and manifest take the last two for their own clusters)."""
+def _slurm_flags_need_a_slurm_resolver(values: dict) -> bool:
+    """--slurm_port_base, --num_ps and --chief describe a Slurm job (launch and manifest take
+    the last two for their own clusters); `cluster_and_source` refuses them where auto finds
+    another cluster."""
     if CLUSTER_RESOLVER.name not in flags_lib.COMMAND_FLAGS[flags_lib.parsing_for()]:
         return True
-    return values[CLUSTER_RESOLVER.name] == "slurm" or not any(
-        holder.present for holder in SLURM.values()
-    )
+    return values[CLUSTER_RESOLVER.name] in ("slurm", "auto") or not _slurm_flags_given()
+
+
+def _slurm_flags_given() -> list[str]:
+    return [f"--{holder.name}" for holder in SLURM.values() if holder.present]
 
 
 _BATCH = (SOURCE["global_batch_size"], PER_REPLICA_BATCH_SIZE)  # Give one, or neither.
@@ -327,28 +333,35 @@ def engine_grace_s() -> float | None:
 
 
 def cluster() -> ClusterConfig | None:
-    """This task's cluster, as --cluster_resolver says (`cluster_and_source`)."""
-    return cluster_and_source()[0]
+    """This task's cluster, as --cluster_resolver says (`cluster_and_source`); a Slurm step's
+    says so in one line on stderr (where it came from, the task, its job and its ports)."""
+    found, source = cluster_and_source()
+    if found is not None and found.origin is not None:
+        task = f"{found.task.type.value}:{found.task.index} at {found.task_address}"
+        print(f"tfdist: {task}: the cluster of {source[0]}; {found.origin.ports}", file=sys.stderr)
+    return found
 
 
 def cluster_and_source() -> tuple[ClusterConfig | None, list[str]]:
     """This task's cluster, and where it came from, in lines: TF_CONFIG, the JobSet pod's
-    environment (each variable and the field it came from), or the Slurm job step with
-    --cluster_resolver=slurm (what Slurm says of the step: `strategies.slurm`).
+    environment (each variable and its field), or the Slurm job step (`strategies.slurm`).
 
     Raises:
       ClusterConfigError: the chosen source is missing or invalid, in one line.
+      UsageError: --slurm_port_base, --num_ps or --chief where the cluster is not a Slurm step's.
     """
-    resolver = CLUSTER_RESOLVER.value
+    resolver, tasks = CLUSTER_RESOLVER.value, slurm.step_tasks()
     if resolver == "slurm":
-        found = slurm.cluster_from_slurm(
-            port_base=SLURM_PORT_BASE.value, num_ps=NUM_PS.value, chief=CHIEF.value
-        )
-        return found, ["the Slurm job step (--cluster_resolver=slurm)"]
+        return _slurm_step("--cluster_resolver=slurm")
     if resolver != "jobset":
         found = from_environment()
+        if found is None and resolver == "auto" and not jobset.is_jobset_pod() and tasks > 1:
+            why = f"--cluster_resolver=auto: TF_CONFIG is unset and SLURM_STEP_NUM_TASKS={tasks}"
+            return _slurm_step(why)
         if found is not None or resolver == "tf_config" or not jobset.is_jobset_pod():
+            _refuse_slurm_flags("TF_CONFIG's" if found is not None else "none (one process)")
             return found, ["TF_CONFIG", *_ignored_jobset_variables(found)]
+    _refuse_slurm_flags("the JobSet pod's")
     pod = jobset.from_environment()
     why = (
         "--cluster_resolver=jobset"
@@ -361,17 +374,26 @@ def cluster_and_source() -> tuple[ClusterConfig | None, list[str]]:
     ]
 
 
+def _slurm_step(why: str) -> tuple[ClusterConfig, list[str]]:
+    """The Slurm job step's cluster (the Slurm flags' layout), and where it came from (`why`)."""
+    found = slurm.cluster_from_slurm(SLURM_PORT_BASE.value, num_ps=NUM_PS.value, chief=CHIEF.value)
+    return found, [f"the Slurm job step ({why})", f"  {found.origin.job}; {found.origin.ports}"]
+
+
+def _refuse_slurm_flags(source: str) -> None:
+    """UsageError where the Slurm cluster's flags were given but the cluster is `source`'s."""
+    if _slurm_flags_given():
+        raise flags_lib.UsageError(
+            f"{', '.join(_slurm_flags_given())} given, but this task's cluster is {source}, not "
+            f"a Slurm job step's (--cluster_resolver={CLUSTER_RESOLVER.value}); {_SLURM_FIX}."
+        )
+
+
 def _ignored_jobset_variables(found: ClusterConfig | None) -> list[str]:
     """The line naming a JobSet pod's variables that TF_CONFIG's cluster `found` overrides."""
-    names = jobset.variables_set()
-    return (
-        [
-            f"  ignored: the JobSet pod's {', '.join(names)} (TF_CONFIG comes first; "
-            "--cluster_resolver=jobset reads them instead)"
-        ]
-        if found is not None and names
-        else []
-    )
+    names = jobset.variables_set() if found is not None else []
+    why = "(TF_CONFIG comes first; --cluster_resolver=jobset reads them instead)"
+    return [f"  ignored: the JobSet pod's {', '.join(names)} {why}"] if names else []
 
 
 def check_train_args(args: list[str]) -> None:

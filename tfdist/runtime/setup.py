@@ -9,7 +9,8 @@ Order of the process-wide work:
    here).
 2. The mixed-precision policy of that Keras, before any model is built.
 3. The strategy (its first act splits the CPU into logical devices, before any other op runs),
-   with the collective-timeout watchdog while multi-worker peers join.
+   with the collective-timeout watchdog while multi-worker peers join; then every peer's job
+   checked against this task's, where the cluster names its job (a Slurm step).
 4. Seeds (Python, NumPy, TensorFlow; under parameter server not TensorFlow's global seed
    unless `--deterministic`), and TensorFlow's op determinism as `--deterministic` says.
 5. The dataset of `config.input`, prepared (the built-in one generated once) when the plan
@@ -377,6 +378,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
         strategy = _build_strategy(config, kind)
         if kind is StrategyKind.MULTI_WORKER_MIRRORED and config.cluster is not None:
             run_notice.reclaim()  # Its runtime took SIGTERM.
+        strategies.check_job(config.cluster, kind, config.strategy.collective_timeout_s)
         _announce_ignored_options(config, kind)
     _seed(config, kind, keras)
     _op_determinism(config)

@@ -468,7 +468,7 @@ class HostileInputTest(_RejectingTest):
                     "--",
                     "train",
                 ],
-                "slurm port: 65535 gives the 4 tasks of a node ports up to 65538",
+                "slurm port: 65535 gives the 4 tasks of a node ports up to 69534",
             ),
             (["manifest", "--image=img", "--", ""], "jobset program"),
             (

@@ -90,6 +90,20 @@ _CASES = {
         ["doctor", "--strategy=multi_worker_mirrored", f"--tf_config={_CHIEF_OF_PS_CLUSTER}"],
         {},
     ),
+    "slurm_step": (
+        ["doctor", "--probe_timeout_s=1"],
+        {
+            "SLURM_PROCID": "1",
+            "SLURM_STEP_NUM_TASKS": "2",
+            "SLURM_STEP_NODELIST": "node[9-10]",
+            "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+            "SLURM_NODEID": "1",
+            "SLURM_LOCALID": "0",
+            "SLURM_JOB_ID": "42",
+            "SLURM_STEP_ID": "0",
+            "SLURM_STEP_RESV_PORTS": "12000",
+        },
+    ),
     "two_cpu_devices": (["doctor", "--num_cpu_devices=2"], {}),
 }
 
@@ -266,6 +280,18 @@ class DoctorTest(_DoctorResults, parameterized.TestCase):
             "`tfdist manifest --format=jobset` wrote (its containers map the pod's "
             "JobSet labels into these variables), or set TF_CONFIG instead.",
         )
+
+    def test_in_a_slurm_step_where_the_cluster_came_from(self):
+        result = self.results["slurm_step"]  # `srun -n2 tfdist doctor`, TF_CONFIG unset.
+        self.assertEqual(result.returncode, 0, result.stderr)
+        for line in (
+            "cluster: valid, from the Slurm job step (--cluster_resolver=auto: TF_CONFIG is "
+            "unset and SLURM_STEP_NUM_TASKS=2)",
+            "  Slurm job 42 step 0; ports 12000 reserved for the step by Slurm "
+            "(SLURM_STEP_RESV_PORTS)",
+            "this task: worker:1 at node10:12000",
+        ):
+            self.assertIn(line, result.stdout.splitlines())
 
     def test_strategy_the_cluster_cannot_run(self):
         result = self.results["strategy_the_cluster_cannot_run"]

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import tempfile
@@ -438,11 +439,13 @@ class FlagsTest(unittest.TestCase):
         ):
             _parse("benchmark", "--dataset=python:my_data:splits", "--data=synthetic,real")
 
-    def test_slurm_layout_needs_the_slurm_resolver(self):
+    def test_slurm_layout_needs_a_resolver_that_reads_slurm(self):
         with self.assertRaisesRegex(
-            flags.IllegalFlagValueError, "num_ps=1, .*: given without --cluster_resolver=slurm"
+            flags.IllegalFlagValueError,
+            "num_ps=1, .*: they describe a Slurm job step; use --cluster_resolver=slurm or auto",
         ):
-            _parse("train", "--num_ps=1")
+            _parse("train", "--cluster_resolver=tf_config", "--num_ps=1")
+        _parse("train", "--num_ps=1")  # auto: `cluster_and_source` decides.
         _parse("train", "--cluster_resolver=slurm", "--num_ps=1", "--chief")
         self.assertEqual((train_flags.NUM_PS.value, train_flags.CHIEF.value), (1, True))
         _parse("launch", "--num_ps=1", "--chief")  # Launch's own cluster: no resolver.
@@ -494,6 +497,103 @@ class FlagsTest(unittest.TestCase):
             ),
             "--global_batch_size=3 does not split; e.g. --global_batch_size=2 "
             "(--epochs=3, --epochs=4, files=x, config.seed=1, lr_step_boundaries[1]=nan)",
+        )
+
+
+_STEP = {
+    "SLURM_PROCID": "1",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_NODELIST": "node[9-10]",
+    "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+    "SLURM_NODEID": "1",
+    "SLURM_LOCALID": "0",
+    "SLURM_JOB_ID": "42",
+    "SLURM_STEP_ID": "0",
+}
+
+
+class ClusterResolverTest(unittest.TestCase):
+    """Where --cluster_resolver finds the cluster: auto takes a Slurm step of several tasks
+    (plain `srun -n2 python my_train.py`) when TF_CONFIG is unset, and says so."""
+
+    def _resolve(self, env: dict, *args: str):
+        _parse("train", *args)
+        with mock.patch.dict(os.environ, env, clear=True):
+            return train_flags.cluster_and_source()
+
+    def test_auto_takes_a_slurm_step_of_several_tasks(self):
+        cluster, source = self._resolve(_STEP)
+        self.assertEqual(dict(cluster.jobs), {"worker": ("node9:8930", "node10:8930")})
+        self.assertEqual((cluster.task.type.value, cluster.task.index), ("worker", 1))
+        self.assertEqual(
+            source[0],
+            "the Slurm job step (--cluster_resolver=auto: TF_CONFIG is unset and "
+            "SLURM_STEP_NUM_TASKS=2)",
+        )
+        self.assertRegex(source[1], r"^  Slurm job 42 step 0; ports from the job id")
+
+    def test_auto_with_the_slurm_layout_flags(self):
+        env = {**_STEP, "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_TASKS_PER_NODE": "2,1"}
+        env.update(SLURM_NODEID="0", SLURM_LOCALID="1")  # Rank 1: node9's second task.
+        cluster, _ = self._resolve(env, "--num_ps=1", "--chief")
+        self.assertEqual(
+            (cluster.num_ps, cluster.has_chief, cluster.task.type.value), (1, True, "ps")
+        )
+
+    def test_a_one_task_step_stays_one_process(self):
+        cluster, source = self._resolve({**_STEP, "SLURM_STEP_NUM_TASKS": "1", "SLURM_PROCID": "0"})
+        self.assertIsNone(cluster)
+        self.assertEqual(source, ["TF_CONFIG"])
+
+    def test_tf_config_comes_first(self):
+        """`tfdist launch` (or Ray) inside a Slurm allocation: the TF_CONFIG it sets wins."""
+        tf_config = {
+            "cluster": {"worker": ["127.0.0.1:2001"]},
+            "task": {"type": "worker", "index": 0},
+        }
+        cluster, source = self._resolve({**_STEP, "TF_CONFIG": json.dumps(tf_config)})
+        self.assertEqual(dict(cluster.jobs), {"worker": ("127.0.0.1:2001",)})
+        self.assertIsNone(cluster.origin)
+        self.assertEqual(source, ["TF_CONFIG"])
+
+    def test_the_slurm_resolver_takes_a_one_task_step(self):
+        env = {**_STEP, "SLURM_STEP_NUM_TASKS": "1", "SLURM_PROCID": "0", "SLURM_NODEID": "0"}
+        env["SLURM_STEP_NODELIST"], env["SLURM_STEP_TASKS_PER_NODE"] = "node9", "1"
+        cluster, source = self._resolve(env, "--cluster_resolver=slurm")
+        self.assertEqual(dict(cluster.jobs), {"worker": ("node9:8930",)})
+        self.assertEqual(source[0], "the Slurm job step (--cluster_resolver=slurm)")
+
+    def test_slurm_layout_flags_where_the_cluster_is_not_a_slurm_steps(self):
+        for env, source in (
+            ({}, "none (one process)"),
+            (
+                {
+                    "TF_CONFIG": json.dumps(
+                        {"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0}}
+                    )
+                },
+                "TF_CONFIG's",
+            ),
+        ):
+            with self.assertRaisesRegex(
+                tfdist_flags.UsageError,
+                rf"^--num_ps, --chief given, but this task's cluster is {re.escape(source)}, not a "
+                r"Slurm job step's \(--cluster_resolver=auto\); use --cluster_resolver=slurm or "
+                r"auto \(inside srun\), or drop them\.$",
+            ):
+                self._resolve(env, "--num_ps=1", "--chief")
+
+    def test_train_says_where_a_slurm_steps_cluster_came_from_in_one_line(self):
+        _parse("train")
+        with mock.patch.dict(os.environ, _STEP, clear=True):
+            with mock.patch("sys.stderr", new_callable=io.StringIO) as stderr:
+                train_flags.cluster()
+        self.assertRegex(
+            stderr.getvalue(),
+            r"^tfdist: worker:1 at node10:8930: the cluster of the Slurm job step "
+            r"\(--cluster_resolver=auto: TF_CONFIG is unset and SLURM_STEP_NUM_TASKS=2\); "
+            r"ports from the job id, srun having reserved none: 8888 \+ SLURM_JOB_ID mod 1000 "
+            r"\(42\) \+ 1000 n for the n-th task on a node\n$",
         )
 
 

@@ -192,8 +192,9 @@ class ManifestCommandTest(_InProcess):
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(
-            'srun --kill-on-bad-exit=1 --label "$PYTHON" -m tfdist train --cluster_resolver=slurm '
-            "--slurm_port_base=9000 --preemption_signal=SIGUSR1 --epochs=5",
+            'srun --kill-on-bad-exit=1 --label "${RESV_PORTS[@]}" "$PYTHON" -m tfdist train '
+            "--cluster_resolver=slurm --slurm_port_base=9000 --preemption_signal=SIGUSR1 "
+            "--epochs=5",
             result.stdout,
         )
         self.assertIn(f'PYTHON="${{TFDIST_PYTHON:-{sys.executable}}}"', result.stdout)
@@ -266,7 +267,7 @@ class ManifestCommandTest(_InProcess):
         assert_one_line_error(
             self,
             ps_without_slurm,
-            "--num_ps=1, --chief=False: given without --cluster_resolver=slurm",
+            "--num_ps given, but this task's cluster is none (one process), not a Slurm job step's",
         )
         assert_one_line_error(self, slurm_resolver, "Slurm cluster")
 

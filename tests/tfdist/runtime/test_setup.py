@@ -6,6 +6,8 @@ import dataclasses
 import io
 import json
 import os
+from unittest import mock
+
 import tensorflow as tf
 import tf_keras
 from tensorflow.python.framework import config as tf_config
@@ -26,6 +28,16 @@ class PlanTest(PolicyReset):
     def test_steps_from_the_size_of_the_users_data(self):
         plan = tfdist.setup(run_config(steps_per_epoch=None), train_examples=1000)
         self.assertEqual((plan.steps_per_epoch, plan.steps_from), (62, "train_examples"))
+
+    def test_a_training_task_checks_its_peers_job_once_its_strategy_is_built(self):
+        """`strategies.check_job` (a Slurm cluster's tasks refuse another job's) is asked by
+        every training task, with the strategy's kind and the collective timeout."""
+        config = run_config()
+        with mock.patch.object(runtime_setup.strategies, "check_job") as check_job:
+            plan = tfdist.setup(config)
+        check_job.assert_called_once_with(
+            plan.config.cluster, plan.kind, config.strategy.collective_timeout_s
+        )
 
     def test_a_python_dataset_needs_steps(self):
         config = RunConfig(input=InputConfig(dataset="python:my_data:splits"))

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from tfdist.cluster import GRACE_ENV
 from tfdist.cluster.manifests import checks
 from tfdist.errors import EXIT_PREEMPTED
+from tfdist.strategies.slurm import JOB_SLOTS
 from tfdist.cluster.manifests.jobset_checks import GRACE_S
 from tfdist.cluster.manifests.jobset_checks import MAX_GRACE_S
 
@@ -18,6 +19,12 @@ SLURM_PORT_FLAG = "--slurm_port_base"
 _MAX_TASKS_PER_NODE = 1024
 _NOTICE_SIGNAL = "SIGUSR1"  # What --signal sends before the time limit; the tasks save on it.
 _PYTHON_WORD = '"$PYTHON"'  # The interpreter's variable, expanded by the shell in each task.
+_PORTS_WORD = '"${RESV_PORTS[@]}"'  # srun's --resv-ports where the site reserves step ports.
+_SHELL_WORDS = (_PYTHON_WORD, _PORTS_WORD)  # Written as they are; every other word is quoted.
+# slurm.conf's MpiParams=ports=A-B, without which srun --resv-ports fails the step.
+_SITE_RESERVES_PORTS = (
+    "scontrol show config 2>/dev/null | grep -E '^MpiParams *=.*ports=' >/dev/null"
+)
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # ASCII digits: \d alone takes e.g. Arabic-Indic ones, which Slurm does not.
 _SLURM_TIME_RE = re.compile(
@@ -46,8 +53,10 @@ def slurm(
     The job has chief + num_workers + num_ps tasks. `srun` starts every task with
     `--cluster_resolver=slurm` and the cluster layout, so that each derives the same cluster from
     its job step (`tfdist.strategies.slurm`): ranks go to the chief (rank 0), then the
-    parameter servers, then the workers, and the n-th task on a node listens on `port + n`
-    (counting from 0). `srun --kill-on-bad-exit` ends every task when one fails, and `--label`
+    parameter servers, then the workers; the n-th task on a node (counting from 0) listens on
+    the n-th port `srun --resv-ports` reserved for the step where the site's slurm.conf has
+    `MpiParams=ports=...`, else on `port + 1000 n + SLURM_JOB_ID mod 1000`. `srun
+    --kill-on-bad-exit` ends every task when one fails, and `--label`
     prefixes each line with its rank.
 
     Args:
@@ -58,7 +67,7 @@ def slurm(
         num_ps: the parameter-server tasks; they need a chief.
         chief: whether rank 0 is a chief (the ParameterServerStrategy coordinator).
         time_limit: the job's wall-clock limit in a Slurm time format, e.g. "01:00:00", "2-00:00".
-        port: the first task's port on each node.
+        port: where the ports derived from the job id start, on a site that reserves none.
         gpus_per_task: GPUs Slurm binds to each task; 0 asks for none.
         tasks_per_node: tasks on each node (1: one per node; on GPU nodes, one per GPU).
         python: the interpreter every node runs (with tfdist installed: a virtual environment on
@@ -108,11 +117,12 @@ def slurm(
     num_tasks = int(chief) + num_workers + num_ps
     per_node = min(tasks_per_node, num_tasks)
     checks.require(
-        port + per_node - 1 <= 65535,
+        port + JOB_SLOTS * per_node - 1 <= 65535,
         "slurm port",
         port,
-        f"use a port of at most {65536 - per_node}",
-        problem=f"gives the {per_node} tasks of a node ports up to {port + per_node - 1}",
+        f"use a port of at most {65536 - JOB_SLOTS * per_node}",
+        problem=f"gives the {per_node} tasks of a node ports up to "
+        f"{port + JOB_SLOTS * per_node - 1} ({JOB_SLOTS} each: one per job id mod {JOB_SLOTS})",
     )
     layout = checks.describe_layout(num_workers=num_workers, num_ps=num_ps, chief=chief)
     flags = [
@@ -134,7 +144,7 @@ def slurm(
         interpreter = [_PYTHON_WORD] if words[0] in ("python", "python3") else [words[0]]
         task = [*interpreter, *words[1:], *flags]
         runs = f"`{' '.join(words[:2])}`"
-    srun = ["srun", "--kill-on-bad-exit=1", "--label", *task]
+    srun = ["srun", "--kill-on-bad-exit=1", "--label", _PORTS_WORD, *task]
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job_name}",
@@ -151,7 +161,10 @@ def slurm(
         "# --gpus_per_task=1.",
         "# Each task derives the cluster from its job step (SLURM_STEP_NODELIST,",
         "# SLURM_STEP_TASKS_PER_NODE, SLURM_DISTRIBUTION, SLURM_PROCID): block or cyclic layouts.",
-        f"# Ports: the 1st task on a node listens on {port}, the 2nd on {port + 1}, and so on.",
+        "# Ports, this job step's own: where slurm.conf has MpiParams=ports=..., srun",
+        "# --resv-ports reserves them and the n-th task on a node takes the n-th; elsewhere it",
+        f"# listens on {port} + 1000 n + SLURM_JOB_ID mod 1000 (jobs sharing nodes never share",
+        "# a port unless their ids differ by a multiple of 1000; a port taken is one line).",
         "# TensorFlow's gRPC servers have no authentication: keep these ports on a private",
         "# network, closed to everyone but this job's nodes.",
         "# Every node runs $PYTHON, which must have tfdist installed: a virtual environment on a",
@@ -164,14 +177,22 @@ def slurm(
         "set -euo pipefail",
         f"export {GRACE_ENV}={grace_s}  # Each task checks its backup's save against it.",
         f'PYTHON="${{TFDIST_PYTHON:-{_shell_quote_inside(python)}}}"',
+        "RESV_PORTS=()",
+        f"if {_SITE_RESERVES_PORTS}; then RESV_PORTS=(--resv-ports={per_node}); fi",
         "set +e",
-        " ".join(word if word is _PYTHON_WORD else shlex.quote(word) for word in srun),
+        " ".join(_shell_word(word) for word in srun),
         "status=$?",
         "set -e",
         f'if [ "$status" -eq {EXIT_PREEMPTED} ]; then scontrol requeue "$SLURM_JOB_ID"; fi',
         'exit "$status"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def _shell_word(word: str) -> str:
+    """`word` quoted for the shell, but for the script's own variables (by identity: an
+    argument that reads the same is quoted)."""
+    return word if any(word is own for own in _SHELL_WORDS) else shlex.quote(word)
 
 
 def _shell_quote_inside(path: str) -> str:

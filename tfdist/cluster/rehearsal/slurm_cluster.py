@@ -8,7 +8,8 @@ hiding /sys/fs/cgroup, and slurmd 22.05 then refuses to start), so each daemon s
 `unshare --mount --uts` with the host's hosts file bound over /etc/hosts and its hostname set,
 then enters the host's network namespace; job steps inherit all three, so a task sees its node's
 name and resolves its peers by name. Client commands (sbatch, squeue, scancel) run in the
-controller's namespace with SLURM_CONF pointing at the cluster's slurm.conf.
+controller's namespace with SLURM_CONF pointing at the cluster's slurm.conf. Job steps reserve
+ports from `MpiParams=ports=12000-12999` (`srun --resv-ports`), as many sites' steps can.
 
 Closing stops the daemons by pid, then removes the hosts (killing whatever still runs in them:
 job steps) and the directory's sockets. Linux, root.
@@ -35,6 +36,7 @@ _READY_S = 60.0
 _COMMAND_S = 60.0
 _STOP_S = 10.0
 _POLL_S = 0.25
+RESERVED_PORTS = "12000-12999"
 DONE_STATES = (
     "COMPLETED",
     "FAILED",
@@ -182,6 +184,7 @@ class SlurmCluster:
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core",
             "MpiDefault=none",
+            f"MpiParams=ports={RESERVED_PORTS}",  # What srun --resv-ports reserves steps from.
             "ReturnToService=2",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
@@ -224,8 +227,11 @@ class SlurmCluster:
 
     def environment(self) -> dict[str, str]:
         """This process's environment with the cluster's slurm.conf (what sbatch passes on to
-        a job, --export=ALL)."""
-        return dict(os.environ, SLURM_CONF=self.conf)
+        a job, --export=ALL), less the SLURM_* variables of a Slurm job this process may run
+        in (a rehearsal inside salloc): its job id, step and reserved ports are not the
+        rehearsed job's."""
+        own = {name: value for name, value in os.environ.items() if not name.startswith("SLURM_")}
+        return dict(own, SLURM_CONF=self.conf)
 
     def command(self, *argv: str, timeout_s: float = _COMMAND_S) -> subprocess.CompletedProcess:
         """Runs Slurm client command `argv` (sbatch, squeue, scancel, scontrol) against the

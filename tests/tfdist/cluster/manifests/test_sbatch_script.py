@@ -52,7 +52,8 @@ class SlurmTest(parameterized.TestCase):
         self.assertIn("#SBATCH --ntasks-per-node=1", lines)
         self.assertIn("#SBATCH --time=2-00:00:00", lines)
         self.assertNotIn("--gpus-per-task", script)
-        self.assertIn("8888", script)  # The port is documented.
+        self.assertIn("listens on 8888 + 1000 n + SLURM_JOB_ID mod 1000", script)  # Ports.
+        self.assertIn("MpiParams=ports=...", script)
         self.assertIn("no authentication", script)
         # A preemption notice before the time limit, and back in the queue after it.
         self.assertIn("#SBATCH --signal=USR1@30", lines)
@@ -86,6 +87,7 @@ class SlurmTest(parameterized.TestCase):
                 "srun",
                 "--kill-on-bad-exit=1",
                 "--label",
+                "${RESV_PORTS[@]}",
                 "$PYTHON",
                 "-m",
                 "tfdist",
@@ -117,6 +119,7 @@ class SlurmTest(parameterized.TestCase):
                 "srun",
                 "--kill-on-bad-exit=1",
                 "--label",
+                "${RESV_PORTS[@]}",
                 "$PYTHON",
                 "my_train.py",
                 "--epochs=2",
@@ -133,15 +136,26 @@ class SlurmTest(parameterized.TestCase):
         result = subprocess.run(["bash", "-n", path], capture_output=True, text=True, timeout=30)
         self.assertEqual(result.returncode, 0, result.stderr)
 
+    @parameterized.named_parameters(
+        ("site_reserves_ports", "MpiParams               = ports=12000-12999", ["--resv-ports=2"]),
+        ("site_reserves_none", "MpiParams               = (null)", []),
+    )
     @pytest.mark.multiprocess
-    def test_srun_gets_the_args_verbatim(self):
-        """Runs the script with a fake srun that prints its arguments: nothing is expanded."""
+    def test_srun_gets_the_args_verbatim(self, mpi_params, resv_ports):
+        """Runs the script with a fake srun that prints its arguments (nothing is expanded) and
+        a fake scontrol whose config has or lacks MpiParams=ports (srun --resv-ports fails a
+        step where it lacks them)."""
         bin_dir = self._tempdir()
-        fake_srun = os.path.join(bin_dir, "srun")
-        with open(fake_srun, "w", encoding="utf-8") as f:
-            f.write(f"#!{sys.executable}\nimport json, sys\nprint(json.dumps(sys.argv[1:]))\n")
-        os.chmod(fake_srun, os.stat(fake_srun).st_mode | stat.S_IXUSR)
-        path = self._write(manifests.slurm(**_SLURM, num_workers=2))
+        fakes = {
+            "srun": "import json, sys\nprint(json.dumps(sys.argv[1:]))\n",
+            "scontrol": f"print('MpiDefault              = none')\nprint({mpi_params!r})\n",
+        }
+        for name, program in fakes.items():
+            fake = os.path.join(bin_dir, name)
+            with open(fake, "w", encoding="utf-8") as f:
+                f.write(f"#!{sys.executable}\n{program}")
+            os.chmod(fake, os.stat(fake).st_mode | stat.S_IXUSR)
+        path = self._write(manifests.slurm(**_SLURM, num_workers=4, tasks_per_node=2))
         env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
         result = subprocess.run(
             ["bash", path], capture_output=True, text=True, timeout=30, env=env, cwd=bin_dir
@@ -152,6 +166,7 @@ class SlurmTest(parameterized.TestCase):
             [
                 "--kill-on-bad-exit=1",
                 "--label",
+                *resv_ports,
                 _PYTHON,
                 "-m",
                 "tfdist",
@@ -169,6 +184,13 @@ class SlurmTest(parameterized.TestCase):
         ("no_workers", dict(num_workers=0), "slurm num_workers", "0", "at least 1 worker"),
         ("ps_without_chief", dict(num_ps=1), "slurm num_ps", "1", "add --chief"),
         ("port", dict(port=0), "slurm port", "0", "from 1 to 65535"),
+        (
+            "port_too_high",
+            dict(port=64000, num_workers=2, tasks_per_node=2),
+            "slurm port",
+            "64000",
+            "use a port of at most 63536",
+        ),
         ("gpus", dict(gpus_per_task=-1), "slurm gpus_per_task", "-1", "from 0 to 1024"),
         ("tasks_per_node", dict(tasks_per_node=0), "slurm tasks_per_node", "0", "from 1 to 1024"),
         ("grace", dict(grace_s=0), "slurm grace_s", "0", "1 to 3600"),

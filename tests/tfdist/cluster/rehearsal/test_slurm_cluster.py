@@ -6,6 +6,7 @@ Where Slurm is not installed these tests skip, except under TFDIST_REQUIRE_SLURM
 installs Slurm and sets it), where a missing Slurm fails them.
 """
 
+import json
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import unittest
 
 import pytest
 
+from tests.tfdist.cli_runner import MLP_PROGRAM
 from tests.tfdist.cluster.rehearsal.emulated_hosts import real_slurm_or_skip
 from tfdist.cluster import manifests
 from tfdist.cluster.rehearsal import slurm_cluster
@@ -23,6 +25,8 @@ from tfdist.cluster.rehearsal import slurm_cluster
 _NODES = ("node9", "node10")
 _JOB_S = 180.0  # A job's bound, from submission to its end.
 _ENDED_S = 30.0  # After a task is killed or the job cancelled: every task ends (KillWait 5 s).
+# The program of one's own both side-by-side tests run: an MLP on generated data, 2 workers.
+_MLP = ["--epochs=1", "--steps_per_epoch=4", "--global_batch_size=16", "--collective_timeout_s=60"]
 _TRAIN = [
     "--dataset=synthetic",
     "--num_classes=4",
@@ -161,6 +165,60 @@ class RealSlurmTest(unittest.TestCase):
         text = open(output, encoding="utf-8").read()
         self.assertIn("NumNodes=2", self._show(job))
         self.assertRegex(text, r"(?m)^0: tfdist: parameter_server .*loss=")
+
+    def _digests(self, text: str) -> dict[str, str]:
+        """{task: weights' sha} of the program's digest lines in `text` (srun --label's)."""
+        found = [json.loads(line) for line in re.findall(r"^\d+: digest (.*)$", text, re.M)]
+        return {digest["task"]: digest["sha"] for digest in found}
+
+    def _mlp(self, name: str) -> list[str]:
+        return ["python", MLP_PROGRAM, *_MLP, f"--model_dir={self.dir}/{name}"]
+
+    def _times(self, job: int) -> tuple[str, str]:
+        said = dict(word.partition("=")[::2] for word in self._show(job).split() if "=" in word)
+        return said["StartTime"], said["EndTime"]
+
+    def test_a_plain_srun_and_two_jobs_side_by_side_train_alike(self):
+        """A program of one's own: `srun -N2 -n2 python PROGRAM` alone trains 2 workers in one
+        cluster (auto; with --resv-ports=0, as on a site without MpiParams=ports, on ports from
+        the job id); then two generated jobs of it, submitted together onto the same two nodes
+        (each on ports reserved for its step), both end with the weights the plain run had
+        alone."""
+        srun = self.cluster.command(
+            *("srun", "-N2", "-n2", "--resv-ports=0", "--label", f"--chdir={self.dir}"),
+            sys.executable,
+            *self._mlp("alone")[1:],
+            timeout_s=_JOB_S,
+        )
+        self.assertEqual(srun.returncode, 0, srun.stderr[-3000:])
+        alone = self._digests(srun.stdout)
+        self.assertEqual(sorted(alone), ["worker:0", "worker:1"], srun.stdout[-3000:])
+        self.assertEqual(len(set(alone.values())), 1, "one model in one cluster")
+        self.assertRegex(
+            srun.stderr,
+            r"(?m)^1: tfdist: worker:1 at node10:\d+: the cluster of the Slurm job step "
+            r"\(--cluster_resolver=auto: TF_CONFIG is unset and SLURM_STEP_NUM_TASKS=2\); "
+            r"ports from the job id",
+        )
+        jobs = [
+            self._submit(name, num_workers=2, train_args=None, program=self._mlp(name))
+            for name in ("left", "right")
+        ]
+        ports = []
+        for job, output in jobs:
+            self.assertEqual(
+                self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:]
+            )
+            text = open(output, encoding="utf-8").read()
+            self.assertEqual(self._digests(text), alone, text[-3000:])
+            self.assertIn("NodeList=node[9-10]", self._show(job))
+            ports.append(re.findall(r"ports (\S+) reserved for the step by Slurm", text))
+        (first_start, first_end), (second_start, second_end) = map(
+            self._times, (jobs[0][0], jobs[1][0])
+        )
+        self.assertTrue(first_start < second_end and second_start < first_end, "side by side")
+        self.assertEqual([len(found) for found in ports], [2, 2])
+        self.assertFalse(set(ports[0]) & set(ports[1]), f"each job its own ports: {ports}")
 
     def _wait_ended(self, job: int, since: float, state: str) -> None:
         """Waits until `job` is in `state` and every task of it has ended, within _ENDED_S of

@@ -1,11 +1,15 @@
 """Tests for tfdist.cluster.rehearsal.slurm_run's reading of a batch script and its nodes (the
 rehearsal itself, on real Slurm, runs in tests/tfdist/commands/test_rehearse.py)."""
 
+import os
+from unittest import mock
+
 from absl.testing import absltest
 from absl.testing import parameterized
 
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import manifests
+from tfdist.cluster.rehearsal import slurm_cluster
 from tfdist.cluster.rehearsal import slurm_run
 
 
@@ -66,6 +70,17 @@ class SlurmLayoutTest(parameterized.TestCase):
     def test_nodes_asked_refusals_are_one_line(self, text):
         with self.assertRaisesRegex(RehearsalError, r"^slurm_nodes=.* is neither a count"):
             slurm_run.nodes_asked(text)
+
+
+class SlurmEnvironmentTest(absltest.TestCase):
+    def test_a_rehearsal_inside_an_allocation_passes_on_none_of_its_slurm_variables(self):
+        """`sudo tfdist rehearse` inside salloc: the outer job's id, step and reserved ports
+        must not reach the rehearsed job (srun sets what it reserves, never unsets)."""
+        outer = {"SLURM_JOB_ID": "7", "SLURM_STEP_RESV_PORTS": "12000", "PATH": "/bin"}
+        cluster = mock.Mock(conf="/tmp/c/slurm.conf")
+        with mock.patch.dict(os.environ, outer, clear=True):
+            env = slurm_cluster.SlurmCluster.environment(cluster)
+        self.assertEqual(env, {"PATH": "/bin", "SLURM_CONF": "/tmp/c/slurm.conf"})
 
 
 if __name__ == "__main__":
