@@ -77,11 +77,13 @@ def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
     )
 
 
+# How each engine runs a failed job again. Slurm's --requeue never requeues a failed job by
+# itself; `scontrol requeue` does, while slurmctld still holds the job (MinJobAge).
 _RESTART_FIX = (
     "Restart the job to resume from --model_dir's backup (a JobSet's "
-    "failurePolicy.maxRestarts, `tfdist launch --max_restarts`, Slurm's `sbatch --requeue` or "
-    "the script submitted again with the same --model_dir), and check that task's log and "
-    "network (`tfdist doctor --probe`)."
+    "failurePolicy.maxRestarts; `tfdist launch` or `tfdist ray` with --max_restarts; on Slurm "
+    "`scontrol requeue JOBID` within MinJobAge (300 s by default) of the job's end, else the "
+    "script submitted again), and check that task's log and network (`tfdist doctor --probe`)."
 )
 
 

@@ -72,6 +72,14 @@ class LostPeerTest(absltest.TestCase):
         self.assertIn("Connection refused", line)
         self.assertNotIn("Graph execution error", line)
 
+    def test_the_restart_advice_is_what_each_engine_runs_again(self):
+        line = str(liveness.lost_peer(_UNHEALTHY, _cluster(0)))
+        # Slurm's --requeue never requeues a failed job; scontrol requeue does.
+        self.assertIn("on Slurm `scontrol requeue JOBID` within MinJobAge", line)
+        self.assertNotIn("sbatch --requeue", line)
+        self.assertIn("`tfdist launch` or `tfdist ray` with --max_restarts", line)
+        self.assertIn("failurePolicy.maxRestarts", line)
+
     def test_other_errors_are_not_a_lost_peer(self):
         self.assertIsNone(liveness.lost_peer("Incompatible shapes: [2] vs. [3]", _cluster(0)))
         self.assertIsNone(liveness.lost_peer(_UNHEALTHY, None))
