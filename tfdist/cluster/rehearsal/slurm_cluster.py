@@ -35,6 +35,10 @@ _READY_S = 60.0
 _COMMAND_S = 60.0
 _STOP_S = 10.0
 _POLL_S = 0.25
+# After a requeued job turns PENDING, before it may be started at once: Slurm stamps credentials
+# and their revocation in whole seconds, and refuses a credential stamped in the second of the
+# revocation (src/common/slurm_cred.c, 22.05).
+REQUEUE_SETTLE_S = 2.0
 DONE_STATES = (
     "COMPLETED",
     "FAILED",
@@ -254,11 +258,15 @@ class SlurmCluster:
             raise NoHosts(f"sbatch refused {script}: {result.stderr.strip()}")
         return int(result.stdout.strip().split(";")[0])
 
+    def show(self, job_id: int) -> dict[str, str]:
+        """The job's fields as `scontrol show job` says them ({"JobState": "PENDING", ...})."""
+        words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
+        return {w.partition("=")[0]: w.partition("=")[2] for w in words if "=" in w}
+
     def state(self, job_id: int) -> str:
         """The job's state as scontrol says it (PENDING, RUNNING, COMPLETED, FAILED, ...), or
         LAUNCH_FAILED for a job Slurm could not start on its nodes (it would requeue it)."""
-        words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
-        said = {w.partition("=")[0]: w.partition("=")[2] for w in words if "=" in w}
+        said = self.show(job_id)
         if "launch_failed" in said.get("Reason", "").lower():
             return "LAUNCH_FAILED"
         return said.get("JobState", "UNKNOWN")
@@ -273,10 +281,7 @@ class SlurmCluster:
     def exit_code(self, job_id: int) -> int:
         """The batch script's exit code as scontrol says it (ExitCode=CODE:SIGNAL): the code,
         or 128 + the signal that ended it."""
-        words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
-        code, _, signum = next(
-            (w.partition("=")[2] for w in words if w.startswith("ExitCode=")), "1:0"
-        ).partition(":")
+        code, _, signum = self.show(job_id).get("ExitCode", "1:0").partition(":")
         return 128 + int(signum) if signum not in ("", "0") else int(code)
 
     def wait(
@@ -292,6 +297,27 @@ class SlurmCluster:
             if checkpoint:
                 checkpoint()
             time.sleep(_POLL_S)
+
+    def start_requeued(self, job_id: int, restarts: int, timeout_s: float) -> None:
+        """Starts requeued job `job_id` now rather than when Slurm's hold on it ends (BeginTime,
+        CredExpire + 1 s after the requeue: about two minutes), as docs/slurm.md says to: once it
+        has been requeued `restarts` times and is PENDING (no longer COMPLETING: its nodes are
+        done with the last run), and `REQUEUE_SETTLE_S` later, so that the new launch's
+        credential is stamped at a later second than the old one's revocation (else a node
+        refuses it, "Job credential revoked", and the job fails for good).
+
+        Raises:
+          NoHosts: the job was not requeued and PENDING within `timeout_s` (its fields named).
+        """
+        deadline = time.monotonic() + timeout_s
+        while (said := self.show(job_id)).get("JobState") != "PENDING" or int(
+            said.get("Restarts", "0")
+        ) < restarts:
+            if time.monotonic() > deadline:
+                raise NoHosts(f"job {job_id} was not requeued within {timeout_s:g} s: {said}")
+            time.sleep(_POLL_S)
+        time.sleep(REQUEUE_SETTLE_S)
+        self.command("scontrol", "update", f"JobId={job_id}", "StartTime=now")
 
     def close(self) -> None:
         """Stops the daemons (SIGTERM, then SIGKILL after _STOP_S), removes the hosts and
