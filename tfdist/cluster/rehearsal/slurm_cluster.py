@@ -8,7 +8,9 @@ hiding /sys/fs/cgroup, and slurmd 22.05 then refuses to start), so each daemon s
 `unshare --mount --uts` with the host's hosts file bound over /etc/hosts and its hostname set,
 then enters the host's network namespace; job steps inherit all three, so a task sees its node's
 name and resolves its peers by name. Client commands (sbatch, squeue, scancel) run in the
-controller's namespace with SLURM_CONF pointing at the cluster's slurm.conf.
+controller's namespace with SLURM_CONF pointing at the cluster's slurm.conf. With `accounting`,
+slurmdbd and a MariaDB server of the cluster's own keep every job's record for `sacct`
+(`slurm_accounting`).
 
 Closing stops the daemons by pid, then removes the hosts (killing whatever still runs in them:
 job steps) and the directory's sockets. Linux, root.
@@ -26,6 +28,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 
 from tfdist.cluster.rehearsal import hosts as hosts_lib
+from tfdist.cluster.rehearsal import slurm_accounting
 from tfdist.cluster.rehearsal.hosts import NoHosts
 
 CONTROLLER = "slurmctl"
@@ -75,8 +78,10 @@ class SlurmCluster:
       nodes: the node names, in the order given (Slurm lists them in its own, numeric, order).
       directory: where slurm.conf, the daemons' logs and state and munge's key live.
       sockets: a short directory of its own under /tmp for the daemons' spools and munge's
-        socket (a Unix socket's path has at most 107 bytes, which a deep `directory` passes:
-        slurmstepd then fails and the job is requeued forever); removed on close.
+        (and MariaDB's) socket (a Unix socket's path has at most 107 bytes, which a deep
+        `directory` passes: slurmstepd then fails and the job is requeued forever); removed on
+        close.
+      accounting: whether slurmdbd keeps every job's record, for `sacct`.
     """
 
     def __init__(
@@ -86,18 +91,23 @@ class SlurmCluster:
         *,
         cpus_per_node: int = 2,
         checkpoint: Callable[[], None] | None = None,
+        accounting: bool = False,
     ):
-        """Starts the cluster and waits (at most _READY_S) until every node is idle.
+        """Starts the cluster and waits (at most _READY_S) until every node is idle (and, with
+        `accounting`, slurmdbd answers).
 
         Raises:
-          NoHosts: this machine cannot emulate hosts, Slurm is not installed, or the cluster
-            did not come up (its logs are named).
+          NoHosts: this machine cannot emulate hosts, Slurm (or, with `accounting`, slurmdbd or
+            MariaDB) is not installed, or the cluster did not come up (its logs are named).
         """
         self.nodes, self.directory = list(nodes), os.path.abspath(directory)
+        self.accounting = accounting
         self.sockets = tempfile.mkdtemp(prefix="tfdist-slurm-", dir="/tmp")
         self._daemons: list[subprocess.Popen] = []
         self._hosts: hosts_lib.Hosts | None = None
         require_slurm()
+        if accounting:
+            slurm_accounting.require()
         try:
             self._start(cpus_per_node, checkpoint or (lambda: None))
         except BaseException:
@@ -119,6 +129,8 @@ class SlurmCluster:
         self._controller, *nodes = self._hosts.hosts
         with open(self.conf, "w", encoding="utf-8") as conf:
             conf.write(self._slurm_conf(socket, nodes, cpus_per_node))
+        if self.accounting:
+            self._start_accounting(socket)
         self._daemons.append(self._on(self._controller, ["slurmctld", "-D", "-f", self.conf]))
         for host in nodes:
             self._daemons.append(
@@ -158,12 +170,41 @@ class SlurmCluster:
                 stderr=subprocess.DEVNULL,
             )
         )
-        deadline = time.monotonic() + _READY_S
-        while not os.path.exists(socket):
-            if time.monotonic() > deadline or self._daemons[-1].poll() is not None:
-                raise NoHosts(f"munged did not start; read {files['log']}.")
-            time.sleep(0.05)
+        self._wait_for(
+            lambda: os.path.exists(socket), f"munged did not start; read {files['log']}."
+        )
         return socket
+
+    def _start_accounting(self, munge_socket: str) -> None:
+        """Starts MariaDB, then slurmdbd, on the controller's host (which closing removes with
+        whatever still runs there), and waits until slurmdbd answers."""
+        database = os.path.join(self.sockets, "mariadb.socket")
+        log = os.path.join(self.directory, "mariadbd.log")
+        argv = slurm_accounting.database_argv(self.directory, database)
+        self._daemons.append(self._on(self._controller, argv))
+        self._wait_for(lambda: os.path.exists(database), f"mariadbd did not start; read {log}.")
+        conf = os.path.join(self.directory, "slurmdbd.conf")
+        with open(os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write(slurm_accounting.slurmdbd_conf(self.directory, munge_socket))
+        self._daemons.append(
+            self._on(self._controller, ["slurmdbd", "-D"], MYSQL_UNIX_PORT=database)
+        )
+        self._wait_for(
+            lambda: self.command("sacctmgr", "--noheader", "list", "cluster").returncode == 0,
+            f"slurmdbd did not start; read slurmdbd.log and mariadbd.log in {self.directory}.",
+        )
+
+    def _wait_for(self, ready: Callable[[], bool], failure: str) -> None:
+        """Waits (at most _READY_S) until `ready()`, the daemon started last still running.
+
+        Raises:
+          NoHosts: `failure`, once the daemon ended or the time is up.
+        """
+        deadline = time.monotonic() + _READY_S
+        while not ready():
+            if time.monotonic() > deadline or self._daemons[-1].poll() is not None:
+                raise NoHosts(failure)
+            time.sleep(0.05)
 
     def _slurm_conf(self, socket: str, nodes: list[hosts_lib.Host], cpus: int) -> str:
         directory = self.directory
@@ -188,7 +229,11 @@ class SlurmCluster:
             "MpiDefault=none",
             "ReturnToService=2",
             "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
+            *(
+                slurm_accounting.slurm_conf_lines(self._controller.address, socket)
+                if self.accounting
+                else ["AccountingStorageType=accounting_storage/none"]
+            ),
             "KillWait=5",
             "MinJobAge=300",
             *(
@@ -199,8 +244,9 @@ class SlurmCluster:
         ]
         return "\n".join(lines) + "\n"
 
-    def _on(self, host: hosts_lib.Host, argv: list[str]) -> subprocess.Popen:
-        """Starts daemon `argv` on `host`: its hosts file, hostname and network."""
+    def _on(self, host: hosts_lib.Host, argv: list[str], **env: str) -> subprocess.Popen:
+        """Starts daemon `argv` on `host`: its hosts file, hostname and network; `env` added to
+        its environment."""
         script = (
             'mount --bind "$1" /etc/hosts && hostname "$2" && '
             'exec nsenter --net="/run/netns/$3" "${@:4}"'
@@ -221,7 +267,7 @@ class SlurmCluster:
                     host.namespace,
                     *argv,
                 ],
-                env=self.environment(),
+                env=dict(self.environment(), **env),
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )

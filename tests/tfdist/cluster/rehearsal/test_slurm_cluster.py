@@ -17,7 +17,9 @@ import unittest
 import pytest
 
 from tests.tfdist.cluster.rehearsal.emulated_hosts import real_slurm_or_skip
+from tests.tfdist.cluster.rehearsal.emulated_hosts import slurm_accounting_or_skip
 from tfdist.cluster import manifests
+from tfdist.cluster.rehearsal import slurm_accounting
 from tfdist.cluster.rehearsal import slurm_cluster
 
 _NODES = ("node9", "node10")
@@ -72,7 +74,9 @@ class RealSlurmTest(unittest.TestCase):
         if RealSlurmTest.cluster is None:
             os.chmod(self._scratch.name, 0o755)
             RealSlurmTest.cluster = slurm_cluster.SlurmCluster(
-                _NODES, os.path.join(self._scratch.name, "slurm")
+                _NODES,
+                os.path.join(self._scratch.name, "slurm"),
+                accounting=slurm_accounting.missing() is None,  # For sacct, where it can.
             )
         self.dir = tempfile.mkdtemp(dir=self._scratch.name)
 
@@ -174,7 +178,7 @@ class RealSlurmTest(unittest.TestCase):
         """`scancel --signal=USR1`, as --signal sends before the time limit and as a site's
         preemption may: both tasks save at one step and exit 75, the script requeues its own
         job (--requeue), and the job resumes at the next step; then a plain scancel (SIGTERM to
-        every task) ends it."""
+        every task) ends it. sacct, where the cluster keeps accounting, says both runs."""
         steps = 20
         job, output = self._submit(
             "preempted",
@@ -214,6 +218,61 @@ class RealSlurmTest(unittest.TestCase):
         cancelled = time.monotonic()
         self.cluster.command("scancel", str(job))
         self._wait_ended(job, cancelled, "CANCELLED")
+        if self.cluster.accounting:
+            self._assert_runs(job, ["REQUEUED", "CANCELLED by 0"])  # By root.
+
+    def test_a_finished_job_run_again_trains_nothing_and_sacct_keeps_both_runs(self):
+        """A finished job requeued (`scontrol requeue` requeues a finished job too, as it does
+        a failed one) says its run is already finished and ends COMPLETED without training;
+        sacct keeps both runs of the job: REQUEUED, then COMPLETED."""
+        job, output = self._submit(
+            "finished",
+            "--open-mode=append",
+            num_workers=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=multi_worker_mirrored",
+                "--epochs=1",
+                "--steps_per_epoch=2",
+                f"--model_dir={self.dir}/run",
+            ],
+        )
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        self.cluster.command("scontrol", "requeue", str(job))
+        self.cluster.start_requeued(job, restarts=1, timeout_s=_ENDED_S)
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        self.assertEqual(self.cluster.exit_code(job), 0)
+        text = open(output, encoding="utf-8").read()
+        for rank in (0, 1):
+            self.assertEqual(
+                text.count(f"{rank}: tfdist: multi_worker_mirrored on 2 replica(s)"),
+                1,
+                "trained in the first run only",
+            )
+            self.assertEqual(
+                text.count(f"{rank}: tfdist: already finished at epoch 1 in model_dir="),
+                1,
+                text[-3000:],
+            )
+        slurm_accounting_or_skip()
+        self._assert_runs(job, ["REQUEUED", "COMPLETED"])
+
+    def _assert_runs(self, job: int, states: list[str]) -> None:
+        """Asserts that sacct says `states`, one per run of `job`, within _ENDED_S (slurmctld
+        sends its records to slurmdbd on its own time)."""
+        said, deadline = [], time.monotonic() + _ENDED_S
+        while said != states and time.monotonic() < deadline:
+            said = self.cluster.command(
+                "sacct",
+                "--duplicates",
+                "--allocations",
+                "--noheader",
+                "--parsable2",
+                "--format=State",
+                f"--jobs={job}",
+            ).stdout.splitlines()
+            time.sleep(0.25)
+        self.assertEqual(said, states)
 
 
 if __name__ == "__main__":
