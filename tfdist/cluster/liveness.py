@@ -10,7 +10,10 @@ A multi-worker run whose peer is lost (killed, or its link cut) fails its next c
 TensorFlow's words, e.g. "The following tasks are unhealthy (stopped sending heartbeats):
 /job:worker/replica:0/task:1", or "Collective has timed out during execution" on the side cut
 off; `lost_peer` turns them into one line that names the peer where the words or the group's
-size tell it.
+size tell it. A task that TensorFlow names as a "remote target" but that answered with an
+aborted collective of its own is alive, passing on what it lost: with three workers and worker 1
+killed, worker 0's error names worker 1 (the connection it reset) and worker 2 (which answered
+"Collective ops is aborted by: ..." about worker 1), and only worker 1 is lost.
 """
 
 import re
@@ -25,6 +28,9 @@ from tfdist.strategies import ClusterConfig
 PROBE_EVERY_S = 2.0
 GONE_AFTER_MISSES = 3
 _TASK_RE = re.compile(r"/job:(\w+)(?:/replica:\d+)?/task:(\d+)")
+_REMOTE_RE = re.compile(r"remote target (/job:\w+(?:/replica:\d+)?/task:\d+)")
+_REPLY_RE = re.compile(r'grpc_message:[\\"]*')  # Its words, quoted (and escaped when nested).
+_ABORTED = "Collective ops is aborted"
 _HEARTBEAT_RPC = "CoordinationService/Heartbeat"
 _COLLECTIVE_TIMEOUT = "Collective has timed out"
 _PEER_WORDS = (
@@ -49,7 +55,8 @@ def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
         return None
     own = (cluster.task.type.value, cluster.task.index)
     named = [(job, int(index)) for job, index in _TASK_RE.findall(message)]
-    peers = list(dict.fromkeys(task for task in named if task != own))
+    alive = _answered(message)
+    peers = list(dict.fromkeys(task for task in named if task != own and task not in alive))
     if peers:
         reason = (
             "it stopped sending heartbeats"
@@ -62,26 +69,50 @@ def lost_peer(message: str, cluster: ClusterConfig | None) -> LostPeer | None:
     elif _COLLECTIVE_TIMEOUT in message and len(others := _group_peers(cluster, own)) == 1:
         peers = others
         reason = "a collective waited for it longer than --collective_timeout_s"
+    elif alive - {own}:
+        return LostPeer(
+            f"lost a peer, as {_shown(cluster, sorted(alive - {own}))} said "
+            f"({_telling_line(message)}); every task of the group stops. {_RESTART_FIX}"
+        )
     else:
         return LostPeer(
             f"lost a peer ({_telling_line(message)}); every task of the group stops. {_RESTART_FIX}"
         )
-    shown = ", ".join(
-        f"{job}:{index} at {_address(cluster, job, index)}" for job, index in peers[:_MAX_SHOWN]
-    )
-    if len(peers) > _MAX_SHOWN:
-        shown += f" and {len(peers) - _MAX_SHOWN} more"
     return LostPeer(
-        f"lost peer{'s' if len(peers) > 1 else ''} {shown}: {reason}; every task "
-        f"of the group stops. {_RESTART_FIX}"
+        f"lost peer{'s' if len(peers) > 1 else ''} {_shown(cluster, peers)}: {reason}; every "
+        f"task of the group stops. {_RESTART_FIX}"
     )
 
 
+def _answered(message: str) -> set[tuple[str, int]]:
+    """The tasks `message` names as remote targets that answered with an aborted collective of
+    their own (alive, passing on a loss), and never as one that did not answer."""
+    answered, silent = set(), set()
+    targets = list(_REMOTE_RE.finditer(message))
+    for target, following in zip(targets, [*targets[1:], None]):
+        words = message[target.end() : following.start() if following else len(message)]
+        reply = _REPLY_RE.search(words)
+        job, index = _TASK_RE.fullmatch(target.group(1)).groups()
+        said_aborted = reply is not None and words[reply.end() :].startswith(_ABORTED)
+        (answered if said_aborted else silent).add((job, int(index)))
+    return answered - silent
+
+
+def _shown(cluster: ClusterConfig, tasks: list[tuple[str, int]]) -> str:
+    """`tasks` with their addresses, up to _MAX_SHOWN; "and N more" counts the rest."""
+    shown = ", ".join(
+        f"{job}:{index} at {_address(cluster, job, index)}" for job, index in tasks[:_MAX_SHOWN]
+    )
+    return shown + (f" and {len(tasks) - _MAX_SHOWN} more" if len(tasks) > _MAX_SHOWN else "")
+
+
+# How each engine runs a failed job again. Slurm's --requeue never requeues a failed job by
+# itself; `scontrol requeue` does, while slurmctld still holds the job (MinJobAge).
 _RESTART_FIX = (
     "Restart the job to resume from --model_dir's backup (a JobSet's "
-    "failurePolicy.maxRestarts, `tfdist launch --max_restarts`, Slurm's `sbatch --requeue` or "
-    "the script submitted again with the same --model_dir), and check that task's log and "
-    "network (`tfdist doctor --probe`)."
+    "failurePolicy.maxRestarts; `tfdist launch` or `tfdist ray` with --max_restarts; on Slurm "
+    "`scontrol requeue JOBID` within MinJobAge (300 s by default) of the job's end, else the "
+    "script submitted again), and check that task's log and network (`tfdist doctor --probe`)."
 )
 
 

@@ -37,6 +37,43 @@ _KILLED_PEER = (
 )
 
 
+# What worker 0 of three raised on real Slurm (slurm-wlm 22.05, TF 2.21) when worker 1 was
+# SIGKILLed mid-epoch: worker 1's connection reset, and worker 2, alive, answering with the
+# collective it had aborted for the same reason.
+_RELAYED = (
+    "Collective ops is aborted by: Collective ops is aborted by: recvmsg:Connection reset by "
+    "peer\nAdditional GRPC error information from remote target /job:worker/replica:0/task:1 "
+    "while calling /tensorflow.WorkerService/RecvBuf:\n:UNKNOWN:Error received from peer  "
+    '{grpc_message:"recvmsg:Connection reset by peer", grpc_status:14}\nThe error could be '
+    "from a previous operation. Restart your program to reset.\nAdditional GRPC error "
+    "information from remote target /job:worker/replica:0/task:2 while calling "
+    "/tensorflow.WorkerService/RecvBuf:\n:UNKNOWN:Error received from peer  {grpc_status:14, "
+    'grpc_message:"Collective ops is aborted by: recvmsg:Connection reset by peer\\nAdditional '
+    "GRPC error information from remote target /job:worker/replica:0/task:1 while calling "
+    "/tensorflow.WorkerService/RecvBuf:\\n:UNKNOWN:Error received from peer  "
+    '{grpc_message:\\"recvmsg:Connection reset by peer\\", grpc_status:14}\\nThe error could '
+    'be from a previous operation. Restart your program to reset."}\nThe error could be from a '
+    "previous operation. Restart your program to reset.\n\t [[{{node CollectiveReduceV2}}]] "
+    "[Op:__inference_train_function_1865]"
+)
+# What worker 1 of three raised there when worker 2 was killed and worker 0, which holds the
+# coordination service, had already ended on its own error.
+_LEADER_GONE = (
+    "Collective ops is aborted by: Failed to send RPC to coordination service. Either the "
+    "leader task was preempted/died/restarted unexpectedly or this task is experiencing network "
+    "issues.\nAdditional GRPC error information from remote target /job:worker/replica:0/task:0 "
+    "while calling /tensorflow.CoordinationService/Heartbeat:\n:UNKNOWN:Error received from "
+    'peer  {grpc_status:14, grpc_message:"failed to connect to all addresses; last error: '
+    'UNKNOWN: ipv4:10.250.0.3:8888: Failed to connect to remote host: Connection refused"}'
+)
+
+
+def _three(index: int):
+    return strategies.make_cluster(
+        num_workers=3, ports=[2222, 2223, 2224], host="pod", task=("worker", index)
+    )
+
+
 def _cluster(index: int, chief: bool = False):
     return strategies.make_cluster(
         num_workers=2,
@@ -71,6 +108,37 @@ class LostPeerTest(absltest.TestCase):
         self.assertIn("lost peer worker:1 at pod:2223: TensorFlow: Collective ops is aborted", line)
         self.assertIn("Connection refused", line)
         self.assertNotIn("Graph execution error", line)
+
+    def test_a_peer_that_answered_with_its_own_aborted_collective_is_not_named_lost(self):
+        self.assertEqual(
+            str(liveness.lost_peer(_RELAYED, _three(0))).split(";")[0],
+            "lost peer worker:1 at pod:2223: TensorFlow: Collective ops is aborted by: "
+            "Collective ops is aborted by: recvmsg:Connection reset by peer",
+        )
+        self.assertIn(
+            "lost peer worker:0 at pod:2222: ", str(liveness.lost_peer(_LEADER_GONE, _three(1)))
+        )
+
+    def test_a_loss_only_passed_on_names_who_passed_it_on(self):
+        passed_on = (
+            "Collective ops is aborted by: Collective ops is aborted by: peer lost\nAdditional "
+            "GRPC error information from remote target /job:worker/replica:0/task:2 while calling "
+            "/tensorflow.WorkerService/RecvBuf:\n:UNKNOWN:Error received from peer  "
+            '{grpc_status:14, grpc_message:"Collective ops is aborted by: peer lost"}'
+        )
+        self.assertEqual(
+            str(liveness.lost_peer(passed_on, _three(0))).split(";")[0],
+            "lost a peer, as worker:2 at pod:2224 said (Collective ops is aborted by: Collective "
+            "ops is aborted by: peer lost)",
+        )
+
+    def test_the_restart_advice_is_what_each_engine_runs_again(self):
+        line = str(liveness.lost_peer(_UNHEALTHY, _cluster(0)))
+        # Slurm's --requeue never requeues a failed job; scontrol requeue does.
+        self.assertIn("on Slurm `scontrol requeue JOBID` within MinJobAge", line)
+        self.assertNotIn("sbatch --requeue", line)
+        self.assertIn("`tfdist launch` or `tfdist ray` with --max_restarts", line)
+        self.assertIn("failurePolicy.maxRestarts", line)
 
     def test_other_errors_are_not_a_lost_peer(self):
         self.assertIsNone(liveness.lost_peer("Incompatible shapes: [2] vs. [3]", _cluster(0)))

@@ -9,7 +9,9 @@ hiding /sys/fs/cgroup, and slurmd 22.05 then refuses to start), so each daemon s
 then enters the host's network namespace; job steps inherit all three, so a task sees its node's
 name and resolves its peers by name. Client commands (sbatch, squeue, scancel) run in the
 controller's namespace with SLURM_CONF pointing at the cluster's slurm.conf. Job steps reserve
-ports from `MpiParams=ports=12000-12999` (`srun --resv-ports`), as many sites' steps can.
+ports from `MpiParams=ports=12000-12999` (`srun --resv-ports`), as many sites' steps can. With
+`accounting`, slurmdbd and a MariaDB server of the cluster's own keep every job's record for
+`sacct` (`slurm_accounting`).
 
 Closing stops the daemons by pid, then removes the hosts (killing whatever still runs in them:
 job steps) and the directory's sockets. Linux, root.
@@ -27,6 +29,7 @@ from collections.abc import Callable
 from collections.abc import Sequence
 
 from tfdist.cluster.rehearsal import hosts as hosts_lib
+from tfdist.cluster.rehearsal import slurm_accounting
 from tfdist.cluster.rehearsal.hosts import NoHosts
 
 CONTROLLER = "slurmctl"
@@ -37,6 +40,10 @@ _COMMAND_S = 60.0
 _STOP_S = 10.0
 _POLL_S = 0.25
 RESERVED_PORTS = "12000-12999"
+# After a requeued job turns PENDING, before it may be started at once: Slurm stamps credentials
+# and their revocation in whole seconds, and refuses a credential stamped in the second of the
+# revocation (src/common/slurm_cred.c, 22.05).
+REQUEUE_SETTLE_S = 2.0
 DONE_STATES = (
     "COMPLETED",
     "FAILED",
@@ -73,8 +80,10 @@ class SlurmCluster:
       nodes: the node names, in the order given (Slurm lists them in its own, numeric, order).
       directory: where slurm.conf, the daemons' logs and state and munge's key live.
       sockets: a short directory of its own under /tmp for the daemons' spools and munge's
-        socket (a Unix socket's path has at most 107 bytes, which a deep `directory` passes:
-        slurmstepd then fails and the job is requeued forever); removed on close.
+        (and MariaDB's) socket (a Unix socket's path has at most 107 bytes, which a deep
+        `directory` passes: slurmstepd then fails and the job is requeued forever); removed on
+        close.
+      accounting: whether slurmdbd keeps every job's record, for `sacct`.
     """
 
     def __init__(
@@ -84,18 +93,23 @@ class SlurmCluster:
         *,
         cpus_per_node: int = 2,
         checkpoint: Callable[[], None] | None = None,
+        accounting: bool = False,
     ):
-        """Starts the cluster and waits (at most _READY_S) until every node is idle.
+        """Starts the cluster and waits (at most _READY_S) until every node is idle (and, with
+        `accounting`, slurmdbd answers).
 
         Raises:
-          NoHosts: this machine cannot emulate hosts, Slurm is not installed, or the cluster
-            did not come up (its logs are named).
+          NoHosts: this machine cannot emulate hosts, Slurm (or, with `accounting`, slurmdbd or
+            MariaDB) is not installed, or the cluster did not come up (its logs are named).
         """
         self.nodes, self.directory = list(nodes), os.path.abspath(directory)
+        self.accounting = accounting
         self.sockets = tempfile.mkdtemp(prefix="tfdist-slurm-", dir="/tmp")
         self._daemons: list[subprocess.Popen] = []
         self._hosts: hosts_lib.Hosts | None = None
         require_slurm()
+        if accounting:
+            slurm_accounting.require()
         try:
             self._start(cpus_per_node, checkpoint or (lambda: None))
         except BaseException:
@@ -117,6 +131,8 @@ class SlurmCluster:
         self._controller, *nodes = self._hosts.hosts
         with open(self.conf, "w", encoding="utf-8") as conf:
             conf.write(self._slurm_conf(socket, nodes, cpus_per_node))
+        if self.accounting:
+            self._start_accounting(socket)
         self._daemons.append(self._on(self._controller, ["slurmctld", "-D", "-f", self.conf]))
         for host in nodes:
             self._daemons.append(
@@ -156,12 +172,41 @@ class SlurmCluster:
                 stderr=subprocess.DEVNULL,
             )
         )
-        deadline = time.monotonic() + _READY_S
-        while not os.path.exists(socket):
-            if time.monotonic() > deadline or self._daemons[-1].poll() is not None:
-                raise NoHosts(f"munged did not start; read {files['log']}.")
-            time.sleep(0.05)
+        self._wait_for(
+            lambda: os.path.exists(socket), f"munged did not start; read {files['log']}."
+        )
         return socket
+
+    def _start_accounting(self, munge_socket: str) -> None:
+        """Starts MariaDB, then slurmdbd, on the controller's host (which closing removes with
+        whatever still runs there), and waits until slurmdbd answers."""
+        database = os.path.join(self.sockets, "mariadb.socket")
+        log = os.path.join(self.directory, "mariadbd.log")
+        argv = slurm_accounting.database_argv(self.directory, database)
+        self._daemons.append(self._on(self._controller, argv))
+        self._wait_for(lambda: os.path.exists(database), f"mariadbd did not start; read {log}.")
+        conf = os.path.join(self.directory, "slurmdbd.conf")
+        with open(os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+            out.write(slurm_accounting.slurmdbd_conf(self.directory, munge_socket))
+        self._daemons.append(
+            self._on(self._controller, ["slurmdbd", "-D"], MYSQL_UNIX_PORT=database)
+        )
+        self._wait_for(
+            lambda: self.command("sacctmgr", "--noheader", "list", "cluster").returncode == 0,
+            f"slurmdbd did not start; read slurmdbd.log and mariadbd.log in {self.directory}.",
+        )
+
+    def _wait_for(self, ready: Callable[[], bool], failure: str) -> None:
+        """Waits (at most _READY_S) until `ready()`, the daemon started last still running.
+
+        Raises:
+          NoHosts: `failure`, once the daemon ended or the time is up.
+        """
+        deadline = time.monotonic() + _READY_S
+        while not ready():
+            if time.monotonic() > deadline or self._daemons[-1].poll() is not None:
+                raise NoHosts(failure)
+            time.sleep(0.05)
 
     def _slurm_conf(self, socket: str, nodes: list[hosts_lib.Host], cpus: int) -> str:
         directory = self.directory
@@ -187,7 +232,11 @@ class SlurmCluster:
             f"MpiParams=ports={RESERVED_PORTS}",  # What srun --resv-ports reserves steps from.
             "ReturnToService=2",
             "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
+            *(
+                slurm_accounting.slurm_conf_lines(self._controller.address, socket)
+                if self.accounting
+                else ["AccountingStorageType=accounting_storage/none"]
+            ),
             "KillWait=5",
             "MinJobAge=300",
             *(
@@ -198,8 +247,9 @@ class SlurmCluster:
         ]
         return "\n".join(lines) + "\n"
 
-    def _on(self, host: hosts_lib.Host, argv: list[str]) -> subprocess.Popen:
-        """Starts daemon `argv` on `host`: its hosts file, hostname and network."""
+    def _on(self, host: hosts_lib.Host, argv: list[str], **env: str) -> subprocess.Popen:
+        """Starts daemon `argv` on `host`: its hosts file, hostname and network; `env` added to
+        its environment."""
         script = (
             'mount --bind "$1" /etc/hosts && hostname "$2" && '
             'exec nsenter --net="/run/netns/$3" "${@:4}"'
@@ -220,7 +270,7 @@ class SlurmCluster:
                     host.namespace,
                     *argv,
                 ],
-                env=self.environment(),
+                env=dict(self.environment(), **env),
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )
@@ -260,11 +310,15 @@ class SlurmCluster:
             raise NoHosts(f"sbatch refused {script}: {result.stderr.strip()}")
         return int(result.stdout.strip().split(";")[0])
 
+    def show(self, job_id: int) -> dict[str, str]:
+        """The job's fields as `scontrol show job` says them ({"JobState": "PENDING", ...})."""
+        words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
+        return {w.partition("=")[0]: w.partition("=")[2] for w in words if "=" in w}
+
     def state(self, job_id: int) -> str:
         """The job's state as scontrol says it (PENDING, RUNNING, COMPLETED, FAILED, ...), or
         LAUNCH_FAILED for a job Slurm could not start on its nodes (it would requeue it)."""
-        words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
-        said = {w.partition("=")[0]: w.partition("=")[2] for w in words if "=" in w}
+        said = self.show(job_id)
         if "launch_failed" in said.get("Reason", "").lower():
             return "LAUNCH_FAILED"
         return said.get("JobState", "UNKNOWN")
@@ -279,10 +333,7 @@ class SlurmCluster:
     def exit_code(self, job_id: int) -> int:
         """The batch script's exit code as scontrol says it (ExitCode=CODE:SIGNAL): the code,
         or 128 + the signal that ended it."""
-        words = self.command("scontrol", "show", "job", "--oneliner", str(job_id)).stdout.split()
-        code, _, signum = next(
-            (w.partition("=")[2] for w in words if w.startswith("ExitCode=")), "1:0"
-        ).partition(":")
+        code, _, signum = self.show(job_id).get("ExitCode", "1:0").partition(":")
         return 128 + int(signum) if signum not in ("", "0") else int(code)
 
     def wait(
@@ -298,6 +349,27 @@ class SlurmCluster:
             if checkpoint:
                 checkpoint()
             time.sleep(_POLL_S)
+
+    def start_requeued(self, job_id: int, restarts: int, timeout_s: float) -> None:
+        """Starts requeued job `job_id` now rather than when Slurm's hold on it ends (BeginTime,
+        CredExpire + 1 s after the requeue: about two minutes), as docs/slurm.md says to: once it
+        has been requeued `restarts` times and is PENDING (no longer COMPLETING: its nodes are
+        done with the last run), and `REQUEUE_SETTLE_S` later, so that the new launch's
+        credential is stamped at a later second than the old one's revocation (else a node
+        refuses it, "Job credential revoked", and the job fails for good).
+
+        Raises:
+          NoHosts: the job was not requeued and PENDING within `timeout_s` (its fields named).
+        """
+        deadline = time.monotonic() + timeout_s
+        while (said := self.show(job_id)).get("JobState") != "PENDING" or int(
+            said.get("Restarts", "0")
+        ) < restarts:
+            if time.monotonic() > deadline:
+                raise NoHosts(f"job {job_id} was not requeued within {timeout_s:g} s: {said}")
+            time.sleep(_POLL_S)
+        time.sleep(REQUEUE_SETTLE_S)
+        self.command("scontrol", "update", f"JobId={job_id}", "StartTime=now")
 
     def close(self) -> None:
         """Stops the daemons (SIGTERM, then SIGKILL after _STOP_S), removes the hosts and

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from tfdist.cluster.rehearsal import hosts as hosts_lib
+from tfdist.cluster.rehearsal import slurm_accounting
 from tfdist.cluster.rehearsal import slurm_cluster
 
 
@@ -27,6 +28,16 @@ def real_slurm_or_skip() -> None:
     if absent:
         pytest.skip(f"Slurm is not installed ({absent}): {slurm_cluster.INSTALL}")
     emulated_hosts_or_skip()
+
+
+def slurm_accounting_or_skip() -> None:
+    """Skips the calling test unless this machine can keep a real Slurm cluster's accounting
+    (slurmdbd, MariaDB); under TFDIST_REQUIRE_SLURM=1 their absence fails it instead."""
+    absent = slurm_accounting.missing()
+    if absent and os.environ.get("TFDIST_REQUIRE_SLURM") == "1":
+        pytest.fail(f"Slurm's accounting is required here but {absent} is missing")
+    if absent:
+        pytest.skip(f"Slurm's accounting is not installed ({absent}): {slurm_accounting.INSTALL}")
 
 
 def our_namespaces(owner: int) -> list[str]:

@@ -19,7 +19,9 @@ import pytest
 
 from tests.tfdist.cli_runner import MLP_PROGRAM
 from tests.tfdist.cluster.rehearsal.emulated_hosts import real_slurm_or_skip
+from tests.tfdist.cluster.rehearsal.emulated_hosts import slurm_accounting_or_skip
 from tfdist.cluster import manifests
+from tfdist.cluster.rehearsal import slurm_accounting
 from tfdist.cluster.rehearsal import slurm_cluster
 
 _NODES = ("node9", "node10")
@@ -34,19 +36,6 @@ _TRAIN = [
     "--global_batch_size=16",
     "--collective_timeout_s=60",
 ]
-
-
-def _step_daemons(job_id: int) -> list[int]:
-    """The pids of the slurmstepd processes of `job_id` still running on this machine."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                if cmdline.read().startswith(f"slurmstepd: [{job_id}.".encode()):
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
 
 
 def _task_pids(job_id: int) -> dict[int, int]:
@@ -89,7 +78,9 @@ class RealSlurmTest(unittest.TestCase):
         if RealSlurmTest.cluster is None:
             os.chmod(self._scratch.name, 0o755)
             RealSlurmTest.cluster = slurm_cluster.SlurmCluster(
-                _NODES, os.path.join(self._scratch.name, "slurm")
+                _NODES,
+                os.path.join(self._scratch.name, "slurm"),
+                accounting=slurm_accounting.missing() is None,  # For sacct, where it can.
             )
         self.dir = tempfile.mkdtemp(dir=self._scratch.name)
 
@@ -117,10 +108,6 @@ class RealSlurmTest(unittest.TestCase):
             )
             time.sleep(0.25)
         self.fail(f"no {line!r} in {output}")
-
-    def _slurmctld_log(self) -> str:
-        with open(os.path.join(self.cluster.directory, "slurmctld.log"), encoding="utf-8") as log:
-            return "".join(log.readlines()[-30:])
 
     def _show(self, job: int) -> str:
         return self.cluster.command("scontrol", "show", "job", "--oneliner", str(job)).stdout
@@ -249,7 +236,7 @@ class RealSlurmTest(unittest.TestCase):
         """`scancel --signal=USR1`, as --signal sends before the time limit and as a site's
         preemption may: both tasks save at one step and exit 75, the script requeues its own
         job (--requeue), and the job resumes at the next step; then a plain scancel (SIGTERM to
-        every task) ends it."""
+        every task) ends it. sacct, where the cluster keeps accounting, says both runs."""
         steps = 20
         job, output = self._submit(
             "preempted",
@@ -267,18 +254,9 @@ class RealSlurmTest(unittest.TestCase):
         self.cluster.command("scancel", "--signal=USR1", str(job))
         for rank in (0, 1):
             self._wait_for(output, f"{rank}: tfdist train: preempted at", job)
-        # Requeued, Slurm holds the job back by about two minutes (BeginTime) while its nodes
-        # clean up; once the first run's step daemons are gone, start it now (sooner, under
-        # load, a node still ending the first run refused the second: "Job credential revoked").
-        deadline = time.monotonic() + _ENDED_S
-        while not (
-            "Restarts=1" in (shown := self._show(job))
-            and "JobState=PENDING" in shown
-            and not _step_daemons(job)
-        ):
-            self.assertLess(time.monotonic(), deadline, shown + self._slurmctld_log())
-            time.sleep(0.25)
-        self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
+        # Requeued, Slurm holds the job back by about two minutes (BeginTime); start it now,
+        # as docs/slurm.md says to.
+        self.cluster.start_requeued(job, restarts=1, timeout_s=_ENDED_S)
         text = open(output, encoding="utf-8").read()
         saved = re.findall(
             r"^(\d): tfdist train: preempted at (epoch \d+ step \d+|the end of epoch \d+); "
@@ -298,6 +276,61 @@ class RealSlurmTest(unittest.TestCase):
         cancelled = time.monotonic()
         self.cluster.command("scancel", str(job))
         self._wait_ended(job, cancelled, "CANCELLED")
+        if self.cluster.accounting:
+            self._assert_runs(job, ["REQUEUED", "CANCELLED by 0"])  # By root.
+
+    def test_a_finished_job_run_again_trains_nothing_and_sacct_keeps_both_runs(self):
+        """A finished job requeued (`scontrol requeue` requeues a finished job too, as it does
+        a failed one) says its run is already finished and ends COMPLETED without training;
+        sacct keeps both runs of the job: REQUEUED, then COMPLETED."""
+        job, output = self._submit(
+            "finished",
+            "--open-mode=append",
+            num_workers=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=multi_worker_mirrored",
+                "--epochs=1",
+                "--steps_per_epoch=2",
+                f"--model_dir={self.dir}/run",
+            ],
+        )
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        self.cluster.command("scontrol", "requeue", str(job))
+        self.cluster.start_requeued(job, restarts=1, timeout_s=_ENDED_S)
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        self.assertEqual(self.cluster.exit_code(job), 0)
+        text = open(output, encoding="utf-8").read()
+        for rank in (0, 1):
+            self.assertEqual(
+                text.count(f"{rank}: tfdist: multi_worker_mirrored on 2 replica(s)"),
+                1,
+                "trained in the first run only",
+            )
+            self.assertEqual(
+                text.count(f"{rank}: tfdist: already finished at epoch 1 in model_dir="),
+                1,
+                text[-3000:],
+            )
+        slurm_accounting_or_skip()
+        self._assert_runs(job, ["REQUEUED", "COMPLETED"])
+
+    def _assert_runs(self, job: int, states: list[str]) -> None:
+        """Asserts that sacct says `states`, one per run of `job`, within _ENDED_S (slurmctld
+        sends its records to slurmdbd on its own time)."""
+        said, deadline = [], time.monotonic() + _ENDED_S
+        while said != states and time.monotonic() < deadline:
+            said = self.cluster.command(
+                "sacct",
+                "--duplicates",
+                "--allocations",
+                "--noheader",
+                "--parsable2",
+                "--format=State",
+                f"--jobs={job}",
+            ).stdout.splitlines()
+            time.sleep(0.25)
+        self.assertEqual(said, states)
 
 
 if __name__ == "__main__":
