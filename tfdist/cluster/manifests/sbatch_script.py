@@ -142,14 +142,16 @@ def slurm(
     ]
     body = [
         "set -eo pipefail",
+        *_trap_lines(),
         *site.prologue,
         "set -u",
         f"export {GRACE_ENV}={grace_s}  # Each task checks its backup's save against it.",
         f'PYTHON="${{TFDIST_PYTHON:-{_shell_quote_inside(python)}}}"',
         *_job_id_lines(),
         *(_array_lines(sweep, model_dir, expand_vars) if sweep else []),
-        " ".join(["srun", "--kill-on-bad-exit=1", "--label", *words, "&"]),
-        *_wait_lines(requeue=bool(model_dir)),
+        *_run_lines(
+            " ".join(["srun", "--kill-on-bad-exit=1", "--label", *words]), requeue=bool(model_dir)
+        ),
     ]
     return "\n".join([*header, *body]) + "\n"
 
@@ -354,10 +356,24 @@ def _array_lines(sweep: Sweep, model_dir: str, expand_vars: bool) -> list[str]:
     return lines
 
 
-def _wait_lines(*, requeue: bool) -> list[str]:
-    """srun's end, waited for through any notice; the requeue of a job that saved (status 75);
-    the script's status, srun's."""
-    traps = [f"trap 'notice SIG{name}' {name}" for name in _TRAPPED]
+def _trap_lines() -> list[str]:
+    """The notice handler, set before anything runs: a signal to the batch shell goes on to
+    every task as SIGUSR1 through srun; one before srun started leaves nothing to save."""
+    return [
+        "status=0",
+        'srun_pid=""',
+        "notice() {",
+        '  echo "tfdist sbatch: $1 reached the batch shell: SIGUSR1 to every task" >&2',
+        f'  if [ -n "$srun_pid" ]; then kill -USR1 "$srun_pid" 2>/dev/null || true; '
+        f"else status={EXIT_PREEMPTED}; fi",
+        "}",
+        *(f"trap 'notice SIG{name}' {name}" for name in _TRAPPED),
+    ]
+
+
+def _run_lines(srun: str, *, requeue: bool) -> list[str]:
+    """srun in the background, waited for through any notice; the requeue of a job whose
+    tasks saved (status 75); the script's status, srun's."""
     if requeue:
         saved = [
             f'if [ "$status" -eq {EXIT_PREEMPTED} ]; then',
@@ -372,18 +388,15 @@ def _wait_lines(*, requeue: bool) -> list[str]:
             ' nothing was saved (no --model_dir)" >&2; fi',
         ]
     return [
-        "srun_pid=$!",
-        "notice() {",
-        '  echo "tfdist sbatch: $1 reached the batch shell: SIGUSR1 to every task" >&2',
-        '  kill -USR1 "$srun_pid" 2>/dev/null || true',
-        "}",
-        *traps,
-        "status=0",
-        'wait "$srun_pid" || status=$?',
-        'while kill -0 "$srun_pid" 2>/dev/null; do  # A notice ended the wait: srun runs on.',
-        "  status=0",
+        'if [ "$status" -eq 0 ]; then  # Else a notice came first: nothing ran to save.',
+        f"  {srun} &",
+        "  srun_pid=$!",
         '  wait "$srun_pid" || status=$?',
-        "done",
+        '  while kill -0 "$srun_pid" 2>/dev/null; do  # A notice ended the wait: srun runs on.',
+        "    status=0",
+        '    wait "$srun_pid" || status=$?',
+        "  done",
+        "fi",
         *saved,
         'exit "$status"',
     ]

@@ -82,7 +82,7 @@ class SlurmTest(parameterized.TestCase):
     )
     def test_srun_line_quotes_the_train_args(self, layout, flags):
         script = manifests.slurm(**_SLURM, **layout)
-        srun = [line for line in script.splitlines() if line.startswith("srun ")]
+        srun = [line for line in script.splitlines() if line.lstrip().startswith("srun ")]
         self.assertLen(srun, 1)
         self.assertEqual(
             shlex.split(srun[0]),
@@ -116,7 +116,7 @@ class SlurmTest(parameterized.TestCase):
             python=_PYTHON,
             program=["python", "my_train.py", "--epochs=2"],
         )
-        srun = [line for line in script.splitlines() if line.startswith("srun ")]
+        srun = [line for line in script.splitlines() if line.lstrip().startswith("srun ")]
         self.assertEqual(
             shlex.split(srun[0]),
             [
@@ -198,7 +198,7 @@ class SlurmTest(parameterized.TestCase):
     def test_the_collective_timeout_is_the_users_when_given(self):
         args = [*_TRAIN_ARGS, "--collective_timeout_s=60"]
         script = manifests.slurm(**{**_SLURM, "train_args": args}, num_workers=1)
-        (srun,) = [line for line in script.splitlines() if line.startswith("srun ")]
+        (srun,) = [line for line in script.splitlines() if line.lstrip().startswith("srun ")]
         self.assertEqual(shlex.split(srun)[-2:], ["--collective_timeout_s=60", "&"])
         self.assertEqual(srun.count("--collective_timeout_s"), 1)
 
@@ -313,7 +313,7 @@ class SlurmTest(parameterized.TestCase):
             '{"array_task_id": 2, "flags": {"learning_rate": "0.3", "seed": "1"}}\' ;;',
             lines,
         )
-        (srun,) = [line for line in lines if line.startswith("srun ")]
+        (srun,) = [line for line in lines if line.lstrip().startswith("srun ")]
         words = shlex.split(srun)
         self.assertNotIn("--model_dir=/tmp/my run", words)
         self.assertEqual(
@@ -460,6 +460,15 @@ class BatchShellTest(parameterized.TestCase):
         self.assertEqual(recorded["srun.signals"], "USR1\n")
         self.assertEqual(recorded["scontrol.args"], "requeue 42\n")
         self.assertIn("tfdist sbatch: job 42 starts: restart 2 (SLURM_RESTART_COUNT)", stdout)
+
+    def test_a_notice_before_srun_starts_runs_nothing_and_requeues(self):
+        # The prologue stands in for srun starting, then takes a while (`module load`).
+        site = manifests.SlurmSite(prologue=('touch "$FAKE_DIR/srun.started"; sleep 0.5',))
+        script = manifests.slurm(**_SLURM, num_workers=1, site=site)
+        status, stdout, recorded = self._run(script, {}, signal.SIGUSR1)
+        self.assertEqual(status, 75, stdout)
+        self.assertEqual(recorded["srun.args"], "")
+        self.assertEqual(recorded["scontrol.args"], "requeue 42\n")
 
     def test_an_array_task_requeues_itself_alone(self):
         sweep = manifests.Sweep(grid=(("learning_rate", ("0.1", "0.3")),))

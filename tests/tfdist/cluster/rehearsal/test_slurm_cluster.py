@@ -6,6 +6,7 @@ Where Slurm is not installed these tests skip, except under TFDIST_REQUIRE_SLURM
 installs Slurm and sets it), where a missing Slurm fails them.
 """
 
+import json
 import os
 import re
 import signal
@@ -23,6 +24,7 @@ from tfdist.cluster.rehearsal import slurm_cluster
 _NODES = ("node9", "node10")
 _JOB_S = 180.0  # A job's bound, from submission to its end.
 _ENDED_S = 30.0  # After a task is killed or the job cancelled: every task ends (KillWait 5 s).
+_STEPS = 20  # Steps of an epoch of the preempted jobs.
 _TRAIN = [
     "--dataset=synthetic",
     "--num_classes=4",
@@ -100,11 +102,12 @@ class RealSlurmTest(unittest.TestCase):
         )
         return job, output
 
-    def _wait_for(self, output: str, line: str, job: int) -> None:
+    def _wait_for(self, output: str, line: str, job: int, since: int = 0) -> None:
+        """Waits until `line` is in `output` past offset `since`, while the job runs."""
         deadline = time.monotonic() + _JOB_S
         while time.monotonic() < deadline:
             text = open(output, encoding="utf-8").read() if os.path.exists(output) else ""
-            if line in text:
+            if line in text[since:]:
                 return
             self.assertNotIn(
                 self.cluster.state(job),
@@ -130,6 +133,7 @@ class RealSlurmTest(unittest.TestCase):
                 "--strategy=multi_worker_mirrored",
                 "--epochs=2",
                 "--steps_per_epoch=4",
+                f"--model_dir={self.dir}/run",
             ],
         )
         self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
@@ -155,6 +159,7 @@ class RealSlurmTest(unittest.TestCase):
                 "--strategy=parameter_server",
                 "--epochs=1",
                 "--steps_per_epoch=4",
+                f"--model_dir={self.dir}/run",
             ],
         )
         self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
@@ -180,6 +185,7 @@ class RealSlurmTest(unittest.TestCase):
                 "--strategy=multi_worker_mirrored",
                 "--epochs=1000",
                 "--steps_per_epoch=20",
+                f"--model_dir={self.dir}/run",
             ],
         )
         self._wait_for(output, "1: Epoch 2/", job)
@@ -187,41 +193,32 @@ class RealSlurmTest(unittest.TestCase):
         self._wait_ended(job, time.monotonic(), "FAILED")
         self.assertRegex(open(output).read(), r"srun: error: node10: task 1: Killed")
 
-    def test_a_signalled_job_saves_requeues_itself_and_resumes_at_the_saved_step(self):
-        """`scancel --signal=USR1`, as --signal sends before the time limit and as a site's
-        preemption may: both tasks save at one step and exit 75, the script requeues its own
-        job (--requeue), and the job resumes at the next step; then a plain scancel (SIGTERM to
-        every task) ends it."""
-        steps = 20
-        job, output = self._submit(
-            "preempted",
-            "--open-mode=append",  # The requeued job's lines after the first run's.
-            num_workers=2,
-            train_args=[
-                *_TRAIN,
-                "--strategy=multi_worker_mirrored",
-                "--epochs=1000",
-                f"--steps_per_epoch={steps}",
-                f"--model_dir={self.dir}/run",
-            ],
-        )
-        self._wait_for(output, "1: Epoch 2/", job)
-        self.cluster.command("scancel", "--signal=USR1", str(job))
+    def _saved_and_resumed(
+        self, job: int, output: str, notice: list[str] | None, since: int
+    ) -> int:
+        """Sends `notice` (scancel ARGS JOB; None: waits for the time limit's) once the attempt
+        in `output` past offset `since` trains; checks that both tasks save at one step and
+        exit 75, that the job requeues itself (`scontrol requeue`), starts it again and waits
+        until both tasks resume at the next step. Returns the output's length at the resume."""
+        self._wait_for(output, "1: Epoch", job, since)
+        restarts = int(re.search(r"Restarts=(\d+)", self._show(job)).group(1))
+        if notice is not None:
+            self.cluster.command("scancel", *notice, str(job))
         for rank in (0, 1):
-            self._wait_for(output, f"{rank}: tfdist train: preempted at", job)
+            self._wait_for(output, f"{rank}: tfdist train: preempted at", job, since)
         # Requeued, Slurm holds the job back by about two minutes (BeginTime) while its nodes
-        # clean up; once the first run's step daemons are gone, start it now (sooner, under
+        # clean up; once the attempt's step daemons are gone, start it now (sooner, under
         # load, a node still ending the first run refused the second: "Job credential revoked").
         deadline = time.monotonic() + _ENDED_S
         while not (
-            "Restarts=1" in (shown := self._show(job))
+            f"Restarts={restarts + 1}" in (shown := self._show(job))
             and "JobState=PENDING" in shown
             and not _step_daemons(job)
         ):
             self.assertLess(time.monotonic(), deadline, shown + self._slurmctld_log())
             time.sleep(0.25)
         self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
-        text = open(output, encoding="utf-8").read()
+        text = open(output, encoding="utf-8").read()[since:]
         saved = re.findall(
             r"^(\d): tfdist train: preempted at (epoch \d+ step \d+|the end of epoch \d+); "
             r"state saved in [\d.]+ s ",
@@ -230,16 +227,92 @@ class RealSlurmTest(unittest.TestCase):
         )
         self.assertEqual(sorted(rank for rank, _ in saved), ["0", "1"], text[-3000:])
         self.assertEqual(saved[0][1], saved[1][1], "both tasks saved at one step")
+        self.assertIn(f"every task saved (exit 75): scontrol requeue {job}", text)
         # Stopped after the epoch's last step, the epoch ends first and the run resumes at the
         # next one.
         numbers = [int(number) for number in re.findall(r"\d+", saved[0][1])]
-        epoch, step = numbers if len(numbers) == 2 else (numbers[0], steps)
-        resumed = f"epoch {epoch} step {step + 1}" if step < steps else f"epoch {epoch + 1}"
+        epoch, step = numbers if len(numbers) == 2 else (numbers[0], _STEPS)
+        resumed = f"epoch {epoch} step {step + 1}" if step < _STEPS else f"epoch {epoch + 1}"
+        self._wait_for(output, f"restart {restarts + 1} (SLURM_RESTART_COUNT)", job, since)
         for rank in (0, 1):
             self._wait_for(output, f"{rank}: tfdist: resuming at {resumed} from the backup", job)
+        return len(open(output, encoding="utf-8").read())
+
+    def test_every_notice_saves_requeues_and_resumes_at_the_saved_step(self):
+        """A notice to the tasks (`scancel --signal=USR1`, as --signal sends before the time
+        limit), to the batch shell alone (`--batch`, as `--signal=B:USR1@T` does), and a
+        SIGTERM to the shell, srun and the tasks (`--full`), one after the other in one job:
+        each time both tasks save at one step and exit 75, the script requeues its own job,
+        and the job resumes at the next step, every attempt's lines in the one output file;
+        then a plain scancel ends it."""
+        job, output = self._submit(
+            "preempted",
+            num_workers=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=multi_worker_mirrored",
+                "--epochs=1000",
+                f"--steps_per_epoch={_STEPS}",
+                f"--model_dir={self.dir}/run",
+            ],
+        )
+        since = 0
+        for notice in (
+            ["--signal=USR1"],
+            ["--batch", "--signal=USR1"],
+            ["--full", "--signal=TERM"],
+        ):
+            since = self._saved_and_resumed(job, output, notice, since)
+        text = open(output, encoding="utf-8").read()
+        for restart in range(4):  # Each attempt's lines, kept in one file.
+            self.assertIn(f"tfdist sbatch: job {job} starts: restart {restart} ", text)
+        self.assertIn("SIGUSR1 reached the batch shell", text)
+        self.assertIn("SIGTERM reached the batch shell", text)
         cancelled = time.monotonic()
         self.cluster.command("scancel", str(job))
         self._wait_ended(job, cancelled, "CANCELLED")
+
+    def test_the_time_limit_saves_and_requeues(self):
+        """A 2-minute job whose --signal comes 45 s before its end (Slurm sends it up to a
+        polling interval early): the tasks save at one step, the job requeues itself and
+        resumes there."""
+        job, output = self._submit(
+            "timed",
+            num_workers=2,
+            time_limit="2",
+            grace_s=45,
+            train_args=[
+                *_TRAIN,
+                "--strategy=multi_worker_mirrored",
+                "--epochs=1000",
+                f"--steps_per_epoch={_STEPS}",
+                f"--model_dir={self.dir}/run",
+            ],
+        )
+        self._saved_and_resumed(job, output, None, 0)
+        self.cluster.command("scancel", str(job))
+        self.assertEqual(self.cluster.wait(job, _ENDED_S), "CANCELLED")
+
+    def test_a_sweep_runs_each_array_task_in_its_own_model_dir(self):
+        sweep = manifests.Sweep(grid=(("learning_rate", ("0.05", "0.2")),))
+        job, _ = self._submit(
+            "sweep",
+            f"--output={self.dir}/sweep-%A_%a.out",
+            num_workers=1,
+            sweep=sweep,
+            train_args=[*_TRAIN, "--epochs=1", "--steps_per_epoch=2", f"--model_dir={self.dir}/sw"],
+        )
+        for index, rate in enumerate(("0.05", "0.2")):
+            state = self.cluster.wait(f"{job}_{index}", _JOB_S)
+            with open(f"{self.dir}/sweep-{job}_{index}.out", encoding="utf-8") as log:
+                self.assertEqual(state, "COMPLETED", log.read()[-3000:])
+            with open(f"{self.dir}/sw/{index}/sweep.json", encoding="utf-8") as values:
+                self.assertEqual(
+                    json.load(values),
+                    {"array_task_id": index, "flags": {"learning_rate": rate}},
+                )
+            with open(f"{self.dir}/sw/{index}/metrics.json", encoding="utf-8") as metrics:
+                self.assertEqual(json.load(metrics)["steps"], 2)
 
 
 if __name__ == "__main__":
