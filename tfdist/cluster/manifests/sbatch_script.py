@@ -362,8 +362,11 @@ def _trap_lines() -> list[str]:
     return [
         "status=0",
         'srun_pid=""',
+        'noticed=""',
         "notice() {",
         '  echo "tfdist sbatch: $1 reached the batch shell: SIGUSR1 to every task" >&2',
+        '  noticed="$1"',
+        "  interrupted=1",
         f'  if [ -n "$srun_pid" ]; then kill -USR1 "$srun_pid" 2>/dev/null || true; '
         f"else status={EXIT_PREEMPTED}; fi",
         "}",
@@ -372,33 +375,59 @@ def _trap_lines() -> list[str]:
 
 
 def _run_lines(srun: str, *, requeue: bool) -> list[str]:
-    """srun in the background, waited for through any notice; the requeue of a job whose
-    tasks saved (status 75); the script's status, srun's."""
-    if requeue:
-        saved = [
-            f'if [ "$status" -eq {EXIT_PREEMPTED} ]; then',
-            '  echo "tfdist sbatch: every task saved (exit 75): scontrol requeue $job"',
-            '  scontrol requeue "$job" || echo "tfdist sbatch: scontrol requeue $job failed;'
-            ' submit this script again to resume from the model dir" >&2',
-            "fi",
-        ]
-    else:
-        saved = [
-            f'if [ "$status" -eq {EXIT_PREEMPTED} ]; then echo "tfdist sbatch: not requeued:'
-            ' nothing was saved (no --model_dir)" >&2; fi',
-        ]
+    """srun in the background, waited for through any notice; the requeue; the script's
+    status, srun's."""
     return [
         'if [ "$status" -eq 0 ]; then  # Else a notice came first: nothing ran to save.',
         f"  {srun} &",
         "  srun_pid=$!",
-        '  wait "$srun_pid" || status=$?',
-        '  while kill -0 "$srun_pid" 2>/dev/null; do  # A notice ended the wait: srun runs on.',
-        "    status=0",
-        '    wait "$srun_pid" || status=$?',
+        "  # srun's own status: a `wait` that a notice ended (128 + its signal) is waited again;",
+        "  # one that finds srun waited for already (127) keeps the status that wait returned.",
+        '  code=""',
+        "  while :; do",
+        '    interrupted=""',
+        '    rc=0; wait "$srun_pid" || rc=$?',
+        '    if [ -n "$code" ] && [ "$rc" -eq 127 ]; then break; fi',
+        '    code="$rc"',
+        '    if [ -z "$interrupted" ]; then break; fi',
         "  done",
+        '  status="$code"',
         "fi",
-        *saved,
+        *(_requeue_lines() if requeue else [_NOT_REQUEUED_LINE]),
         'exit "$status"',
+    ]
+
+
+_NOT_REQUEUED_LINE = (
+    f'if [ "$status" -eq {EXIT_PREEMPTED} ]; then echo "tfdist sbatch: not requeued: nothing '
+    'was saved (no --model_dir)" >&2; fi'
+)
+
+
+def _requeue_lines() -> list[str]:
+    """The job requeues itself when its tasks saved (75), or when a notice to the batch shell
+    ended in srun killing them (srun turns a SIGTERM it gets, from `scancel --full`, into a
+    SIGKILL): they resume from the last backup. Only a job Slurm still runs: one that
+    `scancel` ends (JobState=COMPLETING) stays ended."""
+    return [
+        'why=""',
+        f'if [ "$status" -eq {EXIT_PREEMPTED} ]; then why="every task saved (exit 75)"',
+        'elif [ -n "$noticed" ] && [ "$status" -gt 128 ]; then',
+        '  why="srun ended $status after $noticed (srun kills its tasks on a SIGTERM of its '
+        "own): they resume from the model dir's last backup\"",
+        "fi",
+        'if [ -n "$why" ]; then',
+        '  state="$(scontrol show job --oneliner "$job" 2>/dev/null'
+        " | grep -o 'JobState=[A-Z_]*' | head -n 1 || true)\"",
+        '  if [ "$state" = JobState=RUNNING ]; then',
+        '    echo "tfdist sbatch: $why: scontrol requeue $job"',
+        '    scontrol requeue "$job" || echo "tfdist sbatch: scontrol requeue $job failed;'
+        ' submit this script again to resume from the model dir" >&2',
+        "  else",
+        '    echo "tfdist sbatch: $why; not requeued: Slurm is ending the job'
+        ' (${state:-its state unknown}: scancel)" >&2',
+        "  fi",
+        "fi",
     ]
 
 

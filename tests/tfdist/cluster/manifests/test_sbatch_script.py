@@ -389,9 +389,10 @@ class SlurmTest(parameterized.TestCase):
 
 _FAKE_SRUN = """#!/bin/bash
 # srun as the batch shell sees it: records its arguments and the signals it gets; a notice
-# (SIGUSR1) ends it with 75, as the tasks' save does; else it exits $FAKE_SRUN_EXIT.
+# (SIGUSR1) ends it with 75, as the tasks' save does (or $FAKE_NOTICE_EXIT: killed tasks);
+# else it exits $FAKE_SRUN_EXIT.
 printf '%s\\n' "$@" > "$FAKE_DIR/srun.args"
-trap 'echo USR1 >> "$FAKE_DIR/srun.signals"; kill "$sleeper"; exit 75' USR1
+trap 'echo USR1 >> "$FAKE_DIR/srun.signals"; kill "$sleeper"; exit "${FAKE_NOTICE_EXIT:-75}"' USR1
 trap 'echo TERM >> "$FAKE_DIR/srun.signals"; kill "$sleeper"; exit 137' TERM
 sleep "${FAKE_SRUN_S:-30}" &
 sleeper=$!
@@ -400,6 +401,8 @@ wait "$sleeper"
 exit "${FAKE_SRUN_EXIT:-0}"
 """
 _FAKE_SCONTROL = """#!/bin/bash
+# Records a requeue; shows the job in $FAKE_STATE (RUNNING unless set).
+if [ "$1" = show ]; then echo "JobId=42 JobState=${FAKE_STATE:-RUNNING} Reason=None"; exit; fi
 echo "$@" >> "$FAKE_DIR/scontrol.args"
 """
 
@@ -469,6 +472,22 @@ class BatchShellTest(parameterized.TestCase):
         self.assertEqual(status, 75, stdout)
         self.assertEqual(recorded["srun.args"], "")
         self.assertEqual(recorded["scontrol.args"], "requeue 42\n")
+
+    def test_a_cancelled_job_is_not_requeued(self):
+        """`scancel J` sends SIGTERM to the batch shell too: the tasks save, but the job that
+        Slurm is ending (JobState=COMPLETING) stays ended."""
+        script = manifests.slurm(**_SLURM, num_workers=2)
+        status, _, recorded = self._run(script, {"FAKE_STATE": "COMPLETING"}, signal.SIGTERM)
+        self.assertEqual(status, 75)
+        self.assertEqual(recorded["scontrol.args"], "")
+
+    def test_tasks_that_srun_killed_after_a_notice_resume_from_the_last_backup(self):
+        """`scancel --full --signal=TERM` reaches srun too, which kills the tasks."""
+        script = manifests.slurm(**_SLURM, num_workers=2)
+        status, stdout, recorded = self._run(script, {"FAKE_NOTICE_EXIT": "137"}, signal.SIGTERM)
+        self.assertEqual(status, 137)
+        self.assertEqual(recorded["scontrol.args"], "requeue 42\n")
+        self.assertIn("srun ended 137 after SIGTERM", stdout)
 
     def test_an_array_task_requeues_itself_alone(self):
         sweep = manifests.Sweep(grid=(("learning_rate", ("0.1", "0.3")),))
