@@ -193,23 +193,18 @@ class RealSlurmTest(unittest.TestCase):
         self._wait_ended(job, time.monotonic(), "FAILED")
         self.assertRegex(open(output).read(), r"srun: error: node10: task 1: Killed")
 
-    def _saved_and_resumed(
-        self, job: int, output: str, notice: list[str] | None, since: int
-    ) -> int:
+    def _requeued(self, job: int, output: str, notice: list[str] | None, since: int) -> str:
         """Sends `notice` (scancel ARGS JOB; None: waits for the time limit's) once the attempt
-        in `output` past offset `since` trains; checks that both tasks save at one step and
-        exit 75, that the job requeues itself (`scontrol requeue`), starts it again and waits
-        until both tasks resume at the next step. Returns the output's length at the resume."""
+        in `output` past offset `since` trains, waits until the job requeued itself and its
+        attempt's step daemons are gone, and starts it again; the attempt's output."""
         self._wait_for(output, "1: Epoch", job, since)
         restarts = int(re.search(r"Restarts=(\d+)", self._show(job)).group(1))
         if notice is not None:
             self.cluster.command("scancel", *notice, str(job))
-        for rank in (0, 1):
-            self._wait_for(output, f"{rank}: tfdist train: preempted at", job, since)
         # Requeued, Slurm holds the job back by about two minutes (BeginTime) while its nodes
         # clean up; once the attempt's step daemons are gone, start it now (sooner, under
         # load, a node still ending the first run refused the second: "Job credential revoked").
-        deadline = time.monotonic() + _ENDED_S
+        deadline = time.monotonic() + _JOB_S
         while not (
             f"Restarts={restarts + 1}" in (shown := self._show(job))
             and "JobState=PENDING" in shown
@@ -218,7 +213,15 @@ class RealSlurmTest(unittest.TestCase):
             self.assertLess(time.monotonic(), deadline, shown + self._slurmctld_log())
             time.sleep(0.25)
         self.cluster.command("scontrol", "update", f"JobId={job}", "StartTime=now")
-        text = open(output, encoding="utf-8").read()[since:]
+        self._wait_for(output, f"restart {restarts + 1} (SLURM_RESTART_COUNT)", job, since)
+        return open(output, encoding="utf-8").read()[since:]
+
+    def _saved_and_resumed(
+        self, job: int, output: str, notice: list[str] | None, since: int, steps: int = _STEPS
+    ) -> int:
+        """`_requeued`, checking that both tasks saved at one step and exited 75 and that they
+        resume at the next step; the output's length then."""
+        text = self._requeued(job, output, notice, since)
         saved = re.findall(
             r"^(\d): tfdist train: preempted at (epoch \d+ step \d+|the end of epoch \d+); "
             r"state saved in [\d.]+ s ",
@@ -231,20 +234,20 @@ class RealSlurmTest(unittest.TestCase):
         # Stopped after the epoch's last step, the epoch ends first and the run resumes at the
         # next one.
         numbers = [int(number) for number in re.findall(r"\d+", saved[0][1])]
-        epoch, step = numbers if len(numbers) == 2 else (numbers[0], _STEPS)
-        resumed = f"epoch {epoch} step {step + 1}" if step < _STEPS else f"epoch {epoch + 1}"
-        self._wait_for(output, f"restart {restarts + 1} (SLURM_RESTART_COUNT)", job, since)
+        epoch, step = numbers if len(numbers) == 2 else (numbers[0], steps)
+        resumed = f"epoch {epoch} step {step + 1}" if step < steps else f"epoch {epoch + 1}"
         for rank in (0, 1):
             self._wait_for(output, f"{rank}: tfdist: resuming at {resumed} from the backup", job)
         return len(open(output, encoding="utf-8").read())
 
-    def test_every_notice_saves_requeues_and_resumes_at_the_saved_step(self):
-        """A notice to the tasks (`scancel --signal=USR1`, as --signal sends before the time
-        limit), to the batch shell alone (`--batch`, as `--signal=B:USR1@T` does), and a
-        SIGTERM to the shell, srun and the tasks (`--full`), one after the other in one job:
-        each time both tasks save at one step and exit 75, the script requeues its own job,
-        and the job resumes at the next step, every attempt's lines in the one output file;
-        then a plain scancel ends it."""
+    def test_every_notice_saves_requeues_and_resumes(self):
+        """In one job, one after the other: a SIGUSR1 to the batch shell alone (`--batch`, as
+        `--signal=B:USR1@T` sends it) and to the shell, srun and the tasks (`--full`): each
+        time both tasks save at one step and exit 75, the script requeues its own job, and
+        the job resumes at the next step. Then a SIGTERM to all of them (`--full`), which
+        srun answers with SIGKILL to the tasks: the job requeues itself and resumes from the
+        last backup (an epoch's end). Every attempt's lines are in the one output file; a
+        plain scancel, which also reaches the batch shell, ends the job for good."""
         job, output = self._submit(
             "preempted",
             num_workers=2,
@@ -256,26 +259,28 @@ class RealSlurmTest(unittest.TestCase):
                 f"--model_dir={self.dir}/run",
             ],
         )
-        since = 0
-        for notice in (
-            ["--signal=USR1"],
-            ["--batch", "--signal=USR1"],
-            ["--full", "--signal=TERM"],
-        ):
-            since = self._saved_and_resumed(job, output, notice, since)
+        since = self._saved_and_resumed(job, output, ["--batch", "--signal=USR1"], 0)
+        since = self._saved_and_resumed(job, output, ["--full", "--signal=USR1"], since)
+        text = self._requeued(job, output, ["--full", "--signal=TERM"], since)
+        self.assertRegex(text, rf"srun ended 1\d\d after SIGTERM .*: scontrol requeue {job}")
+        for rank in (0, 1):
+            self._wait_for(output, f"{rank}: tfdist: resuming at epoch ", job, since)
         text = open(output, encoding="utf-8").read()
         for restart in range(4):  # Each attempt's lines, kept in one file.
             self.assertIn(f"tfdist sbatch: job {job} starts: restart {restart} ", text)
         self.assertIn("SIGUSR1 reached the batch shell", text)
-        self.assertIn("SIGTERM reached the batch shell", text)
         cancelled = time.monotonic()
         self.cluster.command("scancel", str(job))
         self._wait_ended(job, cancelled, "CANCELLED")
+        self.assertIn("not requeued: Slurm is ending the job", open(output).read())
+        self.assertNotIn("Restarts=4", self._show(job))
 
     def test_the_time_limit_saves_and_requeues(self):
         """A 2-minute job whose --signal comes 45 s before its end (Slurm sends it up to a
         polling interval early): the tasks save at one step, the job requeues itself and
-        resumes there."""
+        resumes there. One long epoch: ~50 epochs of 20 steps in a minute ended in tasks
+        aborting ("Resource temporarily unavailable": no thread could be made)."""
+        steps = 100_000
         job, output = self._submit(
             "timed",
             num_workers=2,
@@ -284,12 +289,12 @@ class RealSlurmTest(unittest.TestCase):
             train_args=[
                 *_TRAIN,
                 "--strategy=multi_worker_mirrored",
-                "--epochs=1000",
-                f"--steps_per_epoch={_STEPS}",
+                "--epochs=2",
+                f"--steps_per_epoch={steps}",
                 f"--model_dir={self.dir}/run",
             ],
         )
-        self._saved_and_resumed(job, output, None, 0)
+        self._saved_and_resumed(job, output, None, 0, steps)
         self.cluster.command("scancel", str(job))
         self.assertEqual(self.cluster.wait(job, _ENDED_S), "CANCELLED")
 
