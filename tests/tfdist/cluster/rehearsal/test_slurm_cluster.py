@@ -167,6 +167,29 @@ class RealSlurmTest(unittest.TestCase):
         self.assertIn("NumNodes=2", self._show(job))
         self.assertRegex(text, r"(?m)^0: tfdist: parameter_server .*loss=")
 
+    def test_an_uneven_layout_fewer_nodes_than_tasks(self):
+        """--slurm_nodes=2 for a chief, a ps and a worker: Slurm lays 3 tasks out on 2 nodes
+        (2 and 1) and each task derives that."""
+        job, output = self._submit(
+            "uneven",
+            num_workers=1,
+            num_ps=1,
+            chief=True,
+            nodes=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=parameter_server",
+                "--epochs=1",
+                "--steps_per_epoch=4",
+                f"--model_dir={self.dir}/run",
+            ],
+        )
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        self.assertIn("NumNodes=2 NumCPUs=3 NumTasks=3", self._show(job))
+        self.assertRegex(
+            open(output, encoding="utf-8").read(), r"(?m)^0: tfdist: parameter_server .*loss="
+        )
+
     def _wait_ended(self, job: int, since: float, state: str) -> None:
         """Waits until `job` is in `state` and every task of it has ended, within _ENDED_S of
         `since`."""
