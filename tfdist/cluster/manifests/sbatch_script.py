@@ -4,18 +4,16 @@ runs one task per Slurm task, and each task derives its cluster from the job ste
 it on to the tasks, requeues a job that saved, keeps every attempt's output, and runs each array
 task of a sweep in a model dir of its own."""
 
-import json
 import re
-import shlex
 from collections.abc import Sequence
 
 from tfdist.cluster import GRACE_ENV
 from tfdist.cluster.manifests import checks
+from tfdist.cluster.manifests import sbatch_shell
 from tfdist.cluster.manifests.jobset_checks import GRACE_S
 from tfdist.cluster.manifests.jobset_checks import MAX_GRACE_S
 from tfdist.cluster.manifests.sbatch_site import SlurmSite
 from tfdist.cluster.manifests.sbatch_sweep import Sweep
-from tfdist.errors import EXIT_PREEMPTED
 
 SLURM_RESOLVER_FLAG = "--cluster_resolver=slurm"
 SLURM_PORT_FLAG = "--slurm_port_base"
@@ -23,20 +21,12 @@ TIME_LIMIT = "01:00:00"
 
 _MAX_TASKS_PER_NODE = 1024
 _NOTICE_SIGNAL = "SIGUSR1"  # What --signal sends before the time limit; the tasks save on it.
-# What may reach the batch shell (scancel --batch or --full, --signal=B:...): each is passed on
-# to the tasks as the notice, through srun (which would turn a SIGTERM into a SIGKILL).
-_TRAPPED = ("USR1", "USR2", "TERM", "INT", "HUP")
 _PYTHON_WORD = '"$PYTHON"'  # The interpreter's variable, expanded by the shell in each task.
-# An array task's own model dir and metrics JSON (`_array_lines`).
-_RUN_DIR_FLAG = '"--model_dir=$run_dir"'
-_METRICS_FLAG = '"--metrics_json=$run_dir/metrics.json"'
 _SLURM_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # ASCII digits: \d alone takes e.g. Arabic-Indic ones, which Slurm does not.
 _SLURM_TIME_RE = re.compile(
     r"\d+(:\d{1,2}){0,2}|\d+-\d{1,2}(:\d{1,2}){0,2}|UNLIMITED|unlimited|infinite", re.ASCII
 )
-_REFERENCE_RE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})", re.ASCII)
-_EXPANDING = frozenset('$`"\\')  # What a double-quoted word would expand or end on.
 
 
 def slurm(
@@ -142,14 +132,14 @@ def slurm(
     ]
     body = [
         "set -eo pipefail",
-        *_trap_lines(),
+        *sbatch_shell.trap_lines(),
         *site.prologue,
         "set -u",
         f"export {GRACE_ENV}={grace_s}  # Each task checks its backup's save against it.",
         f'PYTHON="${{TFDIST_PYTHON:-{_shell_quote_inside(python)}}}"',
-        *_job_id_lines(),
-        *(_array_lines(sweep, model_dir, expand_vars) if sweep else []),
-        *_run_lines(
+        *sbatch_shell.job_id_lines(),
+        *(sbatch_shell.array_lines(sweep, model_dir, expand_vars) if sweep else []),
+        *sbatch_shell.run_lines(
             " ".join(["srun", "--kill-on-bad-exit=1", "--label", *words]), requeue=bool(model_dir)
         ),
     ]
@@ -276,8 +266,8 @@ def _task_words(args, program, sweep, expand_vars, port, num_ps, chief) -> list[
     own = []
     if sweep is not None:
         args = _without(args, "model_dir")
-        own = [_RUN_DIR_FLAG, _METRICS_FLAG, *(['"${sweep[@]}"'] if sweep.grid else [])]
-    words = [*(shell_word(word, expand_vars) for word in checks.bounded(args)), *own]
+        own = sbatch_shell.array_task_words(sweep)
+    words = [*(sbatch_shell.shell_word(word, expand_vars) for word in checks.bounded(args)), *own]
     flags = [
         *slurm_train_flags(port=port, num_ps=num_ps, chief=chief),
         f"--preemption_signal={_NOTICE_SIGNAL}",
@@ -299,136 +289,6 @@ def _without(args: list[str], name: str) -> list[str]:
             continue
         skip = not equals
     return kept
-
-
-def shell_word(word: str, expand_vars: bool = False) -> str:
-    """`word` as one shell word: single-quoted, passed as written; with `expand_vars` and a `$`
-    in it, double-quoted, so that the shell expands its `$NAME` and `${NAME}` references.
-
-    Raises:
-      ManifestError: with `expand_vars`, a word holding any other shell syntax (`$(`, a
-        backtick, `${NAME:-...}`, a quote or a backslash).
-    """
-    if not expand_vars or "$" not in word:
-        return shlex.quote(word)
-    rest = _REFERENCE_RE.sub("", word)
-    checks.require(
-        not set(rest) & _EXPANDING and word.isprintable(),
-        "slurm_expand_vars",
-        word,
-        "write variables as $NAME or ${NAME}, without $(...), backticks, quotes, backslashes "
-        "or ${NAME:-...}; or drop --slurm_expand_vars to pass the word as written",
-        problem="holds shell syntax other than $NAME",
-    )
-    return f'"{word}"'
-
-
-def _job_id_lines() -> list[str]:
-    """The job's own id, for `scontrol requeue` (an array task's own: `scontrol requeue` of
-    the array's id would requeue every task), and the line that starts each attempt."""
-    return [
-        'job="${SLURM_ARRAY_JOB_ID:+${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-}}"',
-        'job="${job:-$SLURM_JOB_ID}"',
-        "printf 'tfdist sbatch: job %s starts: restart %s (SLURM_RESTART_COUNT), on %s\\n' "
-        '"$job" "${SLURM_RESTART_COUNT:-0}" "${SLURM_JOB_NODELIST:-}"',
-    ]
-
-
-def _array_lines(sweep: Sweep, model_dir: str, expand_vars: bool) -> list[str]:
-    """An array task's model dir (`<model_dir>/<index>`) and, for a sweep, its flag values,
-    written beside its metrics as sweep.json."""
-    lines = [f'run_dir={shell_word(model_dir, expand_vars)}/"$SLURM_ARRAY_TASK_ID"']
-    if not sweep.grid:
-        return lines
-    lines.append('case "$SLURM_ARRAY_TASK_ID" in')
-    for index, values in enumerate(sweep.runs()):
-        flags = " ".join(shlex.quote(f"--{flag}={value}") for flag, value in values.items())
-        record = json.dumps({"array_task_id": index, "flags": values}, ensure_ascii=False)
-        lines.append(f"  {index}) sweep=({flags}); values={shlex.quote(record)} ;;")
-    lines += [
-        "  *) echo \"tfdist sbatch: array task $SLURM_ARRAY_TASK_ID is none of the sweep's "
-        f'0-{sweep.count - 1}; submit with --array within 0-{sweep.count - 1}." >&2; exit 2 ;;',
-        "esac",
-        'mkdir -p "$run_dir"',
-        'printf \'%s\\n\' "$values" > "$run_dir/sweep.json.tmp"',
-        'mv -f "$run_dir/sweep.json.tmp" "$run_dir/sweep.json"',
-    ]
-    return lines
-
-
-def _trap_lines() -> list[str]:
-    """The notice handler, set before anything runs: a signal to the batch shell goes on to
-    every task as SIGUSR1 through srun; one before srun started leaves nothing to save."""
-    return [
-        "status=0",
-        'srun_pid=""',
-        'noticed=""',
-        "notice() {",
-        '  echo "tfdist sbatch: $1 reached the batch shell: SIGUSR1 to every task" >&2',
-        '  noticed="$1"',
-        "  interrupted=1",
-        f'  if [ -n "$srun_pid" ]; then kill -USR1 "$srun_pid" 2>/dev/null || true; '
-        f"else status={EXIT_PREEMPTED}; fi",
-        "}",
-        *(f"trap 'notice SIG{name}' {name}" for name in _TRAPPED),
-    ]
-
-
-def _run_lines(srun: str, *, requeue: bool) -> list[str]:
-    """srun in the background, waited for through any notice; the requeue; the script's
-    status, srun's."""
-    return [
-        'if [ "$status" -eq 0 ]; then  # Else a notice came first: nothing ran to save.',
-        f"  {srun} &",
-        "  srun_pid=$!",
-        "  # srun's own status: a `wait` that a notice ended (128 + its signal) is waited again;",
-        "  # one that finds srun waited for already (127) keeps the status that wait returned.",
-        '  code=""',
-        "  while :; do",
-        '    interrupted=""',
-        '    rc=0; wait "$srun_pid" || rc=$?',
-        '    if [ -n "$code" ] && [ "$rc" -eq 127 ]; then break; fi',
-        '    code="$rc"',
-        '    if [ -z "$interrupted" ]; then break; fi',
-        "  done",
-        '  status="$code"',
-        "fi",
-        *(_requeue_lines() if requeue else [_NOT_REQUEUED_LINE]),
-        'exit "$status"',
-    ]
-
-
-_NOT_REQUEUED_LINE = (
-    f'if [ "$status" -eq {EXIT_PREEMPTED} ]; then echo "tfdist sbatch: not requeued: nothing '
-    'was saved (no --model_dir)" >&2; fi'
-)
-
-
-def _requeue_lines() -> list[str]:
-    """The job requeues itself when its tasks saved (75), or when a notice to the batch shell
-    ended in srun killing them (srun turns a SIGTERM it gets, from `scancel --full`, into a
-    SIGKILL): they resume from the last backup. Only a job Slurm still runs: one that
-    `scancel` ends (JobState=COMPLETING) stays ended."""
-    return [
-        'why=""',
-        f'if [ "$status" -eq {EXIT_PREEMPTED} ]; then why="every task saved (exit 75)"',
-        'elif [ -n "$noticed" ] && [ "$status" -gt 128 ]; then',
-        '  why="srun ended $status after $noticed (srun kills its tasks on a SIGTERM of its '
-        "own): they resume from the model dir's last backup\"",
-        "fi",
-        'if [ -n "$why" ]; then',
-        '  state="$(scontrol show job --oneliner "$job" 2>/dev/null'
-        " | grep -o 'JobState=[A-Z_]*' | head -n 1 || true)\"",
-        '  if [ "$state" = JobState=RUNNING ]; then',
-        '    echo "tfdist sbatch: $why: scontrol requeue $job"',
-        '    scontrol requeue "$job" || echo "tfdist sbatch: scontrol requeue $job failed;'
-        ' submit this script again to resume from the model dir" >&2',
-        "  else",
-        '    echo "tfdist sbatch: $why; not requeued: Slurm is ending the job'
-        ' (${state:-its state unknown}: scancel)" >&2',
-        "  fi",
-        "fi",
-    ]
 
 
 def _shell_quote_inside(path: str) -> str:

@@ -506,6 +506,16 @@ class BatchShellTest(parameterized.TestCase):
         with open(os.path.join(recorded["dir"], "runs", "1", "sweep.json"), encoding="utf-8") as f:
             self.assertEqual(json.load(f), {"array_task_id": 1, "flags": {"learning_rate": "0.3"}})
 
+    def test_expanded_words_are_expanded_by_the_batch_shell_alone(self):
+        args = ["--model_dir=runs/$SLURM_JOB_ID", "--note=${SLURM_JOB_ID}x", "--literal=`id`"]
+        script = manifests.slurm(**{**_SLURM, "train_args": args}, num_workers=1, expand_vars=True)
+        status, _, recorded = self._run(script, {"FAKE_SRUN_S": "0"})
+        self.assertEqual(status, 0)
+        self.assertEqual(
+            recorded["srun.args"].splitlines()[-4:-1],
+            ["--model_dir=runs/42", "--note=42x", "--literal=`id`"],
+        )
+
     def test_a_failed_task_is_the_jobs_status_and_nothing_is_requeued(self):
         script = manifests.slurm(**_SLURM, num_workers=2)
         status, _, recorded = self._run(script, {"FAKE_SRUN_EXIT": "3", "FAKE_SRUN_S": "0"})
