@@ -15,7 +15,7 @@ from tfdist.commands import data
 from tfdist.commands import doctor
 from tfdist.commands import flags as flags_lib
 from tfdist.commands import launch
-from tfdist.commands import manifest
+from tfdist.commands.manifest import command as manifest
 from tfdist.commands import ray_job
 from tfdist.commands import rehearse
 from tfdist.commands import train

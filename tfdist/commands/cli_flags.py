@@ -79,3 +79,13 @@ GRACE_S = flags_lib.define_integer(
     lower_bound=1,
     upper_bound=manifests.MAX_GRACE_S,
 )
+SLURM_NODES = flags.DEFINE_string(
+    "slurm_nodes",
+    None,
+    "manifest: the Slurm job's node count (#SBATCH --nodes), from 1 to its task count: fewer "
+    "nodes than tasks is an uneven layout (e.g. 3 nodes for 4 tasks), which Slurm lays out and "
+    "each task derives (unset: as --slurm_tasks_per_node needs). rehearse: the nodes of the "
+    "real Slurm cluster a Slurm script runs on: a count (named node1, node2, ...) or their "
+    "names as a Slurm host list, e.g. gpu[9-10] (unset: its #SBATCH --nodes, else one per "
+    "task).",
+)

@@ -18,13 +18,6 @@ _VOLUME_DIR = flags.DEFINE_string(
     "PersistentVolumeClaims, each as DIR/<claimName> (unset: "
     "<log_dir>/volumes).",
 )
-_NODES = flags.DEFINE_string(
-    "slurm_nodes",
-    None,
-    "rehearse: the nodes of the real Slurm cluster a Slurm script runs on: a count (named "
-    "node1, node2, ...) or their names as a Slurm host list, e.g. gpu[9-10] (unset: its "
-    "#SBATCH --nodes, else one per task).",
-)
 _PREEMPT = flags.DEFINE_list(
     "preempt",
     [],
@@ -34,7 +27,9 @@ _PREEMPT = flags.DEFINE_list(
 )
 flags_lib.register(
     "rehearse",
-    flags_lib.group(cli_flags.LOG_DIR, _VOLUME_DIR, _NODES, _PREEMPT, cli_flags.TIMEOUT_S),
+    flags_lib.group(
+        cli_flags.LOG_DIR, _VOLUME_DIR, cli_flags.SLURM_NODES, _PREEMPT, cli_flags.TIMEOUT_S
+    ),
 )
 
 
@@ -58,7 +53,7 @@ def main(files: list[str]) -> int:
         timeout_s=cli_flags.TIMEOUT_S.value,
         preempt=tuple(_preemption(entry) for entry in _PREEMPT.value),
     )
-    return rehearsal.rehearse(files[0], options, nodes=_nodes(_NODES.value))
+    return rehearsal.rehearse(files[0], options, nodes=_nodes(cli_flags.SLURM_NODES.value))
 
 
 def _nodes(text: str | None) -> int | list[str] | None:

@@ -116,6 +116,16 @@ _STRINGS = {
     ),
     "tf_data_service": ("localhost:5050", "grpc://h:99999", "grpc://", "http://h:1"),
     "time_limit": ("soon", ""),
+    "slurm_partition": ("a b", "", "$(id)", "a;b"),
+    "slurm_account": ("a b", "", "`id`"),
+    "slurm_qos": ("a b", "", "q\nx"),
+    "slurm_mem": ("16 GB", "-1G", "", "1e400", "0", HUGE + "G"),
+    "slurm_constraint": ("a b", "", "a;b", "$(id)"),
+    "slurm_output": ("", "a b.out", "/a\nb", '"x"', "$HOME/x"),
+    "slurm_sbatch": ("", "x", "--a --b", "--time=5", "--ntasks=2", "--no-requeue", "--x=\n"),
+    "slurm_prologue": ("", "a\nb"),
+    "slurm_array": ("", "x", "1-", "0-1%0", HUGE, "3-1"),
+    "slurm_sweep": ("lr", "lr=", "=1", "a b=1", "model_dir=a,b", "seed=1,1", "no_such_flag=1,2"),
     "preempt": ("pod", "pod@", "@30", "pod@x", "pod@-1", "pod@nan", "pod@inf", "pod@" + HUGE),
     "variable_partition": ("max_shards", "min_size:0", "max_shards:" + HUGE, "fixed:2"),
 }
@@ -123,7 +133,27 @@ _STRINGS = {
 _CONTEXT = {
     "lars_exclude": ["--optimizer=lars"],
     "lr_step_boundaries": ["--lr_schedule=step", "--epochs=9"],
-    "time_limit": ["--format=slurm"],
+    **{
+        name: ["--format=slurm"]
+        for name in (
+            "time_limit",
+            "slurm_nodes",
+            "slurm_partition",
+            "slurm_account",
+            "slurm_qos",
+            "slurm_mem",
+            "slurm_cpus_per_task",
+            "slurm_exclusive",
+            "slurm_constraint",
+            "slurm_output",
+            "slurm_sbatch",
+            "slurm_prologue",
+            "slurm_array",
+            "slurm_sweep",
+            "slurm_expand_vars",
+            "slurm_tasks_per_node",
+        )
+    },
     **{
         name: ["--image=img"]
         for name in (
@@ -530,6 +560,7 @@ class HostileInputTest(_RejectingTest):
                 "train",
                 "--dataset=tfrecord:/caf\u00e9/*",
                 "--num_classes=3",
+                "--model_dir=/shared/run",
             ],
             "PYTHONIOENCODING",
             stdout_encoding="ascii",

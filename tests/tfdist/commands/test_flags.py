@@ -22,7 +22,7 @@ from tfdist.commands import data
 from tfdist.commands import doctor
 from tfdist.commands import flags as tfdist_flags
 from tfdist.commands import launch
-from tfdist.commands import manifest
+from tfdist.commands.manifest import command as manifest
 from tfdist.commands import train_flags
 from tfdist.runtime.config import ConfigError
 from tfdist.commands.benchmark import command as benchmark

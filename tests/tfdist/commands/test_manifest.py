@@ -68,6 +68,80 @@ class LabelKeyFlagsTest(_InProcess):
                 self.assertEqual(pod["tolerations"][0]["key"], "nvidia.com/gpu")
 
 
+class SlurmFlagsTest(_InProcess):
+    """The flags of `tfdist manifest --format=slurm`, in this process (no child)."""
+
+    def test_site_options_layout_and_sweep_from_the_command_line(self):
+        result = self._manifest(
+            "--format=slurm",
+            "--num_workers=3",
+            "--num_ps=1",
+            "--chief",
+            "--slurm_nodes=3",
+            "--time_limit=04:00:00",
+            "--slurm_partition=gpu",
+            "--slurm_account=proj",
+            "--slurm_qos=high",
+            "--slurm_mem=64G",
+            "--slurm_cpus_per_task=8",
+            "--slurm_exclusive",
+            "--slurm_constraint=a100",
+            "--slurm_output=logs/%x-%A_%a.out",
+            "--slurm_sbatch=--mail-type=END",
+            "--slurm_prologue=module load cuda/12.4",
+            "--slurm_sweep=learning_rate=0.1,0.3",
+            "--slurm_sweep=seed=1,2",
+            "--slurm_array=0-3%2",
+            "--slurm_expand_vars",
+            "--",
+            "train",
+            "--strategy=parameter_server",
+            "--model_dir=/shared/$USER/run",
+        )
+        self.assertEqual((result.returncode, result.stderr), (0, ""))
+        lines = result.stdout.splitlines()
+        for line in (
+            "#SBATCH --ntasks=5",
+            "#SBATCH --nodes=3",
+            "#SBATCH --time=04:00:00",
+            "#SBATCH --array=0-3%2",
+            "#SBATCH --partition=gpu",
+            "#SBATCH --account=proj",
+            "#SBATCH --qos=high",
+            "#SBATCH --mem=64G",
+            "#SBATCH --cpus-per-task=8",
+            "#SBATCH --exclusive",
+            "#SBATCH --constraint=a100",
+            "#SBATCH --output=logs/%x-%A_%a.out",
+            "#SBATCH --mail-type=END",
+            "module load cuda/12.4",
+            'run_dir="/shared/$USER/run"/"$SLURM_ARRAY_TASK_ID"',
+        ):
+            self.assertIn(line, lines)
+        self.assertFalse([line for line in lines if "--ntasks-per-node" in line])
+        self.assertIn("  3) sweep=(--learning_rate=0.3 --seed=2);", result.stdout)
+
+    def test_bad_slurm_flags_are_one_line(self):
+        train = ["--", "train", "--model_dir=x"]
+        for args, expected in (
+            (["--slurm_partition=a b", *train], "slurm_partition: 'a b' is not what Slurm takes"),
+            (["--slurm_nodes=x", *train], "--slurm_nodes='x' is not a node count"),
+            (["--slurm_nodes=9", *train], "slurm_nodes: 9 is not a node count for the job"),
+            (["--slurm_sbatch=--ntasks=9", *train], "use --num_workers, --num_ps and --chief"),
+            (["--slurm_sweep=lr", *train], "slurm_sweep: 'lr' is not flag=values"),
+            (["--slurm_sweep=learning_rat=1,2", *train], "is not a flag of `tfdist train`"),
+            (["--slurm_array=0-9", "--slurm_sweep=seed=1,2", *train], "past the sweep's 2"),
+            (["--slurm_partition=gpu", "--", "train"], "names no --model_dir"),
+        ):
+            with self.subTest(args=args):
+                result = self._manifest("--format=slurm", *args)
+                self.assertEqual(result.returncode, 2, result.stdout)
+                self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
+                self.assertIn(expected, result.stderr)
+        result = self._manifest("--slurm_partition=gpu", "--image=i", "--", "train")
+        self.assertIn("--slurm_partition is for --format=slurm", result.stderr)
+
+
 @pytest.mark.multiprocess
 class ManifestCommandTest(_InProcess):
     """`tfdist manifest` and the Slurm flags of `tfdist train`, as a user runs them."""
@@ -189,12 +263,13 @@ class ManifestCommandTest(_InProcess):
             "--",
             "train",
             "--epochs=5",
+            "--model_dir=/shared/run",
         )
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn(
             'srun --kill-on-bad-exit=1 --label "${RESV_PORTS[@]}" "$PYTHON" -m tfdist train '
             "--cluster_resolver=slurm --slurm_port_base=9000 --preemption_signal=SIGUSR1 "
-            "--epochs=5",
+            "--epochs=5 --model_dir=/shared/run --collective_timeout_s=600 &",
             result.stdout,
         )
         self.assertIn(f'PYTHON="${{TFDIST_PYTHON:-{sys.executable}}}"', result.stdout)
@@ -234,6 +309,7 @@ class ManifestCommandTest(_InProcess):
                     "--",
                     "train",
                     "--global_batch_size=128",
+                    "--model_dir=/s/r",
                 ],
                 [
                     "manifest",
@@ -242,6 +318,7 @@ class ManifestCommandTest(_InProcess):
                     "--",
                     "train",
                     "--per_replica_batch_size=32",
+                    "--model_dir=/s/r",
                 ],  # 96 in all: it always splits.
                 ["train", "--num_ps=1"],
                 ["train", "--cluster_resolver=slurm"],

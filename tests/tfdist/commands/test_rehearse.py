@@ -377,6 +377,7 @@ class RehearseTest(unittest.TestCase):
             "--epochs=1",
             "--steps_per_epoch=3",
             "--global_batch_size=48",
+            f"--model_dir={self.dir}/run",
             name="job.sbatch",
         )
         result = self._rehearse(path)

@@ -18,8 +18,11 @@ from tfdist.cluster.manifests.jobset_checks import GRACE_S
 from tfdist.cluster.manifests.jobset_checks import MAX_GRACE_S
 from tfdist.cluster.manifests.jobset_checks import Pods
 from tfdist.cluster.manifests.jobset_yaml import jobset
+from tfdist.cluster.manifests.sbatch_script import TIME_LIMIT as SLURM_TIME_LIMIT
 from tfdist.cluster.manifests.sbatch_script import slurm
 from tfdist.cluster.manifests.sbatch_script import slurm_train_flags
+from tfdist.cluster.manifests.sbatch_site import SlurmSite
+from tfdist.cluster.manifests.sbatch_sweep import Sweep
 from tfdist.cluster.manifests.tfjob_yaml import RESTART_POLICIES
 from tfdist.cluster.manifests.tfjob_yaml import tfjob
 
@@ -29,6 +32,9 @@ __all__ = [
     "ManifestError",
     "Pods",
     "RESTART_POLICIES",
+    "SLURM_TIME_LIMIT",
+    "SlurmSite",
+    "Sweep",
     "jobset",
     "slurm",
     "slurm_train_flags",

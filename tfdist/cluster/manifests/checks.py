@@ -122,6 +122,33 @@ def check_args(where: str, train_args: Any, field: str = "train_args") -> list[s
     return list(train_args)
 
 
+def flag_value(argv: Sequence[str], name: str) -> str | None:
+    """The value argv gives the absl flag `name` (`--name=V` or `--name V`; the first), else
+    None."""
+    for index, word in enumerate(argv):
+        flag, equals, value = word.lstrip("-").partition("=")
+        if not word.startswith("-") or flag != name:
+            continue
+        if equals:
+            return value
+        return argv[index + 1] if index + 1 < len(argv) else None
+    return None
+
+
+# Nothing a manifest starts waits forever. A task waits this long for its peers to join and for
+# any collective (--collective_timeout_s), unless its command sets it: a peer's pod may still be
+# pulling its image, or a peer's node still starting, when the first one starts.
+COLLECTIVE_TIMEOUT_S = 600
+COLLECTIVE_TIMEOUT_FLAG = "--collective_timeout_s"
+
+
+def bounded(args: Sequence[str]) -> list[str]:
+    """`args` with `--collective_timeout_s=COLLECTIVE_TIMEOUT_S` unless they set it."""
+    if flag_value(args, COLLECTIVE_TIMEOUT_FLAG.lstrip("-")) is not None:
+        return list(args)
+    return [*args, f"{COLLECTIVE_TIMEOUT_FLAG}={COLLECTIVE_TIMEOUT_S}"]
+
+
 def kubernetes_literal(word: str) -> str:
     """A command word that Kubernetes passes to the container as written: it expands `$(VAR)`
     in a container's command and args and turns `$$` into `$`, so every `$` is doubled."""

@@ -204,19 +204,6 @@ def check_program(pods: Pods, program: Sequence[str]) -> None:
         )
 
 
-def flag_value(argv: Sequence[str], name: str) -> str | None:
-    """The value argv gives the absl flag `name` (`--name=V` or `--name V`; the first), else
-    None."""
-    for index, word in enumerate(argv):
-        flag, equals, value = word.lstrip("-").partition("=")
-        if not word.startswith("-") or flag != name:
-            continue
-        if equals:
-            return value
-        return argv[index + 1] if index + 1 < len(argv) else None
-    return None
-
-
 def _script(program: Sequence[str]) -> str | None:
     """The file a program's argv runs: `python FILE ...`'s FILE, or the program itself when it
     is a path (`./run.sh`); None for `python -m ...` or a command on PATH."""

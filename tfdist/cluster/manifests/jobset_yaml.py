@@ -39,11 +39,6 @@ DATA_SERVICE_COMMAND = ("tfdist", "data", "serve", "--jobset_pod")
 DATA_SERVICE_FLAG = "--tf_data_service"
 
 _POD_NAME_SUFFIX = "-xxxxx"  # The Job controller's random suffix on each pod's name.
-# Nothing a JobSet starts waits forever. A task waits this long for its peers to join and for
-# any collective (--collective_timeout_s), unless its command sets it: a peer's pod may still be
-# pulling its image when the first one starts.
-COLLECTIVE_TIMEOUT_S = 600
-COLLECTIVE_TIMEOUT_FLAG = "--collective_timeout_s"
 # And each restart attempt's Jobs end after this long (activeDeadlineSeconds): a day, unless
 # the manifest says otherwise.
 DEADLINE_S = 24 * 3600
@@ -148,7 +143,7 @@ def jobset(
     command = _task_command(name, port, data_service_workers, train_args, program)
     if program is not None:
         jobset_checks.check_program(pods, program)
-        model_dir = jobset_checks.flag_value(program, "model_dir")
+        model_dir = checks.flag_value(program, "model_dir")
     jobset_checks.check_volume(
         pods,
         max_restarts=max_restarts,
@@ -263,7 +258,7 @@ def _task_command(
             "service yourself",
             problem="needs a tfdist train command, not a program",
         )
-        return [checks.kubernetes_literal(word) for word in _bounded(program)]
+        return [checks.kubernetes_literal(word) for word in checks.bounded(program)]
     args = checks.check_args("jobset", train_args)
     for flag in (
         JOBSET_RESOLVER_FLAG.partition("=")[0],
@@ -281,19 +276,12 @@ def _task_command(
         "tfdist",
         "train",
         JOBSET_RESOLVER_FLAG,
-        *map(checks.kubernetes_literal, _bounded(args)),
+        *map(checks.kubernetes_literal, checks.bounded(args)),
     ]
     if data_service_workers:
         dispatcher = f"{jobset_pods.hostname(name, jobset_pods.DISPATCHER, 0)}.{name}:{port}"
         command.append(f"{DATA_SERVICE_FLAG}=grpc://{dispatcher}")
     return command
-
-
-def _bounded(args: Sequence[str]) -> list[str]:
-    """`args` with `--collective_timeout_s=COLLECTIVE_TIMEOUT_S` unless they set it."""
-    if jobset_checks.flag_value(args, COLLECTIVE_TIMEOUT_FLAG.lstrip("-")) is not None:
-        return list(args)
-    return [*args, f"{COLLECTIVE_TIMEOUT_FLAG}={COLLECTIVE_TIMEOUT_S}"]
 
 
 def _environment(

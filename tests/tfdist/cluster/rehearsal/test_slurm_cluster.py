@@ -27,6 +27,7 @@ from tfdist.cluster.rehearsal import slurm_cluster
 _NODES = ("node9", "node10")
 _JOB_S = 180.0  # A job's bound, from submission to its end.
 _ENDED_S = 30.0  # After a task is killed or the job cancelled: every task ends (KillWait 5 s).
+_STEPS = 20  # Steps of an epoch of the preempted jobs.
 # The program of one's own both side-by-side tests run: an MLP on generated data, 2 workers.
 _MLP = ["--epochs=1", "--steps_per_epoch=4", "--global_batch_size=16", "--collective_timeout_s=60"]
 _TRAIN = [
@@ -36,6 +37,19 @@ _TRAIN = [
     "--global_batch_size=16",
     "--collective_timeout_s=60",
 ]
+
+
+def _step_daemons(job_id: int) -> list[int]:
+    """The pids of the slurmstepd processes of `job_id` still running on this machine."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                if cmdline.read().startswith(f"slurmstepd: [{job_id}.".encode()):
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
 
 
 def _task_pids(job_id: int) -> dict[int, int]:
@@ -95,11 +109,12 @@ class RealSlurmTest(unittest.TestCase):
         )
         return job, output
 
-    def _wait_for(self, output: str, line: str, job: int) -> None:
+    def _wait_for(self, output: str, line: str, job: int, since: int = 0) -> None:
+        """Waits until `line` is in `output` past offset `since`, while the job runs."""
         deadline = time.monotonic() + _JOB_S
         while time.monotonic() < deadline:
             text = open(output, encoding="utf-8").read() if os.path.exists(output) else ""
-            if line in text:
+            if line in text[since:]:
                 return
             self.assertNotIn(
                 self.cluster.state(job),
@@ -108,6 +123,10 @@ class RealSlurmTest(unittest.TestCase):
             )
             time.sleep(0.25)
         self.fail(f"no {line!r} in {output}")
+
+    def _slurmctld_log(self) -> str:
+        with open(os.path.join(self.cluster.directory, "slurmctld.log"), encoding="utf-8") as log:
+            return "".join(log.readlines()[-30:])
 
     def _show(self, job: int) -> str:
         return self.cluster.command("scontrol", "show", "job", "--oneliner", str(job)).stdout
@@ -121,6 +140,7 @@ class RealSlurmTest(unittest.TestCase):
                 "--strategy=multi_worker_mirrored",
                 "--epochs=2",
                 "--steps_per_epoch=4",
+                f"--model_dir={self.dir}/run",
             ],
         )
         self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
@@ -146,12 +166,36 @@ class RealSlurmTest(unittest.TestCase):
                 "--strategy=parameter_server",
                 "--epochs=1",
                 "--steps_per_epoch=4",
+                f"--model_dir={self.dir}/run",
             ],
         )
         self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
         text = open(output, encoding="utf-8").read()
         self.assertIn("NumNodes=2", self._show(job))
         self.assertRegex(text, r"(?m)^0: tfdist: parameter_server .*loss=")
+
+    def test_an_uneven_layout_fewer_nodes_than_tasks(self):
+        """--slurm_nodes=2 for a chief, a ps and a worker: Slurm lays 3 tasks out on 2 nodes
+        (2 and 1) and each task derives that."""
+        job, output = self._submit(
+            "uneven",
+            num_workers=1,
+            num_ps=1,
+            chief=True,
+            nodes=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=parameter_server",
+                "--epochs=1",
+                "--steps_per_epoch=4",
+                f"--model_dir={self.dir}/run",
+            ],
+        )
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        self.assertIn("NumNodes=2 NumCPUs=3 NumTasks=3", self._show(job))
+        self.assertRegex(
+            open(output, encoding="utf-8").read(), r"(?m)^0: tfdist: parameter_server .*loss="
+        )
 
     def _digests(self, text: str) -> dict[str, str]:
         """{task: weights' sha} of the program's digest lines in `text` (srun --label's)."""
@@ -225,39 +269,39 @@ class RealSlurmTest(unittest.TestCase):
                 "--strategy=multi_worker_mirrored",
                 "--epochs=1000",
                 "--steps_per_epoch=20",
+                f"--model_dir={self.dir}/run",
             ],
         )
         self._wait_for(output, "1: Epoch 2/", job)
         os.kill(_task_pids(job)[1], signal.SIGKILL)
         self._wait_ended(job, time.monotonic(), "FAILED")
         self.assertRegex(open(output).read(), r"srun: error: node10: task 1: Killed")
+        # The script exits with srun's status: the job's exit code names the SIGKILL.
+        self.assertIn("ExitCode=137:0", self._show(job))
+        self.assertNotIn("scontrol requeue", open(output).read())
 
-    def test_a_signalled_job_saves_requeues_itself_and_resumes_at_the_saved_step(self):
-        """`scancel --signal=USR1`, as --signal sends before the time limit and as a site's
-        preemption may: both tasks save at one step and exit 75, the script requeues its own
-        job (--requeue), and the job resumes at the next step; then a plain scancel (SIGTERM to
-        every task) ends it. sacct, where the cluster keeps accounting, says both runs."""
-        steps = 20
-        job, output = self._submit(
-            "preempted",
-            "--open-mode=append",  # The requeued job's lines after the first run's.
-            num_workers=2,
-            train_args=[
-                *_TRAIN,
-                "--strategy=multi_worker_mirrored",
-                "--epochs=1000",
-                f"--steps_per_epoch={steps}",
-                f"--model_dir={self.dir}/run",
-            ],
-        )
-        self._wait_for(output, "1: Epoch 2/", job)
-        self.cluster.command("scancel", "--signal=USR1", str(job))
-        for rank in (0, 1):
-            self._wait_for(output, f"{rank}: tfdist train: preempted at", job)
-        # Requeued, Slurm holds the job back by about two minutes (BeginTime); start it now,
-        # as docs/slurm.md says to.
-        self.cluster.start_requeued(job, restarts=1, timeout_s=_ENDED_S)
-        text = open(output, encoding="utf-8").read()
+    def _requeued(self, job: int, output: str, notice: list[str], since: int) -> str:
+        """Sends `notice` (scancel ARGS JOB) once the attempt in `output` past offset `since`
+        trains, waits until the job requeued itself and its
+        attempt's step daemons are gone, and starts it again; the attempt's output."""
+        self._wait_for(output, "1: Epoch", job, since)
+        restarts = int(re.search(r"Restarts=(\d+)", self._show(job)).group(1))
+        self.cluster.command("scancel", *notice, str(job))
+        # Requeued, Slurm holds the job back by about two minutes (BeginTime) while its nodes
+        # clean up; once the attempt's step daemons are gone, start it now (sooner, under
+        # load, a node still ending the first run refused the second: "Job credential revoked").
+        deadline = time.monotonic() + _JOB_S
+        while _step_daemons(job):
+            self.assertLess(time.monotonic(), deadline, self._show(job) + self._slurmctld_log())
+            time.sleep(0.25)
+        self.cluster.start_requeued(job, restarts=restarts + 1, timeout_s=_JOB_S)
+        self._wait_for(output, f"restart {restarts + 1} (SLURM_RESTART_COUNT)", job, since)
+        return open(output, encoding="utf-8").read()[since:]
+
+    def _saved_and_resumed(self, job: int, output: str, notice: list[str], since: int) -> int:
+        """`_requeued`, checking that both tasks saved at one step and exited 75 and that they
+        resume at the next step; the output's length then."""
+        text = self._requeued(job, output, notice, since)
         saved = re.findall(
             r"^(\d): tfdist train: preempted at (epoch \d+ step \d+|the end of epoch \d+); "
             r"state saved in [\d.]+ s ",
@@ -266,18 +310,75 @@ class RealSlurmTest(unittest.TestCase):
         )
         self.assertEqual(sorted(rank for rank, _ in saved), ["0", "1"], text[-3000:])
         self.assertEqual(saved[0][1], saved[1][1], "both tasks saved at one step")
+        self.assertIn(f"every task saved (exit 75): scontrol requeue {job}", text)
         # Stopped after the epoch's last step, the epoch ends first and the run resumes at the
         # next one.
         numbers = [int(number) for number in re.findall(r"\d+", saved[0][1])]
-        epoch, step = numbers if len(numbers) == 2 else (numbers[0], steps)
-        resumed = f"epoch {epoch} step {step + 1}" if step < steps else f"epoch {epoch + 1}"
+        epoch, step = numbers if len(numbers) == 2 else (numbers[0], _STEPS)
+        resumed = f"epoch {epoch} step {step + 1}" if step < _STEPS else f"epoch {epoch + 1}"
         for rank in (0, 1):
             self._wait_for(output, f"{rank}: tfdist: resuming at {resumed} from the backup", job)
+        return len(open(output, encoding="utf-8").read())
+
+    def test_every_notice_saves_requeues_and_resumes(self):
+        """In one job, one after the other: a SIGUSR1 to the tasks (as `--signal=USR1@T` sends
+        it before the time limit), to the batch shell alone (`--batch`, as
+        `--signal=B:USR1@T` sends it) and to the shell, srun and the tasks (`--full`): each
+        time both tasks save at one step and exit 75, the script requeues its own job, and
+        the job resumes at the next step. Then a SIGTERM to all of them (`--full`), which
+        srun answers with SIGKILL to the tasks: the job requeues itself and resumes from the
+        last backup (an epoch's end). Every attempt's lines are in the one output file; a
+        plain scancel, which also reaches the batch shell, ends the job for good."""
+        job, output = self._submit(
+            "preempted",
+            num_workers=2,
+            train_args=[
+                *_TRAIN,
+                "--strategy=multi_worker_mirrored",
+                "--epochs=1000",
+                f"--steps_per_epoch={_STEPS}",
+                f"--model_dir={self.dir}/run",
+            ],
+        )
+        since = self._saved_and_resumed(job, output, ["--signal=USR1"], 0)
+        since = self._saved_and_resumed(job, output, ["--batch", "--signal=USR1"], since)
+        since = self._saved_and_resumed(job, output, ["--full", "--signal=USR1"], since)
+        text = self._requeued(job, output, ["--full", "--signal=TERM"], since)
+        self.assertRegex(text, rf"srun ended 1\d\d after SIGTERM .*: scontrol requeue {job}")
+        for rank in (0, 1):
+            self._wait_for(output, f"{rank}: tfdist: resuming at epoch ", job, since)
+        text = open(output, encoding="utf-8").read()
+        for restart in range(5):  # Each attempt's lines, kept in one file.
+            self.assertIn(f"tfdist sbatch: job {job} starts: restart {restart} ", text)
+        self.assertIn("SIGUSR1 reached the batch shell", text)
         cancelled = time.monotonic()
         self.cluster.command("scancel", str(job))
         self._wait_ended(job, cancelled, "CANCELLED")
+        self.assertIn("not requeued: Slurm is ending the job", open(output).read())
+        self.assertNotIn("Restarts=5", self._show(job))
         if self.cluster.accounting:
-            self._assert_runs(job, ["REQUEUED", "CANCELLED by 0"])  # By root.
+            self._assert_runs(job, ["REQUEUED"] * 4 + ["CANCELLED by 0"])  # By root.
+
+    def test_a_sweep_runs_each_array_task_in_its_own_model_dir(self):
+        sweep = manifests.Sweep(grid=(("learning_rate", ("0.05", "0.2")),))
+        job, _ = self._submit(
+            "sweep",
+            f"--output={self.dir}/sweep-%A_%a.out",
+            num_workers=1,
+            sweep=sweep,
+            train_args=[*_TRAIN, "--epochs=1", "--steps_per_epoch=2", f"--model_dir={self.dir}/sw"],
+        )
+        for index, rate in enumerate(("0.05", "0.2")):
+            state = self.cluster.wait(f"{job}_{index}", _JOB_S)
+            with open(f"{self.dir}/sweep-{job}_{index}.out", encoding="utf-8") as log:
+                self.assertEqual(state, "COMPLETED", log.read()[-3000:])
+            with open(f"{self.dir}/sw/{index}/sweep.json", encoding="utf-8") as values:
+                self.assertEqual(
+                    json.load(values),
+                    {"array_task_id": index, "flags": {"learning_rate": rate}},
+                )
+            with open(f"{self.dir}/sw/{index}/metrics.json", encoding="utf-8") as metrics:
+                self.assertEqual(json.load(metrics)["steps"], 2)
 
     def test_a_finished_job_run_again_trains_nothing_and_sacct_keeps_both_runs(self):
         """A finished job requeued (`scontrol requeue` requeues a finished job too, as it does
@@ -285,7 +386,6 @@ class RealSlurmTest(unittest.TestCase):
         sacct keeps both runs of the job: REQUEUED, then COMPLETED."""
         job, output = self._submit(
             "finished",
-            "--open-mode=append",
             num_workers=2,
             train_args=[
                 *_TRAIN,

@@ -16,7 +16,7 @@ from tfdist.cluster.rehearsal import slurm_run
 class SlurmLayoutTest(parameterized.TestCase):
     def test_reads_what_tfdist_manifest_writes(self):
         script = manifests.slurm(
-            job_name="sl", train_args=["--epochs=1"], num_workers=3, num_ps=1, chief=True
+            job_name="sl", train_args=["--model_dir=/s/r"], num_workers=3, num_ps=1, chief=True
         )
         self.assertEqual(
             slurm_run.read(script),
@@ -26,6 +26,7 @@ class SlurmLayoutTest(parameterized.TestCase):
                 "nodes": "5",
                 "ntasks-per-node": "1",
                 "time": "01:00:00",
+                "open-mode": "append",
                 "signal": "USR1@30",
                 "requeue": "",
             },

@@ -15,6 +15,7 @@ from tfdist.cluster.manifests import ManifestError
 from tfdist.cluster.manifests import jobset_yaml
 from tfdist.commands import cli_flags
 from tfdist.commands import flags as flags_lib
+from tfdist.commands.manifest import slurm_flags
 from tfdist.commands import train_flags
 
 FORMATS = ("jobset", "slurm", "tfjob")
@@ -40,15 +41,6 @@ _RESTART_POLICY = flags.DEFINE_enum(
     "OnFailure",
     list(manifests.RESTART_POLICIES),
     "manifest: TFJob replicas' restart policy.",
-)
-_TIME_LIMIT = flags.DEFINE_string("time_limit", "01:00:00", "manifest: Slurm --time of the job.")
-_SLURM_TASKS_PER_NODE = flags_lib.define_integer(
-    "slurm_tasks_per_node",
-    1,
-    "manifest: Slurm tasks on each node (--ntasks-per-node); 1 puts one task per node, on GPU "
-    "nodes give the GPUs per node with --gpus_per_task=1.",
-    lower_bound=1,
-    upper_bound=1024,
 )
 _DATA_SERVICE_WORKERS = flags_lib.define_integer(
     "data_service_workers",
@@ -140,10 +132,9 @@ flags_lib.register(
         _DEADLINE_S,
         cli_flags.GRACE_S,
         _RESTART_POLICY,
-        _TIME_LIMIT,
-        _SLURM_TASKS_PER_NODE,
         train_flags.SLURM_PORT_BASE,
     ),
+    slurm_flags.FLAGS,
 )
 # The formats each format-specific flag applies to; given with another, it is refused.
 _ONLY_FOR = {
@@ -170,9 +161,8 @@ _ONLY_FOR = {
     cli_flags.GPUS_PER_TASK.name: ("jobset", "slurm"),
     cli_flags.GRACE_S.name: ("jobset", "slurm"),
     _RESTART_POLICY.name: ("tfjob",),
-    _TIME_LIMIT.name: ("slurm",),
-    _SLURM_TASKS_PER_NODE.name: ("slurm",),
     train_flags.SLURM_PORT_BASE.name: ("slurm",),
+    **{name: ("slurm",) for name in slurm_flags.FLAGS},
 }
 
 
@@ -213,18 +203,21 @@ def main(command: list[str]) -> int:
             )
     # Read before checking the train flags, which parses FLAGS anew, for `tfdist train`.
     values = {name: flags_lib.FLAGS[name].value for name in flags_lib.COMMAND_FLAGS["manifest"]}
+    slurm_options = slurm_flags.options() if manifest_format == "slurm" else {}
     train_args, program = split_command(command)
     model_dir = None
     if train_args is not None:
-        train_flags.check_train_args(train_args)
+        sweep = slurm_options.get("sweep")
+        for flag, _ in sweep.grid if sweep else ():
+            if flag not in flags_lib.COMMAND_FLAGS["train"]:
+                raise ManifestError(
+                    f"slurm_sweep: {flag!r} is not a flag of `tfdist train`; sweep one of its "
+                    "flags (`tfdist train --help`), e.g. --slurm_sweep=learning_rate=0.1,0.3."
+                )
+        for run in sweep.runs() if sweep else ():  # Each array task's flags, as it runs them.
+            _check_train(values, [*train_args, *(f"--{k}={v}" for k, v in run.items())])
+        _check_train(values, train_args)
         model_dir = train_flags.TRAIN["model_dir"].value
-        # Synchronous: the global batch splits over every replica (a per-replica one always does).
-        if not values["num_ps"] and train_flags.per_replica_batch_size() is None:
-            per_task = values["gpus_per_task"] or train_flags.strategy_config().num_cpu_devices
-            input_pipelines.per_replica_batch_size(
-                train_flags.input_config().global_batch_size,
-                (values["num_workers"] + values["chief"]) * per_task,
-            )
     elif manifest_format == "tfjob":
         raise ManifestError(
             f"format={manifest_format} runs `tfdist train` in each task, not "
@@ -236,7 +229,7 @@ def main(command: list[str]) -> int:
             f"image={values['image']!r}: a {manifest_format} runs a container "
             "image; pass --image=IMAGE (an image with tfdist installed)."
         )
-    text = _text(manifest_format, values, train_args, program, model_dir)
+    text = _text(manifest_format, values, slurm_options, train_args, program, model_dir)
     _check_writable(
         text,
         sys.stdout.encoding or "utf-8",
@@ -248,6 +241,18 @@ def main(command: list[str]) -> int:
     )
     print(text, end="")
     return 0
+
+
+def _check_train(values: dict, train_args: list[str]) -> None:
+    """Checks `tfdist train train_args` as the job's tasks would parse them; synchronous, its
+    global batch must split over every replica (a per-replica one always does)."""
+    train_flags.check_train_args(train_args)
+    if not values["num_ps"] and train_flags.per_replica_batch_size() is None:
+        per_task = values["gpus_per_task"] or train_flags.strategy_config().num_cpu_devices
+        input_pipelines.per_replica_batch_size(
+            train_flags.input_config().global_batch_size,
+            (values["num_workers"] + values["chief"]) * per_task,
+        )
 
 
 def _check_writable(text: str, encoding: str, arguments: list[str]) -> None:
@@ -269,6 +274,7 @@ def _check_writable(text: str, encoding: str, arguments: list[str]) -> None:
 def _text(
     manifest_format: str,
     values: dict,
+    slurm_options: dict,
     train_args: list[str] | None,
     program: list[str] | None,
     model_dir: str | None,
@@ -283,13 +289,12 @@ def _text(
             job_name=values["name"],
             train_args=train_args,
             **layout,
-            time_limit=values["time_limit"],
             port=values["slurm_port_base"],
             gpus_per_task=values["gpus_per_task"],
-            tasks_per_node=values["slurm_tasks_per_node"],
             python=sys.executable,
             program=program,
             grace_s=values["grace_s"],
+            **slurm_options,
         )
     if manifest_format == "tfjob":
         return manifests.tfjob(
