@@ -16,6 +16,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from tfdist.cluster import manifests
+from tfdist.strategies.slurm import JOB_SLOTS
 from tfdist.cluster.manifests import ManifestError
 
 _TRAIN_ARGS = [
@@ -233,10 +234,10 @@ class SlurmTest(parameterized.TestCase):
             self.assertIn(directive, lines)
         if "tasks_per_node" not in layout:  # Slurm lays the 4 tasks out on 3 nodes.
             self.assertFalse([line for line in lines if "--ntasks-per-node" in line])
-        # The most tasks a node may run must all get ports.
-        manifests.slurm(**kwargs, port=65536 - most)
+        # The most tasks a node may run must all get ports (JOB_SLOTS each, from the job id).
+        manifests.slurm(**kwargs, port=65536 - JOB_SLOTS * most)
         with self.assertRaisesRegex(ManifestError, "^slurm port: .* ports up to 65536"):
-            manifests.slurm(**kwargs, port=65537 - most)
+            manifests.slurm(**kwargs, port=65537 - JOB_SLOTS * most)
 
     @parameterized.named_parameters(
         ("more_nodes_than_tasks", dict(nodes=5), "from 1 to 4 nodes"),
