@@ -279,7 +279,9 @@ class RealSlurmTest(unittest.TestCase):
         # The script exits with srun's status: a signal's 128 + N, the killed task's SIGKILL
         # or the SIGTERM with which srun then ended its peer, whichever srun counts (both seen).
         self.assertRegex(self._show(job), r"ExitCode=(137|143):0")
-        self.assertNotIn("scontrol requeue", open(output).read())
+        # Not requeued (the lost-peer line's hint names `scontrol requeue JOBID` for the user).
+        self.assertNotIn(f"scontrol requeue {job}", open(output).read())
+        self.assertIn("Restarts=0", self._show(job))
 
     def _requeued(self, job: int, output: str, notice: list[str], since: int) -> str:
         """Sends `notice` (scancel ARGS JOB) once the attempt in `output` past offset `since`
