@@ -214,8 +214,8 @@ class SlurmTest(parameterized.TestCase):
         (srun,) = [line for line in script.splitlines() if line.lstrip().startswith("srun ")]
         self.assertEqual(shlex.split(srun)[-2:], ["--collective_timeout_s=60", "&"])
         self.assertEqual(srun.count("--collective_timeout_s"), 1)
-        # None by default: TensorFlow 2.21 starts a thread per collective that sleeps for the
-        # timeout (docs/slurm.md), which a long job's steps pile up into thousands.
+        # None by default: TensorFlow 2.21 leaves threads behind at every collective that has
+        # one (docs/slurm.md), which a long job's steps pile up into thousands.
         self.assertNotIn("--collective_timeout_s", manifests.slurm(**_SLURM, num_workers=1))
 
     @parameterized.named_parameters(
