@@ -13,6 +13,7 @@ from .cluster import Task
 from .cluster import TaskType
 from .cluster import from_environment
 from .cluster import parse_tf_config
+from .deadline import CollectiveDeadline
 from .config import AllReduce
 from .config import Collective
 from .config import StrategyConfig
@@ -58,6 +59,22 @@ def check_job(cluster: ClusterConfig | None, kind: StrategyKind, timeout_s: floa
     from . import job_check  # pylint: disable=import-outside-toplevel
 
     job_check.check(cluster, kind, timeout_s)
+
+
+def collective_deadline(
+    config: StrategyConfig, cluster: ClusterConfig | None, kind: StrategyKind
+) -> CollectiveDeadline | None:
+    """Returns the `CollectiveDeadline` that bounds each step call of a multi-worker task by
+    `config.collective_timeout_s` (the step loop brackets its calls with its `step()`), or None
+    where nothing is bounded: no timeout set, one worker, or another strategy."""
+    if (
+        config.collective_timeout_s is None
+        or kind is not StrategyKind.MULTI_WORKER_MIRRORED
+        or cluster is None
+        or cluster.num_workers < 2
+    ):
+        return None
+    return CollectiveDeadline(config.collective_timeout_s)
 
 
 def configure_local_devices(config: StrategyConfig) -> None:

@@ -239,8 +239,9 @@ class StrategyConfig:
     collective: Collective = option(Collective.AUTO, "Multi-worker collective implementation.")
     collective_timeout_s: float | None = option(
         None,
-        "Fail a multi-worker collective that takes longer than this, instead of hanging "
-        "on a lost peer; unset waits forever.",
+        "Fail a multi-worker call of the step function (--steps_per_execution steps) that "
+        "takes longer than this, and a join of peers, instead of waiting for ever on a lost "
+        "or hung peer; unset waits forever.",
     )
     variable_partition: VariablePartition = option(
         VariablePartition(),

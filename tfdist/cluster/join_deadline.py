@@ -18,6 +18,7 @@ import subprocess
 import sys
 from typing import Iterator, Sequence
 
+from tfdist import errors
 from tfdist.cluster import PYTHON
 
 _CHILD_EXIT_WAIT_S = 5.0
@@ -49,6 +50,24 @@ def deadline(timeout_s: float, message: str, peers: Sequence[str] = ()) -> Itera
             child.wait(timeout=_CHILD_EXIT_WAIT_S)
         except subprocess.TimeoutExpired:
             child.kill()
+
+
+def joining(cluster, task: str, timeout_s: float) -> contextlib.AbstractContextManager:
+    """The deadline for `task` (e.g. "worker:0") of `cluster` (a `ClusterConfig`) to join its
+    multi-worker peers, named in its message if their ports do not answer."""
+    peers = [
+        address
+        for job in ("chief", "worker")
+        for address in cluster.jobs.get(job, ())
+        if address != cluster.task_address
+    ]
+    message = errors.line(
+        f"{task} waited {timeout_s:g} s (--collective_timeout_s) for the "
+        f"other {cluster.num_workers - 1} worker(s) to join; start every task (a JobSet "
+        "or a Slurm job starts them all: if one did not start, submit the job again), check "
+        "them with `tfdist doctor --probe`, or raise --collective_timeout_s."
+    )
+    return deadline(timeout_s, message, peers)
 
 
 def _silent_peers(peers: Sequence[str]) -> list[str]:

@@ -17,6 +17,7 @@ Order of the process-wide work:
    takes its steps per epoch from it.
 """
 
+import contextlib
 import dataclasses
 import enum
 import random
@@ -26,7 +27,6 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from tfdist import errors
 from tfdist import input_pipelines
 from tfdist import strategies
 from tfdist.cluster import join_deadline
@@ -79,6 +79,7 @@ class Plan:
       placement: where image preprocessing runs (from the strategy's replica devices).
       dataset_info: `config.input`'s dataset when it was prepared, else None.
       started_s: `time.perf_counter()` when set-up began (the summary's `wall_s` counts from it).
+      collective_deadline: bounds a multi-worker task's step calls (`bounded_step`), or None.
     """
 
     config: RunConfig
@@ -95,6 +96,13 @@ class Plan:
     placement: input_pipelines.Placement | None
     dataset_info: input_pipelines.DatasetInfo | None
     started_s: float
+    collective_deadline: strategies.CollectiveDeadline | None = None
+
+    def bounded_step(self) -> contextlib.AbstractContextManager:
+        """A block for one call of the step function: under multi_worker_mirrored with
+        `--collective_timeout_s`, a call that outlives it fails its collectives."""
+        deadline = self.collective_deadline
+        return contextlib.nullcontext() if deadline is None else deadline.step()
 
     @property
     def global_batch_size(self) -> int:
@@ -169,19 +177,7 @@ def _build_strategy(config: RunConfig, kind: StrategyKind) -> tf.distribute.Stra
             flush=True,
         )
         return strategies.build(config.strategy, cluster)
-    peers = [
-        address
-        for job in ("chief", "worker")
-        for address in cluster.jobs.get(job, ())
-        if address != cluster.task_address
-    ]
-    message = errors.line(
-        f"{task} waited {timeout_s:g} s (--collective_timeout_s) for the "
-        f"other {cluster.num_workers - 1} worker(s) to join; start every task (a JobSet "
-        "or a Slurm job starts them all: if one did not start, submit the job again), check "
-        "them with `tfdist doctor --probe`, or raise --collective_timeout_s."
-    )
-    with join_deadline.deadline(timeout_s, message, peers):
+    with join_deadline.joining(cluster, task, timeout_s):
         return strategies.build(config.strategy, cluster)
 
 
@@ -414,4 +410,5 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
         placement=placement,
         dataset_info=info,
         started_s=started_s,
+        collective_deadline=strategies.collective_deadline(config.strategy, config.cluster, kind),
     )

@@ -253,6 +253,28 @@ class BackupAndRestore(tf_keras.callbacks.BackupAndRestore):
         self.clock.timed(lambda: super(BackupAndRestore, self)._backup(epoch, batch))
 
 
+class BoundedSteps(tf_keras.callbacks.Callback):
+    """Brackets each training and validation call of `fit` with `deadline` (a
+    `strategies.CollectiveDeadline`). Goes first among the callbacks, so that the others'
+    work after a call (a backup, a notice's save) is not counted in it.
+
+    Runs on every multi-worker task with `--collective_timeout_s`."""
+
+    def __init__(self, deadline):
+        super().__init__()
+        self._supports_tf_logs = True  # Reads no logs.
+        self._deadline = deadline
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self._deadline.started()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._deadline.ended()
+
+    on_test_batch_begin = on_train_batch_begin
+    on_test_batch_end = on_train_batch_end
+
+
 class SaveOnNotice(tf_keras.callbacks.Callback):
     """Ends `fit` at a step boundary after a preemption notice (`tfdist.training.preemption`),
     with `backup` saved there, by raising `errors.Preempted`. After the epoch's last step the

@@ -717,6 +717,48 @@ _TRAIN_CRASHING_ONCE = textwrap.dedent("""
     sys.exit(cli.main(["tfdist", "train", *args]))
 """)
 
+# A program of a user's own through `tfdist.fit`: worker 1 hangs (alive, heartbeating) in its
+# fourth epoch; each worker prints its OS threads at the end of epochs 1 and 3.
+_WORKER_1_HANGS = textwrap.dedent("""
+    import json, os, time
+    import tensorflow as tf
+    import tf_keras
+    import tfdist
+
+    tfdist.define_flags()
+    index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]
+
+    def threads():
+        with open("/proc/self/status", encoding="utf-8") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+
+    class HangInEpoch4(tf_keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch in (0, 2):
+                print(f"threads after epoch {epoch + 1}: {threads()}", flush=True)
+        def on_train_batch_end(self, batch, logs=None):
+            if index == 1 and self.epoch == 3 and batch == 5:
+                print(f"hanging at {time.time()}", flush=True)
+                time.sleep(600)
+
+    def data(context):
+        x = tf.random.stateless_uniform((256, 8), seed=(1, 2))
+        labels = tf.zeros((256,), tf.int32)
+        dataset = tf.data.Dataset.from_tensor_slices((x, labels))
+        shard = dataset.shard(context.num_input_pipelines, context.input_pipeline_id)
+        return shard.repeat().batch(8)
+
+    def main(argv):
+        plan = tfdist.setup(tfdist.config_from_flags(), train_examples=256)
+        build = lambda: tf.keras.Sequential([tf.keras.layers.Input((8,)), tf.keras.layers.Dense(2)])
+        tfdist.fit(plan, build, data, validation_data=None, callbacks=[HangInEpoch4()],
+                   loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+    tfdist.run(main)
+""")
+
 # Runs `tfdist launch ARGV[2:]` in this process with its --timeout_s counted from the moment a
 # task's output holds ARGV[1] (120 s after the tasks start at the latest), not from their start:
 # a launch timeout that ends a task stuck waiting without first waiting out the task's
@@ -882,6 +924,37 @@ class FaultToleranceTest(_Scratch, unittest.TestCase):
             r"Not answering: 127\.0\.0\.1:\d+\.",
         )
         self.assertLess(time.monotonic() - start, 240)  # Not the launch's 300 s, nor 600.
+
+    def test_a_hung_peer_fails_the_step_at_the_collective_timeout_kept_by_one_thread(self):
+        timeout_s = 15
+        result = run_tfdist(
+            "launch",
+            "--num_workers=2",
+            "--timeout_s=400",
+            "--grace_s=1",  # Worker 1 sleeps through its SIGTERM: no 30 s before its SIGKILL.
+            "--",
+            sys.executable,
+            self.script(_WORKER_1_HANGS),
+            "--strategy=multi_worker_mirrored",
+            "--epochs=5",
+            "--steps_per_epoch=20",
+            "--global_batch_size=16",
+            f"--collective_timeout_s={timeout_s}",
+        )
+        ended = time.time()
+        self.assertEqual(result.returncode, 1, result.stderr[-2000:])
+        self.assertRegex(
+            result.stdout,
+            r"\[worker:0\] .*: error: lost peer worker:1 at 127\.0\.0\.1:\d+: a collective "
+            r"waited for it longer than --collective_timeout_s; every task of the group stops",
+        )
+        (hung_at,) = re.findall(r"\[worker:1\] hanging at ([\d.]+)", result.stdout)
+        self.assertLess(ended - float(hung_at), timeout_s + 60, "not the launch's 400 s")
+        # TensorFlow's own timeout left ~8 threads per step for the timeout's length (320 here).
+        for worker in (0, 1):
+            counted = rf"\[worker:{worker}\] threads after epoch \d: (\d+)"
+            after_1, after_3 = map(int, re.findall(counted, result.stdout))
+            self.assertLess(after_3 - after_1, 40, f"worker:{worker}'s threads grew")
 
     def test_worker_that_never_starts_without_a_collective_timeout_ends_at_the_launch_timeout(self):
         # Also `tfdist launch --timeout_s` with real processes: exit 124 and its one line.

@@ -213,7 +213,8 @@ class CustomLoop:
             if training:
                 return self._train(loop, iterator, steps)
             if self.coordinator is None:
-                total = float(loop(iterator, tf.constant(steps, tf.int64)))
+                with self.plan.bounded_step():
+                    total = float(loop(iterator, tf.constant(steps, tf.int64)))
             else:
                 total = self._scheduled(loop, iterator, steps)
         except tf.errors.OutOfRangeError:
@@ -253,7 +254,8 @@ class CustomLoop:
             count = tf.constant(min(chunk, todo - start), tf.int64)
             self._watch.before_step()
             if self.coordinator is None:
-                results.append(loop(iterator, count))
+                with self.plan.bounded_step():
+                    results.append(loop(iterator, count))
             else:
                 results.append(self.coordinator.schedule(loop, args=(iterator, count)))
                 self._watch.scheduled(self.coordinator)

@@ -21,6 +21,7 @@ from tfdist.training import guards
 from tfdist.training import model as training_model
 from tfdist.training import preemption
 from tfdist.training.callbacks import BackupAndRestore
+from tfdist.training.callbacks import BoundedSteps
 from tfdist.training.callbacks import EpochHistory
 from tfdist.training.callbacks import NoiseScaleLog
 from tfdist.training.callbacks import Progress
@@ -105,6 +106,11 @@ def _distribute(plan: Plan, dataset_fn: DatasetFn):
     return plan.strategy.distribute_datasets_from_function(
         dataset_fn, options=training_data.input_options(plan)
     )
+
+
+def _bounded_steps(plan: Plan) -> list[tf_keras.callbacks.Callback]:
+    """`BoundedSteps` where `--collective_timeout_s` bounds a multi-worker task's calls."""
+    return [] if plan.collective_deadline is None else [BoundedSteps(plan.collective_deadline)]
 
 
 def _output_callbacks(
@@ -231,6 +237,7 @@ def train(
             epochs=config.train.epochs,
             steps_per_epoch=plan.steps_per_epoch,
             callbacks=[
+                *_bounded_steps(plan),
                 timer,
                 Progress(steps_per_epoch=plan.steps_per_epoch),
                 guards.finite_loss(plan),

@@ -79,7 +79,8 @@ class Runner:
                 watch.before_step()
             args = (iterator, tf.constant(steps, tf.int64))
             if self.coordinator is None:
-                function(*args)
+                with self.plan.bounded_step():
+                    function(*args)
             else:
                 self.coordinator.schedule(function, args=args)
                 if watch is not None:
