@@ -269,7 +269,7 @@ class ManifestCommandTest(_InProcess):
         self.assertIn(
             'srun --kill-on-bad-exit=1 --label "${RESV_PORTS[@]}" "$PYTHON" -m tfdist train '
             "--cluster_resolver=slurm --slurm_port_base=9000 --preemption_signal=SIGUSR1 "
-            "--epochs=5 --model_dir=/shared/run &",
+            "--epochs=5 --model_dir=/shared/run --collective_timeout_s=600 &",
             result.stdout,
         )
         self.assertIn(f'PYTHON="${{TFDIST_PYTHON:-{sys.executable}}}"', result.stdout)

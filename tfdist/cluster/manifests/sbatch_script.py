@@ -276,13 +276,13 @@ def _model_dir(args: list[str], program, sweep: Sweep | None) -> str | None:
 
 def _task_words(args, program, sweep, expand_vars, port, num_ps, chief) -> list[str]:
     """Each task's command, as shell words: the interpreter, the program or `-m tfdist train`,
-    the Slurm flags, the args, and an array task's own model dir, metrics JSON and sweep
-    values."""
+    the Slurm flags, the args with the collective timeout unless they set it, and an array
+    task's own model dir, metrics JSON and sweep values."""
     own = []
     if sweep is not None:
         args = _without(args, "model_dir")
         own = sbatch_shell.array_task_words(sweep)
-    words = [*(sbatch_shell.shell_word(word, expand_vars) for word in args), *own]
+    words = [*(sbatch_shell.shell_word(word, expand_vars) for word in checks.bounded(args)), *own]
     flags = [
         *slurm_train_flags(port=port, num_ps=num_ps, chief=chief),
         f"--preemption_signal={_NOTICE_SIGNAL}",
