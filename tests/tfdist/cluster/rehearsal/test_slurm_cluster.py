@@ -362,42 +362,56 @@ class RealSlurmTest(unittest.TestCase):
         if self.cluster.accounting:
             self._assert_runs(job, ["REQUEUED"] * 4 + ["CANCELLED by 0"])  # By root.
 
-    def test_the_time_limit_saves_requeues_and_resumes_with_the_weights_of_a_run_alone(self):
-        """A program of one's own whose job nears its time limit: Slurm's `--signal=USR1@T`
-        reaches both tasks (the last holding at epoch 2's start until it does), both save at
-        one step, the script requeues the job, and the resumed run (given a longer limit
-        while it waits) ends with the weights of the same program run as a job alone beside
-        it."""
+    def test_the_time_limit_and_a_requeue_resume_with_the_weights_of_a_run_alone(self):
+        """A program of one's own in three jobs side by side: one nearing its time limit
+        (Slurm's `--signal=USR1@T` reaches both tasks), one that `scontrol requeue` ends (a
+        SIGTERM to the tasks), one alone. In the first two both tasks save at one step, the
+        last holding at epoch 2's start until its notice comes; the first requeues itself
+        (the second Slurm requeues), and each resumed run (the first given a longer limit
+        while it waits) ends with the weights of the run alone."""
         program = ["python", MLP_PROGRAM, "--epochs=3", "--steps_per_epoch=4"]
         program += ["--global_batch_size=16", "--collective_timeout_s=60"]
+        held = ["--hold_at_epoch=2"]
         # USR1 is due 20 s into the 2-minute limit; slurmctld sends it within 30 s of that.
-        timed, output = self._submit(
+        timed = self._submit(
             "timed",
             num_workers=2,
             train_args=None,
-            program=[*program, f"--model_dir={self.dir}/timed", "--hold_at_epoch=2"],
+            program=[*program, f"--model_dir={self.dir}/timed", *held],
             time_limit="00:02:00",
             grace_s=100,
+        )
+        requeued = self._submit(
+            "requeued",
+            num_workers=2,
+            train_args=None,
+            program=[*program, f"--model_dir={self.dir}/r", *held],
         )
         alone, alone_output = self._submit(
             "alone", num_workers=2, train_args=None, program=[*program, f"--model_dir={self.dir}/a"]
         )
-        self._wait_for(output, f"every task saved (exit 75): scontrol requeue {timed}", timed)
-        text = open(output, encoding="utf-8").read()
-        saved = re.findall(r"^(\d): .*: preempted at (epoch 2 step \d+); state saved", text, re.M)
-        self.assertEqual(sorted(rank for rank, _ in saved), ["0", "1"], text[-3000:])
-        self.assertEqual(saved[0][1], saved[1][1], "both tasks saved at one step")
-        self.cluster.command("scontrol", "update", f"JobId={timed}", "TimeLimit=30")
-        self.cluster.start_requeued(timed, restarts=1, timeout_s=_JOB_S)
-        self.assertEqual(self.cluster.wait(timed, _JOB_S), "COMPLETED", self._show(timed))
+        self._wait_for(requeued[1], "1: worker:1: holding at epoch 2", requeued[0])
+        self.cluster.command("scontrol", "requeue", str(requeued[0]))
+        self._wait_for(
+            timed[1], f"every task saved (exit 75): scontrol requeue {timed[0]}", timed[0]
+        )
+        self.cluster.command("scontrol", "update", f"JobId={timed[0]}", "TimeLimit=30")
         self.assertEqual(self.cluster.wait(alone, _JOB_S), "COMPLETED", self._show(alone))
-        text = open(output, encoding="utf-8").read()
-        step = int(saved[0][1].split()[-1])
-        for rank in (0, 1):
-            self.assertIn(f"{rank}: tfdist: resuming at epoch 2 step {step + 1} from the", text)
         weights = self._digests(open(alone_output, encoding="utf-8").read())
         self.assertEqual(sorted(weights), ["worker:0", "worker:1"])
-        self.assertEqual(self._digests(text), weights, "the resumed run's weights are alone's")
+        for job, output in (timed, requeued):
+            self.cluster.start_requeued(job, restarts=1, timeout_s=_JOB_S)
+            self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", self._show(job))
+            text = open(output, encoding="utf-8").read()
+            saved = re.findall(
+                r"^(\d): .*: preempted at epoch 2 step (\d+); state saved", text, re.M
+            )
+            self.assertEqual(sorted(rank for rank, _ in saved), ["0", "1"], text[-3000:])
+            self.assertEqual(saved[0][1], saved[1][1], "both tasks saved at one step")
+            for rank in (0, 1):
+                resumed = f"{rank}: tfdist: resuming at epoch 2 step {int(saved[0][1]) + 1} from"
+                self.assertIn(resumed, text)
+            self.assertEqual(self._digests(text), weights, f"{output}: the weights of alone's")
 
     def test_a_sweep_runs_each_array_task_in_its_own_model_dir(self):
         sweep = manifests.Sweep(grid=(("learning_rate", ("0.05", "0.2")),))
