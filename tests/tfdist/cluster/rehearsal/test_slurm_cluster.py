@@ -19,7 +19,6 @@ import pytest
 
 from tests.tfdist.cli_runner import MLP_PROGRAM
 from tests.tfdist.cluster.rehearsal.emulated_hosts import real_slurm_or_skip
-from tests.tfdist.cluster.rehearsal.emulated_hosts import slurm_accounting_or_skip
 from tfdist.cluster import manifests
 from tfdist.cluster.rehearsal import slurm_accounting
 from tfdist.cluster.rehearsal import slurm_cluster
@@ -28,8 +27,8 @@ _NODES = ("node9", "node10")
 _JOB_S = 180.0  # A job's bound, from submission to its end.
 _ENDED_S = 30.0  # After a task is killed or the job cancelled: every task ends (KillWait 5 s).
 _STEPS = 20  # Steps of an epoch of the preempted jobs.
-# The program of one's own both side-by-side tests run: an MLP on generated data, 2 workers.
-_MLP = ["--epochs=1", "--steps_per_epoch=4", "--global_batch_size=16", "--collective_timeout_s=60"]
+# The program of one's own the side-by-side test runs: an MLP on generated data, 2 workers.
+_MLP = ["--epochs=3", "--steps_per_epoch=4", "--global_batch_size=16", "--collective_timeout_s=60"]
 _TRAIN = [
     "--dataset=synthetic",
     "--num_classes=4",
@@ -205,16 +204,16 @@ class RealSlurmTest(unittest.TestCase):
     def _mlp(self, name: str) -> list[str]:
         return ["python", MLP_PROGRAM, *_MLP, f"--model_dir={self.dir}/{name}"]
 
-    def _times(self, job: int) -> tuple[str, str]:
-        said = dict(word.partition("=")[::2] for word in self._show(job).split() if "=" in word)
-        return said["StartTime"], said["EndTime"]
-
-    def test_a_plain_srun_and_two_jobs_side_by_side_train_alike(self):
+    def test_two_jobs_side_by_side_one_timed_out_one_requeued_train_as_a_plain_srun_alone(self):
         """A program of one's own: `srun -N2 -n2 python PROGRAM` alone trains 2 workers in one
         cluster (auto; with --resv-ports=0, as on a site without MpiParams=ports, on ports from
-        the job id); then two generated jobs of it, submitted together onto the same two nodes
-        (each on ports reserved for its step), both end with the weights the plain run had
-        alone."""
+        the job id). Then two generated jobs of it run together on the same two nodes, each on
+        ports reserved for its step: one nears its time limit (Slurm's `--signal=USR1@T`
+        reaches both tasks), the other is ended by `scontrol requeue` (a SIGTERM to the
+        tasks); in each the last task holds at epoch 2's start until its notice comes. Both
+        save at one step and are requeued (the first by its script, given a longer limit while
+        it waits; the second by Slurm), and both resumed runs end with the weights the plain
+        run had alone. The requeued job, run again once finished, trains nothing."""
         srun = self.cluster.command(
             *("srun", "-N2", "-n2", "--resv-ports=0", "--label", f"--chdir={self.dir}"),
             sys.executable,
@@ -231,25 +230,72 @@ class RealSlurmTest(unittest.TestCase):
             r"\(--cluster_resolver=auto: TF_CONFIG is unset and SLURM_STEP_NUM_TASKS=2\); "
             r"ports from the job id",
         )
-        jobs = [
-            self._submit(name, num_workers=2, train_args=None, program=self._mlp(name))
-            for name in ("left", "right")
-        ]
+        held = ["--hold_at_epoch=2"]
+        # USR1 is due 20 s into the 2-minute limit; slurmctld sends it within 30 s of that.
+        timed = self._submit(
+            "timed",
+            num_workers=2,
+            train_args=None,
+            program=[*self._mlp("timed"), *held],
+            time_limit="00:02:00",
+            grace_s=100,
+        )
+        requeued = self._submit(
+            "requeued", num_workers=2, train_args=None, program=[*self._mlp("requeued"), *held]
+        )
+        self._wait_for(requeued[1], "1: worker:1: holding at epoch 2", requeued[0])
+        self.assertEqual(self.cluster.state(timed[0]), "RUNNING", "side by side")
+        self.cluster.command("scontrol", "requeue", str(requeued[0]))
+        self._wait_for(
+            timed[1], f"every task saved (exit 75): scontrol requeue {timed[0]}", timed[0]
+        )
+        self.cluster.command("scontrol", "update", f"JobId={timed[0]}", "TimeLimit=30")
         ports = []
-        for job, output in jobs:
+        for job, output in (timed, requeued):
+            self.cluster.start_requeued(job, restarts=1, timeout_s=_JOB_S)
             self.assertEqual(
                 self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:]
             )
-            text = open(output, encoding="utf-8").read()
-            self.assertEqual(self._digests(text), alone, text[-3000:])
             self.assertIn("NodeList=node[9-10]", self._show(job))
-            ports.append(re.findall(r"ports (\S+) reserved for the step by Slurm", text))
-        (first_start, first_end), (second_start, second_end) = map(
-            self._times, (jobs[0][0], jobs[1][0])
-        )
-        self.assertTrue(first_start < second_end and second_start < first_end, "side by side")
-        self.assertEqual([len(found) for found in ports], [2, 2])
-        self.assertFalse(set(ports[0]) & set(ports[1]), f"each job its own ports: {ports}")
+            text = open(output, encoding="utf-8").read()
+            saved = re.findall(
+                r"^(\d): .*: preempted at epoch 2 step (\d+); state saved", text, re.M
+            )
+            self.assertEqual(sorted(rank for rank, _ in saved), ["0", "1"], text[-3000:])
+            self.assertEqual(saved[0][1], saved[1][1], "both tasks saved at one step")
+            for rank in (0, 1):
+                resumed = f"{rank}: tfdist: resuming at epoch 2 step {int(saved[0][1]) + 1} from"
+                self.assertIn(resumed, text)
+            self.assertEqual(self._digests(text), alone, f"{output}: the weights of alone's")
+            # Each attempt's two tasks say their step's ports; the first attempts ran together.
+            found = re.findall(r"ports (\S+) reserved for the step by Slurm", text)
+            self.assertEqual(len(found), 4, text[-3000:])
+            ports.append(set(found[:2]))
+        self.assertFalse(ports[0] & ports[1], f"each job its own ports: {ports}")
+        self._run_again_once_finished(*requeued)
+
+    def _run_again_once_finished(self, job: int, output: str) -> None:
+        """Requeues finished `job` (`scontrol requeue` requeues a finished job too, as it does
+        a failed one): its run says it is already finished and ends COMPLETED without
+        training; sacct keeps every run of the job."""
+        self.cluster.command("scontrol", "requeue", str(job))
+        self.cluster.start_requeued(job, restarts=2, timeout_s=_ENDED_S)
+        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
+        self.assertEqual(self.cluster.exit_code(job), 0)
+        text = open(output, encoding="utf-8").read()
+        for rank in (0, 1):
+            self.assertEqual(
+                text.count(f"{rank}: tfdist: multi_worker_mirrored on 2 replica(s)"),
+                1,
+                "the summary of the one run that trained to the end, not of this one",
+            )
+            self.assertEqual(
+                text.count(f"{rank}: tfdist: already finished at epoch 3 in model_dir="),
+                1,
+                text[-3000:],
+            )
+        if self.cluster.accounting:
+            self._assert_runs(job, ["REQUEUED", "REQUEUED", "COMPLETED"])
 
     def _wait_ended(self, job: int, since: float, state: str) -> None:
         """Waits until `job` is in `state` and every task of it has ended, within _ENDED_S of
@@ -362,57 +408,6 @@ class RealSlurmTest(unittest.TestCase):
         if self.cluster.accounting:
             self._assert_runs(job, ["REQUEUED"] * 4 + ["CANCELLED by 0"])  # By root.
 
-    def test_the_time_limit_and_a_requeue_resume_with_the_weights_of_a_run_alone(self):
-        """A program of one's own in three jobs side by side: one nearing its time limit
-        (Slurm's `--signal=USR1@T` reaches both tasks), one that `scontrol requeue` ends (a
-        SIGTERM to the tasks), one alone. In the first two both tasks save at one step, the
-        last holding at epoch 2's start until its notice comes; the first requeues itself
-        (the second Slurm requeues), and each resumed run (the first given a longer limit
-        while it waits) ends with the weights of the run alone."""
-        program = ["python", MLP_PROGRAM, "--epochs=3", "--steps_per_epoch=4"]
-        program += ["--global_batch_size=16", "--collective_timeout_s=60"]
-        held = ["--hold_at_epoch=2"]
-        # USR1 is due 20 s into the 2-minute limit; slurmctld sends it within 30 s of that.
-        timed = self._submit(
-            "timed",
-            num_workers=2,
-            train_args=None,
-            program=[*program, f"--model_dir={self.dir}/timed", *held],
-            time_limit="00:02:00",
-            grace_s=100,
-        )
-        requeued = self._submit(
-            "requeued",
-            num_workers=2,
-            train_args=None,
-            program=[*program, f"--model_dir={self.dir}/r", *held],
-        )
-        alone, alone_output = self._submit(
-            "alone", num_workers=2, train_args=None, program=[*program, f"--model_dir={self.dir}/a"]
-        )
-        self._wait_for(requeued[1], "1: worker:1: holding at epoch 2", requeued[0])
-        self.cluster.command("scontrol", "requeue", str(requeued[0]))
-        self._wait_for(
-            timed[1], f"every task saved (exit 75): scontrol requeue {timed[0]}", timed[0]
-        )
-        self.cluster.command("scontrol", "update", f"JobId={timed[0]}", "TimeLimit=30")
-        self.assertEqual(self.cluster.wait(alone, _JOB_S), "COMPLETED", self._show(alone))
-        weights = self._digests(open(alone_output, encoding="utf-8").read())
-        self.assertEqual(sorted(weights), ["worker:0", "worker:1"])
-        for job, output in (timed, requeued):
-            self.cluster.start_requeued(job, restarts=1, timeout_s=_JOB_S)
-            self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", self._show(job))
-            text = open(output, encoding="utf-8").read()
-            saved = re.findall(
-                r"^(\d): .*: preempted at epoch 2 step (\d+); state saved", text, re.M
-            )
-            self.assertEqual(sorted(rank for rank, _ in saved), ["0", "1"], text[-3000:])
-            self.assertEqual(saved[0][1], saved[1][1], "both tasks saved at one step")
-            for rank in (0, 1):
-                resumed = f"{rank}: tfdist: resuming at epoch 2 step {int(saved[0][1]) + 1} from"
-                self.assertIn(resumed, text)
-            self.assertEqual(self._digests(text), weights, f"{output}: the weights of alone's")
-
     def test_a_sweep_runs_each_array_task_in_its_own_model_dir(self):
         sweep = manifests.Sweep(grid=(("learning_rate", ("0.05", "0.2")),))
         job, _ = self._submit(
@@ -433,41 +428,6 @@ class RealSlurmTest(unittest.TestCase):
                 )
             with open(f"{self.dir}/sw/{index}/metrics.json", encoding="utf-8") as metrics:
                 self.assertEqual(json.load(metrics)["steps"], 2)
-
-    def test_a_finished_job_run_again_trains_nothing_and_sacct_keeps_both_runs(self):
-        """A finished job requeued (`scontrol requeue` requeues a finished job too, as it does
-        a failed one) says its run is already finished and ends COMPLETED without training;
-        sacct keeps both runs of the job: REQUEUED, then COMPLETED."""
-        job, output = self._submit(
-            "finished",
-            num_workers=2,
-            train_args=[
-                *_TRAIN,
-                "--strategy=multi_worker_mirrored",
-                "--epochs=1",
-                "--steps_per_epoch=2",
-                f"--model_dir={self.dir}/run",
-            ],
-        )
-        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
-        self.cluster.command("scontrol", "requeue", str(job))
-        self.cluster.start_requeued(job, restarts=1, timeout_s=_ENDED_S)
-        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
-        self.assertEqual(self.cluster.exit_code(job), 0)
-        text = open(output, encoding="utf-8").read()
-        for rank in (0, 1):
-            self.assertEqual(
-                text.count(f"{rank}: tfdist: multi_worker_mirrored on 2 replica(s)"),
-                1,
-                "trained in the first run only",
-            )
-            self.assertEqual(
-                text.count(f"{rank}: tfdist: already finished at epoch 1 in model_dir="),
-                1,
-                text[-3000:],
-            )
-        slurm_accounting_or_skip()
-        self._assert_runs(job, ["REQUEUED", "COMPLETED"])
 
     def _assert_runs(self, job: int, states: list[str]) -> None:
         """Asserts that sacct says `states`, one per run of `job`, within _ENDED_S (slurmctld
