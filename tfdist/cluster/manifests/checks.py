@@ -136,8 +136,8 @@ def flag_value(argv: Sequence[str], name: str) -> str | None:
 
 
 # Nothing a manifest starts waits forever. A task waits this long for its peers to join and for
-# any collective (--collective_timeout_s), unless its command sets it: a peer's pod may still be
-# pulling its image, or a peer's node still starting, when the first one starts.
+# each call of its step function (--collective_timeout_s), unless its command sets it: a peer's
+# pod may still be pulling its image, or a peer's node still starting, when the first one starts.
 COLLECTIVE_TIMEOUT_S = 600
 COLLECTIVE_TIMEOUT_FLAG = "--collective_timeout_s"
 

@@ -105,6 +105,21 @@ _DEADLINE_S = flags_lib.define_integer(
     lower_bound=1,
     upper_bound=jobset_yaml.MAX_DEADLINE_S,
 )
+_JOBSET_ONLY = (
+    cli_flags.MAX_RESTARTS,
+    _DATA_SERVICE_WORKERS,
+    _CPU,
+    _MEMORY,
+    _QUEUE,
+    _PRIORITY_CLASS,
+    _SERVICE_ACCOUNT,
+    _NODE_SELECTOR,
+    _TOLERATIONS,
+    _VOLUME_CLAIM,
+    _MOUNT_PATH,
+    _WORKING_DIR,
+    _DEADLINE_S,
+)
 flags_lib.register(
     "manifest",
     flags_lib.group(
@@ -116,20 +131,8 @@ flags_lib.register(
         cli_flags.NAME,
         _IMAGE,
         _TASK_PORT,
-        cli_flags.MAX_RESTARTS,
-        _DATA_SERVICE_WORKERS,
         cli_flags.GPUS_PER_TASK,
-        _CPU,
-        _MEMORY,
-        _QUEUE,
-        _PRIORITY_CLASS,
-        _SERVICE_ACCOUNT,
-        _NODE_SELECTOR,
-        _TOLERATIONS,
-        _VOLUME_CLAIM,
-        _MOUNT_PATH,
-        _WORKING_DIR,
-        _DEADLINE_S,
+        *_JOBSET_ONLY,
         cli_flags.GRACE_S,
         _RESTART_POLICY,
         train_flags.SLURM_PORT_BASE,
@@ -138,24 +141,7 @@ flags_lib.register(
 )
 # The formats each format-specific flag applies to; given with another, it is refused.
 _ONLY_FOR = {
-    **{
-        holder.name: ("jobset",)
-        for holder in (
-            cli_flags.MAX_RESTARTS,
-            _DATA_SERVICE_WORKERS,
-            _CPU,
-            _MEMORY,
-            _QUEUE,
-            _PRIORITY_CLASS,
-            _SERVICE_ACCOUNT,
-            _NODE_SELECTOR,
-            _TOLERATIONS,
-            _VOLUME_CLAIM,
-            _MOUNT_PATH,
-            _WORKING_DIR,
-            _DEADLINE_S,
-        )
-    },
+    **{holder.name: ("jobset",) for holder in _JOBSET_ONLY},
     _IMAGE.name: ("jobset", "tfjob"),
     _TASK_PORT.name: ("jobset", "tfjob"),
     cli_flags.GPUS_PER_TASK.name: ("jobset", "slurm"),
