@@ -1,6 +1,7 @@
 """The paths a run reads and writes, checked before training starts: `check` finds a file where
-a directory belongs (or the reverse) and paths this process cannot write, so a run fails in one
-line before training instead of losing its result at the end. Pure Python. What is written
+a directory belongs (or the reverse) and paths this process cannot write, in pure Python before
+TensorFlow starts; once it has, `check_urls` finds URLs whose scheme it cannot open here. So a
+run fails in one line before training instead of losing its result at the end. What is written
 under `--model_dir`, and its lock, is `model_dir`'s.
 """
 
@@ -83,7 +84,7 @@ def absolute(config: RunConfig) -> RunConfig:
     run over two directories. URIs (`gs://...`) stay as they are."""
 
     def resolved(path: str | None) -> str | None:
-        if not path or "://" in path:
+        if not path or is_url(path):
             return path
         try:
             return os.path.abspath(path)
@@ -101,6 +102,37 @@ def absolute(config: RunConfig) -> RunConfig:
     )
 
 
+def is_url(path: str) -> bool:
+    """Whether `path` is a URL (`gs://...`) rather than a local path."""
+    return "://" in path
+
+
+def check_urls(config: RunConfig) -> None:
+    """Checks that TensorFlow, imported, has a file system for the scheme of a URL `--data_dir`
+    or `--model_dir` (its own `gs://`, or a plug-in's); reaches no storage.
+
+    Raises:
+      ConfigError: a scheme no file system here opens, naming the ones that do.
+    """
+    for field, path in (("data_dir", config.input.data_dir), ("model_dir", config.train.model_dir)):
+        if path and is_url(path):
+            _check_url(field, path)
+
+
+def _check_url(field: str, url: str) -> None:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    scheme = url.split("://", 1)[0]
+    opened = sorted(name for name in tf.io.gfile.get_registered_schemes() if name)
+    if scheme not in opened:
+        raise ConfigError(
+            f"{field}={url!r}: TensorFlow here cannot open {scheme}:// (it opens "
+            f"{', '.join(name + '://' for name in opened)}); mount that storage as a volume and "
+            f"pass its path, or install the TensorFlow file-system plug-in for {scheme}:// "
+            "(tensorflow-io has s3://)."
+        )
+
+
 def check(config: RunConfig) -> None:
     """Checks `--data_dir`, `--model_dir` (which an evaluator task needs) and, where this task
     writes it, `--metrics_json`.
@@ -110,7 +142,7 @@ def check(config: RunConfig) -> None:
         reverse, lies under a file, or is not writable here; an evaluator without a model dir.
     """
     check_input_dir("data_dir", config.input.data_dir)
-    if config.train.model_dir:
+    if config.train.model_dir and not is_url(config.train.model_dir):  # URLs: `check_urls`.
         _check_creatable("model_dir", config.train.model_dir, directory=True)
     elif config.cluster is not None and config.cluster.task.type is TaskType.EVALUATOR:
         raise ConfigError(
@@ -131,6 +163,8 @@ def check_input_dir(field: str, path: str | None) -> None:
         made here.
     """
     if not path:
+        return
+    if is_url(path):  # `check_urls`.
         return
     existing = _nearest_existing(path, field)
     if not os.path.isdir(existing):

@@ -362,6 +362,7 @@ def setup(config: RunConfig, *, train_examples: int | None = None) -> Plan:
     config = paths.absolute(config)
     run_notice = notice.install(config.train.preemption_signal)
     paths.check(config)
+    paths.check_urls(config)
     keras_flavour.require(config.train.keras)
     keras = keras_flavour.api(config.train.keras)
     keras_flavour.apply_policy(config.train.mixed_precision, keras)

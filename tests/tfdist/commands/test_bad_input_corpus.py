@@ -617,6 +617,7 @@ def _after_tensorflow(tmp_path_factory):
             None,
         ),
         "too_large": (["train", "--num_cpu_devices=2", "--per_replica_batch_size=16777216"], None),
+        "s3_model_dir": (["train", "--model_dir=s3://bucket/run"], None),
         "features_only": (
             [
                 "train",
@@ -656,6 +657,12 @@ class AfterTensorFlowTest(unittest.TestCase):
             result,
             "--per_replica_batch_size=16777216 over 2 replicas "
             "is a global batch of 33554432, past the largest",
+        )
+
+    def test_a_model_dir_url_tensorflow_cannot_open(self):
+        result, _ = self.results["s3_model_dir"]
+        assert_one_line_error(
+            self, result, "--model_dir='s3://bucket/run': TensorFlow here cannot open s3://"
         )
 
     def test_image_that_does_not_decode_while_training(self):

@@ -163,5 +163,39 @@ class AbsoluteTest(unittest.TestCase):
         )
 
 
+class UrlTest(parameterized.TestCase):
+    """URLs are checked for a file system TensorFlow has here, never as local paths."""
+
+    @parameterized.named_parameters(
+        ("s3_model_dir", "model_dir", "s3://bucket/run", "s3"),
+        ("hdfs_model_dir", "model_dir", "hdfs://namenode:8020/run", "hdfs"),
+        ("s3_data_dir", "data_dir", "s3://bucket/data", "s3"),
+    )
+    def test_a_scheme_tensorflow_cannot_open_is_one_line(self, field, url, scheme):
+        config = RunConfig(
+            input=InputConfig(data_dir=url if field == "data_dir" else None),
+            train=TrainConfig(model_dir=url if field == "model_dir" else None),
+        )
+        with self.assertRaisesRegex(
+            ConfigError,
+            rf"^{field}='{url}': TensorFlow here cannot open {scheme}:// \(it opens [^)]*gs://"
+            rf"[^)]*\); mount that storage as a volume and pass its path, or install the "
+            rf"TensorFlow file-system plug-in for {scheme}:// \(tensorflow-io has s3://\)\.$",
+        ):
+            paths.check_urls(config)
+        paths.check(config)  # Before TensorFlow: URLs are not local paths.
+
+    @parameterized.named_parameters(("gs", "gs://bucket/run"), ("ram", "ram://run"))
+    def test_a_url_tensorflow_opens_passes_and_nothing_local_is_made_of_it(self, url):
+        scratch = self.enterContext(tempfile.TemporaryDirectory())
+        here = os.getcwd()
+        os.chdir(scratch)
+        self.addCleanup(os.chdir, here)
+        config = RunConfig(input=InputConfig(data_dir=url), train=TrainConfig(model_dir=url))
+        paths.check(config)
+        paths.check_urls(config)
+        self.assertEqual(os.listdir(scratch), [], "no local path made of the URL")
+
+
 if __name__ == "__main__":
     unittest.main()
