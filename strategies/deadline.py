@@ -18,13 +18,17 @@ tensorflow/python/distribute/collective_all_reduce_strategy.py); it is reached h
 import contextlib
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Hashable, Iterator
 
 # Words a step's error carries once the deadline aborted it; `tfdist.cluster.liveness` reads
 # them ("Collective has timed out" is TensorFlow's own words for its timeout).
 TIMED_OUT = "Collective has timed out"
 
 Abort = Callable[[str], None]
+
+# The least a function's first call, which traces it (minutes for a large model, and slower on a
+# busy machine), is given: TensorFlow's own timeout never counted tracing.
+FIRST_CALL_S = 600.0
 
 
 def _abort_collectives(message: str) -> None:
@@ -36,9 +40,9 @@ def _abort_collectives(message: str) -> None:
 
 
 class CollectiveDeadline:
-    """Aborts this process's collectives when one call of the step function takes longer than
+    """Aborts this process's collectives when one call of a step function takes longer than
     `timeout_s`; a call is what `step()` brackets (under `steps_per_execution`, that many
-    steps, and on the first call the step's tracing too).
+    steps). A function's first call traces it, so it is given at least FIRST_CALL_S.
 
     Runs on every multi-worker task, around each training or validation call.
     """
@@ -55,20 +59,25 @@ class CollectiveDeadline:
         self._changed = threading.Condition()
         self._ends_at: float | None = None
         self._thread: threading.Thread | None = None
+        self._called: set[Hashable] = set()
 
     @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        """Bounds the block: one call of the step function."""
-        self.started()
+    def step(self, function: Hashable) -> Iterator[None]:
+        """Bounds the block: one call of `function` (the step function, or a name for it)."""
+        self.started(function)
         try:
             yield
         finally:
             self.ended()
 
-    def started(self) -> None:
-        """A call begins: the deadline counts from now."""
+    def started(self, function: Hashable) -> None:
+        """A call of `function` begins: the deadline counts from now."""
         with self._changed:
-            self._ends_at = time.monotonic() + self.timeout_s
+            bound = self.timeout_s
+            if function not in self._called:
+                self._called.add(function)
+                bound = max(bound, FIRST_CALL_S)
+            self._ends_at = time.monotonic() + bound
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._watch, name="tfdist-collective-deadline", daemon=True

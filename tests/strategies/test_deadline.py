@@ -29,7 +29,10 @@ class CollectiveDeadlineTest(absltest.TestCase):
     def test_a_call_that_outlives_the_timeout_aborts_once_with_the_words_liveness_reads(self):
         aborts = _Aborts()
         deadline = CollectiveDeadline(0.2, abort=aborts)
-        with deadline.step():
+        with deadline.step("train"):  # The first call, which traces the function.
+            time.sleep(0.5)
+        self.assertEqual(aborts.messages, [], "a first call is given FIRST_CALL_S")
+        with deadline.step("train"):
             self.assertTrue(aborts.done.wait(30), "the deadline never fired")
             time.sleep(0.3)
         self.assertEqual(
@@ -44,7 +47,7 @@ class CollectiveDeadlineTest(absltest.TestCase):
         aborts = _Aborts()
         deadline = CollectiveDeadline(0.3, abort=aborts)
         for _ in range(3):
-            with deadline.step():
+            with deadline.step("train"):
                 pass
             time.sleep(0.5)  # Outside a call: a save, the input, the user's own code.
         self.assertEqual(aborts.messages, [])
@@ -53,15 +56,25 @@ class CollectiveDeadlineTest(absltest.TestCase):
         deadline = CollectiveDeadline(600, abort=_Aborts())
         before = threading.active_count()
         for _ in range(2000):
-            with deadline.step():
+            with deadline.step("train"):
                 pass
         self.assertEqual(threading.active_count(), before + 1)
+
+    def test_each_functions_first_call_is_given_the_time_to_trace_it(self):
+        aborts = _Aborts()
+        deadline = CollectiveDeadline(0.2, abort=aborts)
+        for function in ("train", "test"):  # Each traces its function: FIRST_CALL_S.
+            with deadline.step(function):
+                time.sleep(0.5)
+        self.assertEqual(aborts.messages, [])
+        with deadline.step("test"):
+            self.assertTrue(aborts.done.wait(30), "the second call was not bounded")
 
     def test_each_call_gets_the_whole_timeout(self):
         aborts = _Aborts()
         deadline = CollectiveDeadline(2.0, abort=aborts)
         for _ in range(5):  # 3 s of calls of 0.6 s each: each within its own bound.
-            with deadline.step():
+            with deadline.step("train"):
                 time.sleep(0.6)
         self.assertEqual(aborts.messages, [])
 

@@ -98,11 +98,11 @@ class Plan:
     started_s: float
     collective_deadline: strategies.CollectiveDeadline | None = None
 
-    def bounded_step(self) -> contextlib.AbstractContextManager:
-        """A block for one call of the step function: under multi_worker_mirrored with
+    def bounded_step(self, function) -> contextlib.AbstractContextManager:
+        """A block for one call of step `function`: under multi_worker_mirrored with
         `--collective_timeout_s`, a call that outlives it fails its collectives."""
         deadline = self.collective_deadline
-        return contextlib.nullcontext() if deadline is None else deadline.step()
+        return contextlib.nullcontext() if deadline is None else deadline.step(function)
 
     @property
     def global_batch_size(self) -> int:

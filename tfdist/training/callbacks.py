@@ -266,12 +266,14 @@ class BoundedSteps(tf_keras.callbacks.Callback):
         self._deadline = deadline
 
     def on_train_batch_begin(self, batch, logs=None):
-        self._deadline.started()
+        self._deadline.started("train")
+
+    def on_test_batch_begin(self, batch, logs=None):
+        self._deadline.started("test")
 
     def on_train_batch_end(self, batch, logs=None):
         self._deadline.ended()
 
-    on_test_batch_begin = on_train_batch_begin
     on_test_batch_end = on_train_batch_end
 
 

@@ -26,14 +26,16 @@ class _CountedDeadline(CollectiveDeadline):
         super().__init__(3600, abort=self._fired)
         self.started_calls = self.ended_calls = 0
         self.open = False
+        self.functions = set()
 
     def _fired(self, message: str) -> None:
         raise AssertionError(message)
 
-    def started(self):
+    def started(self, function):
         assert not self.open, "a call began inside another"
         self.started_calls, self.open = self.started_calls + 1, True
-        super().started()
+        self.functions.add(function)
+        super().started(function)
 
     def ended(self):
         self.ended_calls, self.open = self.ended_calls + 1, False
@@ -62,6 +64,7 @@ class BoundedStepsTest(PolicyReset, parameterized.TestCase):
         )
         self.assertEqual(deadline.started_calls, _STEPS + _VALIDATION_STEPS)
         self.assertEqual(deadline.ended_calls, deadline.started_calls)
+        self.assertLen(deadline.functions, 2, "training and validation, each named once")
 
     def test_a_custom_loop_bounds_each_call(self):
         plan, deadline = self._plan(steps_per_execution=2)
@@ -81,3 +84,4 @@ class BoundedStepsTest(PolicyReset, parameterized.TestCase):
         evaluation = loop.distribute(tabular_dataset_fn(16, count=128, training=False))
         loop.run(lambda features, labels: None, evaluation, 1)
         self.assertEqual((deadline.started_calls, deadline.ended_calls), (4, 4))
+        self.assertLen(deadline.functions, 2, "the training loop and the evaluation loop")

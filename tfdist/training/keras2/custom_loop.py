@@ -213,7 +213,7 @@ class CustomLoop:
             if training:
                 return self._train(loop, iterator, steps)
             if self.coordinator is None:
-                with self.plan.bounded_step():
+                with self.plan.bounded_step(loop):
                     total = float(loop(iterator, tf.constant(steps, tf.int64)))
             else:
                 total = self._scheduled(loop, iterator, steps)
@@ -254,7 +254,7 @@ class CustomLoop:
             count = tf.constant(min(chunk, todo - start), tf.int64)
             self._watch.before_step()
             if self.coordinator is None:
-                with self.plan.bounded_step():
+                with self.plan.bounded_step(loop):
                     results.append(loop(iterator, count))
             else:
                 results.append(self.coordinator.schedule(loop, args=(iterator, count)))

@@ -79,7 +79,7 @@ class Runner:
                 watch.before_step()
             args = (iterator, tf.constant(steps, tf.int64))
             if self.coordinator is None:
-                with self.plan.bounded_step():
+                with self.plan.bounded_step(function):
                     function(*args)
             else:
                 self.coordinator.schedule(function, args=args)
