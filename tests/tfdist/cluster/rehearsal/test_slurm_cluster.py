@@ -243,8 +243,8 @@ class RealSlurmTest(unittest.TestCase):
         requeued = self._submit(
             "requeued", num_workers=2, train_args=None, program=[*self._mlp("requeued"), *held]
         )
+        self._wait_running_together(timed[0], requeued[0])
         self._wait_for(requeued[1], "1: worker:1: holding at epoch 2", requeued[0])
-        self.assertEqual(self.cluster.state(timed[0]), "RUNNING", "side by side")
         self.cluster.command("scontrol", "requeue", str(requeued[0]))
         self._wait_for(
             timed[1], f"every task saved (exit 75): scontrol requeue {timed[0]}", timed[0]
@@ -273,6 +273,15 @@ class RealSlurmTest(unittest.TestCase):
             ports.append(set(found[:2]))
         self.assertFalse(ports[0] & ports[1], f"each job its own ports: {ports}")
         self._run_again_once_finished(*requeued)
+
+    def _wait_running_together(self, *jobs: int) -> None:
+        """Waits until every one of `jobs` runs at once, on the same nodes."""
+        deadline = time.monotonic() + _JOB_S
+        while {self.cluster.state(job) for job in jobs} != {"RUNNING"}:
+            self.assertLess(time.monotonic(), deadline, [self._show(job) for job in jobs])
+            time.sleep(0.25)
+        for job in jobs:
+            self.assertIn("NodeList=node[9-10]", self._show(job))
 
     def _run_again_once_finished(self, job: int, output: str) -> None:
         """Requeues finished `job` (`scontrol requeue` requeues a finished job too, as it does
