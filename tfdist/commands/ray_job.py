@@ -104,7 +104,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
     stop = ray.remote(num_cpus=0)(ray_train.StopRequest).remote()
     trainer = ray_train.trainer(
-        command,
+        checks.bounded(command),  # A hung worker fails its peers' step: Ray restarts them.
         **scaling,
         name=name,
         runtime_env=runtime_env,

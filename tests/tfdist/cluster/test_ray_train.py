@@ -280,6 +280,8 @@ class RealRayTest(unittest.TestCase):
         self.assertEqual(set(weights), {"worker:0", "worker:1"}, output[-6000:])
         self.assertEqual(len(set(weights.values())), 1, weights)
         self.assertNotIn("port.cc", output)  # TensorFlow's C++ start-up lines stay hidden.
+        # The workers' command got the collective timeout: they wait for each other bounded.
+        self.assertNotIn("without a time limit (set --collective_timeout_s", output)
         self.assertNotIn("across cluster]", output)  # Nor did Ray fold repeated lines.
         # Each run's Ray processes know their own Ray, though two run on this machine.
         self.assertNotIn("Found multiple active Ray instances", output)
