@@ -4,8 +4,6 @@ validation calls alike, and nothing outside them."""
 
 import dataclasses
 
-import tensorflow as tf
-import tf_keras
 from absl.testing import parameterized
 
 import tfdist
@@ -14,6 +12,7 @@ from tests.tfdist.training.tabular import PolicyReset
 from tests.tfdist.training.tabular import run_config
 from tests.tfdist.training.tabular import tabular_dataset_fn
 from tests.tfdist.training.tabular import tabular_model
+from tests.tfdist.training.tabular import training_step
 from tfdist.strategies import CollectiveDeadline
 
 _STEPS, _VALIDATION_STEPS = 5, 2
@@ -69,17 +68,8 @@ class BoundedStepsTest(PolicyReset, parameterized.TestCase):
     def test_a_custom_loop_bounds_each_call(self):
         plan, deadline = self._plan(steps_per_execution=2)
         loop = tfdist.CustomLoop(plan, tabular_model)
-        loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
-            reduction=tf_keras.losses.Reduction.NONE
-        )
-
-        def step(features, labels):
-            with tf.GradientTape() as tape:
-                loss = loop.scale_loss(loss_fn(labels, loop.model(features, training=True)))
-            loop.minimize(loss, tape)
-            return loss
-
-        loop.run(step, loop.distribute(tabular_dataset_fn(16)), _STEPS)  # Calls of 2, 2, 1.
+        batches = loop.distribute(tabular_dataset_fn(16))
+        loop.run(training_step(loop), batches, _STEPS)  # Calls of 2, 2, 1.
         self.assertEqual((deadline.started_calls, deadline.ended_calls), (3, 3))
         evaluation = loop.distribute(tabular_dataset_fn(16, count=128, training=False))
         loop.run(lambda features, labels: None, evaluation, 1)

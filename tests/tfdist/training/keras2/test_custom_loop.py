@@ -21,6 +21,7 @@ from tests.tfdist.training.tabular import run_config
 from tests.tfdist.training.tabular import tabular
 from tests.tfdist.training.tabular import tabular_dataset_fn
 from tests.tfdist.training.tabular import tabular_model
+from tests.tfdist.training.tabular import training_step
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime import notice
 from tfdist.runtime.model_dir import ModelDir
@@ -39,16 +40,7 @@ class CustomLoopTest(PolicyReset):
         def run_epochs(epochs):
             loop = tfdist.CustomLoop(plan, tabular_model)
             batches = loop.distribute(tabular_dataset_fn(32))
-            loss_fn = tf_keras.losses.SparseCategoricalCrossentropy(
-                reduction=tf_keras.losses.Reduction.NONE
-            )
-
-            def step(features, labels):
-                with tf.GradientTape() as tape:
-                    loss = loop.scale_loss(loss_fn(labels, loop.model(features, training=True)))
-                loop.minimize(loss, tape)
-                return loss
-
+            step = training_step(loop)
             first = loop.restore()
             losses = []
             for epoch in range(first, epochs):
