@@ -130,20 +130,17 @@ class RealSlurmTest(unittest.TestCase):
     def _show(self, job: int) -> str:
         return self.cluster.command("scontrol", "show", "job", "--oneliner", str(job)).stdout
 
-    def test_multi_worker_mirrored_one_task_per_node_identical_metrics(self):
-        job, output = self._submit(
-            "mwm",
-            num_workers=2,
-            train_args=[
-                *_TRAIN,
-                "--strategy=multi_worker_mirrored",
-                "--epochs=2",
-                "--steps_per_epoch=4",
-                f"--model_dir={self.dir}/run",
-            ],
-        )
+    def _trained(self, name: str, strategy: str, *sbatch_options: str, epochs: int = 1, **layout):
+        """Submits a job of `tfdist train` under `strategy` (4 steps an epoch) laid out as
+        `layout`, and waits until it COMPLETED; its id and output."""
+        train_args = [*_TRAIN, f"--strategy={strategy}", f"--epochs={epochs}"]
+        train_args += ["--steps_per_epoch=4", f"--model_dir={self.dir}/run"]
+        job, output = self._submit(name, *sbatch_options, train_args=train_args, **layout)
         self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
-        text = open(output, encoding="utf-8").read()
+        return job, open(output, encoding="utf-8").read()
+
+    def test_multi_worker_mirrored_one_task_per_node_identical_metrics(self):
+        job, text = self._trained("mwm", "multi_worker_mirrored", epochs=2, num_workers=2)
         self.assertIn("NumNodes=2", self._show(job))
         self.assertIn("NodeList=node[9-10]", self._show(job))
         summaries = re.findall(
@@ -153,48 +150,26 @@ class RealSlurmTest(unittest.TestCase):
         self.assertEqual(summaries[0][1], summaries[1][1], "both workers end with one model")
 
     def test_parameter_server_two_tasks_per_node_laid_out_cyclic(self):
-        job, output = self._submit(
+        job, text = self._trained(
             "ps",
+            "parameter_server",
             "--distribution=cyclic",
             num_workers=2,
             num_ps=1,
             chief=True,
             tasks_per_node=2,
-            train_args=[
-                *_TRAIN,
-                "--strategy=parameter_server",
-                "--epochs=1",
-                "--steps_per_epoch=4",
-                f"--model_dir={self.dir}/run",
-            ],
         )
-        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
-        text = open(output, encoding="utf-8").read()
         self.assertIn("NumNodes=2", self._show(job))
         self.assertRegex(text, r"(?m)^0: tfdist: parameter_server .*loss=")
 
     def test_an_uneven_layout_fewer_nodes_than_tasks(self):
         """--slurm_nodes=2 for a chief, a ps and a worker: Slurm lays 3 tasks out on 2 nodes
         (2 and 1) and each task derives that."""
-        job, output = self._submit(
-            "uneven",
-            num_workers=1,
-            num_ps=1,
-            chief=True,
-            nodes=2,
-            train_args=[
-                *_TRAIN,
-                "--strategy=parameter_server",
-                "--epochs=1",
-                "--steps_per_epoch=4",
-                f"--model_dir={self.dir}/run",
-            ],
+        job, text = self._trained(
+            "uneven", "parameter_server", num_workers=1, num_ps=1, chief=True, nodes=2
         )
-        self.assertEqual(self.cluster.wait(job, _JOB_S), "COMPLETED", open(output).read()[-3000:])
         self.assertIn("NumNodes=2 NumCPUs=3 NumTasks=3", self._show(job))
-        self.assertRegex(
-            open(output, encoding="utf-8").read(), r"(?m)^0: tfdist: parameter_server .*loss="
-        )
+        self.assertRegex(text, r"(?m)^0: tfdist: parameter_server .*loss=")
 
     def _digests(self, text: str) -> dict[str, str]:
         """{task: weights' sha} of the program's digest lines in `text` (srun --label's)."""
