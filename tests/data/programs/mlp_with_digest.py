@@ -4,10 +4,11 @@ digest line. With --kill_at_epoch=E the last worker SIGKILLs itself at the start
 once (a file in --model_dir remembers), as a node lost mid-run would end it; with
 --term_at=E,S it sends itself SIGTERM at the start of step S of epoch E once, as a preemption
 notice does (under parameter server the chief, which runs the callbacks); with
---hold_at_epoch=E the last worker waits at the start of epoch E (once, up to --hold_s) until a
-preemption notice reaches it, so that a notice sent from outside (a rehearsal's --preempt)
-lands mid-epoch however fast the steps run; with --notice_at=setup|built|end the last worker
-sends itself its preemption signal before `setup`, after it or after `fit`, once each.
+--hold_at_epoch=E the last worker of the run's first attempt waits at the start of epoch E (up
+to --hold_s) until a preemption notice reaches it, so that a notice sent from outside (a
+rehearsal's --preempt) lands mid-epoch however fast the steps run; with
+--notice_at=setup|built|end the last worker sends itself its preemption signal before `setup`,
+after it or after `fit`, once each.
 """
 
 import hashlib
@@ -62,11 +63,18 @@ def killer(plan):
             print(f"{plan.task}: sending myself {signal.Signals(signum).name} {where}", flush=True)
             os.kill(os.getpid(), signum)
 
+    # Only the run's first attempt holds, whether or not it reached the hold: a notice that came
+    # before it must not leave the resumed run held without one.
+    held = os.path.join(plan.config.train.model_dir, "held-once")
+    holds = (last == 0 or plan.task.endswith(f":{last}")) and not os.path.exists(held)
+    if holds and _HOLD_AT_EPOCH.value:
+        os.makedirs(plan.config.train.model_dir, exist_ok=True)
+        open(held, "w", encoding="utf-8").close()
+
     def hold_until_notice(epoch: int) -> None:
         """Waits until tfdist's notice handler (SIGTERM's) has noted a signal."""
-        if not (last == 0 or plan.task.endswith(f":{last}")) or os.path.exists(marker):
+        if not holds:
             return
-        open(marker, "w", encoding="utf-8").close()
         print(f"{plan.task}: holding at epoch {epoch + 1} until a preemption notice", flush=True)
         notice = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
         deadline = time.monotonic() + _HOLD_S.value

@@ -205,14 +205,16 @@ class RealSlurmTest(unittest.TestCase):
             r"\(--cluster_resolver=auto: TF_CONFIG is unset and SLURM_STEP_NUM_TASKS=2\); "
             r"ports from the job id",
         )
-        held = ["--hold_at_epoch=2"]
-        # USR1 is due 20 s into the 2-minute limit; slurmctld sends it within 30 s of that.
+        # The last task holds at epoch 2 (up to 240 s, within the collective timeout) until its
+        # notice. USR1 is due 80 s into the 3-minute limit, past any start-up here; slurmctld
+        # sends it within 30 s of that.
+        held = ["--hold_at_epoch=2", "--hold_s=240", "--collective_timeout_s=300"]
         timed = self._submit(
             "timed",
             num_workers=2,
             train_args=None,
             program=[*self._mlp("timed"), *held],
-            time_limit="00:02:00",
+            time_limit="00:03:00",
             grace_s=100,
         )
         requeued = self._submit(
