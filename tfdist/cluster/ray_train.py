@@ -133,11 +133,14 @@ def _stop_asked(stop) -> Callable[[], bool]:
 
 def wait_or_stop(program: subprocess.Popen, stop_asked: Callable[[], bool]) -> tuple[int, bool]:
     """The program's status once it ended, and whether `stop_asked()` said yes (asked every
-    `StopRequest.POLL_S`): then the program got SIGTERM, a preemption notice."""
+    `StopRequest.POLL_S`): then the program got SIGTERM, a preemption notice. A program that
+    saved (75) before this worker's next question, on the notice a peer's program shared with
+    it, is asked about once more after it ended."""
     asked = False
     while True:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            return program.wait(timeout=StopRequest.POLL_S), asked
+            status = program.wait(timeout=StopRequest.POLL_S)
+            return status, asked or (status == EXIT_PREEMPTED and stop_asked())
         if not asked and stop_asked():
             asked = True
             program.send_signal(signal.SIGTERM)

@@ -147,6 +147,15 @@ class TrainLoopPerWorkerTest(unittest.TestCase):
         finished = subprocess.Popen([sys.executable, "-c", "pass"])  # pylint: disable=consider-using-with
         self.assertEqual(ray_train.wait_or_stop(finished, lambda: False), (0, False))
 
+    def test_a_program_that_saved_on_a_peers_notice_before_the_question_ended_on_the_stop(self):
+        # Worker 1's program got the notice and shared it; worker 0's saved and exited 75
+        # before worker 0 asked: once it ended, the worker asks, and the run was stopped.
+        saved = subprocess.Popen([sys.executable, "-c", "raise SystemExit(75)"])  # pylint: disable=consider-using-with
+        saved.wait()
+        self.assertEqual(ray_train.wait_or_stop(saved, lambda: True), (75, True))
+        failed = subprocess.Popen([sys.executable, "-c", "raise SystemExit(75)"])  # pylint: disable=consider-using-with
+        self.assertEqual(ray_train.wait_or_stop(failed, lambda: False), (75, False))
+
     def test_the_program_gets_the_keras_flavour_ray_overrode(self):
         check = "import os, sys; sys.exit(os.environ['TF_USE_LEGACY_KERAS'] != '0')"
         with unittest.mock.patch.dict(os.environ, {"TF_USE_LEGACY_KERAS": "1"}):  # As Ray sets.
