@@ -15,20 +15,21 @@ that makes a run the only one writing it. Pure Python.
 Tasks other than the one that writes results save into a scratch directory beside the real one
 (`scratch`), since every worker must take part in saving; it is deleted after each save. The
 lock dies with the process that held it: a crashed run leaves nothing stuck. A trainer's lock
-also keeps runs apart whose model dirs nest, either way.
+also keeps runs apart whose model dirs nest, either way. A model dir on object storage (a URL)
+keeps every file there (`storage`), with a lease for its lock (`lease`).
 """
 
 import contextlib
 import dataclasses
-import datetime
 import errno
 import fcntl
 import json
 import os
-import socket
 import stat
 from typing import Iterator
 
+from tfdist.runtime import lease
+from tfdist.runtime import storage
 from tfdist.runtime.config import ConfigError
 
 CHECKPOINT_PREFIX = "epoch-"
@@ -52,7 +53,7 @@ class ModelDir:
     def has_backup(self) -> bool:
         """Whether a backup is there to resume (either Keras flavour's layout)."""
         return any(
-            os.path.isfile(os.path.join(self.backup, *task, "checkpoint"))
+            storage.isfile(os.path.join(self.backup, *task, "checkpoint"))
             for task in ((), ("chief",))
         )
 
@@ -125,16 +126,20 @@ class ModelDir:
         finally:
             lock.release()
 
-    def hold(self, role: str = TRAINER) -> "Lock":
+    def hold(self, role: str = TRAINER) -> "Lock | lease.Lease":
         """Takes the model dir's lock for `role` (TRAINER: `fit`, `CustomLoop`; EVALUATOR: the
         evaluator, beside its trainer) until `release` or this process ends; the lock file says
         who holds it. A trainer is also refused a model dir inside another run's, or holding
-        one.
+        one. On object storage (a URL) the lock is a lease (`lease`), and model dirs that nest
+        are not looked for.
 
         Raises:
           ConfigError: another live run holds it, or a model dir around or inside it; the lock
             file is a symlink or not a regular file; or it cannot be written.
         """
+        if storage.is_url(self.root):
+            storage.makedirs(self.root)
+            return lease.Lease.take(self._lock_file(role), self.root)
         if role == TRAINER:  # Before anything is made: a refused run leaves nothing.
             _refuse_nested(self.root)
         os.makedirs(self.root, exist_ok=True)
@@ -182,7 +187,7 @@ class Lock:
                 ) from None
             try:
                 os.ftruncate(descriptor, 0)
-                os.pwrite(descriptor, (_owner_line() + "\n").encode(), 0)
+                os.pwrite(descriptor, (lease.owner_line() + "\n").encode(), 0)
             except OSError as error:
                 raise ConfigError(
                     f"model_dir={root!r}: cannot write its lock file "
@@ -204,6 +209,18 @@ def read_record(path: str) -> object | None:
     """The JSON tfdist recorded at `path` in a model dir; None when there is none, or what is
     there is not a regular file (a link, a FIFO), is over MAX_RECORD_BYTES or is not JSON: what
     someone else planted there, or a damaged record, is no reason to stop a run."""
+    if storage.is_url(path):
+        data = storage.read_url(path, MAX_RECORD_BYTES)
+    else:
+        data = _read_local(path)
+    try:
+        return json.loads(data) if data is not None else None
+    except ValueError:
+        return None
+
+
+def _read_local(path: str) -> bytes | None:
+    """The bytes of the regular file `path`, or None (see `read_record`)."""
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -212,15 +229,11 @@ def read_record(path: str) -> object | None:
         status = os.fstat(descriptor)
         if not stat.S_ISREG(status.st_mode) or status.st_size > MAX_RECORD_BYTES:
             return None
-        data = os.read(descriptor, MAX_RECORD_BYTES + 1)
+        return os.read(descriptor, MAX_RECORD_BYTES + 1)
     except OSError:
         return None
     finally:
         os.close(descriptor)
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
 
 
 def _owner(descriptor: int) -> str:
@@ -270,8 +283,3 @@ def _refuse_nested(root: str) -> None:
                 f"model_dir={root!r} holds {directory!r}, the model dir of another "
                 f"run ({holder}); pass a directory that does not."
             )
-
-
-def _owner_line() -> str:
-    started = datetime.datetime.now().isoformat(timespec="seconds")
-    return f"pid {os.getpid()} on {socket.gethostname()} since {started}"

@@ -9,8 +9,9 @@
     a block device, a socket, a      refused in one line
     directory, a dangling symlink
 
-A failed write (a full disk) removes the temp file and raises `OutputFileError` in one line; what
-was at the path before is untouched.
+A URL (`gs://...`, under a model dir on object storage) is written as one object, which appears
+whole or not at all (`storage.write_url`). A failed write (a full disk) removes the temp file
+and raises `OutputFileError` in one line; what was at the path before is untouched.
 """
 
 import contextlib
@@ -19,6 +20,7 @@ import json
 import os
 import stat
 
+from tfdist.runtime import storage
 from tfdist.runtime.config import ConfigError
 
 
@@ -72,11 +74,13 @@ def write_bytes(field: str, path: str, data: bytes) -> None:
       OutputFileError: `path` cannot take output (see `refusal`), a FIFO has no reader, or
         the write failed; nothing of ours is left behind.
     """
-    reason = refusal(field, path)
+    reason = None if storage.is_url(path) else refusal(field, path)
     if reason:
         raise OutputFileError(reason)
     try:
-        if writes_through(path):
+        if storage.is_url(path):
+            storage.write_url(path, data)
+        elif writes_through(path):
             _write_through(path, data)
         else:
             _replace(path, data)

@@ -11,6 +11,7 @@ import os
 import tempfile
 
 from tfdist.runtime import output_files
+from tfdist.runtime.storage import is_url
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 from tfdist.strategies import TaskType
@@ -100,11 +101,6 @@ def absolute(config: RunConfig) -> RunConfig:
             metrics_json=resolved(config.train.metrics_json),
         ),
     )
-
-
-def is_url(path: str) -> bool:
-    """Whether `path` is a URL (`gs://...`) rather than a local path."""
-    return "://" in path
 
 
 def check_urls(config: RunConfig) -> None:

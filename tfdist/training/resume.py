@@ -6,13 +6,13 @@ the epochs recorded so far, and the lines that say which.
     MODEL_DIR/history.json       every epoch's logs, and {"finished": ...} once the run is done
 """
 
-import json
 import os
 import sys
 
 import tensorflow as tf
 
 from tfdist.runtime.config import ConfigError
+from tfdist.runtime.model_dir import read_record
 
 
 def say_resuming(epoch: int, left: str, step: int = 1) -> None:
@@ -138,11 +138,10 @@ def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> Conf
 
 
 def _recorded(path: str) -> dict:
-    """What earlier attempts recorded at `path` (`EpochHistory`); {} when there is nothing."""
-    if not os.path.exists(path):
-        return {}
-    with open(path, encoding="utf-8") as history_file:
-        return json.load(history_file)
+    """What earlier attempts recorded at `path` (`EpochHistory`); {} when there is nothing
+    (or nothing tfdist could have written: `read_record`)."""
+    recorded = read_record(path)
+    return recorded if isinstance(recorded, dict) else {}
 
 
 def recorded_epochs(path: str) -> dict[int, dict[str, float]]:

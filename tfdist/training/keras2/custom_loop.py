@@ -20,13 +20,13 @@ epoch too (exit 0: the run is complete); `tfdist.runtime.notice` says how.
 """
 
 import collections.abc
-import shutil
 import weakref
 from typing import Callable
 
 import tensorflow as tf
 import tf_keras
 
+from tfdist.runtime import storage
 from tfdist.runtime.config import ConfigError
 from tfdist.fields import MAX_COUNT
 from tfdist.runtime.model_dir import Lock
@@ -376,5 +376,5 @@ class CustomLoop:
         self._step.assign(steps)
         self._clock.timed(manager.save)
         if not self.plan.writes_results:
-            shutil.rmtree(manager.directory, ignore_errors=True)
+            storage.remove_tree(manager.directory)
             self._manager = None

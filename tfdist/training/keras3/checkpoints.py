@@ -7,10 +7,10 @@ each epoch's weights in `checkpoints/epoch-NNN`
 for the evaluator (`tfdist.training.keras3.evaluator`)."""
 
 import os
-import shutil
 
 import tensorflow as tf
 
+from tfdist.runtime import storage
 from tfdist.runtime.setup import Plan
 from tfdist.training import preemption
 from tfdist.training.keras3.step import Steps
@@ -61,7 +61,7 @@ class Checkpoints:
         every worker calls it)."""
         backup = self._backup_at(epochs_done, steps_done)
         if not self.plan.writes_results:
-            shutil.rmtree(backup.directory, ignore_errors=True)
+            storage.remove_tree(backup.directory)
 
     def _backup_at(self, epochs_done: int, steps_done: int) -> tf.train.CheckpointManager:
         """Backs up, timed by `clock`: what a preemption's grace must cover."""
@@ -85,5 +85,5 @@ class Checkpoints:
             os.path.join(weights, os.path.basename(self.model_dir.checkpoint(epochs_done)))
         )
         if not self.plan.writes_results:
-            shutil.rmtree(backup.directory, ignore_errors=True)
-            shutil.rmtree(weights, ignore_errors=True)
+            storage.remove_tree(backup.directory)
+            storage.remove_tree(weights)

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import chief_address
+from tfdist.runtime import storage
 from tfdist.runtime import output_files
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.model_dir import CHECKPOINT_PREFIX
@@ -25,11 +26,9 @@ POLL_S = 2.0  # Between looks for a new checkpoint.
 
 def _written(checkpoint_dir: str) -> list[str]:
     """The checkpoints complete in `checkpoint_dir` (TensorFlow writes the index last)."""
-    if not os.path.isdir(checkpoint_dir):
-        return []
     return sorted(
         name.removesuffix(".index")
-        for name in os.listdir(checkpoint_dir)
+        for name in storage.listdir(checkpoint_dir)
         if name.startswith(CHECKPOINT_PREFIX) and name.endswith(".index")
     )
 
