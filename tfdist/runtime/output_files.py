@@ -20,7 +20,7 @@ import json
 import os
 import stat
 
-from tfdist.runtime import storage
+from tfdist.runtime.model_dir import storage
 from tfdist.runtime.config import ConfigError
 
 

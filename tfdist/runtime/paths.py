@@ -11,7 +11,7 @@ import os
 import tempfile
 
 from tfdist.runtime import output_files
-from tfdist.runtime.storage import is_url
+from tfdist.runtime.model_dir.storage import is_url
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.config import RunConfig
 from tfdist.strategies import TaskType

@@ -26,7 +26,7 @@ from typing import Callable
 import tensorflow as tf
 import tf_keras
 
-from tfdist.runtime import storage
+from tfdist.runtime.model_dir import storage
 from tfdist.runtime.config import ConfigError
 from tfdist.fields import MAX_COUNT
 from tfdist.runtime.model_dir import Lock

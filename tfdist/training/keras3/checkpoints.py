@@ -10,7 +10,7 @@ import os
 
 import tensorflow as tf
 
-from tfdist.runtime import storage
+from tfdist.runtime.model_dir import storage
 from tfdist.runtime.setup import Plan
 from tfdist.training import preemption
 from tfdist.training.keras3.step import Steps

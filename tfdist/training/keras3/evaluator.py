@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tfdist.cluster.liveness import ChiefWatch
 from tfdist.cluster.liveness import chief_address
-from tfdist.runtime import storage
+from tfdist.runtime.model_dir import storage
 from tfdist.runtime import output_files
 from tfdist.runtime.config import RunConfig
 from tfdist.runtime.model_dir import CHECKPOINT_PREFIX

@@ -1,5 +1,6 @@
 """The layout of a `--model_dir`: every path tfdist writes under it, in one place, and the lock
-that makes a run the only one writing it. Pure Python.
+that makes a run the only one writing it; a room of its own with `storage` (where the files
+are: a local path or a URL) and `lease` (the lock on object storage). Pure Python.
 
     MODEL_DIR/.tfdist.lock              who trains into the model dir (`hold`, `owned`)
     MODEL_DIR/.tfdist-evaluator.lock    who evaluates its checkpoints
@@ -28,8 +29,8 @@ import os
 import stat
 from typing import Iterator
 
-from tfdist.runtime import lease
-from tfdist.runtime import storage
+from tfdist.runtime.model_dir import lease
+from tfdist.runtime.model_dir import storage
 from tfdist.runtime.config import ConfigError
 
 CHECKPOINT_PREFIX = "epoch-"

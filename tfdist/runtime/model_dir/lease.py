@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 
-from tfdist.runtime import storage
+from tfdist.runtime.model_dir import storage
 from tfdist.runtime.config import ConfigError
 
 RENEW_S = 10.0
