@@ -49,6 +49,15 @@ def dataset_fn(global_batch_size: int):
     return make
 
 
+def _mark(path: str) -> None:
+    """Leaves a marker file at `path`, in a model dir that may be a URL (gs://): one byte, since
+    TensorFlow's GCS file system uploads nothing for an empty file."""
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    with tf.io.gfile.GFile(path, "w") as marker:
+        marker.write("1")
+
+
 def killer(plan):
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
@@ -58,18 +67,18 @@ def killer(plan):
     term_at = tuple(int(number) for number in _TERM_AT.value)
 
     def once(signum: int, where: str) -> None:
-        if (last == 0 or plan.task.endswith(f":{last}")) and not os.path.exists(marker):
-            open(marker, "w", encoding="utf-8").close()
+        if (last == 0 or plan.task.endswith(f":{last}")) and not tf.io.gfile.exists(marker):
+            _mark(marker)
             print(f"{plan.task}: sending myself {signal.Signals(signum).name} {where}", flush=True)
             os.kill(os.getpid(), signum)
 
     # Only the run's first attempt holds, whether or not it reached the hold: a notice that came
     # before it must not leave the resumed run held without one.
     held = os.path.join(plan.config.train.model_dir, "held-once")
-    holds = (last == 0 or plan.task.endswith(f":{last}")) and not os.path.exists(held)
+    holds = (last == 0 or plan.task.endswith(f":{last}")) and not tf.io.gfile.exists(held)
     if holds and _HOLD_AT_EPOCH.value:
-        os.makedirs(plan.config.train.model_dir, exist_ok=True)
-        open(held, "w", encoding="utf-8").close()
+        tf.io.gfile.makedirs(plan.config.train.model_dir)
+        _mark(held)
 
     def hold_until_notice(epoch: int) -> None:
         """Waits until tfdist's notice handler (SIGTERM's) has noted a signal."""

@@ -1,5 +1,5 @@
-"""`tfdist.runtime.lease` and a model dir at a URL: its lock is a lease object beside its files,
-and nothing is made at a local path spelt like the URL. Here through TensorFlow's `file://`
+"""`tfdist.runtime.model_dir.lease` and a model dir at a URL: its lock is a lease object beside
+its files, and nothing is made at a local path spelt like the URL. Here through TensorFlow's `file://`
 file system, which takes the same URL path as `gs://` (tests/test_cloud_storage.py: the
 emulated Cloud Storage)."""
 
@@ -11,9 +11,9 @@ import time
 import unittest
 from unittest import mock
 
-from tfdist.runtime import lease
+from tfdist.runtime.model_dir import lease
 from tfdist.runtime import output_files
-from tfdist.runtime import storage
+from tfdist.runtime.model_dir import storage
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.model_dir import ModelDir
 from tfdist.runtime.model_dir import read_record

@@ -1,0 +1,100 @@
+"""A `gs://` model dir, end to end, against the emulated Cloud Storage (tests/cloud_storage.py)
+reached as TensorFlow reaches the real one: a user's program trains into the bucket from one
+emulated host, a second run on the same dir from another host is refused while the first
+holds it, the first is preempted, and the second resumes to the weights of a run that was never
+stopped; every file of the run is in the bucket and none on either host's local disk.
+
+Needs root, network namespaces, openssl and gcp-storage-emulator; skipped where missing."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import pytest
+
+from tests import cloud_storage
+from tests.tfdist.cli_runner import MLP_PROGRAM
+from tests.tfdist.cli_runner import digests
+from tfdist.cluster.rehearsal import hosts as hosts_lib
+from tfdist.errors import EXIT_PREEMPTED
+
+_RUN_S = 300  # A run's longest wait, loaded: a few seconds of training and TensorFlow's import.
+_COMMAND = [
+    sys.executable,
+    MLP_PROGRAM,
+    "--strategy=one_device",
+    "--epochs=3",
+    "--global_batch_size=32",
+]
+
+
+@pytest.mark.multiprocess
+@cloud_storage.skip_unless_available
+class ModelDirInABucketTest(unittest.TestCase):
+    def setUp(self):
+        super().setUp()
+        try:
+            self.gcs = cloud_storage.EmulatedCloudStorage(["pod-a", "pod-b"])
+        except hosts_lib.NoHosts as refused:
+            self.skipTest(f"this machine cannot emulate hosts: {refused}")
+        self.addCleanup(self.gcs.close)
+        self.cwd = self.enterContext(tempfile.TemporaryDirectory())  # Both hosts' local disk.
+
+    def _start(self, host: str, model_dir: str, *flags: str) -> subprocess.Popen:
+        program = self.gcs.run(
+            host,
+            [*_COMMAND, f"--model_dir={model_dir}", *flags],
+            cwd=self.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.addCleanup(program.kill)
+        return program
+
+    def _ended(self, program: subprocess.Popen, seen: str = "") -> tuple[int, str]:
+        output, _ = program.communicate(timeout=_RUN_S)
+        return program.returncode, seen + output
+
+    def test_train_refuse_a_second_run_preempt_and_resume_on_another_host(self):
+        alone = self._start("pod-b", "gs://bkt/alone")
+        first = self._start("pod-a", "gs://bkt/run", "--hold_at_epoch=2")
+        seen = ""
+        for line in first.stdout:  # Until the hold (bounded by the hold's 120 s).
+            seen += line
+            if "holding at epoch 2 until a preemption notice" in line:
+                break
+        status, refused = self._ended(self._start("pod-b", "gs://bkt/run"))
+        self.assertEqual(status, 2, refused)
+        self.assertRegex(
+            refused,
+            r"error: --model_dir='gs://bkt/run' is in use by another run \(pid \d+ on pod-a since "
+            r"[0-9T:-]+; its lease gs://bkt/run/\.tfdist\.lock was renewed within 30 s\); wait "
+            r"for it to end or stop it, or pass another --model_dir=DIR\.\n$",
+        )
+        first.send_signal(signal.SIGTERM)
+        status, output = self._ended(first, seen)
+        self.assertEqual(status, EXIT_PREEMPTED, output)
+        self.assertIn("preempted at epoch 2 step 1", output)
+        status, resumed = self._ended(self._start("pod-b", "gs://bkt/run"))
+        self.assertEqual(status, 0, resumed)
+        self.assertIn("resuming at epoch 2 step 2", resumed)
+        status, uninterrupted = self._ended(alone)
+        self.assertEqual(status, 0, uninterrupted)
+        self.assertEqual(digests(resumed), digests(uninterrupted))
+
+        objects = self.gcs.objects("bkt", "run/")
+        for kept in ("cluster.json", "history.json", "save_time.json", "held-once"):
+            self.assertIn(f"run/{kept}", objects)
+        self.assertIn("run/checkpoints/epoch-003.index", objects)
+        self.assertTrue(any(name.startswith("run/backup/") for name in objects), objects)
+        self.assertNotIn("run/.tfdist.lock", objects)  # Released by the run that ended.
+        self.assertEqual(os.listdir(self.cwd), [])  # No ./gs:/bkt/run/... on the local disk.
+        self.assertNotIn("the emulator failed", self.gcs.log())
+
+
+if __name__ == "__main__":
+    unittest.main()
