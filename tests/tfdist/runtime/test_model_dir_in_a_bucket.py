@@ -7,10 +7,12 @@ stopped; every file of the run is in the bucket and none on either host's local 
 Needs root, network namespaces, openssl and gcp-storage-emulator; skipped where missing."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import pytest
@@ -21,6 +23,7 @@ from tests.tfdist.cli_runner import digests
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.errors import EXIT_PREEMPTED
 
+_TEMP_SAVE_RE = re.compile(r"backup%2Fchief%2Fckpt-(\d+)_temp")  # A backup being written.
 _RUN_S = 300  # A run's longest wait, loaded: a few seconds of training and TensorFlow's import.
 _COMMAND = [
     sys.executable,
@@ -94,6 +97,26 @@ class ModelDirInABucketTest(unittest.TestCase):
         self.assertNotIn("run/.tfdist.lock", objects)  # Released by the run that ended.
         self.assertEqual(os.listdir(self.cwd), [])  # No ./gs:/bkt/run/... on the local disk.
         self.assertNotIn("the emulator failed", self.gcs.log())
+
+    def test_a_run_killed_mid_save_resumes_from_the_last_complete_backup(self):
+        """SIGKILL while a backup is being uploaded (its `_temp` objects seen at the emulator),
+        with earlier backups complete: the resume takes the last complete one and ends with the
+        weights of a run never stopped."""
+        alone = self._start("pod-b", "gs://bkt/alone")
+        first = self._start("pod-a", "gs://bkt/run", "--backup_every=3")
+        deadline = time.monotonic() + _RUN_S
+        while len(set(_TEMP_SAVE_RE.findall(self.gcs.log()))) < 3:  # The third save under way.
+            self.assertIsNone(first.poll(), "the run ended before its third backup")
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
+        first.kill()  # The pod goes with its init, SIGKILLed as a node lost.
+        first.wait(timeout=_RUN_S)
+        status, resumed = self._ended(self._start("pod-b", "gs://bkt/run", "--backup_every=3"))
+        self.assertEqual(status, 0, resumed)
+        self.assertRegex(resumed, r"resuming at epoch 1 step [47]\b")
+        status, uninterrupted = self._ended(alone)
+        self.assertEqual(status, 0, uninterrupted)
+        self.assertEqual(digests(resumed), digests(uninterrupted))
 
 
 if __name__ == "__main__":
