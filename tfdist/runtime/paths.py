@@ -138,8 +138,9 @@ def check(config: RunConfig) -> None:
         reverse, lies under a file, or is not writable here; an evaluator without a model dir.
     """
     check_input_dir("data_dir", config.input.data_dir)
-    if config.train.model_dir and not is_url(config.train.model_dir):  # URLs: `check_urls`.
-        _check_creatable("model_dir", config.train.model_dir, directory=True)
+    if config.train.model_dir:
+        if not is_url(config.train.model_dir):  # URLs: `check_urls`.
+            _check_creatable("model_dir", config.train.model_dir, directory=True)
     elif config.cluster is not None and config.cluster.task.type is TaskType.EVALUATOR:
         raise ConfigError(
             "the evaluator task needs model_dir=DIR, the chief's, to find the checkpoints "

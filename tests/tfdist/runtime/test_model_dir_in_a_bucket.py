@@ -37,6 +37,10 @@ _COMMAND = [
 @pytest.mark.multiprocess
 @cloud_storage.skip_unless_available
 class ModelDirInABucketTest(unittest.TestCase):
+    @pytest.fixture(autouse=True)
+    def _data(self, small_shapes_data_dir):
+        self.data_dir = small_shapes_data_dir
+
     def setUp(self):
         super().setUp()
         try:
@@ -117,6 +121,49 @@ class ModelDirInABucketTest(unittest.TestCase):
         status, uninterrupted = self._ended(alone)
         self.assertEqual(status, 0, uninterrupted)
         self.assertEqual(digests(resumed), digests(uninterrupted))
+
+    def test_two_workers_under_launch_with_an_evaluator_keep_every_file_in_the_bucket(self):
+        """Keras 3's own step: worker 1 saves into scratch directories in the bucket and
+        removes them; the evaluator finds the chief's checkpoints there and records its
+        results there; both leases are released."""
+        metrics = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "m.json")
+        status, output = self._ended(
+            self.gcs.run(
+                "pod-a",
+                [
+                    sys.executable,
+                    "-m",
+                    "tfdist",
+                    "launch",
+                    "--num_workers=2",
+                    "--evaluator",
+                    f"--timeout_s={_RUN_S}",
+                    "--",
+                    "train",
+                    "--strategy=multi_worker_mirrored",
+                    "--keras=3",
+                    f"--data_dir={self.data_dir}",
+                    "--model_dir=gs://bkt/mw",
+                    "--epochs=2",
+                    "--steps_per_epoch=4",
+                    "--global_batch_size=32",
+                    f"--metrics_json={metrics}",
+                ],
+                cwd=self.cwd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+        self.assertEqual(status, 0, output)
+        self.assertIn("[evaluator:0] tfdist evaluator: epoch-002", output)
+        objects = self.gcs.objects("bkt", "mw/")
+        for kept in ("cluster.json", "history.json", "evaluations.json"):
+            self.assertIn(f"mw/{kept}", objects)
+        self.assertIn("mw/checkpoints/epoch-002.index", objects)
+        left = [name for name in objects if ".tmp" in name or name.endswith(".lock")]
+        self.assertEqual(left, [], "worker 1's scratch and the leases are gone")
+        self.assertEqual(os.listdir(self.cwd), [])
 
 
 if __name__ == "__main__":

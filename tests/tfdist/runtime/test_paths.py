@@ -117,6 +117,7 @@ class CheckTest(parameterized.TestCase):
         ):
             paths.check(RunConfig(cluster=evaluator))
         paths.check(RunConfig(train=TrainConfig(model_dir=self.dir), cluster=evaluator))
+        paths.check(RunConfig(train=TrainConfig(model_dir="gs://b/run"), cluster=evaluator))
 
 
 class FullDiskTest(unittest.TestCase):
