@@ -91,9 +91,8 @@ def train_loop_per_worker(config: dict) -> None:
 
     Args:
       config: "command" (the words after `--`), "tfdist_commands" (tfdist's command names),
-        "env" (variables for the program, over the worker's), "cwd" (the program's working
-        directory; None: the worker's) and "stop" (the driver's `StopRequest` actor; None:
-        nobody asks).
+        "env" (variables for the program, over the worker's) and "stop" (the driver's
+        `StopRequest` actor; None: nobody asks). The program runs where Ray started the worker.
 
     Raises:
       WorkerFailed: the program ended with a non-zero status (a signal's: negative), but for
@@ -105,7 +104,6 @@ def train_loop_per_worker(config: dict) -> None:
     with subprocess.Popen(  # The worker's stdout and stderr: Ray sends them to the driver.
         argv,
         env=env,
-        cwd=config["cwd"],
         stdin=subprocess.DEVNULL,
         preexec_fn=processes.dies_with_this_thread(),
     ) as program:
@@ -200,7 +198,6 @@ def trainer(
     name: str | None = None,
     runtime_env: dict | None = None,
     program_env: dict[str, str] | None = None,
-    cwd: str | None = None,
     tfdist_commands: Collection[str] = ("train",),
     stop,
 ):
@@ -227,7 +224,6 @@ def trainer(
             "command": list(command),
             "tfdist_commands": sorted(tfdist_commands),
             "env": dict(program_env or {}),
-            "cwd": cwd,
             "stop": stop,
         },
         backend_config=_tf_config_backend(),

@@ -84,7 +84,6 @@ def main(command: list[str], *, tfdist_commands) -> int:
     if command[0] == "train":
         train_flags.check_train_args(command[1:])  # Before Ray starts.
     launcher.resolve_command(tuple(command), tfdist_commands)  # A missing program: one line.
-    local = address is None
     # No TensorFlow here: Ray Train's DataParallelTrainer imports none in the driver (Ray's
     # TensorflowTrainer did). Should anything import it, it comes quiet and of this flavour.
     keras_env.select(keras)
@@ -110,12 +109,13 @@ def main(command: list[str], *, tfdist_commands) -> int:
         runtime_env=runtime_env,
         # The grace a stopped run gives its programs (`_ended_on_stop`).
         program_env={**keras_env.environment(keras), GRACE_ENV: f"{processes.STOP_GRACE_S:g}"},
-        # A local Ray's workers share this machine: the program's relative paths mean here.
-        # On a cluster they mean the job's working directory (`ray job submit --working-dir`).
-        cwd=os.getcwd() if local else None,
         tfdist_commands=tfdist_commands,
         stop=stop,
     )
+    # The program's relative paths mean where Ray starts the workers: this directory on a local
+    # Ray, the job's working directory on a cluster (`ray job submit --working-dir`), not the
+    # run's artifacts directory that Ray Train would change each worker to. Read by `fit`.
+    os.environ["RAY_CHDIR_TO_TRIAL_DIR"] = "0"
     supervisor = Supervisor("tfdist ray", timeout_s=timeout_s, everything="the run")
     fit = _Fit(trainer)
     runner = threading.Thread(target=fit, name="ray-train-fit", daemon=True)

@@ -113,7 +113,6 @@ class TrainLoopPerWorkerTest(unittest.TestCase):
                 "command": ["python", "-c", program],
                 "tfdist_commands": ["train"],
                 "env": env or {},
-                "cwd": tempfile.gettempdir(),
                 "stop": None,
             }
         )
@@ -226,7 +225,7 @@ class RayCommandInputTest(unittest.TestCase):
         )
 
 
-def _tfdist_ray(home: str, *args: str) -> subprocess.Popen:
+def _tfdist_ray(home: str, *args: str, cwd: str | None = None) -> subprocess.Popen:
     """`tfdist ray ARGS` started in a child with its own HOME (Ray writes its token there),
     its output in one pipe."""
     return subprocess.Popen(  # pylint: disable=consider-using-with
@@ -234,6 +233,7 @@ def _tfdist_ray(home: str, *args: str) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        cwd=cwd,
         env={**{k: v for k, v in os.environ.items() if k != "TF_CONFIG"}, "HOME": home},
     )
 
@@ -258,12 +258,13 @@ class RealRayTest(unittest.TestCase):
             f"--timeout_s={_RAY_TIMEOUT_S}",
             "--",
             "python",
-            MLP_PROGRAM,
+            os.path.basename(MLP_PROGRAM),  # Relative: where `tfdist ray` runs, not Ray's dir.
             "--strategy=multi_worker_mirrored",
             "--epochs=2",
             "--global_batch_size=32",
             f"--model_dir={model_dir}",
             "--kill_at_epoch=2",
+            cwd=os.path.dirname(MLP_PROGRAM),
         )
         self.addCleanup(own.kill)
         train = _tfdist_ray(  # One worker: the program's run has two.
