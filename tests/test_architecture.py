@@ -47,6 +47,7 @@ KERAS3_SWITCH = "tfdist.runtime.keras_flavour"  # Imports Keras 3 on demand: the
 OPTIONAL_MODULES = {
     "matplotlib": "plot",
     "ray": "ray",
+    "gcp_storage_emulator": "rehearse",
 }  # Imported inside a function that says how to install.
 # The house's ~400 lines, in ruff's format: the modules past it when ruff was adopted were split
 # by job (issue 40), and the largest is now 410 lines.

@@ -4,6 +4,7 @@
 Needs root and network namespaces; skipped where this machine refuses them."""
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -21,6 +22,7 @@ from unittest import mock
 import pytest
 import yaml
 
+from tests import cloud_storage
 from tests.tfdist.cli_runner import MLP_PROGRAM
 from tests.tfdist.cli_runner import digests
 from tests.tfdist.cluster.manifests import jobset_crd
@@ -220,6 +222,71 @@ class RehearseTest(unittest.TestCase):
             {"loss": 3},
             "the metrics history holds every epoch, before the preemption and after",
         )
+        self.assertEqual(our_namespaces_of_any_rehearsal(), [])
+
+    @cloud_storage.skip_unless_available
+    def test_a_gs_model_dir_without_a_volume_is_served_by_an_emulated_cloud_storage(self):
+        # The pods have no route out: gs://bkt is an emulated Cloud Storage at Google's names.
+        # The last worker is deleted mid-epoch 2; both save into the bucket, and the restarted
+        # pods, each with a fresh disk, resume from it.
+        path = self._manifest(
+            "--name=gcs",
+            "--num_workers=2",
+            "--grace_s=60",
+            "--",
+            sys.executable,
+            MLP_PROGRAM,
+            "--strategy=multi_worker_mirrored",
+            "--epochs=3",
+            "--hold_at_epoch=2",
+            "--model_dir=gs://bkt/run",
+        )
+        start = time.monotonic()
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _REHEARSE_PREEMPTING_FROM_A_LINE,
+                "holding at epoch 2 until a preemption notice",
+                f"--log_dir={self.log_dir}",
+                f"--timeout_s={TIMEOUT_S}",
+                "--preempt=gcs-worker-0-1@1",
+                path,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S + 60,
+            check=False,
+            env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"},
+        )
+        print(f"rehearsal of gcs: {time.monotonic() - start:.1f} s")
+        output = result.stdout + result.stderr
+        self.assertEqual(result.returncode, 0, output[-5000:])
+        kept = os.path.join(self.log_dir, "cloud-storage")
+        self.assertIn(
+            "tfdist rehearse: gs://bkt served by an emulated Cloud Storage (the pods have no "
+            f"route out); its data in {kept}\n",
+            output,
+        )
+        self.assertIn("preempting pod gcs-worker-0-1", output)
+        self.assertRegex(
+            output,
+            r"\[gcs-worker-0-1\] mlp_with_digest\.py: preempted at epoch 2 step 1; state saved "
+            r"in [0-9.]+ s under --model_dir='gs://bkt/run'",
+        )
+        self.assertIn("restarting JobSet gcs, every pod, without spending maxRestarts", output)
+        self.assertEqual(output.count("resuming at epoch 2 step 2"), 2, output[-5000:])
+        self.assertIn("JobSet gcs done: 2 pod(s) exited 0", output)
+        weights = digests(result.stdout)
+        self.assertEqual(len(weights), 2, output[-3000:])
+        self.assertEqual(len(set(weights.values())), 1, "both workers end with the same weights")
+        objects = cloud_storage.kept_objects(kept, "bkt", "run/")
+        for name in ("history.json", "cluster.json", "checkpoints/epoch-003.index"):
+            self.assertIn(f"run/{name}", objects)
+        self.assertNotIn("run/.tfdist.lock", objects)  # Released by the run that ended.
+        self.assertEqual(os.listdir(os.path.join(self.log_dir, "volumes")), [])
+        with open(os.path.join(kept, "emulator.log"), encoding="utf-8") as log:
+            self.assertNotIn("the emulator failed", log.read())
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
     def test_parameter_server_with_an_evaluator(self):
@@ -672,6 +739,46 @@ class RefusedTest(unittest.TestCase):
             "2.0 GiB of memory this machine has; rehearse fewer replicas (e.g. "
             "tfdist manifest --num_workers=2), or smaller requests.\n",
         )
+
+    def test_a_gs_path_without_the_emulator_or_openssl_is_one_line(self):
+        find_spec, which = importlib.util.find_spec, shutil.which
+        missing = {
+            "gcp-storage-emulator (not installed); install it: pip install -e '.[rehearse]'.": (
+                importlib.util,
+                "find_spec",
+                lambda name, *args: None if name == "gcp_storage_emulator" else find_spec(name),
+            ),
+            "openssl (not on PATH); install it: apt install openssl.": (
+                shutil,
+                "which",
+                lambda name, *args, **kwargs: None if name == "openssl" else which(name),
+            ),
+        }
+        for line, (module, name, lookup) in missing.items():
+            with self.subTest(line=line[:20]), tempfile.TemporaryDirectory() as scratch:
+                path = write_manifest(
+                    self,
+                    os.path.join(scratch, "job.yaml"),
+                    "--image=local",
+                    "--name=gcs",
+                    "--",
+                    "train",
+                    "--model_dir=gs://bkt/run",
+                )
+                stderr = io.StringIO()
+                with (
+                    mock.patch.object(module, name, side_effect=lookup),
+                    contextlib.redirect_stderr(stderr),
+                    contextlib.redirect_stdout(io.StringIO()),
+                ):
+                    status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+                self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
+                self.assertEqual(status, 2)
+                self.assertEqual(
+                    stderr.getvalue(),
+                    "tfdist rehearse: error: gs:// paths are served by an emulated Cloud "
+                    f"Storage, which needs {line}\n",
+                )
 
     def test_a_machine_that_refuses_namespaces_is_one_line(self):
         with tempfile.TemporaryDirectory() as scratch:

@@ -6,12 +6,13 @@ its hosts file, the same port on every host, the environment Kubernetes and JobS
 manifest's own command (the local Python environment stands in for the image), and JobSet's
 failure and success policies. Each pod runs in a sandbox of its own that cannot touch
 this machine (`enter`): its own namespaces, a root file system whose writes are its own and
-lost when it ends, and a container's capabilities.
+lost when it ends, and a container's capabilities. The buckets the pods name in `gs://` URLs
+are served by an emulated Cloud Storage at Google's names (`cloud_storage`).
 
 A rehearsal proves wiring: names, addresses, ports, environment, the derived TF_CONFIG, restarts,
-resuming from the shared volume. It does not prove speed (every host shares this machine's CPUs
-and a bridge without latency), scheduling (images, resources, quotas, node selectors,
-tolerations are not looked at), or the cluster's DNS and storage. Linux, as root.
+resuming from the shared volume or bucket. It does not prove speed (every host shares this
+machine's CPUs and a bridge without latency), scheduling (images, resources, quotas, node
+selectors, tolerations are not looked at), or the cluster's DNS and storage. Linux, as root.
 """
 
 import os
@@ -73,6 +74,7 @@ def rehearse(path: str, options: Options, *, nodes: int | Sequence[str] | None =
         ) from None
     plan = jobset_plan.read(document)
     jobset_run.check_fits(plan, capacity.MachineLimits.of_this_machine())
+    jobset_run.check_storage(plan)
     hosts.require_tools()
     return jobset_run.run(plan, options.made())
 

@@ -4,22 +4,28 @@ failed (at once where the pod failure policy says so), and the failure policy's 
 restarts the whole JobSet (every pod, a new restart attempt; up to failurePolicy.maxRestarts
 unless the rule ignores them) or fails it; done once the success policy holds, when the pods
 still running are stopped. A pod may be preempted on the way (`Options.preempt`): deleted as a
-spot reclaim or Kueue deletes it, SIGTERM, then SIGKILL after its grace period."""
+spot reclaim or Kueue deletes it, SIGTERM, then SIGKILL after its grace period. The buckets
+that pods name in `gs://` URLs are served to them by an emulated Cloud Storage (`cloud_storage`)
+on a host of its own, its data kept in `<log_dir>/cloud-storage`."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from collections.abc import Iterator
 
 from tfdist import errors
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import capacity
 from tfdist.cluster import processes
 from tfdist.cluster import supervisor
+from tfdist.cluster.rehearsal import cloud_storage
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.cluster.rehearsal import jobset_plan
 from tfdist.cluster.rehearsal import local_image
@@ -64,8 +70,14 @@ class Options:
 class _Run:
     """The pods of one rehearsal and what the controllers track of them."""
 
-    def __init__(self, plan: JobSetPlan, hosts: list[hosts_lib.Host], options: Options):
-        self.plan, self.options = plan, options
+    def __init__(
+        self,
+        plan: JobSetPlan,
+        hosts: list[hosts_lib.Host],
+        options: Options,
+        storage_env: dict[str, str],
+    ):
+        self.plan, self.options, self.storage_env = plan, options, storage_env
         self.hosts = {pod.hostname: host for pod, host in zip(plan.pods, hosts)}
         self._lock = threading.Lock()
         # Each pod's sandbox is built on a directory here, and its emptyDirs are directories
@@ -103,7 +115,7 @@ class _Run:
         process = processes.Process(
             pod.hostname,
             argv,
-            local_image.environment(env),
+            local_image.environment({**env, **self.storage_env}),
             log_path,
             self._lock,
             announcer=ANNOUNCER,
@@ -188,7 +200,8 @@ def run(plan: JobSetPlan, options: Options) -> int:
 
     Raises:
       NoHosts: this machine cannot emulate hosts.
-      RehearsalError: a mount point that cannot be one; a pod to preempt that is not one.
+      RehearsalError: a mount point that cannot be one; a pod to preempt that is not one; the
+        emulated Cloud Storage did not start (`check_storage` says whether it can).
     """
     hostnames = [pod.hostname for pod in plan.pods]
     for hostname, _ in options.preempt:
@@ -197,6 +210,8 @@ def run(plan: JobSetPlan, options: Options) -> int:
                 f"preempt={hostname!r} is not a pod of JobSet {plan.name}; name one of "
                 f"{', '.join(hostnames[:4])}{', ...' if len(hostnames) > 4 else ''}."
             )
+    buckets = _buckets(plan)
+    storage = [cloud_storage.NAMES] if buckets else []
     watcher = supervisor.Supervisor(
         ANNOUNCER,
         timeout_s=options.timeout_s,
@@ -206,10 +221,14 @@ def run(plan: JobSetPlan, options: Options) -> int:
     hosts_lib.clean_stale()
 
     def rehearse() -> int:
-        with hosts_lib.Hosts(
-            [plan.names(pod) for pod in plan.pods], checkpoint=watcher.checkpoint
-        ) as hosts:
-            pods = _Run(plan, hosts.hosts, options)
+        names = [plan.names(pod) for pod in plan.pods]
+        with (
+            hosts_lib.Hosts([*names, *storage], checkpoint=watcher.checkpoint) as hosts,
+            _cloud_storage(
+                hosts.hosts[len(names) :], buckets, options.log_dir, watcher.checkpoint
+            ) as storage_env,
+        ):
+            pods = _Run(plan, hosts.hosts[: len(names)], options, storage_env)
             try:
                 print(
                     f"{ANNOUNCER}: JobSet {plan.name}: {len(plan.pods)} pod(s) on emulated "
@@ -222,8 +241,49 @@ def run(plan: JobSetPlan, options: Options) -> int:
 
     return watcher.run(
         rehearse,
-        setting_up=f"{len(plan.pods)} emulated hosts were still being set up; removed them",
+        setting_up=f"{len(plan.pods) + len(storage)} emulated hosts were still being set up; "
+        "removed them",
     )
+
+
+def check_storage(plan: JobSetPlan) -> None:
+    """Raises RehearsalError, in one line, when the pods name `gs://` paths and this machine
+    cannot serve them an emulated Cloud Storage (`cloud_storage.require`)."""
+    if _buckets(plan):
+        cloud_storage.require()
+
+
+def _buckets(plan: JobSetPlan) -> tuple[str, ...]:
+    """The buckets the pods' commands and variables name in `gs://` URLs."""
+    words = [
+        str(word)
+        for pod in plan.pods
+        for word in (*pod.command, *(entry.get("value", "") for entry in pod.env))
+    ]
+    return cloud_storage.buckets_in(words)
+
+
+@contextlib.contextmanager
+def _cloud_storage(
+    hosts: list[hosts_lib.Host],
+    buckets: tuple[str, ...],
+    log_dir: str,
+    checkpoint: Callable[[], None],
+) -> Iterator[dict[str, str]]:
+    """Serves `buckets` from the storage host (`hosts`' one; none without buckets) until the
+    block ends, its data in `<log_dir>/cloud-storage`; yields what each pod's environment needs
+    to reach it (nothing without buckets)."""
+    if not buckets:
+        yield {}
+        return
+    directory = os.path.join(log_dir, "cloud-storage")
+    with cloud_storage.CloudStorage(hosts[0], directory, buckets, checkpoint=checkpoint) as served:
+        print(
+            f"{ANNOUNCER}: {', '.join(f'gs://{bucket}' for bucket in buckets)} served by an "
+            f"emulated Cloud Storage (the pods have no route out); its data in {directory}",
+            flush=True,
+        )
+        yield served.env()
 
 
 def check_fits(plan: JobSetPlan, limits: capacity.MachineLimits) -> None:
