@@ -708,6 +708,23 @@ class RefusedTest(unittest.TestCase):
                     r"(is not a DNS-1035 label|more than 63)",
                 )
 
+    def test_a_manifest_that_holds_no_mapping_is_one_line_naming_it(self):
+        for content, held in (("", "nothing"), ("[1, 2]\n", "no YAML mapping")):
+            with self.subTest(held=held), tempfile.TemporaryDirectory() as scratch:
+                path = os.path.join(scratch, "job.yaml")
+                with open(path, "w", encoding="utf-8") as manifest:
+                    manifest.write(content)
+                stderr = io.StringIO()
+                with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                    status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+                self.assertEqual(status, 2)
+                self.assertEqual(
+                    stderr.getvalue(),
+                    f"tfdist rehearse: error: {path} holds {held}; pass a manifest written by "
+                    "`tfdist manifest`.\n",
+                )
+                self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
+
     def test_a_rehearsal_too_large_for_this_machine_is_refused_before_it_starts(self):
         with tempfile.TemporaryDirectory() as scratch:
             path = write_manifest(

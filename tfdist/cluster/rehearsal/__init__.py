@@ -72,6 +72,11 @@ def rehearse(path: str, options: Options, *, nodes: int | Sequence[str] | None =
             f"({getattr(error, 'problem', None) or 'unreadable'}); pass a "
             "manifest written by `tfdist manifest`."
         ) from None
+    if not isinstance(document, dict):
+        raise RehearsalError(
+            f"{path} holds {'nothing' if document is None else 'no YAML mapping'}; pass a "
+            "manifest written by `tfdist manifest`."
+        )
     plan = jobset_plan.read(document)
     jobset_run.check_fits(plan, capacity.MachineLimits.of_this_machine())
     jobset_run.check_storage(plan)
