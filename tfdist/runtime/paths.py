@@ -104,13 +104,17 @@ def absolute(config: RunConfig) -> RunConfig:
 
 
 def check_urls(config: RunConfig) -> None:
-    """Checks that TensorFlow, imported, has a file system for the scheme of a URL `--data_dir`
-    or `--model_dir` (its own `gs://`, or a plug-in's); reaches no storage.
+    """Checks that TensorFlow, imported, has a file system for the scheme of a URL `--data_dir`,
+    `--model_dir` or `--metrics_json` (its own `gs://`, or a plug-in's); reaches no storage.
 
     Raises:
       ConfigError: a scheme no file system here opens, naming the ones that do.
     """
-    for field, path in (("data_dir", config.input.data_dir), ("model_dir", config.train.model_dir)):
+    for field, path in (
+        ("data_dir", config.input.data_dir),
+        ("model_dir", config.train.model_dir),
+        ("metrics_json", config.train.metrics_json),
+    ):
         if path and is_url(path):
             _check_url(field, path)
 
@@ -191,7 +195,7 @@ def check_output_file(field: str, path: str | None) -> None:
       ConfigError: `path` is a directory, lies under a file, or cannot be written here; or it
         is what output is not written through (`output_files.refusal`).
     """
-    if not path:
+    if not path or is_url(path):  # A URL's storage answers when it is written.
         return
     reason = output_files.refusal(field, path)
     if reason:

@@ -171,11 +171,15 @@ class UrlTest(parameterized.TestCase):
         ("s3_model_dir", "model_dir", "s3://bucket/run", "s3"),
         ("hdfs_model_dir", "model_dir", "hdfs://namenode:8020/run", "hdfs"),
         ("s3_data_dir", "data_dir", "s3://bucket/data", "s3"),
+        ("s3_metrics_json", "metrics_json", "s3://bucket/m.json", "s3"),
     )
     def test_a_scheme_tensorflow_cannot_open_is_one_line(self, field, url, scheme):
         config = RunConfig(
             input=InputConfig(data_dir=url if field == "data_dir" else None),
-            train=TrainConfig(model_dir=url if field == "model_dir" else None),
+            train=TrainConfig(
+                model_dir=url if field == "model_dir" else None,
+                metrics_json=url if field == "metrics_json" else None,
+            ),
         )
         with self.assertRaisesRegex(
             ConfigError,
@@ -192,7 +196,10 @@ class UrlTest(parameterized.TestCase):
         here = os.getcwd()
         os.chdir(scratch)
         self.addCleanup(os.chdir, here)
-        config = RunConfig(input=InputConfig(data_dir=url), train=TrainConfig(model_dir=url))
+        config = RunConfig(
+            input=InputConfig(data_dir=url),
+            train=TrainConfig(model_dir=url, metrics_json=f"{url}/m.json"),
+        )
         paths.check(config)
         paths.check_urls(config)
         self.assertEqual(os.listdir(scratch), [], "no local path made of the URL")
