@@ -677,6 +677,14 @@ class CleanUpTest(unittest.TestCase):
         self.assertEqual(our_namespaces(rehearsal.pid), [])
 
 
+def _rehearsed(scratch: str, path: str) -> tuple[int, str]:
+    """`tfdist rehearse PATH` in this process, its logs under `scratch`: (status, stderr)."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+    return status, stderr.getvalue()
+
+
 class RefusedTest(unittest.TestCase):
     def test_names_kubernetes_refuses_are_one_line_before_anything_starts(self):
         # The names become log paths, namespaces and hostnames here.
@@ -695,12 +703,10 @@ class RefusedTest(unittest.TestCase):
                 document["metadata"]["name"] = name
                 with open(path, "w", encoding="utf-8") as manifest:
                     yaml.safe_dump(document, manifest)
-                stderr = io.StringIO()
-                with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-                    status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+                status, stderr = _rehearsed(scratch, path)
                 self.assertEqual(status, 2)
                 self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
-                lines = stderr.getvalue().splitlines()
+                lines = stderr.splitlines()
                 self.assertEqual(len(lines), 1, lines)
                 self.assertRegex(
                     lines[0],
@@ -714,12 +720,10 @@ class RefusedTest(unittest.TestCase):
                 path = os.path.join(scratch, "job.yaml")
                 with open(path, "w", encoding="utf-8") as manifest:
                     manifest.write(content)
-                stderr = io.StringIO()
-                with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-                    status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+                status, stderr = _rehearsed(scratch, path)
                 self.assertEqual(status, 2)
                 self.assertEqual(
-                    stderr.getvalue(),
+                    stderr,
                     f"tfdist rehearse: error: {path} holds {held}; pass a manifest written by "
                     "`tfdist manifest`.\n",
                 )
@@ -737,20 +741,15 @@ class RefusedTest(unittest.TestCase):
                 "--",
                 "true",
             )
-            stderr = io.StringIO()
             small = capacity.MachineLimits(
                 memory_bytes=2 * 2**30, memory_source="memory", max_threads=None
             )
-            with (
-                mock.patch.object(capacity.MachineLimits, "of_this_machine", return_value=small),
-                contextlib.redirect_stderr(stderr),
-                contextlib.redirect_stdout(io.StringIO()),
-            ):
-                status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+            with mock.patch.object(capacity.MachineLimits, "of_this_machine", return_value=small):
+                status, stderr = _rehearsed(scratch, path)
             self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
         self.assertEqual(status, 2)
         self.assertEqual(
-            stderr.getvalue(),
+            stderr,
             "tfdist rehearse: error: the manifest's 3 pods need "
             "3.0 GiB (their memory requests, at least 64 MiB each), more than the "
             "2.0 GiB of memory this machine has; rehearse fewer replicas (e.g. "
@@ -782,17 +781,12 @@ class RefusedTest(unittest.TestCase):
                     "train",
                     "--model_dir=gs://bkt/run",
                 )
-                stderr = io.StringIO()
-                with (
-                    mock.patch.object(module, name, side_effect=lookup),
-                    contextlib.redirect_stderr(stderr),
-                    contextlib.redirect_stdout(io.StringIO()),
-                ):
-                    status = cli.main(["tfdist", "rehearse", f"--log_dir={scratch}/logs", path])
+                with mock.patch.object(module, name, side_effect=lookup):
+                    status, stderr = _rehearsed(scratch, path)
                 self.assertEqual(os.listdir(scratch), ["job.yaml"])  # Nothing made.
                 self.assertEqual(status, 2)
                 self.assertEqual(
-                    stderr.getvalue(),
+                    stderr,
                     "tfdist rehearse: error: gs:// paths are served by an emulated Cloud "
                     f"Storage, which needs {line}\n",
                 )
