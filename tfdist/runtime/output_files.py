@@ -66,6 +66,34 @@ def write_json(field: str, path: str, value: object) -> None:
     write_bytes(field, path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
 
 
+def write_record(path: str, value: object) -> None:
+    """Writes `value` as a record of tfdist's under a model dir (`write_json`), never through
+    what is there: a link or FIFO planted in a model dir (by anyone who can write a shared
+    volume) is refused, where a user's own output file is written through.
+
+    Raises:
+      OutputFileError: `path` is a link or not a regular file; or the write failed.
+    """
+    planted = None if storage.is_url(path) else _not_a_file(path)
+    if planted:
+        raise OutputFileError(
+            f"model_dir: {path} is {planted}, which tfdist never writes through in a model "
+            "dir; remove it, or pass another model_dir=DIR."
+        )
+    write_json("model_dir", path, value)
+
+
+def _not_a_file(path: str) -> str | None:
+    """What `path` is when it exists and is not a regular file (a link included), else None."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return None if stat.S_ISREG(mode) else "not a regular file"
+
+
 def write_bytes(field: str, path: str, data: bytes) -> None:
     """Writes `data` to `path`, named by the flag or field `field`: atomically where it is (or
     will be) a regular file, through it where it is a symlink, a character device or a FIFO.

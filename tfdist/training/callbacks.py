@@ -377,7 +377,7 @@ class EpochHistory(tf_keras.callbacks.Callback):
     def _write(self, **fields) -> None:
         if self._path and self._writes:
             epochs = {str(index): values for index, values in sorted(self._epochs.items())}
-            output_files.write_json("model_dir", self._path, {"epochs": epochs, **fields})
+            output_files.write_record(self._path, {"epochs": epochs, **fields})
 
     def _earlier(self) -> dict[int, dict[str, float]]:
         return recorded_epochs(self._path) if self._path else {}

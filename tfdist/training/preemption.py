@@ -250,7 +250,7 @@ class SaveClock:
         if took > self.slowest_s:
             self.slowest_s = took
             if self._path:
-                output_files.write_json("model_dir", self._path, {"slowest_save_s": took})
+                output_files.write_record(self._path, {"slowest_save_s": took})
         return took
 
 
@@ -293,7 +293,7 @@ def note_cluster_shape(plan: Plan, start: tuple[int, int] | None) -> None:
         for line in _shape_change(earlier, shape, plan.per_replica_batch_size, mid_epoch):
             print(f"tfdist: {line}", file=sys.stderr, flush=True)
     if plan.writes_results:
-        output_files.write_json("model_dir", path, shape)
+        output_files.write_record(path, shape)
 
 
 def _shape_change(earlier: dict, shape: dict, per_replica: int, mid_epoch: bool) -> list[str]:

@@ -110,6 +110,30 @@ class OutputFilesTest(unittest.TestCase):
         self.assertTrue(stat.S_ISBLK(os.stat(disk).st_mode))
         self.assertFalse(os.path.exists(self._path("nowhere")))
 
+    def test_a_record_in_a_model_dir_never_goes_through_a_planted_link_or_fifo(self):
+        target = self._path("victim")
+        with open(target, "w", encoding="utf-8") as victim:
+            victim.write("kept")
+        os.symlink(target, self._path("cluster.json"))
+        os.mkfifo(self._path("history.json"))
+        for name, what in (
+            ("cluster.json", "a symbolic link"),
+            ("history.json", "not a regular file"),
+        ):
+            with self.subTest(name=name):
+                path = self._path(name)
+                with self.assertRaisesRegex(
+                    OutputFileError,
+                    rf"^model_dir: {path} is {what}, which tfdist never writes through in a "
+                    r"model dir; remove it, or pass another model_dir=DIR\.$",
+                ):
+                    output_files.write_record(path, {"workers": 2})
+        with open(target, encoding="utf-8") as victim:
+            self.assertEqual(victim.read(), "kept")
+        output_files.write_record(self._path("save_time.json"), {"slowest_save_s": 1.0})
+        with open(self._path("save_time.json"), encoding="utf-8") as record:
+            self.assertEqual(json.load(record), {"slowest_save_s": 1.0})
+
     def test_a_full_disk_keeps_the_old_file_and_leaves_no_temp_file(self):
         with scratch_files.small_tmpfs(64) as disk:
             path = os.path.join(disk, "out.json")

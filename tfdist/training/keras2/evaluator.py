@@ -52,7 +52,7 @@ class _Record(tf_keras.callbacks.Callback):
     def on_test_end(self, logs=None):
         result = {name: float(value) for name, value in (logs or {}).items()}
         self.results[self._checkpoint] = result
-        output_files.write_json("model_dir", self._path, self.results)
+        output_files.write_record(self._path, self.results)
         shown = " ".join(f"{name}={value:.4f}" for name, value in result.items())
         print(f"tfdist evaluator: {self._checkpoint}: {shown}", flush=True)
 

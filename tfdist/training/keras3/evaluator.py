@@ -63,7 +63,7 @@ def evaluate_checkpoints(
             weights.restore(os.path.join(checkpoint_dir, name)).expect_partial()
             result = model.evaluate(data, steps=steps, verbose=0, return_dict=True)
             results[name] = {metric: float(value) for metric, value in result.items()}
-            output_files.write_json("model_dir", model_dir.evaluations_json, results)
+            output_files.write_record(model_dir.evaluations_json, results)
             shown = " ".join(f"{metric}={value:.4f}" for metric, value in results[name].items())
             print(f"tfdist evaluator: {name}: {shown}", flush=True)
         if not new:
