@@ -7,12 +7,14 @@ the epochs recorded so far, and the lines that say which.
 """
 
 import os
+import stat
 import sys
 
 import tensorflow as tf
 
 from tfdist.runtime.config import ConfigError
 from tfdist.runtime.model_dir import read_record
+from tfdist.runtime.model_dir import storage
 
 
 def say_resuming(epoch: int, left: str, step: int = 1) -> None:
@@ -27,16 +29,72 @@ def say_resuming(epoch: int, left: str, step: int = 1) -> None:
     )
 
 
+_MAX_POINTER_BYTES = 1 << 16  # A `checkpoint` file TensorFlow writes is a few lines.
+
+
+class DamagedBackup(ConfigError):
+    """A backup in a model dir that cannot be what TensorFlow wrote; one line names it and the
+    fix."""
+
+
 def latest_backup(backup_dir: str) -> str | None:
-    """The latest checkpoint of the backup in `backup_dir` (either flavour's); None when there
-    is none."""
-    return next(
-        filter(
-            None,
-            (tf.train.latest_checkpoint(os.path.join(backup_dir, task)) for task in ("chief", "")),
-        ),
-        None,
-    )  # tf-keras', then Keras 3's.
+    """The latest checkpoint of the backup in `backup_dir` (either flavour's: tf-keras' in
+    chief/, then Keras 3's); None when there is none. Its files are checked before TensorFlow
+    reads a byte of them (`_checked`).
+
+    Raises:
+      DamagedBackup: the backup's files are links, FIFOs or not what TensorFlow writes.
+    """
+    for task_dir in (os.path.join(backup_dir, "chief"), backup_dir):
+        _check_file(backup_dir, os.path.join(task_dir, "checkpoint"), _MAX_POINTER_BYTES)
+        try:
+            latest = tf.train.latest_checkpoint(task_dir)
+        except (tf.errors.OpError, ValueError) as error:  # A pointer TensorFlow cannot parse.
+            raise _damaged(backup_dir, os.path.join(task_dir, "checkpoint"), error) from None
+        if latest:
+            return _checked(backup_dir, task_dir, latest)
+        if storage.isfile(os.path.join(task_dir, "checkpoint")):  # It names nothing there.
+            raise _damaged(backup_dir, os.path.join(task_dir, "checkpoint"), "names no checkpoint")
+    return None
+
+
+def _checked(backup_dir: str, task_dir: str, latest: str) -> str:
+    """`latest`, once it lies in `task_dir` and its index and data files are regular files."""
+    if storage.is_url(latest):
+        return latest
+    inside = os.path.commonpath([os.path.abspath(latest), os.path.abspath(task_dir)])
+    if inside != os.path.abspath(task_dir):
+        raise _damaged(backup_dir, os.path.join(task_dir, "checkpoint"), "it names " + latest)
+    for name in os.listdir(task_dir):
+        if name.startswith(os.path.basename(latest) + "."):
+            _check_file(backup_dir, os.path.join(task_dir, name))
+    return latest
+
+
+def _check_file(backup_dir: str, path: str, limit: int | None = None) -> None:
+    """Raises DamagedBackup when the local file `path`, if there, is a link, not a regular file
+    or larger than `limit` bytes."""
+    if storage.is_url(path):
+        return
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(status.st_mode):
+        raise _damaged(backup_dir, path, "a symbolic link")
+    if not stat.S_ISREG(status.st_mode):
+        raise _damaged(backup_dir, path, "not a regular file")
+    if limit is not None and status.st_size > limit:
+        raise _damaged(backup_dir, path, f"{status.st_size} bytes")
+
+
+def _damaged(backup_dir: str, path: str, why: object) -> DamagedBackup:
+    lines = str(why).strip().splitlines()
+    return DamagedBackup(
+        f"model_dir={os.path.dirname(backup_dir)!r}: its backup is damaged ({path}: "
+        f"{lines[0] if lines else type(why).__name__}); delete {backup_dir} to start afresh "
+        "(the checkpoints/ of each epoch stay), or put back a copy of it."
+    )
 
 
 def say_finished(epochs: int, model_dir: str) -> None:
@@ -57,15 +115,18 @@ def backup_position(backup_dir: str, steps_per_epoch: int) -> tuple[int, int] | 
     latest = latest_backup(backup_dir)
     if latest is None:
         return None
-    saved = dict(tf.train.list_variables(latest))
-    if _KERAS3_EPOCHS in saved:
-        return counters_position(latest, saved, _KERAS3_EPOCHS)
-    if _TF_KERAS_EPOCH in saved:
-        return resume_point(
-            int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)),
-            int(tf.train.load_variable(latest, _TF_KERAS_BATCH)),
-            steps_per_epoch,
-        )
+    try:
+        saved = dict(tf.train.list_variables(latest))
+        if _KERAS3_EPOCHS in saved:
+            return counters_position(latest, saved, _KERAS3_EPOCHS)
+        if _TF_KERAS_EPOCH in saved:
+            return resume_point(
+                int(tf.train.load_variable(latest, _TF_KERAS_EPOCH)),
+                int(tf.train.load_variable(latest, _TF_KERAS_BATCH)),
+                steps_per_epoch,
+            )
+    except (tf.errors.OpError, ValueError) as error:  # An index or data TensorFlow rejects.
+        raise _damaged(backup_dir, latest, error) from None
     return None
 
 

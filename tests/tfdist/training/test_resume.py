@@ -5,6 +5,7 @@ into the next). Finished runs: tests/tfdist/training/test_callbacks.py."""
 import contextlib
 import io
 import os
+import shutil
 import tempfile
 
 import tensorflow as tf
@@ -63,3 +64,70 @@ class SayResumingTest(parameterized.TestCase):
             f"tfdist: resuming at {where} from the backup an interrupted run left in this "
             "--model_dir; pass another --model_dir to start afresh\n",
         )
+
+
+class DamagedBackupTest(parameterized.TestCase):
+    """A backup's files are checked before TensorFlow reads them: each damage is one line that
+    names the file and the fix, never a traceback, a hang on a FIFO or a silent start-over."""
+
+    def setUp(self):
+        super().setUp()
+        self.model_dir = self.enterContext(tempfile.TemporaryDirectory())
+        self.backup = os.path.join(self.model_dir, "backup")
+        checkpoint = tf.train.Checkpoint(
+            epochs_done=tf.Variable(2, dtype=tf.int64), step_in_epoch=tf.Variable(5, tf.int64)
+        )
+        self.saved = tf.train.CheckpointManager(checkpoint, self.backup, max_to_keep=1).save(7)
+        self.pointer = os.path.join(self.backup, "checkpoint")
+
+    def _assert_damaged(self, path: str, why: str) -> None:
+        with self.assertRaisesRegex(
+            resume.DamagedBackup,
+            rf"^model_dir='{self.model_dir}': its backup is damaged \({path}: {why}\); delete "
+            rf"{self.backup} to start afresh \(the checkpoints/ of each epoch stay\), or put back "
+            r"a copy of it\.$",
+        ):
+            resume.backup_position(self.backup, steps_per_epoch=10)
+
+    def _replace(self, path: str, data: bytes) -> None:
+        with open(path, "wb") as file:
+            file.write(data)
+
+    def test_a_sound_backup_gives_its_position(self):
+        self.assertEqual(resume.backup_position(self.backup, steps_per_epoch=10), (2, 5))
+
+    def test_a_pointer_that_is_a_link_or_a_fifo_is_never_read(self):
+        os.rename(self.pointer, self.pointer + ".real")
+        os.symlink(self.pointer + ".real", self.pointer)
+        self._assert_damaged(self.pointer, "a symbolic link")
+        os.unlink(self.pointer)
+        os.mkfifo(self.pointer)  # Opening it would wait for a writer.
+        self._assert_damaged(self.pointer, "not a regular file")
+
+    def test_a_pointer_that_is_huge_garbage_empty_or_names_elsewhere(self):
+        elsewhere = os.path.join(self.model_dir, "elsewhere", "ckpt-7")  # A checkpoint there.
+        shutil.copytree(self.backup, os.path.dirname(elsewhere))
+        missing = os.path.join(self.backup, "ckpt-8")
+        for data, why in (
+            (b"x" * (1 << 17), f"{1 << 17} bytes"),
+            (b"\x00\xff garbage", ".+"),
+            (b"", "Invalid checkpoint state loaded from .+"),
+            (f'model_checkpoint_path: "{missing}"\n'.encode(), "names no checkpoint"),
+            (f'model_checkpoint_path: "{elsewhere}"\n'.encode(), f"it names {elsewhere}"),
+        ):
+            with self.subTest(why=why[:12]):
+                self._replace(self.pointer, data)
+                self._assert_damaged(self.pointer, why)
+
+    def test_an_index_or_data_that_is_truncated_zeroed_or_a_link(self):
+        index, data = self.saved + ".index", self.saved + ".data-00000-of-00001"
+        with open(index, "rb") as file:
+            sound = file.read()
+        for damage, path, why in (
+            (lambda: self._replace(index, sound[: len(sound) // 2]), self.saved, ".+"),
+            (lambda: self._replace(index, bytes(len(sound))), self.saved, ".+"),
+            (lambda: (os.unlink(data), os.symlink(index, data)), data, "a symbolic link"),
+        ):
+            with self.subTest(path=path, why=why):
+                damage()
+                self._assert_damaged(path, why)
