@@ -18,7 +18,7 @@ from tfdist.runtime.config import ConfigError
 from tfdist.runtime.model_dir import ModelDir
 from tfdist.runtime.model_dir import read_record
 
-_FAST = {"RENEW_S": 0.2, "STALE_S": 1.0, "SETTLE_S": 0.1}
+_FAST = {"STALE_S": 1.0, "SETTLE_S": 0.1}  # Renewed every third of a second.
 
 
 class LeaseTest(unittest.TestCase):
@@ -87,10 +87,28 @@ class LeaseTest(unittest.TestCase):
             held = lease.Lease.take(self.url, "gs://b/run")
             self.addCleanup(held.release)  # Leaves the taker's lease.
             self._planted("taker")
-            self.assertTrue(ended.wait(10 * _FAST["RENEW_S"]))
+            self.assertTrue(ended.wait(3 * _FAST["STALE_S"]))
             end.assert_called_once_with(1)
-            time.sleep(2 * _FAST["RENEW_S"])  # Nothing more is written.
+            time.sleep(_FAST["STALE_S"])  # Nothing more is written.
         self.assertEqual(json.loads(storage.read_url(self.url, 4096))["token"], "taker")
+
+
+class LeaseTimeTest(unittest.TestCase):
+    def test_tfdist_lease_s_sets_it_and_what_is_not_seconds_is_one_line(self):
+        with mock.patch.dict(os.environ, {lease.LEASE_ENV: "6"}):
+            self.assertEqual(lease.stale_s(), 6.0)
+        with mock.patch.dict(os.environ, clear=False) as env:
+            env.pop(lease.LEASE_ENV, None)
+            self.assertEqual(lease.stale_s(), 30.0)
+        for value in ("2", "x", "nan", "inf", "-5"):
+            with self.subTest(value=value), mock.patch.dict(os.environ, {lease.LEASE_ENV: value}):
+                with self.assertRaisesRegex(
+                    ConfigError,
+                    rf"^TFDIST_LEASE_S='{value}' is not a number of seconds of at least 3; set "
+                    r"it to how long a gs:// model dir's lease may go unrenewed before another "
+                    r"run takes it over, or unset it \(30 s\)\.$",
+                ):
+                    lease.stale_s()
 
 
 class UrlModelDirTest(unittest.TestCase):

@@ -22,8 +22,10 @@ from tests.tfdist.cli_runner import MLP_PROGRAM
 from tests.tfdist.cli_runner import digests
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.errors import EXIT_PREEMPTED
+from tfdist.runtime.model_dir import lease
 
 _TEMP_SAVE_RE = re.compile(r"backup%2Fchief%2Fckpt-(\d+)_temp")  # A backup being written.
+_LEASE_S = 6  # Every run here: a killed run's lease is taken over after 6 s, not 30.
 _RUN_S = 300  # A run's longest wait, loaded: a few seconds of training and TensorFlow's import.
 _COMMAND = [
     sys.executable,
@@ -55,6 +57,7 @@ class ModelDirInABucketTest(unittest.TestCase):
             host,
             [*_COMMAND, f"--model_dir={model_dir}", *flags],
             cwd=self.cwd,
+            env={**os.environ, lease.LEASE_ENV: str(_LEASE_S)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -79,7 +82,7 @@ class ModelDirInABucketTest(unittest.TestCase):
         self.assertRegex(
             refused,
             r"error: --model_dir='gs://bkt/run' is in use by another run \(pid \d+ on pod-a since "
-            r"[0-9T:-]+; its lease gs://bkt/run/\.tfdist\.lock was renewed within 30 s\); wait "
+            r"[0-9T:-]+; its lease gs://bkt/run/\.tfdist\.lock was renewed within 6 s\); wait "
             r"for it to end or stop it, or pass another --model_dir=DIR\.\n$",
         )
         first.send_signal(signal.SIGTERM)

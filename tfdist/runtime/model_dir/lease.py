@@ -1,12 +1,13 @@
 """A model dir's exclusive owner on object storage (`gs://`), where there is no `flock`: a lease
-object that names its holder, renewed by the holder every RENEW_S, taken over only when stale.
+object that names its holder, renewed by the holder every third of STALE_S, taken over only when
+stale (STALE_S: 30 s, or `TFDIST_LEASE_S`).
 
     take:    no lease there -> write ours, wait SETTLE_S, read it back: still ours -> held
              (two runs that wrote at once: the one whose write landed last holds it, the other
              is refused);
              a lease there -> watch it for STALE_S: changed (renewed) -> refused, its holder
              lives; unchanged -> its holder died (killed, or cut off): ours replaces it
-    renew:   every RENEW_S, read it, then write it with one more renewal; found another's ->
+    renew:   every STALE_S / 3, read it, then write it with one more renewal; found another's ->
              this run lost the model dir (it was cut off past STALE_S) and ends at once
              (exit 1), writing nothing more
     release: the lease is removed, when it is still ours
@@ -15,7 +16,7 @@ What it guarantees: a live holder (one that renews) is never taken over, whateve
 the two machines say, since staleness is a lease seen unchanged for STALE_S, on the taker's own
 clock. What it cannot: a holder cut off from storage for longer than STALE_S (partitioned, or
 stopped in a debugger) is taken over while still running, and writes until its next renewal
-finds that out (at most RENEW_S later); two runs that start within one read-write of each other
+finds that out (at most STALE_S / 3 later); two runs that start within one read-write of each other
 both wait SETTLE_S, and one of them is refused. A run that was killed leaves its lease for the
 next run to take over after STALE_S.
 """
@@ -32,17 +33,40 @@ import uuid
 from tfdist.runtime.model_dir import storage
 from tfdist.runtime.config import ConfigError
 
-RENEW_S = 10.0
-STALE_S = 3 * RENEW_S  # A lease unchanged this long has no live holder.
+LEASE_ENV = "TFDIST_LEASE_S"  # STALE_S of this run, in seconds; renewed every third of it.
+STALE_S = 30.0  # A lease unchanged this long has no live holder.
 SETTLE_S = 2.0  # Between writing a new lease and reading it back.
+_MIN_STALE_S = 3.0
 _MAX_LEASE_BYTES = 4096
+
+
+def stale_s() -> float:
+    """How long a lease unchanged has no live holder: `TFDIST_LEASE_S`, else STALE_S.
+
+    Raises:
+      ConfigError: TFDIST_LEASE_S is not a number of seconds of at least 3.
+    """
+    value = os.environ.get(LEASE_ENV)
+    if value is None:
+        return STALE_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = float("nan")
+    if not _MIN_STALE_S <= seconds < float("inf"):
+        raise ConfigError(
+            f"{LEASE_ENV}={value[:40]!r} is not a number of seconds of at least "
+            f"{_MIN_STALE_S:g}; set it to how long a gs:// model dir's lease may go unrenewed "
+            f"before another run takes it over, or unset it ({STALE_S:g} s)."
+        )
+    return seconds
 
 
 class Lease:
     """A held lease on a model dir in object storage; `release` gives it up."""
 
-    def __init__(self, path: str, record: dict):
-        self._path, self._record = path, record
+    def __init__(self, path: str, record: dict, stale: float):
+        self._path, self._record, self._stale = path, record, stale
         self._stop = threading.Event()
         self._renewer = threading.Thread(target=self._renew, name="model-dir-lease", daemon=True)
         self._renewer.start()
@@ -55,13 +79,14 @@ class Lease:
         Raises:
           ConfigError: a live run holds it; or it cannot be written.
         """
+        stale = stale_s()
         found = _read(path)
         if found is not None:
-            found = _watched(path, found)
+            found = _watched(path, found, stale)
             if found is not None:
                 raise ConfigError(
                     f"model_dir={root!r} is in use by another run ({_owner(found)}; its lease "
-                    f"{path} was renewed within {STALE_S:g} s); wait for it to end or stop it, "
+                    f"{path} was renewed within {stale:g} s); wait for it to end or stop it, "
                     "or pass another model_dir=DIR."
                 )
         record = {"owner": owner_line(), "token": uuid.uuid4().hex, "renewals": 0}
@@ -73,16 +98,16 @@ class Lease:
                 f"model_dir={root!r}: another run ({_owner(landed)}) took it at the same moment "
                 "as this one; wait for it to end or stop it, or pass another model_dir=DIR."
             )
-        return cls(path, record)
+        return cls(path, record, stale)
 
     def _renew(self) -> None:
-        while not self._stop.wait(RENEW_S):
+        while not self._stop.wait(self._stale / 3):
             found = _read(self._path)
             if found is not None and found.get("token") != self._record["token"]:
                 sys.stderr.write(
                     f"tfdist: lost the model dir: its lease {self._path} is held by another "
                     f"run ({_owner(found)}), which took it after this run did not renew it for "
-                    f"{STALE_S:g} s; this run ends without writing more.\n"
+                    f"{self._stale:g} s; this run ends without writing more.\n"
                 )
                 sys.stderr.flush()
                 os._exit(1)
@@ -102,12 +127,12 @@ class Lease:
             storage.remove(self._path)
 
 
-def _watched(path: str, found: dict) -> dict | None:
-    """The lease at `path` as a live holder keeps it (renewed within STALE_S of `found`), or
+def _watched(path: str, found: dict, stale: float) -> dict | None:
+    """The lease at `path` as a live holder keeps it (renewed within `stale` s of `found`), or
     None when it stayed `found` (or went) all that time."""
-    deadline = time.monotonic() + STALE_S
+    deadline = time.monotonic() + stale
     while time.monotonic() < deadline:
-        time.sleep(min(RENEW_S / 4, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(stale / 12, max(0.0, deadline - time.monotonic())))
         now = _read(path)
         if now != found:
             return now
