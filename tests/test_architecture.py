@@ -42,6 +42,9 @@ ENVIRON_MODULES = {  # Each reads or writes the environment for a documented rea
     "tfdist.runtime.keras_env",  # TensorFlow's own variables.
     "tfdist.runtime.tf_import",  # TensorFlow's own variables.
     "tfdist.runtime.ray_env",  # Ray processes' variables, set before Ray imports TensorFlow.
+    # TFDIST_LEASE_S, where a bucket's lease is taken: by any model dir's holder, a user's own
+    # CustomLoop too, not only through the command layer's flags.
+    "tfdist.runtime.model_dir.lease",
 }
 KERAS3_SWITCH = "tfdist.runtime.keras_flavour"  # Imports Keras 3 on demand: the flavour's module.
 OPTIONAL_MODULES = {
