@@ -11,6 +11,7 @@ import os
 import pathlib
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -344,3 +345,115 @@ class RealRayTest(unittest.TestCase):
             output,
         )
         self.assertNotIn("Found multiple active Ray instances", output)
+
+
+def _free_port() -> int:
+    """A TCP port free now (Ray's daemons bind it moments later)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class _RayNode:
+    """`ray start --block` of one node of a Ray cluster on this machine, in a session of its
+    own (killed as one with what it started), its log in `log`."""
+
+    def __init__(self, test: unittest.TestCase, env: dict[str, str], *args: str):
+        self.log = os.path.join(test.dir, f"ray-node-{_free_port()}.log")
+        with open(self.log, "wb") as log:
+            self.process = subprocess.Popen(  # pylint: disable=consider-using-with
+                [os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--block", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        test.addCleanup(self.stop)
+        deadline = time.monotonic() + 180
+        while "Ray runtime started" not in pathlib.Path(self.log).read_text(errors="replace"):
+            test.assertIsNone(self.process.poll(), pathlib.Path(self.log).read_text()[-3000:])
+            test.assertLess(time.monotonic(), deadline, "a Ray node did not start")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(self.process.pid, signum)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                continue
+
+
+@pytest.mark.multiprocess
+class RayClusterTest(unittest.TestCase):
+    """docs/ray.md's cluster path as written: a Ray cluster of 2 nodes (a head and a second
+    node, each its own `ray start`), `ray job submit --working-dir` of `tfdist ray
+    --address=auto`, and the program named relative to the job's working directory."""
+
+    def setUp(self):
+        super().setUp()
+        _real_ray_or_skip()
+        self.dir = self.enterContext(tempfile.TemporaryDirectory())
+
+    def test_ray_job_submit_trains_with_the_weights_of_launch(self):
+        env = {
+            **{k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "RAY_ADDRESS")},
+            "HOME": self.dir,
+            "RAY_AUTH_MODE": "disabled",
+            "PATH": os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]]),
+        }
+        head_port, dashboard = _free_port(), _free_port()
+        model_dir = os.path.join(self.dir, "model")
+        program = ["--strategy=multi_worker_mirrored", "--epochs=2", "--global_batch_size=32"]
+        launched = subprocess.Popen(  # pylint: disable=consider-using-with  # Meanwhile.
+            [sys.executable, "-m", "tfdist", "launch", "--num_workers=2", "--", "python"]
+            + [MLP_PROGRAM, *program, f"--model_dir={model_dir}-launch"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.addCleanup(launched.kill)
+        _RayNode(
+            self,
+            env,
+            "--head",
+            f"--port={head_port}",
+            "--num-cpus=1",
+            f"--temp-dir={self.dir}/ray",
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            f"--ray-client-server-port={_free_port()}",
+            f"--dashboard-agent-listen-port={_free_port()}",
+        )
+        _RayNode(
+            self,
+            env,
+            f"--address=127.0.0.1:{head_port}",
+            "--num-cpus=1",
+            f"--dashboard-agent-listen-port={_free_port()}",
+        )
+        submitted = subprocess.run(
+            [os.path.join(os.path.dirname(sys.executable), "ray"), "job", "submit"]
+            + [f"--address=http://127.0.0.1:{dashboard}", "--working-dir", "."]
+            + ["--", "tfdist", "ray", "--address=auto", "--num_workers=2"]
+            + [f"--timeout_s={_RAY_TIMEOUT_S}", "--", "python", os.path.basename(MLP_PROGRAM)]
+            + [*program, f"--model_dir={model_dir}"],
+            cwd=os.path.dirname(MLP_PROGRAM),  # The job's working directory.
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=_RUN_S,
+            check=False,
+        )
+        output = submitted.stdout + submitted.stderr
+        self.assertEqual(submitted.returncode, 0, output[-6000:])
+        self.assertIn("Ray Train run tfdist finished on Ray at auto with 2 worker(s)", output)
+        launch_output, _ = launched.communicate(timeout=_RUN_S)
+        self.assertEqual(launched.returncode, 0, launch_output[-3000:])
+        self.assertEqual(digests(output), digests(launch_output), output[-6000:])
+        self.assertEqual(set(digests(output)), {"worker:0", "worker:1"})
