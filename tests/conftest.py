@@ -28,13 +28,6 @@ from tfdist.runtime import notice
 NUM_TEST_CPU_DEVICES = 2
 
 
-def pytest_collection_modifyitems(items):
-    """The tests that start processes, most of the suite's time, run first: under `pytest -n`
-    the quick ones then fill the end, where one long test dealt last would keep one worker
-    busy alone while the other waits."""
-    items.sort(key=lambda item: item.get_closest_marker("multiprocess") is None)
-
-
 def pytest_sessionstart(session):  # pylint: disable=unused-argument
     from tfdist.runtime.tf_import import import_tensorflow  # pylint: disable=import-outside-toplevel
 
