@@ -74,10 +74,11 @@ def _checked(backup_dir: str, task_dir: str, latest: str) -> str:
 def _check_file(backup_dir: str, path: str, limit: int | None = None) -> None:
     """Raises DamagedBackup when the local file `path`, if there, is a link, not a regular file
     or larger than `limit` bytes."""
-    if storage.is_url(path):
+    local = storage.on_this_machine(path)
+    if local is None:  # Object storage: no links, no FIFOs.
         return
     try:
-        status = os.lstat(path)
+        status = os.lstat(local)
     except FileNotFoundError:
         return
     if stat.S_ISLNK(status.st_mode):

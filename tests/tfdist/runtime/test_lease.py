@@ -137,6 +137,10 @@ class UrlModelDirTest(unittest.TestCase):
             storage.write_url(url, data)
             self.assertIsNone(read_record(url))
         self.assertIsNone(read_record(f"file://{self.dir}"))  # A directory.
+        os.mkfifo(os.path.join(self.dir, "fifo.json"))  # Reading it would wait for a writer.
+        os.symlink(url, os.path.join(self.dir, "link.json"))
+        for name in ("fifo.json", "link.json"):
+            self.assertIsNone(read_record(f"file://{self.dir}/{name}"))
         self.assertIsNone(read_record(f"file://{self.dir}/missing.json"))
 
 

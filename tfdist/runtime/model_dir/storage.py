@@ -10,11 +10,20 @@ URLs (a run with a URL model dir has imported it already).
 import contextlib
 import os
 import shutil
+import stat
 
 
 def is_url(path: str) -> bool:
     """Whether `path` is a URL (`gs://...`) rather than a local path."""
     return "://" in path
+
+
+def on_this_machine(path: str) -> str | None:
+    """The local file system's path of `path`: itself, or a `file://` URL's; None for object
+    storage (no links or FIFOs there)."""
+    if not is_url(path):
+        return path
+    return path[len("file://") :] if path.startswith("file://") else None
 
 
 def _tf():
@@ -79,7 +88,11 @@ def remove(path: str) -> None:
 
 def read_url(url: str, limit: int) -> bytes | None:
     """The bytes of the object `url`; None when there is none, it is a directory, or it holds
-    more than `limit` bytes (read no further)."""
+    more than `limit` bytes (read no further), or, on this machine (`file://`), it is a link or
+    not a regular file (a FIFO would never end a read)."""
+    local = on_this_machine(url)
+    if local is not None and not _regular(local):
+        return None
     tf = _tf()
     try:
         if tf.io.gfile.isdir(url) or tf.io.gfile.stat(url).length > limit:
@@ -88,6 +101,13 @@ def read_url(url: str, limit: int) -> bytes | None:
             return reader.read(limit + 1)
     except tf.errors.OpError:  # None there, or not ours to read.
         return None
+
+
+def _regular(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def write_url(url: str, data: bytes) -> None:
