@@ -149,6 +149,26 @@ class RehearseTest(unittest.TestCase):
         )
         self.assertEqual(our_namespaces_of_any_rehearsal(), [])
 
+    def _rehearse_preempting(self, pod: str, path: str) -> subprocess.CompletedProcess:
+        """`tfdist rehearse PATH`, preempting `pod` 1 s after it says it holds at epoch 2."""
+        return subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _REHEARSE_PREEMPTING_FROM_A_LINE,
+                "holding at epoch 2 until a preemption notice",
+                f"--log_dir={self.log_dir}",
+                f"--timeout_s={TIMEOUT_S}",
+                f"--preempt={pod}@1",
+                path,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S + 60,
+            check=False,
+            env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"},
+        )
+
     def test_a_preempted_pod_saves_and_the_jobset_restarts_without_spending_max_restarts(self):
         # A user's program (not `tfdist train`) on a multi-worker mirrored pod, which finds its
         # cluster in the JobSet pod's environment by itself. A spot reclaim deletes the pod
@@ -175,23 +195,7 @@ class RehearseTest(unittest.TestCase):
             f"--model_dir={model_dir}",
             f"--metrics_json={metrics}",
         )
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                _REHEARSE_PREEMPTING_FROM_A_LINE,
-                "holding at epoch 2 until a preemption notice",
-                f"--log_dir={self.log_dir}",
-                f"--timeout_s={TIMEOUT_S}",
-                "--preempt=prem-worker-0-0@1",  # 1 s after the pod holds.
-                path,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S + 60,
-            check=False,
-            env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"},
-        )
+        result = self._rehearse_preempting("prem-worker-0-0", path)
         output = result.stdout + result.stderr
         self.assertEqual(result.returncode, 0, output[-5000:])
         self.assertIn("holding at epoch 2 until a preemption notice", output)
@@ -241,25 +245,7 @@ class RehearseTest(unittest.TestCase):
             "--hold_at_epoch=2",
             "--model_dir=gs://bkt/run",
         )
-        start = time.monotonic()
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-c",
-                _REHEARSE_PREEMPTING_FROM_A_LINE,
-                "holding at epoch 2 until a preemption notice",
-                f"--log_dir={self.log_dir}",
-                f"--timeout_s={TIMEOUT_S}",
-                "--preempt=gcs-worker-0-1@1",
-                path,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT_S + 60,
-            check=False,
-            env={name: value for name, value in os.environ.items() if name != "TF_CONFIG"},
-        )
-        print(f"rehearsal of gcs: {time.monotonic() - start:.1f} s")
+        result = self._rehearse_preempting("gcs-worker-0-1", path)
         output = result.stdout + result.stderr
         self.assertEqual(result.returncode, 0, output[-5000:])
         kept = os.path.join(self.log_dir, "cloud-storage")
