@@ -74,24 +74,13 @@ def write_record(path: str, value: object) -> None:
     Raises:
       OutputFileError: `path` is a link or not a regular file; or the write failed.
     """
-    planted = None if storage.is_url(path) else _not_a_file(path)
-    if planted:
+    planted = storage.local_kind(path)
+    if planted not in (None, storage.REGULAR_FILE):
         raise OutputFileError(
             f"model_dir: {path} is {planted}, which tfdist never writes through in a model "
             "dir; remove it, or pass another model_dir=DIR."
         )
     write_json("model_dir", path, value)
-
-
-def _not_a_file(path: str) -> str | None:
-    """What `path` is when it exists and is not a regular file (a link included), else None."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return None
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return None if stat.S_ISREG(mode) else "not a regular file"
 
 
 def write_bytes(field: str, path: str, data: bytes) -> None:

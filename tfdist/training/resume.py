@@ -199,23 +199,70 @@ def unrestorable(model_dir: str, left: str, path: str, error: Exception) -> Conf
     )
 
 
-def _recorded(path: str) -> dict:
-    """What earlier attempts recorded at `path` (`EpochHistory`); {} when there is nothing
-    (or nothing tfdist could have written: `read_record`)."""
+_MAX_EPOCHS_RECORDED = 100_000
+
+
+def _history(path: str) -> tuple[dict[int, dict[str, float]], tuple[int, int] | None] | None:
+    """(each epoch's logs, the finish) that earlier attempts recorded at `path`
+    (`EpochHistory`); None when there is nothing there tfdist could have written: no record,
+    a link, a FIFO, a large file (`read_record`), or JSON of another shape."""
     recorded = read_record(path)
-    return recorded if isinstance(recorded, dict) else {}
+    try:
+        epochs = {
+            _count(index): {str(name): _number(value) for name, value in logs.items()}
+            for index, logs in recorded["epochs"].items()
+        }
+        finished = recorded.get("finished")
+        finish = (
+            None
+            if finished is None
+            else (_count(finished["epochs_done"]), _count(finished["epochs"]))
+        )
+    except (TypeError, ValueError, KeyError, AttributeError):
+        return None
+    return epochs, finish
+
+
+def _count(value: object) -> int:
+    """`value` as an epoch count or index (a JSON number or, as keys are, a string of digits).
+
+    Raises:
+      ValueError: it is not one, or past any run's (`_MAX_EPOCHS_RECORDED`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(value)
+    count = int(value) if isinstance(value, int) or value.isascii() else -1
+    if not 0 <= count < _MAX_EPOCHS_RECORDED:
+        raise ValueError(value)
+    return count
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(value)
+    return float(value)
 
 
 def recorded_epochs(path: str) -> dict[int, dict[str, float]]:
-    """Each epoch's logs (by epoch, from 0) that earlier attempts recorded at `path`."""
-    return {int(index): values for index, values in _recorded(path).get("epochs", {}).items()}
+    """Each epoch's logs (by epoch, from 0) that earlier attempts recorded at `path`; {} when
+    none are (`_history`)."""
+    history = _history(path)
+    return history[0] if history else {}
 
 
 def recorded_finish(path: str) -> tuple[int, int] | None:
     """(epochs done, `--epochs`) of the run recorded at `path` as finished; None when it did not
-    finish (or went on training after it did)."""
-    finished = _recorded(path).get("finished")
-    return None if finished is None else (finished["epochs_done"], finished["epochs"])
+    finish (or went on training after it did). A file there that is not a history tfdist
+    wrote is said in one line: it is replaced by this run's."""
+    history = _history(path)
+    if history is None and storage.isfile(path):
+        print(
+            f"tfdist: {path} is not a history tfdist wrote (damaged, or another program's); "
+            "this run's epochs replace it, and the metrics of earlier attempts are not "
+            "in its summary",
+            file=sys.stderr,
+            flush=True,
+        )
+    return history[1] if history else None
 
 
 def by_metric(epochs: dict[int, dict[str, float]]) -> dict[str, list[float | None]]:

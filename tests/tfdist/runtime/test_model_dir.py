@@ -85,6 +85,65 @@ class OwnedModelDirTest(unittest.TestCase):
             ModelDir(self.dir).hold()
         self.assertTrue(stat.S_ISCHR(os.stat(os.path.join(self.dir, ".tfdist.lock")).st_mode))
 
+    def test_a_link_fifo_or_wrong_kind_planted_where_tfdist_writes_is_refused_and_freed(self):
+        target = os.path.join(self.dir, "precious")
+        os.makedirs(target)
+        run = ModelDir(os.path.join(self.dir, "run"))
+        os.makedirs(run.root)
+        for role, planted, plant, found, kind in (
+            (
+                None,
+                run.history_json,
+                lambda path: os.symlink(target, path),
+                "a symbolic link",
+                "a regular file",
+            ),
+            (None, run.cluster_json, os.mkfifo, "a FIFO", "a regular file"),
+            (None, run.save_time_json, os.makedirs, "a directory", "a regular file"),
+            (
+                None,
+                run.checkpoints,
+                lambda path: os.symlink(target, path),
+                "a symbolic link",
+                "a directory",
+            ),
+            (
+                None,
+                run.backup,
+                lambda path: open(path, "w").close(),
+                "a regular file",
+                "a directory",
+            ),
+            (
+                EVALUATOR,
+                run.evaluations_json,
+                lambda path: os.symlink(target, path),
+                "a symbolic link",
+                "a regular file",
+            ),
+            (
+                EVALUATOR,
+                run.logs(EVALUATOR),
+                lambda path: os.symlink(target, path),
+                "a symbolic link",
+                "a directory",
+            ),
+        ):
+            with self.subTest(planted=os.path.basename(planted.rstrip("/"))):
+                os.makedirs(os.path.dirname(planted.rstrip("/")), exist_ok=True)
+                plant(planted.rstrip("/"))
+                with self.assertRaisesRegex(
+                    ConfigError,
+                    rf"^model_dir='{run.root}': {planted} is {found}, where tfdist makes "
+                    rf"{kind} and never writes through anything else; remove it, or pass "
+                    r"another model_dir=DIR\.$",
+                ):
+                    run.hold(*([role] if role else []))
+                remove = os.rmdir if found == "a directory" else os.unlink
+                remove(planted.rstrip("/"))
+                run.hold(*([role] if role else [])).release()  # The refusal freed the lock.
+        self.assertEqual(os.listdir(target), [])
+
     def test_a_full_disk_is_one_line(self):
         with scratch_files.small_tmpfs(64) as disk:
             scratch_files.fill(disk)

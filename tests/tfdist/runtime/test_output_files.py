@@ -118,7 +118,7 @@ class OutputFilesTest(unittest.TestCase):
         os.mkfifo(self._path("history.json"))
         for name, what in (
             ("cluster.json", "a symbolic link"),
-            ("history.json", "not a regular file"),
+            ("history.json", "a FIFO"),
         ):
             with self.subTest(name=name):
                 path = self._path(name)

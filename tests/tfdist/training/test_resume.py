@@ -66,6 +66,64 @@ class SayResumingTest(parameterized.TestCase):
         )
 
 
+class RecordedHistoryTest(parameterized.TestCase):
+    """A run's `history.json` is read only when it has the shape tfdist writes; anything else
+    is no history, said in one line, never a traceback or an allocation it sizes."""
+
+    def setUp(self):
+        super().setUp()
+        self.path = os.path.join(self.enterContext(tempfile.TemporaryDirectory()), "h.json")
+
+    def _read(self, text: str):
+        with open(self.path, "w", encoding="utf-8") as file:
+            file.write(text)
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            finish = resume.recorded_finish(self.path)
+        return resume.recorded_epochs(self.path), finish, stderr.getvalue()
+
+    def test_the_shape_tfdist_writes(self):
+        epochs, finish, said = self._read(
+            '{"epochs": {"0": {"loss": 1.5}, "1": {"loss": 1}}, '
+            '"finished": {"epochs_done": 2, "epochs": 3}}'
+        )
+        self.assertEqual(epochs, {0: {"loss": 1.5}, 1: {"loss": 1.0}})
+        self.assertEqual((finish, said), ((2, 3), ""))
+
+    @parameterized.named_parameters(
+        ("empty", ""),
+        ("not_json", "{garbage"),
+        ("a_list", "[1, 2]"),
+        ("no_epochs", '{"finished": {"epochs_done": 2, "epochs": 3}}'),
+        ("epochs_a_list", '{"epochs": [1, 2]}'),
+        ("an_index_not_a_number", '{"epochs": {"x": {"loss": 1}}}'),
+        ("a_negative_index", '{"epochs": {"-1": {"loss": 1}}}'),
+        ("an_index_past_any_run", '{"epochs": {"1000000000": {"loss": 1}}}'),
+        ("a_non_ascii_digit", '{"epochs": {"\u0663": {"loss": 1}}}'),
+        ("logs_not_an_object", '{"epochs": {"0": 3}}'),
+        ("a_metric_not_a_number", '{"epochs": {"0": {"loss": "low"}}}'),
+        ("a_metric_true", '{"epochs": {"0": {"loss": true}}}'),
+        ("finished_a_number", '{"epochs": {}, "finished": 3}'),
+        ("finished_without_epochs", '{"epochs": {}, "finished": {"epochs_done": 3}}'),
+        ("finished_a_float", '{"epochs": {}, "finished": {"epochs_done": 2.5, "epochs": 3}}'),
+    )
+    def test_any_other_shape_is_no_history_in_one_line(self, text):
+        epochs, finish, said = self._read(text)
+        self.assertEqual((epochs, finish), ({}, None))
+        self.assertEqual(
+            said,
+            f"tfdist: {self.path} is not a history tfdist wrote (damaged, or another "
+            "program's); this run's epochs replace it, and the metrics of earlier attempts "
+            "are not in its summary\n",
+        )
+
+    def test_no_file_is_no_history_without_a_line(self):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr):
+            self.assertIsNone(resume.recorded_finish(self.path))
+        self.assertEqual((resume.recorded_epochs(self.path), stderr.getvalue()), ({}, ""))
+
+
 class DamagedBackupTest(parameterized.TestCase):
     """A backup's files are checked before TensorFlow reads them: each damage is one line that
     names the file and the fix, never a traceback, a hang on a FIFO or a silent start-over."""

@@ -140,11 +140,40 @@ class ModelDir:
         """
         if storage.is_url(self.root):
             storage.makedirs(self.root)
-            return lease.Lease.take(self._lock_file(role), self.root)
-        if role == TRAINER:  # Before anything is made: a refused run leaves nothing.
-            _refuse_nested(self.root)
-        os.makedirs(self.root, exist_ok=True)
-        return Lock.take(self._lock_file(role), self.root)
+            lock = lease.Lease.take(self._lock_file(role), self.root)
+        else:
+            if role == TRAINER:  # Before anything is made: a refused run leaves nothing.
+                _refuse_nested(self.root)
+            os.makedirs(self.root, exist_ok=True)
+            lock = Lock.take(self._lock_file(role), self.root)
+        try:
+            self._refuse_planted(role)
+        except ConfigError:
+            lock.release()
+            raise
+        return lock
+
+    def _refuse_planted(self, role: str) -> None:
+        """Raises ConfigError when a path that `role` writes under the model dir holds what
+        tfdist never makes there: a link, or a record that is not a regular file, or a
+        directory that is not one. Anyone who can write a shared volume could plant one, and
+        a run (often root in a container) would write through it."""
+        if role == TRAINER:
+            records = (self.history_json, self.cluster_json, self.save_time_json)
+            directories = (self.backup, self.checkpoints, self.logs(), self.notices)
+            directories += (self.loop_checkpoints,)
+        else:
+            records, directories = (self.evaluations_json,), (self.logs(), self.logs(role))
+        wanted = dict.fromkeys(records, storage.REGULAR_FILE)
+        wanted.update(dict.fromkeys(directories, storage.DIRECTORY))
+        for path, kind in wanted.items():
+            found = storage.local_kind(path)
+            if found not in (None, kind):
+                raise ConfigError(
+                    f"model_dir={self.root!r}: {path} is {found}, where tfdist makes "
+                    f"{kind} and never writes through anything else; remove it, or pass "
+                    "another model_dir=DIR."
+                )
 
     def _lock_file(self, role: str) -> str:
         return self.lock if role == TRAINER else os.path.join(self.root, f".tfdist-{role}.lock")

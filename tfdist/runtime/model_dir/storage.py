@@ -26,6 +26,36 @@ def on_this_machine(path: str) -> str | None:
     return path[len("file://") :] if path.startswith("file://") else None
 
 
+REGULAR_FILE, DIRECTORY = "a regular file", "a directory"
+
+
+def local_kind(path: str) -> str | None:
+    """What the path `path` on this machine is, without following a link: "a regular file",
+    "a directory", "a symbolic link", "a FIFO", "a device", "a socket"; None when there is
+    nothing, or it is on object storage (which has no links, FIFOs or devices)."""
+    local = on_this_machine(path)
+    try:
+        mode = os.lstat(local).st_mode if local is not None else None
+    except OSError:
+        return None
+    if mode is None:
+        return None
+    for kind, test in _KINDS:
+        if test(mode):
+            return kind
+    return "a special file"
+
+
+_KINDS = (
+    (REGULAR_FILE, stat.S_ISREG),
+    (DIRECTORY, stat.S_ISDIR),
+    ("a symbolic link", stat.S_ISLNK),
+    ("a FIFO", stat.S_ISFIFO),
+    ("a device", lambda mode: stat.S_ISCHR(mode) or stat.S_ISBLK(mode)),
+    ("a socket", stat.S_ISSOCK),
+)
+
+
 def _tf():
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
 
@@ -91,7 +121,7 @@ def read_url(url: str, limit: int) -> bytes | None:
     more than `limit` bytes (read no further), or, on this machine (`file://`), it is a link or
     not a regular file (a FIFO would never end a read)."""
     local = on_this_machine(url)
-    if local is not None and not _regular(local):
+    if local is not None and local_kind(local) != REGULAR_FILE:
         return None
     tf = _tf()
     try:
@@ -101,13 +131,6 @@ def read_url(url: str, limit: int) -> bytes | None:
             return reader.read(limit + 1)
     except tf.errors.OpError:  # None there, or not ours to read.
         return None
-
-
-def _regular(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
 
 
 def write_url(url: str, data: bytes) -> None:
