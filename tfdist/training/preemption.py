@@ -27,6 +27,7 @@ from tfdist import errors
 from tfdist.runtime import output_files
 from tfdist.cluster import GRACE_ENV
 from tfdist.runtime.model_dir import read_record
+from tfdist.runtime.model_dir import storage
 from tfdist.runtime import notice as process_notice
 from tfdist.runtime.notice import Notice
 from tfdist.runtime.setup import Plan
@@ -91,15 +92,17 @@ class PsNotices:
 
     @staticmethod
     def leave(notices_dir: str, task: str) -> None:
-        """Leaves `task`'s notice (a ps task's, on its notice)."""
-        tf.io.gfile.makedirs(notices_dir)
-        with tf.io.gfile.GFile(os.path.join(notices_dir, task), "w") as notice:
-            notice.write(f"{time.time()}\n")
+        """Leaves `task`'s notice (a ps task's, on its notice), never through a link there.
+
+        Raises:
+          OutputFileError: something other than a file of ours is at the notice's path.
+        """
+        storage.makedirs(notices_dir)
+        output_files.write_record(os.path.join(notices_dir, task), {"noticed_at": time.time()})
 
     def clear(self) -> None:
         """Removes the notices an earlier run's ps tasks left (the chief, as a run starts)."""
-        if tf.io.gfile.isdir(self._dir):
-            tf.io.gfile.rmtree(self._dir)
+        storage.remove_tree(self._dir)
 
     @property
     def received(self) -> bool:
@@ -107,8 +110,8 @@ class PsNotices:
         now = time.monotonic()
         if self.from_task is None and now - self._looked_at >= self.POLL_S:
             self._looked_at = now
-            left = tf.io.gfile.glob(os.path.join(self._dir, "*"))
-            self.from_task = os.path.basename(sorted(left)[0]) if left else None
+            left = sorted(n for n in storage.listdir(self._dir) if not n.startswith("."))
+            self.from_task = left[0] if left else None  # Not a notice's temp file (`.ps:0...`).
         return self.from_task is not None
 
 

@@ -42,6 +42,7 @@ from tfdist import errors
 from tests.tfdist.cli_runner import digests
 from tfdist.errors import EXIT_PREEMPTED
 from tfdist.runtime import notice
+from tfdist.runtime.output_files import OutputFileError
 from tfdist.training.callbacks import SaveOnNotice
 from tfdist.training import preemption
 from tfdist.training import resume
@@ -572,6 +573,18 @@ class PsNoticesTest(unittest.TestCase):
             again.clear()
             self.assertFalse(again.received)
             again.clear()  # Nothing to clear.
+
+    def test_a_notice_is_never_left_through_a_link_planted_at_its_path(self):
+        scratch = self.enterContext(tempfile.TemporaryDirectory())
+        victim, notices_dir = os.path.join(scratch, "victim"), os.path.join(scratch, "notices")
+        with open(victim, "w", encoding="utf-8") as file:
+            file.write("kept")
+        os.makedirs(notices_dir)
+        os.symlink(victim, os.path.join(notices_dir, "ps:0"))
+        with self.assertRaisesRegex(OutputFileError, "is a symbolic link, which tfdist never"):
+            preemption.PsNotices.leave(notices_dir, "ps:0")
+        with open(victim, encoding="utf-8") as file:
+            self.assertEqual(file.read(), "kept")
 
 
 class ScheduledAheadTest(unittest.TestCase):
