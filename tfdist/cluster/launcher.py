@@ -212,6 +212,12 @@ def _tasks(
         task_env = {"TF_CONFIG": cluster.for_task(job, index).to_json()}
         env = {**os.environ, **dict(config.env), **task_env, GRACE_ENV: f"{config.grace_s:g}"}
         log_path = os.path.join(config.log_dir, f"{job}-{index}.log") if config.log_dir else None
+        if log_path and (planted := processes.log_refusal(log_path)):
+            raise LaunchError(
+                f"log_dir={config.log_dir!r}: {log_path} is {planted}, and tfdist writes a "
+                "task's log only to a regular file of its own; remove it, or pass another "
+                "--log_dir."
+            )
         name = f"{job}:{index}"
         tasks.append(
             processes.Process(

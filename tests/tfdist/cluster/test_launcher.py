@@ -265,7 +265,10 @@ def _refused_launches(tmp_path_factory) -> tuple[dict, dict[str, str]]:
         "a_file": str(a_file),
         "under_a_file": os.path.join(a_file, "logs"),
         "proc": "/proc",
+        "with_a_planted_link": str(tmp_path_factory.mktemp("planted") / "logs"),
     }
+    os.makedirs(log_dirs["with_a_planted_link"])
+    os.symlink(a_file, os.path.join(log_dirs["with_a_planted_link"], "worker-0.log"))
     cases = {name: ["launch", *args] for name, args, _ in _REFUSED}
     cases.update(
         {
@@ -307,6 +310,19 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
         result = self.refused[f"log_dir_{name}"]
         assert_one_line_error(self, result, f"log_dir={path!r}", expected)
         self.assertNotIn("started", result.stdout)
+
+    @pytest.mark.multiprocess
+    def test_a_link_planted_as_a_tasks_log_is_refused_and_its_target_untouched(self):
+        path = self.log_dirs["with_a_planted_link"]
+        result = self.refused["log_dir_with_a_planted_link"]
+        assert_one_line_error(
+            self,
+            result,
+            f"log_dir={path!r}: {path}/worker-0.log is a symbolic link, and tfdist writes a "
+            "task's log only to a regular file of its own; remove it, or pass another --log_dir.",
+        )
+        self.assertNotIn("started", result.stdout)
+        self.assertEqual(os.path.getsize(self.log_dirs["a_file"]), 0)
 
     def test_too_many_tasks_for_the_free_ports(self):
         stderr = io.StringIO()

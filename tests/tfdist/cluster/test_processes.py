@@ -208,3 +208,39 @@ def _kill(pid: int) -> None:
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class OpenLogTest(unittest.TestCase):
+    """A task's log is appended to a regular file of its own, never through a link or a FIFO
+    someone left in the log dir."""
+
+    def setUp(self):
+        super().setUp()
+        self.dir = self.enterContext(tempfile.TemporaryDirectory())
+        self.victim = os.path.join(self.dir, "victim")
+        with open(self.victim, "w", encoding="utf-8") as victim:
+            victim.write("kept")
+
+    def test_a_new_or_existing_regular_file_is_appended_to(self):
+        path = os.path.join(self.dir, "worker-0.log")
+        for line in (b"one\n", b"two\n"):
+            with processes.open_log(path) as log:
+                log.write(line)
+        with open(path, "rb") as log:
+            self.assertEqual(log.read(), b"one\ntwo\n")
+        self.assertIsNone(processes.log_refusal(path))
+
+    def test_a_link_or_fifo_is_refused_and_its_target_untouched(self):
+        link, fifo = os.path.join(self.dir, "link.log"), os.path.join(self.dir, "fifo.log")
+        os.symlink(self.victim, link)
+        os.mkfifo(fifo)
+        for path, refusal, why in (
+            (link, "a symbolic link", "it is a symbolic link, never written through"),
+            (fifo, "not a regular file", "it is not a regular file"),
+        ):
+            with self.subTest(refusal=refusal):
+                self.assertEqual(processes.log_refusal(path), refusal)
+                with self.assertRaisesRegex(OSError, why):
+                    processes.open_log(path)
+        with open(self.victim, encoding="utf-8") as victim:
+            self.assertEqual(victim.read(), "kept")

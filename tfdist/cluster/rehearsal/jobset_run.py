@@ -110,8 +110,8 @@ class _Run:
             *(expand(word, env) for word in pod.command),
         ]
         log_path = os.path.join(self.options.log_dir, f"{pod.hostname}.log")
-        with open(log_path, "a", encoding="utf-8") as log:
-            log.write(f"{ANNOUNCER}: restart attempt {self.attempt}\n")
+        with processes.open_log(log_path) as log:
+            log.write(f"{ANNOUNCER}: restart attempt {self.attempt}\n".encode())
         process = processes.Process(
             pod.hostname,
             argv,
