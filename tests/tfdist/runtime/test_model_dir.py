@@ -115,6 +115,20 @@ class OwnedModelDirTest(unittest.TestCase):
                 "a directory",
             ),
             (
+                None,
+                os.path.join(run.backup, "chief", "ckpt-2.index"),
+                lambda path: os.symlink(target, path),
+                "a symbolic link",
+                "a regular file or a directory",
+            ),
+            (
+                None,
+                os.path.join(run.checkpoints, "epoch-002.index"),
+                os.mkfifo,
+                "a FIFO",
+                "a regular file or a directory",
+            ),
+            (
                 EVALUATOR,
                 run.evaluations_json,
                 lambda path: os.symlink(target, path),

@@ -155,24 +155,29 @@ class ModelDir:
 
     def _refuse_planted(self, role: str) -> None:
         """Raises ConfigError when a path that `role` writes under the model dir holds what
-        tfdist never makes there: a link, or a record that is not a regular file, or a
-        directory that is not one. Anyone who can write a shared volume could plant one, and
-        a run (often root in a container) would write through it."""
+        tfdist never makes there: a link, a record that is not a regular file, a directory
+        that is not one, or in tfdist's directories anything but files and directories
+        (TensorFlow writes a checkpoint's index through a link at its name). Anyone who can
+        write a shared volume could plant one, and a run (often root in a container) would
+        write through it. Checked as the run starts: one planted later is not seen."""
         if role == TRAINER:
             records = (self.history_json, self.cluster_json, self.save_time_json)
             directories = (self.backup, self.checkpoints, self.logs(), self.notices)
             directories += (self.loop_checkpoints,)
         else:
             records, directories = (self.evaluations_json,), (self.logs(), self.logs(role))
-        wanted = dict.fromkeys(records, storage.REGULAR_FILE)
-        wanted.update(dict.fromkeys(directories, storage.DIRECTORY))
-        for path, kind in wanted.items():
+        wanted = dict.fromkeys(records, (storage.REGULAR_FILE,))
+        wanted.update(dict.fromkeys(directories, (storage.DIRECTORY,)))
+        if role == TRAINER:
+            for directory in (*directories, os.path.join(self.backup, "chief")):
+                wanted.update(dict.fromkeys(_entries(directory), _FILES_OR_DIRECTORIES))
+        for path, kinds in wanted.items():
             found = storage.local_kind(path)
-            if found not in (None, kind):
+            if found not in (None, *kinds):
                 raise ConfigError(
                     f"model_dir={self.root!r}: {path} is {found}, where tfdist makes "
-                    f"{kind} and never writes through anything else; remove it, or pass "
-                    "another model_dir=DIR."
+                    f"{' or '.join(kinds)} and never writes through anything else; remove "
+                    "it, or pass another model_dir=DIR."
                 )
 
     def _lock_file(self, role: str) -> str:
@@ -247,6 +252,20 @@ def read_record(path: str) -> object | None:
         return json.loads(data) if data is not None else None
     except ValueError:
         return None
+
+
+_FILES_OR_DIRECTORIES = (storage.REGULAR_FILE, storage.DIRECTORY)
+
+
+def _entries(directory: str) -> list[str]:
+    """The paths in the local `directory` (its first `_MAX_DIRS_SEARCHED`); [] when it is not
+    one here."""
+    local = storage.on_this_machine(directory)
+    try:
+        with os.scandir(local) as entries:
+            return [entry.path for entry, _ in zip(entries, range(_MAX_DIRS_SEARCHED))]
+    except (OSError, TypeError):
+        return []
 
 
 def _read_local(path: str) -> bytes | None:
