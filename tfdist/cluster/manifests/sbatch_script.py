@@ -184,6 +184,22 @@ _NOT_REQUEUED_COMMENT = (
 )
 
 
+def slurm_time_s(time_limit: str) -> int | None:
+    """The seconds of the Slurm time `time_limit` (`_SLURM_TIME_RE`), as `sbatch --time` reads
+    it: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS; None when it is unlimited."""
+    if not time_limit[0].isdigit():
+        return None
+    days, _, clock = time_limit.rpartition("-")
+    parts = [int(part) for part in clock.split(":")]
+    if days:  # D-HH[:MM[:SS]]
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 3:  # HH:MM:SS
+        hours, minutes, seconds = parts
+    else:  # MM[:SS]
+        hours, (minutes, seconds) = 0, (parts + [0])[:2]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
 def _check_job(job_name, time_limit, port, grace_s, gpus_per_task, tasks_per_node) -> None:
     checks.require(
         isinstance(job_name, str) and bool(_SLURM_NAME_RE.fullmatch(job_name)),
@@ -205,6 +221,15 @@ def _check_job(job_name, time_limit, port, grace_s, gpus_per_task, tasks_per_nod
         grace_s,
         f"pass the seconds before the time limit to save in, 1 to {MAX_GRACE_S}",
         problem="is not a grace period",
+    )
+    limit_s = slurm_time_s(time_limit)
+    checks.require(
+        limit_s is None or grace_s < limit_s,
+        "slurm grace_s",
+        grace_s,
+        f"pass fewer seconds than the time limit's {limit_s} (time_limit={time_limit}), e.g. "
+        f"{max(1, (limit_s or 2) // 10)}, or a longer --time_limit",
+        problem="leaves no time to train: every run would be told to save as it starts",
     )
     for name, value, lowest in (
         ("gpus_per_task", gpus_per_task, 0),

@@ -18,6 +18,7 @@ from absl.testing import parameterized
 from tfdist.cluster import manifests
 from tfdist.strategies.slurm import JOB_SLOTS
 from tfdist.cluster.manifests import ManifestError
+from tfdist.cluster.manifests import sbatch_script
 
 _TRAIN_ARGS = [
     "--strategy=parameter_server",
@@ -391,6 +392,13 @@ class SlurmTest(parameterized.TestCase):
         ("gpus", dict(gpus_per_task=-1), "slurm gpus_per_task", "-1", "from 0 to 1024"),
         ("tasks_per_node", dict(tasks_per_node=0), "slurm tasks_per_node", "0", "from 1 to 1024"),
         ("grace", dict(grace_s=0), "slurm grace_s", "0", "1 to 3600"),
+        (
+            "grace_the_whole_time_limit",
+            dict(grace_s=1800, time_limit="30"),
+            "slurm grace_s",
+            "1800 leaves no time to train",
+            "fewer seconds than the time limit's 1800 (time_limit=30), e.g. 180, or a longer",
+        ),
         ("python", dict(python='/a "b"/python'), "slurm python", "'/a \"b\"/python'", "path"),
         (
             "args",
@@ -408,6 +416,27 @@ class SlurmTest(parameterized.TestCase):
             rf"{re.escape(value)}.*; .*{re.escape(fix)}",
         ):
             manifests.slurm(**kwargs)
+
+
+class SlurmTimeTest(parameterized.TestCase):
+    @parameterized.parameters(
+        ("30", 1800),
+        ("30:15", 1815),
+        ("01:00:00", 3600),
+        ("2-00", 172800),
+        ("2-01:30", 178200),
+        ("2-01:30:05", 178205),
+        ("UNLIMITED", None),
+        ("infinite", None),
+    )
+    def test_seconds_as_sbatch_reads_the_time(self, time_limit, seconds):
+        self.assertEqual(sbatch_script.slurm_time_s(time_limit), seconds)
+
+    def test_a_grace_just_under_the_limit_is_written(self):
+        self.assertIn(
+            "#SBATCH --signal=USR1@1799",
+            manifests.slurm(**_SLURM, num_workers=1, grace_s=1799, time_limit="30"),
+        )
 
 
 _FAKE_SRUN = """#!/bin/bash
