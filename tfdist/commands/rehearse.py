@@ -2,6 +2,8 @@
 script) on this machine as the cluster would, one emulated host per pod or node
 (`tfdist.cluster.rehearsal`); exits with the job's status."""
 
+import re
+
 from absl import flags
 
 from tfdist.cluster import rehearsal
@@ -64,10 +66,8 @@ def _nodes(text: str | None) -> int | list[str] | None:
 def _preemption(entry: str) -> tuple[str, float]:
     """One --preempt entry, POD@SECONDS, as (pod, seconds)."""
     pod, at, seconds = entry.rpartition("@")
-    try:
-        after_s = float(seconds)
-    except ValueError:
-        after_s = -1.0
+    # Digits as written (float() would also take "٣", "1_0" or " 3").
+    after_s = float(seconds) if re.fullmatch(r"\d+(\.\d*)?", seconds, re.ASCII) else -1.0
     if not (pod and at and 0 <= after_s <= MAX_PREEMPT_S):
         raise flags_lib.UsageError(
             f"preempt={entry!r} is not POD@SECONDS; write e.g. --preempt=train-worker-0-1@30 "

@@ -126,7 +126,10 @@ _STRINGS = {
     "slurm_prologue": ("", "a\nb"),
     "slurm_array": ("", "x", "1-", "0-1%0", HUGE, "3-1"),
     "slurm_sweep": ("lr", "lr=", "=1", "a b=1", "model_dir=a,b", "seed=1,1", "no_such_flag=1,2"),
-    "preempt": ("pod", "pod@", "@30", "pod@x", "pod@-1", "pod@nan", "pod@inf", "pod@" + HUGE),
+    "preempt": (
+        *("pod", "pod@", "@30", "pod@x", "pod@-1", "pod@nan", "pod@inf", "pod@" + HUGE),
+        *(f"pod@{digits}" for digits in (*_NOT_DECIMAL, " 3")),
+    ),
     "variable_partition": ("max_shards", "min_size:0", "max_shards:" + HUGE, "fixed:2"),
 }
 # Flags that are judged only beside others: what to add so the bad value is what fails.
