@@ -28,6 +28,8 @@ import sys
 import time
 
 from tfdist.commands import flags as flags_lib
+from tfdist.commands.app import USER_ERRORS
+from tfdist.errors import EXIT_USAGE
 from tfdist.commands import train_flags
 from tfdist.runtime.tf_import import import_tensorflow
 
@@ -64,8 +66,11 @@ def _tfdist_steps(plan, steps: int) -> tuple[list[float], dict]:
     summary)."""
     timer = StepTimer()
     summary = train_command.fit(plan, validate=False, callbacks=[timer])
-    assert len(timer.seconds) == steps, (len(timer.seconds), steps)
-    return timer.seconds, summary
+    # A call runs --steps_per_execution steps, and the timer sees the calls.
+    per_call = plan.config.train.steps_per_execution
+    seconds = [call_s / per_call for call_s in timer.seconds for _ in range(per_call)]
+    assert len(seconds) == steps, (len(seconds), steps)
+    return seconds, summary
 
 
 def _without_noise_scale(config):
@@ -154,6 +159,17 @@ class Configuration:
         return result
 
 
+def set_up(spec: dict) -> tuple[Configuration | None, dict]:
+    """`spec`'s configuration and its first message: its description, or the one line in
+    which `tfdist train` refuses it (`refused`, with its `exit_status`)."""
+    try:
+        configuration = Configuration(spec)
+    except USER_ERRORS as error:
+        refused = flags_lib.as_flags(str(error))
+        return None, {"refused": refused, "exit_status": getattr(error, "exit_status", EXIT_USAGE)}
+    return configuration, configuration.description()
+
+
 def serve(spec: dict) -> None:
     """Sets `spec`'s configuration up and times a round per `round` line on standard input."""
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w")
@@ -163,8 +179,10 @@ def serve(spec: dict) -> None:
         protocol.write(json.dumps(message) + "\n")
         protocol.flush()
 
-    configuration = Configuration(spec)
-    send(configuration.description())
+    configuration, first = set_up(spec)
+    send(first)
+    if configuration is None:
+        return
     for line in sys.stdin:
         if line.strip() != "round":
             raise ValueError(f"benchmark child: unknown request {line.strip()!r}")

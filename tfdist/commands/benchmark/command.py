@@ -213,12 +213,27 @@ def _tax_pair_specs(sweep: Sweep, num_gpus: int) -> list[dict]:
     )
 
 
+def _check_whole_calls(sweep: Sweep, per_call: int) -> None:
+    """Raises UsageError unless the warm-up and the timed steps are whole calls of `per_call`
+    steps (--steps_per_execution): a step's time is its call's over `per_call`."""
+    if sweep.warmup_steps % per_call or sweep.timed_steps % per_call:
+        whole = [
+            -(-steps // per_call) * per_call for steps in (sweep.warmup_steps, sweep.timed_steps)
+        ]
+        raise flags_lib.UsageError(
+            f"steps_per_execution={per_call}: --warmup_steps={sweep.warmup_steps} and "
+            f"--timed_steps={sweep.timed_steps} must be multiples of it (each call runs "
+            f"{per_call} steps); pass e.g. --warmup_steps={whole[0]} --timed_steps={whole[1]}."
+        )
+
+
 def main() -> int:
     """Checks the flags, runs the sweep, prints a progress line per configuration and the table;
     returns 0."""
     sweep = sweep_from_flags()
     config = train_flags.run_config(None)
     paths.check(config)  # The train flags, before minutes of sweeping.
+    _check_whole_calls(sweep, config.train.steps_per_execution)
     plugins.check_findable(dataset=config.input.dataset, model=config.train.model)
     paths.check_output_file("json", sweep.json_path)
     paths.check_output_file("plot", sweep.plot_path)

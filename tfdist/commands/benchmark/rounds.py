@@ -32,7 +32,7 @@ class _Child:
     """One configuration's process, spoken to one JSON line at a time."""
 
     def __init__(self, spec: dict, env: dict[str, str]):
-        self.train_args = spec["train_args"]
+        self._command = f"tfdist train {' '.join(spec['train_args'])}"
         self._stderr = tempfile.TemporaryFile(mode="w+")
         self._process = subprocess.Popen(
             [*PYTHON, "-m", CHILD_MODULE, json.dumps(spec)],
@@ -48,19 +48,25 @@ class _Child:
         self._process.stdin.flush()
 
     def reply(self) -> dict:
-        """The child's next message; RunFailure when it fails or is silent for `_WAIT_S`."""
+        """The child's next message.
+
+        Raises:
+          UsageError: `tfdist train` refuses the configuration (the child's one line).
+          RunFailure: it failed, or was silent for `_WAIT_S`.
+        """
         ready, _, _ = select.select([self._process.stdout], [], [], _WAIT_S)
         line = self._process.stdout.readline() if ready else ""
+        if line and "refused" in (message := json.loads(line)):
+            error_class = errors.RunFailure if message["exit_status"] == 1 else errors.UsageError
+            raise error_class(f"benchmark configuration `{self._command}`: {message['refused']}")
         if line:
-            return json.loads(line)
+            return message
         if ready:  # Its output ended: it exited.
             self._process.wait(timeout=_EXIT_WAIT_S)
             why = f"failed: {self._last_error_line()}"
         else:
             why = f"gave no answer in {_WAIT_S:g} s"
-        raise errors.RunFailure(
-            f"benchmark configuration `tfdist train {' '.join(self.train_args)}` {why}"
-        )
+        raise errors.RunFailure(f"benchmark configuration `{self._command}` {why}")
 
     def _last_error_line(self) -> str:
         self._stderr.seek(0)

@@ -18,6 +18,7 @@ from tests.tfdist.cli_runner import assert_one_line_error
 from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.commands import cli
 from tfdist.commands import flags as flags_lib
+from tfdist.commands.benchmark import child
 from tfdist.commands.benchmark import command as benchmark_command
 from tfdist.commands.benchmark import rounds as benchmark_rounds
 from tfdist.runtime.config import ConfigError
@@ -181,6 +182,11 @@ _BAD_INPUT = {
     "unknown_data": (["--data=fake"], "data='fake' is not understood"),
     "zero_timed_steps": (["--timed_steps=0"], "--timed_steps=0"),
     "bad_train_flag": (["--global_batch_size=0"], "--global_batch_size=0"),
+    "partial_calls": (
+        ["--steps_per_execution=3", "--warmup_steps=3", "--timed_steps=4"],
+        "--steps_per_execution=3: --warmup_steps=3 and --timed_steps=4 must be multiples of it "
+        "(each call runs 3 steps); pass e.g. --warmup_steps=3 --timed_steps=6.",
+    ),
 }
 
 
@@ -222,3 +228,29 @@ class BadBenchmarkInputTest(parameterized.TestCase):
                     ),
                     num_gpus=0,
                 )
+
+
+class ChildTest(unittest.TestCase):
+    def test_what_train_refuses_is_the_first_message_in_one_line_with_its_status(self):
+        spec = {"train_args": ["--strategy=parameter_server", "--dataset=synthetic"]}
+        spec.update(warmup_steps=1, timed_steps=1, overhead=False)
+        configuration, first = child.set_up(spec)
+        self.assertIsNone(configuration)
+        self.assertEqual(first["exit_status"], 2)
+        self.assertRegex(first["refused"], r"^--strategy=parameter_server needs ps tasks, but")
+
+    def test_a_calls_time_is_shared_by_its_steps_per_execution(self):
+        def two_calls(plan, validate, callbacks):
+            del plan, validate
+            for _ in range(2):
+                callbacks[0].on_train_batch_begin(0)
+                callbacks[0].on_train_batch_end(0)
+            return {}
+
+        plan = mock.Mock()
+        plan.config.train.steps_per_execution = 3
+        with mock.patch.object(child.train_command, "fit", two_calls):
+            seconds, _ = child._tfdist_steps(plan, 6)  # pylint: disable=protected-access
+        self.assertEqual(len(seconds), 6)
+        self.assertEqual(len(set(seconds[:3])), 1)
+        self.assertEqual(len(set(seconds[3:])), 1)

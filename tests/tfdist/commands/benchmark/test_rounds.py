@@ -11,6 +11,7 @@ import pytest
 
 from tfdist.commands.benchmark import rounds as benchmark_rounds
 from tfdist.errors import RunFailure
+from tfdist.errors import UsageError
 
 _ROOT = pathlib.Path(__file__).resolve().parents[4]
 
@@ -63,6 +64,15 @@ class BenchmarkRoundsTest(unittest.TestCase):
         ):
             benchmark_rounds.run(self._specs("ab", b={"fail_on_round": 2}), self._env(), rounds=3)
         self.assertEqual([name for name, _ in self._logged()], ["a", "b"])  # Round 2 starts at b.
+
+    @pytest.mark.multiprocess
+    def test_a_configuration_train_refuses_is_its_one_line_as_a_usage_error(self):
+        with self.assertRaisesRegex(
+            UsageError, r"^benchmark configuration `tfdist train b`: --x=1 is wrong; pass 2\.$"
+        ):
+            specs = self._specs("ab", b={"refused": "--x=1 is wrong; pass 2."})
+            benchmark_rounds.run(specs, self._env(), rounds=3)
+        self.assertFalse(os.path.exists(self.log))  # No round was timed.
 
     @pytest.mark.multiprocess
     def test_a_silent_configuration_is_stopped_after_the_wait(self):
