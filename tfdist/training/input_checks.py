@@ -16,6 +16,8 @@ Relied-on TensorFlow internal: `ClusterCoordinator._create_per_worker_resources`
 `create_per_worker_dataset` runs a function once on every worker (TensorFlow 2.21).
 """
 
+import re
+
 import tensorflow as tf
 
 from tfdist.runtime.config import ConfigError
@@ -59,7 +61,7 @@ def check(plan: Plan, read: DatasetFn, name: str) -> None:
         probes = _per_worker_probes(plan, read)
         where = "parameter-server worker"
     else:
-        probes = _local_probes(plan, read)
+        probes = _local_probes(plan, read, name)
         where = "replica pipeline" if len(probes) > 1 else "worker"
         if plan.kind is StrategyKind.MULTI_WORKER_MIRRORED and plan.num_workers > 1:
             probes = _gathered(plan, probes)
@@ -67,7 +69,31 @@ def check(plan: Plan, read: DatasetFn, name: str) -> None:
     _check_distinct(plan, probes, name, where)
 
 
-def _local_probes(plan: Plan, read: DatasetFn) -> dict[int, tuple[int, int]]:
+def _first_batch(dataset: tf.data.Dataset, name: str):
+    """The first batch of `dataset` (`name`'s); None when it is empty.
+
+    Raises:
+      ConfigError: reading it failed (a generator of the user's that raises, a file that is
+        gone): the reason's line, without TensorFlow's traceback around it.
+    """
+    try:
+        return next(iter(dataset.take(1)), None)
+    except tf.errors.OpError as error:
+        raise ConfigError(
+            f"{name}: reading its first batch failed ({_reason(error)}); fix what it reads, "
+            "then run again."
+        ) from None
+
+
+def _reason(error: tf.errors.OpError) -> str:
+    """The line that says why `error` happened: the Python exception a `from_generator` or
+    `py_function` raised, when it holds one, else its first line."""
+    lines = [line.strip() for line in (error.message or "").splitlines() if line.strip()]
+    raised = [line for line in lines if re.match(r"^[A-Za-z_][\w.]*(Error|Exception): ", line)]
+    return (raised or lines or [type(error).__name__])[-1 if raised else 0]
+
+
+def _local_probes(plan: Plan, read: DatasetFn, name: str) -> dict[int, tuple[int, int]]:
     """{input pipeline id: (fingerprint, examples)} of this process's pipelines, made as the
     strategy makes them (with the input contexts it gives)."""
     made = {}
@@ -79,7 +105,7 @@ def _local_probes(plan: Plan, read: DatasetFn) -> dict[int, tuple[int, int]]:
     plan.strategy.distribute_datasets_from_function(recording, options=input_options(plan))
     probes = {}
     for pipeline, dataset in made.items():
-        batch = next(iter(dataset.take(1)), None)
+        batch = _first_batch(dataset, name)
         if batch is not None:
             fingerprint, size = _fingerprint_and_size(batch).numpy().tolist()
             probes[pipeline] = (fingerprint, size)

@@ -77,6 +77,28 @@ class InProcessTest(PolicyReset):
     def test_a_dataset_function_that_shards_trains(self):
         self.assertEqual(self._fit(tabular_dataset_fn)["steps"], 2)
 
+    def test_a_generator_that_raises_at_once_is_its_own_line(self):
+        def failing(global_batch_size):
+            def make(context):
+                del context
+
+                def examples():
+                    raise RuntimeError("my source is down")
+                    yield  # pylint: disable=unreachable
+
+                spec = (tf.TensorSpec((6,), tf.float32), tf.TensorSpec((), tf.int64))
+                return tf.data.Dataset.from_generator(examples, output_signature=spec).batch(16)
+
+            del global_batch_size
+            return make
+
+        with self.assertRaisesRegex(
+            ConfigError,
+            r"^train_data: reading its first batch failed \(RuntimeError: my source is down\); "
+            r"fix what it reads, then run again\.$",
+        ):
+            self._fit(failing)
+
     def test_check_input_must_be_a_bool(self):
         with self.assertRaisesRegex(ConfigError, r"^check_input='no' is not True or False"):
             self._fit(tabular_dataset_fn, check_input="no")
