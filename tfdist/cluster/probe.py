@@ -115,6 +115,20 @@ def answers(address: str, *, timeout_s: float = 2.0) -> bool:
     return _connect(infos, time.monotonic() + timeout_s) is None
 
 
+def unreachable(address: str, *, timeout_s: float) -> str | None:
+    """Why nothing accepts TCP connections at `address` ("host:port") within `timeout_s`, the
+    host's lookup included, in a few words ("does not resolve (...)", "does not answer
+    (connection refused)"); None when something does."""
+    host, port = _split(address)
+    (slot,) = _probe_all(
+        [_Target(address, address, host, port, True)], time.monotonic() + timeout_s
+    )
+    result = _final(slot, timeout_s)
+    return (
+        None if result.outcome is _Outcome.ANSWERS else f"{result.outcome.value} ({result.detail})"
+    )
+
+
 class _Outcome(str, enum.Enum):
     ANSWERS = "answers"
     SILENT = "does not answer"

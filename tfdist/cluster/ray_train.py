@@ -248,8 +248,12 @@ def cause(error: Exception) -> str:
         rank = min(failures)
         lines = str(failures[rank]).strip().splitlines() or [type(failures[rank]).__name__]
         return f"worker {rank}: {lines[-1]}"
-    lines = str(error).strip().splitlines() or [type(error).__name__]
-    return lines[0]
+    return first_line(error)
+
+
+def first_line(error: BaseException) -> str:
+    """`error`'s message's first line (its class's name when it has none)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def kill_descendants() -> None:

@@ -17,6 +17,7 @@ from tfdist.cluster import GRACE_ENV
 from tfdist.cluster import launcher
 from tfdist.cluster.manifests import checks
 from tfdist.cluster import processes
+from tfdist.cluster import probe
 from tfdist.cluster import ray_train
 from tfdist.cluster.supervisor import Supervisor
 from tfdist.commands import cli_flags
@@ -49,6 +50,7 @@ flags_lib.register(
     ),
 )
 _POLL_S = 0.2
+_REACH_S = 10.0  # The longest a Ray address may take to take a connection.
 _ADDRESS_RE = re.compile(r"auto|local|(ray://)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}")
 
 
@@ -77,6 +79,11 @@ def main(command: list[str], *, tfdist_commands) -> int:
         "cpus_per_worker": _CPUS_PER_WORKER.value,
         "max_failures": cli_flags.MAX_RESTARTS.value,
     }
+    if scaling["cpus_per_worker"] <= 0:
+        raise errors.UsageError(
+            f"cpus_per_worker={scaling['cpus_per_worker']:g} reserves no CPU, which Ray "
+            "refuses; pass more than 0, e.g. 1 (or 0.5: fractions share a CPU)."
+        )
     _check_address(address)
     # The same name as the run's JobSet or Slurm job: a DNS label, also a safe directory name
     # for Ray's record of the run.
@@ -99,8 +106,14 @@ def main(command: list[str], *, tfdist_commands) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, stops)
     try:
         ray.init(address=address, include_dashboard=False, runtime_env=runtime_env)
+    except ConnectionError as error:  # `auto` with no cluster here; one gone since the check.
+        raise errors.UsageError(
+            f"address={address}: Ray found no cluster there ({ray_train.first_line(error)}); "
+            "start one (`ray start --head`), or leave --address unset for a local Ray."
+        ) from None
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
+    _check_resources(scaling)
     stop = ray.remote(num_cpus=0)(ray_train.StopRequest).remote()
     trainer = ray_train.trainer(
         checks.bounded(command),  # A hung worker fails its peers' step: Ray restarts them.
@@ -141,14 +154,43 @@ def main(command: list[str], *, tfdist_commands) -> int:
 
 def _check_address(address: str | None) -> None:
     """Raises UsageError unless `address` is one `ray.init` takes: auto, local, HOST:PORT or
-    ray://HOST:PORT (a wrong one would wait on a connection, then trace back in Ray)."""
-    if address is None or _ADDRESS_RE.fullmatch(address):
+    ray://HOST:PORT, and a HOST:PORT answers within `_REACH_S` (Ray would wait on it for
+    minutes, then trace back)."""
+    if address is None or address in ("auto", "local"):
         return
-    raise errors.UsageError(
-        f"address={errors.shown(address)} is not a Ray address; pass auto (the cluster this "
-        "machine belongs to), HOST:PORT of its head (port 6379), ray://HOST:10001 (a remote "
-        "one), or leave it unset for a local Ray."
-    )
+    host_port = address.removeprefix("ray://")
+    if not _ADDRESS_RE.fullmatch(address) or not 1 <= int(host_port.rpartition(":")[2]) <= 65535:
+        raise errors.UsageError(
+            f"address={errors.shown(address)} is not a Ray address; pass auto (the cluster this "
+            "machine belongs to), HOST:PORT of its head (port 6379, from 1 to 65535), "
+            "ray://HOST:10001 (a remote one), or leave it unset for a local Ray."
+        )
+    why = probe.unreachable(host_port, timeout_s=_REACH_S)
+    if why:
+        raise errors.UsageError(
+            f"address={address}: nothing there takes a connection: it {why}; start Ray's head "
+            "there (`ray start --head`), pass the address of a running one (`ray status` on "
+            "its head shows it), or leave --address unset for a local Ray."
+        )
+
+
+def _check_resources(scaling: dict) -> None:
+    """Raises UsageError unless each worker's CPUs and GPUs fit on one node of the Ray cluster
+    `ray.init` joined (Ray would wait for such a node for ever)."""
+    import ray  # pylint: disable=import-outside-toplevel
+
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    for resource, key, flag in (
+        ("CPU", "cpus_per_worker", "cpus_per_worker"),
+        ("GPU", "gpus_per_worker", "gpus_per_task"),
+    ):
+        most = max((node.get(resource, 0) for node in nodes), default=0)
+        if scaling[key] > most:
+            raise errors.UsageError(
+                f"{flag}={scaling[key]:g}: no node of the Ray cluster has that many "
+                f"{resource}s (the most a node has is {most:g}), so no worker would start; "
+                f"pass at most {most:g}, or add a node with more."
+            )
 
 
 class _Fit:

@@ -25,8 +25,11 @@ import pytest
 from tests.tfdist.cli_runner import MLP_PROGRAM
 from tests.tfdist.cli_runner import digests
 from tests.tfdist.cli_runner import run_tfdist
+from tests.tfdist.cli_runner import run_tfdist_cases
 from tfdist.cluster import processes
 from tfdist.cluster import ray_train
+from tfdist.commands import ray_job
+from tfdist.errors import UsageError
 from tfdist.errors import EXIT_PREEMPTED
 from tfdist.runtime import keras_env
 from tfdist.runtime import ray_env
@@ -199,17 +202,59 @@ class KillDescendantsTest(unittest.TestCase):
 class RayCommandInputTest(unittest.TestCase):
     @pytest.mark.multiprocess
     def test_bad_input_is_one_line_before_ray_starts(self):
-        for args, expected in (
+        unreachable = "nothing there takes a connection: it "
+        cases = (
             (["ray"], "needs the command every worker runs after `--`"),
             (["ray", "--", "no-such-program-here"], "is not an executable file or on PATH"),
             (["ray", "--", "train", "--epochs=-1"], "epochs"),
             (["ray", "--cpus_per_worker=nan", "--", "train"], "cpus_per_worker"),
-        ):
+            (["ray", "--cpus_per_worker=0", "--", "train"], "cpus_per_worker=0 reserves no CPU"),
+            (["ray", "--address=h:99999", "--", "train"], "from 1 to 65535"),
+            (
+                ["ray", "--address=127.0.0.1:1", "--", "train"],
+                f"address=127.0.0.1:1: {unreachable}does not answer (connection refused); start",
+            ),
+            (
+                ["ray", "--address=ray://127.0.0.1:1", "--", "train"],
+                f"address=ray://127.0.0.1:1: {unreachable}does not answer (connection refused)",
+            ),
+            (["ray", "--address=local:1", "--", "train"], f"{unreachable}does not resolve ("),
+        )
+        results = run_tfdist_cases([args for args, _ in cases], timeout_s=120)
+        for (args, expected), result in zip(cases, results):
             with self.subTest(args=args):
-                result = run_tfdist(*args, timeout_s=120)
                 self.assertEqual(result.returncode, 2, result.stderr)
                 self.assertEqual(len(result.stderr.splitlines()), 1, result.stderr)
                 self.assertIn(expected, result.stderr)
+
+    def test_a_worker_larger_than_every_node_is_one_line(self):
+        _real_ray_or_skip()
+        import ray  # pylint: disable=import-outside-toplevel
+
+        nodes = [
+            {"Alive": True, "Resources": {"CPU": 2.0}},
+            {"Alive": True, "Resources": {"CPU": 4.0, "GPU": 1.0}},
+            {"Alive": False, "Resources": {"CPU": 64.0, "GPU": 8.0}},
+        ]
+        fits = {"cpus_per_worker": 4.0, "gpus_per_worker": 1}
+        with unittest.mock.patch.object(ray, "nodes", return_value=nodes):
+            ray_job._check_resources(fits)  # pylint: disable=protected-access
+            for scaling, expected in (
+                (
+                    {**fits, "cpus_per_worker": 64.0},
+                    "cpus_per_worker=64: no node of the Ray "
+                    "cluster has that many CPUs (the most a node has is 4), so no worker would "
+                    "start; pass at most 4, or add a node with more.",
+                ),
+                (
+                    {**fits, "gpus_per_worker": 2},
+                    "gpus_per_task=2: no node of the Ray cluster "
+                    "has that many GPUs (the most a node has is 1)",
+                ),
+            ):
+                with self.subTest(expected=expected[:16]):
+                    with self.assertRaisesRegex(UsageError, "^" + re.escape(expected)):
+                        ray_job._check_resources(scaling)  # pylint: disable=protected-access
 
     @pytest.mark.multiprocess
     def test_without_ray_one_line_says_how_to_install_it(self):
