@@ -42,18 +42,31 @@ _INSTALL = (
 )
 
 
+# How long Ray Train waits for a worker group's workers to start (read by its controller, which
+# the driver's variable reaches).
+START_TIMEOUT_ENV = "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S"
+
+
 class RayUnavailable(ClusterError):
     """Ray (with Ray Train) is not installed here; one line says how to install it."""
 
 
 class StopRequest:
-    """The driver's request that the run stop and save, and how each worker's program ended
-    then: a Ray actor (`ray.remote(StopRequest)`) that every worker polls."""
+    """The driver's request that the run stop and save, how each worker's program ended then,
+    and the nodes the workers ran on: a Ray actor (`ray.remote(StopRequest)`) that every worker
+    polls."""
 
     POLL_S = 0.5  # How often a worker asks.
 
     def __init__(self):
-        self.asked, self.statuses = False, {}
+        self.asked, self.statuses, self.nodes = False, {}, set()
+
+    def placed(self, node_id: str, address: str) -> None:
+        """Notes that a worker ran on the node `node_id`, at the IP `address`."""
+        self.nodes.add((node_id, address))
+
+    def worker_nodes(self) -> set[tuple[str, str]]:
+        return set(self.nodes)
 
     def ask(self) -> None:
         self.asked = True
@@ -100,6 +113,11 @@ def train_loop_per_worker(config: dict) -> None:
     """
     command = tuple(config["command"])
     argv = launcher.resolve_command(command, config["tfdist_commands"])
+    if config["stop"] is not None:
+        import ray  # pylint: disable=import-outside-toplevel  # This process is Ray's worker.
+
+        node = ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+        config["stop"].placed.remote(*node)
     env = {**os.environ, **config["env"]}  # Over Ray's: it sets TF_USE_LEGACY_KERAS=1.
     with subprocess.Popen(  # The worker's stdout and stderr: Ray sends them to the driver.
         argv,
@@ -113,7 +131,7 @@ def train_loop_per_worker(config: dict) -> None:
             if program.poll() is None:  # Ray stopped this worker: its program goes too.
                 program.kill()
     if asked:
-        import ray  # pylint: disable=import-outside-toplevel  # This process is Ray's worker.
+        import ray  # pylint: disable=import-outside-toplevel
 
         ray.get(config["stop"].ended.remote(ray.train.get_context().get_world_rank(), status))
     if status and not (asked and status == EXIT_PREEMPTED):
@@ -234,10 +252,32 @@ def trainer(
         ),
         run_config=RunConfig(
             name=name,
-            failure_config=FailureConfig(max_failures=max_failures),
+            # A group that does not start in time (a lost node, no room) is a controller
+            # failure to Ray, retried without end unless bounded: as often as a worker's.
+            failure_config=FailureConfig(
+                max_failures=max_failures, controller_failure_limit=max_failures
+            ),
             worker_runtime_env=runtime_env or {},
         ),
     )
+
+
+def did_not_start(error: Exception) -> bool:
+    """Whether a failed run's `error` is Ray Train's worker group that did not start within its
+    start-up timeout (`START_TIMEOUT_ENV`), the last time Ray tried."""
+    return "worker group startup timed out" in str(error)
+
+
+def lost_nodes(stop) -> list[str]:
+    """The nodes a worker of the run ran on that Ray no longer has alive, each as "ID at IP"
+    (the ID's first 8 digits, as `ray status` shows them)."""
+    import ray  # pylint: disable=import-outside-toplevel
+
+    alive = {node["NodeID"] for node in ray.nodes() if node.get("Alive")}
+    ran_on = ray.get(stop.worker_nodes.remote(), timeout=10)
+    return [
+        f"{node_id[:8]} at {address}" for node_id, address in sorted(ran_on) if node_id not in alive
+    ]
 
 
 def cause(error: Exception) -> str:

@@ -3,12 +3,14 @@
 (`tfdist.cluster.ray_train`), on a local Ray started for the run or on a running Ray cluster
 (`--address`); exits 0 when the run finished, 1 when Ray gave up on it."""
 
+import functools
 import os
 import re
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from absl import flags
 
@@ -36,6 +38,14 @@ _ADDRESS = flags.DEFINE_string(
 _CPUS_PER_WORKER = flags_lib.define_float(
     "cpus_per_worker", 1.0, "ray: CPUs Ray reserves for each worker.", lower_bound=0.0
 )
+_START_TIMEOUT_S = flags_lib.define_duration(
+    "start_timeout_s",
+    60.0,
+    "ray: how long Ray Train waits for the run's workers to be placed and started; a group "
+    "that does not start in time (a lost node without a replacement, no room on the cluster) "
+    "counts as one of --max_restarts, so such a run ends within about (max_restarts + 1) "
+    "times this.",
+)
 flags_lib.register(
     "ray",
     flags_lib.group(
@@ -43,6 +53,7 @@ flags_lib.register(
         cli_flags.GPUS_PER_TASK,
         _CPUS_PER_WORKER,
         cli_flags.MAX_RESTARTS,
+        _START_TIMEOUT_S,
         cli_flags.NAME,
         _ADDRESS,
         cli_flags.TIMEOUT_S,
@@ -50,6 +61,11 @@ flags_lib.register(
     ),
 )
 _POLL_S = 0.2
+# A Ray job's entrypoint has this variable; `ray job stop` kills it after the other's seconds.
+_RAY_JOB_ENV, _JOB_STOP_WAIT_ENV = "RAY_JOB_CONFIG_JSON_ENV_VAR", "RAY_JOB_STOP_WAIT_TIME_S"
+# Measured (docs/ray.md): 8 s from the signal to the exit around a save of 0.05 s, most of it
+# Ray's shutdown; a save may take up to the programs' grace before it.
+_JOB_STOP_NEEDS_S = processes.STOP_GRACE_S + 8
 _REACH_S = 10.0  # The longest a Ray address may take to take a connection.
 _ADDRESS_RE = re.compile(r"auto|local|(ray://)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}:[0-9]{1,5}")
 
@@ -72,6 +88,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
     ray_train.require_ray()
     # Read before checking the train flags, which parses FLAGS anew for `tfdist train`.
     address, name, timeout_s = _ADDRESS.value, cli_flags.NAME.value, cli_flags.TIMEOUT_S.value
+    start_timeout_s = _START_TIMEOUT_S.value
     keras, tf_logs = train_flags.keras(), train_flags.show_tf_logs()
     scaling = {
         "num_workers": cli_flags.NUM_WORKERS.value,
@@ -96,6 +113,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
     keras_env.select(keras)
     if not tf_logs:
         tf_import.quiet_when_imported()
+    _warn_short_job_stop()
     runtime_env = ray_env.ray_runtime_env(keras, tf_logs)
     import ray  # pylint: disable=import-outside-toplevel
 
@@ -129,12 +147,24 @@ def main(command: list[str], *, tfdist_commands) -> int:
     # Ray, the job's working directory on a cluster (`ray job submit --working-dir`), not the
     # run's artifacts directory that Ray Train would change each worker to. Read by `fit`.
     os.environ["RAY_CHDIR_TO_TRIAL_DIR"] = "0"
+    os.environ[ray_train.START_TIMEOUT_ENV] = f"{start_timeout_s:g}"  # For Ray Train's controller.
     supervisor = Supervisor("tfdist ray", timeout_s=timeout_s, everything="the run")
     fit = _Fit(trainer)
     runner = threading.Thread(target=fit, name="ray-train-fit", daemon=True)
     status = supervisor.run(
         lambda: _wait(
-            fit, runner, supervisor, f"Ray Train run {name}", scaling["num_workers"], address
+            fit,
+            runner,
+            supervisor,
+            f"Ray Train run {name}",
+            scaling["num_workers"],
+            address,
+            why_failed=functools.partial(
+                _why_failed,
+                stop=stop,
+                tries=scaling["max_failures"] + 1,
+                start_timeout_s=start_timeout_s,
+            ),
         ),
         setting_up="stopped the run",
         ended_on_stop=lambda: _ended_on_stop(fit, runner, stop),
@@ -172,6 +202,27 @@ def _check_address(address: str | None) -> None:
             "there (`ray start --head`), pass the address of a running one (`ray status` on "
             "its head shows it), or leave --address unset for a local Ray."
         )
+
+
+def _warn_short_job_stop() -> None:
+    """Says on stderr when this `tfdist ray` is a Ray job that `ray job stop` kills before a
+    stopped run can save: Ray's job supervisor sends SIGTERM, then SIGKILL after
+    RAY_JOB_STOP_WAIT_TIME_S (3 s unless the head's environment sets it), where a stop takes
+    up to the programs' grace (`STOP_GRACE_S`) and Ray's shutdown after it."""
+    if _RAY_JOB_ENV not in os.environ:  # Not started by `ray job submit`.
+        return
+    wait_s = os.environ.get(_JOB_STOP_WAIT_ENV, "3")
+    if wait_s.isdigit() and int(wait_s) >= _JOB_STOP_NEEDS_S:
+        return
+    print(
+        f"tfdist ray: warning: `ray job stop` kills this job {wait_s} s after its SIGTERM "
+        f"({_JOB_STOP_WAIT_ENV} on the head), but a stopped run takes up to "
+        f"{_JOB_STOP_NEEDS_S:g} s to save and end ({processes.STOP_GRACE_S:g} s for the "
+        f"programs, then Ray's shutdown); start the head with {_JOB_STOP_WAIT_ENV}=30 to keep "
+        "what a stop saves",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _check_resources(scaling: dict) -> None:
@@ -235,6 +286,24 @@ def _ended_on_stop(fit: _Fit, runner: threading.Thread, stop) -> set[int]:
     return set(statuses.values())
 
 
+def _why_failed(error: Exception, *, stop, tries: int, start_timeout_s: float) -> str:
+    """What ended the failed run, in one line: workers that did not start, with the nodes that
+    ran them and are gone, or Ray's own cause."""
+    if not ray_train.did_not_start(error):
+        return ray_train.cause(error)
+    import ray  # pylint: disable=import-outside-toplevel
+
+    try:
+        lost = ray_train.lost_nodes(stop)
+    except ray.exceptions.RayError:  # Its actor was on a lost node too.
+        lost = []
+    gone = f"; gone since they started: node(s) {', '.join(lost)}" if lost else ""
+    return (
+        f"its workers did not start within {start_timeout_s:g} s, {tries} time(s){gone}; add a "
+        "node with room for them, or raise --start_timeout_s or --max_restarts"
+    )
+
+
 def _wait(
     fit: _Fit,
     runner: threading.Thread,
@@ -242,16 +311,18 @@ def _wait(
     run: str,
     num_workers: int,
     address: str | None,
+    *,
+    why_failed: Callable[[Exception], str],
 ) -> int:
     """Starts `runner` (`fit`'s thread) and waits for it, checking the supervisor's signals and
-    time limit; says how the run ended."""
+    time limit; says how the run ended (`why_failed`: what ended it, from Ray's error)."""
     runner.start()
     while not fit.done.wait(_POLL_S):
         supervisor.checkpoint()
     where = "a local Ray" if address is None else f"Ray at {address}"
     took = f"in {time.monotonic() - fit.start_s:.0f} s"
     if fit.error is not None:
-        supervisor.say(f"{run} failed on {where} {took}: {ray_train.cause(fit.error)}")
+        supervisor.say(f"{run} failed on {where} {took}: {why_failed(fit.error)}")
         return errors.RunFailure.exit_status
     supervisor.say(f"{run} finished on {where} with {num_workers} worker(s) {took}", error=False)
     return 0

@@ -6,6 +6,9 @@ sets it), where a missing Ray fails them.
 """
 
 import importlib.util
+import contextlib
+import functools
+import io
 import json
 import os
 import pathlib
@@ -105,6 +108,58 @@ class WorkerEnvTest(unittest.TestCase):
         self.assertEqual(
             ray_train.cause(RuntimeError("controller died\ndetails")), "controller died"
         )
+
+    def test_workers_that_did_not_start_name_the_lost_nodes_and_the_bound(self):
+        _real_ray_or_skip()
+        timed_out = RuntimeError(
+            "Training failed.\nThe worker group startup timed out after 5.0 seconds waiting for "
+            "2 workers."
+        )
+        why = functools.partial(
+            ray_job._why_failed,  # pylint: disable=protected-access
+            stop=None,
+            tries=2,
+            start_timeout_s=5,
+        )
+        with unittest.mock.patch.object(
+            ray_train, "lost_nodes", return_value=["0123abcd at 10.0.0.2"]
+        ):
+            self.assertEqual(
+                why(timed_out),
+                "its workers did not start within 5 s, 2 time(s); gone since they started: "
+                "node(s) 0123abcd at 10.0.0.2; add a node with room for them, or raise "
+                "--start_timeout_s or --max_restarts",
+            )
+            self.assertEqual(why(RuntimeError("controller died\ndetails")), "controller died")
+
+    def test_a_ray_job_whose_stop_kills_before_a_save_says_so_as_it_starts(self):
+        warned = "tfdist ray: warning: `ray job stop` kills this job {} s after its SIGTERM"
+        job = {"RAY_JOB_CONFIG_JSON_ENV_VAR": "{}"}
+        for env, said in (
+            ({}, ""),  # Not a Ray job.
+            (job, warned.format(3)),
+            ({**job, "RAY_JOB_STOP_WAIT_TIME_S": "10"}, warned.format(10)),
+            ({**job, "RAY_JOB_STOP_WAIT_TIME_S": "30"}, ""),
+        ):
+            with self.subTest(env=env), unittest.mock.patch.dict(os.environ, env, clear=True):
+                stderr = io.StringIO()
+                with contextlib.redirect_stderr(stderr):
+                    ray_job._warn_short_job_stop()  # pylint: disable=protected-access
+                self.assertEqual(stderr.getvalue()[: len(said)], said)
+                self.assertEqual(bool(stderr.getvalue()), bool(said))
+                if said:
+                    self.assertTrue(
+                        stderr.getvalue().endswith(
+                            "(15 s for the programs, then Ray's shutdown); start the head with "
+                            "RAY_JOB_STOP_WAIT_TIME_S=30 to keep what a stop saves\n"
+                        )
+                    )
+
+    def test_a_group_that_does_not_start_is_bounded_as_a_worker_failure_is(self):
+        _real_ray_or_skip()
+        trainer = ray_train.trainer(["true"], num_workers=2, max_failures=3, stop=None)
+        failure = trainer.run_config.failure_config
+        self.assertEqual((failure.max_failures, failure.controller_failure_limit), (3, 3))
 
 
 @pytest.mark.multiprocess
