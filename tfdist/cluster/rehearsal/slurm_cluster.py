@@ -106,6 +106,7 @@ class SlurmCluster:
         self.accounting = accounting
         self.sockets = tempfile.mkdtemp(prefix="tfdist-slurm-", dir="/tmp")
         self._daemons: list[subprocess.Popen] = []
+        self._names: dict[int, str] = {}  # By pid: "slurmd on node1".
         self._hosts: hosts_lib.Hosts | None = None
         require_slurm()
         if accounting:
@@ -256,7 +257,7 @@ class SlurmCluster:
         )
         log = os.path.join(self.directory, f"{argv[0]}-{host.hostname}.out")
         with open(log, "wb") as output:
-            return subprocess.Popen(  # pylint: disable=consider-using-with
+            daemon = subprocess.Popen(  # pylint: disable=consider-using-with
                 [
                     "unshare",
                     "--mount",
@@ -274,6 +275,16 @@ class SlurmCluster:
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )
+        self._names[daemon.pid] = f"{argv[0]} on {host.hostname}"
+        return daemon
+
+    def stopped_daemon(self) -> str | None:
+        """The first of the cluster's daemons that has exited ("slurmctld on slurm-ctl"), else
+        None."""
+        for daemon in self._daemons:
+            if daemon.poll() is not None:
+                return self._names.get(daemon.pid, "munged")
+        return None
 
     def environment(self) -> dict[str, str]:
         """This process's environment with the cluster's slurm.conf (what sbatch passes on to

@@ -48,13 +48,10 @@ def read(text: str) -> dict[str, str]:
             else "the script is empty."
         )
     options = {}
-    for line in lines:
+    for number, line in enumerate(lines, 1):
         match = _DIRECTIVE_RE.fullmatch(line.strip())
-        if not match:
-            continue
-        for word in shlex.split(match.group(1)):
-            name, _, value = word.lstrip("-").partition("=")
-            options[{"n": "ntasks", "N": "nodes", "J": "job-name"}.get(name, name)] = value
+        if match:
+            options.update(_directive(match.group(1), number))
     ntasks = options.get("ntasks", "")
     if not (ntasks.isascii() and ntasks.isdigit()) or not 0 < int(ntasks) <= 4096:
         raise RehearsalError(
@@ -62,6 +59,53 @@ def read(text: str) -> dict[str, str]:
             "count of tasks from 1 to 4096; set it in the script."
         )
     return options
+
+
+def _directive(text: str, number: int) -> dict[str, str]:
+    """The options of one #SBATCH line (its `number`), read as sbatch reads them: `--name=value`,
+    `--name value`, `-n value` and `-nvalue` (short names as their long ones), flags without a
+    value as "".
+
+    Raises:
+      RehearsalError: its quoting is unbalanced.
+    """
+    try:
+        words = shlex.split(text)
+    except ValueError as error:
+        raise RehearsalError(
+            f"the script's #SBATCH line {number} cannot be read as sbatch reads it ({error}); "
+            "balance its quotes."
+        ) from None
+    options = {}
+    while words:
+        word = words.pop(0)
+        if word.startswith("--"):
+            name, equals, value = word[2:].partition("=")
+        elif word.startswith("-") and len(word) > 1:
+            name, value = _SHORT.get(word[1], word[1]), word[2:]
+            equals = "=" if value else ""
+        else:
+            continue  # Not an option: sbatch stops reading the line's options at it.
+        if not equals and name not in _FLAGS and words and not words[0].startswith("-"):
+            value = words.pop(0)
+        options[name] = value
+    return options
+
+
+# sbatch's short options as their long names, and its options that take no value.
+_SHORT = {
+    "n": "ntasks", "N": "nodes", "J": "job-name", "o": "output", "e": "error", "a": "array",
+    "t": "time", "p": "partition", "A": "account", "c": "cpus-per-task", "G": "gpus",
+    "D": "chdir", "q": "qos", "C": "constraint", "w": "nodelist", "x": "exclude",
+    "d": "dependency", "i": "input", "L": "licenses", "M": "clusters", "m": "distribution",
+    "H": "hold", "O": "overcommit", "Q": "quiet", "s": "oversubscribe", "v": "verbose",
+    "W": "wait", "h": "help", "V": "version",
+}  # fmt: skip
+_FLAGS = {
+    "hold", "overcommit", "quiet", "oversubscribe", "verbose", "wait", "help", "version",
+    "requeue", "no-requeue", "exclusive", "contiguous", "parsable", "test-only", "spread-job",
+    "use-min-nodes", "ignore-pbs", "no-kill", "usage", "reboot",
+}  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +138,25 @@ def job(script_path: str, text: str, *, nodes: int | Sequence[str] | None) -> Sl
             f"slurm_nodes={len(names)} node(s) do not fit {num_tasks} task(s); pass from 1 to "
             f"{min(num_tasks, _MAX_NODES)} nodes."
         )
+    if "array" in directives:
+        raise RehearsalError(
+            f"#SBATCH --array={directives['array']!r}: a job array is not rehearsed; rehearse "
+            "the script `tfdist manifest` writes without --slurm_sweep and --slurm_array (one "
+            "of its runs), or run the array on Slurm."
+        )
     return SlurmJob(
         os.path.abspath(script_path),
-        directives.get("job-name") or os.path.basename(script_path),
+        _safe_name(directives.get("job-name") or os.path.basename(script_path)),
         num_tasks,
         tuple(names),
     )
+
+
+def _safe_name(name: str) -> str:
+    """`name` (the script's job name) as one file name in the log dir: its letters, digits, '.',
+    '_' and '-' (others as '_'), at most 100 of them, never '.' or '..' alone."""
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", name)[:100].lstrip(".")
+    return safe or "job"
 
 
 def _is_list(nodes) -> bool:
@@ -199,10 +256,28 @@ def _follow(cluster, job_id: int, output: str, watcher: supervisor.Supervisor) -
         if state in slurm_cluster.DONE_STATES:
             _copy(output, offset)
             return state
+        _refuse_a_stopped_cluster(cluster, job_id, state)
         processes.raise_if_stopped()
         if watcher.out_of_time():
             raise supervisor.OutOfTime("cancelled the job")
         time.sleep(_POLL_S)
+
+
+def _refuse_a_stopped_cluster(cluster, job_id: int, state: str) -> None:
+    """Raises RehearsalError when the job (in `state`) cannot end on its own: a daemon of its
+    cluster exited (the script's `scontrol shutdown`), or it waits for nodes that are down (the
+    script set them DOWN)."""
+    stopped = cluster.stopped_daemon()
+    pending = stopped is None and state == "PENDING"
+    reason = cluster.show(job_id).get("Reason", "") if pending else ""
+    if stopped is None and reason not in ("NodeDown", "ReqNodeNotAvail"):
+        return
+    what = f"{stopped.split()[0]} exited" if stopped else f"its nodes are down (Reason={reason})"
+    raise RehearsalError(
+        f"Slurm job {job_id} cannot end: {what}, by the script's own doing (scontrol shutdown, "
+        f"a node set DOWN) or a crash; read the logs in {cluster.directory}, and rehearse a "
+        "script that leaves its cluster up."
+    )
 
 
 def _copy(path: str, offset: int) -> int:

@@ -2,6 +2,7 @@
 rehearsal itself, on real Slurm, runs in tests/tfdist/commands/test_rehearse.py)."""
 
 import os
+import re
 from unittest import mock
 
 from absl.testing import absltest
@@ -40,6 +41,68 @@ class SlurmLayoutTest(parameterized.TestCase):
     def test_refusals_are_one_line(self, text, words):
         with self.assertRaisesRegex(RehearsalError, words):
             slurm_run.read(text)
+
+    def test_short_and_spaced_options_are_read_as_sbatch_reads_them(self):
+        script = "#!/bin/bash\n#SBATCH -n 2 -N1 --time 5 --requeue -J 'my job'\n#SBATCH -p gpu\n"
+        self.assertEqual(
+            slurm_run.read(script),
+            {
+                "ntasks": "2",
+                "nodes": "1",
+                "time": "5",
+                "requeue": "",
+                "job-name": "my job",
+                "partition": "gpu",
+            },
+        )
+
+    def test_an_unbalanced_quote_is_one_line_naming_its_line(self):
+        with self.assertRaisesRegex(
+            RehearsalError,
+            r"^the script's #SBATCH line 3 cannot be read as sbatch reads it \(No closing "
+            r"quotation\); balance its quotes\.$",
+        ):
+            slurm_run.read("#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --job-name='x\n")
+
+    @parameterized.named_parameters(
+        ("absolute", "/etc/x", "_etc_x"),
+        ("up", "../../escape", "_.._escape"),
+        ("dots", "..", "job"),
+        ("long", "a" * 300, "a" * 100),
+        ("quoted", "a b;c", "a_b_c"),
+    )
+    def test_a_job_name_is_one_file_name_in_the_log_dir(self, name, safe):
+        script = f"#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH --job-name='{name}'\n"
+        self.assertEqual(slurm_run.job("job.sh", script, nodes=None).name, safe)
+
+    def test_an_array_is_refused_in_one_line(self):
+        script = "#!/bin/bash\n#SBATCH --ntasks=1\n#SBATCH -a 0-3\n"
+        with self.assertRaisesRegex(
+            RehearsalError, r"^#SBATCH --array='0-3': a job array is not rehearsed; rehearse"
+        ):
+            slurm_run.job("job.sh", script, nodes=None)
+
+    def test_a_cluster_the_script_stopped_ends_the_rehearsal_in_one_line(self):
+        cluster = mock.Mock(directory="/logs/slurm")
+        for stopped, shown, state, said in (
+            ("slurmctld on slurm-ctl", {}, "RUNNING", "slurmctld exited"),
+            (None, {"Reason": "NodeDown"}, "PENDING", "its nodes are down (Reason=NodeDown)"),
+        ):
+            with self.subTest(said=said):
+                cluster.stopped_daemon.return_value = stopped
+                cluster.show.return_value = shown
+                with self.assertRaisesRegex(
+                    RehearsalError,
+                    rf"^Slurm job 7 cannot end: {re.escape(said)}, by the script's own doing "
+                    r"\(scontrol shutdown, a node set DOWN\) or a crash; read the logs in "
+                    r"/logs/slurm, and rehearse a script that leaves its cluster up\.$",
+                ):
+                    slurm_run._refuse_a_stopped_cluster(  # pylint: disable=protected-access
+                        cluster, 7, state
+                    )
+        cluster.stopped_daemon.return_value = None
+        cluster.show.return_value = {"Reason": "BeginTime"}  # A requeued job's wait.
+        slurm_run._refuse_a_stopped_cluster(cluster, 7, "PENDING")  # pylint: disable=protected-access
 
     def test_nodes_are_named_as_clusters_name_them(self):
         names = slurm_run.node_names(10)
