@@ -474,7 +474,9 @@ class SandboxTest(unittest.TestCase):
         self.addCleanup(sleeper.wait, timeout=60)
         self.addCleanup(sleeper.kill)
         probe = os.path.join(scratch, "probe.sh")
-        ip, mount_tool, kill = (shutil.which(tool) for tool in ("ip", "mount", "kill"))
+        ip, mount_tool, kill, unshare, head = (
+            shutil.which(tool) for tool in ("ip", "mount", "kill", "unshare", "head")
+        )
         with open(probe, "w", encoding="utf-8") as script:
             script.write(
                 textwrap.dedent(f"""\
@@ -487,6 +489,9 @@ class SandboxTest(unittest.TestCase):
                 {mount_tool} -t tmpfs none {outside} 2>/dev/null || echo "mount refused"
                 {kill} -9 {sleeper.pid} 2>/dev/null || echo "kill refused"
                 echo pod > {mount}/from-pod && echo "wrote the volume"
+                {unshare} -Urm {mount_tool} -t tmpfs none /mnt 2>/dev/null || echo "userns refused"
+                read -r shadow < /etc/shadow; [ -z "$shadow" ] && echo "shadow masked"
+                {head} -c 300000000 /dev/zero > /big 2>/dev/null || echo "layer full"
                 """)
             )
         path = write_manifest(
@@ -495,6 +500,7 @@ class SandboxTest(unittest.TestCase):
             "--image=local",
             "--name=probe",
             "--num_workers=1",
+            "--memory=256Mi",  # Its writable layer's bound.
             "--volume_claim=runs",
             f"--mount_path={mount}",
             "--",
@@ -530,6 +536,9 @@ class SandboxTest(unittest.TestCase):
             "mount refused",
             "kill refused",
             "wrote the volume",
+            "userns refused",
+            "shadow masked",
+            "layer full",
         ):
             self.assertIn(f"[probe-worker-0-0] {line}\n", result.stdout)
         self.assertFalse(os.path.exists("/etc/tfdist-sandbox-probe"), "the pod wrote /etc")

@@ -10,16 +10,21 @@ gives it, built here and gone when the pod ends, so it cannot touch the host:
   - its own UTS, IPC, PID and mount namespaces; its command runs under a small init (PID 1 of
     the pod) that passes signals on and reaps, as `docker run --init` does;
   - its own root file system: every file system of this machine's (the image) under an overlay
-    whose upper layer is a tmpfs of the pod's own, so what the pod writes outside its volumes
-    is its own and lost when it ends, as a container's writable layer is (a file system that
+    whose upper layer is a tmpfs of the pod's own (as large as its memory request, else 1 GiB:
+    a full one is ENOSPC in the pod), so what the pod writes outside its volumes is its own
+    and lost when it ends, as a container's writable layer is (a file system that
     overlayfs cannot stack on is bound read-only instead, said in the pod's log); the manifest's
     volumes bind-mounted over it; a fresh /proc, /dev (null, zero, full, random, urandom, tty,
     its own pts and shm), /run and /tmp-as-in-the-image, /sys read-only;
+  - the host's secrets in the image masked (shadow and gshadow, the munge key, ssh host keys,
+    root's .ssh: `_SECRETS`);
   - Docker's default capabilities less CAP_MKNOD (no mounts, no namespaces, no raw devices, no
-    modules, no clock), so the pod cannot undo any of the above.
+    modules, no clock), and Docker's seccomp rule against user namespaces (`seccomp`), in
+    which the pod would hold every capability again: so the pod cannot undo any of the above.
 
-What it still shares with the host: the kernel, CPU and memory (no limits), this machine's
-files as a read-only image, the volumes' directories, and the same user (root).
+What it still shares with the host: the kernel, CPU and memory (no limit on its processes' own
+memory or their count), this machine's other files as a read-only image, the volumes'
+directories, and the same user (root).
 """
 
 from __future__ import annotations
@@ -27,14 +32,18 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import glob
 import json
 import os
 import signal
 import socket
 import sys
 
+from tfdist.cluster.rehearsal import seccomp
+
 ANNOUNCER = "tfdist rehearse"
 EXIT_CANNOT_RUN = 127
+LAYER_BYTES = 1 << 30  # A pod's writable layer when it requests no memory.
 
 _CLONE_NEWNS, _CLONE_NEWUTS = 0x00020000, 0x04000000
 _CLONE_NEWIPC, _CLONE_NEWPID = 0x08000000, 0x20000000
@@ -83,6 +92,16 @@ _FORWARDED = (
     signal.SIGUSR2,
 )
 _LIBC = ctypes.CDLL(None, use_errno=True)
+# What a pod must not read in the image (this machine's files): passwords, keys.
+_SECRETS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/munge",
+    "/etc/ssh/ssh_host_*key",
+    "/root/.ssh",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,12 +115,15 @@ class Spec:
         Slurm node, which keeps this machine's files.
       binds: (source on this machine, mount path in the pod) of each volume.
       working_dir: where the command starts in the pod; None is `/`.
+      layer_bytes: the most the pod may write outside its volumes (its writable layer, held in
+        memory); None is `LAYER_BYTES`.
     """
 
     hostname: str
     staging: str | None = None
     binds: tuple[tuple[str, str], ...] = ()
     working_dir: str | None = None
+    layer_bytes: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -152,6 +174,11 @@ def _run_init(spec: Spec, command: list[str], parent_alive: int) -> None:
         os._exit(EXIT_CANNOT_RUN)  # pylint: disable=protected-access
     child = os.fork()
     if child == 0:
+        try:  # While this process may still install the filter.
+            seccomp.forbid_user_namespaces()
+        except OSError as error:
+            _say(f"pod {spec.hostname}: cannot install its seccomp filter ({error.strerror})")
+            os._exit(EXIT_CANNOT_RUN)  # pylint: disable=protected-access
         _drop_capabilities()
         _exec(command)
     for signum in _FORWARDED:
@@ -166,7 +193,8 @@ def _build_root(spec: Spec) -> None:
     """Makes the pod's root file system on `spec.staging` and moves into it."""
     _mount("none", "/", None, _MS_REC | _MS_PRIVATE)
     file_systems = _this_machines_file_systems()
-    _mount("tmpfs", spec.staging, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+    size = spec.layer_bytes or LAYER_BYTES
+    _mount("tmpfs", spec.staging, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0755,size={size}")
     root = os.path.join(spec.staging, "root")
     for index, (target, is_dir) in enumerate(file_systems):
         inside = root + target if target != "/" else root
@@ -191,6 +219,7 @@ def _build_root(spec: Spec) -> None:
             _mount("none", inside, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
             _say(f"pod {spec.hostname}: {target} is read-only in the pod ({refused.strerror})")
     _fresh_trees(root)
+    _mask_secrets(root)
     for source, path in spec.binds:
         inside = root + path
         if os.path.lexists(inside) and not os.path.isdir(inside):
@@ -275,6 +304,20 @@ def _pivot_root() -> None:
     _check(_LIBC.syscall(number, b".", b"."), "pivot_root")
     _check(_LIBC.umount2(b".", _MNT_DETACH), "umount the old root")
     os.chdir("/")
+
+
+def _mask_secrets(root: str) -> None:
+    """Hides the host's secrets that the image (this machine's files) would show the pod: each
+    file of `_SECRETS` there reads as empty (/dev/null over it), each directory as an empty
+    read-only one."""
+    for pattern in _SECRETS:
+        for path in glob.glob(root + pattern):
+            if os.path.islink(path):
+                continue  # A link's target is masked where it is a secret itself.
+            if os.path.isdir(path):
+                _mount("tmpfs", path, "tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV, "size=4k")
+            else:
+                _bind(f"{root}/dev/null", path, read_only=True)
 
 
 def _drop_capabilities() -> None:

@@ -70,12 +70,19 @@ class Host:
         staging: str | None = None,
         binds: tuple[tuple[str, str], ...] = (),
         working_dir: str | None = None,
+        layer_bytes: int | None = None,
     ) -> list[str]:
         """The argv prefix that runs a program on this host: in its network namespace (with its
         hosts file as /etc/hosts) and a UTS namespace named after it; with `staging`, in a pod's
-        sandbox built there, with `binds` and `working_dir` (`enter.Spec`). Its tools come from
-        this machine's PATH, whatever PATH the program is given."""
-        spec = enter.Spec(self.hostname, staging=staging, binds=binds, working_dir=working_dir)
+        sandbox built there, with `binds`, `working_dir` and `layer_bytes` (`enter.Spec`). Its
+        tools come from this machine's PATH, whatever PATH the program is given."""
+        spec = enter.Spec(
+            self.hostname,
+            staging=staging,
+            binds=binds,
+            working_dir=working_dir,
+            layer_bytes=layer_bytes,
+        )
         return [
             _tool("ip"),
             "netns",

@@ -106,7 +106,12 @@ class _Run:
         binds += [(tempfile.mkdtemp(dir=self._scratch), path) for path in pod.scratch]
         staging = tempfile.mkdtemp(prefix=f"{pod.hostname}-", dir=self._scratch)
         argv = [
-            *host.enter(staging=staging, binds=tuple(binds), working_dir=pod.working_dir),
+            *host.enter(
+                staging=staging,
+                binds=tuple(binds),
+                working_dir=pod.working_dir,
+                layer_bytes=pod.memory_bytes,
+            ),
             *(expand(word, env) for word in pod.command),
         ]
         log_path = os.path.join(self.options.log_dir, f"{pod.hostname}.log")
