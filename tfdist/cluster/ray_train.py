@@ -82,6 +82,18 @@ class StopRequest:
         return dict(self.statuses)
 
 
+def stop_request():
+    """A `StopRequest` actor on this process's node (the driver's), which outlives the loss of
+    any node that runs workers: the surviving workers keep asking it, and it still knows the
+    nodes a lost one had."""
+    # pylint: disable=import-outside-toplevel
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(num_cpus=0, scheduling_strategy=here)(StopRequest).remote()
+
+
 class WorkerFailed(RuntimeError):
     """A Ray worker's program ended with a non-zero status: raised in the worker, so that Ray's
     failure policy (`FailureConfig`) restarts the group or ends the run."""

@@ -132,7 +132,7 @@ def main(command: list[str], *, tfdist_commands) -> int:
     finally:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stops)
     _check_resources(scaling)
-    stop = ray.remote(num_cpus=0)(ray_train.StopRequest).remote()
+    stop = ray_train.stop_request()
     trainer = ray_train.trainer(
         checks.bounded(command),  # A hung worker fails its peers' step: Ray restarts them.
         **scaling,

@@ -491,14 +491,15 @@ class _RayNode:
 class RayClusterTest(unittest.TestCase):
     """docs/ray.md's cluster path as written: a Ray cluster of 2 nodes (a head and a second
     node, each its own `ray start`), `ray job submit --working-dir` of `tfdist ray
-    --address=auto`, and the program named relative to the job's working directory."""
+    --address=auto`, and the program named relative to the job's working directory; then the
+    second node lost under a run."""
 
     def setUp(self):
         super().setUp()
         _real_ray_or_skip()
         self.dir = self.enterContext(tempfile.TemporaryDirectory())
 
-    def test_ray_job_submit_trains_with_the_weights_of_launch(self):
+    def test_ray_job_submit_trains_with_the_weights_of_launch_and_a_lost_node_ends_a_run(self):
         env = {
             **{k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "RAY_ADDRESS")},
             "HOME": self.dir,
@@ -530,7 +531,7 @@ class RayClusterTest(unittest.TestCase):
             f"--ray-client-server-port={_free_port()}",
             f"--dashboard-agent-listen-port={_free_port()}",
         )
-        _RayNode(
+        second = _RayNode(
             self,
             env,
             f"--address=127.0.0.1:{head_port}",
@@ -557,3 +558,37 @@ class RayClusterTest(unittest.TestCase):
         self.assertEqual(launched.returncode, 0, launch_output[-3000:])
         self.assertEqual(digests(output), digests(launch_output), output[-6000:])
         self.assertEqual(set(digests(output)), {"worker:0", "worker:1"})
+        self._a_lost_node_ends_the_next_run(env, head_port, second, program)
+
+    def _a_lost_node_ends_the_next_run(self, env, head_port, second, program) -> None:
+        """The second node lost mid-run with no other to take its worker: the run ends within
+        (max_restarts + 1) start timeouts, naming the node."""
+        run = subprocess.Popen(  # pylint: disable=consider-using-with
+            [sys.executable, "-m", "tfdist", "ray", f"--address=127.0.0.1:{head_port}"]
+            + ["--num_workers=2", "--max_restarts=1", "--start_timeout_s=5"]
+            + ["--", "python", MLP_PROGRAM, *program, "--epochs=3", "--hold_at_epoch=2"]
+            + [f"--model_dir={self.dir}/lost"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.addCleanup(run.kill)
+        lines = []
+        for line in run.stdout:
+            lines.append(line)
+            if "holding at epoch 2" in line:
+                break
+        second.stop()
+        lost_at = time.monotonic()
+        output = "".join(lines) + run.communicate(timeout=_RUN_S)[0]
+        self.assertEqual(run.returncode, 1, output[-6000:])
+        self.assertRegex(
+            output.splitlines()[-1],
+            r"^tfdist ray: Ray Train run tfdist failed on Ray at 127\.0\.0\.1:\d+ in \d+ s: "
+            r"its workers did not start within 5 s, 2 time\(s\); gone since they started: "
+            r"node\(s\) [0-9a-f]{8} at [\d.]+; add a node with room for them, or raise "
+            r"--start_timeout_s or --max_restarts$",
+        )
+        # Ray notices the node gone, restarts the group once, then waits 5 s twice.
+        self.assertLess(time.monotonic() - lost_at, 90, output[-3000:])
