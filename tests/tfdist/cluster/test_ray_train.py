@@ -37,6 +37,8 @@ from tfdist.errors import EXIT_PREEMPTED
 from tfdist.runtime import keras_env
 from tfdist.runtime import ray_env
 
+_IMPORTED_S = time.monotonic()
+
 # A whole run's bound (its --timeout_s): Ray's start, two groups of workers importing
 # TensorFlow, two runs at once, on a busy machine (one took over 360 s beside two CPU-bound
 # processes and the suite's other worker); only a hang reaches it.
@@ -154,6 +156,12 @@ class WorkerEnvTest(unittest.TestCase):
                             "RAY_JOB_STOP_WAIT_TIME_S=30 to keep what a stop saves\n"
                         )
                     )
+
+    def test_the_closing_lines_time_counts_from_the_process_start(self):
+        age = ray_job._process_age_s()  # pylint: disable=protected-access
+        # The process started before this module was imported, and not a day before.
+        self.assertGreater(age, time.monotonic() - _IMPORTED_S)
+        self.assertLess(age, 86400)
 
     def test_a_group_that_does_not_start_is_bounded_as_a_worker_failure_is(self):
         _real_ray_or_skip()
