@@ -32,6 +32,7 @@ from tests.tfdist.cluster.rehearsal.emulated_hosts import real_slurm_or_skip
 from tests.tfdist.cluster.rehearsal.emulated_hosts import our_namespaces
 from tfdist.cluster import capacity
 from tfdist.cluster import manifests
+from tfdist.cluster.rehearsal import pod_limits
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.commands import cli
 from tfdist.commands import flags as flags_lib
@@ -474,8 +475,8 @@ class SandboxTest(unittest.TestCase):
         self.addCleanup(sleeper.wait, timeout=60)
         self.addCleanup(sleeper.kill)
         probe = os.path.join(scratch, "probe.sh")
-        ip, mount_tool, kill, unshare, head = (
-            shutil.which(tool) for tool in ("ip", "mount", "kill", "unshare", "head")
+        ip, mount_tool, kill, unshare, head, grep = (
+            shutil.which(tool) for tool in ("ip", "mount", "kill", "unshare", "head", "grep")
         )
         with open(probe, "w", encoding="utf-8") as script:
             script.write(
@@ -492,6 +493,7 @@ class SandboxTest(unittest.TestCase):
                 {unshare} -Urm {mount_tool} -t tmpfs none /mnt 2>/dev/null || echo "userns refused"
                 read -r shadow < /etc/shadow; [ -z "$shadow" ] && echo "shadow masked"
                 {head} -c 300000000 /dev/zero > /big 2>/dev/null || echo "layer full"
+                {grep} -q ':pids:/tfdist-pod-probe-' /proc/self/cgroup && echo "pids counted"
                 """)
             )
         path = write_manifest(
@@ -539,6 +541,7 @@ class SandboxTest(unittest.TestCase):
             "userns refused",
             "shadow masked",
             "layer full",
+            *(["pids counted"] if pod_limits._own_pids_cgroup() else []),  # pylint: disable=protected-access
         ):
             self.assertIn(f"[probe-worker-0-0] {line}\n", result.stdout)
         self.assertFalse(os.path.exists("/etc/tfdist-sandbox-probe"), "the pod wrote /etc")

@@ -19,12 +19,15 @@ gives it, built here and gone when the pod ends, so it cannot touch the host:
   - the host's secrets in the image masked (shadow and gshadow, the munge key, ssh host keys,
     root's .ssh: `_SECRETS`);
   - Docker's default capabilities less CAP_MKNOD (no mounts, no namespaces, no raw devices, no
-    modules, no clock), and Docker's seccomp rule against user namespaces (`seccomp`), in
-    which the pod would hold every capability again: so the pod cannot undo any of the above.
+    modules, no clock), and Docker's seccomp rule against user namespaces (`pod_limits`), in
+    which the pod would hold every capability again: so the pod cannot undo any of the above;
+  - at most `pod_limits.MAX_PROCESSES` processes and threads (a pids cgroup the rehearsal
+    starts the pod in, where this machine has cgroup v1's pids controller; else the pod's log
+    says they are not counted).
 
 What it still shares with the host: the kernel, CPU and memory (no limit on its processes' own
-memory or their count), this machine's other files as a read-only image, the volumes'
-directories, and the same user (root).
+memory), this machine's other files as a read-only image, the volumes' directories, and the
+same user (root).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import signal
 import socket
 import sys
 
-from tfdist.cluster.rehearsal import seccomp
+from tfdist.cluster.rehearsal import pod_limits
 
 ANNOUNCER = "tfdist rehearse"
 EXIT_CANNOT_RUN = 127
@@ -175,7 +178,7 @@ def _run_init(spec: Spec, command: list[str], parent_alive: int) -> None:
     child = os.fork()
     if child == 0:
         try:  # While this process may still install the filter.
-            seccomp.forbid_user_namespaces()
+            pod_limits.forbid_user_namespaces()
         except OSError as error:
             _say(f"pod {spec.hostname}: cannot install its seccomp filter ({error.strerror})")
             os._exit(EXIT_CANNOT_RUN)  # pylint: disable=protected-access

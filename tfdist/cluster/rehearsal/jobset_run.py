@@ -29,6 +29,7 @@ from tfdist.cluster.rehearsal import cloud_storage
 from tfdist.cluster.rehearsal import hosts as hosts_lib
 from tfdist.cluster.rehearsal import jobset_plan
 from tfdist.cluster.rehearsal import local_image
+from tfdist.cluster.rehearsal import pod_limits
 from tfdist.cluster.rehearsal.jobset_plan import JobSetPlan
 from tfdist.cluster.rehearsal.pod_template import Pod
 from tfdist.cluster.rehearsal.jobset_plan import expand
@@ -83,6 +84,7 @@ class _Run:
         # Each pod's sandbox is built on a directory here, and its emptyDirs are directories
         # here: all removed at the end.
         self._scratch = tempfile.mkdtemp(prefix="pods-", dir=options.log_dir)
+        self._pids_cgroups: dict[str, str] = {}  # By pod: the pids cgroup it runs in.
         self.attempt = 0
         self.processes: dict[str, processes.Process] = {}
         # When each Job of this attempt started, and the Jobs past their activeDeadlineSeconds.
@@ -105,7 +107,14 @@ class _Run:
         # A fresh emptyDir for every pod that starts.
         binds += [(tempfile.mkdtemp(dir=self._scratch), path) for path in pod.scratch]
         staging = tempfile.mkdtemp(prefix=f"{pod.hostname}-", dir=self._scratch)
+        log_path = os.path.join(self.options.log_dir, f"{pod.hostname}.log")
+        with processes.open_log(log_path) as log:
+            log.write(f"{ANNOUNCER}: restart attempt {self.attempt}\n".encode())
+            pids = self._new_pids_cgroup(pod.hostname)
+            if pids is None:
+                log.write(f"{ANNOUNCER}: its processes are not counted (no pids cgroup)\n".encode())
         argv = [
+            *pod_limits.joining(pids),
             *host.enter(
                 staging=staging,
                 binds=tuple(binds),
@@ -114,9 +123,6 @@ class _Run:
             ),
             *(expand(word, env) for word in pod.command),
         ]
-        log_path = os.path.join(self.options.log_dir, f"{pod.hostname}.log")
-        with processes.open_log(log_path) as log:
-            log.write(f"{ANNOUNCER}: restart attempt {self.attempt}\n".encode())
         process = processes.Process(
             pod.hostname,
             argv,
@@ -195,8 +201,19 @@ class _Run:
             return "PodFailurePolicy"
         return None
 
+    def _new_pids_cgroup(self, hostname: str) -> str | None:
+        """A new pids cgroup for the pod `hostname` (`pod_limits`), its last one removed."""
+        if hostname in self._pids_cgroups:  # Its processes are gone with the last start.
+            pod_limits.remove_pids_cgroup(self._pids_cgroups.pop(hostname))
+        pids = pod_limits.pids_cgroup(hostname)
+        if pids:
+            self._pids_cgroups[hostname] = pids
+        return pids
+
     def close(self) -> None:
         shutil.rmtree(self._scratch, ignore_errors=True)
+        for pids in self._pids_cgroups.values():
+            pod_limits.remove_pids_cgroup(pids)
 
 
 def run(plan: JobSetPlan, options: Options) -> int:
