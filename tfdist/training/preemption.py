@@ -16,6 +16,7 @@ complete one and points to it only when it is whole, so a save the grace period 
 the previous state.
 """
 
+import math
 import os
 import sys
 import time
@@ -239,7 +240,8 @@ class SaveClock:
         )
         earlier = read_record(self._path) if self._path else None
         recorded = earlier.get("slowest_save_s") if isinstance(earlier, dict) else None
-        self.slowest_s = float(recorded) if isinstance(recorded, (int, float)) else 0.0
+        sound = isinstance(recorded, (int, float)) and not isinstance(recorded, bool)
+        self.slowest_s = float(recorded) if sound and 0 <= recorded < math.inf else 0.0
         self._saves = 0
 
     def timed(self, save: Callable[[], object]) -> float:
@@ -329,7 +331,18 @@ def _read_shape(path: str) -> dict | None:
     """The shape an earlier run recorded at `path`; None when there is none to read (a damaged
     record is no reason to stop a resume)."""
     earlier = read_record(path)
-    return earlier if isinstance(earlier, dict) else None
+    if not isinstance(earlier, dict):
+        return None
+    counts = [earlier.get(key) for key in _SHAPE_KEYS]
+    # Only counts are ever shown: what else is there (a planted record's text) is not a shape.
+    return earlier if all(_is_count(count) for count in counts) else None
+
+
+_SHAPE_KEYS = ("num_workers", "num_replicas", "global_batch_size")
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 40
 
 
 def _shape(shape: dict) -> str:

@@ -652,6 +652,13 @@ class SaveClockTest(unittest.TestCase):
             self._timed(resumed, 3.0)
             self.assertEqual(self._clock(root, 30.0).slowest_s, 3.0)
 
+    def test_a_recorded_save_that_is_not_a_time_is_none(self):
+        for recorded in ("Infinity", "NaN", "-1", "true", '"1"'):
+            with self.subTest(recorded=recorded), tempfile.TemporaryDirectory() as root:
+                with open(os.path.join(root, "save_time.json"), "w", encoding="utf-8") as record:
+                    record.write(f'{{"slowest_save_s": {recorded}}}')
+                self.assertEqual(self._clock(root, 30.0).slowest_s, 0.0)
+
 
 class ClusterShapeTest(unittest.TestCase):
     def _plan(
@@ -711,13 +718,23 @@ class ClusterShapeTest(unittest.TestCase):
                     preemption.note_cluster_shape(self._plan(root, *shape), start)
                 self.assertEqual(stderr.getvalue().splitlines(), said)
 
-    def test_a_damaged_record_is_no_reason_to_stop(self):
-        with tempfile.TemporaryDirectory() as root:
-            with open(os.path.join(root, "cluster.json"), "w", encoding="utf-8") as record:
-                record.write('{"num_workers": ')
-            preemption.note_cluster_shape(self._plan(root, 1, 1), (1, 0))
-            with open(os.path.join(root, "cluster.json"), encoding="utf-8") as record:
-                self.assertEqual(json.load(record)["num_workers"], 1)
+    def test_a_damaged_record_is_no_reason_to_stop_and_none_of_its_text_is_shown(self):
+        planted = '"\\u001b]0;pwned\\u0007"'  # A terminal title, were it printed.
+        for text in (
+            '{"num_workers": ',
+            f'{{"num_workers": {planted}, "num_replicas": 1, "global_batch_size": 8}}',
+            '{"num_workers": true, "num_replicas": 1, "global_batch_size": 8}',
+            '{"num_workers": 0, "num_replicas": 1, "global_batch_size": 8}',
+        ):
+            with self.subTest(text=text), tempfile.TemporaryDirectory() as root:
+                with open(os.path.join(root, "cluster.json"), "w", encoding="utf-8") as record:
+                    record.write(text)
+                stderr = io.StringIO()
+                with contextlib.redirect_stderr(stderr):
+                    preemption.note_cluster_shape(self._plan(root, 1, 1), (1, 0))
+                self.assertEqual(stderr.getvalue(), "")  # As a resume with no record.
+                with open(os.path.join(root, "cluster.json"), encoding="utf-8") as record:
+                    self.assertEqual(json.load(record)["num_workers"], 1)
 
 
 @pytest.mark.multiprocess
