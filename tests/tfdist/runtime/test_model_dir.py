@@ -129,6 +129,13 @@ class OwnedModelDirTest(unittest.TestCase):
                 "a regular file or a directory",
             ),
             (
+                None,
+                run.logs(),  # "logs/": a trailing "/" would see through a link.
+                lambda path: os.symlink(target, path),
+                "a symbolic link",
+                "a directory",
+            ),
+            (
                 EVALUATOR,
                 run.evaluations_json,
                 lambda path: os.symlink(target, path),

@@ -34,8 +34,8 @@ def local_kind(path: str) -> str | None:
     "a directory", "a symbolic link", "a FIFO", "a device", "a socket"; None when there is
     nothing, or it is on object storage (which has no links, FIFOs or devices)."""
     local = on_this_machine(path)
-    try:
-        mode = os.lstat(local).st_mode if local is not None else None
+    try:  # Without a trailing "/", which would follow a link.
+        mode = os.lstat(local.rstrip("/") or "/").st_mode if local is not None else None
     except OSError:
         return None
     if mode is None:
