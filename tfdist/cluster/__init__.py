@@ -4,7 +4,11 @@ cluster manifests (JobSet, Slurm, TFJob) and their rehearsal on emulated hosts, 
 model of `tfdist plan`. Pure Python except where a
 module says otherwise; the ground floor of tfdist's core (it imports only `tfdist.strategies`)."""
 
+import errno
+import os
+import stat
 import sys
+from typing import BinaryIO
 
 from tfdist import errors
 
@@ -29,3 +33,25 @@ class LaunchError(ClusterError):
 
 class RehearsalError(ClusterError):
     """A manifest or option that `tfdist rehearse` cannot run as asked; one line."""
+
+
+def open_log(path: str) -> BinaryIO:
+    """The log `path` of a process tfdist supervises, opened to append to (made if missing):
+    only a regular file, never through a link (planted in a shared log dir) or into a FIFO
+    (which would stop the output's copy).
+
+    Raises:
+      OSError: it is a link or not a regular file (strerror "not a regular file of its own"),
+        or it cannot be opened.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # A link; a FIFO without a reader.
+            raise OSError(error.errno, "not a regular file of its own") from None
+        raise
+    if stat.S_ISREG(os.fstat(descriptor).st_mode):
+        return os.fdopen(descriptor, "ab")
+    os.close(descriptor)
+    raise OSError(errno.EINVAL, "not a regular file of its own")

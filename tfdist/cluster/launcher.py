@@ -34,6 +34,7 @@ from tfdist import strategies
 from tfdist.cluster import GRACE_ENV
 from tfdist.cluster import LaunchError
 from tfdist.cluster import PYTHON
+from tfdist.cluster import open_log
 from tfdist.cluster import capacity
 from tfdist.cluster import joining
 from tfdist.cluster import network
@@ -212,12 +213,14 @@ def _tasks(
         task_env = {"TF_CONFIG": cluster.for_task(job, index).to_json()}
         env = {**os.environ, **dict(config.env), **task_env, GRACE_ENV: f"{config.grace_s:g}"}
         log_path = os.path.join(config.log_dir, f"{job}-{index}.log") if config.log_dir else None
-        if log_path and (planted := processes.log_refusal(log_path)):
+        try:  # A link or FIFO planted in the log dir: refused before any task starts.
+            if log_path:
+                open_log(log_path).close()
+        except OSError as error:
             raise LaunchError(
-                f"log_dir={config.log_dir!r}: {log_path} is {planted}, and tfdist writes a "
-                "task's log only to a regular file of its own; remove it, or pass another "
-                "--log_dir."
-            )
+                f"log_dir={config.log_dir!r}: {log_path} is {error.strerror}, where a task's "
+                "log goes; remove it, or pass another --log_dir."
+            ) from None
         name = f"{job}:{index}"
         tasks.append(
             processes.Process(

@@ -18,11 +18,9 @@ called setsid survives, as do a process's children when the supervisor is SIGKIL
 
 import contextlib
 import ctypes
-import errno
 import functools
 import os
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
@@ -32,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
 from tfdist.cluster import PYTHON
+from tfdist.cluster import open_log
 
 STOP_GRACE_S = 15.0
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -163,40 +162,6 @@ class Process:
     def stop(self) -> None:
         """`stop_all([self])`."""
         stop_all([self])
-
-
-def open_log(path: str) -> BinaryIO:
-    """The log `path` opened to append to (made if missing): never through a link, and only a
-    regular file (a FIFO without a reader would stop the output's copy).
-
-    Raises:
-      OSError: it is a link or not a regular file (said in its strerror), or cannot be opened.
-    """
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        descriptor = os.open(path, flags, 0o666)
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise OSError(error.errno, "it is a symbolic link, never written through") from None
-        if error.errno == errno.ENXIO:  # A FIFO without a reader.
-            raise OSError(error.errno, "it is not a regular file") from None
-        raise
-    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-        os.close(descriptor)
-        raise OSError(errno.EINVAL, "it is not a regular file")
-    return os.fdopen(descriptor, "ab")
-
-
-def log_refusal(path: str) -> str | None:
-    """Why the log `path` would not be written (`open_log`): "a symbolic link", "not a regular
-    file"; None when it is a regular file or not there."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return None
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return None if stat.S_ISREG(mode) else "not a regular file"
 
 
 def _whole_lines(descriptor: int) -> Iterator[bytes]:

@@ -318,8 +318,8 @@ class BadLaunchTest(_Scratch, parameterized.TestCase):
         assert_one_line_error(
             self,
             result,
-            f"log_dir={path!r}: {path}/worker-0.log is a symbolic link, and tfdist writes a "
-            "task's log only to a regular file of its own; remove it, or pass another --log_dir.",
+            f"log_dir={path!r}: {path}/worker-0.log is not a regular file of its own, where a "
+            "task's log goes; remove it, or pass another --log_dir.",
         )
         self.assertNotIn("started", result.stdout)
         self.assertEqual(os.path.getsize(self.log_dirs["a_file"]), 0)

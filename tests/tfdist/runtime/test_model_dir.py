@@ -165,6 +165,13 @@ class OwnedModelDirTest(unittest.TestCase):
                 run.hold(*([role] if role else [])).release()  # The refusal freed the lock.
         self.assertEqual(os.listdir(target), [])
 
+    def test_object_storage_has_no_entries_to_check_here(self):
+        os.symlink(self.dir, os.path.join(self.dir, "a-link-in-the-working-directory"))
+        previous = os.getcwd()
+        os.chdir(self.dir)
+        self.addCleanup(os.chdir, previous)
+        self.assertEqual(model_dir._entries("gs://bucket/run/backup"), [])  # pylint: disable=protected-access
+
     def test_a_full_disk_is_one_line(self):
         with scratch_files.small_tmpfs(64) as disk:
             scratch_files.fill(disk)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from tfdist import errors
 from tfdist.cluster import RehearsalError
 from tfdist.cluster import capacity
+from tfdist.cluster import open_log
 from tfdist.cluster import processes
 from tfdist.cluster import supervisor
 from tfdist.cluster.rehearsal import cloud_storage
@@ -108,7 +109,7 @@ class _Run:
         binds += [(tempfile.mkdtemp(dir=self._scratch), path) for path in pod.scratch]
         staging = tempfile.mkdtemp(prefix=f"{pod.hostname}-", dir=self._scratch)
         log_path = os.path.join(self.options.log_dir, f"{pod.hostname}.log")
-        with processes.open_log(log_path) as log:
+        with open_log(log_path) as log:
             log.write(f"{ANNOUNCER}: restart attempt {self.attempt}\n".encode())
             pids = self._new_pids_cgroup(pod.hostname)
             if pids is None:

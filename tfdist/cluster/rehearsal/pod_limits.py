@@ -78,14 +78,16 @@ class _SockFprog(ctypes.Structure):
 def pids_cgroup(name: str, limit: int = MAX_PROCESSES) -> str | None:
     """A pids cgroup for the pod `name` that allows `limit` processes and threads, below this
     process's cgroup (a process joins it by writing its pid to its `cgroup.procs`); None where
-    there is no cgroup v1 pids controller, or it may not be written. Empty ones of a rehearsal
-    killed before it removed them go first."""
+    there is no cgroup v1 pids controller, or it may not be written. Those a rehearsal that has
+    ended (killed) left go first."""
     parent = _own_pids_cgroup()
     if parent is None:
         return None
     for stale in glob.glob(os.path.join(parent, "tfdist-pod-*")):
-        with contextlib.suppress(OSError):
-            os.rmdir(stale)  # Refused while it holds a process.
+        maker = stale.rpartition("-")[2]  # A live rehearsal's may be empty for a moment.
+        if maker.isdigit() and not os.path.exists(f"/proc/{maker}"):
+            with contextlib.suppress(OSError):
+                os.rmdir(stale)  # Refused while it holds a process.
     directory = os.path.join(parent, f"tfdist-pod-{name}-{os.getpid()}")
     try:
         os.makedirs(directory, exist_ok=True)

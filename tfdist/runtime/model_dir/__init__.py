@@ -261,10 +261,12 @@ def _entries(directory: str) -> list[str]:
     """The paths in the local `directory` (its first `_MAX_DIRS_SEARCHED`); [] when it is not
     one here."""
     local = storage.on_this_machine(directory)
+    if local is None:  # Object storage: no links there (and scandir(None) would list ".").
+        return []
     try:
         with os.scandir(local) as entries:
             return [entry.path for entry, _ in zip(entries, range(_MAX_DIRS_SEARCHED))]
-    except (OSError, TypeError):
+    except OSError:
         return []
 
 
