@@ -209,7 +209,7 @@ def _history(path: str) -> tuple[dict[int, dict[str, float]], tuple[int, int] | 
     recorded = read_record(path)
     try:
         epochs = {
-            _count(index): {str(name): _number(value) for name, value in logs.items()}
+            _count(index): {_metric_name(name): _number(value) for name, value in logs.items()}
             for index, logs in recorded["epochs"].items()
         }
         finished = recorded.get("finished")
@@ -234,6 +234,17 @@ def _count(value: object) -> int:
     if not 0 <= count < _MAX_EPOCHS_RECORDED:
         raise ValueError(value)
     return count
+
+
+def _metric_name(name: str) -> str:
+    """`name` as a metric's name, which lines and JSON show: printable, at most 200 characters
+    (a planted record's terminal escapes are not).
+
+    Raises:
+      ValueError: it is not one."""
+    if not (0 < len(name) <= 200 and name.isprintable()):
+        raise ValueError(name)
+    return name
 
 
 def _number(value: object) -> float:

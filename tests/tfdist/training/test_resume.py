@@ -103,6 +103,7 @@ class RecordedHistoryTest(parameterized.TestCase):
         ("logs_not_an_object", '{"epochs": {"0": 3}}'),
         ("a_metric_not_a_number", '{"epochs": {"0": {"loss": "low"}}}'),
         ("a_metric_true", '{"epochs": {"0": {"loss": true}}}'),
+        ("a_metric_named_with_escapes", '{"epochs": {"0": {"\\u001b]0;pwned\\u0007": 1}}}'),
         ("finished_a_number", '{"epochs": {}, "finished": 3}'),
         ("finished_without_epochs", '{"epochs": {}, "finished": {"epochs_done": 3}}'),
         ("finished_a_float", '{"epochs": {}, "finished": {"epochs_done": 2.5, "epochs": 3}}'),
