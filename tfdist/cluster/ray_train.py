@@ -308,6 +308,12 @@ def first_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
+def proc_stat(pid: int | str = "self") -> list[str]:
+    """The fields of /proc/PID/stat after the command's name: the state (field 3) first."""
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+        return stat.read().rpartition(")")[2].split()
+
+
 def kill_descendants() -> None:
     """SIGKILL to every process this one started and what they started (a local Ray's daemons
     and workers), as /proc shows them now: what left the tree, a daemon whose parent ended,
@@ -315,8 +321,7 @@ def kill_descendants() -> None:
     children: dict[int, list[int]] = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError, ValueError, IndexError):
-            with open(f"/proc/{entry}/stat", encoding="utf-8") as stat:
-                parent = int(stat.read().rpartition(")")[2].split()[1])
+            parent = int(proc_stat(entry)[1])
             children.setdefault(parent, []).append(int(entry))
     found, pending = [], [os.getpid()]
     while pending:

@@ -287,8 +287,7 @@ def _ended_on_stop(fit: _Fit, runner: threading.Thread, stop) -> set[int]:
 
 def _process_age_s() -> float:
     """Seconds since this process started (Linux's /proc)."""
-    with open("/proc/self/stat", encoding="ascii") as stat:
-        started_ticks = int(stat.read().rpartition(")")[2].split()[19])  # Field 22: starttime.
+    started_ticks = int(ray_train.proc_stat()[19])  # Field 22: starttime.
     with open("/proc/uptime", encoding="ascii") as uptime:
         return float(uptime.read().split()[0]) - started_ticks / os.sysconf("SC_CLK_TCK")
 

@@ -56,11 +56,12 @@ class _Child:
         """
         ready, _, _ = select.select([self._process.stdout], [], [], _WAIT_S)
         line = self._process.stdout.readline() if ready else ""
-        if line and "refused" in (message := json.loads(line)):
+        if line:
+            message = json.loads(line)
+            if "refused" not in message:
+                return message
             error_class = errors.RunFailure if message["exit_status"] == 1 else errors.UsageError
             raise error_class(f"benchmark configuration `{self._command}`: {message['refused']}")
-        if line:
-            return message
         if ready:  # Its output ended: it exited.
             self._process.wait(timeout=_EXIT_WAIT_S)
             why = f"failed: {self._last_error_line()}"
